@@ -1,0 +1,181 @@
+// Layer and parameter lists of the gpt, vit and mlp models; see model_spec.h.
+#include "plan/model_spec.h"
+
+#include <cmath>
+
+namespace ms {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t LayerSpec::paramCount() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
+
+int64_t ModelSpec::paramCount() const {
+  int64_t n = 0;
+  for (const auto& l : layers) n += l.paramCount();
+  return n;
+}
+
+int ModelSpec::layerIndex(const std::string& name) const {
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<std::string> ModelSpec::layerNames() const {
+  std::vector<std::string> names;
+  for (const auto& l : layers) names.push_back(l.name);
+  return names;
+}
+
+namespace {
+
+using Init = ParamSpec::Init;
+
+ParamSpec weight(std::string name, std::vector<int64_t> shape, double std) {
+  return ParamSpec{std::move(name), std::move(shape), Init::Normal, std, true};
+}
+ParamSpec zeros(std::string name, std::vector<int64_t> shape) {
+  return ParamSpec{std::move(name), std::move(shape), Init::Zeros, 0.0, false};
+}
+ParamSpec ones(std::string name, std::vector<int64_t> shape) {
+  return ParamSpec{std::move(name), std::move(shape), Init::Ones, 0.0, false};
+}
+
+// A pre-LayerNorm transformer block (GPT-2, Radford et al. 2019, section 2.3), parameters named as in the
+// Hugging Face GPT-2 checkpoints. The output projections of attention and MLP are scaled by 1/sqrt(2L), the
+// GPT-2 paper's "scale the weights of residual layers at initialization by 1/sqrt(N)".
+LayerSpec transformerBlock(const ModelConfig& m, int i, int T, bool causal) {
+  const int64_t C = m.width, F = int64_t(m.mlpRatio) * m.width, H = m.heads;
+  const double projStd = m.initStd / std::sqrt(2.0 * m.layers);
+  const std::string p = "h." + std::to_string(i) + ".";
+  LayerSpec l;
+  l.name = "block." + std::to_string(i);
+  l.kind = LayerKind::Block;
+  l.params = {ones(p + "ln_1.weight", {C}),          zeros(p + "ln_1.bias", {C}),
+              weight(p + "attn.c_attn.weight", {C, 3 * C}, m.initStd), zeros(p + "attn.c_attn.bias", {3 * C}),
+              weight(p + "attn.c_proj.weight", {C, C}, projStd),      zeros(p + "attn.c_proj.bias", {C}),
+              ones(p + "ln_2.weight", {C}),          zeros(p + "ln_2.bias", {C}),
+              weight(p + "mlp.c_fc.weight", {C, F}, m.initStd),      zeros(p + "mlp.c_fc.bias", {F}),
+              weight(p + "mlp.c_proj.weight", {F, C}, projStd),      zeros(p + "mlp.c_proj.bias", {C})};
+  // Forward FLOPs: the four GEMMs (2 * in * out per position) and attention's two T x T products.
+  const double gemm = 2.0 * T * (C * 3 * C + C * C + C * F + F * C);
+  const double attn = 2.0 * 2.0 * double(T) * T * C * (causal ? 0.5 : 1.0);
+  l.forwardFlopsPerSample = gemm + attn;
+  // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
+  // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics.
+  const int64_t floats = T * (C + 3 * C + C + C + C + F + F) + H * int64_t(T) * T + 4 * int64_t(T);
+  l.activationBytesPerSample = floats * 4;
+  l.outputBytesPerSample = int64_t(T) * C * 4;
+  return l;
+}
+
+ModelSpec gptSpec(const ModelConfig& m, int T) {
+  const int64_t C = m.width, V = m.vocab;
+  ModelSpec spec;
+  spec.samplePositions = T;
+  LayerSpec emb;
+  emb.name = "embedding";
+  emb.kind = LayerKind::Embedding;
+  emb.params = {weight("wte.weight", {V, C}, m.initStd), weight("wpe.weight", {int64_t(m.context), C}, m.initStd)};
+  emb.forwardFlopsPerSample = double(T) * C;
+  emb.activationBytesPerSample = 0;
+  emb.outputBytesPerSample = int64_t(T) * C * 4;
+  spec.layers.push_back(emb);
+  for (int i = 0; i < m.layers; ++i) spec.layers.push_back(transformerBlock(m, i, T, true));
+  LayerSpec head;
+  head.name = "head";
+  head.kind = LayerKind::Head;
+  head.params = {ones("ln_f.weight", {C}), zeros("ln_f.bias", {C})};
+  if (!m.tieEmbeddings) head.params.push_back(weight("lm_head.weight", {V, C}, m.initStd));
+  head.forwardFlopsPerSample = 2.0 * T * C * V;
+  head.activationBytesPerSample = (int64_t(T) * C + int64_t(T) * V + 2 * int64_t(T)) * 4;
+  head.outputBytesPerSample = int64_t(T) * 4;
+  spec.layers.push_back(head);
+  return spec;
+}
+
+ModelSpec vitSpec(const ModelConfig& m) {
+  const int64_t C = m.width, P = m.patch, NP = int64_t(m.imageSize / m.patch) * (m.imageSize / m.patch);
+  const int T = static_cast<int>(NP + (m.pool == Pooling::Cls ? 1 : 0));
+  ModelSpec spec;
+  spec.samplePositions = T;
+  LayerSpec emb;
+  emb.name = "embedding";
+  emb.kind = LayerKind::Embedding;
+  emb.params = {weight("patch_embed.weight", {P * P, C}, m.initStd), zeros("patch_embed.bias", {C})};
+  if (m.pool == Pooling::Cls) emb.params.push_back(weight("cls_token", {C}, m.initStd));
+  emb.params.push_back(weight("pos_embed", {int64_t(T), C}, m.initStd));
+  emb.forwardFlopsPerSample = 2.0 * NP * P * P * C;
+  emb.activationBytesPerSample = NP * P * P * 4;
+  emb.outputBytesPerSample = int64_t(T) * C * 4;
+  spec.layers.push_back(emb);
+  for (int i = 0; i < m.layers; ++i) spec.layers.push_back(transformerBlock(m, i, T, false));
+  LayerSpec head;
+  head.name = "head";
+  head.kind = LayerKind::Head;
+  head.params = {ones("ln_f.weight", {C}), zeros("ln_f.bias", {C}), weight("head.weight", {C, m.classes}, m.initStd),
+                 zeros("head.bias", {int64_t(m.classes)})};
+  head.forwardFlopsPerSample = 2.0 * C * m.classes + 5.0 * T * C;
+  head.activationBytesPerSample = (int64_t(T) * C + C + m.classes + 2 * int64_t(T)) * 4;
+  head.outputBytesPerSample = 4;
+  spec.layers.push_back(head);
+  return spec;
+}
+
+ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
+  ModelSpec spec;
+  spec.samplePositions = 1;
+  int64_t in = inputs;
+  for (size_t i = 0; i < m.hidden.size(); ++i) {
+    const int64_t out = m.hidden[i];
+    LayerSpec l;
+    l.name = "block." + std::to_string(i);
+    l.kind = LayerKind::Block;
+    const std::string p = "fc." + std::to_string(i) + ".";
+    l.params = {weight(p + "weight", {in, out}, m.initStd), zeros(p + "bias", {out})};
+    l.forwardFlopsPerSample = 2.0 * in * out;
+    l.activationBytesPerSample = (in + out) * 4;
+    l.outputBytesPerSample = out * 4;
+    spec.layers.push_back(l);
+    in = out;
+  }
+  LayerSpec head;
+  head.name = "head";
+  head.kind = LayerKind::Head;
+  head.params = {weight("head.weight", {in, int64_t(m.classes)}, m.initStd), zeros("head.bias", {int64_t(m.classes)})};
+  head.forwardFlopsPerSample = 2.0 * in * m.classes;
+  head.activationBytesPerSample = (in + m.classes) * 4;
+  head.outputBytesPerSample = 4;
+  spec.layers.push_back(head);
+  return spec;
+}
+
+}  // namespace
+
+ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
+  switch (model.type) {
+    case ModelType::Gpt: return gptSpec(model, seqLen);
+    case ModelType::Vit: return vitSpec(model);
+    case ModelType::Mlp: return mlpSpec(model, mlpInputs);
+  }
+  return {};
+}
+
+std::vector<std::string> modelLayerNames(const ModelConfig& model) {
+  std::vector<std::string> names;
+  const int blocks = model.type == ModelType::Mlp ? static_cast<int>(model.hidden.size()) : model.layers;
+  if (model.type != ModelType::Mlp) names.push_back("embedding");
+  for (int i = 0; i < blocks; ++i) names.push_back("block." + std::to_string(i));
+  names.push_back("head");
+  return names;
+}
+
+}  // namespace ms

@@ -1,0 +1,57 @@
+// The model as the plan sees it: an ordered list of named layers (the unit of placement: "embedding",
+// "block.0" .. "block.N-1", "head"), each with its parameter tensors (names, shapes, initialisation) and its
+// cost (forward FLOPs and saved activation bytes per sample). The runtime builds its tensors from this list,
+// so a parameter's shape is written in exactly one place.
+//
+// What always holds: layer names are unique; parameter names are unique across the model and, for gpt,
+// are the Hugging Face GPT-2 checkpoint names (linear weights in (in, out) "Conv1D" layout); a tied LM head
+// owns no parameter (it reads wte.weight of the embedding layer).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/run_config.h"
+
+namespace ms {
+
+enum class LayerKind { Embedding, Block, Head };
+
+struct ParamSpec {
+  enum class Init { Normal, Zeros, Ones };
+  std::string name;
+  std::vector<int64_t> shape;
+  Init init = Init::Normal;
+  double std = 0.0;    // for Init::Normal
+  bool decay = false;  // weight decay applies (matrices and embeddings, not biases or norms)
+  int64_t numel() const;
+};
+
+struct LayerSpec {
+  std::string name;
+  LayerKind kind = LayerKind::Block;
+  std::vector<ParamSpec> params;
+  double forwardFlopsPerSample = 0;    // multiply-adds count as 2 FLOPs; backward is about 2x forward
+  int64_t activationBytesPerSample = 0;  // fp32 bytes this layer keeps from forward for backward
+  int64_t outputBytesPerSample = 0;      // fp32 bytes of the activation it hands to the next layer
+  int64_t paramCount() const;
+};
+
+struct ModelSpec {
+  std::vector<LayerSpec> layers;
+  int samplePositions = 1;  // T for gpt (training.seq_len), tokens for vit, 1 for mlp
+  int64_t paramCount() const;
+  // Index of the layer with this name, or -1.
+  int layerIndex(const std::string& name) const;
+  std::vector<std::string> layerNames() const;
+};
+
+// Builds the spec from the model config; seqLen is training.seq_len (used by gpt only). The config is assumed
+// structurally valid (positive sizes); inputs is the flattened input size of an mlp (784 for Fashion-MNIST).
+ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs = 784);
+
+// Layer names without building shapes (cheap; used by config validation).
+std::vector<std::string> modelLayerNames(const ModelConfig& model);
+
+}  // namespace ms

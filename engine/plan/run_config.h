@@ -1,0 +1,202 @@
+// The run config: one JSON document describes a run completely (model, data, mesh, parallel layout,
+// optimizer, training). It is the studio's project file, the engine's input and the exported artefact.
+//
+// What always holds: a RunConfig returned by loadRunConfig()/parseRunConfig() has passed every check in
+// validateRunConfig(); every field has a documented default (the field table in config_schema.cpp is the one
+// place defaults, ranges and descriptions live; the JSON Schema and docs/config.md are generated from it);
+// toJson() followed by parseRunConfig() gives back an equal RunConfig.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "plan/status.h"
+
+namespace ms {
+
+inline constexpr int kRunConfigVersion = 1;
+
+enum class ModelType { Gpt, Vit, Mlp };
+enum class Activation { Gelu, Relu, Tanh };
+enum class Pooling { Cls, Mean };
+enum class DataKind { Text, Tokens, FashionMnist };
+enum class Schedule { GPipe, OneFOneB, Interleaved1F1B, ZbH1 };
+enum class Recompute { None, Full };
+enum class Precision { Fp32, Bf16 };
+enum class OptimizerType { AdamW, Sgd };
+enum class LrSchedule { Constant, Cosine, Linear };
+enum class DeviceChoice { Auto, Cpu, Cuda };
+
+struct ModelConfig {
+  ModelType type = ModelType::Gpt;
+  // gpt and vit
+  int layers = 4;              // "layers": transformer blocks
+  int width = 256;             // "width": C, channels of the residual stream
+  int heads = 4;               // "heads": H, must divide width
+  int mlpRatio = 4;            // "mlp_ratio": MLP hidden = mlp_ratio * width
+  double layerNormEps = 1e-5;  // "layer_norm_eps"
+  // gpt
+  int vocab = 256;             // "vocab": V
+  int context = 128;           // "context": maximum sequence length (rows of the position table)
+  bool tieEmbeddings = true;   // "tie_embeddings": LM head shares the token embedding (GPT-2 default)
+  // vit
+  int imageSize = 28;          // "image_size": S, square single-channel images
+  int patch = 7;               // "patch": P, must divide image_size
+  Pooling pool = Pooling::Cls; // "pool": "cls" (class token) | "mean"
+  // vit and mlp
+  int classes = 10;            // "classes"
+  // mlp
+  std::vector<int> hidden = {256};          // "hidden": widths of the hidden layers
+  Activation activation = Activation::Relu; // "activation": "relu" | "gelu" | "tanh"
+  // all
+  double initStd = 0.02;       // "init_std": std of the normal init of weight matrices
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  DataKind kind = DataKind::Text;  // "kind": "text" | "tokens" | "fashion_mnist"
+  // text: files read as bytes (vocab 256), concatenated in the given order; globs allowed.
+  std::vector<std::string> files;  // "files"
+  double valFraction = 0.1;        // "val_fraction": the last fraction of the bytes is the validation split
+  // tokens: llm.c .bin shards (globs allowed)
+  std::vector<std::string> train;  // "train"
+  std::vector<std::string> val;    // "val"
+  // fashion_mnist: the directory holding the four IDX .gz files
+  std::string dir = "/usr/share/datasets/fashion-mnist";  // "dir"
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct NodeConfig {
+  std::string name;            // "name"
+  std::string device = "cpu";  // "device": a device type from the hardware catalog
+  int count = 1;               // "count": devices of that type in the node
+  bool operator==(const NodeConfig&) const = default;
+};
+
+struct MeshConfig {
+  std::vector<NodeConfig> nodes = {NodeConfig{"node0", "cpu", 1}};  // "nodes"
+  std::string intraLink = "shm";       // "intra_link": link type between devices of one node
+  std::string interLink = "ethernet";  // "inter_link": link type between nodes
+  bool operator==(const MeshConfig&) const = default;
+};
+
+// One contiguous run of layers placed on a pipeline stage. The placement lists chunks in model order; a
+// stage that appears several times holds several chunks (interleaved schedules), numbered in order.
+struct ChunkPlacement {
+  int stage = 0;                    // "stage"
+  std::vector<std::string> layers;  // "layers": layer names, in model order
+  bool operator==(const ChunkPlacement&) const = default;
+};
+
+struct ParallelConfig {
+  int dp = 1;                              // "dp": data-parallel replicas
+  int tp = 1;                              // "tp": tensor-parallel ways, must divide heads
+  int pp = 1;                              // "pp": pipeline stages
+  Schedule schedule = Schedule::OneFOneB;  // "schedule": "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
+  int microbatches = 1;  // "microbatches": a replica's batch is split into this many, run one after another
+                         // with gradients summed (this is also gradient accumulation on one rank)
+  int virtualChunks = 1; // "virtual_chunks": chunks per stage for interleaved_1f1b
+  int zero = 0;          // "zero": ZeRO stage 0-3 over the DP group
+  Recompute recompute = Recompute::None;   // "recompute": "none" | "full"
+  Precision precision = Precision::Fp32;   // "precision": "fp32" | "bf16"
+  bool sequenceParallel = false;           // "sequence_parallel"
+  std::vector<ChunkPlacement> placement;   // "placement": empty = even split over pp stages
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::AdamW;  // "type": "adamw" | "sgd"
+  double lr = 3e-4;            // "lr": peak learning rate
+  double beta1 = 0.9;          // "betas"[0] (adamw)
+  double beta2 = 0.95;         // "betas"[1] (adamw)
+  double eps = 1e-8;           // "eps" (adamw)
+  double weightDecay = 0.0;    // "weight_decay": applied to weight matrices and embeddings only
+  double momentum = 0.9;       // "momentum" (sgd)
+  bool nesterov = false;       // "nesterov" (sgd)
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct TrainingConfig {
+  int steps = 100;                          // "steps": optimizer steps
+  int batchSize = 16;                       // "batch_size": samples per optimizer step (all replicas)
+  int seqLen = 128;                         // "seq_len": tokens per sample (gpt), <= model.context
+  int warmupSteps = 0;                      // "warmup_steps": linear warm-up from 0
+  LrSchedule lrSchedule = LrSchedule::Cosine;  // "lr_schedule": "constant" | "cosine" | "linear"
+  double minLrRatio = 0.1;                  // "min_lr_ratio": final lr = lr * min_lr_ratio
+  double gradClip = 1.0;                    // "grad_clip": max global grad norm, 0 disables
+  int evalEvery = 0;                        // "eval_every": steps between evaluations, 0 = only at the end
+  int evalBatches = 0;                      // "eval_batches": batches per evaluation, 0 = the whole split
+  int checkpointEvery = 0;                  // "checkpoint_every": steps between checkpoints, 0 = only at the end
+  int logEvery = 1;                         // "log_every": steps between step lines in the metrics stream
+  std::string runDir;                       // "run_dir": run folder, default "runs/<name>"
+  int threads = 0;                          // "threads": threads per rank, 0 = cores / local ranks
+  bool operator==(const TrainingConfig&) const = default;
+};
+
+struct RunConfig {
+  int version = kRunConfigVersion;          // "version"
+  std::string name = "run";                 // "name"
+  unsigned long long seed = 1;              // "seed"
+  DeviceChoice device = DeviceChoice::Auto; // "device": "auto" | "cpu" | "cuda"
+  ModelConfig model;
+  DataConfig data;
+  MeshConfig mesh;
+  ParallelConfig parallel;
+  OptimizerConfig optimizer;
+  TrainingConfig training;
+  // Not part of the JSON: the directory of the file it was loaded from; relative paths resolve against it.
+  std::string baseDir;
+  bool operator==(const RunConfig& o) const {
+    return version == o.version && name == o.name && seed == o.seed && device == o.device &&
+           model == o.model && data == o.data && mesh == o.mesh && parallel == o.parallel &&
+           optimizer == o.optimizer && training == o.training;
+  }
+  // A path from the config resolved against baseDir (absolute paths are returned unchanged).
+  std::string resolvePath(const std::string& path) const;
+};
+
+// One problem found in a config: the JSON path of the field ("/parallel/tp", "/model/heads") and the reason.
+struct ConfigError {
+  std::string path;
+  std::string message;
+};
+
+// All problems of a config, in document order. Empty = valid.
+using ConfigErrors = std::vector<ConfigError>;
+
+// Formats errors as "<file>: <path>: <message>" lines.
+std::string formatConfigErrors(const ConfigErrors& errors, const std::string& file);
+
+// Parses and validates. On failure the Status message holds every error, one per line, each naming the
+// JSON path and the reason (unknown keys come with a did-you-mean suggestion when one is close).
+Expected<RunConfig> parseRunConfig(const nlohmann::json& doc, ConfigErrors* errorsOut = nullptr);
+// Reads the file (a missing file, unreadable file or JSON syntax error names the file, line and column),
+// then parseRunConfig(). Sets baseDir to the file's directory.
+Expected<RunConfig> loadRunConfig(const std::string& path, ConfigErrors* errorsOut = nullptr);
+// Cross-field checks on an already typed config (tp divides heads, placement covers every layer once, ...).
+ConfigErrors validateRunConfig(const RunConfig& config);
+// The complete config, every field written (defaults included), in the documented key order.
+nlohmann::json toJson(const RunConfig& config);
+// Writes toJson() atomically (temporary file + rename), pretty-printed with 2-space indent.
+Status saveRunConfig(const RunConfig& config, const std::string& path);
+
+// The JSON Schema (draft 2020-12) of the run config, generated from the same field table as the validator.
+nlohmann::json runConfigSchema();
+// Markdown reference of every field: path, type, default, allowed values, description.
+std::string runConfigMarkdown();
+
+// Names used in the JSON for the enums.
+const char* toString(ModelType v);
+const char* toString(Activation v);
+const char* toString(Pooling v);
+const char* toString(DataKind v);
+const char* toString(Schedule v);
+const char* toString(Recompute v);
+const char* toString(Precision v);
+const char* toString(OptimizerType v);
+const char* toString(LrSchedule v);
+const char* toString(DeviceChoice v);
+
+}  // namespace ms

@@ -1,0 +1,116 @@
+// CPU kernels: forward and backward of every op the models use, in fp32. GEMMs go through OpenBLAS; the
+// other ops are plain loops parallelised with OpenMP where it pays.
+//
+// Conventions that always hold:
+// - Row-major, contiguous buffers. Shape comments use B batch, T sequence, C channels, H heads,
+//   N = rows (usually B*T), V vocabulary / classes, OC output channels.
+// - Linear weights are stored (C, OC) ("Conv1D" layout, as Hugging Face GPT-2 checkpoints store them):
+//   out = inp @ weight + bias.
+// - Every backward ACCUMULATES (+=) into every gradient it writes, inputs and parameters alike; callers zero
+//   gradient buffers when they need a fresh sum. This makes gradient accumulation over microbatches and
+//   residual branches free.
+// - Any gradient pointer documented as nullable may be nullptr to skip that gradient.
+// - The thread count is set once with setThreads() (the engine divides the cores between the ranks on a node).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ms::cpu {
+
+// Threads used by OpenMP loops and by OpenBLAS. n <= 0 means "all cores".
+void setThreads(int n);
+int threads();
+
+// ---- Linear --------------------------------------------------------------------------------------------
+// out (N, OC) = inp (N, C) @ weight (C, OC) + bias (OC). bias nullable.
+void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+// dinp (N, C) += dout (N, OC) @ weight^T; dweight (C, OC) += inp^T @ dout; dbias (OC) += sum_n dout.
+// dinp, dweight, dbias nullable.
+void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                    const float* weight, int N, int C, int OC);
+
+// Same with the weight stored transposed, (OC, C) (nn.Linear / embedding-table layout; the GPT LM head reads
+// the token embedding wte (V, C) this way): out (N, OC) = inp (N, C) @ weight^T + bias.
+void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout. All nullable.
+void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
+
+// ---- LayerNorm over the last dimension -------------------------------------------------------------------
+// out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N) and rstd (N) for backward.
+void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, float eps);
+// dinp (N, C) +=, dweight (C) +=, dbias (C) +=. dweight, dbias nullable.
+void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, const float* mean, const float* rstd, int N, int C);
+
+// ---- Pointwise -------------------------------------------------------------------------------------------
+// GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in section 2; as GPT-2 uses it).
+void geluForward(float* out, const float* inp, size_t n);
+void geluBackward(float* dinp, const float* dout, const float* inp, size_t n);  // dinp +=
+void reluForward(float* out, const float* inp, size_t n);
+void reluBackward(float* dinp, const float* dout, const float* inp, size_t n);  // dinp +=
+void tanhForward(float* out, const float* inp, size_t n);
+void tanhBackward(float* dinp, const float* dout, const float* out, size_t n);  // uses the OUTPUT; dinp +=
+// out = a + b (out may alias a or b).
+void add(float* out, const float* a, const float* b, size_t n);
+// y += x
+void accumulate(float* y, const float* x, size_t n);
+// y *= s
+void scale(float* y, float s, size_t n);
+
+// ---- Attention -------------------------------------------------------------------------------------------
+// Multi-head scaled dot-product attention (Vaswani et al. 2017, section 3.2.1).
+// qkv (B, T, 3C): each position holds [q (C) | k (C) | v (C)], head h owns channels [h*hs, (h+1)*hs),
+// hs = C / H. out (B, T, C): heads concatenated. att (B, H, T, T): the softmax probabilities, saved for
+// backward (with causal, entries above the diagonal are 0).
+void attentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int H, bool causal);
+// dqkv (B, T, 3C) +=. scratch: at least B*H*T*T floats, contents undefined on return.
+void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                       int T, int C, int H, bool causal);
+
+// ---- Embeddings ------------------------------------------------------------------------------------------
+// out (B, T, C) = wte[tokens[b, t]] + wpe[t]. wte (V, C), wpe (maxT, C). Tokens must be in [0, V).
+void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
+// dwte (V, C) +=, dwpe (maxT, C) +=. Either nullable.
+void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
+
+// ---- Loss ------------------------------------------------------------------------------------------------
+// Fused softmax + cross-entropy over rows of logits (N, V). losses (N) = -log softmax(logits)[target].
+// If dlogits is non-null it is OVERWRITTEN with gradScale * (softmax - onehot(target)) (the gradient of
+// gradScale * sum(losses)); dlogits may alias logits. A target < 0 is ignored: loss 0, gradient row 0.
+// Targets >= V are a caller bug (checked upstream by the data loaders).
+void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V,
+                         float gradScale);
+// argmax of each row of x (N, V) into out (N).
+void argmaxRows(int32_t* out, const float* x, int N, int V);
+
+// ---- Vision transformer pieces --------------------------------------------------------------------------
+// images (B, S, S) single channel, S = image side; patches (B, NP, P*P) with NP = (S/P)^2, patches in row-major
+// order, pixels inside a patch row-major. S must be divisible by P.
+void patchify(float* patches, const float* images, int B, int S, int P);
+// Builds the token sequence of a ViT: out (B, T, C) with T = NP + (cls ? 1 : 0). With cls, out[b, 0] =
+// clsToken (C) + pos[0] and out[b, 1 + i] = x[b, i] + pos[1 + i]; without, out[b, i] = x[b, i] + pos[i].
+// x (B, NP, C), pos (T, C). clsToken nullable when cls is false.
+void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B, int NP, int C,
+                   bool cls);
+// dx (B, NP, C) +=, dcls (C) +=, dpos (T, C) +=. dx, dcls, dpos nullable.
+void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C, bool cls);
+// out (B, C) = inp[:, 0, :] when useFirst (class-token pooling), else mean over T.
+void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst);
+void poolBackward(float* dinp, const float* dout, int B, int T, int C, bool useFirst);  // dinp (B, T, C) +=
+
+// ---- Optimizers and reductions over flat buffers --------------------------------------------------------
+// AdamW (Loshchilov & Hutter 2019, algorithm 2) on n values; t is the 1-based step for bias correction.
+// The gradient used is grads * gradScale (gradScale folds in clipping and accumulation averaging).
+void adamwUpdate(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                 float beta2, float eps, float weightDecay, int t, float gradScale);
+// SGD with momentum as PyTorch defines it: g = grads*gradScale + weightDecay*p; buf = momentum*buf + g
+// (buf = g on the first step, firstStep true); p -= lr * (nesterov ? g + momentum*buf : buf).
+void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
+               float weightDecay, bool nesterov, bool firstStep, float gradScale);
+// sum of x^2 in double precision.
+double sumSquares(const float* x, size_t n);
+
+}  // namespace ms::cpu

@@ -1,0 +1,41 @@
+# Shared set-up for ./studio.sh and ./test.sh: install the Debian packages that are missing (one apt line),
+# then configure and build. Idempotent: with everything installed and built it only asks dpkg and ninja.
+# shellcheck shell=bash
+
+MS_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  qt6-base-dev libqcustomplot-dev libgl-dev
+  libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+  nlohmann-json3-dev zlib1g-dev
+  dataset-fashion-mnist python3-torch python3-numpy
+  xvfb xauth
+)
+
+ms_install_packages() {
+  local missing=()
+  local p
+  for p in "${MS_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  echo "Installing missing packages: ${missing[*]}" >&2
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Build directory: build/ (Release). MS_BUILD_DIR overrides it.
+ms_build() {
+  local dir="${MS_BUILD_DIR:-build}"
+  local gen=()
+  if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release
+  fi
+  cmake --build "$dir" --parallel "$(nproc)"
+}
