@@ -6,5 +6,5 @@ cd "$(dirname "$0")"
 source scripts/common.sh
 ms_install_packages
 ms_build
-if [ $# -eq 0 ]; then set -- resources/examples/gpt-shakespeare.json; fi
+if [ $# -eq 0 ]; then set -- resources/examples/gpt-fortunes.json; fi
 exec "${MS_BUILD_DIR:-build}/app/meshstudio" "$@"

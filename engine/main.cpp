@@ -1,0 +1,293 @@
+// meshstudio-engine: the command line over the runtime.
+//   validate CONFIG...              check configs; path-and-reason errors; exit 2 when any is invalid
+//   train CONFIG [options]          train (single rank so far); metrics as JSON Lines
+//   eval CONFIG --checkpoint DIR    loss (and accuracy) on the evaluation split
+//   dump CONFIG --out DIR [...]     one batch's logits, loss and gradients (for the PyTorch reference tests)
+//   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
+// Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config. This file is the only place that
+// turns errors into exit codes.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "plan/run_config.h"
+#include "runtime/checkpoint.h"
+#include "runtime/data.h"
+#include "runtime/file_io.h"
+#include "runtime/model.h"
+#include "runtime/safetensors.h"
+#include "runtime/trainer.h"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRunFailed = 1;
+constexpr int kExitUsage = 2;
+
+// The one flag a signal handler may touch; train() polls it between steps.
+std::atomic<bool> g_stopRequested{false};
+
+void onSignal(int) { g_stopRequested.store(true); }
+
+const char* kUsage =
+    "usage: meshstudio-engine <command> [arguments]\n"
+    "\n"
+    "commands:\n"
+    "  validate CONFIG...                 check run configs (exit 2 if any is invalid)\n"
+    "  train CONFIG [--metrics FILE|-] [--run-dir DIR] [--resume [CHECKPOINT]] [--overwrite]\n"
+    "               [--steps N] [--quiet]\n"
+    "                                     train; --resume alone continues from the run folder's newest checkpoint\n"
+    "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
+    "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N]\n"
+    "                                     write one batch, its logits, loss and gradients (reference tests)\n"
+    "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n";
+
+int usageError(const std::string& message) {
+  std::fprintf(stderr, "meshstudio-engine: %s\n\n%s", message.c_str(), kUsage);
+  return kExitUsage;
+}
+
+// Simple argument reader: positional arguments and --flag [value] options.
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::pair<std::string, std::string>> options;
+  std::string error;
+  bool has(const std::string& name) const {
+    for (const auto& [k, v] : options)
+      if (k == name) return true;
+    return false;
+  }
+  std::string get(const std::string& name) const {
+    for (const auto& [k, v] : options)
+      if (k == name) return v;
+    return {};
+  }
+};
+
+// valueOptions take a value; optionalValue options take one when the next word is not an option.
+Args parseArgs(int argc, char** argv, int first, const std::vector<std::string>& valueOptions,
+               const std::vector<std::string>& flagOptions, const std::vector<std::string>& optionalValue = {}) {
+  Args a;
+  auto in = [](const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  for (int i = first; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg == "-") {
+      a.positional.push_back(arg);
+      continue;
+    }
+    if (in(valueOptions, arg)) {
+      if (i + 1 >= argc) {
+        a.error = arg + " needs a value";
+        return a;
+      }
+      a.options.emplace_back(arg, argv[++i]);
+    } else if (in(optionalValue, arg)) {
+      if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0 && i + 1 != first) {
+        // The value is optional: only take the next word if it is not the config (the first positional).
+        if (!a.positional.empty()) {
+          a.options.emplace_back(arg, argv[++i]);
+          continue;
+        }
+      }
+      a.options.emplace_back(arg, "");
+    } else if (in(flagOptions, arg)) {
+      a.options.emplace_back(arg, "");
+    } else {
+      a.error = "unknown option " + arg;
+      return a;
+    }
+  }
+  return a;
+}
+
+// Loads a config; on failure prints every error and returns false.
+bool loadConfig(const std::string& path, ms::RunConfig& out) {
+  auto config = ms::loadRunConfig(path);
+  if (!config) {
+    std::fprintf(stderr, "%s\n", config.message().c_str());
+    return false;
+  }
+  out = std::move(*config);
+  return true;
+}
+
+int cmdValidate(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {}, {});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.empty()) return usageError("validate needs at least one CONFIG");
+  bool allOk = true;
+  for (const std::string& path : a.positional) {
+    ms::RunConfig config;
+    if (loadConfig(path, config)) std::printf("%s: ok\n", path.c_str());
+    else allOk = false;
+  }
+  return allOk ? kExitOk : kExitUsage;
+}
+
+int cmdTrain(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--metrics", "--run-dir", "--steps"}, {"--quiet", "--overwrite"},
+                     {"--resume"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1) return usageError("train needs exactly one CONFIG");
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  if (a.has("--steps")) {
+    char* end = nullptr;
+    const long steps = std::strtol(a.get("--steps").c_str(), &end, 10);
+    if (!end || *end || steps < 0) return usageError("--steps needs a non-negative integer");
+    config.training.steps = static_cast<int>(steps);
+  }
+  ms::TrainOptions options;
+  options.metricsSink = a.get("--metrics");
+  options.runDir = a.get("--run-dir");
+  if (a.has("--resume")) options.resume = a.get("--resume").empty() ? "latest" : a.get("--resume");
+  options.overwrite = a.has("--overwrite");
+  options.progress = !a.has("--quiet") && isatty(STDERR_FILENO);
+  options.stopRequested = &g_stopRequested;
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  if (ms::Status s = ms::checkRunnable(config); !s) {
+    std::fprintf(stderr, "%s: %s\n", a.positional[0].c_str(), s.message().c_str());
+    return kExitUsage;
+  }
+  ms::Status s = ms::train(config, options);
+  if (!s) {
+    std::fprintf(stderr, "meshstudio-engine train: %s\n", s.message().c_str());
+    return kExitRunFailed;
+  }
+  return g_stopRequested.load() ? kExitRunFailed : kExitOk;
+}
+
+int cmdEval(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--checkpoint", "--batches"}, {"--json"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1) return usageError("eval needs exactly one CONFIG");
+  if (!a.has("--checkpoint")) return usageError("eval needs --checkpoint DIR");
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  ms::cpu::setThreads(ms::threadsPerRank(config));
+  auto data = ms::openDataSource(config);
+  if (!data) {
+    std::fprintf(stderr, "meshstudio-engine eval: %s\n", data.message().c_str());
+    return kExitRunFailed;
+  }
+  ms::Model model(config, nullptr);
+  if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params()); !s) {
+    std::fprintf(stderr, "meshstudio-engine eval: %s\n", s.message().c_str());
+    return kExitRunFailed;
+  }
+  const int batches = a.has("--batches") ? std::atoi(a.get("--batches").c_str()) : 0;
+  const ms::EvalResult r = ms::evaluate(model, **data, config, batches);
+  if (a.has("--json")) {
+    nlohmann::json j = {{"loss", r.loss}, {"samples", r.samples}};
+    if (r.hasAccuracy) j["accuracy"] = r.accuracy;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("eval loss %.6f over %lld samples\n", r.loss, static_cast<long long>(r.samples));
+    if (r.hasAccuracy) std::printf("eval accuracy %.4f (%.2f%%)\n", r.accuracy, 100.0 * r.accuracy);
+  }
+  return kExitOk;
+}
+
+// One batch through the model, written out for an independent reference (tests/reference/reference.py).
+int cmdDump(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--out", "--checkpoint", "--samples"}, {});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1 || !a.has("--out")) return usageError("dump needs CONFIG and --out DIR");
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  ms::cpu::setThreads(ms::threadsPerRank(config));
+  auto fail = [](const ms::Status& s) {
+    std::fprintf(stderr, "meshstudio-engine dump: %s\n", s.message().c_str());
+    return kExitRunFailed;
+  };
+  auto data = ms::openDataSource(config);
+  if (!data) return fail(data.status());
+  ms::Model model(config, nullptr);
+  if (a.has("--checkpoint")) {
+    if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params()); !s) return fail(s);
+  }
+  const int samples = a.has("--samples") ? std::atoi(a.get("--samples").c_str()) : 4;
+  if (samples < 1) return usageError("--samples needs a positive integer");
+  ms::Batch batch;
+  (*data)->trainBatch(0, samples, 0, samples, batch);
+  const std::string out = a.get("--out");
+  if (ms::Status s = ms::makeDirs(out); !s) return fail(s);
+  // Logits from an evaluation forward (training overwrites them with their gradient).
+  model.forward(batch);
+  const bool isGpt = config.model.type == ms::ModelType::Gpt;
+  const int64_t rows = isGpt ? int64_t(batch.B) * batch.T : batch.B;
+  const int64_t V = isGpt ? config.model.vocab : config.model.classes;
+  std::vector<float> logits(model.head().logits(), model.head().logits() + rows * V);
+  model.params().zeroGrads();
+  const ms::LossStats stats = model.forwardBackward(batch, 1.0f / static_cast<float>(rows));
+  const float loss = static_cast<float>(stats.lossSum / double(stats.count));
+
+  std::vector<ms::NamedTensor> batchTensors;
+  if (isGpt) {
+    batchTensors.push_back({"tokens", {batch.B, batch.T}, ms::DType::I32, batch.tokens.data()});
+    batchTensors.push_back({"targets", {batch.B, batch.T}, ms::DType::I32, batch.targets.data()});
+  } else {
+    const int64_t side = config.model.imageSize;
+    batchTensors.push_back({"images", {batch.B, side * side}, ms::DType::F32, batch.images.data()});
+    batchTensors.push_back({"targets", {batch.B}, ms::DType::I32, batch.targets.data()});
+  }
+  std::vector<ms::NamedTensor> outputs;
+  outputs.push_back({"logits", isGpt ? std::vector<int64_t>{batch.B, batch.T, V} : std::vector<int64_t>{batch.B, V},
+                     ms::DType::F32, logits.data()});
+  outputs.push_back({"loss", {1}, ms::DType::F32, &loss});
+  std::vector<std::string> names;
+  for (const auto& p : model.params().params()) names.push_back("grad." + p.spec.name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& p = model.params().params()[i];
+    outputs.push_back({names[i], p.spec.shape, ms::DType::F32, model.params().grads() + p.offset});
+  }
+  ms::Status s = ms::saveCheckpoint(out + "/checkpoint", config, model.params(), nullptr, {0, 0, config.seed});
+  if (s) s = ms::writeSafetensors(out + "/batch.safetensors", batchTensors);
+  if (s) s = ms::writeSafetensors(out + "/outputs.safetensors", outputs);
+  if (!s) return fail(s);
+  std::printf("loss %.6f over %lld targets; wrote %s\n", loss, static_cast<long long>(stats.count), out.c_str());
+  return kExitOk;
+}
+
+int cmdSchema(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {}, {"--markdown"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.has("--markdown")) std::printf("%s", ms::runConfigMarkdown().c_str());
+  else std::printf("%s\n", ms::runConfigSchema().dump(2).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usageError("no command given");
+  const std::string cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::printf("%s", kUsage);
+    return kExitOk;
+  }
+  try {
+    if (cmd == "validate") return cmdValidate(argc, argv);
+    if (cmd == "train") return cmdTrain(argc, argv);
+    if (cmd == "eval") return cmdEval(argc, argv);
+    if (cmd == "dump") return cmdDump(argc, argv);
+    if (cmd == "schema") return cmdSchema(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "meshstudio-engine %s: out of memory\n", cmd.c_str());
+    return kExitRunFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshstudio-engine %s: internal error: %s\n", cmd.c_str(), e.what());
+    return kExitRunFailed;
+  }
+  return usageError("unknown command \"" + cmd + "\"");
+}

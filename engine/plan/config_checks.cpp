@@ -1,0 +1,328 @@
+// validateRunConfig(): the checks of a typed RunConfig. First every field that applies to the model type and
+// data kind is checked against its row of the field table (range, allowed strings, list sizes); then the
+// cross-field rules that no single row can state (tp divides heads, the mesh has enough devices, the
+// placement covers every layer once, ...).
+//
+// What always holds: every finding names the JSON path a person has to edit and, in `involves`, every field
+// it read, so parseRunConfig() can drop findings about values that never parsed.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plan/config_schema.h"
+#include "plan/model_spec.h"
+
+namespace ms {
+
+namespace {
+
+using Findings = std::vector<ConfigFinding>;
+
+void add(Findings& out, std::string path, std::string message, std::vector<std::string> involves = {}) {
+  involves.push_back(path);
+  out.push_back(ConfigFinding{ConfigError{std::move(path), std::move(message)}, std::move(involves)});
+}
+
+std::string inQuotes(const std::string& s) { return "\"" + s + "\""; }
+
+std::string numberText(const nlohmann::ordered_json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) return std::isnan(v.get<double>()) ? "nan" : "inf";
+  return v.dump();
+}
+
+std::string rangeMessage(const Field& f, const nlohmann::ordered_json& value) {
+  const bool integral = f.kind == FieldKind::Integer || f.kind == FieldKind::Unsigned || f.kind == FieldKind::IntList;
+  const std::string d = f.range.describe(integral);
+  const bool interval = d.front() == '[' || d.front() == '(' || d.find("..") != std::string::npos;
+  return std::string("must be ") + (interval ? "in " : "") + d + ", got " + numberText(value);
+}
+
+bool nameCharsOnly(const std::string& s) {
+  for (unsigned char ch : s)
+    if (!std::isalnum(ch) && ch != '.' && ch != '_' && ch != '-') return false;
+  return true;
+}
+
+void checkString(const Field& f, const std::string& path, const std::string& s, Findings& out) {
+  if (f.nonEmpty && s.empty()) {
+    add(out, path, "must not be empty");
+  } else if (f.nameChars && !nameCharsOnly(s)) {
+    add(out, path, "may only hold letters, digits, \".\", \"_\" and \"-\", got " + inQuotes(s));
+  } else if (!f.allowed.empty() && std::find(f.allowed.begin(), f.allowed.end(), s) == f.allowed.end()) {
+    add(out, path, notOneOfMessage(s, f.allowed));
+  }
+}
+
+void checkList(const Field& f, const std::string& path, const nlohmann::ordered_json& list, Findings& out) {
+  if (list.size() < f.minItems)
+    add(out, path, "needs at least " + std::to_string(f.minItems) + (f.minItems == 1 ? " entry" : " entries"));
+  for (size_t j = 0; j < list.size(); ++j) {
+    const std::string itemPath = path + "/" + std::to_string(j);
+    if (list[j].is_string()) {
+      if (f.nonEmpty && list[j].get<std::string>().empty()) add(out, itemPath, "must not be empty");
+    } else if (!f.range.contains(list[j].get<double>())) {
+      add(out, itemPath, rangeMessage(f, list[j]));
+    }
+  }
+}
+
+// The rows of the table under `parent` (item `item` of a list of objects) that apply to the config.
+void checkFields(const std::vector<Field>& fields, const std::string& parent, const RunConfig& c, size_t item,
+                 Findings& out) {
+  for (const Field* f : childFields(fields, parent)) {
+    if (!f->appliesTo(c.model.type, c.data.kind)) continue;
+    const std::string path = concretePath(*f, item);
+    switch (f->kind) {
+      case FieldKind::Object:
+        checkFields(fields, f->path(), c, 0, out);
+        break;
+      case FieldKind::ObjectList: {
+        const size_t n = f->count(c);
+        if (n < f->minItems)
+          add(out, path, "needs at least " + std::to_string(f->minItems) + (f->minItems == 1 ? " entry" : " entries"));
+        for (size_t i = 0; i < n; ++i) checkFields(fields, f->itemParent(), c, i, out);
+        break;
+      }
+      case FieldKind::Integer:
+      case FieldKind::Unsigned:
+      case FieldKind::Number: {
+        const auto v = f->get(c, item);
+        if (!v.is_number() || !f->range.contains(v.get<double>())) add(out, path, rangeMessage(*f, v));
+        break;
+      }
+      case FieldKind::String:
+      case FieldKind::Enum:
+        checkString(*f, path, f->get(c, item).get<std::string>(), out);
+        break;
+      case FieldKind::StringList:
+      case FieldKind::StringArray:
+      case FieldKind::IntList:
+      case FieldKind::NumberPair:
+        checkList(*f, path, f->get(c, item), out);
+        break;
+      case FieldKind::Boolean:
+        break;
+    }
+  }
+}
+
+bool divides(int64_t d, int64_t n) { return d > 0 && n % d == 0; }
+
+// Divisibility of the model's dimensions by heads and tp, and the model/data pairing.
+void checkModel(const RunConfig& c, Findings& out) {
+  const ModelConfig& m = c.model;
+  const int tp = c.parallel.tp;
+  const std::string tpText = "tp (" + std::to_string(tp) + ")";
+  const std::string modelName = toString(m.type);
+  if (m.type != ModelType::Mlp) {
+    if (m.heads >= 1 && m.width >= 1 && !divides(m.heads, m.width))
+      add(out, "/model/heads",
+          "heads (" + std::to_string(m.heads) + ") must divide width (" + std::to_string(m.width) + ")",
+          {"/model/type", "/model/width"});
+    if (tp >= 1 && m.heads >= 1 && !divides(tp, m.heads))
+      add(out, "/parallel/tp", tpText + " must divide model.heads (" + std::to_string(m.heads) + ")",
+          {"/model/type", "/model/heads"});
+    const int64_t hidden = int64_t(m.mlpRatio) * m.width;
+    if (tp >= 1 && hidden >= 1 && !divides(tp, hidden))
+      add(out, "/parallel/tp",
+          tpText + " must divide the MLP hidden width mlp_ratio * width = " + std::to_string(hidden),
+          {"/model/type", "/model/mlp_ratio", "/model/width"});
+  } else {
+    for (size_t j = 0; j < m.hidden.size(); ++j)
+      if (tp >= 1 && m.hidden[j] >= 1 && !divides(tp, m.hidden[j]))
+        add(out, "/parallel/tp",
+            tpText + " must divide model.hidden[" + std::to_string(j) + "] (" + std::to_string(m.hidden[j]) + ")",
+            {"/model/type", "/model/hidden"});
+  }
+  if (m.type == ModelType::Gpt) {
+    if (tp >= 1 && m.vocab >= 1 && !divides(tp, m.vocab))
+      add(out, "/parallel/tp", tpText + " must divide model.vocab (" + std::to_string(m.vocab) + ")",
+          {"/model/type", "/model/vocab"});
+    if (c.training.seqLen > m.context && m.context >= 1)
+      add(out, "/training/seq_len",
+          "seq_len (" + std::to_string(c.training.seqLen) + ") must be at most model.context (" +
+              std::to_string(m.context) + ")",
+          {"/model/type", "/model/context"});
+  }
+  if (m.type == ModelType::Vit && m.patch >= 1 && m.imageSize >= 1 && !divides(m.patch, m.imageSize))
+    add(out, "/model/patch",
+        "patch (" + std::to_string(m.patch) + ") must divide image_size (" + std::to_string(m.imageSize) + ")",
+        {"/model/type", "/model/image_size"});
+
+  const DataKind kind = c.data.kind;
+  const std::vector<std::string> pair = {"/model/type", "/data/kind"};
+  if (m.type == ModelType::Gpt && kind == DataKind::FashionMnist) {
+    add(out, "/data/kind", "model type \"gpt\" needs data kind \"text\" or \"tokens\", got \"fashion_mnist\"", pair);
+  } else if (m.type != ModelType::Gpt && kind != DataKind::FashionMnist) {
+    add(out, "/data/kind",
+        "model type " + inQuotes(modelName) + " needs data kind \"fashion_mnist\", got " + inQuotes(toString(kind)), pair);
+  }
+  if (m.type == ModelType::Gpt && kind == DataKind::Text && m.vocab != 256 && m.vocab >= 2)
+    add(out, "/model/vocab", "text data is read as bytes, so vocab must be 256, got " + std::to_string(m.vocab), pair);
+  if (m.type != ModelType::Gpt && kind == DataKind::FashionMnist) {
+    if (m.type == ModelType::Vit && m.imageSize != 28 && m.imageSize >= 1)
+      add(out, "/model/image_size",
+          "fashion_mnist images are 28x28, so image_size must be 28, got " + std::to_string(m.imageSize), pair);
+    if (m.classes < 10 && m.classes >= 2)
+      add(out, "/model/classes",
+          "fashion_mnist has 10 classes, so classes must be at least 10, got " + std::to_string(m.classes), pair);
+  }
+}
+
+void checkData(const RunConfig& c, Findings& out) {
+  const DataConfig& d = c.data;
+  if (d.kind == DataKind::Text && d.files.empty())
+    add(out, "/data/files", "text data needs at least one file", {"/data/kind"});
+  if (d.kind == DataKind::Tokens && d.train.empty())
+    add(out, "/data/train", "token data needs at least one training shard", {"/data/kind"});
+  if (d.kind == DataKind::Tokens && d.val.empty())
+    add(out, "/data/val", "token data needs at least one validation shard", {"/data/kind"});
+}
+
+void checkMeshAndLayout(const RunConfig& c, Findings& out) {
+  const ParallelConfig& p = c.parallel;
+  int64_t devices = 0;
+  bool countsValid = true;  // a count below 1 is reported by its row; the total would only repeat it
+  std::map<std::string, size_t> firstNode;
+  for (size_t i = 0; i < c.mesh.nodes.size(); ++i) {
+    const NodeConfig& n = c.mesh.nodes[i];
+    devices += n.count;
+    countsValid = countsValid && n.count >= 1;
+    if (n.name.empty()) continue;
+    const auto [it, inserted] = firstNode.emplace(n.name, i);
+    if (!inserted)
+      add(out, "/mesh/nodes/" + std::to_string(i) + "/name",
+          "duplicate node name " + inQuotes(n.name) + " (also at /mesh/nodes/" + std::to_string(it->second) + ")",
+          {"/mesh/nodes/" + std::to_string(it->second) + "/name"});
+  }
+  if (countsValid && p.dp >= 1 && p.tp >= 1 && p.pp >= 1) {
+    const int64_t ranks = int64_t(p.dp) * p.tp * p.pp;
+    if (ranks > devices)
+      add(out, "/parallel",
+          "dp * tp * pp = " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + ", but the mesh has only " +
+              std::to_string(devices) +
+              (devices == 1 ? " device" : " devices"),
+          {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/mesh/nodes"});
+  }
+  if (p.dp >= 1 && p.microbatches >= 1 && c.training.batchSize >= 1) {
+    const int64_t split = int64_t(p.dp) * p.microbatches;
+    if (c.training.batchSize % split != 0)
+      add(out, "/training/batch_size",
+          "batch_size (" + std::to_string(c.training.batchSize) + ") must be divisible by dp * microbatches = " +
+              std::to_string(split),
+          {"/parallel/dp", "/parallel/microbatches"});
+  }
+  const std::string schedule = inQuotes(toString(p.schedule));
+  const std::vector<std::string> bySchedule = {"/parallel/schedule"};
+  if (p.schedule == Schedule::Interleaved1F1B) {
+    if (p.virtualChunks < 2 && p.virtualChunks >= 1)
+      add(out, "/parallel/virtual_chunks",
+          "schedule " + schedule + " needs virtual_chunks >= 2, got " + std::to_string(p.virtualChunks), bySchedule);
+    if (p.pp < 2 && p.pp >= 1)
+      add(out, "/parallel/pp", "schedule " + schedule + " needs pp >= 2, got " + std::to_string(p.pp), bySchedule);
+  } else if (p.virtualChunks > 1) {
+    add(out, "/parallel/virtual_chunks",
+        "virtual_chunks must be 1 with schedule " + schedule + " (only interleaved_1f1b runs several chunks per "
+        "stage), got " + std::to_string(p.virtualChunks),
+        bySchedule);
+  }
+}
+
+// The placement: every layer once, in model order; stages in [0, pp), each holding virtual_chunks chunks.
+void checkPlacement(const RunConfig& c, Findings& out) {
+  const ParallelConfig& p = c.parallel;
+  const ModelConfig& m = c.model;
+  if (p.pp < 1 || p.virtualChunks < 1) return;
+  if (m.type != ModelType::Mlp && m.layers < 1) return;
+  const std::vector<std::string> names = modelLayerNames(m);
+  const std::vector<std::string> modelFields = {"/model/type", "/model/layers", "/model/hidden", "/parallel/pp",
+                                                "/parallel/virtual_chunks"};
+  const int64_t chunks = int64_t(p.pp) * p.virtualChunks;
+  if (p.placement.empty()) {
+    if (chunks > int64_t(names.size()))
+      add(out, "/parallel/pp",
+          "pp * virtual_chunks = " + std::to_string(chunks) + " chunks, but the model has only " +
+              std::to_string(names.size()) + " layers",
+          modelFields);
+    return;
+  }
+  std::map<std::string, std::string> placedAt;  // layer name -> path of its first placement
+  std::vector<std::string> suggested;           // did-you-mean names: "not placed" would repeat the error
+  std::vector<int> chunksOfStage(static_cast<size_t>(p.pp), 0);
+  int lastIndex = -1;
+  for (size_t i = 0; i < p.placement.size(); ++i) {
+    const ChunkPlacement& chunk = p.placement[i];
+    const std::string at = "/parallel/placement/" + std::to_string(i);
+    if (chunk.stage >= p.pp)  // negative stages fail the field table's range already
+      add(out, at + "/stage",
+          "stage " + std::to_string(chunk.stage) + " is out of range: pp is " + std::to_string(p.pp) +
+              ", so stages are 0 .. " + std::to_string(p.pp - 1),
+          {"/parallel/pp"});
+    else if (chunk.stage >= 0)
+      ++chunksOfStage[static_cast<size_t>(chunk.stage)];
+    for (size_t j = 0; j < chunk.layers.size(); ++j) {
+      const std::string& name = chunk.layers[j];
+      const std::string path = at + "/layers/" + std::to_string(j);
+      const auto it = std::find(names.begin(), names.end(), name);
+      if (it == names.end()) {
+        const std::string close = closestName(name, names);
+        suggested.push_back(close);
+        add(out, path,
+            "unknown layer " + inQuotes(name) +
+                (close.empty() ? "; the model's layers are " + names.front() + " .. " + names.back()
+                               : "; did you mean " + inQuotes(close) + "?"),
+            modelFields);
+        continue;
+      }
+      const int index = static_cast<int>(it - names.begin());
+      if (placedAt.count(name)) {
+        add(out, path, "layer " + inQuotes(name) + " is placed twice (first at " + placedAt[name] + ")");
+        continue;
+      }
+      if (index < lastIndex)
+        add(out, path,
+            "layer " + inQuotes(name) + " is out of model order: it comes after " +
+                inQuotes(names[static_cast<size_t>(lastIndex)]));
+      placedAt[name] = path;
+      lastIndex = std::max(lastIndex, index);
+    }
+  }
+  std::string missing;
+  for (const auto& name : names)
+    if (!placedAt.count(name) && std::find(suggested.begin(), suggested.end(), name) == suggested.end()) missing += (missing.empty() ? "" : ", ") + name;
+  if (!missing.empty()) add(out, "/parallel/placement", "layers not placed: " + missing, modelFields);
+  for (int s = 0; s < p.pp; ++s) {
+    const int n = chunksOfStage[static_cast<size_t>(s)];
+    if (n == 0)
+      add(out, "/parallel/placement", "stage " + std::to_string(s) + " holds no chunk", modelFields);
+    else if (n != p.virtualChunks)
+      add(out, "/parallel/placement",
+          "stage " + std::to_string(s) + " holds " + std::to_string(n) + (n == 1 ? " chunk" : " chunks") +
+              ", but every stage must hold virtual_chunks = " + std::to_string(p.virtualChunks),
+          modelFields);
+  }
+}
+
+}  // namespace
+
+std::vector<ConfigFinding> checkRunConfig(const RunConfig& config) {
+  Findings out;
+  checkFields(runConfigFields(), "", config, 0, out);
+  checkModel(config, out);
+  checkData(config, out);
+  checkMeshAndLayout(config, out);
+  checkPlacement(config, out);
+  return out;
+}
+
+ConfigErrors validateRunConfig(const RunConfig& config) {
+  ConfigErrors errors;
+  for (auto& finding : checkRunConfig(config)) errors.push_back(std::move(finding.error));
+  return errors;
+}
+
+}  // namespace ms

@@ -1,0 +1,552 @@
+// The run config's field table (see config_schema.h) and the helpers that walk it. Every JSON key of the
+// config is one row below; the parser, the validator, toJson(), the JSON Schema and docs/config.md read
+// their types, ranges, allowed values and descriptions from here and nowhere else.
+//
+// What always holds: a row's accessors read and write exactly the RunConfig member its key names; defaults
+// come from the struct initialisers (fieldDefault() reads a default-constructed RunConfig).
+#include "plan/config_schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace ms {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// The member a row reads and writes; `i` is the item index inside a list of objects.
+#define MS_REF(member) [](auto& c, [[maybe_unused]] size_t i) -> auto& { return c.member; }
+
+Field baseField(std::string parent, std::string key, FieldKind kind, std::string description) {
+  Field f;
+  f.parent = std::move(parent);
+  f.key = std::move(key);
+  f.kind = kind;
+  f.description = std::move(description);
+  return f;
+}
+
+NumberRange atLeast(double v) { return NumberRange{v, false, std::nullopt, false}; }
+NumberRange above(double v) { return NumberRange{v, true, std::nullopt, false}; }
+NumberRange closed(double a, double b) { return NumberRange{a, false, b, false}; }
+NumberRange halfOpen(double a, double b) { return NumberRange{a, false, b, true}; }
+NumberRange open(double a, double b) { return NumberRange{a, true, b, true}; }
+
+Field section(std::string parent, std::string key, std::string description) {
+  return baseField(std::move(parent), std::move(key), FieldKind::Object, std::move(description));
+}
+
+template <typename Ref>
+Field intField(std::string parent, std::string key, Ref ref, NumberRange range, std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::Integer, std::move(description));
+  f.range = range;
+  f.get = [ref](const RunConfig& c, size_t i) { return ojson(ref(c, i)); };
+  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) { ref(c, i) = static_cast<int>(v.get<int64_t>()); };
+  return f;
+}
+
+template <typename Ref>
+Field unsignedField(std::string parent, std::string key, Ref ref, std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::Unsigned, std::move(description));
+  f.range = atLeast(0);
+  f.get = [ref](const RunConfig& c, size_t i) { return ojson(ref(c, i)); };
+  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) { ref(c, i) = v.get<uint64_t>(); };
+  return f;
+}
+
+template <typename Ref>
+Field numberField(std::string parent, std::string key, Ref ref, NumberRange range, std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::Number, std::move(description));
+  f.range = range;
+  f.get = [ref](const RunConfig& c, size_t i) { return ojson(ref(c, i)); };
+  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) { ref(c, i) = v.get<double>(); };
+  return f;
+}
+
+template <typename Ref>
+Field boolField(std::string parent, std::string key, Ref ref, std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::Boolean, std::move(description));
+  f.get = [ref](const RunConfig& c, size_t i) { return ojson(ref(c, i)); };
+  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) { ref(c, i) = v.get<bool>(); };
+  return f;
+}
+
+template <typename Ref>
+Field stringField(std::string parent, std::string key, Ref ref, std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::String, std::move(description));
+  f.get = [ref](const RunConfig& c, size_t i) { return ojson(ref(c, i)); };
+  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) { ref(c, i) = v.get<std::string>(); };
+  return f;
+}
+
+template <size_t N, typename Ref>
+Field choiceField(std::string parent, std::string key, const char* const (&choices)[N], Ref ref,
+                  std::string description) {
+  Field f = stringField(std::move(parent), std::move(key), ref, std::move(description));
+  f.allowed.assign(std::begin(choices), std::end(choices));
+  return f;
+}
+
+template <typename E, size_t N, typename Ref>
+Field enumField(std::string parent, std::string key, const EnumName<E> (&names)[N], Ref ref,
+                std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::Enum, std::move(description));
+  for (const auto& n : names) f.allowed.push_back(n.name);
+  f.get = [ref, &names](const RunConfig& c, size_t i) { return ojson(enumName(names, ref(c, i))); };
+  f.set = [ref, &names](RunConfig& c, size_t i, const nlohmann::json& v) {
+    const std::string s = v.get<std::string>();
+    for (const auto& n : names)
+      if (s == n.name) ref(c, i) = n.value;
+  };
+  return f;
+}
+
+// kind is StringList (a string is accepted as a list of one) or StringArray.
+template <typename Ref>
+Field stringListField(std::string parent, std::string key, FieldKind kind, Ref ref, std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), kind, std::move(description));
+  f.nonEmpty = true;
+  f.get = [ref](const RunConfig& c, size_t i) { return ojson(ref(c, i)); };
+  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) {
+    ref(c, i) = v.get<std::vector<std::string>>();
+  };
+  return f;
+}
+
+template <typename Ref>
+Field intListField(std::string parent, std::string key, Ref ref, NumberRange range, std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::IntList, std::move(description));
+  f.range = range;
+  f.get = [ref](const RunConfig& c, size_t i) { return ojson(ref(c, i)); };
+  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) {
+    auto& out = ref(c, i);
+    out.clear();
+    for (const auto& e : v) out.push_back(static_cast<int>(e.get<int64_t>()));
+  };
+  return f;
+}
+
+template <typename RefA, typename RefB>
+Field numberPairField(std::string parent, std::string key, RefA a, RefB b, NumberRange range,
+                      std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::NumberPair, std::move(description));
+  f.range = range;
+  f.minItems = 2;
+  f.get = [a, b](const RunConfig& c, size_t i) { return ojson::array({a(c, i), b(c, i)}); };
+  f.set = [a, b](RunConfig& c, size_t i, const nlohmann::json& v) {
+    a(c, i) = v.at(0).get<double>();
+    b(c, i) = v.at(1).get<double>();
+  };
+  return f;
+}
+
+template <typename Ref>
+Field objectListField(std::string parent, std::string key, Ref ref, std::string description) {
+  Field f = baseField(std::move(parent), std::move(key), FieldKind::ObjectList, std::move(description));
+  f.count = [ref](const RunConfig& c) { return ref(c, 0).size(); };
+  f.resize = [ref](RunConfig& c, size_t n) { ref(c, 0).resize(n); };
+  return f;
+}
+
+constexpr unsigned kGpt = modelBit(ModelType::Gpt);
+constexpr unsigned kVit = modelBit(ModelType::Vit);
+constexpr unsigned kMlp = modelBit(ModelType::Mlp);
+constexpr unsigned kText = dataBit(DataKind::Text);
+constexpr unsigned kTokens = dataBit(DataKind::Tokens);
+constexpr unsigned kMnist = dataBit(DataKind::FashionMnist);
+
+void addTopLevel(std::vector<Field>& t) {
+  t.push_back(intField("", "version", MS_REF(version), closed(kRunConfigVersion, kRunConfigVersion),
+                       "Format version of the document; this build reads version 1.")
+                  .aka({"schema_version", "config_version"}));
+  Field name = stringField("", "name", MS_REF(name), "Run name; the default run folder is runs/<name>.");
+  name.nonEmpty = name.nameChars = true;
+  t.push_back(name.aka({"run_name", "experiment", "id"}));
+  t.push_back(unsignedField("", "seed", MS_REF(seed), "Seed of the weight initialisation and the data order.")
+                  .aka({"random_seed", "rng_seed"}));
+  t.push_back(enumField("", "device", kDeviceChoiceNames, MS_REF(device),
+                        "Where ranks compute: auto takes cuda when a GPU is present, else cpu.")
+                  .aka({"backend", "accelerator"}));
+}
+
+void addModel(std::vector<Field>& t) {
+  const std::string m = "/model";
+  t.push_back(section("", "model", "The network.").isRequired().aka({"network", "arch"}));
+  t.push_back(enumField(m, "type", kModelTypeNames, MS_REF(model.type),
+                        "Model family: gpt (decoder-only LM), vit (vision transformer) or mlp.")
+                  .isRequired()
+                  .aka({"model_type", "arch", "architecture", "kind"}));
+  t.push_back(intField(m, "layers", MS_REF(model.layers), atLeast(1), "Transformer blocks (L).")
+                  .forModels(kGpt | kVit)
+                  .aka({"n_layer", "n_layers", "num_layers", "depth", "num_hidden_layers"}));
+  t.push_back(intField(m, "width", MS_REF(model.width), atLeast(1), "Channels of the residual stream (C).")
+                  .forModels(kGpt | kVit)
+                  .aka({"n_embd", "hidden_size", "d_model", "dim", "embed_dim"}));
+  t.push_back(intField(m, "heads", MS_REF(model.heads), atLeast(1), "Attention heads (H); must divide width.")
+                  .forModels(kGpt | kVit)
+                  .aka({"n_head", "n_heads", "num_heads", "num_attention_heads"}));
+  t.push_back(intField(m, "mlp_ratio", MS_REF(model.mlpRatio), atLeast(1),
+                       "MLP hidden width as a multiple of width.")
+                  .forModels(kGpt | kVit)
+                  .aka({"mlp_mult", "ffn_ratio", "expansion"}));
+  t.push_back(numberField(m, "layer_norm_eps", MS_REF(model.layerNormEps), above(0), "Epsilon of every LayerNorm.")
+                  .forModels(kGpt | kVit)
+                  .aka({"ln_eps", "norm_eps", "layer_norm_epsilon"}));
+  t.push_back(intField(m, "vocab", MS_REF(model.vocab), atLeast(2), "Vocabulary size (V); 256 for text data.")
+                  .forModels(kGpt)
+                  .aka({"vocab_size", "n_vocab"}));
+  t.push_back(intField(m, "context", MS_REF(model.context), atLeast(1),
+                       "Maximum sequence length: rows of the position table.")
+                  .forModels(kGpt)
+                  .aka({"block_size", "n_ctx", "n_positions", "max_seq_len", "context_length"}));
+  t.push_back(boolField(m, "tie_embeddings", MS_REF(model.tieEmbeddings),
+                        "The LM head shares the token embedding matrix (as in GPT-2).")
+                  .forModels(kGpt)
+                  .aka({"tie_weights", "tie_word_embeddings"}));
+  t.push_back(intField(m, "image_size", MS_REF(model.imageSize), atLeast(1),
+                       "Side of the square single-channel input images (S).")
+                  .forModels(kVit)
+                  .aka({"img_size", "resolution"}));
+  t.push_back(intField(m, "patch", MS_REF(model.patch), atLeast(1), "Side of a square patch (P); must divide image_size.")
+                  .forModels(kVit)
+                  .aka({"patch_size", "patches"}));
+  t.push_back(enumField(m, "pool", kPoolingNames, MS_REF(model.pool),
+                        "What the head reads: the class token or the mean of all tokens.")
+                  .forModels(kVit)
+                  .aka({"pooling", "global_pool"}));
+  t.push_back(intField(m, "classes", MS_REF(model.classes), atLeast(2), "Output classes.")
+                  .forModels(kVit | kMlp)
+                  .aka({"num_classes", "n_classes", "num_labels"}));
+  t.push_back(intListField(m, "hidden", MS_REF(model.hidden), atLeast(1), "Widths of the hidden layers, one block each.")
+                  .forModels(kMlp)
+                  .aka({"hidden_sizes", "hidden_dims", "hidden_layers"}));
+  t.push_back(enumField(m, "activation", kActivationNames, MS_REF(model.activation),
+                        "Nonlinearity after each hidden layer.")
+                  .forModels(kMlp)
+                  .aka({"act", "activation_fn", "nonlinearity"}));
+  t.push_back(numberField(m, "init_std", MS_REF(model.initStd), above(0),
+                          "Standard deviation of the normal initialisation of weight matrices.")
+                  .aka({"initializer_range", "init_scale", "std"}));
+}
+
+void addData(std::vector<Field>& t) {
+  const std::string d = "/data";
+  t.push_back(section("", "data", "Where the samples come from.").isRequired().aka({"dataset"}));
+  t.push_back(enumField(d, "kind", kDataKindNames, MS_REF(data.kind),
+                        "text: raw bytes; tokens: llm.c .bin token shards; fashion_mnist: the IDX image files.")
+                  .isRequired()
+                  .aka({"type", "format", "dataset"}));
+  t.push_back(stringListField(d, "files", FieldKind::StringList, MS_REF(data.files),
+                              "Text files read as bytes, concatenated in order; globs allowed, relative paths "
+                              "resolve against the config's folder.")
+                  .forData(kText)
+                  .aka({"file", "paths", "path", "input"}));
+  t.push_back(numberField(d, "val_fraction", MS_REF(data.valFraction), open(0, 1),
+                          "Fraction of the bytes, taken from the end, held out for validation.")
+                  .forData(kText)
+                  .aka({"val_split", "validation_fraction", "val_ratio"}));
+  t.push_back(stringListField(d, "train", FieldKind::StringList, MS_REF(data.train),
+                              "Training token shards (llm.c .bin); globs allowed.")
+                  .forData(kTokens)
+                  .aka({"train_files", "train_bin", "training"}));
+  t.push_back(stringListField(d, "val", FieldKind::StringList, MS_REF(data.val),
+                              "Validation token shards (llm.c .bin); globs allowed.")
+                  .forData(kTokens)
+                  .aka({"val_files", "valid", "validation"}));
+  Field dir = stringField(d, "dir", MS_REF(data.dir), "Folder holding the four Fashion-MNIST IDX .gz files.");
+  dir.nonEmpty = true;
+  t.push_back(dir.forData(kMnist).aka({"directory", "root", "data_dir", "folder"}));
+}
+
+void addMesh(std::vector<Field>& t) {
+  const std::string m = "/mesh", n = "/mesh/nodes/*";
+  t.push_back(section("", "mesh", "The machines: nodes of devices and the links between them.")
+                  .aka({"cluster", "hardware"}));
+  Field nodes = objectListField(m, "nodes", MS_REF(mesh.nodes), "Nodes of the cluster; ranks fill them in order.");
+  nodes.minItems = 1;
+  t.push_back(nodes.aka({"node", "hosts", "machines"}));
+  Field name = stringField(n, "name", MS_REF(mesh.nodes[i].name), "Node name, unique in the mesh.");
+  name.nonEmpty = name.required = true;
+  t.push_back(name.aka({"host", "hostname"}));
+  t.push_back(choiceField(n, "device", kDeviceTypes, MS_REF(mesh.nodes[i].device),
+                          "Device type from the hardware catalog.")
+                  .aka({"type", "gpu", "device_type"}));
+  t.push_back(intField(n, "count", MS_REF(mesh.nodes[i].count), atLeast(1), "Devices of that type in the node.")
+                  .aka({"devices", "gpus", "num_devices", "n"}));
+  t.push_back(choiceField(m, "intra_link", kLinkTypes, MS_REF(mesh.intraLink), "Link between the devices of a node.")
+                  .aka({"intra", "intra_node_link", "intranode_link"}));
+  t.push_back(choiceField(m, "inter_link", kLinkTypes, MS_REF(mesh.interLink), "Link between nodes.")
+                  .aka({"inter", "inter_node_link", "internode_link", "network"}));
+}
+
+void addParallel(std::vector<Field>& t) {
+  const std::string p = "/parallel", c = "/parallel/placement/*";
+  t.push_back(section("", "parallel", "How the model and the batch are split over ranks.")
+                  .aka({"parallelism", "layout"}));
+  t.push_back(intField(p, "dp", MS_REF(parallel.dp), atLeast(1), "Data-parallel replicas.")
+                  .aka({"data_parallel", "dp_size"}));
+  t.push_back(intField(p, "tp", MS_REF(parallel.tp), atLeast(1),
+                       "Tensor-parallel ways; must divide heads, the MLP hidden width and (gpt) vocab.")
+                  .aka({"tensor_parallel", "tp_size", "mp"}));
+  t.push_back(intField(p, "pp", MS_REF(parallel.pp), atLeast(1), "Pipeline stages.")
+                  .aka({"pipeline_parallel", "pp_size", "stages"}));
+  t.push_back(enumField(p, "schedule", kScheduleNames, MS_REF(parallel.schedule), "Pipeline schedule.")
+                  .aka({"pipeline_schedule", "pp_schedule"}));
+  t.push_back(intField(p, "microbatches", MS_REF(parallel.microbatches), atLeast(1),
+                       "Microbatches per replica and step, run in turn with gradients summed.")
+                  .aka({"micro_batches", "num_microbatches", "grad_accum", "gradient_accumulation_steps"}));
+  t.push_back(intField(p, "virtual_chunks", MS_REF(parallel.virtualChunks), atLeast(1),
+                       "Model chunks per stage; more than 1 only with interleaved_1f1b.")
+                  .aka({"virtual_stages", "chunks", "virtual_pipeline_size"}));
+  t.push_back(intField(p, "zero", MS_REF(parallel.zero), closed(0, 3),
+                       "ZeRO stage over the data-parallel group; 0 is off.")
+                  .aka({"zero_stage"}));
+  t.push_back(enumField(p, "recompute", kRecomputeNames, MS_REF(parallel.recompute),
+                        "Activation recomputation: none keeps activations, full recomputes each layer in backward.")
+                  .aka({"activation_checkpointing", "checkpoint_activations", "recomputation"}));
+  t.push_back(enumField(p, "precision", kPrecisionNames, MS_REF(parallel.precision), "Compute precision.")
+                  .aka({"dtype", "mixed_precision"}));
+  t.push_back(boolField(p, "sequence_parallel", MS_REF(parallel.sequenceParallel),
+                        "Shard activations outside the tensor-parallel regions along the sequence.")
+                  .aka({"sp", "seq_parallel"}));
+  t.push_back(objectListField(p, "placement", MS_REF(parallel.placement),
+                              "Chunks in model order, each a run of layers on one stage; empty = even split.")
+                  .aka({"layer_placement", "stages_layout"}));
+  t.push_back(intField(c, "stage", MS_REF(parallel.placement[i].stage), atLeast(0),
+                       "Pipeline stage holding the chunk, in [0, pp).")
+                  .aka({"rank", "pp_rank"}));
+  Field layers = stringListField(c, "layers", FieldKind::StringArray, MS_REF(parallel.placement[i].layers),
+                                 "Layer names in model order: embedding, block.0 .. block.N-1, head.");
+  layers.minItems = 1;
+  t.push_back(layers.isRequired().aka({"layer", "modules"}));
+}
+
+void addOptimizer(std::vector<Field>& t) {
+  const std::string o = "/optimizer";
+  t.push_back(section("", "optimizer", "The update rule.").aka({"optim", "opt"}));
+  t.push_back(enumField(o, "type", kOptimizerTypeNames, MS_REF(optimizer.type), "Optimizer.")
+                  .aka({"name", "optim", "optimizer", "kind"}));
+  t.push_back(numberField(o, "lr", MS_REF(optimizer.lr), above(0), "Peak learning rate.")
+                  .aka({"learning_rate", "max_lr", "base_lr"}));
+  t.push_back(numberPairField(o, "betas", MS_REF(optimizer.beta1), MS_REF(optimizer.beta2), halfOpen(0, 1),
+                              "AdamW decay rates of the first and second moment estimates.")
+                  .aka({"beta", "adam_betas"}));
+  t.push_back(numberField(o, "eps", MS_REF(optimizer.eps), above(0), "AdamW epsilon.")
+                  .aka({"epsilon", "adam_eps", "adam_epsilon"}));
+  t.push_back(numberField(o, "weight_decay", MS_REF(optimizer.weightDecay), atLeast(0),
+                          "Decoupled weight decay of weight matrices and embeddings (not biases or norms).")
+                  .aka({"wd", "decay"}));
+  t.push_back(numberField(o, "momentum", MS_REF(optimizer.momentum), halfOpen(0, 1), "SGD momentum.")
+                  .aka({"mom"}));
+  t.push_back(boolField(o, "nesterov", MS_REF(optimizer.nesterov), "SGD with Nesterov momentum.")
+                  .aka({"use_nesterov"}));
+}
+
+void addTraining(std::vector<Field>& t) {
+  const std::string r = "/training";
+  t.push_back(section("", "training", "The training loop.").aka({"train", "trainer"}));
+  t.push_back(intField(r, "steps", MS_REF(training.steps), atLeast(0), "Optimizer steps.")
+                  .aka({"max_steps", "iterations", "iters", "num_steps", "total_steps"}));
+  t.push_back(intField(r, "batch_size", MS_REF(training.batchSize), atLeast(1),
+                       "Samples per optimizer step over all replicas; divisible by dp * microbatches.")
+                  .aka({"batch", "bs", "global_batch_size"}));
+  t.push_back(intField(r, "seq_len", MS_REF(training.seqLen), atLeast(1),
+                       "Tokens per sample (T, gpt); at most model.context.")
+                  .aka({"sequence_length", "seq_length", "max_seq_len"}));
+  t.push_back(intField(r, "warmup_steps", MS_REF(training.warmupSteps), atLeast(0),
+                       "Steps of linear warm-up from 0 to lr.")
+                  .aka({"warmup", "warmup_iters"}));
+  t.push_back(enumField(r, "lr_schedule", kLrScheduleNames, MS_REF(training.lrSchedule),
+                        "Decay after warm-up, down to lr * min_lr_ratio.")
+                  .aka({"schedule", "scheduler", "lr_scheduler", "decay"}));
+  t.push_back(numberField(r, "min_lr_ratio", MS_REF(training.minLrRatio), closed(0, 1),
+                          "Final learning rate as a fraction of lr.")
+                  .aka({"min_lr", "final_lr_ratio"}));
+  t.push_back(numberField(r, "grad_clip", MS_REF(training.gradClip), atLeast(0),
+                          "Maximum global gradient norm; 0 disables clipping.")
+                  .aka({"clip", "max_grad_norm", "clip_grad_norm", "grad_norm_clip"}));
+  t.push_back(intField(r, "eval_every", MS_REF(training.evalEvery), atLeast(0),
+                       "Steps between evaluations; 0 = only at the end.")
+                  .aka({"eval_interval", "val_every", "eval_freq"}));
+  t.push_back(intField(r, "eval_batches", MS_REF(training.evalBatches), atLeast(0),
+                       "Batches per evaluation; 0 = the whole validation split.")
+                  .aka({"eval_iters", "val_batches", "eval_steps"}));
+  t.push_back(intField(r, "checkpoint_every", MS_REF(training.checkpointEvery), atLeast(0),
+                       "Steps between checkpoints; 0 = only at the end.")
+                  .aka({"save_every", "checkpoint_interval", "ckpt_every"}));
+  t.push_back(intField(r, "log_every", MS_REF(training.logEvery), atLeast(1),
+                       "Steps between step lines in the metrics stream.")
+                  .aka({"log_interval", "print_every"}));
+  t.push_back(stringField(r, "run_dir", MS_REF(training.runDir), "Run folder; empty = runs/<name>.")
+                  .aka({"out_dir", "output_dir", "run_folder"}));
+  t.push_back(intField(r, "threads", MS_REF(training.threads), atLeast(0),
+                       "Threads per rank; 0 = cores / local ranks.")
+                  .aka({"num_threads", "omp_threads"}));
+}
+
+#undef MS_REF
+
+std::string lowered(const std::string& s) {
+  std::string out;
+  for (char ch : s) out += ch == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions).
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+std::vector<Field> runConfigFields() {
+  std::vector<Field> t;
+  addTopLevel(t);
+  addModel(t);
+  addData(t);
+  addMesh(t);
+  addParallel(t);
+  addOptimizer(t);
+  addTraining(t);
+  return t;
+}
+
+bool NumberRange::contains(double v) const {
+  if (!std::isfinite(v)) return false;
+  if (min && (minExclusive ? v <= *min : v < *min)) return false;
+  if (max && (maxExclusive ? v >= *max : v > *max)) return false;
+  return true;
+}
+
+std::string NumberRange::describe(bool integral) const {
+  // Whole bounds print as integers ("> 0", not "> 0.0"), others in nlohmann's shortest round-trip form.
+  const auto fmt = [&](double v) {
+    if (integral || (std::floor(v) == v && std::fabs(v) < 1e15)) return std::to_string(static_cast<long long>(v));
+    return nlohmann::json(v).dump();
+  };
+  if (min && max) {
+    if (*min == *max && !minExclusive && !maxExclusive) return fmt(*min);
+    if (integral && !minExclusive && !maxExclusive) return fmt(*min) + " .. " + fmt(*max);
+    return std::string(minExclusive ? "(" : "[") + fmt(*min) + ", " + fmt(*max) + (maxExclusive ? ")" : "]");
+  }
+  if (min) return std::string(minExclusive ? "> " : ">= ") + fmt(*min);
+  if (max) return std::string(maxExclusive ? "< " : "<= ") + fmt(*max);
+  return "";
+}
+
+bool Field::appliesTo(ModelType model, DataKind data) const {
+  return (models & modelBit(model)) != 0 && (dataKinds & dataBit(data)) != 0;
+}
+
+std::vector<const Field*> childFields(const std::vector<Field>& fields, const std::string& parent) {
+  std::vector<const Field*> out;
+  for (const auto& f : fields)
+    if (f.parent == parent) out.push_back(&f);
+  return out;
+}
+
+const Field* findField(const std::vector<Field>& fields, const std::string& parent, const std::string& key) {
+  for (const auto& f : fields)
+    if (f.parent == parent && f.key == key) return &f;
+  return nullptr;
+}
+
+std::string concretePath(const Field& field, size_t item) {
+  std::string p = field.path();
+  const size_t star = p.find("/*");
+  if (star != std::string::npos) p.replace(star + 1, 1, std::to_string(item));
+  return p;
+}
+
+std::string escapePointer(const std::string& key) {
+  std::string out;
+  for (char ch : key) {
+    if (ch == '~') out += "~0";
+    else if (ch == '/') out += "~1";
+    else out += ch;
+  }
+  return out;
+}
+
+nlohmann::ordered_json fieldsToJson(const std::vector<Field>& fields, const std::string& parent,
+                                    const RunConfig& config, size_t item) {
+  ojson obj = ojson::object();
+  for (const Field* f : childFields(fields, parent)) {
+    if (!f->appliesTo(config.model.type, config.data.kind)) continue;
+    if (f->kind == FieldKind::Object) {
+      obj[f->key] = fieldsToJson(fields, f->path(), config, 0);
+    } else if (f->kind == FieldKind::ObjectList) {
+      ojson items = ojson::array();
+      for (size_t i = 0; i < f->count(config); ++i) items.push_back(fieldsToJson(fields, f->itemParent(), config, i));
+      obj[f->key] = items;
+    } else {
+      obj[f->key] = f->get(config, item);
+    }
+  }
+  return obj;
+}
+
+nlohmann::ordered_json fieldDefault(const std::vector<Field>& fields, const Field& field) {
+  if (field.required || field.kind == FieldKind::Object) return nullptr;
+  RunConfig defaults;
+  if (field.kind == FieldKind::ObjectList) {
+    ojson items = ojson::array();
+    for (size_t i = 0; i < field.count(defaults); ++i)
+      items.push_back(fieldsToJson(fields, field.itemParent(), defaults, i));
+    return items;
+  }
+  // A field inside a list item: its default is that of a default-constructed item.
+  for (const auto& list : fields) {
+    if (list.kind == FieldKind::ObjectList && list.itemParent() == field.parent) {
+      list.resize(defaults, 0);
+      list.resize(defaults, 1);
+      return field.get(defaults, 0);
+    }
+  }
+  return field.get(defaults, 0);
+}
+
+int closestIndex(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string w = lowered(word);
+  int best = -1;
+  size_t bestDistance = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string c = lowered(candidates[i]);
+    const size_t limit = c.size() <= 4 ? 1 : c.size() <= 8 ? 2 : 3;
+    size_t d = editDistance(w, c);
+    if (d > limit && w.size() >= 3 && c.rfind(w, 0) == 0) d = limit;  // a prefix: "h100" -> "h100-sxm-80gb"
+    if (d <= limit && (best < 0 || d < bestDistance)) {
+      best = static_cast<int>(i);
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+std::string closestName(const std::string& word, const std::vector<std::string>& candidates) {
+  const int i = closestIndex(word, candidates);
+  return i < 0 ? std::string() : candidates[static_cast<size_t>(i)];
+}
+
+std::string notOneOfMessage(const std::string& value, const std::vector<std::string>& allowed) {
+  std::string msg = "\"" + value + "\" is not one of ";
+  for (size_t i = 0; i < allowed.size(); ++i) msg += (i ? ", \"" : "\"") + allowed[i] + "\"";
+  const std::string close = closestName(value, allowed);
+  if (!close.empty()) msg += "; did you mean \"" + close + "\"?";
+  return msg;
+}
+
+}  // namespace ms

@@ -1,0 +1,43 @@
+// Checkpoints: a directory holding model.safetensors (the parameters; for gpt under the Hugging Face GPT-2
+// names and layouts), optimizer.safetensors (the optimizer's moments), state.json (step, seed, RNG position,
+// optimizer steps) and config.json (the run config that produced it).
+//
+// What always holds: a checkpoint directory is written completely in a staging directory and swapped in with
+// replaceDirectory(), so a crash leaves the previous checkpoint intact; loading checks every parameter's name
+// and shape and says which one is missing or wrong; extra tensors that Hugging Face GPT-2 files carry (the
+// attention mask buffers "h.N.attn.bias" and "h.N.attn.masked_bias", a tied "lm_head.weight") are ignored,
+// and a "transformer." prefix is accepted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "plan/run_config.h"
+#include "plan/status.h"
+#include "runtime/optimizer.h"
+#include "runtime/parameters.h"
+
+namespace ms {
+
+struct CheckpointInfo {
+  int64_t step = 0;            // optimizer steps completed
+  int64_t optimizerSteps = 0;  // the optimizer's own step counter (bias correction)
+  uint64_t seed = 0;
+};
+
+// Writes dir (replacing an existing one). optimizer may be nullptr (weights only).
+Status saveCheckpoint(const std::string& dir, const RunConfig& config, const ParameterStore& params,
+                      const Optimizer* optimizer, const CheckpointInfo& info);
+
+// Loads model.safetensors of dir (or dir itself when it is a .safetensors file) into params.
+Status loadWeights(const std::string& dirOrFile, ParameterStore& params);
+
+// Loads weights, optimizer state and state.json. The run config's seed must match the checkpoint's.
+Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config, ParameterStore& params,
+                                        Optimizer& optimizer);
+
+// The newest complete checkpoint "<runDir>/checkpoints/step-NNNNNNNN", or an error saying there is none.
+Expected<std::string> latestCheckpoint(const std::string& runDir);
+std::string checkpointDirName(const std::string& runDir, int64_t step);
+
+}  // namespace ms

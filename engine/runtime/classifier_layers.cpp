@@ -1,0 +1,242 @@
+// The layers of the image classifiers: the ViT embedding (patches -> linear -> class token and positions) and
+// head (final LayerNorm, class-token or mean pooling, linear, softmax cross-entropy), after Dosovitskiy et al.
+// 2021 ("An image is worth 16x16 words", section 3.1); and the mlp's blocks (linear + activation) and head.
+// Images are (B, S*S) single-channel; patches (B, NP, P*P); tokens (B, T, C) with T = NP (+1 with cls).
+#include <algorithm>
+#include <string>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/layer_impl.h"
+
+namespace ms {
+namespace {
+
+// Loss and accuracy of classifier logits (B, K) against labels (B); when training, logits become the loss
+// gradient in place (so argmax is taken first).
+LossStats classify(Buffer& logits, Buffer& losses, std::vector<int32_t>& argmax, const Batch& batch, int K,
+                   const ForwardMode& mode) {
+  const int B = batch.B;
+  losses.reserve(B);
+  argmax.resize(B);
+  cpu::argmaxRows(argmax.data(), logits.data(), B, K);
+  cpu::softmaxCrossEntropy(losses.data(), mode.training ? logits.data() : nullptr, logits.data(),
+                           batch.targets.data(), B, K, mode.lossScale);
+  LossStats s;
+  for (int b = 0; b < B; ++b) {
+    if (batch.targets[b] < 0) continue;
+    s.lossSum += losses[b];
+    s.count += 1;
+    s.correct += argmax[b] == batch.targets[b] ? 1 : 0;
+  }
+  return s;
+}
+
+class VitEmbedding final : public Layer {
+ public:
+  VitEmbedding(const LayerSpec& spec, const LayerContext& ctx)
+      : Layer(spec),
+        m_C(ctx.model.width),
+        m_S(ctx.model.imageSize),
+        m_P(ctx.model.patch),
+        m_NP((m_S / m_P) * (m_S / m_P)),
+        m_T(ctx.positions),
+        m_cls(ctx.model.pool == Pooling::Cls),
+        m_patches(0, MemoryCategory::Activations, ctx.tracker),
+        m_x(0, MemoryCategory::Workspace, ctx.tracker) {
+    m_w = bindParam(ctx.params, "patch_embed.weight");
+    m_b = bindParam(ctx.params, "patch_embed.bias");
+    if (m_cls) m_clsToken = bindParam(ctx.params, "cls_token");
+    m_pos = bindParam(ctx.params, "pos_embed");
+  }
+  int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
+
+  void forward(const float* images, float* y, const Batch& batch, const ForwardMode&) override {
+    const int B = batch.B, PP = m_P * m_P;
+    m_patches.reserve(size_t(B) * m_NP * PP);  // (B, NP, P*P)
+    m_x.reserve(size_t(B) * m_NP * m_C);       // (B, NP, C)
+    cpu::patchify(m_patches.data(), images, B, m_S, m_P);
+    cpu::linearForward(m_x.data(), m_patches.data(), m_w.value, m_b.value, B * m_NP, PP, m_C);
+    cpu::tokensForward(y, m_x.data(), m_cls ? m_clsToken.value : nullptr, m_pos.value, B, m_NP, m_C, m_cls);
+  }
+
+  void backward(const float*, const float* dy, float*, const Batch& batch) override {
+    const int B = batch.B, PP = m_P * m_P;
+    std::fill(m_x.data(), m_x.data() + size_t(B) * m_NP * m_C, 0.0f);
+    cpu::tokensBackward(m_x.data(), m_cls ? m_clsToken.grad : nullptr, m_pos.grad, dy, B, m_NP, m_C, m_cls);
+    cpu::linearBackward(nullptr, m_w.grad, m_b.grad, m_x.data(), m_patches.data(), m_w.value, B * m_NP, PP, m_C);
+  }
+
+ private:
+  int m_C, m_S, m_P, m_NP, m_T;
+  bool m_cls;
+  BoundParam m_w, m_b, m_clsToken, m_pos;
+  Buffer m_patches, m_x;
+};
+
+class VitHead final : public Layer {
+ public:
+  VitHead(const LayerSpec& spec, const LayerContext& ctx)
+      : Layer(spec),
+        m_C(ctx.model.width),
+        m_K(ctx.model.classes),
+        m_T(ctx.positions),
+        m_eps(static_cast<float>(ctx.model.layerNormEps)),
+        m_useFirst(ctx.model.pool == Pooling::Cls),
+        m_lnf(0, MemoryCategory::Activations, ctx.tracker),
+        m_mean(0, MemoryCategory::Activations, ctx.tracker),
+        m_rstd(0, MemoryCategory::Activations, ctx.tracker),
+        m_pooled(0, MemoryCategory::Activations, ctx.tracker),
+        m_logits(0, MemoryCategory::Activations, ctx.tracker),
+        m_losses(0, MemoryCategory::Activations, ctx.tracker),
+        m_dpooled(0, MemoryCategory::Workspace, ctx.tracker),
+        m_dlnf(0, MemoryCategory::Workspace, ctx.tracker) {
+    m_lnfw = bindParam(ctx.params, "ln_f.weight");
+    m_lnfb = bindParam(ctx.params, "ln_f.bias");
+    m_w = bindParam(ctx.params, "head.weight");
+    m_b = bindParam(ctx.params, "head.bias");
+  }
+  int64_t outputFloats(int) const override { return 0; }
+
+  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode) override {
+    const int B = batch.B, N = B * m_T;
+    m_lnf.reserve(size_t(N) * m_C);  // (B, T, C)
+    m_mean.reserve(N);
+    m_rstd.reserve(N);
+    m_pooled.reserve(size_t(B) * m_C);  // (B, C)
+    m_logits.reserve(size_t(B) * m_K);  // (B, K)
+    cpu::layerNormForward(m_lnf.data(), m_mean.data(), m_rstd.data(), x, m_lnfw.value, m_lnfb.value, N, m_C, m_eps);
+    cpu::poolForward(m_pooled.data(), m_lnf.data(), B, m_T, m_C, m_useFirst);
+    cpu::linearForward(m_logits.data(), m_pooled.data(), m_w.value, m_b.value, B, m_C, m_K);
+    m_stats = classify(m_logits, m_losses, m_argmax, batch, m_K, mode);
+    m_logitsValid = !mode.training;
+  }
+
+  void backward(const float* x, const float*, float* dx, const Batch& batch) override {
+    const int B = batch.B, N = B * m_T;
+    m_dpooled.reserve(size_t(B) * m_C);
+    m_dlnf.reserve(size_t(N) * m_C);
+    std::fill(m_dpooled.data(), m_dpooled.data() + size_t(B) * m_C, 0.0f);
+    std::fill(m_dlnf.data(), m_dlnf.data() + size_t(N) * m_C, 0.0f);
+    cpu::linearBackward(m_dpooled.data(), m_w.grad, m_b.grad, m_logits.data(), m_pooled.data(), m_w.value, B, m_C,
+                        m_K);
+    cpu::poolBackward(m_dlnf.data(), m_dpooled.data(), B, m_T, m_C, m_useFirst);
+    cpu::layerNormBackward(dx, m_lnfw.grad, m_lnfb.grad, m_dlnf.data(), x, m_lnfw.value, m_mean.data(),
+                           m_rstd.data(), N, m_C);
+  }
+
+  LossStats lossStats() const override { return m_stats; }
+  const float* logits() const override { return m_logitsValid ? m_logits.data() : nullptr; }
+
+ private:
+  int m_C, m_K, m_T;
+  float m_eps;
+  bool m_useFirst;
+  BoundParam m_lnfw, m_lnfb, m_w, m_b;
+  Buffer m_lnf, m_mean, m_rstd, m_pooled, m_logits, m_losses, m_dpooled, m_dlnf;
+  std::vector<int32_t> m_argmax;
+  LossStats m_stats;
+  bool m_logitsValid = false;
+};
+
+class MlpBlock final : public Layer {
+ public:
+  MlpBlock(const LayerSpec& spec, const LayerContext& ctx, int index)
+      : Layer(spec),
+        m_in(static_cast<int>(spec.params[0].shape[0])),
+        m_out(static_cast<int>(spec.params[0].shape[1])),
+        m_act(ctx.model.activation),
+        m_h(0, MemoryCategory::Activations, ctx.tracker),
+        m_dh(0, MemoryCategory::Workspace, ctx.tracker) {
+    const std::string p = "fc." + std::to_string(index) + ".";
+    m_w = bindParam(ctx.params, p + "weight");
+    m_b = bindParam(ctx.params, p + "bias");
+  }
+  int64_t outputFloats(int B) const override { return int64_t(B) * m_out; }
+
+  void forward(const float* x, float* y, const Batch& batch, const ForwardMode&) override {
+    const size_t n = size_t(batch.B) * m_out;
+    m_h.reserve(n);  // (B, out) pre-activation
+    cpu::linearForward(m_h.data(), x, m_w.value, m_b.value, batch.B, m_in, m_out);
+    switch (m_act) {
+      case Activation::Relu: cpu::reluForward(y, m_h.data(), n); break;
+      case Activation::Gelu: cpu::geluForward(y, m_h.data(), n); break;
+      case Activation::Tanh: cpu::tanhForward(y, m_h.data(), n); break;
+    }
+  }
+
+  void backward(const float* x, const float* dy, float* dx, const Batch& batch) override {
+    const size_t n = size_t(batch.B) * m_out;
+    m_dh.reserve(n);
+    std::fill(m_dh.data(), m_dh.data() + n, 0.0f);
+    switch (m_act) {
+      case Activation::Relu: cpu::reluBackward(m_dh.data(), dy, m_h.data(), n); break;
+      case Activation::Gelu: cpu::geluBackward(m_dh.data(), dy, m_h.data(), n); break;
+      case Activation::Tanh: {
+        // tanhBackward wants the output; recompute it into the scratch's tail-free copy.
+        m_y.resize(n);
+        cpu::tanhForward(m_y.data(), m_h.data(), n);
+        cpu::tanhBackward(m_dh.data(), dy, m_y.data(), n);
+        break;
+      }
+    }
+    cpu::linearBackward(dx, m_w.grad, m_b.grad, m_dh.data(), x, m_w.value, batch.B, m_in, m_out);
+  }
+
+ private:
+  int m_in, m_out;
+  Activation m_act;
+  BoundParam m_w, m_b;
+  Buffer m_h, m_dh;
+  std::vector<float> m_y;
+};
+
+class MlpHead final : public Layer {
+ public:
+  MlpHead(const LayerSpec& spec, const LayerContext& ctx)
+      : Layer(spec),
+        m_in(static_cast<int>(spec.params[0].shape[0])),
+        m_K(ctx.model.classes),
+        m_logits(0, MemoryCategory::Activations, ctx.tracker),
+        m_losses(0, MemoryCategory::Activations, ctx.tracker) {
+    m_w = bindParam(ctx.params, "head.weight");
+    m_b = bindParam(ctx.params, "head.bias");
+  }
+  int64_t outputFloats(int) const override { return 0; }
+
+  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode) override {
+    m_logits.reserve(size_t(batch.B) * m_K);  // (B, K)
+    cpu::linearForward(m_logits.data(), x, m_w.value, m_b.value, batch.B, m_in, m_K);
+    m_stats = classify(m_logits, m_losses, m_argmax, batch, m_K, mode);
+    m_logitsValid = !mode.training;
+  }
+  void backward(const float* x, const float*, float* dx, const Batch& batch) override {
+    cpu::linearBackward(dx, m_w.grad, m_b.grad, m_logits.data(), x, m_w.value, batch.B, m_in, m_K);
+  }
+  LossStats lossStats() const override { return m_stats; }
+  const float* logits() const override { return m_logitsValid ? m_logits.data() : nullptr; }
+
+ private:
+  int m_in, m_K;
+  BoundParam m_w, m_b;
+  Buffer m_logits, m_losses;
+  std::vector<int32_t> m_argmax;
+  LossStats m_stats;
+  bool m_logitsValid = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> makeVitEmbedding(const LayerSpec& spec, const LayerContext& ctx) {
+  return std::make_unique<VitEmbedding>(spec, ctx);
+}
+std::unique_ptr<Layer> makeVitHead(const LayerSpec& spec, const LayerContext& ctx) {
+  return std::make_unique<VitHead>(spec, ctx);
+}
+std::unique_ptr<Layer> makeMlpBlock(const LayerSpec& spec, const LayerContext& ctx, int index) {
+  return std::make_unique<MlpBlock>(spec, ctx, index);
+}
+std::unique_ptr<Layer> makeMlpHead(const LayerSpec& spec, const LayerContext& ctx) {
+  return std::make_unique<MlpHead>(spec, ctx);
+}
+
+}  // namespace ms

@@ -1,0 +1,181 @@
+// POSIX implementation of the durable file I/O in file_io.h.
+//
+// What always holds: every write goes to "<path>.tmp" first and reaches `path` only by rename(2) after
+// fsync(2); failed writes remove their temporary file; every error message starts with the path.
+#include "runtime/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace ms {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Status errnoError(const std::string& path, const std::string& what) {
+  return Status::error(path + ": " + what + ": " + std::strerror(errno));
+}
+
+std::string parentDirectory(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+}  // namespace
+
+AtomicFileWriter::~AtomicFileWriter() {
+  abandon();
+}
+
+void AtomicFileWriter::abandon() {
+  if (m_fd >= 0) {
+    ::close(m_fd);
+    m_fd = -1;
+    ::unlink(m_tmpPath.c_str());
+  }
+}
+
+Status AtomicFileWriter::open(const std::string& path) {
+  abandon();
+  m_path = path;
+  m_tmpPath = path + ".tmp";
+  m_fd = ::open(m_tmpPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (m_fd < 0) return errnoError(m_tmpPath, "cannot create");
+  return Status::ok();
+}
+
+Status AtomicFileWriter::append(const void* data, size_t bytes) {
+  if (m_fd < 0) return Status::error(m_path + ": write to a file that is not open");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(m_fd, p, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Status s = errnoError(m_tmpPath, "write failed");
+      abandon();
+      return s;
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+Status AtomicFileWriter::commit() {
+  if (m_fd < 0) return Status::error(m_path + ": commit of a file that is not open");
+  if (::fsync(m_fd) != 0) {
+    Status s = errnoError(m_tmpPath, "fsync failed");
+    abandon();
+    return s;
+  }
+  const int fd = m_fd;
+  m_fd = -1;
+  if (::close(fd) != 0) {
+    Status s = errnoError(m_tmpPath, "close failed");
+    ::unlink(m_tmpPath.c_str());
+    return s;
+  }
+  if (::rename(m_tmpPath.c_str(), m_path.c_str()) != 0) {
+    Status s = errnoError(m_path, "cannot rename " + m_tmpPath + " over it");
+    ::unlink(m_tmpPath.c_str());
+    return s;
+  }
+  return syncDirectory(parentDirectory(m_path));
+}
+
+Status writeFileAtomic(const std::string& path, const std::string& bytes) {
+  AtomicFileWriter writer;
+  MS_TRY(writer.open(path));
+  MS_TRY(writer.append(bytes.data(), bytes.size()));
+  return writer.commit();
+}
+
+Expected<std::string> readFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError(path, "cannot open");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    Status s = errnoError(path, "cannot stat");
+    ::close(fd);
+    return s;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return Status::error(path + ": is a directory, expected a file");
+  }
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Status s = errnoError(path, "read failed");
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Status makeDirs(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return Status::error(path + ": cannot create directory: " + ec.message());
+  if (!fs::is_directory(path, ec)) return Status::error(path + ": exists and is not a directory");
+  return Status::ok();
+}
+
+Status syncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errnoError(dir, "cannot open directory to fsync");
+  const int rc = ::fsync(fd);
+  Status s = rc == 0 ? Status::ok() : errnoError(dir, "fsync of the directory failed");
+  ::close(fd);
+  return s;
+}
+
+Status replaceDirectory(const std::string& staging, const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(staging, ec)) return Status::error(staging + ": staging directory does not exist");
+  const std::string old = dir + ".old";
+  const std::string parent = parentDirectory(dir);
+  const bool haveDir = fs::exists(dir, ec);
+  const bool haveOld = fs::exists(old, ec);
+  if (haveOld && haveDir) {
+    // A crash during the final removal of an earlier call: dir is complete, old is garbage.
+    fs::remove_all(old, ec);
+    if (ec) return Status::error(old + ": cannot remove stale directory: " + ec.message());
+  } else if (haveOld) {
+    // A crash between the two renames of an earlier call: old is the last complete checkpoint.
+    if (::rename(old.c_str(), dir.c_str()) != 0) return errnoError(dir, "cannot restore it from " + old);
+  }
+  const bool replacing = fs::exists(dir, ec);
+  if (replacing) {
+    if (::rename(dir.c_str(), old.c_str()) != 0) return errnoError(dir, "cannot rename it to " + old);
+    MS_TRY(syncDirectory(parent));
+  }
+  if (::rename(staging.c_str(), dir.c_str()) != 0) {
+    Status s = errnoError(dir, "cannot rename " + staging + " to it");
+    if (replacing) ::rename(old.c_str(), dir.c_str());  // put the old checkpoint back
+    return s;
+  }
+  MS_TRY(syncDirectory(parent));
+  if (replacing) {
+    fs::remove_all(old, ec);
+    if (ec) return Status::error(old + ": cannot remove the previous checkpoint: " + ec.message());
+  }
+  return Status::ok();
+}
+
+}  // namespace ms

@@ -1,0 +1,29 @@
+// makeLayer(): picks the runtime layer for a LayerSpec; see layers.h and layer_impl.h.
+#include <stdexcept>
+
+#include "runtime/layer_impl.h"
+
+namespace ms {
+
+BoundParam bindParam(ParameterStore& params, const std::string& name) {
+  BoundParam b{params.value(name), params.grad(name)};
+  if (!b.value) throw std::logic_error("layer parameter not in the store: " + name);
+  return b;
+}
+
+std::unique_ptr<Layer> makeLayer(const LayerSpec& spec, LayerContext ctx) {
+  const ModelType type = ctx.model.type;
+  switch (spec.kind) {
+    case LayerKind::Embedding:
+      return type == ModelType::Gpt ? makeGptEmbedding(spec, ctx) : makeVitEmbedding(spec, ctx);
+    case LayerKind::Block:
+      if (type == ModelType::Mlp) return makeMlpBlock(spec, ctx, std::stoi(spec.name.substr(6)));
+      return makeTransformerBlock(spec, ctx, type == ModelType::Gpt);
+    case LayerKind::Head:
+      if (type == ModelType::Gpt) return makeGptHead(spec, ctx);
+      return type == ModelType::Vit ? makeVitHead(spec, ctx) : makeMlpHead(spec, ctx);
+  }
+  return nullptr;
+}
+
+}  // namespace ms

@@ -1,0 +1,90 @@
+// MemoryTracker and Buffer; see memory.h.
+#include "runtime/memory.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace ms {
+
+const char* toString(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::Parameters: return "parameters";
+    case MemoryCategory::Gradients: return "gradients";
+    case MemoryCategory::Optimizer: return "optimizer";
+    case MemoryCategory::Activations: return "activations";
+    case MemoryCategory::Communication: return "communication";
+    case MemoryCategory::Workspace: return "workspace";
+    case MemoryCategory::Count: break;
+  }
+  return "?";
+}
+
+void MemoryTracker::add(MemoryCategory c, int64_t bytes) {
+  m_current[idx(c)] += bytes;
+  if (m_current[idx(c)] > m_peak[idx(c)]) m_peak[idx(c)] = m_current[idx(c)];
+  const int64_t total = currentTotal();
+  if (total > m_peakTotal) m_peakTotal = total;
+}
+
+int64_t MemoryTracker::currentTotal() const {
+  int64_t t = 0;
+  for (int64_t v : m_current) t += v;
+  return t;
+}
+
+void MemoryTracker::resetPeak() {
+  m_peak = m_current;
+  m_peakTotal = currentTotal();
+}
+
+Buffer::Buffer(size_t count, MemoryCategory category, MemoryTracker* tracker)
+    : m_category(category), m_tracker(tracker) {
+  reserve(count);
+}
+
+Buffer::~Buffer() { release(); }
+
+Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    m_data = std::exchange(o.m_data, nullptr);
+    m_size = std::exchange(o.m_size, 0);
+    m_category = o.m_category;
+    m_tracker = o.m_tracker;
+  }
+  return *this;
+}
+
+void Buffer::release() {
+  if (m_data) {
+    std::free(m_data);
+    if (m_tracker) m_tracker->add(m_category, -static_cast<int64_t>(m_size * sizeof(float)));
+  }
+  m_data = nullptr;
+  m_size = 0;
+}
+
+void Buffer::zero() {
+  if (m_data) std::memset(m_data, 0, m_size * sizeof(float));
+}
+
+void Buffer::reserve(size_t count) {
+  if (count <= m_size) return;
+  const MemoryCategory category = m_category;
+  MemoryTracker* tracker = m_tracker;
+  release();
+  m_category = category;
+  m_tracker = tracker;
+  const size_t bytes = ((count * sizeof(float) + 63) / 64) * 64;
+  m_data = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (!m_data) throw std::bad_alloc();
+  std::memset(m_data, 0, bytes);
+  m_size = count;
+  if (m_tracker) m_tracker->add(m_category, static_cast<int64_t>(m_size * sizeof(float)));
+}
+
+}  // namespace ms

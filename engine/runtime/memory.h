@@ -1,0 +1,63 @@
+// Memory accounting by category. Every buffer the runtime allocates for a training step is a Buffer that
+// reports its size to a MemoryTracker under one category, so the engine can stream current and peak bytes per
+// category beside the plan's prediction.
+//
+// What always holds: a tracker's current bytes per category equal the sum of the live Buffers registered to it;
+// peak is the maximum current seen since the last resetPeak(). Buffers are 64-byte aligned and zero-filled.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace ms {
+
+enum class MemoryCategory { Parameters, Gradients, Optimizer, Activations, Communication, Workspace, Count };
+inline constexpr int kMemoryCategories = static_cast<int>(MemoryCategory::Count);
+const char* toString(MemoryCategory c);
+
+class MemoryTracker {
+ public:
+  void add(MemoryCategory c, int64_t bytes);
+  int64_t current(MemoryCategory c) const { return m_current[idx(c)]; }
+  int64_t peak(MemoryCategory c) const { return m_peak[idx(c)]; }
+  int64_t currentTotal() const;
+  int64_t peakTotal() const { return m_peakTotal; }
+  void resetPeak();
+
+ private:
+  static int idx(MemoryCategory c) { return static_cast<int>(c); }
+  std::array<int64_t, kMemoryCategories> m_current{};
+  std::array<int64_t, kMemoryCategories> m_peak{};
+  int64_t m_peakTotal = 0;
+};
+
+// An owned, aligned, zero-initialised float array counted by a tracker (tracker may be null: uncounted).
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(size_t count, MemoryCategory category, MemoryTracker* tracker);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  float* data() { return m_data; }
+  const float* data() const { return m_data; }
+  size_t size() const { return m_size; }
+  float& operator[](size_t i) { return m_data[i]; }
+  float operator[](size_t i) const { return m_data[i]; }
+  void zero();
+  // Grows (never shrinks) to at least count floats; contents are undefined after a growth.
+  void reserve(size_t count);
+
+ private:
+  void release();
+  float* m_data = nullptr;
+  size_t m_size = 0;
+  MemoryCategory m_category = MemoryCategory::Workspace;
+  MemoryTracker* m_tracker = nullptr;
+};
+
+}  // namespace ms

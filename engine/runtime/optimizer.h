@@ -1,0 +1,50 @@
+// The optimizer over a ParameterStore (AdamW or SGD with momentum, PyTorch semantics), the learning-rate
+// schedule, and global-norm gradient clipping.
+//
+// What always holds: step() applies exactly one update to every parameter with the gradient scaled by
+// gradScale (which folds in clipping); weight decay touches only parameters whose spec says decay; the state
+// tensors round-trip through stateTensors()/loadState() bit for bit, so a resumed run continues identically.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/run_config.h"
+#include "plan/status.h"
+#include "runtime/memory.h"
+#include "runtime/parameters.h"
+#include "runtime/safetensors.h"
+
+namespace ms {
+
+// Learning rate of optimizer step `step` (0-based): linear warm-up to optimizer.lr over warmup_steps, then
+// the schedule's decay down to lr * min_lr_ratio at the last step (cosine as in Loshchilov & Hutter 2017,
+// "SGDR", eq. 5, without restarts).
+double learningRate(const RunConfig& config, int64_t step);
+
+// PyTorch's clip_grad_norm_: the factor min(1, maxNorm / (norm + 1e-6)); 1 when maxNorm is 0 (disabled).
+float clipFactor(double gradNorm, double maxNorm);
+
+class Optimizer {
+ public:
+  Optimizer(const OptimizerConfig& config, ParameterStore& params, MemoryTracker* tracker);
+
+  void step(float lr, float gradScale);
+  int64_t stepsTaken() const { return m_t; }
+
+  // State as named tensors: "<param>.exp_avg" and "<param>.exp_avg_sq" (AdamW) or "<param>.momentum_buffer"
+  // (SGD), the names PyTorch's optimizers use for these moments.
+  std::vector<NamedTensor> stateTensors() const;
+  // Restores the state written by stateTensors() and the number of steps taken. Errors name the tensor.
+  Status loadState(const SafetensorsData& data, int64_t stepsTaken);
+
+ private:
+  OptimizerConfig m_config;
+  ParameterStore& m_params;
+  Buffer m_m;  // AdamW first moment, or SGD momentum buffer
+  Buffer m_v;  // AdamW second moment
+  int64_t m_t = 0;
+};
+
+}  // namespace ms

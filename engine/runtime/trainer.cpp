@@ -1,0 +1,316 @@
+// The single-rank training loop; see trainer.h.
+#include "runtime/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/checkpoint.h"
+#include "runtime/file_io.h"
+#include "runtime/metrics.h"
+#include "runtime/optimizer.h"
+
+namespace ms {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+Status checkRunnable(const RunConfig& c) {
+  const int world = c.parallel.dp * c.parallel.tp * c.parallel.pp;
+  if (world != 1)
+    return Status::error("/parallel: dp*tp*pp = " + std::to_string(world) +
+                         " ranks; this engine executes single-rank plans so far (dp = tp = pp = 1)");
+  if (c.parallel.precision != Precision::Fp32)
+    return Status::error("/parallel/precision: \"bf16\" needs the CUDA backend; the CPU engine trains in fp32");
+  if (c.parallel.recompute != Recompute::None)
+    return Status::error("/parallel/recompute: activation recomputation is not implemented in this engine yet");
+  if (c.device == DeviceChoice::Cuda)
+    return Status::error("/device: \"cuda\": this engine has no CUDA backend yet; use \"cpu\" or \"auto\"");
+  return Status::ok();
+}
+
+int threadsPerRank(const RunConfig& config) {
+  if (config.training.threads > 0) return config.training.threads;
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores <= 0) cores = 1;
+  int local = 1;
+  if (const char* s = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(s));
+  return std::max(1, cores / local);
+}
+
+std::string runDirectory(const RunConfig& config, const std::string& overrideDir) {
+  if (!overrideDir.empty()) return overrideDir;
+  if (!config.training.runDir.empty()) return config.resolvePath(config.training.runDir);
+  return "runs/" + config.name;
+}
+
+EvalResult evaluate(Model& model, const DataSource& data, const RunConfig& config, int maxBatches) {
+  const int mbs = config.training.batchSize / (config.parallel.dp * config.parallel.microbatches);
+  const int64_t total = data.evalSamples();
+  const int64_t batches = (total + mbs - 1) / mbs;
+  const int64_t n = maxBatches > 0 ? std::min<int64_t>(batches, maxBatches) : batches;
+  LossStats sum;
+  Batch batch;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t first = i * mbs;
+    const int count = static_cast<int>(std::min<int64_t>(mbs, total - first));
+    data.evalBatch(first, count, batch);
+    sum += model.forward(batch);
+  }
+  EvalResult r;
+  r.samples = std::min<int64_t>(total, n * mbs);
+  r.loss = sum.count ? sum.lossSum / double(sum.count) : 0.0;
+  r.hasAccuracy = config.model.type != ModelType::Gpt;
+  r.accuracy = r.hasAccuracy && sum.count ? double(sum.correct) / double(sum.count) : 0.0;
+  return r;
+}
+
+namespace {
+
+std::string formatDuration(double s) {
+  char buf[32];
+  const int t = static_cast<int>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", t / 3600, (t / 60) % 60);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", t / 60, t % 60);
+  return buf;
+}
+
+// A one-line progress bar on stderr, redrawn at most every 100 ms.
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, int64_t total) : m_enabled(enabled), m_total(total) {}
+  void update(int64_t done, double loss, double rate, const char* unit, double eta, bool force = false) {
+    if (!m_enabled) return;
+    const auto now = Clock::now();
+    if (!force && now - m_last < std::chrono::milliseconds(100)) return;
+    m_last = now;
+    const int width = 30;
+    const int filled = m_total ? static_cast<int>(width * done / m_total) : width;
+    std::string bar(filled, '#');
+    bar += std::string(width - filled, '.');
+    std::fprintf(stderr, "\r\033[Kstep %lld/%lld [%s] loss %.4f | %.0f %s/s | eta %s", static_cast<long long>(done),
+                 static_cast<long long>(m_total), bar.c_str(), loss, rate, unit, formatDuration(eta).c_str());
+    m_drawn = true;
+  }
+  // Moves off the bar line before a log line.
+  void breakLine() {
+    if (m_enabled && m_drawn) std::fputc('\n', stderr);
+    m_drawn = false;
+  }
+
+ private:
+  bool m_enabled;
+  int64_t m_total;
+  bool m_drawn = false;
+  Clock::time_point m_last{};
+};
+
+nlohmann::json memoryJson(const MemoryTracker& t, bool peak) {
+  nlohmann::json j;
+  int64_t other = 0;
+  for (int c = 0; c < kMemoryCategories; ++c) {
+    const auto cat = static_cast<MemoryCategory>(c);
+    j[toString(cat)] = peak ? t.peak(cat) : t.current(cat);
+    (void)other;
+  }
+  j["total"] = peak ? t.peakTotal() : t.currentTotal();
+  return j;
+}
+
+nlohmann::json spansJson(const std::vector<Span>& spans, const ModelSpec& spec) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Span& s : spans) {
+    list.push_back({{"action", std::string(1, s.action)},
+                    {"layer", s.layer >= 0 ? spec.layers[s.layer].name : std::string()},
+                    {"mb", s.microbatch},
+                    {"chunk", 0},
+                    {"start", s.start},
+                    {"end", s.end}});
+  }
+  return nlohmann::json::array({{{"rank", 0}, {"spans", list}}});
+}
+
+}  // namespace
+
+Status train(const RunConfig& config, const TrainOptions& options) {
+  MS_TRY(checkRunnable(config));
+  const int threads = threadsPerRank(config);
+  cpu::setThreads(threads);
+  const std::string runDir = runDirectory(config, options.runDir);
+  MS_TRY(makeDirs(runDir));
+
+  // Where to start: a checkpoint, or afresh (refusing to mix a new run with an old run's checkpoints).
+  std::string resumeDir;
+  if (options.resume == "latest") {
+    auto latest = latestCheckpoint(runDir);
+    if (!latest) return latest.status().withContext("--resume");
+    resumeDir = *latest;
+  } else if (!options.resume.empty()) {
+    resumeDir = options.resume;
+  } else {
+    const fs::path ckpts = fs::path(runDir) / "checkpoints";
+    std::error_code ec;
+    if (fs::exists(ckpts) && !fs::is_empty(ckpts, ec)) {
+      if (!options.overwrite)
+        return Status::error(runDir + ": this run folder already holds checkpoints; pass --resume to continue it, "
+                             "--overwrite to start over, or --run-dir for another folder");
+      fs::remove_all(ckpts, ec);
+    }
+  }
+
+  auto data = openDataSource(config);
+  if (!data) return data.status();
+  MemoryTracker tracker;
+  Model model(config, &tracker);
+  Optimizer optimizer(config.optimizer, model.params(), &tracker);
+  int64_t startStep = 0;
+  if (!resumeDir.empty()) {
+    auto info = loadCheckpoint(resumeDir, config, model.params(), optimizer);
+    if (!info) return info.status().withContext("resuming from " + resumeDir);
+    startStep = info->step;
+  }
+  MS_TRY(saveRunConfig(config, runDir + "/config.json"));
+
+  MetricsWriter metrics;
+  MS_TRY(metrics.open(options.metricsSink, runDir + "/metrics.jsonl", !resumeDir.empty()));
+  const auto clockZero = Clock::now();
+  std::vector<Span> spans;
+  model.setSpanSink(&spans, clockZero);
+
+  const ModelSpec& spec = model.spec();
+  const bool isGpt = config.model.type == ModelType::Gpt;
+  const int B = config.training.batchSize;
+  const int M = config.parallel.microbatches;
+  const int mbs = B / M;
+  const int64_t targetsPerStep = isGpt ? int64_t(B) * config.training.seqLen : B;
+  const float lossScale = 1.0f / static_cast<float>(targetsPerStep);
+  const int64_t steps = config.training.steps;
+  {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const LayerSpec& l : spec.layers) layers.push_back({{"name", l.name}, {"params", l.paramCount()}});
+    metrics.write("run_start", {{"name", config.name},
+                                {"config", toJson(config)},
+                                {"ranks", 1},
+                                {"threads_per_rank", threads},
+                                {"device", "cpu"},
+                                {"params", spec.paramCount()},
+                                {"layers", layers},
+                                {"start_step", startStep},
+                                {"steps", steps},
+                                {"run_dir", runDir},
+                                {"resumed_from", resumeDir}});
+  }
+  if (!resumeDir.empty()) metrics.write("log", {{"level", "info"}, {"message", "resumed from " + resumeDir}});
+
+  ProgressBar bar(options.progress, steps);
+  Batch batch;
+  double ema = 0;  // smoothed step time for the ETA
+  std::string endStatus = "ok", endReason;
+  int64_t step = startStep;
+  auto saveAt = [&](int64_t done) -> Status {
+    const std::string dir = checkpointDirName(runDir, done);
+    MS_TRY(saveCheckpoint(dir, config, model.params(), &optimizer,
+                          CheckpointInfo{done, optimizer.stepsTaken(), config.seed}));
+    metrics.write("checkpoint", {{"step", done}, {"path", dir}});
+    return Status::ok();
+  };
+  auto evalAt = [&](int64_t done) {
+    const auto t0 = Clock::now();
+    const EvalResult r = evaluate(model, **data, config, config.training.evalBatches);
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    nlohmann::json line = {{"step", done}, {"loss", r.loss}, {"samples", r.samples}, {"time_s", secs}};
+    if (r.hasAccuracy) line["accuracy"] = r.accuracy;
+    metrics.write("eval", line);
+    bar.breakLine();
+    if (r.hasAccuracy)
+      std::fprintf(stderr, "step %lld: eval loss %.4f, accuracy %.2f%% (%lld samples)\n", static_cast<long long>(done),
+                   r.loss, 100.0 * r.accuracy, static_cast<long long>(r.samples));
+    else
+      std::fprintf(stderr, "step %lld: eval loss %.4f (%lld samples)\n", static_cast<long long>(done), r.loss,
+                   static_cast<long long>(r.samples));
+  };
+
+  for (; step < steps; ++step) {
+    if (options.stopRequested && options.stopRequested->load()) {
+      endStatus = "interrupted";
+      endReason = "stopped by request after step " + std::to_string(step);
+      break;
+    }
+    const auto t0 = Clock::now();
+    spans.clear();
+    tracker.resetPeak();
+    model.params().zeroGrads();
+    LossStats stats;
+    for (int mb = 0; mb < M; ++mb) {
+      (*data)->trainBatch(step, B, mb * mbs, mbs, batch);
+      stats += model.forwardBackward(batch, lossScale, mb);
+    }
+    const double gradNorm = std::sqrt(cpu::sumSquares(model.params().grads(), model.params().size()));
+    const double lr = learningRate(config, step);
+    const double optStart = std::chrono::duration<double>(Clock::now() - clockZero).count();
+    optimizer.step(static_cast<float>(lr), clipFactor(gradNorm, config.training.gradClip));
+    const double optEnd = std::chrono::duration<double>(Clock::now() - clockZero).count();
+    spans.push_back({'O', -1, 0, optStart, optEnd});
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double loss = stats.count ? stats.lossSum / double(stats.count) : 0.0;
+    if (!std::isfinite(loss) || !std::isfinite(gradNorm)) {
+      endStatus = "error";
+      endReason = "the loss became " + std::to_string(loss) + " (gradient norm " + std::to_string(gradNorm) +
+                  ") at step " + std::to_string(step + 1) + "; lower optimizer.lr or set training.grad_clip";
+      break;
+    }
+    const int64_t done = step + 1;
+    ema = (step == startStep) ? secs : 0.9 * ema + 0.1 * secs;
+    const double tokensPerS = double(isGpt ? targetsPerStep : 0) / secs;
+    const double samplesPerS = double(B) / secs;
+    if (done % config.training.logEvery == 0 || done == steps) {
+      nlohmann::json line = {{"step", done},          {"loss", loss},        {"lr", lr},
+                             {"grad_norm", gradNorm}, {"step_time_s", secs}, {"samples_per_s", samplesPerS}};
+      if (isGpt) line["tokens_per_s"] = tokensPerS;
+      else line["accuracy"] = stats.count ? double(stats.correct) / double(stats.count) : 0.0;
+      metrics.write("step", line);
+      metrics.write("spans", {{"step", done}, {"ranks", spansJson(spans, spec)}});
+      metrics.write("memory", {{"step", done},
+                               {"ranks", nlohmann::json::array({{{"rank", 0},
+                                                                 {"current", memoryJson(tracker, false)},
+                                                                 {"peak", memoryJson(tracker, true)}}})}});
+    }
+    bar.update(done, loss, isGpt ? tokensPerS : samplesPerS, isGpt ? "tok" : "samples", ema * double(steps - done),
+               done == steps);
+    if (!options.progress && (done % std::max<int64_t>(1, steps / 10) == 0 || done == steps))
+      std::fprintf(stderr, "step %lld/%lld: loss %.4f, %.3f s/step\n", static_cast<long long>(done),
+                   static_cast<long long>(steps), loss, secs);
+    const bool last = done == steps;
+    const int evalEvery = config.training.evalEvery;
+    if ((evalEvery > 0 && done % evalEvery == 0) || last) evalAt(done);
+    const int ckptEvery = config.training.checkpointEvery;
+    if ((ckptEvery > 0 && done % ckptEvery == 0) || last) {
+      Status s = saveAt(done);
+      if (!s) {
+        endStatus = "error";
+        endReason = s.message();
+        ++step;
+        break;
+      }
+    }
+  }
+  if (endStatus == "interrupted" && step > startStep) {
+    Status s = saveAt(step);
+    if (!s) endReason += "; saving the checkpoint failed: " + s.message();
+  }
+  bar.breakLine();
+  metrics.write("run_end", {{"status", endStatus}, {"reason", endReason}, {"step", step}});
+  MS_TRY(metrics.status());
+  if (endStatus == "error") return Status::error(endReason);
+  if (endStatus == "interrupted") std::fprintf(stderr, "%s\n", endReason.c_str());
+  return Status::ok();
+}
+
+}  // namespace ms

@@ -1,0 +1,51 @@
+// Single-rank training and evaluation: the loop that turns a RunConfig into optimizer steps, evaluations,
+// checkpoints and the metrics stream.
+//
+// What always holds: given the same config the losses are bit-identical run to run (same thread count); a run
+// resumed from its checkpoint at step k produces the same losses after k as the uninterrupted run; every
+// run ends with a run_end line saying "ok", "interrupted" or "error" and the reason.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "plan/run_config.h"
+#include "plan/status.h"
+#include "runtime/data.h"
+#include "runtime/model.h"
+
+namespace ms {
+
+struct TrainOptions {
+  std::string metricsSink;       // "-" stdout, a file, or "" (the run folder's metrics.jsonl is always written)
+  std::string runDir;            // overrides training.run_dir
+  std::string resume;            // "" none, "latest" the run folder's newest checkpoint, or a checkpoint dir
+  bool overwrite = false;        // allow starting afresh in a run folder that already holds checkpoints
+  bool progress = false;         // draw a progress bar on stderr
+  const std::atomic<bool>* stopRequested = nullptr;  // set (e.g. by SIGINT) to stop after the current step
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;  // classifiers only
+  bool hasAccuracy = false;
+  int64_t samples = 0;
+};
+
+// Refuses what this engine cannot execute yet (multi-rank plans, bf16, recompute, cuda) with the field's path.
+Status checkRunnable(const RunConfig& config);
+
+// Threads per rank: training.threads, or the cores divided by the ranks on this node (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE), at least 1.
+int threadsPerRank(const RunConfig& config);
+
+Status train(const RunConfig& config, const TrainOptions& options);
+
+// Mean loss (and accuracy) over maxBatches micro-batch-sized batches of the evaluation split (0 = all of it).
+EvalResult evaluate(Model& model, const DataSource& data, const RunConfig& config, int maxBatches);
+
+// The run folder of a config: options.runDir, else training.run_dir, else "runs/<name>".
+std::string runDirectory(const RunConfig& config, const std::string& overrideDir);
+
+}  // namespace ms

@@ -1,0 +1,88 @@
+// Pointwise ops over flat buffers: one parallel, vectorised loop each. tanh (alone and inside GELU) uses the
+// vectorisable Cephes tanh from vec_math.h; glibc's tanhf is scalar and about 13x slower here.
+#include <cstddef>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace ms::cpu {
+namespace {
+
+// GELU, tanh approximation (Hendrycks & Gimpel 2016, section 2):
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+bool parallel(size_t n) { return n >= detail::kMinParallelWork; }
+
+}  // namespace
+
+void geluForward(float* out, const float* inp, size_t n) {
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCube * x * x * x);
+    out[i] = 0.5f * x * (1.0f + detail::vtanh(u));
+  }
+}
+
+void geluBackward(float* dinp, const float* dout, const float* inp, size_t n) {
+  // d/dx = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2);
+  // sech^2 = 1 - tanh^2 (cosh would overflow for large u).
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCube * x * x * x);
+    const float t = detail::vtanh(u);
+    const float sech2 = 1.0f - t * t;
+    const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+void reluForward(float* out, const float* inp, size_t n) {
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+void reluBackward(float* dinp, const float* dout, const float* inp, size_t n) {
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+void tanhForward(float* out, const float* inp, size_t n) {
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) out[i] = detail::vtanh(inp[i]);
+}
+
+void tanhBackward(float* dinp, const float* dout, const float* out, size_t n) {
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+
+void add(float* out, const float* a, const float* b, size_t n) {
+  // out may alias a or b: each element is read before it is written.
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) out[i] = a[i] + b[i];
+}
+
+void accumulate(float* y, const float* x, size_t n) {
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) y[i] += x[i];
+}
+
+void scale(float* y, float s, size_t n) {
+  const ptrdiff_t count = ptrdiff_t(n);
+#pragma omp parallel for simd schedule(static) if (parallel(n))
+  for (ptrdiff_t i = 0; i < count; i++) y[i] *= s;
+}
+
+}  // namespace ms::cpu

@@ -1,0 +1,74 @@
+// Private to kernels/cpu: exp and tanh written with plain arithmetic so that GCC vectorises them inside
+// `#pragma omp simd` loops (glibc's expf/tanhf stay scalar without -ffast-math). Both are the Cephes single-
+// precision algorithms (Moshier, Cephes Math Library, expf.c and tanhf.c): about 1-2 ulp over their range.
+// Also the small OpenMP helpers every kernel file shares.
+#pragma once
+
+#include <omp.h>
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace ms::cpu::detail {
+
+// Below this many elements of work a parallel region costs more than it saves.
+inline constexpr size_t kMinParallelWork = 1 << 14;
+
+inline int maxThreads() { return omp_get_max_threads(); }
+
+// exp(x) for x in float range; returns 0 below -87.3 (where expf would return a denormal or 0) and saturates
+// at exp(88.3) above. Cephes expf.c: x = n ln2 + r with Cody-Waite ln2 = C1 + C2, exp(r) by a degree-6
+// polynomial, then 2^n by building the exponent bits.
+inline float vexp(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kC1 = 0.693359375f;
+  constexpr float kC2 = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to the nearest integer
+  const bool under = x < -87.3f;
+  x = x > 88.3f ? 88.3f : x;
+  x = x < -87.3f ? -87.3f : x;
+  const float shifted = x * kLog2e + kRound;
+  const float n = shifted - kRound;
+  const int32_t ni = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound);
+  float r = x - n * kC1;
+  r = r - n * kC2;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * z + r + 1.0f;
+  const float pow2n = std::bit_cast<float>((ni + 127) << 23);
+  return under ? 0.0f : er * pow2n;
+}
+
+// tanh(x). Cephes tanhf.c: an odd polynomial for |x| < 0.625, else 1 - 2 / (exp(2|x|) + 1) written with
+// exp(-2|x|) so nothing overflows.
+inline float vtanh(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float e = vexp(-2.0f * ax);
+  float large = (1.0f - e) / (1.0f + e);
+  large = x < 0.0f ? -large : large;
+  return ax < 0.625f ? small : large;
+}
+
+// Rows [begin, end) of `count` owned by thread `tid` of `nthreads` under an even static split.
+inline void splitRange(size_t count, int tid, int nthreads, size_t& begin, size_t& end) {
+  const size_t base = count / size_t(nthreads);
+  const size_t extra = count % size_t(nthreads);
+  const size_t t = size_t(tid);
+  begin = t * base + (t < extra ? t : extra);
+  end = begin + base + (t < extra ? 1 : 0);
+}
+
+}  // namespace ms::cpu::detail

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Independent PyTorch reference for MeshStudio's models.
+
+Reads what `meshstudio-engine dump CONFIG --out DIR` wrote: DIR/checkpoint/{config.json,model.safetensors}
+(the weights, Hugging Face GPT-2 names and layouts for gpt), DIR/batch.safetensors (the inputs) and
+DIR/outputs.safetensors (the engine's logits, loss and gradients "grad.<param>"). Rebuilds the model in
+PyTorch from the config alone, in float64, runs the same batch, and compares:
+
+  logits, loss:  |engine - torch| <= atol + rtol * |torch|     (atol 1e-4, rtol 1e-4)
+  gradients:     |engine - torch| <= 1e-4 * max|torch grad of that tensor| + 1e-3 * |torch|
+
+The engine computes in float32, the reference in float64, so these tolerances bound float32 rounding through
+a few layers. Exit 0 when everything matches, 1 with a per-tensor report otherwise, 2 on unusable input.
+Uses only Debian's python3-torch (no safetensors package): the format is parsed here by hand.
+"""
+import json
+import math
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": (torch.float32, 4), "I32": (torch.int32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2)}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, size = DTYPES[info["dtype"]]
+        begin, end = info["data_offsets"]
+        t = torch.frombuffer(bytearray(data[begin:end]), dtype=dtype) if end > begin else torch.zeros(0, dtype=dtype)
+        out[name] = t.reshape(info["shape"]).clone()
+    return out
+
+
+def layer_norm(x, w, b, eps):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def gelu_tanh(x):
+    # GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 uses it.
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def block(x, p, i, cfg, causal):
+    """Pre-LN transformer block with Hugging Face GPT-2 names; linear weights are (in, out)."""
+    m = cfg["model"]
+    B, T, C = x.shape
+    H = m["heads"]
+    hs = C // H
+    eps = m["layer_norm_eps"]
+    pre = f"h.{i}."
+    h = layer_norm(x, p[pre + "ln_1.weight"], p[pre + "ln_1.bias"], eps)
+    qkv = h @ p[pre + "attn.c_attn.weight"] + p[pre + "attn.c_attn.bias"]
+    q, k, v = qkv.split(C, dim=2)
+    q = q.view(B, T, H, hs).transpose(1, 2)
+    k = k.view(B, T, H, hs).transpose(1, 2)
+    v = v.view(B, T, H, hs).transpose(1, 2)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+    if causal:
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf"))
+    att = torch.softmax(att, dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, T, C)
+    x = x + y @ p[pre + "attn.c_proj.weight"] + p[pre + "attn.c_proj.bias"]
+    h = layer_norm(x, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"], eps)
+    h = gelu_tanh(h @ p[pre + "mlp.c_fc.weight"] + p[pre + "mlp.c_fc.bias"])
+    return x + h @ p[pre + "mlp.c_proj.weight"] + p[pre + "mlp.c_proj.bias"]
+
+
+def gpt(p, batch, cfg):
+    m = cfg["model"]
+    tokens = batch["tokens"].long()
+    B, T = tokens.shape
+    x = p["wte.weight"][tokens] + p["wpe.weight"][:T]
+    for i in range(m["layers"]):
+        x = block(x, p, i, cfg, causal=True)
+    x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], m["layer_norm_eps"])
+    w = p["wte.weight"] if m["tie_embeddings"] else p["lm_head.weight"]
+    logits = x @ w.t()  # (B, T, V)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["targets"].long().reshape(-1))
+    return logits, loss
+
+
+def vit(p, batch, cfg):
+    m = cfg["model"]
+    S, P, C = m["image_size"], m["patch"], m["width"]
+    images = batch["images"].to(torch.float64)
+    B = images.shape[0]
+    g = S // P
+    # Patches in row-major order, pixels inside a patch row-major: (B, NP, P*P).
+    patches = images.view(B, g, P, g, P).permute(0, 1, 3, 2, 4).reshape(B, g * g, P * P)
+    x = patches @ p["patch_embed.weight"] + p["patch_embed.bias"]
+    if m["pool"] == "cls":
+        x = torch.cat([p["cls_token"].view(1, 1, C).expand(B, 1, C), x], dim=1)
+    x = x + p["pos_embed"]
+    for i in range(m["layers"]):
+        x = block(x, p, i, cfg, causal=False)
+    x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], m["layer_norm_eps"])
+    pooled = x[:, 0] if m["pool"] == "cls" else x.mean(dim=1)
+    logits = pooled @ p["head.weight"] + p["head.bias"]
+    return logits, F.cross_entropy(logits, batch["targets"].long())
+
+
+def mlp(p, batch, cfg):
+    m = cfg["model"]
+    act = {"relu": torch.relu, "gelu": gelu_tanh, "tanh": torch.tanh}[m["activation"]]
+    x = batch["images"].to(torch.float64)
+    for i in range(len(m["hidden"])):
+        x = act(x @ p[f"fc.{i}.weight"] + p[f"fc.{i}.bias"])
+    logits = x @ p["head.weight"] + p["head.bias"]
+    return logits, F.cross_entropy(logits, batch["targets"].long())
+
+
+def close(engine, ref, atol, rtol):
+    err = (engine - ref).abs()
+    bound = atol + rtol * ref.abs()
+    return bool((err <= bound).all()), float(err.max()) if err.numel() else 0.0
+
+
+def main():
+    if len(sys.argv) != 2:
+        print("usage: reference.py DUMP_DIR", file=sys.stderr)
+        return 2
+    root = sys.argv[1]
+    try:
+        with open(f"{root}/checkpoint/config.json") as f:
+            cfg = json.load(f)
+        params = {k: v.to(torch.float64).requires_grad_(True)
+                  for k, v in read_safetensors(f"{root}/checkpoint/model.safetensors").items()}
+        batch = read_safetensors(f"{root}/batch.safetensors")
+        outputs = read_safetensors(f"{root}/outputs.safetensors")
+    except (OSError, KeyError, ValueError) as e:
+        print(f"reference.py: cannot read the dump in {root}: {e}", file=sys.stderr)
+        return 2
+    model = {"gpt": gpt, "vit": vit, "mlp": mlp}[cfg["model"]["type"]]
+    logits, loss = model(params, batch, cfg)
+    loss.backward()
+
+    failures = []
+    ok, err = close(outputs["logits"].double(), logits.detach(), 1e-4, 1e-4)
+    print(f"logits       max err {err:.3e} {'ok' if ok else 'MISMATCH'}")
+    if not ok:
+        failures.append("logits")
+    ok, err = close(outputs["loss"].double(), loss.detach().view(1), 1e-5, 1e-5)
+    print(f"loss         engine {float(outputs['loss'][0]):.7f} torch {float(loss):.7f} {'ok' if ok else 'MISMATCH'}")
+    if not ok:
+        failures.append("loss")
+    for name, p in sorted(params.items()):
+        ref = p.grad
+        eng = outputs.get("grad." + name)
+        if eng is None:
+            failures.append("grad." + name + " (missing)")
+            continue
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        ok, err = close(eng.double(), ref, 1e-4 * scale + 1e-9, 1e-3)
+        print(f"grad {name:32s} max err {err:.3e} (max |g| {scale:.3e}) {'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            failures.append("grad." + name)
+    if failures:
+        print("reference mismatch: " + ", ".join(failures))
+        return 1
+    print(f"all {2 + len(params)} tensors match")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

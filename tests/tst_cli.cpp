@@ -1,0 +1,176 @@
+// The engine's command line, run as a real process: validate on every broken config (path-and-reason error,
+// exit 2, never a crash), the examples validate, train/eval/dump end to end on a tiny text run, and bad data
+// or bad usage give clear messages and the documented exit codes (0 ok, 1 run failed, 2 usage or config).
+#include <QtTest>
+
+#include <fstream>
+
+namespace {
+
+const QString kEngine = QStringLiteral(MS_ENGINE_EXE);
+
+struct Result {
+  int code = -1;
+  bool crashed = false;
+  QString out;
+  QString err;
+};
+
+Result engine(const QStringList& args, const QString& cwd = {}) {
+  QProcess p;
+  if (!cwd.isEmpty()) p.setWorkingDirectory(cwd);
+  p.start(kEngine, args);
+  Result r;
+  if (!p.waitForFinished(300000)) {
+    p.kill();
+    r.crashed = true;
+    return r;
+  }
+  r.crashed = p.exitStatus() != QProcess::NormalExit;
+  r.code = p.exitCode();
+  r.out = QString::fromUtf8(p.readAllStandardOutput());
+  r.err = QString::fromUtf8(p.readAllStandardError());
+  return r;
+}
+
+QString tinyGpt(const QString& dir, const QString& textFile) {
+  const QString path = dir + "/tiny.json";
+  std::ofstream(path.toStdString())
+      << "{\"version\": 1, \"name\": \"tiny\", \"seed\": 2,"
+         " \"model\": {\"type\": \"gpt\", \"layers\": 1, \"width\": 16, \"heads\": 2, \"context\": 16},"
+         " \"data\": {\"kind\": \"text\", \"files\": [\""
+      << textFile.toStdString()
+      << "\"]},"
+         " \"training\": {\"steps\": 4, \"batch_size\": 2, \"seq_len\": 16, \"threads\": 1, \"eval_batches\": 2}}";
+  return path;
+}
+
+}  // namespace
+
+class TestCli : public QObject {
+  Q_OBJECT
+ private slots:
+  void brokenConfigsAreRefused_data() {
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<QString>("path");
+    QTest::addColumn<QString>("reason");
+    QFile expected(MS_TEST_DATA_DIR "/broken/expected.txt");
+    QVERIFY(expected.open(QIODevice::ReadOnly));
+    int rows = 0;
+    while (!expected.atEnd()) {
+      const QString line = QString::fromUtf8(expected.readLine()).trimmed();
+      if (line.isEmpty() || line.startsWith('#')) continue;
+      const QStringList parts = line.split('\t');
+      QVERIFY2(parts.size() == 3, qPrintable(line));
+      QTest::newRow(qPrintable(parts[0])) << parts[0] << parts[1] << parts[2];
+      ++rows;
+    }
+    QVERIFY(rows >= 20);
+  }
+  void brokenConfigsAreRefused() {
+    QFETCH(QString, file);
+    QFETCH(QString, path);
+    QFETCH(QString, reason);
+    const QString config = QString(MS_TEST_DATA_DIR "/broken/") + file;
+    for (const char* command : {"validate", "train", "eval", "dump"}) {
+      QStringList args{command, config};
+      if (QString(command) == "eval") args << "--checkpoint" << "/nonexistent";
+      if (QString(command) == "dump") args << "--out" << QDir::tempPath() + "/ms-never-written";
+      const Result r = engine(args);
+      QVERIFY2(!r.crashed, command);
+      QCOMPARE(r.code, 2);
+      QVERIFY2(r.err.contains(file), qPrintable(r.err));
+      if (!path.isEmpty() && path != "-") QVERIFY2(r.err.contains(path), qPrintable(r.err));
+      QVERIFY2(r.err.contains(reason), qPrintable(r.err));
+    }
+  }
+
+  void examplesValidate() {
+    const QDir dir(MS_SOURCE_DIR "/resources/examples");
+    const QStringList files = dir.entryList({"*.json"}, QDir::Files);
+    QVERIFY(files.size() >= 3);
+    QStringList args{"validate"};
+    for (const QString& f : files) args << dir.filePath(f);
+    const Result r = engine(args);
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QCOMPARE(r.out.count(": ok"), files.size());
+  }
+
+  void trainEvalDump() {
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    {
+      std::ofstream out(text.toStdString());
+      for (int i = 0; i < 100; ++i) out << "to be or not to be, that is the question " << i << "\n";
+    }
+    const QString config = tinyGpt(tmp.path(), text);
+    const Result t = engine({"train", config, "--metrics", "-", "--run-dir", tmp.path() + "/run", "--quiet"});
+    QVERIFY2(t.code == 0, qPrintable(t.err));
+    // stdout is the metrics stream: one JSON object per line, first run_start, last run_end.
+    const QStringList lines = t.out.split('\n', Qt::SkipEmptyParts);
+    QVERIFY(lines.size() >= 4 * 3 + 2);
+    QVERIFY(lines.first().contains("\"type\":\"run_start\""));
+    QVERIFY(lines.last().contains("\"type\":\"run_end\""));
+    QVERIFY(lines.last().contains("\"status\":\"ok\""));
+    const QString ckpt = tmp.path() + "/run/checkpoints/step-00000004";
+    const Result e = engine({"eval", config, "--checkpoint", ckpt});
+    QVERIFY2(e.code == 0, qPrintable(e.err));
+    QVERIFY(e.out.contains("eval loss"));
+    // The same folder again is refused without --resume/--overwrite; --resume with nothing left is fine.
+    const Result again = engine({"train", config, "--run-dir", tmp.path() + "/run", "--quiet"});
+    QCOMPARE(again.code, 1);
+    QVERIFY(again.err.contains("already holds checkpoints"));
+    const Result resumed = engine({"train", config, "--run-dir", tmp.path() + "/run", "--resume", "--quiet"});
+    QVERIFY2(resumed.code == 0, qPrintable(resumed.err));
+    const Result d = engine({"dump", config, "--out", tmp.path() + "/dump", "--checkpoint", ckpt});
+    QVERIFY2(d.code == 0, qPrintable(d.err));
+    QVERIFY(QFile::exists(tmp.path() + "/dump/outputs.safetensors"));
+  }
+
+  void badDataIsNamed() {
+    QTemporaryDir tmp;
+    const QString config = tinyGpt(tmp.path(), tmp.path() + "/missing.txt");
+    const Result r = engine({"train", config, "--run-dir", tmp.path() + "/run", "--quiet"});
+    QVERIFY(!r.crashed);
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("missing.txt"), qPrintable(r.err));
+    // A checkpoint that is not one.
+    const QString text = tmp.path() + "/t.txt";
+    std::ofstream(text.toStdString()) << std::string(2000, 'a');
+    const QString good = tinyGpt(tmp.path(), text);
+    const Result e = engine({"eval", good, "--checkpoint", tmp.path()});
+    QCOMPARE(e.code, 1);
+    QVERIFY2(e.err.contains("model.safetensors"), qPrintable(e.err));
+  }
+
+  void badUsage_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("no command") << QStringList{} << "no command";
+    QTest::newRow("unknown command") << QStringList{"fly"} << "unknown command";
+    QTest::newRow("unknown option") << QStringList{"train", "x.json", "--fast"} << "unknown option --fast";
+    QTest::newRow("missing value") << QStringList{"train", "x.json", "--metrics"} << "--metrics needs a value";
+    QTest::newRow("eval without checkpoint") << QStringList{"eval", "x.json"} << "--checkpoint";
+    QTest::newRow("missing config") << QStringList{"validate", "/nonexistent/c.json"} << "/nonexistent/c.json";
+  }
+  void badUsage() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    const Result r = engine(args);
+    QVERIFY(!r.crashed);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+  }
+
+  void schemaPrints() {
+    const Result r = engine({"schema"});
+    QCOMPARE(r.code, 0);
+    QVERIFY(r.out.contains("\"$schema\""));
+    QFile committed(MS_SOURCE_DIR "/resources/run-config.schema.json");
+    QVERIFY(committed.open(QIODevice::ReadOnly));
+    QCOMPARE(r.out.trimmed(), QString::fromUtf8(committed.readAll()).trimmed());
+  }
+};
+
+QTEST_APPLESS_MAIN(TestCli)
+#include "tst_cli.moc"

@@ -1,0 +1,1104 @@
+// Tests of the CPU kernels (kernels/cpu/cpu_ops.h). Every op is checked against a plain reference written here
+// in double precision (loops only, no BLAS), on shapes that include sizes that are multiples of no block
+// (1, 3, 7, 17, 33, 97, ...). Backward passes are checked against central finite differences of the double
+// reference (the gradient of sum(out * R) for random R) on small shapes, and against the naive analytic
+// backward on larger ones. Tolerances are atol + rtol * |ref|. Data come from a fixed-seed std::mt19937.
+#include <QtTest/QtTest>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numbers>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+
+extern "C" int openblas_get_parallel();
+
+namespace cpu = ms::cpu;
+
+namespace {
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+constexpr unsigned kSeed = 20240611;
+
+Vec randomVec(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<int32_t> randomTokens(std::mt19937& rng, size_t n, int V) {
+  std::uniform_int_distribution<int32_t> dist(0, V - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = dist(rng);
+  return v;
+}
+
+DVec toDouble(const Vec& v) { return DVec(v.begin(), v.end()); }
+
+double dot(const DVec& a, const DVec& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+  return s;
+}
+
+// First element where |got - ref| > atol + rtol * |ref| (NaN fails too), as a message; empty when all pass.
+template <class Ref>
+QString mismatch(const float* got, const Ref* ref, size_t n, double atol, double rtol) {
+  for (size_t i = 0; i < n; i++) {
+    const double r = double(ref[i]);
+    const double err = std::fabs(double(got[i]) - r);
+    if (!(err <= atol + rtol * std::fabs(r)))
+      return QStringLiteral("index %1 of %2: got %3, expected %4 (|diff| %5 > %6)")
+          .arg(i)
+          .arg(n)
+          .arg(double(got[i]), 0, 'g', 9)
+          .arg(r, 0, 'g', 9)
+          .arg(err, 0, 'g', 3)
+          .arg(atol + rtol * std::fabs(r), 0, 'g', 3);
+  }
+  return {};
+}
+
+#define VERIFY_CLOSE(got, ref, n, atol, rtol)                                        \
+  do {                                                                               \
+    const QString msg_ = mismatch((got), (ref), size_t(n), (atol), (rtol));          \
+    QVERIFY2(msg_.isEmpty(), qPrintable(QStringLiteral(#got ": ") + msg_));          \
+  } while (false)
+
+#define VERIFY_BITWISE(a, b)                                                                    \
+  do {                                                                                          \
+    QCOMPARE((a).size(), (b).size());                                                           \
+    QVERIFY2(std::memcmp((a).data(), (b).data(), sizeof((a)[0]) * (a).size()) == 0, #a " != " #b); \
+  } while (false)
+
+// Gradient of sum(forward() * weights) with respect to x by central differences; forward() reads x.
+template <class Forward>
+DVec finiteDifference(DVec& x, const DVec& weights, Forward&& forward) {
+  constexpr double h = 1e-6;
+  DVec grad(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = dot(forward(), weights);
+    x[i] = saved - h;
+    const double down = dot(forward(), weights);
+    x[i] = saved;
+    grad[i] = (up - down) / (2.0 * h);
+  }
+  return grad;
+}
+
+// init + k * ref, the expected content of a gradient buffer that started at init after k backward calls.
+DVec plusTimes(const Vec& init, const DVec& ref, double k) {
+  DVec r(ref.size());
+  for (size_t i = 0; i < r.size(); i++) r[i] = double(init[i]) + k * ref[i];
+  return r;
+}
+
+// ---- Plain references, double precision ---------------------------------------------------------------
+
+// out (N, OC) = inp (N, C) @ W + b; W is (C, OC), or (OC, C) when transposed.
+DVec refLinear(const DVec& inp, const DVec& w, const DVec* b, int N, int C, int OC, bool transposed) {
+  DVec out(size_t(N) * OC);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = b ? (*b)[o] : 0.0;
+      for (int c = 0; c < C; c++) s += inp[size_t(n) * C + c] * (transposed ? w[size_t(o) * C + c] : w[size_t(c) * OC + o]);
+      out[size_t(n) * OC + o] = s;
+    }
+  return out;
+}
+
+struct LayerNormRef {
+  DVec out, mean, rstd;
+};
+
+LayerNormRef refLayerNorm(const DVec& inp, const DVec& w, const DVec& b, int N, int C, double eps) {
+  LayerNormRef r{DVec(size_t(N) * C), DVec(N), DVec(N)};
+  for (int n = 0; n < N; n++) {
+    const double* x = inp.data() + size_t(n) * C;
+    double m = 0.0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    double var = 0.0;
+    for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+    var /= C;
+    const double s = 1.0 / std::sqrt(var + eps);
+    for (int c = 0; c < C; c++) r.out[size_t(n) * C + c] = (x[c] - m) * s * w[c] + b[c];
+    r.mean[n] = m;
+    r.rstd[n] = s;
+  }
+  return r;
+}
+
+// llm.c layernorm_backward in double: dinp, dweight, dbias (fresh, not accumulated).
+void refLayerNormBackward(DVec& dinp, DVec& dw, DVec& db, const DVec& dout, const DVec& inp, const DVec& w, int N,
+                          int C, double eps) {
+  const LayerNormRef f = refLayerNorm(inp, w, DVec(C, 0.0), N, C, eps);
+  dinp.assign(size_t(N) * C, 0.0);
+  dw.assign(C, 0.0);
+  db.assign(C, 0.0);
+  for (int n = 0; n < N; n++) {
+    const double m = f.mean[n], s = f.rstd[n];
+    double dm = 0.0, dnm = 0.0;
+    for (int c = 0; c < C; c++) {
+      const double norm = (inp[size_t(n) * C + c] - m) * s;
+      const double dn = w[c] * dout[size_t(n) * C + c];
+      dm += dn;
+      dnm += dn * norm;
+    }
+    dm /= C;
+    dnm /= C;
+    for (int c = 0; c < C; c++) {
+      const double norm = (inp[size_t(n) * C + c] - m) * s;
+      const double dy = dout[size_t(n) * C + c];
+      dinp[size_t(n) * C + c] = (w[c] * dy - dm - norm * dnm) * s;
+      dw[c] += norm * dy;
+      db[c] += dy;
+    }
+  }
+}
+
+double refGelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
+
+struct AttentionRef {
+  DVec out, att;
+};
+
+AttentionRef refAttention(const DVec& qkv, int B, int T, int C, int H, bool causal) {
+  const int hs = C / H;
+  const double scale = 1.0 / std::sqrt(double(hs));
+  AttentionRef r{DVec(size_t(B) * T * C, 0.0), DVec(size_t(B) * H * T * T, 0.0)};
+  DVec scores(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < T; i++) {
+        const double* q = qkv.data() + (size_t(b) * T + i) * 3 * C + h * hs;
+        const int L = causal ? i + 1 : T;
+        double maxv = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < L; j++) {
+          const double* k = qkv.data() + (size_t(b) * T + j) * 3 * C + C + h * hs;
+          double s = 0.0;
+          for (int d = 0; d < hs; d++) s += q[d] * k[d];
+          scores[j] = s * scale;
+          maxv = std::max(maxv, scores[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j < L; j++) sum += std::exp(scores[j] - maxv);
+        double* a = r.att.data() + ((size_t(b) * H + h) * T + i) * T;
+        for (int j = 0; j < L; j++) a[j] = std::exp(scores[j] - maxv) / sum;
+        double* o = r.out.data() + (size_t(b) * T + i) * C + h * hs;
+        for (int j = 0; j < L; j++) {
+          const double* v = qkv.data() + (size_t(b) * T + j) * 3 * C + 2 * C + h * hs;
+          for (int d = 0; d < hs; d++) o[d] += a[j] * v[d];
+        }
+      }
+  return r;
+}
+
+// llm.c attention_backward in double: dqkv (fresh).
+DVec refAttentionBackward(const DVec& dout, const DVec& qkv, int B, int T, int C, int H, bool causal) {
+  const int hs = C / H;
+  const double scale = 1.0 / std::sqrt(double(hs));
+  const AttentionRef f = refAttention(qkv, B, T, C, H, causal);
+  DVec dqkv(qkv.size(), 0.0);
+  DVec datt(T), dpre(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < T; i++) {
+        const double* a = f.att.data() + ((size_t(b) * H + h) * T + i) * T;
+        const double* g = dout.data() + (size_t(b) * T + i) * C + h * hs;
+        const size_t qi = (size_t(b) * T + i) * 3 * C + h * hs;
+        const int L = causal ? i + 1 : T;
+        for (int j = 0; j < L; j++) {
+          const size_t vj = (size_t(b) * T + j) * 3 * C + 2 * C + h * hs;
+          datt[j] = 0.0;
+          for (int d = 0; d < hs; d++) {
+            datt[j] += g[d] * qkv[vj + d];
+            dqkv[vj + d] += a[j] * g[d];
+          }
+        }
+        double rowDot = 0.0;
+        for (int j = 0; j < L; j++) rowDot += a[j] * datt[j];
+        for (int j = 0; j < L; j++) dpre[j] = a[j] * (datt[j] - rowDot);
+        for (int j = 0; j < L; j++) {
+          const size_t kj = (size_t(b) * T + j) * 3 * C + C + h * hs;
+          for (int d = 0; d < hs; d++) {
+            dqkv[qi + d] += dpre[j] * qkv[kj + d] * scale;
+            dqkv[kj + d] += dpre[j] * qkv[qi + d] * scale;
+          }
+        }
+      }
+  return dqkv;
+}
+
+// losses (N) of softmax cross-entropy; ignored targets give 0.
+DVec refCrossEntropy(const DVec& logits, const std::vector<int32_t>& targets, int N, int V) {
+  DVec losses(N, 0.0);
+  for (int n = 0; n < N; n++) {
+    if (targets[n] < 0) continue;
+    const double* x = logits.data() + size_t(n) * V;
+    const double m = *std::max_element(x, x + V);
+    double s = 0.0;
+    for (int j = 0; j < V; j++) s += std::exp(x[j] - m);
+    losses[n] = std::log(s) + m - x[targets[n]];
+  }
+  return losses;
+}
+
+// ---- Optimizer references (the formulas, in double) ---------------------------------------------------
+
+struct AdamParams {
+  float lr, beta1, beta2, eps, weightDecay, gradScale;
+};
+
+void refAdamw(DVec& p, DVec& m, DVec& v, const Vec& grads, const AdamParams& a, int t) {
+  const double b1 = a.beta1, b2 = a.beta2;
+  for (size_t i = 0; i < p.size(); i++) {
+    const double g = double(grads[i]) * double(a.gradScale);
+    p[i] *= 1.0 - double(a.lr) * double(a.weightDecay);
+    m[i] = b1 * m[i] + (1.0 - b1) * g;
+    v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+    const double mhat = m[i] / (1.0 - std::pow(b1, t));
+    const double vhat = v[i] / (1.0 - std::pow(b2, t));
+    p[i] -= double(a.lr) * mhat / (std::sqrt(vhat) + double(a.eps));
+  }
+}
+
+}  // namespace
+
+class TestKernels : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+  void cleanupTestCase();
+  void threadCount();
+
+  void linear_data();
+  void linear();
+  void linearFiniteDifference_data();
+  void linearFiniteDifference();
+
+  void layerNorm_data();
+  void layerNorm();
+
+  void pointwise_data();
+  void pointwise();
+  void addAccumulateScale_data();
+  void addAccumulateScale();
+
+  void attention_data();
+  void attention();
+  void attentionCausality();
+
+  void embedding_data();
+  void embedding();
+
+  void crossEntropy_data();
+  void crossEntropy();
+  void crossEntropyLargeLogits();
+  void argmax_data();
+  void argmax();
+
+  void patchify_data();
+  void patchify();
+  void tokens_data();
+  void tokens();
+  void pool_data();
+  void pool();
+
+  void adamw_data();
+  void adamw();
+  void sgd_data();
+  void sgd();
+  void sumSquares_data();
+  void sumSquares();
+
+  void deterministicThreads();
+};
+
+void TestKernels::initTestCase() {
+  // Two threads unless told otherwise, so the parallel paths (and their reductions) run in every test.
+  cpu::setThreads(2);
+  qInfo("threads %d, OpenBLAS parallel mode %d (2 = OpenMP)", cpu::threads(), openblas_get_parallel());
+}
+
+void TestKernels::cleanupTestCase() { cpu::setThreads(2); }
+
+void TestKernels::threadCount() {
+  cpu::setThreads(3);
+  QCOMPARE(cpu::threads(), 3);
+  cpu::setThreads(1);
+  QCOMPARE(cpu::threads(), 1);
+  cpu::setThreads(0);
+  QCOMPARE(cpu::threads(), omp_get_num_procs());
+  cpu::setThreads(-1);
+  QCOMPARE(cpu::threads(), omp_get_num_procs());
+  cpu::setThreads(2);
+  QCOMPARE(cpu::threads(), 2);
+}
+
+// ---- Linear ------------------------------------------------------------------------------------------------
+
+void TestKernels::linear_data() {
+  QTest::addColumn<int>("N");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("OC");
+  QTest::addColumn<bool>("bias");
+  QTest::addColumn<bool>("transposed");
+  const int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 97, 11}, {8, 64, 64}, {130, 33, 257}};
+  for (const auto& s : shapes)
+    for (bool transposed : {false, true})
+      for (bool bias : {true, false})
+        QTest::addRow("N=%d C=%d OC=%d %s%s", s[0], s[1], s[2], transposed ? "T" : "", bias ? " bias" : "")
+            << s[0] << s[1] << s[2] << bias << transposed;
+}
+
+void TestKernels::linear() {
+  QFETCH(int, N);
+  QFETCH(int, C);
+  QFETCH(int, OC);
+  QFETCH(bool, bias);
+  QFETCH(bool, transposed);
+  std::mt19937 rng(kSeed);
+  const Vec inp = randomVec(rng, size_t(N) * C);  // (N, C)
+  const Vec w = randomVec(rng, size_t(C) * OC);   // (C, OC) or (OC, C)
+  const Vec b = randomVec(rng, OC);               // (OC)
+  const Vec dout = randomVec(rng, size_t(N) * OC);  // (N, OC)
+  const auto forward = transposed ? cpu::linearForwardT : cpu::linearForward;
+  const auto backward = transposed ? cpu::linearBackwardT : cpu::linearBackward;
+
+  Vec out(size_t(N) * OC, std::numeric_limits<float>::quiet_NaN());  // (N, OC); NaN: must be overwritten
+  forward(out.data(), inp.data(), w.data(), bias ? b.data() : nullptr, N, C, OC);
+  const DVec bd = toDouble(b);
+  const DVec ref = refLinear(toDouble(inp), toDouble(w), bias ? &bd : nullptr, N, C, OC, transposed);
+  VERIFY_CLOSE(out.data(), ref.data(), out.size(), 1e-5, 1e-4);
+
+  // Naive analytic backward in double.
+  DVec rdinp(size_t(N) * C, 0.0), rdw(size_t(C) * OC, 0.0), rdb(OC, 0.0);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      const double g = dout[size_t(n) * OC + o];
+      rdb[o] += g;
+      for (int c = 0; c < C; c++) {
+        const size_t wi = transposed ? size_t(o) * C + c : size_t(c) * OC + o;
+        rdinp[size_t(n) * C + c] += g * w[wi];
+        rdw[wi] += g * inp[size_t(n) * C + c];
+      }
+    }
+  Vec dinp(inp.size(), 0.0f), dw(w.size(), 0.0f), db(OC, 0.0f);
+  backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  VERIFY_CLOSE(dinp.data(), rdinp.data(), dinp.size(), 1e-5, 1e-4);
+  VERIFY_CLOSE(dw.data(), rdw.data(), dw.size(), 1e-5, 1e-4);
+  VERIFY_CLOSE(db.data(), rdb.data(), db.size(), 1e-5, 1e-4);
+
+  // Accumulation: two calls onto random initial gradients give init + 2 * grad.
+  const Vec dinp0 = randomVec(rng, dinp.size()), dw0 = randomVec(rng, dw.size()), db0 = randomVec(rng, OC);
+  dinp = dinp0, dw = dw0, db = db0;
+  for (int rep = 0; rep < 2; rep++)
+    backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  VERIFY_CLOSE(dinp.data(), plusTimes(dinp0, rdinp, 2).data(), dinp.size(), 1e-5, 1e-4);
+  VERIFY_CLOSE(dw.data(), plusTimes(dw0, rdw, 2).data(), dw.size(), 1e-5, 1e-4);
+  VERIFY_CLOSE(db.data(), plusTimes(db0, rdb, 2).data(), db.size(), 1e-5, 1e-4);
+
+  // Each gradient alone, the others null.
+  std::fill(dinp.begin(), dinp.end(), 0.0f);
+  backward(dinp.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  VERIFY_CLOSE(dinp.data(), rdinp.data(), dinp.size(), 1e-5, 1e-4);
+  std::fill(dw.begin(), dw.end(), 0.0f);
+  backward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  VERIFY_CLOSE(dw.data(), rdw.data(), dw.size(), 1e-5, 1e-4);
+  std::fill(db.begin(), db.end(), 0.0f);
+  backward(nullptr, nullptr, db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  VERIFY_CLOSE(db.data(), rdb.data(), db.size(), 1e-5, 1e-4);
+  backward(nullptr, nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+}
+
+void TestKernels::linearFiniteDifference_data() {
+  QTest::addColumn<bool>("transposed");
+  QTest::newRow("C,OC layout") << false;
+  QTest::newRow("OC,C layout") << true;
+}
+
+void TestKernels::linearFiniteDifference() {
+  QFETCH(bool, transposed);
+  const int N = 3, C = 5, OC = 4;
+  std::mt19937 rng(kSeed + 1);
+  const Vec inp = randomVec(rng, size_t(N) * C), w = randomVec(rng, size_t(C) * OC), b = randomVec(rng, OC);
+  const DVec R = toDouble(randomVec(rng, size_t(N) * OC));  // (N, OC): weights of the scalar sum(out * R)
+  Vec dout(R.begin(), R.end());
+  Vec dinp(inp.size(), 0.0f), dw(w.size(), 0.0f), db(OC, 0.0f);
+  (transposed ? cpu::linearBackwardT : cpu::linearBackward)(dinp.data(), dw.data(), db.data(), dout.data(),
+                                                             inp.data(), w.data(), N, C, OC);
+  DVec x = toDouble(inp), wd = toDouble(w), bd = toDouble(b);
+  auto f = [&] { return refLinear(x, wd, &bd, N, C, OC, transposed); };
+  VERIFY_CLOSE(dinp.data(), finiteDifference(x, R, f).data(), dinp.size(), 1e-5, 1e-4);
+  VERIFY_CLOSE(dw.data(), finiteDifference(wd, R, f).data(), dw.size(), 1e-5, 1e-4);
+  VERIFY_CLOSE(db.data(), finiteDifference(bd, R, f).data(), db.size(), 1e-5, 1e-4);
+}
+
+// ---- LayerNorm ---------------------------------------------------------------------------------------------
+
+void TestKernels::layerNorm_data() {
+  QTest::addColumn<int>("N");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<float>("offset");
+  const int shapes[][2] = {{1, 1}, {1, 5}, {7, 5}, {33, 64}, {7, 97}, {300, 97}, {64, 768}};
+  for (const auto& s : shapes) QTest::addRow("N=%d C=%d", s[0], s[1]) << s[0] << s[1] << 0.0f;
+  QTest::addRow("N=33 C=97 mean 10") << 33 << 97 << 10.0f;
+}
+
+void TestKernels::layerNorm() {
+  QFETCH(int, N);
+  QFETCH(int, C);
+  QFETCH(float, offset);
+  const float eps = 1e-5f;
+  std::mt19937 rng(kSeed + 2);
+  const Vec inp = randomVec(rng, size_t(N) * C, offset - 1.0f, offset + 1.0f);  // (N, C)
+  const Vec w = randomVec(rng, C, 0.5f, 1.5f), b = randomVec(rng, C);        // (C), (C)
+  const Vec dout = randomVec(rng, size_t(N) * C);                              // (N, C)
+
+  Vec out(inp.size()), mean(N), rstd(N);
+  cpu::layerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C, eps);
+  const LayerNormRef ref = refLayerNorm(toDouble(inp), toDouble(w), toDouble(b), N, C, eps);
+  // The mean-10 row loses ~1e-6 absolute in x - mean to float rounding of x itself; allow for it.
+  const double atol = offset == 0.0f ? 1e-5 : 5e-5;
+  VERIFY_CLOSE(out.data(), ref.out.data(), out.size(), atol, 1e-4);
+  VERIFY_CLOSE(mean.data(), ref.mean.data(), N, 1e-6, 1e-5);
+  VERIFY_CLOSE(rstd.data(), ref.rstd.data(), N, 1e-5, 1e-4);
+
+  DVec rdinp, rdw, rdb;
+  refLayerNormBackward(rdinp, rdw, rdb, toDouble(dout), toDouble(inp), toDouble(w), N, C, eps);
+  Vec dinp(inp.size(), 0.0f), dw(C, 0.0f), db(C, 0.0f);
+  cpu::layerNormBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                         rstd.data(), N, C);
+  VERIFY_CLOSE(dinp.data(), rdinp.data(), dinp.size(), 1e-4, 1e-3);
+  VERIFY_CLOSE(dw.data(), rdw.data(), C, 1e-4, 1e-4);
+  VERIFY_CLOSE(db.data(), rdb.data(), C, 1e-4, 1e-4);
+
+  if (size_t(N) * C <= 500 && offset == 0.0f) {  // the naive backward itself, against finite differences
+    DVec x = toDouble(inp), wd = toDouble(w), bd = toDouble(b);
+    const DVec R = toDouble(dout);
+    auto f = [&] { return refLayerNorm(x, wd, bd, N, C, eps).out; };
+    VERIFY_CLOSE(dinp.data(), finiteDifference(x, R, f).data(), dinp.size(), 1e-4, 1e-3);
+    VERIFY_CLOSE(dw.data(), finiteDifference(wd, R, f).data(), C, 1e-5, 1e-4);
+    VERIFY_CLOSE(db.data(), finiteDifference(bd, R, f).data(), C, 1e-5, 1e-4);
+  }
+
+  const Vec dinp0 = randomVec(rng, dinp.size()), dw0 = randomVec(rng, C), db0 = randomVec(rng, C);
+  dinp = dinp0, dw = dw0, db = db0;
+  for (int rep = 0; rep < 2; rep++)
+    cpu::layerNormBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                           rstd.data(), N, C);
+  VERIFY_CLOSE(dinp.data(), plusTimes(dinp0, rdinp, 2).data(), dinp.size(), 1e-4, 1e-3);
+  VERIFY_CLOSE(dw.data(), plusTimes(dw0, rdw, 2).data(), C, 1e-4, 1e-4);
+  VERIFY_CLOSE(db.data(), plusTimes(db0, rdb, 2).data(), C, 1e-4, 1e-4);
+
+  std::fill(dinp.begin(), dinp.end(), 0.0f);
+  cpu::layerNormBackward(dinp.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), mean.data(),
+                         rstd.data(), N, C);
+  VERIFY_CLOSE(dinp.data(), rdinp.data(), dinp.size(), 1e-4, 1e-3);
+  std::fill(dinp.begin(), dinp.end(), 0.0f);
+  std::fill(db.begin(), db.end(), 0.0f);
+  cpu::layerNormBackward(dinp.data(), nullptr, db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                         rstd.data(), N, C);
+  VERIFY_CLOSE(db.data(), rdb.data(), C, 1e-4, 1e-4);
+}
+
+// ---- Pointwise ---------------------------------------------------------------------------------------------
+
+void TestKernels::pointwise_data() {
+  QTest::addColumn<QString>("op");
+  QTest::addColumn<int>("n");
+  const char* const ops[] = {"gelu", "relu", "tanh"};
+  for (const char* op : ops)
+    for (int n : {1, 7, 33, 1000, 100003}) QTest::addRow("%s n=%d", op, n) << QString(op) << n;
+}
+
+void TestKernels::pointwise() {
+  QFETCH(QString, op);
+  QFETCH(int, n);
+  std::mt19937 rng(kSeed + 3);
+  Vec inp = randomVec(rng, n, -6.0f, 6.0f);
+  if (n >= 7) {  // the tails and the region around 0 where the approximations switch branches
+    inp[0] = -30.0f, inp[1] = 30.0f, inp[2] = 1e-4f, inp[3] = -0.62f, inp[4] = 0.63f;
+  }
+  if (op == "relu")  // keep finite differences away from the kink
+    for (float& x : inp)
+      if (std::fabs(x) < 1e-3f) x = 0.5f;
+  const Vec dout = randomVec(rng, n);
+  const Vec dinp0 = randomVec(rng, n);
+
+  std::function<double(double)> f;
+  if (op == "gelu") f = refGelu;
+  if (op == "relu") f = [](double x) { return x > 0.0 ? x : 0.0; };
+  if (op == "tanh") f = [](double x) { return std::tanh(x); };
+
+  Vec out(n);
+  if (op == "gelu") cpu::geluForward(out.data(), inp.data(), n);
+  if (op == "relu") cpu::reluForward(out.data(), inp.data(), n);
+  if (op == "tanh") cpu::tanhForward(out.data(), inp.data(), n);
+  DVec ref(n), rgrad(n);
+  for (int i = 0; i < n; i++) {
+    const double x = inp[i], h = 1e-6;
+    ref[i] = f(x);
+    rgrad[i] = double(dout[i]) * (f(x + h) - f(x - h)) / (2.0 * h);  // finite differences, per element
+  }
+  VERIFY_CLOSE(out.data(), ref.data(), n, 1e-6, 1e-5);
+
+  // Backward twice onto random initial values: dinp0 + 2 * dout * f'(x).
+  Vec dinp = dinp0;
+  for (int rep = 0; rep < 2; rep++) {
+    if (op == "gelu") cpu::geluBackward(dinp.data(), dout.data(), inp.data(), n);
+    if (op == "relu") cpu::reluBackward(dinp.data(), dout.data(), inp.data(), n);
+    if (op == "tanh") cpu::tanhBackward(dinp.data(), dout.data(), out.data(), n);  // tanh takes the output
+  }
+  VERIFY_CLOSE(dinp.data(), plusTimes(dinp0, rgrad, 2).data(), n, 1e-5, 1e-4);
+}
+
+void TestKernels::addAccumulateScale_data() {
+  QTest::addColumn<int>("n");
+  for (int n : {1, 7, 33, 100003}) QTest::addRow("n=%d", n) << n;
+}
+
+void TestKernels::addAccumulateScale() {
+  QFETCH(int, n);
+  std::mt19937 rng(kSeed + 4);
+  const Vec a = randomVec(rng, n), b = randomVec(rng, n);
+  Vec sum(n), ref(n);
+  for (int i = 0; i < n; i++) ref[i] = a[i] + b[i];  // float is exact enough: one rounding either way
+  cpu::add(sum.data(), a.data(), b.data(), n);
+  VERIFY_CLOSE(sum.data(), ref.data(), n, 0.0, 0.0);
+  Vec aliasA = a;  // out == a
+  cpu::add(aliasA.data(), aliasA.data(), b.data(), n);
+  VERIFY_CLOSE(aliasA.data(), ref.data(), n, 0.0, 0.0);
+  Vec aliasB = b;  // out == b
+  cpu::add(aliasB.data(), a.data(), aliasB.data(), n);
+  VERIFY_CLOSE(aliasB.data(), ref.data(), n, 0.0, 0.0);
+
+  Vec y = a;
+  cpu::accumulate(y.data(), b.data(), n);
+  cpu::accumulate(y.data(), b.data(), n);
+  for (int i = 0; i < n; i++) ref[i] = (a[i] + b[i]) + b[i];
+  VERIFY_CLOSE(y.data(), ref.data(), n, 0.0, 0.0);
+
+  y = a;
+  cpu::scale(y.data(), -0.37f, n);
+  for (int i = 0; i < n; i++) ref[i] = a[i] * -0.37f;
+  VERIFY_CLOSE(y.data(), ref.data(), n, 0.0, 0.0);
+}
+
+// ---- Attention ---------------------------------------------------------------------------------------------
+
+void TestKernels::attention_data() {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("T");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("H");
+  QTest::addColumn<bool>("causal");
+  // T = 65 and 130 cross the kernel's 64-row causal blocks.
+  const int shapes[][4] = {{1, 1, 4, 1}, {2, 3, 6, 3}, {1, 17, 12, 3}, {3, 7, 5, 1},
+                           {2, 65, 24, 3}, {1, 130, 16, 1}, {4, 33, 64, 4}};
+  for (const auto& s : shapes)
+    for (bool causal : {true, false})
+      QTest::addRow("B=%d T=%d C=%d H=%d %s", s[0], s[1], s[2], s[3], causal ? "causal" : "bidirectional")
+          << s[0] << s[1] << s[2] << s[3] << causal;
+}
+
+void TestKernels::attention() {
+  QFETCH(int, B);
+  QFETCH(int, T);
+  QFETCH(int, C);
+  QFETCH(int, H);
+  QFETCH(bool, causal);
+  std::mt19937 rng(kSeed + 5);
+  const Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);  // (B, T, 3C)
+  const Vec dout = randomVec(rng, size_t(B) * T * C);                 // (B, T, C)
+  const size_t attSize = size_t(B) * H * T * T;
+
+  Vec out(size_t(B) * T * C), att(attSize, std::numeric_limits<float>::quiet_NaN());
+  cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, H, causal);
+  const AttentionRef ref = refAttention(toDouble(qkv), B, T, C, H, causal);
+  VERIFY_CLOSE(out.data(), ref.out.data(), out.size(), 1e-5, 1e-4);
+  VERIFY_CLOSE(att.data(), ref.att.data(), attSize, 1e-6, 1e-4);  // exact zeros above the diagonal too
+
+  const DVec rdqkv = refAttentionBackward(toDouble(dout), toDouble(qkv), B, T, C, H, causal);
+  Vec scratch(attSize, std::numeric_limits<float>::quiet_NaN());  // contents on entry must not matter
+  Vec dqkv(qkv.size(), 0.0f);
+  cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H, causal);
+  VERIFY_CLOSE(dqkv.data(), rdqkv.data(), dqkv.size(), 1e-5, 1e-4);
+
+  if (qkv.size() * size_t(T) * C <= 200000) {  // the naive backward itself, against finite differences
+    DVec x = toDouble(qkv);
+    auto f = [&] { return refAttention(x, B, T, C, H, causal).out; };
+    VERIFY_CLOSE(dqkv.data(), finiteDifference(x, toDouble(dout), f).data(), dqkv.size(), 1e-5, 1e-4);
+  }
+
+  const Vec dqkv0 = randomVec(rng, qkv.size());
+  dqkv = dqkv0;
+  for (int rep = 0; rep < 2; rep++)
+    cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H, causal);
+  VERIFY_CLOSE(dqkv.data(), plusTimes(dqkv0, rdqkv, 2).data(), dqkv.size(), 1e-5, 1e-4);
+}
+
+void TestKernels::attentionCausality() {
+  // Changing q, k, v at positions > t must leave out[:, 0..t] bit-identical under the causal mask, and must
+  // change it without the mask (so the check can fail).
+  const int B = 2, T = 70, C = 12, H = 3, t = 40;
+  std::mt19937 rng(kSeed + 6);
+  const Vec qkv = randomVec(rng, size_t(B) * T * 3 * C);  // (B, T, 3C)
+  Vec changed = qkv;
+  for (int b = 0; b < B; b++)
+    for (int i = t + 1; i < T; i++)
+      for (int c = 0; c < 3 * C; c++) changed[(size_t(b) * T + i) * 3 * C + c] += 0.5f;
+  for (bool causal : {true, false}) {
+    Vec out1(size_t(B) * T * C), out2(out1.size()), att(size_t(B) * H * T * T);
+    cpu::attentionForward(out1.data(), att.data(), qkv.data(), B, T, C, H, causal);
+    cpu::attentionForward(out2.data(), att.data(), changed.data(), B, T, C, H, causal);
+    bool same = true;
+    for (int b = 0; b < B; b++)
+      same = same && std::memcmp(out1.data() + size_t(b) * T * C, out2.data() + size_t(b) * T * C,
+                                 sizeof(float) * size_t(t + 1) * C) == 0;
+    QCOMPARE(same, causal);
+  }
+}
+
+// ---- Embeddings --------------------------------------------------------------------------------------------
+
+void TestKernels::embedding_data() {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("T");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("V");
+  const int shapes[][4] = {{1, 1, 1, 2}, {2, 3, 5, 2}, {3, 17, 64, 11}, {4, 33, 97, 300}, {8, 64, 97, 11}};
+  for (const auto& s : shapes) QTest::addRow("B=%d T=%d C=%d V=%d", s[0], s[1], s[2], s[3]) << s[0] << s[1] << s[2] << s[3];
+}
+
+void TestKernels::embedding() {
+  QFETCH(int, B);
+  QFETCH(int, T);
+  QFETCH(int, C);
+  QFETCH(int, V);
+  const int maxT = T + 3;
+  std::mt19937 rng(kSeed + 7);
+  const std::vector<int32_t> tokens = randomTokens(rng, size_t(B) * T, V);  // (B, T); V small: repeats
+  const Vec wte = randomVec(rng, size_t(V) * C), wpe = randomVec(rng, size_t(maxT) * C);
+  const Vec dout = randomVec(rng, size_t(B) * T * C);  // (B, T, C)
+
+  Vec out(size_t(B) * T * C);
+  cpu::embeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  DVec ref(out.size()), rdwte(wte.size(), 0.0), rdwpe(wpe.size(), 0.0);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) {
+        const size_t i = (size_t(b) * T + t) * C + c;
+        const size_t tok = size_t(tokens[size_t(b) * T + t]);
+        ref[i] = double(wte[tok * C + c]) + double(wpe[size_t(t) * C + c]);
+        rdwte[tok * C + c] += dout[i];
+        rdwpe[size_t(t) * C + c] += dout[i];
+      }
+  VERIFY_CLOSE(out.data(), ref.data(), out.size(), 1e-7, 1e-7);
+
+  const Vec dwte0 = randomVec(rng, wte.size()), dwpe0 = randomVec(rng, wpe.size());
+  Vec dwte = dwte0, dwpe = dwpe0;
+  for (int rep = 0; rep < 2; rep++)
+    cpu::embeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  VERIFY_CLOSE(dwte.data(), plusTimes(dwte0, rdwte, 2).data(), dwte.size(), 1e-5, 1e-5);
+  VERIFY_CLOSE(dwpe.data(), plusTimes(dwpe0, rdwpe, 2).data(), dwpe.size(), 1e-5, 1e-5);
+
+  std::fill(dwte.begin(), dwte.end(), 0.0f);
+  cpu::embeddingBackward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+  VERIFY_CLOSE(dwte.data(), rdwte.data(), dwte.size(), 1e-5, 1e-5);
+  std::fill(dwpe.begin(), dwpe.end(), 0.0f);
+  cpu::embeddingBackward(nullptr, dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  VERIFY_CLOSE(dwpe.data(), rdwpe.data(), dwpe.size(), 1e-5, 1e-5);
+}
+
+// ---- Loss --------------------------------------------------------------------------------------------------
+
+void TestKernels::crossEntropy_data() {
+  QTest::addColumn<int>("N");
+  QTest::addColumn<int>("V");
+  QTest::addColumn<bool>("alias");
+  const int shapes[][2] = {{1, 1}, {1, 2}, {7, 11}, {33, 300}, {64, 1001}};
+  for (const auto& s : shapes)
+    for (bool alias : {false, true})
+      QTest::addRow("N=%d V=%d%s", s[0], s[1], alias ? " in place" : "") << s[0] << s[1] << alias;
+}
+
+void TestKernels::crossEntropy() {
+  QFETCH(int, N);
+  QFETCH(int, V);
+  QFETCH(bool, alias);
+  const float gradScale = 0.37f;
+  std::mt19937 rng(kSeed + 8);
+  const Vec logits = randomVec(rng, size_t(N) * V, -4.0f, 4.0f);  // (N, V)
+  std::vector<int32_t> targets = randomTokens(rng, N, V);       // (N)
+  for (int n = 3; n < N; n += 4) targets[n] = -1;                // ignored rows
+  if (N >= 7) targets[N - 1] = -100;
+
+  const DVec rloss = refCrossEntropy(toDouble(logits), targets, N, V);
+  DVec rgrad(logits.size(), 0.0);  // gradScale * (softmax - onehot), 0 on ignored rows
+  for (int n = 0; n < N; n++) {
+    if (targets[n] < 0) continue;
+    const float* x = logits.data() + size_t(n) * V;
+    const double m = *std::max_element(x, x + V);
+    double s = 0.0;
+    for (int j = 0; j < V; j++) s += std::exp(x[j] - m);
+    for (int j = 0; j < V; j++)
+      rgrad[size_t(n) * V + j] = gradScale * (std::exp(x[j] - m) / s - (j == targets[n] ? 1.0 : 0.0));
+  }
+
+  Vec losses(N, std::numeric_limits<float>::quiet_NaN());
+  Vec buffer = logits;  // logits, and dlogits too when aliased
+  Vec dlogits(logits.size(), std::numeric_limits<float>::quiet_NaN());
+  float* d = alias ? buffer.data() : dlogits.data();
+  cpu::softmaxCrossEntropy(losses.data(), d, buffer.data(), targets.data(), N, V, gradScale);
+  VERIFY_CLOSE(losses.data(), rloss.data(), N, 1e-5, 1e-5);
+  VERIFY_CLOSE(d, rgrad.data(), rgrad.size(), 1e-6, 1e-4);
+
+  if (N * V <= 100) {  // the analytic gradient itself, against finite differences of gradScale * sum(losses)
+    DVec x = toDouble(logits);
+    auto f = [&] { return refCrossEntropy(x, targets, N, V); };
+    const DVec fd = finiteDifference(x, DVec(N, double(gradScale)), f);
+    VERIFY_CLOSE(d, fd.data(), fd.size(), 1e-6, 1e-4);
+  }
+
+  // No gradient wanted: losses only, logits untouched.
+  Vec untouched = logits;
+  cpu::softmaxCrossEntropy(losses.data(), nullptr, untouched.data(), targets.data(), N, V, gradScale);
+  VERIFY_CLOSE(losses.data(), rloss.data(), N, 1e-5, 1e-5);
+  VERIFY_BITWISE(untouched, logits);
+}
+
+void TestKernels::crossEntropyLargeLogits() {
+  const int N = 3, V = 5;
+  Vec logits = {1e4f, -1e4f, 0.0f, 3.0f, 1e4f,  //
+                -1e4f, -1e4f, -1e4f, -1e4f, -1e4f,  //
+                2e4f, 0.0f, 0.0f, 0.0f, 0.0f};
+  const std::vector<int32_t> targets = {1, 2, 0};
+  Vec losses(N), dlogits(logits.size());
+  cpu::softmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, 1.0f);
+  // Row 0: two maxima at 1e4, target at -1e4: loss = 2e4 + log 2. Row 1: uniform, log 5. Row 2: 0.
+  const double rloss[] = {2e4 + std::log(2.0), std::log(5.0), 0.0};
+  VERIFY_CLOSE(losses.data(), rloss, N, 1e-5, 1e-6);
+  const double rgrad[] = {0.5, -1.0, 0.0, 0.0, 0.5, 0.2, 0.2, -0.8, 0.2, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0};
+  VERIFY_CLOSE(dlogits.data(), rgrad, dlogits.size(), 1e-6, 1e-5);
+}
+
+void TestKernels::argmax_data() {
+  QTest::addColumn<int>("N");
+  QTest::addColumn<int>("V");
+  const int shapes[][2] = {{1, 1}, {7, 2}, {33, 11}, {64, 1001}};
+  for (const auto& s : shapes) QTest::addRow("N=%d V=%d", s[0], s[1]) << s[0] << s[1];
+}
+
+void TestKernels::argmax() {
+  QFETCH(int, N);
+  QFETCH(int, V);
+  std::mt19937 rng(kSeed + 9);
+  Vec x = randomVec(rng, size_t(N) * V);
+  for (int n = 0; n < N; n += 2)  // ties: the first maximum wins
+    for (int j = 0; j < V; j += 3) x[size_t(n) * V + j] = 2.0f;
+  std::vector<int32_t> out(N, -7);
+  cpu::argmaxRows(out.data(), x.data(), N, V);
+  for (int n = 0; n < N; n++) {
+    const float* row = x.data() + size_t(n) * V;
+    QCOMPARE(out[n], int32_t(std::max_element(row, row + V) - row));
+  }
+}
+
+// ---- Vision transformer pieces -----------------------------------------------------------------------------
+
+void TestKernels::patchify_data() {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("S");
+  QTest::addColumn<int>("P");
+  const int shapes[][3] = {{1, 1, 1}, {2, 6, 3}, {3, 28, 7}, {2, 28, 4}, {1, 15, 15}};
+  for (const auto& s : shapes)
+    QTest::addRow("B=%d S=%d P=%d", s[0], s[1], s[2]) << s[0] << s[1] << s[2];
+}
+
+void TestKernels::patchify() {
+  QFETCH(int, B);
+  QFETCH(int, S);
+  QFETCH(int, P);
+  std::mt19937 rng(kSeed + 10);
+  const Vec images = randomVec(rng, size_t(B) * S * S);  // (B, S, S)
+  const int G = S / P, NP = G * G;
+  Vec patches(size_t(B) * NP * P * P, std::numeric_limits<float>::quiet_NaN());  // (B, NP, P*P)
+  cpu::patchify(patches.data(), images.data(), B, S, P);
+  Vec ref(patches.size());
+  for (int b = 0; b < B; b++)
+    for (int y = 0; y < S; y++)
+      for (int x = 0; x < S; x++) {
+        const int p = (y / P) * G + x / P, i = (y % P) * P + x % P;
+        ref[(size_t(b) * NP + p) * P * P + i] = images[(size_t(b) * S + y) * S + x];
+      }
+  VERIFY_BITWISE(patches, ref);
+}
+
+void TestKernels::tokens_data() {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("NP");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<bool>("cls");
+  const int shapes[][3] = {{1, 1, 1}, {2, 4, 5}, {3, 16, 64}, {8, 49, 97}};
+  for (const auto& s : shapes)
+    for (bool cls : {true, false})
+      QTest::addRow("B=%d NP=%d C=%d%s", s[0], s[1], s[2], cls ? " cls" : "") << s[0] << s[1] << s[2] << cls;
+}
+
+void TestKernels::tokens() {
+  QFETCH(int, B);
+  QFETCH(int, NP);
+  QFETCH(int, C);
+  QFETCH(bool, cls);
+  const int T = NP + (cls ? 1 : 0);
+  std::mt19937 rng(kSeed + 11);
+  const Vec x = randomVec(rng, size_t(B) * NP * C), clsToken = randomVec(rng, C), pos = randomVec(rng, size_t(T) * C);
+  const Vec dout = randomVec(rng, size_t(B) * T * C);  // (B, T, C)
+
+  Vec out(size_t(B) * T * C);
+  cpu::tokensForward(out.data(), x.data(), cls ? clsToken.data() : nullptr, pos.data(), B, NP, C, cls);
+  Vec ref(out.size());
+  DVec rdx(x.size(), 0.0), rdcls(C, 0.0), rdpos(pos.size(), 0.0);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) {
+        const bool isCls = cls && t == 0;
+        const size_t xi = (size_t(b) * NP + (t - (cls ? 1 : 0))) * C + c;
+        const size_t o = (size_t(b) * T + t) * C + c;
+        ref[o] = (isCls ? clsToken[c] : x[xi]) + pos[size_t(t) * C + c];
+        (isCls ? rdcls[c] : rdx[xi]) += dout[o];
+        rdpos[size_t(t) * C + c] += dout[o];
+      }
+  VERIFY_BITWISE(out, ref);
+
+  const Vec dx0 = randomVec(rng, x.size()), dcls0 = randomVec(rng, C), dpos0 = randomVec(rng, pos.size());
+  Vec dx = dx0, dcls = dcls0, dpos = dpos0;
+  for (int rep = 0; rep < 2; rep++) cpu::tokensBackward(dx.data(), dcls.data(), dpos.data(), dout.data(), B, NP, C, cls);
+  VERIFY_CLOSE(dx.data(), plusTimes(dx0, rdx, 2).data(), dx.size(), 1e-5, 1e-5);
+  VERIFY_CLOSE(dcls.data(), plusTimes(dcls0, rdcls, 2).data(), C, 1e-5, 1e-5);
+  VERIFY_CLOSE(dpos.data(), plusTimes(dpos0, rdpos, 2).data(), dpos.size(), 1e-5, 1e-5);
+
+  std::fill(dx.begin(), dx.end(), 0.0f);
+  cpu::tokensBackward(dx.data(), nullptr, nullptr, dout.data(), B, NP, C, cls);
+  VERIFY_CLOSE(dx.data(), rdx.data(), dx.size(), 1e-5, 1e-5);
+  std::fill(dpos.begin(), dpos.end(), 0.0f);
+  cpu::tokensBackward(nullptr, nullptr, dpos.data(), dout.data(), B, NP, C, cls);
+  VERIFY_CLOSE(dpos.data(), rdpos.data(), dpos.size(), 1e-5, 1e-5);
+}
+
+void TestKernels::pool_data() {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("T");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<bool>("useFirst");
+  const int shapes[][3] = {{1, 1, 1}, {2, 3, 5}, {7, 17, 64}, {33, 50, 97}};
+  for (const auto& s : shapes)
+    for (bool first : {true, false})
+      QTest::addRow("B=%d T=%d C=%d %s", s[0], s[1], s[2], first ? "first" : "mean") << s[0] << s[1] << s[2] << first;
+}
+
+void TestKernels::pool() {
+  QFETCH(int, B);
+  QFETCH(int, T);
+  QFETCH(int, C);
+  QFETCH(bool, useFirst);
+  std::mt19937 rng(kSeed + 12);
+  const Vec inp = randomVec(rng, size_t(B) * T * C);  // (B, T, C)
+  const Vec dout = randomVec(rng, size_t(B) * C);     // (B, C)
+  Vec out(size_t(B) * C);
+  cpu::poolForward(out.data(), inp.data(), B, T, C, useFirst);
+  DVec ref(out.size(), 0.0), rdinp(inp.size(), 0.0);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < (useFirst ? 1 : T); t++)
+      for (int c = 0; c < C; c++) {
+        const double w = useFirst ? 1.0 : 1.0 / T;
+        ref[size_t(b) * C + c] += w * inp[(size_t(b) * T + t) * C + c];
+        rdinp[(size_t(b) * T + t) * C + c] = w * dout[size_t(b) * C + c];
+      }
+  VERIFY_CLOSE(out.data(), ref.data(), out.size(), 1e-6, 1e-5);
+
+  const Vec dinp0 = randomVec(rng, inp.size());
+  Vec dinp = dinp0;
+  for (int rep = 0; rep < 2; rep++) cpu::poolBackward(dinp.data(), dout.data(), B, T, C, useFirst);
+  VERIFY_CLOSE(dinp.data(), plusTimes(dinp0, rdinp, 2).data(), dinp.size(), 1e-6, 1e-5);
+
+  // Finite differences of sum(out * dout) on the double reference.
+  if (inp.size() <= 200) {
+    DVec x = toDouble(inp);
+    auto f = [&] {
+      DVec o(size_t(B) * C, 0.0);
+      for (int b = 0; b < B; b++)
+        for (int t = 0; t < (useFirst ? 1 : T); t++)
+          for (int c = 0; c < C; c++) o[size_t(b) * C + c] += (useFirst ? 1.0 : 1.0 / T) * x[(size_t(b) * T + t) * C + c];
+      return o;
+    };
+    const DVec fd = finiteDifference(x, toDouble(dout), f);
+    VERIFY_CLOSE(dinp.data(), plusTimes(dinp0, fd, 2).data(), dinp.size(), 1e-6, 1e-5);
+  }
+}
+
+// ---- Optimizers --------------------------------------------------------------------------------------------
+
+void TestKernels::adamw_data() {
+  QTest::addColumn<int>("n");
+  QTest::addColumn<float>("weightDecay");
+  QTest::addColumn<float>("gradScale");
+  for (int n : {1, 7, 33, 100003})
+    for (float wd : {0.0f, 0.1f}) QTest::addRow("n=%d wd=%g", n, double(wd)) << n << wd << (n == 7 ? 0.25f : 1.0f);
+}
+
+void TestKernels::adamw() {
+  QFETCH(int, n);
+  QFETCH(float, weightDecay);
+  QFETCH(float, gradScale);
+  const AdamParams a{1e-2f, 0.9f, 0.95f, 1e-8f, weightDecay, gradScale};
+  std::mt19937 rng(kSeed + 13);
+  Vec p = randomVec(rng, n), m(n, 0.0f), v(n, 0.0f);
+  DVec rp = toDouble(p), rm(n, 0.0), rv(n, 0.0);
+  for (int t = 1; t <= 5; t++) {
+    const Vec grads = randomVec(rng, n, -2.0f, 2.0f);
+    cpu::adamwUpdate(p.data(), grads.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2, a.eps, a.weightDecay, t,
+                     a.gradScale);
+    refAdamw(rp, rm, rv, grads, a, t);
+    VERIFY_CLOSE(p.data(), rp.data(), n, 1e-6, 1e-5);
+    VERIFY_CLOSE(m.data(), rm.data(), n, 1e-7, 1e-5);
+    VERIFY_CLOSE(v.data(), rv.data(), n, 1e-8, 1e-5);
+  }
+}
+
+void TestKernels::sgd_data() {
+  QTest::addColumn<float>("momentum");
+  QTest::addColumn<bool>("nesterov");
+  QTest::addColumn<float>("weightDecay");
+  QTest::addColumn<bool>("withBuffer");
+  QTest::newRow("plain, no buffer") << 0.0f << false << 0.0f << false;
+  QTest::newRow("plain, weight decay") << 0.0f << false << 0.01f << true;
+  QTest::newRow("momentum") << 0.9f << false << 0.0f << true;
+  QTest::newRow("momentum, weight decay") << 0.9f << false << 0.01f << true;
+  QTest::newRow("nesterov") << 0.9f << true << 0.0f << true;
+  QTest::newRow("nesterov, weight decay") << 0.8f << true << 0.05f << true;
+}
+
+void TestKernels::sgd() {
+  QFETCH(float, momentum);
+  QFETCH(bool, nesterov);
+  QFETCH(float, weightDecay);
+  QFETCH(bool, withBuffer);
+  const float lr = 0.05f, gradScale = 0.5f;
+  for (int n : {1, 33, 100003}) {
+    std::mt19937 rng(kSeed + 14);
+    Vec p = randomVec(rng, n), buf(n, 0.0f);
+    DVec rp = toDouble(p), rbuf(n, 0.0);
+    for (int t = 1; t <= 5; t++) {
+      const Vec grads = randomVec(rng, n);
+      cpu::sgdUpdate(p.data(), grads.data(), withBuffer ? buf.data() : nullptr, n, lr, momentum, weightDecay, nesterov,
+                     t == 1, gradScale);
+      // torch.optim.SGD, dampening 0.
+      for (int i = 0; i < n; i++) {
+        double g = double(grads[i]) * gradScale + double(weightDecay) * rp[i];
+        if (momentum != 0.0f) {
+          rbuf[i] = t == 1 ? g : double(momentum) * rbuf[i] + g;
+          g = nesterov ? g + double(momentum) * rbuf[i] : rbuf[i];
+        }
+        rp[i] -= double(lr) * g;
+      }
+      VERIFY_CLOSE(p.data(), rp.data(), n, 1e-6, 1e-5);
+      if (momentum != 0.0f) VERIFY_CLOSE(buf.data(), rbuf.data(), n, 1e-6, 1e-5);
+    }
+  }
+}
+
+void TestKernels::sumSquares_data() {
+  QTest::addColumn<int>("n");
+  for (int n : {0, 1, 7, 33, 100003}) QTest::addRow("n=%d", n) << n;
+}
+
+void TestKernels::sumSquares() {
+  QFETCH(int, n);
+  std::mt19937 rng(kSeed + 15);
+  const Vec x = randomVec(rng, n, -3.0f, 3.0f);
+  double ref = 0.0;
+  for (float v : x) ref += double(v) * double(v);
+  const double got = cpu::sumSquares(x.data(), n);
+  QVERIFY2(std::fabs(got - ref) <= 1e-12 * (1.0 + ref), qPrintable(QString("%1 vs %2").arg(got).arg(ref)));
+}
+
+// ---- Threads -----------------------------------------------------------------------------------------------
+
+void TestKernels::deterministicThreads() {
+  // Shapes large enough that every op takes its parallel path.
+  const int N = 512, C = 97, B = 8, T = 64, V = 301, H = 3, CA = 24, OC = 65;
+  std::mt19937 rng(kSeed + 16);
+  const Vec inp = randomVec(rng, size_t(N) * C), dout = randomVec(rng, size_t(N) * C);  // (N, C)
+  const Vec w = randomVec(rng, C, 0.5f, 1.5f), b = randomVec(rng, C);
+  const std::vector<int32_t> tokens = randomTokens(rng, size_t(B) * T, 11);  // (B, T), many repeats
+  const Vec dtok = randomVec(rng, size_t(B) * T * C);                         // (B, T, C)
+  const Vec qkv = randomVec(rng, size_t(B) * T * 3 * CA), dattOut = randomVec(rng, size_t(B) * T * CA);
+  const Vec logits = randomVec(rng, size_t(N) * V, -5.0f, 5.0f);
+  const std::vector<int32_t> targets = randomTokens(rng, N, V);
+  const Vec lw = randomVec(rng, size_t(C) * OC), ldout = randomVec(rng, size_t(N) * OC);
+
+  struct Results {
+    Vec lnOut, lnDinp, lnDw, lnDb, dwte, dwpe, attOut, dqkv, losses, dlogits, dbias, dlw;
+    double sumSq = 0.0;
+  };
+  auto run = [&](int threads) {
+    cpu::setThreads(threads);
+    Results r;
+    Vec mean(N), rstd(N);
+    r.lnOut.resize(inp.size());
+    cpu::layerNormForward(r.lnOut.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C, 1e-5f);
+    r.lnDinp.assign(inp.size(), 0.0f), r.lnDw.assign(C, 0.0f), r.lnDb.assign(C, 0.0f);
+    cpu::layerNormBackward(r.lnDinp.data(), r.lnDw.data(), r.lnDb.data(), dout.data(), inp.data(), w.data(),
+                           mean.data(), rstd.data(), N, C);
+    r.dwte.assign(size_t(11) * C, 0.0f), r.dwpe.assign(size_t(T) * C, 0.0f);
+    cpu::embeddingBackward(r.dwte.data(), r.dwpe.data(), dtok.data(), tokens.data(), B, T, C);
+    r.attOut.resize(size_t(B) * T * CA);
+    Vec att(size_t(B) * H * T * T), scratch(att.size());
+    cpu::attentionForward(r.attOut.data(), att.data(), qkv.data(), B, T, CA, H, true);
+    r.dqkv.assign(qkv.size(), 0.0f);
+    cpu::attentionBackward(r.dqkv.data(), scratch.data(), dattOut.data(), qkv.data(), att.data(), B, T, CA, H, true);
+    r.losses.resize(N), r.dlogits.resize(logits.size());
+    cpu::softmaxCrossEntropy(r.losses.data(), r.dlogits.data(), logits.data(), targets.data(), N, V, 1.0f / N);
+    r.dbias.assign(OC, 0.0f), r.dlw.assign(size_t(C) * OC, 0.0f);
+    cpu::linearBackward(nullptr, r.dlw.data(), r.dbias.data(), ldout.data(), inp.data(), lw.data(), N, C, OC);
+    r.sumSq = cpu::sumSquares(logits.data(), logits.size());
+    return r;
+  };
+  const Results a = run(2), a2 = run(2), one = run(1);
+  cpu::setThreads(2);
+  for (auto field : {&Results::lnOut, &Results::lnDinp, &Results::lnDw, &Results::lnDb, &Results::dwte,
+                     &Results::dwpe, &Results::attOut, &Results::dqkv, &Results::losses, &Results::dlogits,
+                     &Results::dbias, &Results::dlw})
+    VERIFY_BITWISE(a.*field, a2.*field);
+  QCOMPARE(a.sumSq, a2.sumSq);
+  // 1 vs 2 threads: LayerNorm parameter gradients are summed in another order, so close, not equal; the
+  // embedding gradients and the bias column sum do not depend on the thread count at all.
+  VERIFY_CLOSE(a.lnDw.data(), one.lnDw.data(), C, 1e-5, 1e-5);
+  VERIFY_CLOSE(a.lnDb.data(), one.lnDb.data(), C, 1e-5, 1e-5);
+  VERIFY_BITWISE(a.lnDinp, one.lnDinp);
+  VERIFY_BITWISE(a.dwte, one.dwte);
+  VERIFY_BITWISE(a.dwpe, one.dwpe);
+  VERIFY_BITWISE(a.dbias, one.dbias);
+  QVERIFY(std::fabs(a.sumSq - one.sumSq) <= 1e-12 * a.sumSq);
+}
+
+QTEST_APPLESS_MAIN(TestKernels)
+#include "tst_kernels.moc"

@@ -1,0 +1,109 @@
+// The engine against an independent PyTorch model (tests/reference/reference.py, Debian's python3-torch):
+// the engine dumps its weights (safetensors, Hugging Face GPT-2 names), one batch, its logits, loss and every
+// parameter gradient; the script rebuilds the model from the config in float64 and compares within the
+// tolerances stated in its header. A perturbed checkpoint must make the comparison fail.
+#include <QtTest>
+
+#include <fstream>
+
+#include "runtime/safetensors.h"
+
+namespace {
+
+const QString kEngine = QStringLiteral(MS_ENGINE_EXE);
+const QString kScript = QStringLiteral(MS_SOURCE_DIR "/tests/reference/reference.py");
+
+bool haveTorch() {
+  QProcess p;
+  p.start(MS_PYTHON, {"-c", "import torch"});
+  return p.waitForFinished(60000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
+}
+
+struct Result {
+  int code = -1;
+  QString output;
+};
+
+Result run(const QString& program, const QStringList& args) {
+  QProcess p;
+  p.setProcessChannelMode(QProcess::MergedChannels);
+  p.start(program, args);
+  Result r;
+  if (!p.waitForFinished(300000)) {
+    r.output = "timed out";
+    return r;
+  }
+  r.output = QString::fromUtf8(p.readAll());
+  r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+  return r;
+}
+
+QString writeConfig(const QString& dir, const QString& model, const QString& data, bool tokens) {
+  const QString path = dir + "/config.json";
+  const char* training = tokens ? "{\"batch_size\": 4, \"seq_len\": 24, \"threads\": 1}"
+                                : "{\"batch_size\": 4, \"threads\": 1}";
+  std::ofstream(path.toStdString()) << "{\"version\": 1, \"name\": \"ref\", \"seed\": 5, \"model\": "
+                                    << model.toStdString() << ", \"data\": " << data.toStdString()
+                                    << ", \"training\": " << training << "}";
+  return path;
+}
+
+}  // namespace
+
+class TestReference : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() {
+    if (!haveTorch()) QSKIP("python3-torch is not installed (/usr/bin/python3 -c 'import torch' failed)");
+  }
+
+  void matchesPyTorch_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<bool>("images");
+    const char* gptBase = "\"type\": \"gpt\", \"layers\": 2, \"width\": 48, \"heads\": 3, \"vocab\": 256, \"context\": 32";
+    QTest::newRow("gpt-tied") << QString("{%1, \"tie_embeddings\": true}").arg(gptBase) << false;
+    QTest::newRow("gpt-untied") << QString("{%1, \"tie_embeddings\": false}").arg(gptBase) << false;
+    const char* vitBase = "\"type\": \"vit\", \"layers\": 2, \"width\": 32, \"heads\": 4, \"patch\": 7";
+    QTest::newRow("vit-cls") << QString("{%1, \"pool\": \"cls\"}").arg(vitBase) << true;
+    QTest::newRow("vit-mean") << QString("{%1, \"pool\": \"mean\"}").arg(vitBase) << true;
+    QTest::newRow("mlp-gelu") << QString("{\"type\": \"mlp\", \"hidden\": [64, 32], \"activation\": \"gelu\"}") << true;
+  }
+  void matchesPyTorch() {
+    QFETCH(QString, model);
+    QFETCH(bool, images);
+    if (images && !QFile::exists("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"))
+      QSKIP("dataset-fashion-mnist is not installed");
+    QTemporaryDir tmp;
+    QString data = "{\"kind\": \"fashion_mnist\"}";
+    if (!images) {
+      const QString text = tmp.path() + "/text.txt";
+      std::ofstream out(text.toStdString());
+      for (int i = 0; i < 200; ++i) out << "Reference text line " << i << ": all work and no play.\n";
+      data = QString("{\"kind\": \"text\", \"files\": [\"%1\"]}").arg(text);
+    }
+    const QString config = writeConfig(tmp.path(), model, data, !images);
+    const QString dump = tmp.path() + "/dump";
+    Result e = run(kEngine, {"dump", config, "--out", dump, "--samples", "3"});
+    QVERIFY2(e.code == 0, qPrintable(e.output));
+    Result r = run(MS_PYTHON, {kScript, dump});
+    QVERIFY2(r.code == 0, qPrintable(r.output));
+    QVERIFY(r.output.contains("tensors match"));
+
+    // The comparison can fail: nudge one weight of the checkpoint and the gradients no longer match.
+    const std::string weights = (dump + "/checkpoint/model.safetensors").toStdString();
+    auto loaded = ms::readSafetensors(weights);
+    QVERIFY(loaded.isOk());
+    std::vector<ms::NamedTensor> tensors;
+    for (auto& [name, t] : loaded->tensors) {
+      if (&t == &loaded->tensors.begin()->second) t.f32[0] += 0.5f;
+      tensors.push_back({name, t.shape, ms::DType::F32, t.f32.data()});
+    }
+    QVERIFY(ms::writeSafetensors(weights, tensors).isOk());
+    Result bad = run(MS_PYTHON, {kScript, dump});
+    QCOMPARE(bad.code, 1);
+    QVERIFY(bad.output.contains("MISMATCH"));
+  }
+};
+
+QTEST_APPLESS_MAIN(TestReference)
+#include "tst_reference.moc"

@@ -1,0 +1,236 @@
+// End-to-end training on one rank through train(): determinism, bit-identical resume, gradient accumulation,
+// both optimizers, the metrics stream and the run folder, and a real Fashion-MNIST run.
+#include <QtTest>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/checkpoint.h"
+#include "runtime/trainer.h"
+
+using namespace ms;
+
+namespace {
+
+// A text with structure a tiny model can learn quickly.
+std::string sampleText() {
+  std::string s;
+  for (int i = 0; i < 400; ++i) s += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + ". ";
+  return s;
+}
+
+RunConfig textConfig(const QString& dir) {
+  const std::string file = (dir + "/text.txt").toStdString();
+  std::ofstream(file) << sampleText();
+  RunConfig c;
+  c.name = "t";
+  c.seed = 3;
+  c.model.type = ModelType::Gpt;
+  c.model.layers = 2;
+  c.model.width = 32;
+  c.model.heads = 2;
+  c.model.context = 16;
+  c.data.kind = DataKind::Text;
+  c.data.files = {file};
+  c.data.valFraction = 0.1;
+  c.optimizer.lr = 3e-3;
+  c.training.steps = 6;
+  c.training.batchSize = 4;
+  c.training.seqLen = 16;
+  c.training.warmupSteps = 2;
+  c.training.evalBatches = 2;
+  c.training.threads = 1;
+  return c;
+}
+
+std::vector<nlohmann::json> readLines(const QString& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path.toStdString());
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// Losses of the step lines, keyed by step.
+std::map<int, double> stepLosses(const QString& metricsFile) {
+  std::map<int, double> losses;
+  for (const auto& j : readLines(metricsFile))
+    if (j["type"] == "step") losses[j["step"].get<int>()] = j["loss"].get<double>();
+  return losses;
+}
+
+Status runTrain(const RunConfig& c, const QString& runDir, const std::string& resume = {}) {
+  TrainOptions o;
+  o.runDir = runDir.toStdString();
+  o.resume = resume;
+  return train(c, o);
+}
+
+}  // namespace
+
+class TestTraining : public QObject {
+  Q_OBJECT
+ private slots:
+  void lossFallsAndStreamIsWellFormed() {
+    QTemporaryDir tmp;
+    RunConfig c = textConfig(tmp.path());
+    c.training.steps = 40;
+    c.training.evalEvery = 20;
+    const QString run = tmp.path() + "/run";
+    QVERIFY2(runTrain(c, run).isOk(), "train failed");
+    const auto lines = readLines(run + "/metrics.jsonl");
+    QVERIFY(lines.size() > 40);
+    QCOMPARE(lines.front()["type"].get<std::string>(), std::string("run_start"));
+    QCOMPARE(lines.back()["type"].get<std::string>(), std::string("run_end"));
+    QCOMPARE(lines.back()["status"].get<std::string>(), std::string("ok"));
+    for (const auto& j : lines) QCOMPARE(j["v"].get<int>(), 1);
+    const auto losses = stepLosses(run + "/metrics.jsonl");
+    QCOMPARE(losses.size(), size_t(40));
+    QVERIFY2(losses.at(40) < losses.at(1) - 1.0,
+             qPrintable(QString("first %1 last %2").arg(losses.at(1)).arg(losses.at(40))));
+    std::vector<double> evals;
+    int spans = 0, memory = 0;
+    for (const auto& j : lines) {
+      if (j["type"] == "eval") evals.push_back(j["loss"].get<double>());
+      if (j["type"] == "spans") {
+        ++spans;
+        // Forward and backward of every layer and the optimizer step.
+        QCOMPARE(j["ranks"][0]["spans"].size(), size_t(2 * 4 + 1));
+      }
+      if (j["type"] == "memory") {
+        ++memory;
+        const auto& peak = j["ranks"][0]["peak"];
+        QVERIFY(peak["parameters"].get<int64_t>() > 0);
+        QCOMPARE(peak["optimizer"].get<int64_t>(), 2 * peak["parameters"].get<int64_t>());
+        QVERIFY(peak["activations"].get<int64_t>() > 0);
+      }
+    }
+    QCOMPARE(spans, 40);
+    QCOMPARE(memory, 40);
+    QCOMPARE(evals.size(), size_t(2));
+    QVERIFY(evals[1] < evals[0]);
+    // The run folder holds the config and the final checkpoint.
+    QVERIFY(QFile::exists(run + "/config.json"));
+    QVERIFY(QFile::exists(run + "/checkpoints/step-00000040/model.safetensors"));
+    QVERIFY(QFile::exists(run + "/checkpoints/step-00000040/optimizer.safetensors"));
+  }
+
+  void deterministic() {
+    QTemporaryDir tmp;
+    const RunConfig c = textConfig(tmp.path());
+    QVERIFY(runTrain(c, tmp.path() + "/a").isOk());
+    QVERIFY(runTrain(c, tmp.path() + "/b").isOk());
+    const auto a = stepLosses(tmp.path() + "/a/metrics.jsonl");
+    const auto b = stepLosses(tmp.path() + "/b/metrics.jsonl");
+    QCOMPARE(a.size(), size_t(6));
+    for (const auto& [step, loss] : a) QCOMPARE(b.at(step), loss);  // bit-identical
+  }
+
+  void resumeIsBitIdentical_data() {
+    QTest::addColumn<int>("optimizer");
+    QTest::newRow("adamw") << int(OptimizerType::AdamW);
+    QTest::newRow("sgd") << int(OptimizerType::Sgd);
+  }
+  void resumeIsBitIdentical() {
+    QFETCH(int, optimizer);
+    QTemporaryDir tmp;
+    RunConfig c = textConfig(tmp.path());
+    c.optimizer.type = static_cast<OptimizerType>(optimizer);
+    if (c.optimizer.type == OptimizerType::Sgd) c.optimizer.lr = 0.1;
+    c.training.checkpointEvery = 3;
+    QVERIFY(runTrain(c, tmp.path() + "/full").isOk());
+    // Resume from the full run's step-3 checkpoint into another folder.
+    const std::string ckpt = checkpointDirName((tmp.path() + "/full").toStdString(), 3);
+    QVERIFY(runTrain(c, tmp.path() + "/resumed", ckpt).isOk());
+    const auto full = stepLosses(tmp.path() + "/full/metrics.jsonl");
+    const auto resumed = stepLosses(tmp.path() + "/resumed/metrics.jsonl");
+    QCOMPARE(resumed.size(), size_t(3));
+    for (int s = 4; s <= 6; ++s) QCOMPARE(resumed.at(s), full.at(s));
+    // Resume without a folder picks the newest checkpoint, which is the last one: nothing left to do.
+    QVERIFY(runTrain(c, tmp.path() + "/full", "latest").isOk());
+  }
+
+  void refusesToMixRuns() {
+    QTemporaryDir tmp;
+    const RunConfig c = textConfig(tmp.path());
+    QVERIFY(runTrain(c, tmp.path() + "/r").isOk());
+    const Status again = runTrain(c, tmp.path() + "/r");
+    QVERIFY(!again.isOk());
+    QVERIFY(QString::fromStdString(again.message()).contains("already holds checkpoints"));
+    // Resuming under another seed is refused: the data order would differ.
+    RunConfig other = c;
+    other.seed = 4;
+    const Status s = runTrain(other, tmp.path() + "/r2", checkpointDirName((tmp.path() + "/r").toStdString(), 6));
+    QVERIFY(!s.isOk());
+    QVERIFY(QString::fromStdString(s.message()).contains("seed"));
+  }
+
+  // Gradient accumulation: 2 microbatches of 2 follow the same trajectory as 1 batch of 4.
+  void microbatchesMatchOneBatch() {
+    QTemporaryDir tmp;
+    RunConfig c = textConfig(tmp.path());
+    QVERIFY(runTrain(c, tmp.path() + "/one").isOk());
+    c.parallel.microbatches = 2;
+    QVERIFY(runTrain(c, tmp.path() + "/two").isOk());
+    const auto a = stepLosses(tmp.path() + "/one/metrics.jsonl");
+    const auto b = stepLosses(tmp.path() + "/two/metrics.jsonl");
+    for (const auto& [step, loss] : a)
+      QVERIFY2(std::abs(b.at(step) - loss) <= 1e-5 * std::abs(loss),
+               qPrintable(QString("step %1: %2 vs %3").arg(step).arg(loss).arg(b.at(step))));
+  }
+
+  void refusesWhatItCannotRun() {
+    RunConfig c;
+    c.parallel.dp = 2;
+    QVERIFY(QString::fromStdString(checkRunnable(c).message()).contains("/parallel"));
+    c.parallel.dp = 1;
+    c.parallel.precision = Precision::Bf16;
+    QVERIFY(QString::fromStdString(checkRunnable(c).message()).contains("/parallel/precision"));
+  }
+
+  void learningRateSchedule() {
+    RunConfig c;
+    c.optimizer.lr = 1.0;
+    c.training.steps = 11;
+    c.training.warmupSteps = 1;
+    c.training.minLrRatio = 0.1;
+    QCOMPARE(learningRate(c, 0), 1.0);
+    QVERIFY(std::abs(learningRate(c, 1) - 1.0) < 1e-12);
+    QVERIFY(std::abs(learningRate(c, 10) - 0.1) < 1e-12);
+    QVERIFY(std::abs(learningRate(c, 6) - 0.55) < 1e-12);  // half way: the mean of peak and floor
+    c.training.lrSchedule = LrSchedule::Linear;
+    QVERIFY(std::abs(learningRate(c, 3) - (1.0 - 0.9 * 0.2)) < 1e-12);
+    QCOMPARE(clipFactor(10.0, 1.0), static_cast<float>(1.0 / (10.0 + 1e-6)));
+    QCOMPARE(clipFactor(0.5, 1.0), 1.0f);
+    QCOMPARE(clipFactor(10.0, 0.0), 1.0f);
+  }
+
+  // A real dataset end to end: an MLP learns Fashion-MNIST well past chance in 150 small steps.
+  void fashionMnistMlp() {
+    if (!QFile::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+      QSKIP("dataset-fashion-mnist is not installed");
+    QTemporaryDir tmp;
+    RunConfig c;
+    c.name = "mlp";
+    c.model.type = ModelType::Mlp;
+    c.model.hidden = {64};
+    c.model.classes = 10;
+    c.data.kind = DataKind::FashionMnist;
+    c.optimizer.type = OptimizerType::Sgd;
+    c.optimizer.lr = 0.05;
+    c.training.steps = 150;
+    c.training.batchSize = 64;
+    c.training.evalBatches = 16;
+    c.training.threads = 1;
+    QVERIFY(runTrain(c, tmp.path() + "/run").isOk());
+    double accuracy = 0;
+    for (const auto& j : readLines(tmp.path() + "/run/metrics.jsonl"))
+      if (j["type"] == "eval") accuracy = j["accuracy"].get<double>();
+    QVERIFY2(accuracy > 0.70, qPrintable(QString::number(accuracy)));
+  }
+};
+
+QTEST_APPLESS_MAIN(TestTraining)
+#include "tst_training.moc"
