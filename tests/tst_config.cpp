@@ -37,7 +37,9 @@ void writeText(const std::string& path, const std::string& text) {
   out << text;
 }
 
-std::string describe(const ms::ConfigErrors& errors) { return ms::formatConfigErrors(errors, "config"); }
+std::string describe(const ms::ConfigErrors& errors) {
+  return ms::formatConfigErrors(errors, "config");
+}
 
 bool hasError(const ms::ConfigErrors& errors, const std::string& path, const std::string& substring) {
   for (const auto& e : errors)
@@ -53,7 +55,9 @@ json gptText() {
     "optimizer":{"type":"adamw","lr":0.001,"betas":[0.9,0.95],"weight_decay":0.1},
     "training":{"steps":500,"batch_size":16,"seq_len":128,"warmup_steps":20,"eval_every":100}})");
   // Not inside the raw string: moc reads a slash followed by a star there as the start of a comment.
-  doc["data"]["files"] = json::array({"/usr/share/games/fortunes/" "*.u8"});
+  doc["data"]["files"] =
+      json::array({"/usr/share/games/fortunes/"
+                   "*.u8"});
   return doc;
 }
 
@@ -125,16 +129,32 @@ std::vector<TypedCase> typedCases() {
       {"version 2", [](auto& c) { c.version = 2; }, "/version", "must be 1, got 2"},
       {"empty name", [](auto& c) { c.name = ""; }, "/name", "must not be empty"},
       {"empty file", [](auto& c) { c.data.files = {""}; }, "/data/files/0", "must not be empty"},
-      {"device tpu", [](auto& c) { c.mesh.nodes[0].device = "tpu"; }, "/mesh/nodes/0/device", "\"tpu\" is not one of"},
+      {"device tpu", [](auto& c) { c.mesh.nodes[0].device = "tpu"; }, "/mesh/nodes/0/device",
+       "\"tpu\" is not one of"},
       {"link bogus", [](auto& c) { c.mesh.intraLink = "bogus"; }, "/mesh/intra_link", "is not one of"},
       {"no nodes", [](auto& c) { c.mesh.nodes.clear(); }, "/mesh/nodes", "needs at least 1 entry"},
-      {"no devices", [](auto& c) { c.mesh.nodes.clear(); }, "/parallel", "= 1 rank, but the mesh has only 0 devices"},
+      {"no devices", [](auto& c) { c.mesh.nodes.clear(); }, "/parallel",
+       "= 1 rank, but the mesh has only 0 devices"},
       {"vocab 300 on text", [](auto& c) { c.model.vocab = 300; }, "/model/vocab", "vocab must be 256"},
-      {"tp 8 vocab", [](auto& c) { c.parallel.tp = 8; c.model.vocab = 300; c.model.heads = 8; c.mesh.nodes[0].count = 8; },
+      {"tp 8 vocab",
+       [](auto& c) {
+         c.parallel.tp = 8;
+         c.model.vocab = 300;
+         c.model.heads = 8;
+         c.mesh.nodes[0].count = 8;
+       },
        "/parallel/tp", "tp (8) must divide model.vocab (300)"},
-      {"zb_h1 chunks", [](auto& c) { c.parallel.schedule = ms::Schedule::ZbH1; c.parallel.virtualChunks = 2; },
+      {"zb_h1 chunks",
+       [](auto& c) {
+         c.parallel.schedule = ms::Schedule::ZbH1;
+         c.parallel.virtualChunks = 2;
+       },
        "/parallel/virtual_chunks", "virtual_chunks must be 1 with schedule \"zb_h1\""},
-      {"interleaved pp 1", [](auto& c) { c.parallel.schedule = ms::Schedule::Interleaved1F1B; c.parallel.virtualChunks = 2; },
+      {"interleaved pp 1",
+       [](auto& c) {
+         c.parallel.schedule = ms::Schedule::Interleaved1F1B;
+         c.parallel.virtualChunks = 2;
+       },
        "/parallel/pp", "needs pp >= 2, got 1"},
   };
 }
@@ -192,7 +212,8 @@ class TestConfig : public QObject {
     QTest::addColumn<QByteArray>("document");
     QTest::addColumn<QString>("file");
     QTest::newRow("gpt text") << QByteArray::fromStdString(gptText().dump()) << QString();
-    QTest::newRow("gpt tokens everything") << QByteArray::fromStdString(gptTokensEverything().dump()) << QString();
+    QTest::newRow("gpt tokens everything")
+        << QByteArray::fromStdString(gptTokensEverything().dump()) << QString();
     QTest::newRow("vit") << QByteArray::fromStdString(vitMnist().dump()) << QString();
     QTest::newRow("mlp") << QByteArray::fromStdString(mlpMnist().dump()) << QString();
     const QDir examples(MS_SOURCE_DIR "/resources/examples");
@@ -212,7 +233,8 @@ class TestConfig : public QObject {
   }
 
   void defaults() {
-    const auto c = ms::parseRunConfig(json::parse(R"({"model":{"type":"gpt"},"data":{"kind":"text","files":"a"}})"));
+    const auto c =
+        ms::parseRunConfig(json::parse(R"({"model":{"type":"gpt"},"data":{"kind":"text","files":"a"}})"));
     QVERIFY2(c.isOk(), c.message().c_str());
     QCOMPARE(c->version, 1);
     QCOMPARE(c->name, std::string("run"));
@@ -293,9 +315,12 @@ class TestConfig : public QObject {
       const json::json_pointer p(item.key());
       QVERIFY2(written.contains(p), item.key().c_str());
       const json& w = written.at(p);
-      if (item.value().is_number()) QCOMPARE(w.get<double>(), item.value().get<double>());
-      else if (item.value().is_string() && w.is_array()) QCOMPARE(w, json::array({item.value()}));
-      else QCOMPARE(w, item.value());
+      if (item.value().is_number())
+        QCOMPARE(w.get<double>(), item.value().get<double>());
+      else if (item.value().is_string() && w.is_array())
+        QCOMPARE(w, json::array({item.value()}));
+      else
+        QCOMPARE(w, item.value());
     }
   }
 
@@ -333,8 +358,8 @@ class TestConfig : public QObject {
     QCOMPARE(text.back(), '\n');
     // The documented order, not nlohmann's alphabetical one.
     size_t last = 0;
-    for (const char* key : {"\"device\"", "\"model\"", "\"data\"", "\"mesh\"", "\"parallel\"", "\"optimizer\"",
-                            "\"training\""}) {
+    for (const char* key : {"\"device\"", "\"model\"", "\"data\"", "\"mesh\"", "\"parallel\"",
+                            "\"optimizer\"", "\"training\""}) {
       const size_t at = text.find(key);
       QVERIFY2(at != std::string::npos && at > last, key);
       last = at;
@@ -394,21 +419,27 @@ class TestConfig : public QObject {
     QTest::addColumn<QString>("expected");
     QTest::newRow("typo") << QByteArray(R"({"optimizer":{"lerning_rate":0.1}})") << "/optimizer/lerning_rate"
                           << "unknown key \"lerning_rate\"; did you mean \"lr\"?";
-    QTest::newRow("missing underscore") << QByteArray(R"({"training":{"batchsize":8}})") << "/training/batchsize"
-                                        << "did you mean \"batch_size\"?";
+    QTest::newRow("missing underscore")
+        << QByteArray(R"({"training":{"batchsize":8}})") << "/training/batchsize"
+        << "did you mean \"batch_size\"?";
     QTest::newRow("transposition") << QByteArray(R"({"model":{"laeyrs":2}})") << "/model/laeyrs"
                                    << "did you mean \"layers\"?";
     QTest::newRow("nanoGPT name") << QByteArray(R"({"model":{"n_head":2}})") << "/model/n_head"
                                   << "did you mean \"heads\"?";
     QTest::newRow("camelCase") << QByteArray(R"({"training":{"warmupSteps":2}})") << "/training/warmupSteps"
                                << "did you mean \"warmup_steps\"?";
-    QTest::newRow("section") << QByteArray(R"({"trainng":{}})") << "/trainng" << "did you mean \"training\"?";
+    QTest::newRow("section") << QByteArray(R"({"trainng":{}})") << "/trainng"
+                             << "did you mean \"training\"?";
     QTest::newRow("other section") << QByteArray(R"({"training":{"weight_decay":0.1}})")
-                                   << "/training/weight_decay" << "did you mean \"/optimizer/weight_decay\"?";
+                                   << "/training/weight_decay"
+                                   << "did you mean \"/optimizer/weight_decay\"?";
     QTest::newRow("enum") << QByteArray(R"({"training":{"lr_schedule":"cosin"}})") << "/training/lr_schedule"
                           << "did you mean \"cosine\"?";
-    QTest::newRow("layer") << QByteArray(R"({"parallel":{"placement":[{"stage":0,"layers":["embedding","block.0",
-        "block.1","block.2","block3","head"]}]}})") << "/parallel/placement/0/layers/4" << "did you mean \"block.3\"?";
+    QTest::newRow("layer") << QByteArray(
+                                  R"({"parallel":{"placement":[{"stage":0,"layers":["embedding","block.0",
+        "block.1","block.2","block3","head"]}]}})")
+                           << "/parallel/placement/0/layers/4"
+                           << "did you mean \"block.3\"?";
   }
 
   void didYouMean() {
@@ -455,13 +486,17 @@ class TestConfig : public QObject {
     QTest::addColumn<QByteArray>("patch");
     QTest::addColumn<QString>("path");
     QTest::newRow("heads") << QByteArray(R"({"model":{"heads":"four","width":100}})") << "/model/heads";
-    QTest::newRow("hidden item") << QByteArray(R"({"model":{"type":"mlp","layers":null,"width":null,"heads":null,
+    QTest::newRow("hidden item") << QByteArray(
+                                        R"({"model":{"type":"mlp","layers":null,"width":null,"heads":null,
         "vocab":null,"context":null,"hidden":[128,"x"]},"data":{"kind":"fashion_mnist","files":null,
-        "val_fraction":null},"parallel":{"tp":3},"mesh":{"nodes":[{"name":"a","count":3}]}})") << "/model/hidden/1";
+        "val_fraction":null},"parallel":{"tp":3},"mesh":{"nodes":[{"name":"a","count":3}]}})")
+                                 << "/model/hidden/1";
     QTest::newRow("model type") << QByteArray(R"({"model":{"type":"bert"}})") << "/model/type";
-    QTest::newRow("node count") << QByteArray(R"({"parallel":{"dp":2},"mesh":{"nodes":[{"name":"a","count":"2"}]}})")
+    QTest::newRow("node count") << QByteArray(
+                                       R"({"parallel":{"dp":2},"mesh":{"nodes":[{"name":"a","count":"2"}]}})")
                                 << "/mesh/nodes/0/count";
-    QTest::newRow("placement item") << QByteArray(R"({"parallel":{"placement":[7]}})") << "/parallel/placement/0";
+    QTest::newRow("placement item") << QByteArray(R"({"parallel":{"placement":[7]}})")
+                                    << "/parallel/placement/0";
   }
 
   void badValuesDoNotCascade() {
@@ -479,7 +514,7 @@ class TestConfig : public QObject {
     doc["data"]["files"] = "one.txt";  // a string is a list of one
     doc["training"]["steps"] = 40.0;   // an integral number is an integer
     doc["seed"] = 1e3;
-    doc["parallel"] = {{"zero", 3}};   // ZeRO without data parallelism is a no-op, not an error
+    doc["parallel"] = {{"zero", 3}};  // ZeRO without data parallelism is a no-op, not an error
     const auto c = ms::parseRunConfig(doc);
     QVERIFY2(c.isOk(), c.message().c_str());
     QCOMPARE(c->data.files, std::vector<std::string>{"one.txt"});
@@ -507,7 +542,7 @@ class TestConfig : public QObject {
     ms::RunConfig c = typedGpt();
     c.model.patch = 0;  // a vit field
     c.model.hidden = {0};
-    c.data.dir = "";    // a fashion_mnist field
+    c.data.dir = "";  // a fashion_mnist field
     QVERIFY2(ms::validateRunConfig(c).empty(), describe(ms::validateRunConfig(c)).c_str());
   }
 
@@ -526,7 +561,8 @@ class TestConfig : public QObject {
   }
 
   void formatsErrors() {
-    const ms::ConfigErrors errors = {{"/parallel/tp", "tp (3) must divide model.heads (4)"}, {"", "whole file"}};
+    const ms::ConfigErrors errors = {{"/parallel/tp", "tp (3) must divide model.heads (4)"},
+                                     {"", "whole file"}};
     QCOMPARE(ms::formatConfigErrors(errors, "a.json"),
              std::string("a.json: /parallel/tp: tp (3) must divide model.heads (4)\na.json: whole file"));
     QCOMPARE(ms::formatConfigErrors({}, "a.json"), std::string());
@@ -536,7 +572,8 @@ class TestConfig : public QObject {
     const std::string path = MS_SOURCE_DIR "/resources/run-config.schema.json";
     const std::string generated = ms::runConfigSchema().dump(2) + "\n";
     if (qEnvironmentVariableIsSet("MS_UPDATE_GOLDEN")) writeText(path, generated);
-    QVERIFY2(readText(path) == generated, "resources/run-config.schema.json is stale; run with MS_UPDATE_GOLDEN=1");
+    QVERIFY2(readText(path) == generated,
+             "resources/run-config.schema.json is stale; run with MS_UPDATE_GOLDEN=1");
   }
 
   void schemaIsStrict() {
@@ -565,14 +602,16 @@ class TestConfig : public QObject {
     QCOMPARE(p["zero"]["maximum"], json(3));
     QCOMPARE(p["schedule"]["default"], json("1f1b"));
     QCOMPARE(s["properties"]["optimizer"]["properties"]["lr"]["exclusiveMinimum"].get<double>(), 0.0);
-    QCOMPARE(s["properties"]["optimizer"]["properties"]["betas"]["items"]["exclusiveMaximum"].get<double>(), 1.0);
+    QCOMPARE(s["properties"]["optimizer"]["properties"]["betas"]["items"]["exclusiveMaximum"].get<double>(),
+             1.0);
     const json& device = s["properties"]["mesh"]["properties"]["nodes"]["items"]["properties"]["device"];
     QVERIFY(device["enum"].size() == 7 && device["enum"][1] == "h100-sxm-80gb");
     // The gpt branch forbids the vit and mlp keys.
     bool gptRule = false;
     for (const auto& rule : model["allOf"])
       if (rule["if"]["properties"]["type"]["const"] == "gpt")
-        gptRule = rule["then"]["properties"]["patch"] == json(false) && !rule["then"]["properties"].contains("vocab");
+        gptRule = rule["then"]["properties"]["patch"] == json(false) &&
+                  !rule["then"]["properties"].contains("vocab");
     QVERIFY(gptRule);
   }
 

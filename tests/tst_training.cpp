@@ -193,12 +193,12 @@ class TestTraining : public QObject {
   void learningRateSchedule() {
     RunConfig c;
     c.optimizer.lr = 1.0;
-    c.training.steps = 11;
+    c.training.steps = 12;  // step 0 warms up, steps 1..11 decay from the peak to the floor
     c.training.warmupSteps = 1;
     c.training.minLrRatio = 0.1;
     QCOMPARE(learningRate(c, 0), 1.0);
     QVERIFY(std::abs(learningRate(c, 1) - 1.0) < 1e-12);
-    QVERIFY(std::abs(learningRate(c, 10) - 0.1) < 1e-12);
+    QVERIFY(std::abs(learningRate(c, 11) - 0.1) < 1e-12);
     QVERIFY(std::abs(learningRate(c, 6) - 0.55) < 1e-12);  // half way: the mean of peak and floor
     c.training.lrSchedule = LrSchedule::Linear;
     QVERIFY(std::abs(learningRate(c, 3) - (1.0 - 0.9 * 0.2)) < 1e-12);

@@ -27,15 +27,19 @@ void add(Findings& out, std::string path, std::string message, std::vector<std::
   out.push_back(ConfigFinding{ConfigError{std::move(path), std::move(message)}, std::move(involves)});
 }
 
-std::string inQuotes(const std::string& s) { return "\"" + s + "\""; }
+std::string inQuotes(const std::string& s) {
+  return "\"" + s + "\"";
+}
 
 std::string numberText(const nlohmann::ordered_json& v) {
-  if (v.is_number_float() && !std::isfinite(v.get<double>())) return std::isnan(v.get<double>()) ? "nan" : "inf";
+  if (v.is_number_float() && !std::isfinite(v.get<double>()))
+    return std::isnan(v.get<double>()) ? "nan" : "inf";
   return v.dump();
 }
 
 std::string rangeMessage(const Field& f, const nlohmann::ordered_json& value) {
-  const bool integral = f.kind == FieldKind::Integer || f.kind == FieldKind::Unsigned || f.kind == FieldKind::IntList;
+  const bool integral =
+      f.kind == FieldKind::Integer || f.kind == FieldKind::Unsigned || f.kind == FieldKind::IntList;
   const std::string d = f.range.describe(integral);
   const bool interval = d.front() == '[' || d.front() == '(' || d.find("..") != std::string::npos;
   return std::string("must be ") + (interval ? "in " : "") + d + ", got " + numberText(value);
@@ -59,7 +63,8 @@ void checkString(const Field& f, const std::string& path, const std::string& s, 
 
 void checkList(const Field& f, const std::string& path, const nlohmann::ordered_json& list, Findings& out) {
   if (list.size() < f.minItems)
-    add(out, path, "needs at least " + std::to_string(f.minItems) + (f.minItems == 1 ? " entry" : " entries"));
+    add(out, path,
+        "needs at least " + std::to_string(f.minItems) + (f.minItems == 1 ? " entry" : " entries"));
   for (size_t j = 0; j < list.size(); ++j) {
     const std::string itemPath = path + "/" + std::to_string(j);
     if (list[j].is_string()) {
@@ -83,7 +88,8 @@ void checkFields(const std::vector<Field>& fields, const std::string& parent, co
       case FieldKind::ObjectList: {
         const size_t n = f->count(c);
         if (n < f->minItems)
-          add(out, path, "needs at least " + std::to_string(f->minItems) + (f->minItems == 1 ? " entry" : " entries"));
+          add(out, path,
+              "needs at least " + std::to_string(f->minItems) + (f->minItems == 1 ? " entry" : " entries"));
         for (size_t i = 0; i < n; ++i) checkFields(fields, f->itemParent(), c, i, out);
         break;
       }
@@ -110,7 +116,9 @@ void checkFields(const std::vector<Field>& fields, const std::string& parent, co
   }
 }
 
-bool divides(int64_t d, int64_t n) { return d > 0 && n % d == 0; }
+bool divides(int64_t d, int64_t n) {
+  return d > 0 && n % d == 0;
+}
 
 // Divisibility of the model's dimensions by heads and tp, and the model/data pairing.
 void checkModel(const RunConfig& c, Findings& out) {
@@ -135,7 +143,8 @@ void checkModel(const RunConfig& c, Findings& out) {
     for (size_t j = 0; j < m.hidden.size(); ++j)
       if (tp >= 1 && m.hidden[j] >= 1 && !divides(tp, m.hidden[j]))
         add(out, "/parallel/tp",
-            tpText + " must divide model.hidden[" + std::to_string(j) + "] (" + std::to_string(m.hidden[j]) + ")",
+            tpText + " must divide model.hidden[" + std::to_string(j) + "] (" + std::to_string(m.hidden[j]) +
+                ")",
             {"/model/type", "/model/hidden"});
   }
   if (m.type == ModelType::Gpt) {
@@ -150,26 +159,33 @@ void checkModel(const RunConfig& c, Findings& out) {
   }
   if (m.type == ModelType::Vit && m.patch >= 1 && m.imageSize >= 1 && !divides(m.patch, m.imageSize))
     add(out, "/model/patch",
-        "patch (" + std::to_string(m.patch) + ") must divide image_size (" + std::to_string(m.imageSize) + ")",
+        "patch (" + std::to_string(m.patch) + ") must divide image_size (" + std::to_string(m.imageSize) +
+            ")",
         {"/model/type", "/model/image_size"});
 
   const DataKind kind = c.data.kind;
   const std::vector<std::string> pair = {"/model/type", "/data/kind"};
   if (m.type == ModelType::Gpt && kind == DataKind::FashionMnist) {
-    add(out, "/data/kind", "model type \"gpt\" needs data kind \"text\" or \"tokens\", got \"fashion_mnist\"", pair);
+    add(out, "/data/kind", "model type \"gpt\" needs data kind \"text\" or \"tokens\", got \"fashion_mnist\"",
+        pair);
   } else if (m.type != ModelType::Gpt && kind != DataKind::FashionMnist) {
     add(out, "/data/kind",
-        "model type " + inQuotes(modelName) + " needs data kind \"fashion_mnist\", got " + inQuotes(toString(kind)), pair);
+        "model type " + inQuotes(modelName) + " needs data kind \"fashion_mnist\", got " +
+            inQuotes(toString(kind)),
+        pair);
   }
   if (m.type == ModelType::Gpt && kind == DataKind::Text && m.vocab != 256 && m.vocab >= 2)
-    add(out, "/model/vocab", "text data is read as bytes, so vocab must be 256, got " + std::to_string(m.vocab), pair);
+    add(out, "/model/vocab",
+        "text data is read as bytes, so vocab must be 256, got " + std::to_string(m.vocab), pair);
   if (m.type != ModelType::Gpt && kind == DataKind::FashionMnist) {
     if (m.type == ModelType::Vit && m.imageSize != 28 && m.imageSize >= 1)
       add(out, "/model/image_size",
-          "fashion_mnist images are 28x28, so image_size must be 28, got " + std::to_string(m.imageSize), pair);
+          "fashion_mnist images are 28x28, so image_size must be 28, got " + std::to_string(m.imageSize),
+          pair);
     if (m.classes < 10 && m.classes >= 2)
       add(out, "/model/classes",
-          "fashion_mnist has 10 classes, so classes must be at least 10, got " + std::to_string(m.classes), pair);
+          "fashion_mnist has 10 classes, so classes must be at least 10, got " + std::to_string(m.classes),
+          pair);
   }
 }
 
@@ -196,24 +212,24 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
     const auto [it, inserted] = firstNode.emplace(n.name, i);
     if (!inserted)
       add(out, "/mesh/nodes/" + std::to_string(i) + "/name",
-          "duplicate node name " + inQuotes(n.name) + " (also at /mesh/nodes/" + std::to_string(it->second) + ")",
+          "duplicate node name " + inQuotes(n.name) + " (also at /mesh/nodes/" + std::to_string(it->second) +
+              ")",
           {"/mesh/nodes/" + std::to_string(it->second) + "/name"});
   }
   if (countsValid && p.dp >= 1 && p.tp >= 1 && p.pp >= 1) {
     const int64_t ranks = int64_t(p.dp) * p.tp * p.pp;
     if (ranks > devices)
       add(out, "/parallel",
-          "dp * tp * pp = " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + ", but the mesh has only " +
-              std::to_string(devices) +
-              (devices == 1 ? " device" : " devices"),
+          "dp * tp * pp = " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") +
+              ", but the mesh has only " + std::to_string(devices) + (devices == 1 ? " device" : " devices"),
           {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/mesh/nodes"});
   }
   if (p.dp >= 1 && p.microbatches >= 1 && c.training.batchSize >= 1) {
     const int64_t split = int64_t(p.dp) * p.microbatches;
     if (c.training.batchSize % split != 0)
       add(out, "/training/batch_size",
-          "batch_size (" + std::to_string(c.training.batchSize) + ") must be divisible by dp * microbatches = " +
-              std::to_string(split),
+          "batch_size (" + std::to_string(c.training.batchSize) +
+              ") must be divisible by dp * microbatches = " + std::to_string(split),
           {"/parallel/dp", "/parallel/microbatches"});
   }
   const std::string schedule = inQuotes(toString(p.schedule));
@@ -221,13 +237,17 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
   if (p.schedule == Schedule::Interleaved1F1B) {
     if (p.virtualChunks < 2 && p.virtualChunks >= 1)
       add(out, "/parallel/virtual_chunks",
-          "schedule " + schedule + " needs virtual_chunks >= 2, got " + std::to_string(p.virtualChunks), bySchedule);
+          "schedule " + schedule + " needs virtual_chunks >= 2, got " + std::to_string(p.virtualChunks),
+          bySchedule);
     if (p.pp < 2 && p.pp >= 1)
-      add(out, "/parallel/pp", "schedule " + schedule + " needs pp >= 2, got " + std::to_string(p.pp), bySchedule);
+      add(out, "/parallel/pp", "schedule " + schedule + " needs pp >= 2, got " + std::to_string(p.pp),
+          bySchedule);
   } else if (p.virtualChunks > 1) {
     add(out, "/parallel/virtual_chunks",
-        "virtual_chunks must be 1 with schedule " + schedule + " (only interleaved_1f1b runs several chunks per "
-        "stage), got " + std::to_string(p.virtualChunks),
+        "virtual_chunks must be 1 with schedule " + schedule +
+            " (only interleaved_1f1b runs several chunks per "
+            "stage), got " +
+            std::to_string(p.virtualChunks),
         bySchedule);
   }
 }
@@ -239,8 +259,8 @@ void checkPlacement(const RunConfig& c, Findings& out) {
   if (p.pp < 1 || p.virtualChunks < 1) return;
   if (m.type != ModelType::Mlp && m.layers < 1) return;
   const std::vector<std::string> names = modelLayerNames(m);
-  const std::vector<std::string> modelFields = {"/model/type", "/model/layers", "/model/hidden", "/parallel/pp",
-                                                "/parallel/virtual_chunks"};
+  const std::vector<std::string> modelFields = {"/model/type", "/model/layers", "/model/hidden",
+                                                "/parallel/pp", "/parallel/virtual_chunks"};
   const int64_t chunks = int64_t(p.pp) * p.virtualChunks;
   if (p.placement.empty()) {
     if (chunks > int64_t(names.size()))
@@ -293,7 +313,8 @@ void checkPlacement(const RunConfig& c, Findings& out) {
   }
   std::string missing;
   for (const auto& name : names)
-    if (!placedAt.count(name) && std::find(suggested.begin(), suggested.end(), name) == suggested.end()) missing += (missing.empty() ? "" : ", ") + name;
+    if (!placedAt.count(name) && std::find(suggested.begin(), suggested.end(), name) == suggested.end())
+      missing += (missing.empty() ? "" : ", ") + name;
   if (!missing.empty()) add(out, "/parallel/placement", "layers not placed: " + missing, modelFields);
   for (int s = 0; s < p.pp; ++s) {
     const int n = chunksOfStage[static_cast<size_t>(s)];

@@ -24,14 +24,19 @@ std::string maskNames(unsigned mask, const EnumName<E> (&names)[N], unsigned (*b
   return out;
 }
 
-unsigned modelMask(ModelType t) { return modelBit(t); }
-unsigned dataMask(DataKind k) { return dataBit(k); }
+unsigned modelMask(ModelType t) {
+  return modelBit(t);
+}
+unsigned dataMask(DataKind k) {
+  return dataBit(k);
+}
 
 // The description with the model types or data kinds it is limited to.
 std::string fullDescription(const Field& f) {
   std::string d = f.description;
   if (f.models != kAllModels) d += " Model types: " + maskNames(f.models, kModelTypeNames, modelMask) + ".";
-  if (f.dataKinds != kAllDataKinds) d += " Data kinds: " + maskNames(f.dataKinds, kDataKindNames, dataMask) + ".";
+  if (f.dataKinds != kAllDataKinds)
+    d += " Data kinds: " + maskNames(f.dataKinds, kDataKindNames, dataMask) + ".";
   return d;
 }
 
@@ -39,11 +44,15 @@ bool integral(FieldKind k) {
   return k == FieldKind::Integer || k == FieldKind::Unsigned || k == FieldKind::IntList;
 }
 
-json rangeBound(double v, FieldKind kind) { return integral(kind) ? json(static_cast<long long>(v)) : json(v); }
+json rangeBound(double v, FieldKind kind) {
+  return integral(kind) ? json(static_cast<long long>(v)) : json(v);
+}
 
 void addRange(json& s, const Field& f) {
-  if (f.range.min) s[f.range.minExclusive ? "exclusiveMinimum" : "minimum"] = rangeBound(*f.range.min, f.kind);
-  if (f.range.max) s[f.range.maxExclusive ? "exclusiveMaximum" : "maximum"] = rangeBound(*f.range.max, f.kind);
+  if (f.range.min)
+    s[f.range.minExclusive ? "exclusiveMinimum" : "minimum"] = rangeBound(*f.range.min, f.kind);
+  if (f.range.max)
+    s[f.range.maxExclusive ? "exclusiveMaximum" : "maximum"] = rangeBound(*f.range.max, f.kind);
 }
 
 json stringSchema(const Field& f) {
@@ -59,7 +68,9 @@ json objectSchema(const std::vector<Field>& fields, const std::string& parent);
 json fieldSchema(const std::vector<Field>& fields, const Field& f) {
   json s;
   switch (f.kind) {
-    case FieldKind::Object: s = objectSchema(fields, f.path()); break;
+    case FieldKind::Object:
+      s = objectSchema(fields, f.path());
+      break;
     case FieldKind::ObjectList:
       s = {{"type", "array"}, {"items", objectSchema(fields, f.itemParent())}};
       if (f.minItems) s["minItems"] = f.minItems;
@@ -73,9 +84,13 @@ json fieldSchema(const std::vector<Field>& fields, const Field& f) {
       s = {{"type", "number"}};
       addRange(s, f);
       break;
-    case FieldKind::Boolean: s = {{"type", "boolean"}}; break;
+    case FieldKind::Boolean:
+      s = {{"type", "boolean"}};
+      break;
     case FieldKind::String:
-    case FieldKind::Enum: s = stringSchema(f); break;
+    case FieldKind::Enum:
+      s = stringSchema(f);
+      break;
     case FieldKind::StringList:
     case FieldKind::StringArray: {
       json array = {{"type", "array"}, {"items", stringSchema(f)}};
@@ -107,8 +122,9 @@ void addApplicability(json& s, const std::vector<const Field*>& children, const 
     for (const Field* f : children)
       if (!((*f).*mask & bit(n.value))) forbidden[f->key] = false;
     if (forbidden.empty()) continue;
-    s["allOf"].push_back({{"if", {{"properties", {{discriminator, {{"const", n.name}}}}}, {"required", {discriminator}}}},
-                          {"then", {{"properties", forbidden}}}});
+    s["allOf"].push_back(
+        {{"if", {{"properties", {{discriminator, {{"const", n.name}}}}}, {"required", {discriminator}}}},
+         {"then", {{"properties", forbidden}}}});
   }
 }
 
@@ -128,18 +144,30 @@ json objectSchema(const std::vector<Field>& fields, const std::string& parent) {
 
 std::string typeText(FieldKind kind) {
   switch (kind) {
-    case FieldKind::Object: return "object";
-    case FieldKind::ObjectList: return "array of objects";
-    case FieldKind::Integer: return "integer";
-    case FieldKind::Unsigned: return "integer (64-bit)";
-    case FieldKind::Number: return "number";
-    case FieldKind::Boolean: return "boolean";
-    case FieldKind::String: return "string";
-    case FieldKind::Enum: return "string (enum)";
-    case FieldKind::StringList: return "string or array of strings";
-    case FieldKind::StringArray: return "array of strings";
-    case FieldKind::IntList: return "array of integers";
-    case FieldKind::NumberPair: return "array of 2 numbers";
+    case FieldKind::Object:
+      return "object";
+    case FieldKind::ObjectList:
+      return "array of objects";
+    case FieldKind::Integer:
+      return "integer";
+    case FieldKind::Unsigned:
+      return "integer (64-bit)";
+    case FieldKind::Number:
+      return "number";
+    case FieldKind::Boolean:
+      return "boolean";
+    case FieldKind::String:
+      return "string";
+    case FieldKind::Enum:
+      return "string (enum)";
+    case FieldKind::StringList:
+      return "string or array of strings";
+    case FieldKind::StringArray:
+      return "array of strings";
+    case FieldKind::IntList:
+      return "array of integers";
+    case FieldKind::NumberPair:
+      return "array of 2 numbers";
   }
   return "";
 }
@@ -156,15 +184,20 @@ std::string allowedText(const Field& f) {
   if (!out.empty()) return out;
   const std::string range = f.range.describe(integral(f.kind));
   switch (f.kind) {
-    case FieldKind::IntList: return range.empty() ? "" : "each " + range;
-    case FieldKind::NumberPair: return "each in " + range;
+    case FieldKind::IntList:
+      return range.empty() ? "" : "each " + range;
+    case FieldKind::NumberPair:
+      return "each in " + range;
     case FieldKind::StringList:
-    case FieldKind::StringArray: return f.minItems ? "at least 1, non-empty strings" : "non-empty strings";
-    case FieldKind::ObjectList: return f.minItems ? "at least " + std::to_string(f.minItems) : "";
+    case FieldKind::StringArray:
+      return f.minItems ? "at least 1, non-empty strings" : "non-empty strings";
+    case FieldKind::ObjectList:
+      return f.minItems ? "at least " + std::to_string(f.minItems) : "";
     case FieldKind::String:
       if (f.nameChars) return "`[A-Za-z0-9._-]+`";
       return f.nonEmpty ? "non-empty" : "";
-    default: return range;
+    default:
+      return range;
   }
 }
 
@@ -214,7 +247,8 @@ nlohmann::json runConfigSchema() {
   s["description"] =
       "One document describes a training run: model, data, mesh, parallel layout, optimizer and training. "
       "Generated from the field table in engine/plan/config_schema.cpp; the engine also checks rules across "
-      "fields (tp divides heads, the placement covers every layer once, ...) that this schema does not state.";
+      "fields (tp divides heads, the placement covers every layer once, ...) that this schema does not "
+      "state.";
   return s;
 }
 

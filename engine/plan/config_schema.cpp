@@ -17,7 +17,10 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 // The member a row reads and writes; `i` is the item index inside a list of objects.
-#define MS_REF(member) [](auto& c, [[maybe_unused]] size_t i) -> auto& { return c.member; }
+#define MS_REF(member)                              \
+  [](auto& c, [[maybe_unused]] size_t i) -> auto& { \
+    return c.member;                                \
+  }
 
 Field baseField(std::string parent, std::string key, FieldKind kind, std::string description) {
   Field f;
@@ -28,11 +31,21 @@ Field baseField(std::string parent, std::string key, FieldKind kind, std::string
   return f;
 }
 
-NumberRange atLeast(double v) { return NumberRange{v, false, std::nullopt, false}; }
-NumberRange above(double v) { return NumberRange{v, true, std::nullopt, false}; }
-NumberRange closed(double a, double b) { return NumberRange{a, false, b, false}; }
-NumberRange halfOpen(double a, double b) { return NumberRange{a, false, b, true}; }
-NumberRange open(double a, double b) { return NumberRange{a, true, b, true}; }
+NumberRange atLeast(double v) {
+  return NumberRange{v, false, std::nullopt, false};
+}
+NumberRange above(double v) {
+  return NumberRange{v, true, std::nullopt, false};
+}
+NumberRange closed(double a, double b) {
+  return NumberRange{a, false, b, false};
+}
+NumberRange halfOpen(double a, double b) {
+  return NumberRange{a, false, b, true};
+}
+NumberRange open(double a, double b) {
+  return NumberRange{a, true, b, true};
+}
 
 Field section(std::string parent, std::string key, std::string description) {
   return baseField(std::move(parent), std::move(key), FieldKind::Object, std::move(description));
@@ -43,7 +56,9 @@ Field intField(std::string parent, std::string key, Ref ref, NumberRange range, 
   Field f = baseField(std::move(parent), std::move(key), FieldKind::Integer, std::move(description));
   f.range = range;
   f.get = [ref](const RunConfig& c, size_t i) { return ojson(ref(c, i)); };
-  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) { ref(c, i) = static_cast<int>(v.get<int64_t>()); };
+  f.set = [ref](RunConfig& c, size_t i, const nlohmann::json& v) {
+    ref(c, i) = static_cast<int>(v.get<int64_t>());
+  };
   return f;
 }
 
@@ -163,7 +178,7 @@ void addTopLevel(std::vector<Field>& t) {
                   .aka({"schema_version", "config_version"}));
   Field name = stringField("", "name", MS_REF(name), "Run name; the default run folder is runs/<name>.");
   name.nonEmpty = name.nameChars = true;
-  t.push_back(name.aka({"run_name", "experiment", "id"}));
+  t.push_back(name.aka({"run_name", "experiment"}));
   t.push_back(unsignedField("", "seed", MS_REF(seed), "Seed of the weight initialisation and the data order.")
                   .aka({"random_seed", "rng_seed"}));
   t.push_back(enumField("", "device", kDeviceChoiceNames, MS_REF(device),
@@ -187,13 +202,14 @@ void addModel(std::vector<Field>& t) {
   t.push_back(intField(m, "heads", MS_REF(model.heads), atLeast(1), "Attention heads (H); must divide width.")
                   .forModels(kGpt | kVit)
                   .aka({"n_head", "n_heads", "num_heads", "num_attention_heads"}));
-  t.push_back(intField(m, "mlp_ratio", MS_REF(model.mlpRatio), atLeast(1),
-                       "MLP hidden width as a multiple of width.")
-                  .forModels(kGpt | kVit)
-                  .aka({"mlp_mult", "ffn_ratio", "expansion"}));
-  t.push_back(numberField(m, "layer_norm_eps", MS_REF(model.layerNormEps), above(0), "Epsilon of every LayerNorm.")
-                  .forModels(kGpt | kVit)
-                  .aka({"ln_eps", "norm_eps", "layer_norm_epsilon"}));
+  t.push_back(
+      intField(m, "mlp_ratio", MS_REF(model.mlpRatio), atLeast(1), "MLP hidden width as a multiple of width.")
+          .forModels(kGpt | kVit)
+          .aka({"mlp_mult", "ffn_ratio", "expansion"}));
+  t.push_back(
+      numberField(m, "layer_norm_eps", MS_REF(model.layerNormEps), above(0), "Epsilon of every LayerNorm.")
+          .forModels(kGpt | kVit)
+          .aka({"ln_eps", "norm_eps", "layer_norm_epsilon"}));
   t.push_back(intField(m, "vocab", MS_REF(model.vocab), atLeast(2), "Vocabulary size (V); 256 for text data.")
                   .forModels(kGpt)
                   .aka({"vocab_size", "n_vocab"}));
@@ -209,7 +225,8 @@ void addModel(std::vector<Field>& t) {
                        "Side of the square single-channel input images (S).")
                   .forModels(kVit)
                   .aka({"img_size", "resolution"}));
-  t.push_back(intField(m, "patch", MS_REF(model.patch), atLeast(1), "Side of a square patch (P); must divide image_size.")
+  t.push_back(intField(m, "patch", MS_REF(model.patch), atLeast(1),
+                       "Side of a square patch (P); must divide image_size.")
                   .forModels(kVit)
                   .aka({"patch_size", "patches"}));
   t.push_back(enumField(m, "pool", kPoolingNames, MS_REF(model.pool),
@@ -219,7 +236,8 @@ void addModel(std::vector<Field>& t) {
   t.push_back(intField(m, "classes", MS_REF(model.classes), atLeast(2), "Output classes.")
                   .forModels(kVit | kMlp)
                   .aka({"num_classes", "n_classes", "num_labels"}));
-  t.push_back(intListField(m, "hidden", MS_REF(model.hidden), atLeast(1), "Widths of the hidden layers, one block each.")
+  t.push_back(intListField(m, "hidden", MS_REF(model.hidden), atLeast(1),
+                           "Widths of the hidden layers, one block each.")
                   .forModels(kMlp)
                   .aka({"hidden_sizes", "hidden_dims", "hidden_layers"}));
   t.push_back(enumField(m, "activation", kActivationNames, MS_REF(model.activation),
@@ -234,15 +252,17 @@ void addModel(std::vector<Field>& t) {
 void addData(std::vector<Field>& t) {
   const std::string d = "/data";
   t.push_back(section("", "data", "Where the samples come from.").isRequired().aka({"dataset"}));
-  t.push_back(enumField(d, "kind", kDataKindNames, MS_REF(data.kind),
-                        "text: raw bytes; tokens: llm.c .bin token shards; fashion_mnist: the IDX image files.")
-                  .isRequired()
-                  .aka({"type", "format", "dataset"}));
-  t.push_back(stringListField(d, "files", FieldKind::StringList, MS_REF(data.files),
-                              "Text files read as bytes, concatenated in order; globs allowed, relative paths "
-                              "resolve against the config's folder.")
-                  .forData(kText)
-                  .aka({"file", "paths", "path", "input"}));
+  t.push_back(
+      enumField(d, "kind", kDataKindNames, MS_REF(data.kind),
+                "text: raw bytes; tokens: llm.c .bin token shards; fashion_mnist: the IDX image files.")
+          .isRequired()
+          .aka({"type", "format", "dataset"}));
+  t.push_back(
+      stringListField(d, "files", FieldKind::StringList, MS_REF(data.files),
+                      "Text files read as bytes, concatenated in order; globs allowed, relative paths "
+                      "resolve against the config's folder.")
+          .forData(kText)
+          .aka({"file", "paths", "path", "input"}));
   t.push_back(numberField(d, "val_fraction", MS_REF(data.valFraction), open(0, 1),
                           "Fraction of the bytes, taken from the end, held out for validation.")
                   .forData(kText)
@@ -264,7 +284,8 @@ void addMesh(std::vector<Field>& t) {
   const std::string m = "/mesh", n = "/mesh/nodes/*";
   t.push_back(section("", "mesh", "The machines: nodes of devices and the links between them.")
                   .aka({"cluster", "hardware"}));
-  Field nodes = objectListField(m, "nodes", MS_REF(mesh.nodes), "Nodes of the cluster; ranks fill them in order.");
+  Field nodes =
+      objectListField(m, "nodes", MS_REF(mesh.nodes), "Nodes of the cluster; ranks fill them in order.");
   nodes.minItems = 1;
   t.push_back(nodes.aka({"node", "hosts", "machines"}));
   Field name = stringField(n, "name", MS_REF(mesh.nodes[i].name), "Node name, unique in the mesh.");
@@ -273,10 +294,12 @@ void addMesh(std::vector<Field>& t) {
   t.push_back(choiceField(n, "device", kDeviceTypes, MS_REF(mesh.nodes[i].device),
                           "Device type from the hardware catalog.")
                   .aka({"type", "gpu", "device_type"}));
-  t.push_back(intField(n, "count", MS_REF(mesh.nodes[i].count), atLeast(1), "Devices of that type in the node.")
-                  .aka({"devices", "gpus", "num_devices", "n"}));
-  t.push_back(choiceField(m, "intra_link", kLinkTypes, MS_REF(mesh.intraLink), "Link between the devices of a node.")
-                  .aka({"intra", "intra_node_link", "intranode_link"}));
+  t.push_back(
+      intField(n, "count", MS_REF(mesh.nodes[i].count), atLeast(1), "Devices of that type in the node.")
+          .aka({"devices", "gpus", "num_devices"}));
+  t.push_back(
+      choiceField(m, "intra_link", kLinkTypes, MS_REF(mesh.intraLink), "Link between the devices of a node.")
+          .aka({"intra", "intra_node_link", "intranode_link"}));
   t.push_back(choiceField(m, "inter_link", kLinkTypes, MS_REF(mesh.interLink), "Link between nodes.")
                   .aka({"inter", "inter_node_link", "internode_link", "network"}));
 }
@@ -303,9 +326,10 @@ void addParallel(std::vector<Field>& t) {
   t.push_back(intField(p, "zero", MS_REF(parallel.zero), closed(0, 3),
                        "ZeRO stage over the data-parallel group; 0 is off.")
                   .aka({"zero_stage"}));
-  t.push_back(enumField(p, "recompute", kRecomputeNames, MS_REF(parallel.recompute),
-                        "Activation recomputation: none keeps activations, full recomputes each layer in backward.")
-                  .aka({"activation_checkpointing", "checkpoint_activations", "recomputation"}));
+  t.push_back(
+      enumField(p, "recompute", kRecomputeNames, MS_REF(parallel.recompute),
+                "Activation recomputation: none keeps activations, full recomputes each layer in backward.")
+          .aka({"activation_checkpointing", "checkpoint_activations", "recomputation"}));
   t.push_back(enumField(p, "precision", kPrecisionNames, MS_REF(parallel.precision), "Compute precision.")
                   .aka({"dtype", "mixed_precision"}));
   t.push_back(boolField(p, "sequence_parallel", MS_REF(parallel.sequenceParallel),
@@ -338,8 +362,8 @@ void addOptimizer(std::vector<Field>& t) {
   t.push_back(numberField(o, "weight_decay", MS_REF(optimizer.weightDecay), atLeast(0),
                           "Decoupled weight decay of weight matrices and embeddings (not biases or norms).")
                   .aka({"wd", "decay"}));
-  t.push_back(numberField(o, "momentum", MS_REF(optimizer.momentum), halfOpen(0, 1), "SGD momentum.")
-                  .aka({"mom"}));
+  t.push_back(
+      numberField(o, "momentum", MS_REF(optimizer.momentum), halfOpen(0, 1), "SGD momentum.").aka({"mom"}));
   t.push_back(boolField(o, "nesterov", MS_REF(optimizer.nesterov), "SGD with Nesterov momentum.")
                   .aka({"use_nesterov"}));
 }
@@ -434,7 +458,8 @@ bool NumberRange::contains(double v) const {
 std::string NumberRange::describe(bool integral) const {
   // Whole bounds print as integers ("> 0", not "> 0.0"), others in nlohmann's shortest round-trip form.
   const auto fmt = [&](double v) {
-    if (integral || (std::floor(v) == v && std::fabs(v) < 1e15)) return std::to_string(static_cast<long long>(v));
+    if (integral || (std::floor(v) == v && std::fabs(v) < 1e15))
+      return std::to_string(static_cast<long long>(v));
     return nlohmann::json(v).dump();
   };
   if (min && max) {
@@ -474,9 +499,12 @@ std::string concretePath(const Field& field, size_t item) {
 std::string escapePointer(const std::string& key) {
   std::string out;
   for (char ch : key) {
-    if (ch == '~') out += "~0";
-    else if (ch == '/') out += "~1";
-    else out += ch;
+    if (ch == '~')
+      out += "~0";
+    else if (ch == '/')
+      out += "~1";
+    else
+      out += ch;
   }
   return out;
 }
@@ -490,7 +518,8 @@ nlohmann::ordered_json fieldsToJson(const std::vector<Field>& fields, const std:
       obj[f->key] = fieldsToJson(fields, f->path(), config, 0);
     } else if (f->kind == FieldKind::ObjectList) {
       ojson items = ojson::array();
-      for (size_t i = 0; i < f->count(config); ++i) items.push_back(fieldsToJson(fields, f->itemParent(), config, i));
+      for (size_t i = 0; i < f->count(config); ++i)
+        items.push_back(fieldsToJson(fields, f->itemParent(), config, i));
       obj[f->key] = items;
     } else {
       obj[f->key] = f->get(config, item);
@@ -525,6 +554,8 @@ int closestIndex(const std::string& word, const std::vector<std::string>& candid
   size_t bestDistance = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const std::string c = lowered(candidates[i]);
+    // Names of one or two letters ("lr", "tp") are close only to words of their own length.
+    if (c.size() <= 2 && w.size() != c.size()) continue;
     const size_t limit = c.size() <= 4 ? 1 : c.size() <= 8 ? 2 : 3;
     size_t d = editDistance(w, c);
     if (d > limit && w.size() >= 3 && c.rfind(w, 0) == 0) d = limit;  // a prefix: "h100" -> "h100-sxm-80gb"

@@ -37,8 +37,12 @@ enum class FieldKind {
 };
 
 // Bit masks of the model types and data kinds a field applies to.
-constexpr unsigned modelBit(ModelType t) { return 1u << static_cast<unsigned>(t); }
-constexpr unsigned dataBit(DataKind k) { return 1u << static_cast<unsigned>(k); }
+constexpr unsigned modelBit(ModelType t) {
+  return 1u << static_cast<unsigned>(t);
+}
+constexpr unsigned dataBit(DataKind k) {
+  return 1u << static_cast<unsigned>(k);
+}
 inline constexpr unsigned kAllModels =
     modelBit(ModelType::Gpt) | modelBit(ModelType::Vit) | modelBit(ModelType::Mlp);
 inline constexpr unsigned kAllDataKinds =
@@ -67,8 +71,10 @@ inline constexpr EnumName<Schedule> kScheduleNames[] = {{Schedule::GPipe, "gpipe
                                                         {Schedule::OneFOneB, "1f1b"},
                                                         {Schedule::Interleaved1F1B, "interleaved_1f1b"},
                                                         {Schedule::ZbH1, "zb_h1"}};
-inline constexpr EnumName<Recompute> kRecomputeNames[] = {{Recompute::None, "none"}, {Recompute::Full, "full"}};
-inline constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}};
+inline constexpr EnumName<Recompute> kRecomputeNames[] = {{Recompute::None, "none"},
+                                                          {Recompute::Full, "full"}};
+inline constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::Fp32, "fp32"},
+                                                          {Precision::Bf16, "bf16"}};
 inline constexpr EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::AdamW, "adamw"},
                                                                   {OptimizerType::Sgd, "sgd"}};
 inline constexpr EnumName<LrSchedule> kLrScheduleNames[] = {
@@ -115,18 +121,30 @@ struct Field {
   std::vector<std::string> aliases;  // spellings from other tools, only used for did-you-mean
   Getter get;
   Setter set;
-  std::function<size_t(const RunConfig&)> count;     // ObjectList
-  std::function<void(RunConfig&, size_t)> resize;    // ObjectList
+  std::function<size_t(const RunConfig&)> count;   // ObjectList
+  std::function<void(RunConfig&, size_t)> resize;  // ObjectList
 
   std::string path() const { return parent + "/" + key; }
   std::string itemParent() const { return path() + "/*"; }
   bool isContainer() const { return kind == FieldKind::Object || kind == FieldKind::ObjectList; }
   bool appliesTo(ModelType model, DataKind data) const;
   // Builder helpers for the table.
-  Field& forModels(unsigned mask) { models = mask; return *this; }
-  Field& forData(unsigned mask) { dataKinds = mask; return *this; }
-  Field& aka(std::vector<std::string> names) { aliases = std::move(names); return *this; }
-  Field& isRequired() { required = true; return *this; }
+  Field& forModels(unsigned mask) {
+    models = mask;
+    return *this;
+  }
+  Field& forData(unsigned mask) {
+    dataKinds = mask;
+    return *this;
+  }
+  Field& aka(std::vector<std::string> names) {
+    aliases = std::move(names);
+    return *this;
+  }
+  Field& isRequired() {
+    required = true;
+    return *this;
+  }
 };
 
 // The table, parents before their children, in documented key order.
@@ -134,7 +152,8 @@ std::vector<Field> runConfigFields();
 // The fields whose parent is `parent`, in table order.
 std::vector<const Field*> childFields(const std::vector<Field>& fields, const std::string& parent);
 const Field* findField(const std::vector<Field>& fields, const std::string& parent, const std::string& key);
-// The field's JSON pointer with "*" replaced by the item index: "/mesh/nodes/*/count" -> "/mesh/nodes/1/count".
+// The field's JSON pointer with "*" replaced by the item index: "/mesh/nodes/*/count" ->
+// "/mesh/nodes/1/count".
 std::string concretePath(const Field& field, size_t item);
 // Escapes a key for a JSON pointer (RFC 6901): "~" -> "~0", "/" -> "~1".
 std::string escapePointer(const std::string& key);
@@ -142,12 +161,12 @@ std::string escapePointer(const std::string& key);
 nlohmann::ordered_json fieldsToJson(const std::vector<Field>& fields, const std::string& parent,
                                     const RunConfig& config, size_t item);
 // A field's default: its value in a default-constructed RunConfig (list items: in a default item).
-// Null for containers of required keys.
+// Null for sections and required keys.
 nlohmann::ordered_json fieldDefault(const std::vector<Field>& fields, const Field& field);
 // The index of the candidate closest to `word` by edit distance (case-insensitive, "-" same as "_",
-// transpositions count 1), or -1 when none is close enough: distance <= 1 for candidates up to 4 characters,
-// 2 up to 8, 3 beyond; a candidate that starts with a word of 3 or more characters also counts. Ties go to
-// the earlier candidate.
+// transpositions count 1), or -1 when none is close enough: distance <= 1 for candidates up to 4 characters
+// (of one or two characters: only for words of the same length), 2 up to 8, 3 beyond; a candidate that
+// starts with a word of 3 or more characters also counts. Ties go to the earlier candidate.
 int closestIndex(const std::string& word, const std::vector<std::string>& candidates);
 // The closest candidate itself, or "".
 std::string closestName(const std::string& word, const std::vector<std::string>& candidates);

@@ -25,16 +25,36 @@
 
 namespace ms {
 
-const char* toString(ModelType v) { return enumName(kModelTypeNames, v); }
-const char* toString(Activation v) { return enumName(kActivationNames, v); }
-const char* toString(Pooling v) { return enumName(kPoolingNames, v); }
-const char* toString(DataKind v) { return enumName(kDataKindNames, v); }
-const char* toString(Schedule v) { return enumName(kScheduleNames, v); }
-const char* toString(Recompute v) { return enumName(kRecomputeNames, v); }
-const char* toString(Precision v) { return enumName(kPrecisionNames, v); }
-const char* toString(OptimizerType v) { return enumName(kOptimizerTypeNames, v); }
-const char* toString(LrSchedule v) { return enumName(kLrScheduleNames, v); }
-const char* toString(DeviceChoice v) { return enumName(kDeviceChoiceNames, v); }
+const char* toString(ModelType v) {
+  return enumName(kModelTypeNames, v);
+}
+const char* toString(Activation v) {
+  return enumName(kActivationNames, v);
+}
+const char* toString(Pooling v) {
+  return enumName(kPoolingNames, v);
+}
+const char* toString(DataKind v) {
+  return enumName(kDataKindNames, v);
+}
+const char* toString(Schedule v) {
+  return enumName(kScheduleNames, v);
+}
+const char* toString(Recompute v) {
+  return enumName(kRecomputeNames, v);
+}
+const char* toString(Precision v) {
+  return enumName(kPrecisionNames, v);
+}
+const char* toString(OptimizerType v) {
+  return enumName(kOptimizerTypeNames, v);
+}
+const char* toString(LrSchedule v) {
+  return enumName(kLrScheduleNames, v);
+}
+const char* toString(DeviceChoice v) {
+  return enumName(kDeviceChoiceNames, v);
+}
 
 std::string RunConfig::resolvePath(const std::string& path) const {
   if (path.empty() || baseDir.empty() || std::filesystem::path(path).is_absolute()) return path;
@@ -54,7 +74,9 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string inQuotes(const std::string& s) { return "\"" + s + "\""; }
+std::string inQuotes(const std::string& s) {
+  return "\"" + s + "\"";
+}
 
 // "string \"abc\"", "3.5", "boolean true", "array", "object", "null".
 std::string describeValue(const json& v) {
@@ -64,28 +86,42 @@ std::string describeValue(const json& v) {
       if (s.size() > 40) s = s.substr(0, 37) + "...";
       return "string " + inQuotes(s);
     }
-    case json::value_t::boolean: return std::string("boolean ") + (v.get<bool>() ? "true" : "false");
+    case json::value_t::boolean:
+      return std::string("boolean ") + (v.get<bool>() ? "true" : "false");
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return v.dump();
-    default: return v.type_name();
+    case json::value_t::number_float:
+      return v.dump();
+    default:
+      return v.type_name();
   }
 }
 
 const char* expectedText(FieldKind kind) {
   switch (kind) {
-    case FieldKind::Object: return "an object";
-    case FieldKind::ObjectList: return "an array of objects";
-    case FieldKind::Integer: return "an integer";
-    case FieldKind::Unsigned: return "a non-negative integer";
-    case FieldKind::Number: return "a number";
-    case FieldKind::Boolean: return "a boolean";
+    case FieldKind::Object:
+      return "an object";
+    case FieldKind::ObjectList:
+      return "an array of objects";
+    case FieldKind::Integer:
+      return "an integer";
+    case FieldKind::Unsigned:
+      return "a non-negative integer";
+    case FieldKind::Number:
+      return "a number";
+    case FieldKind::Boolean:
+      return "a boolean";
     case FieldKind::String:
-    case FieldKind::Enum: return "a string";
-    case FieldKind::StringList: return "a string or an array of strings";
-    case FieldKind::StringArray: return "an array of strings";
-    case FieldKind::IntList: return "an array of integers";
-    case FieldKind::NumberPair: return "an array of two numbers";
+    case FieldKind::Enum:
+      return "a string";
+    case FieldKind::StringList:
+      return "a string or an array of strings";
+    case FieldKind::StringArray:
+      return "an array of strings";
+    case FieldKind::IntList:
+      return "an array of integers";
+    case FieldKind::NumberPair:
+      return "an array of two numbers";
   }
   return "a value";
 }
@@ -143,7 +179,8 @@ class ConfigReader {
       }
     }
     for (const Field* f : childFields(m_fields, tableParent))
-      if (f->required && !obj.contains(f->key)) error(at + "/" + f->key, "missing required key " + inQuotes(f->key));
+      if (f->required && !obj.contains(f->key))
+        error(at + "/" + f->key, "missing required key " + inQuotes(f->key));
   }
 
   std::string unknownKeyMessage(const std::string& tableParent, const std::string& key) const {
@@ -160,7 +197,8 @@ class ConfigReader {
     }
     const std::string message = "unknown key " + inQuotes(key);
     const int close = closestIndex(key, names);
-    if (close >= 0) return message + "; did you mean " + inQuotes(owners[static_cast<size_t>(close)]->key) + "?";
+    if (close >= 0)
+      return message + "; did you mean " + inQuotes(owners[static_cast<size_t>(close)]->key) + "?";
     // A key of another section, or one of its aliases, written in the wrong place: "lr" under "training".
     for (const auto& f : m_fields) {
       if (f.parent == tableParent || f.parent.find('*') != std::string::npos || f.isContainer()) continue;
@@ -173,7 +211,8 @@ class ConfigReader {
   }
 
   // An integer that fits [lo, hi]; JSON numbers like 4.0 count, 3.5 does not.
-  std::optional<int64_t> integer(const std::string& path, FieldKind kind, const json& v, int64_t lo, int64_t hi) {
+  std::optional<int64_t> integer(const std::string& path, FieldKind kind, const json& v, int64_t lo,
+                                 int64_t hi) {
     double d = 0;
     if (v.is_number_unsigned()) {
       const uint64_t u = v.get<uint64_t>();
@@ -197,19 +236,22 @@ class ConfigReader {
     if (d < 0 && lo == 0)
       typeError(path, kind, v);
     else
-      error(path, "integer " + v.dump() + " is out of range (" + std::to_string(lo) + " .. " + std::to_string(hi) + ")");
+      error(path, "integer " + v.dump() + " is out of range (" + std::to_string(lo) + " .. " +
+                      std::to_string(hi) + ")");
     return std::nullopt;
   }
 
   std::optional<json> integerValue(const std::string& path, const json& v) {
-    const auto i = integer(path, FieldKind::Integer, v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+    const auto i = integer(path, FieldKind::Integer, v, std::numeric_limits<int>::min(),
+                           std::numeric_limits<int>::max());
     return i ? std::optional<json>(json(*i)) : std::nullopt;
   }
 
   // The value checked and normalised for its kind (a lone string becomes a list), or nullopt after an error.
   std::optional<json> checked(const Field& f, const std::string& path, const json& v) {
     switch (f.kind) {
-      case FieldKind::Integer: return integerValue(path, v);
+      case FieldKind::Integer:
+        return integerValue(path, v);
       case FieldKind::Unsigned: {
         if (v.is_number_unsigned()) return v;
         if (v.is_number_float() && v.get<double>() >= 18446744073709551616.0) {
@@ -267,8 +309,9 @@ class ConfigReader {
       } else if (f.kind == FieldKind::NumberPair ? e.is_number() : e.is_string()) {
         out.push_back(f.kind == FieldKind::NumberPair ? json(e.get<double>()) : e);
       } else {
-        error(itemPath, std::string("expected ") + (f.kind == FieldKind::NumberPair ? "a number" : "a string") +
-                            ", got " + describeValue(e));
+        error(itemPath, std::string("expected ") +
+                            (f.kind == FieldKind::NumberPair ? "a number" : "a string") + ", got " +
+                            describeValue(e));
         ok = false;
       }
     }
@@ -277,8 +320,10 @@ class ConfigReader {
 
   void readValue(const Field& f, const std::string& path, const json& v, size_t item) {
     if (f.kind == FieldKind::Object) {
-      if (v.is_object()) readObject(f.path(), path, v, 0);
-      else typeError(path, f.kind, v);
+      if (v.is_object())
+        readObject(f.path(), path, v, 0);
+      else
+        typeError(path, f.kind, v);
     } else if (f.kind == FieldKind::ObjectList) {
       if (!v.is_array()) {
         typeError(path, f.kind, v);
@@ -288,8 +333,10 @@ class ConfigReader {
       f.resize(m_config, v.size());
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string itemPath = path + "/" + std::to_string(i);
-        if (v[i].is_object()) readObject(f.itemParent(), itemPath, v[i], i);
-        else error(itemPath, "expected an object, got " + describeValue(v[i]));
+        if (v[i].is_object())
+          readObject(f.itemParent(), itemPath, v[i], i);
+        else
+          error(itemPath, "expected an object, got " + describeValue(v[i]));
       }
     } else if (const auto value = checked(f, path, v)) {
       f.set(m_config, item, *value);
@@ -316,7 +363,8 @@ bool overlaps(const std::string& a, const std::string& b) {
 // the token is where a person looks (the missing comma goes just before it).
 std::string errorPosition(const std::string& text, size_t byte, const std::string& reason) {
   size_t index = std::min(byte > 0 ? byte - 1 : 0, text.size());
-  if (reason.find("unexpected string literal") != std::string::npos && index < text.size() && text[index] == '"') {
+  if (reason.find("unexpected string literal") != std::string::npos && index < text.size() &&
+      text[index] == '"') {
     size_t open = index;
     while (open > 0) {
       --open;
@@ -361,13 +409,18 @@ json parseDocument(const std::string& text, ConfigErrors& duplicates) {
   };
   json::parser_callback_t callback = [&](int, json::parse_event_t event, json& parsed) {
     switch (event) {
-      case json::parse_event_t::object_start: stack.push_back(Frame{true, childPath(), {}, {}, 0}); break;
-      case json::parse_event_t::array_start: stack.push_back(Frame{false, childPath(), {}, {}, 0}); break;
+      case json::parse_event_t::object_start:
+        stack.push_back(Frame{true, childPath(), {}, {}, 0});
+        break;
+      case json::parse_event_t::array_start:
+        stack.push_back(Frame{false, childPath(), {}, {}, 0});
+        break;
       case json::parse_event_t::key: {
         Frame& top = stack.back();
         top.key = parsed.get<std::string>();
         if (!top.keys.insert(top.key).second)
-          duplicates.push_back({childPath(), "duplicate key " + inQuotes(top.key) + "; only the last one would count"});
+          duplicates.push_back(
+              {childPath(), "duplicate key " + inQuotes(top.key) + "; only the last one would count"});
         break;
       }
       case json::parse_event_t::object_end:
@@ -375,7 +428,9 @@ json parseDocument(const std::string& text, ConfigErrors& duplicates) {
         stack.pop_back();
         elementDone();
         break;
-      case json::parse_event_t::value: elementDone(); break;
+      case json::parse_event_t::value:
+        elementDone();
+        break;
     }
     return true;
   };
@@ -388,7 +443,9 @@ Status failed(ConfigErrors errors, const std::string& file, ConfigErrors* errors
   return s;
 }
 
-std::string systemError(int code) { return std::strerror(code); }
+std::string systemError(int code) {
+  return std::strerror(code);
+}
 
 }  // namespace
 
@@ -419,7 +476,8 @@ Expected<RunConfig> parseRunConfig(const nlohmann::json& doc, ConfigErrors* erro
 Expected<RunConfig> loadRunConfig(const std::string& path, ConfigErrors* errorsOut) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return failed({{"", "cannot open: " + systemError(EISDIR)}}, path, errorsOut);
+  if (fs::is_directory(path, ec))
+    return failed({{"", "cannot open: " + systemError(EISDIR)}}, path, errorsOut);
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (!file) return failed({{"", "cannot open: " + systemError(errno)}}, path, errorsOut);
   std::string text;
@@ -458,7 +516,8 @@ nlohmann::json toJson(const RunConfig& config) {
 
 Status saveRunConfig(const RunConfig& config, const std::string& path) {
   const std::string text =
-      fieldsToJson(runConfigFields(), "", config, 0).dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+      fieldsToJson(runConfigFields(), "", config, 0).dump(2, ' ', false, json::error_handler_t::replace) +
+      "\n";
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::error(path + ": cannot create " + tmp + ": " + systemError(errno));

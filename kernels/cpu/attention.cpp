@@ -21,9 +21,7 @@ constexpr int kCausalBlock = 64;
 
 // Softmax of row[0, len) in place, zeros in row[len, width).
 void softmaxRow(float* row, int len, int width) {
-  float maxv = row[0];
-#pragma omp simd reduction(max : maxv)
-  for (int j = 1; j < len; j++) maxv = std::max(maxv, row[j]);
+  const float maxv = detail::rowMax(row, len);
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < len; j++) {

@@ -1,7 +1,7 @@
 // Token + position embeddings (GPT-2). Backward scatters rows of dout into dwte by token; two positions can
 // share a token, so threads never split the (b, t) loop: each thread owns a slice of the channels and walks
-// every position in order. Each dwte element is then summed in the same order whatever the thread count,
-// with no atomics.
+// every position in order. Each dwte and dwpe element is then summed in the same order whatever the thread
+// count, with no atomics.
 #include <omp.h>
 
 #include <algorithm>
@@ -29,34 +29,29 @@ void embeddingForward(float* out, const int32_t* tokens, const float* wte, const
 
 void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C) {
   // dwte (V, C), dwpe (maxT, C), dout (B, T, C), tokens (B, T)
-  if (B <= 0 || T <= 0 || C <= 0) return;
-  const size_t N = size_t(B) * size_t(T);
-  const bool par = N * size_t(C) >= detail::kMinParallelWork;
+  if (B <= 0 || T <= 0 || C <= 0 || (!dwte && !dwpe)) return;
+  const bool par = size_t(B) * size_t(T) * size_t(C) >= detail::kMinParallelWork;
 #pragma omp parallel if (par)
   {
-    if (dwte) {
-      // Channel slices rounded to 16 floats (a 64-byte line) so two threads never write the same line.
-      const int nt = omp_get_num_threads();
-      const int tid = omp_get_thread_num();
-      const int slice = ((C + nt - 1) / nt + 15) / 16 * 16;
-      const int c0 = std::min(C, tid * slice);
-      const int c1 = std::min(C, c0 + slice);
-      for (size_t n = 0; n < N && c0 < c1; n++) {
-        float* dst = dwte + size_t(tokens[n]) * C;
-        const float* src = dout + n * C;
-#pragma omp simd
-        for (int c = c0; c < c1; c++) dst[c] += src[c];
-      }
-    }
-    if (dwpe) {
-      // dwpe[t] is owned by one thread and summed over b in order.
-#pragma omp for schedule(static)
+    // One pass over dout feeds both gradients. The channel split is per destination row, on cache lines.
+    const int nt = omp_get_num_threads();
+    const int tid = omp_get_thread_num();
+    for (int b = 0; b < B; b++) {
       for (int t = 0; t < T; t++) {
-        float* dst = dwpe + size_t(t) * C;
-        for (int b = 0; b < B; b++) {
-          const float* src = dout + (size_t(b) * T + t) * C;
+        const size_t n = size_t(b) * T + t;
+        const float* src = dout + n * C;
+        int c0 = 0, c1 = 0;
+        if (dwte) {
+          float* dst = dwte + size_t(tokens[n]) * C;
+          detail::lineAlignedSplit(dst, C, tid, nt, c0, c1);
 #pragma omp simd
-          for (int c = 0; c < C; c++) dst[c] += src[c];
+          for (int c = c0; c < c1; c++) dst[c] += src[c];
+        }
+        if (dwpe) {
+          float* dst = dwpe + size_t(t) * C;
+          detail::lineAlignedSplit(dst, C, tid, nt, c0, c1);
+#pragma omp simd
+          for (int c = c0; c < c1; c++) dst[c] += src[c];
         }
       }
     }

@@ -50,15 +50,18 @@ void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
   const float invC = 1.0f / float(C);
   const bool params = dweight || dbias;
   const bool par = size_t(N) * size_t(C) >= detail::kMinParallelWork;
-  // Per-thread partials of dweight and dbias: (threads, 2, C). One allocation per call, O(threads * C).
-  std::vector<float> partial(params ? size_t(par ? detail::maxThreads() : 1) * 2 * size_t(C) : 0);
+  // Per-thread partials of dweight and dbias: (threads, 2, C), each thread's block starting on its own 64-byte
+  // line (threads write theirs on every row). One allocation per call, O(threads * C).
+  const size_t stride = (2 * size_t(C) + 15) / 16 * 16;
+  std::vector<float> storage(params ? size_t(par ? detail::maxThreads() : 1) * stride + 16 : 0);
+  float* partial = storage.data() + (16 - (reinterpret_cast<uintptr_t>(storage.data()) / sizeof(float)) % 16) % 16;
 #pragma omp parallel if (par)
   {
     const int nt = omp_get_num_threads();
     const int tid = omp_get_thread_num();
     size_t begin = 0, end = 0;
     detail::splitRange(size_t(N), tid, nt, begin, end);
-    float* pw = params ? partial.data() + size_t(tid) * 2 * C : nullptr;  // (C)
+    float* pw = params ? partial + size_t(tid) * stride : nullptr;  // (C)
     float* pb = params ? pw + C : nullptr;                                  // (C)
     if (params)
       for (int c = 0; c < 2 * C; c++) pw[c] = 0.0f;
@@ -101,8 +104,8 @@ void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
       for (int c = 0; c < C; c++) {
         float sw = 0.0f, sb = 0.0f;
         for (int t = 0; t < nt; t++) {
-          sw += partial[size_t(t) * 2 * C + c];
-          sb += partial[size_t(t) * 2 * C + C + c];
+          sw += partial[size_t(t) * stride + c];
+          sb += partial[size_t(t) * stride + C + c];
         }
         if (dweight) dweight[c] += sw;
         if (dbias) dbias[c] += sb;

@@ -26,9 +26,7 @@ void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, con
       if (d) std::memset(d, 0, sizeof(float) * size_t(V));
       continue;
     }
-    float maxv = x[0];
-#pragma omp simd reduction(max : maxv)
-    for (int j = 1; j < V; j++) maxv = std::max(maxv, x[j]);
+    const float maxv = detail::rowMax(x, V);
     const float shiftedTarget = x[target] - maxv;
     float sum = 0.0f;
     if (d) {

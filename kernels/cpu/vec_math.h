@@ -62,6 +62,25 @@ inline float vtanh(float x) {
   return ax < 0.625f ? small : large;
 }
 
+// max of x[0, n), n >= 1. Written with 16 independent lanes and compare-select because GCC does not vectorise
+// a max reduction (not even under `omp simd reduction(max)`) without -ffinite-math-only.
+inline float rowMax(const float* x, int n) {
+  constexpr int kLanes = 16;
+  float m = x[0];
+  int j = 0;
+  if (n >= kLanes) {
+    float acc[kLanes];
+    for (int l = 0; l < kLanes; l++) acc[l] = x[l];
+    for (j = kLanes; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+      for (int l = 0; l < kLanes; l++) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
+    }
+    for (int l = 0; l < kLanes; l++) m = acc[l] > m ? acc[l] : m;
+  }
+  for (; j < n; j++) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
 // Rows [begin, end) of `count` owned by thread `tid` of `nthreads` under an even static split.
 inline void splitRange(size_t count, int tid, int nthreads, size_t& begin, size_t& end) {
   const size_t base = count / size_t(nthreads);
@@ -69,6 +88,24 @@ inline void splitRange(size_t count, int tid, int nthreads, size_t& begin, size_
   const size_t t = size_t(tid);
   begin = t * base + (t < extra ? t : extra);
   end = begin + base + (t < extra ? 1 : 0);
+}
+
+// Channel range [c0, c1) of a row of C floats starting at `row` owned by thread `tid` of `nthreads`: an even
+// split whose inner boundaries are moved to 64-byte lines of memory, so that two threads never write the same
+// cache line (false sharing on a row's boundary line costs more than the row's arithmetic). The split depends
+// only on the address, C and the thread count: each element has one owner and is summed in a fixed order.
+inline void lineAlignedSplit(const float* row, int C, int tid, int nthreads, int& c0, int& c1) {
+  constexpr size_t kLine = 16;  // floats per 64-byte line
+  const size_t off = (reinterpret_cast<uintptr_t>(row) / sizeof(float)) % kLine;
+  auto boundary = [&](int t) {
+    if (t <= 0) return 0;
+    if (t >= nthreads) return C;
+    const size_t nominal = off + size_t(C) * size_t(t) / size_t(nthreads);
+    const size_t aligned = (nominal + kLine - 1) / kLine * kLine - off;
+    return aligned < size_t(C) ? int(aligned) : C;
+  };
+  c0 = boundary(tid);
+  c1 = boundary(tid + 1);
 }
 
 }  // namespace ms::cpu::detail
