@@ -72,7 +72,7 @@ class GPT(nn.Module):
         for blk in self.h:
             x = blk(x)
         logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head, as the engine's gpt
-        return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
 
 def bench_torch(data, threads, warmup, steps):

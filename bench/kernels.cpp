@@ -38,8 +38,8 @@ void refLinear(float* out, const float* inp, const float* w, const float* b, int
     }
 }
 
-void refLayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                         int N, int C) {
+void refLayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int N, int C) {
   for (int n = 0; n < N; n++) {
     const float* x = inp + size_t(n) * C;
     float m = 0.0f;
@@ -54,8 +54,8 @@ void refLayerNormForward(float* out, float* mean, float* rstd, const float* inp,
   }
 }
 
-void refLayerNormBackward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                          const float* mean, const float* rstd, int N, int C) {
+void refLayerNormBackward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int N, int C) {
   for (int n = 0; n < N; n++) {
     const float* x = inp + size_t(n) * C;
     const float* dy = dout + size_t(n) * C;
@@ -87,7 +87,8 @@ void refGeluBackward(float* dinp, const float* dout, const float* x, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const float u = kGeluScale * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
     const float t = std::tanh(u), ch = std::cosh(u);
-    const float local = 0.5f * (1.0f + t) + x[i] * 0.5f / (ch * ch) * kGeluScale * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
+    const float local =
+        0.5f * (1.0f + t) + x[i] * 0.5f / (ch * ch) * kGeluScale * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
     dinp[i] += local * dout[i];
   }
 }
@@ -155,7 +156,8 @@ void refAttentionBackward(float* dqkv, float* datt, float* dpre, const float* do
       }
 }
 
-void refCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V) {
+void refCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N,
+                     int V) {
   for (int n = 0; n < N; n++) {
     const float* x = logits + size_t(n) * V;
     float m = x[0];
@@ -168,7 +170,8 @@ void refCrossEntropy(float* losses, float* dlogits, const float* logits, const i
   }
 }
 
-void refEmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C) {
+void refEmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                          int C) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       const float* g = dout + (size_t(b) * T + t) * C;
@@ -196,7 +199,8 @@ void refAdamw(float* p, const float* g, float* m, float* v, size_t n, int t) {
 // Seconds now: this thread's CPU time with one thread (immune to other processes taking the core, which on a
 // shared build machine changes wall times twofold), wall time otherwise.
 double now(bool cpuTime) {
-  if (!cpuTime) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (!cpuTime)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
@@ -246,8 +250,10 @@ int main(int argc, char** argv) {
   int threads = 0;
   bool large = false;
   for (int i = 1; i < argc; i++) {
-    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--large")) large = true;
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--large"))
+      large = true;
     else {
       std::fprintf(stderr, "usage: %s [--threads N] [--large]\n", argv[0]);
       return 2;
@@ -256,11 +262,13 @@ int main(int argc, char** argv) {
   cpu::setThreads(threads);
   const int B = large ? 4 : 16, T = large ? 512 : 128, C = large ? 768 : 256, H = large ? 12 : 4;
   const int V = large ? 50257 : 256, F = 4 * C, N = B * T;
-  const int NV = large ? 256 : N;  // cross-entropy rows (GPT-2's vocabulary makes B*T rows too big to keep twice)
+  const int NV =
+      large ? 256 : N;  // cross-entropy rows (GPT-2's vocabulary makes B*T rows too big to keep twice)
   std::mt19937 rng(1234);
   const size_t NC = size_t(N) * C;
 
-  const Vec x = randomVec(rng, NC), w = randomVec(rng, C, 0.5f, 1.5f), bC = randomVec(rng, C), dy = randomVec(rng, NC);
+  const Vec x = randomVec(rng, NC), w = randomVec(rng, C, 0.5f, 1.5f), bC = randomVec(rng, C),
+            dy = randomVec(rng, NC);
   Vec out(NC), mean(N), rstd(N), dx(NC), dw(C), db(C);
   const Vec h = randomVec(rng, size_t(N) * F, -4.0f, 4.0f), dh = randomVec(rng, size_t(N) * F);
   Vec hOut(h.size()), hGrad(h.size());
@@ -282,24 +290,41 @@ int main(int argc, char** argv) {
   char shape[96];
   std::vector<Case> cases;
   std::snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
-  cases.push_back({"layerNormForward", shape, 2.0 * NC * 4, 0.0,
-                   [&] { cpu::layerNormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bC.data(), N, C, 1e-5f); },
-                   [&] { refLayerNormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bC.data(), N, C); },
-                   [&] {
-                     Vec o2(NC), m2(N), r2(N);
-                     cpu::layerNormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bC.data(), N, C, 1e-5f);
-                     refLayerNormForward(o2.data(), m2.data(), r2.data(), x.data(), w.data(), bC.data(), N, C);
-                     return worstError(out, o2, 1e-5, 1e-4);
-                   }});
+  cases.push_back(
+      {"layerNormForward", shape, 2.0 * NC * 4, 0.0,
+       [&] {
+         cpu::layerNormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bC.data(), N, C,
+                               1e-5f);
+       },
+       [&] {
+         refLayerNormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bC.data(), N, C);
+       },
+       [&] {
+         Vec o2(NC), m2(N), r2(N);
+         cpu::layerNormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bC.data(), N, C,
+                               1e-5f);
+         refLayerNormForward(o2.data(), m2.data(), r2.data(), x.data(), w.data(), bC.data(), N, C);
+         return worstError(out, o2, 1e-5, 1e-4);
+       }});
   cases.push_back({"layerNormBackward", shape, 4.0 * NC * 4, 0.0,
-                   [&] { cpu::layerNormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C); },
-                   [&] { refLayerNormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C); },
+                   [&] {
+                     cpu::layerNormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                                            mean.data(), rstd.data(), N, C);
+                   },
+                   [&] {
+                     refLayerNormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                                          mean.data(), rstd.data(), N, C);
+                   },
                    [&] {
                      Vec dx2(NC, 0.0f), dw2(C, 0.0f), db2(C, 0.0f);
-                     std::fill(dx.begin(), dx.end(), 0.0f), std::fill(dw.begin(), dw.end(), 0.0f), std::fill(db.begin(), db.end(), 0.0f);
-                     cpu::layerNormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-                     refLayerNormBackward(dx2.data(), dw2.data(), db2.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-                     return std::max({worstError(dx, dx2, 1e-4, 1e-3), worstError(dw, dw2, 1e-3, 1e-3), worstError(db, db2, 1e-3, 1e-3)});
+                     std::fill(dx.begin(), dx.end(), 0.0f), std::fill(dw.begin(), dw.end(), 0.0f),
+                         std::fill(db.begin(), db.end(), 0.0f);
+                     cpu::layerNormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                                            mean.data(), rstd.data(), N, C);
+                     refLayerNormBackward(dx2.data(), dw2.data(), db2.data(), dy.data(), x.data(), w.data(),
+                                          mean.data(), rstd.data(), N, C);
+                     return std::max({worstError(dx, dx2, 1e-4, 1e-3), worstError(dw, dw2, 1e-3, 1e-3),
+                                      worstError(db, db2, 1e-3, 1e-3)});
                    }});
   std::snprintf(shape, sizeof shape, "n=%zu", h.size());
   cases.push_back({"geluForward", shape, 2.0 * h.size() * 4, 0.0,
@@ -344,43 +369,59 @@ int main(int argc, char** argv) {
                      return std::max(worstError(aOut, o2, 1e-5, 1e-4), worstError(att, a2, 1e-6, 1e-4));
                    }});
   cases.push_back({"attentionBackward", shape, 0.0, 2.0 * attFlops,
-                   [&] { cpu::attentionBackward(dqkv.data(), scratch.data(), dAtt.data(), qkv.data(), att.data(), B, T, C, H, true); },
-                   [&] { refAttentionBackward(dqkv.data(), scratch.data(), scratch2.data(), dAtt.data(), qkv.data(), att.data(), B, T, C, H); },
+                   [&] {
+                     cpu::attentionBackward(dqkv.data(), scratch.data(), dAtt.data(), qkv.data(), att.data(),
+                                            B, T, C, H, true);
+                   },
+                   [&] {
+                     refAttentionBackward(dqkv.data(), scratch.data(), scratch2.data(), dAtt.data(),
+                                          qkv.data(), att.data(), B, T, C, H);
+                   },
                    [&] {
                      Vec d2(3 * NC, 0.0f);
                      std::fill(dqkv.begin(), dqkv.end(), 0.0f);
-                     cpu::attentionBackward(dqkv.data(), scratch.data(), dAtt.data(), qkv.data(), att.data(), B, T, C, H, true);
-                     refAttentionBackward(d2.data(), scratch.data(), scratch2.data(), dAtt.data(), qkv.data(), att.data(), B, T, C, H);
+                     cpu::attentionBackward(dqkv.data(), scratch.data(), dAtt.data(), qkv.data(), att.data(),
+                                            B, T, C, H, true);
+                     refAttentionBackward(d2.data(), scratch.data(), scratch2.data(), dAtt.data(), qkv.data(),
+                                          att.data(), B, T, C, H);
                      return worstError(dqkv, d2, 1e-4, 1e-3);
                    }});
   std::snprintf(shape, sizeof shape, "N=%d V=%d", NV, V);
-  cases.push_back({"softmaxCrossEntropy", shape, 2.0 * NV * V * 4, 0.0,
-                   [&] { cpu::softmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), NV, V, 1.0f); },
-                   [&] { refCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), NV, V); },
-                   [&] {
-                     Vec l2(NV), d2(dlogits.size());
-                     cpu::softmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), NV, V, 1.0f);
-                     refCrossEntropy(l2.data(), d2.data(), logits.data(), targets.data(), NV, V);
-                     return std::max(worstError(losses, l2, 1e-5, 1e-4), worstError(dlogits, d2, 1e-6, 1e-4));
-                   }});
+  cases.push_back(
+      {"softmaxCrossEntropy", shape, 2.0 * NV * V * 4, 0.0,
+       [&] {
+         cpu::softmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), NV, V, 1.0f);
+       },
+       [&] { refCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), NV, V); },
+       [&] {
+         Vec l2(NV), d2(dlogits.size());
+         cpu::softmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), NV, V, 1.0f);
+         refCrossEntropy(l2.data(), d2.data(), logits.data(), targets.data(), NV, V);
+         return std::max(worstError(losses, l2, 1e-5, 1e-4), worstError(dlogits, d2, 1e-6, 1e-4));
+       }});
   std::snprintf(shape, sizeof shape, "B=%d T=%d C=%d V=%d", B, T, C, V);
-  cases.push_back({"embeddingBackward", shape, 3.0 * NC * 4, 0.0,
-                   [&] { cpu::embeddingBackward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C); },
-                   [&] { refEmbeddingBackward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C); },
-                   [&] {
-                     Vec t2(dwte.size(), 0.0f), p2(dwpe.size(), 0.0f);
-                     std::fill(dwte.begin(), dwte.end(), 0.0f), std::fill(dwpe.begin(), dwpe.end(), 0.0f);
-                     cpu::embeddingBackward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C);
-                     refEmbeddingBackward(t2.data(), p2.data(), dy.data(), tokens.data(), B, T, C);
-                     return std::max(worstError(dwte, t2, 1e-5, 1e-5), worstError(dwpe, p2, 1e-5, 1e-5));
-                   }});
+  cases.push_back(
+      {"embeddingBackward", shape, 3.0 * NC * 4, 0.0,
+       [&] { cpu::embeddingBackward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C); },
+       [&] { refEmbeddingBackward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C); },
+       [&] {
+         Vec t2(dwte.size(), 0.0f), p2(dwpe.size(), 0.0f);
+         std::fill(dwte.begin(), dwte.end(), 0.0f), std::fill(dwpe.begin(), dwpe.end(), 0.0f);
+         cpu::embeddingBackward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C);
+         refEmbeddingBackward(t2.data(), p2.data(), dy.data(), tokens.data(), B, T, C);
+         return std::max(worstError(dwte, t2, 1e-5, 1e-5), worstError(dwpe, p2, 1e-5, 1e-5));
+       }});
   std::snprintf(shape, sizeof shape, "n=%zu", P);
   cases.push_back({"adamwUpdate", shape, 7.0 * P * 4, 0.0,
-                   [&] { cpu::adamwUpdate(params.data(), grads.data(), m.data(), v.data(), P, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f); },
+                   [&] {
+                     cpu::adamwUpdate(params.data(), grads.data(), m.data(), v.data(), P, 1e-3f, 0.9f, 0.95f,
+                                      1e-8f, 0.1f, 3, 1.0f);
+                   },
                    [&] { refAdamw(params.data(), grads.data(), m.data(), v.data(), P, 3); },
                    [&] {
                      Vec p2 = params, m2 = m, v2 = v;
-                     cpu::adamwUpdate(params.data(), grads.data(), m.data(), v.data(), P, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+                     cpu::adamwUpdate(params.data(), grads.data(), m.data(), v.data(), P, 1e-3f, 0.9f, 0.95f,
+                                      1e-8f, 0.1f, 3, 1.0f);
                      refAdamw(p2.data(), grads.data(), m2.data(), v2.data(), P, 3);
                      return worstError(params, p2, 1e-6, 1e-5);
                    }});
@@ -388,7 +429,8 @@ int main(int argc, char** argv) {
   const bool cpuTime = cpu::threads() == 1;
   std::printf("threads %d, %s, %s\n", cpu::threads(), cpuTime ? "thread CPU time" : "wall time",
               large ? "GPT-2 small shapes" : "bench/cpu_vs_torch.py GPT shapes");
-  std::printf("%-20s %-26s %11s %11s %9s %12s  %s\n", "op", "shape", "kernel ms", "ref ms", "speedup", "rate", "check");
+  std::printf("%-20s %-26s %11s %11s %9s %12s  %s\n", "op", "shape", "kernel ms", "ref ms", "speedup", "rate",
+              "check");
   bool ok = true;
   for (Case& c : cases) {
     const double err = c.check();
@@ -398,10 +440,12 @@ int main(int argc, char** argv) {
     double tr = bestTime(c.reference, cpuTime);
     if (c.name == "linearForward*") tr *= double(N) / Nsmall;
     char rate[32];
-    if (c.bytes > 0) std::snprintf(rate, sizeof rate, "%7.1f GB/s", c.bytes / tk / 1e9);
-    else std::snprintf(rate, sizeof rate, "%5.1f GFLOP/s", c.flops / tk / 1e9);
-    std::printf("%-20s %-26s %11.3f %11.3f %8.1fx %12s  %s\n", c.name.c_str(), c.shape.c_str(), tk * 1e3, tr * 1e3,
-                tr / tk, rate, pass ? "ok" : "WRONG");
+    if (c.bytes > 0)
+      std::snprintf(rate, sizeof rate, "%7.1f GB/s", c.bytes / tk / 1e9);
+    else
+      std::snprintf(rate, sizeof rate, "%5.1f GFLOP/s", c.flops / tk / 1e9);
+    std::printf("%-20s %-26s %11.3f %11.3f %8.1fx %12s  %s\n", c.name.c_str(), c.shape.c_str(), tk * 1e3,
+                tr * 1e3, tr / tk, rate, pass ? "ok" : "WRONG");
   }
   std::printf("* reference run on %d rows and scaled\n", Nsmall);
   return ok ? 0 : 1;

@@ -45,7 +45,7 @@ const char* kUsage =
     "               [--steps N] [--quiet]\n"
     "                                     train; --resume alone continues from the run folder's newest checkpoint\n"
     "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
-    "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N]\n"
+    "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S]\n"
     "                                     write one batch, its logits, loss and gradients (reference tests)\n"
     "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n";
 
@@ -200,7 +200,7 @@ int cmdEval(int argc, char** argv) {
 
 // One batch through the model, written out for an independent reference (tests/reference/reference.py).
 int cmdDump(int argc, char** argv) {
-  Args a = parseArgs(argc, argv, 2, {"--out", "--checkpoint", "--samples"}, {});
+  Args a = parseArgs(argc, argv, 2, {"--out", "--checkpoint", "--samples", "--step"}, {});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1 || !a.has("--out")) return usageError("dump needs CONFIG and --out DIR");
   ms::RunConfig config;
@@ -218,8 +218,11 @@ int cmdDump(int argc, char** argv) {
   }
   const int samples = a.has("--samples") ? std::atoi(a.get("--samples").c_str()) : 4;
   if (samples < 1) return usageError("--samples needs a positive integer");
+  const long step = a.has("--step") ? std::atol(a.get("--step").c_str()) : 0;
+  if (step < 0) return usageError("--step needs a non-negative integer");
+  // The first `samples` samples of training batch `step` (0-based), as train() would draw them.
   ms::Batch batch;
-  (*data)->trainBatch(0, samples, 0, samples, batch);
+  (*data)->trainBatch(step, config.training.batchSize, 0, std::min(samples, config.training.batchSize), batch);
   const std::string out = a.get("--out");
   if (ms::Status s = ms::makeDirs(out); !s) return fail(s);
   // Logits from an evaluation forward (training overwrites them with their gradient).

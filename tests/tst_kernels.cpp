@@ -1,5 +1,5 @@
-// Tests of the CPU kernels (kernels/cpu/cpu_ops.h). Every op is checked against a plain reference written here
-// in double precision (loops only, no BLAS), on shapes that include sizes that are multiples of no block
+// Tests of the CPU kernels (kernels/cpu/cpu_ops.h). Every op is checked against a plain reference written
+// here in double precision (loops only, no BLAS), on shapes that include sizes that are multiples of no block
 // (1, 3, 7, 17, 33, 97, ...). Backward passes are checked against central finite differences of the double
 // reference (the gradient of sum(out * R) for random R) on small shapes, and against the naive analytic
 // backward on larger ones. Tolerances are atol + rtol * |ref|. Data come from a fixed-seed std::mt19937.
@@ -43,7 +43,9 @@ std::vector<int32_t> randomTokens(std::mt19937& rng, size_t n, int V) {
   return v;
 }
 
-DVec toDouble(const Vec& v) { return DVec(v.begin(), v.end()); }
+DVec toDouble(const Vec& v) {
+  return DVec(v.begin(), v.end());
+}
 
 double dot(const DVec& a, const DVec& b) {
   double s = 0.0;
@@ -69,15 +71,15 @@ QString mismatch(const float* got, const Ref* ref, size_t n, double atol, double
   return {};
 }
 
-#define VERIFY_CLOSE(got, ref, n, atol, rtol)                                        \
-  do {                                                                               \
-    const QString msg_ = mismatch((got), (ref), size_t(n), (atol), (rtol));          \
-    QVERIFY2(msg_.isEmpty(), qPrintable(QStringLiteral(#got ": ") + msg_));          \
+#define VERIFY_CLOSE(got, ref, n, atol, rtol)                               \
+  do {                                                                      \
+    const QString msg_ = mismatch((got), (ref), size_t(n), (atol), (rtol)); \
+    QVERIFY2(msg_.isEmpty(), qPrintable(QStringLiteral(#got ": ") + msg_)); \
   } while (false)
 
-#define VERIFY_BITWISE(a, b)                                                                    \
-  do {                                                                                          \
-    QCOMPARE((a).size(), (b).size());                                                           \
+#define VERIFY_BITWISE(a, b)                                                                       \
+  do {                                                                                             \
+    QCOMPARE((a).size(), (b).size());                                                              \
     QVERIFY2(std::memcmp((a).data(), (b).data(), sizeof((a)[0]) * (a).size()) == 0, #a " != " #b); \
   } while (false)
 
@@ -113,7 +115,8 @@ DVec refLinear(const DVec& inp, const DVec& w, const DVec* b, int N, int C, int 
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++) {
       double s = b ? (*b)[o] : 0.0;
-      for (int c = 0; c < C; c++) s += inp[size_t(n) * C + c] * (transposed ? w[size_t(o) * C + c] : w[size_t(c) * OC + o]);
+      for (int c = 0; c < C; c++)
+        s += inp[size_t(n) * C + c] * (transposed ? w[size_t(o) * C + c] : w[size_t(c) * OC + o]);
       out[size_t(n) * OC + o] = s;
     }
   return out;
@@ -142,8 +145,8 @@ LayerNormRef refLayerNorm(const DVec& inp, const DVec& w, const DVec& b, int N, 
 }
 
 // llm.c layernorm_backward in double: dinp, dweight, dbias (fresh, not accumulated).
-void refLayerNormBackward(DVec& dinp, DVec& dw, DVec& db, const DVec& dout, const DVec& inp, const DVec& w, int N,
-                          int C, double eps) {
+void refLayerNormBackward(DVec& dinp, DVec& dw, DVec& db, const DVec& dout, const DVec& inp, const DVec& w,
+                          int N, int C, double eps) {
   const LayerNormRef f = refLayerNorm(inp, w, DVec(C, 0.0), N, C, eps);
   dinp.assign(size_t(N) * C, 0.0);
   dw.assign(C, 0.0);
@@ -336,7 +339,9 @@ void TestKernels::initTestCase() {
   qInfo("threads %d, OpenBLAS parallel mode %d (2 = OpenMP)", cpu::threads(), openblas_get_parallel());
 }
 
-void TestKernels::cleanupTestCase() { cpu::setThreads(2); }
+void TestKernels::cleanupTestCase() {
+  cpu::setThreads(2);
+}
 
 void TestKernels::threadCount() {
   cpu::setThreads(3);
@@ -351,7 +356,8 @@ void TestKernels::threadCount() {
   QCOMPARE(cpu::threads(), 2);
 }
 
-// ---- Linear ------------------------------------------------------------------------------------------------
+// ---- Linear
+// ------------------------------------------------------------------------------------------------
 
 void TestKernels::linear_data() {
   QTest::addColumn<int>("N");
@@ -374,9 +380,9 @@ void TestKernels::linear() {
   QFETCH(bool, bias);
   QFETCH(bool, transposed);
   std::mt19937 rng(kSeed);
-  const Vec inp = randomVec(rng, size_t(N) * C);  // (N, C)
-  const Vec w = randomVec(rng, size_t(C) * OC);   // (C, OC) or (OC, C)
-  const Vec b = randomVec(rng, OC);               // (OC)
+  const Vec inp = randomVec(rng, size_t(N) * C);    // (N, C)
+  const Vec w = randomVec(rng, size_t(C) * OC);     // (C, OC) or (OC, C)
+  const Vec b = randomVec(rng, OC);                 // (OC)
   const Vec dout = randomVec(rng, size_t(N) * OC);  // (N, OC)
   const auto forward = transposed ? cpu::linearForwardT : cpu::linearForward;
   const auto backward = transposed ? cpu::linearBackwardT : cpu::linearBackward;
@@ -442,7 +448,7 @@ void TestKernels::linearFiniteDifference() {
   Vec dout(R.begin(), R.end());
   Vec dinp(inp.size(), 0.0f), dw(w.size(), 0.0f), db(OC, 0.0f);
   (transposed ? cpu::linearBackwardT : cpu::linearBackward)(dinp.data(), dw.data(), db.data(), dout.data(),
-                                                             inp.data(), w.data(), N, C, OC);
+                                                            inp.data(), w.data(), N, C, OC);
   DVec x = toDouble(inp), wd = toDouble(w), bd = toDouble(b);
   auto f = [&] { return refLinear(x, wd, &bd, N, C, OC, transposed); };
   VERIFY_CLOSE(dinp.data(), finiteDifference(x, R, f).data(), dinp.size(), 1e-5, 1e-4);
@@ -450,7 +456,8 @@ void TestKernels::linearFiniteDifference() {
   VERIFY_CLOSE(db.data(), finiteDifference(bd, R, f).data(), db.size(), 1e-5, 1e-4);
 }
 
-// ---- LayerNorm ---------------------------------------------------------------------------------------------
+// ---- LayerNorm
+// ---------------------------------------------------------------------------------------------
 
 void TestKernels::layerNorm_data() {
   QTest::addColumn<int>("N");
@@ -468,8 +475,8 @@ void TestKernels::layerNorm() {
   const float eps = 1e-5f;
   std::mt19937 rng(kSeed + 2);
   const Vec inp = randomVec(rng, size_t(N) * C, offset - 1.0f, offset + 1.0f);  // (N, C)
-  const Vec w = randomVec(rng, C, 0.5f, 1.5f), b = randomVec(rng, C);        // (C), (C)
-  const Vec dout = randomVec(rng, size_t(N) * C);                              // (N, C)
+  const Vec w = randomVec(rng, C, 0.5f, 1.5f), b = randomVec(rng, C);           // (C), (C)
+  const Vec dout = randomVec(rng, size_t(N) * C);                               // (N, C)
 
   Vec out(inp.size()), mean(N), rstd(N);
   cpu::layerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C, eps);
@@ -518,14 +525,15 @@ void TestKernels::layerNorm() {
   VERIFY_CLOSE(db.data(), rdb.data(), C, 1e-4, 1e-4);
 }
 
-// ---- Pointwise ---------------------------------------------------------------------------------------------
+// ---- Pointwise
+// ---------------------------------------------------------------------------------------------
 
 void TestKernels::pointwise_data() {
   QTest::addColumn<QString>("op");
   QTest::addColumn<int>("n");
-  const char* const ops[] = {"gelu", "relu", "tanh"};
-  for (const char* op : ops)
-    for (int n : {1, 7, 33, 1000, 100003}) QTest::addRow("%s n=%d", op, n) << QString(op) << n;
+  for (const QString op : {"gelu", "relu", "tanh"})
+    for (int n : {1, 7, 33, 1000, 100003})
+      QTest::newRow(qPrintable(QStringLiteral("%1 n=%2").arg(op).arg(n))) << op << n;
 }
 
 void TestKernels::pointwise() {
@@ -601,7 +609,8 @@ void TestKernels::addAccumulateScale() {
   VERIFY_CLOSE(y.data(), ref.data(), n, 0.0, 0.0);
 }
 
-// ---- Attention ---------------------------------------------------------------------------------------------
+// ---- Attention
+// ---------------------------------------------------------------------------------------------
 
 void TestKernels::attention_data() {
   QTest::addColumn<int>("B");
@@ -610,7 +619,7 @@ void TestKernels::attention_data() {
   QTest::addColumn<int>("H");
   QTest::addColumn<bool>("causal");
   // T = 65 and 130 cross the kernel's 64-row causal blocks.
-  const int shapes[][4] = {{1, 1, 4, 1}, {2, 3, 6, 3}, {1, 17, 12, 3}, {3, 7, 5, 1},
+  const int shapes[][4] = {{1, 1, 4, 1},   {2, 3, 6, 3},    {1, 17, 12, 3}, {3, 7, 5, 1},
                            {2, 65, 24, 3}, {1, 130, 16, 1}, {4, 33, 64, 4}};
   for (const auto& s : shapes)
     for (bool causal : {true, false})
@@ -626,19 +635,27 @@ void TestKernels::attention() {
   QFETCH(bool, causal);
   std::mt19937 rng(kSeed + 5);
   const Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);  // (B, T, 3C)
-  const Vec dout = randomVec(rng, size_t(B) * T * C);                 // (B, T, C)
+  const Vec dout = randomVec(rng, size_t(B) * T * C);                  // (B, T, C)
   const size_t attSize = size_t(B) * H * T * T;
 
   Vec out(size_t(B) * T * C), att(attSize, std::numeric_limits<float>::quiet_NaN());
   cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, H, causal);
   const AttentionRef ref = refAttention(toDouble(qkv), B, T, C, H, causal);
   VERIFY_CLOSE(out.data(), ref.out.data(), out.size(), 1e-5, 1e-4);
-  VERIFY_CLOSE(att.data(), ref.att.data(), attSize, 1e-6, 1e-4);  // exact zeros above the diagonal too
+  VERIFY_CLOSE(att.data(), ref.att.data(), attSize, 1e-6, 1e-4);
+  if (causal) {  // masked entries are exact zeros (att was NaN before the call)
+    bool zeros = true;
+    for (size_t bh = 0; bh < size_t(B) * H; bh++)
+      for (int i = 0; i < T; i++)
+        for (int j = i + 1; j < T; j++) zeros = zeros && att[(bh * T + i) * T + j] == 0.0f;
+    QVERIFY(zeros);
+  }
 
   const DVec rdqkv = refAttentionBackward(toDouble(dout), toDouble(qkv), B, T, C, H, causal);
   Vec scratch(attSize, std::numeric_limits<float>::quiet_NaN());  // contents on entry must not matter
   Vec dqkv(qkv.size(), 0.0f);
-  cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H, causal);
+  cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H,
+                         causal);
   VERIFY_CLOSE(dqkv.data(), rdqkv.data(), dqkv.size(), 1e-5, 1e-4);
 
   if (qkv.size() * size_t(T) * C <= 200000) {  // the naive backward itself, against finite differences
@@ -650,7 +667,8 @@ void TestKernels::attention() {
   const Vec dqkv0 = randomVec(rng, qkv.size());
   dqkv = dqkv0;
   for (int rep = 0; rep < 2; rep++)
-    cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H, causal);
+    cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H,
+                           causal);
   VERIFY_CLOSE(dqkv.data(), plusTimes(dqkv0, rdqkv, 2).data(), dqkv.size(), 1e-5, 1e-4);
 }
 
@@ -676,7 +694,8 @@ void TestKernels::attentionCausality() {
   }
 }
 
-// ---- Embeddings --------------------------------------------------------------------------------------------
+// ---- Embeddings
+// --------------------------------------------------------------------------------------------
 
 void TestKernels::embedding_data() {
   QTest::addColumn<int>("B");
@@ -684,7 +703,8 @@ void TestKernels::embedding_data() {
   QTest::addColumn<int>("C");
   QTest::addColumn<int>("V");
   const int shapes[][4] = {{1, 1, 1, 2}, {2, 3, 5, 2}, {3, 17, 64, 11}, {4, 33, 97, 300}, {8, 64, 97, 11}};
-  for (const auto& s : shapes) QTest::addRow("B=%d T=%d C=%d V=%d", s[0], s[1], s[2], s[3]) << s[0] << s[1] << s[2] << s[3];
+  for (const auto& s : shapes)
+    QTest::addRow("B=%d T=%d C=%d V=%d", s[0], s[1], s[2], s[3]) << s[0] << s[1] << s[2] << s[3];
 }
 
 void TestKernels::embedding() {
@@ -727,7 +747,8 @@ void TestKernels::embedding() {
   VERIFY_CLOSE(dwpe.data(), rdwpe.data(), dwpe.size(), 1e-5, 1e-5);
 }
 
-// ---- Loss --------------------------------------------------------------------------------------------------
+// ---- Loss
+// --------------------------------------------------------------------------------------------------
 
 void TestKernels::crossEntropy_data() {
   QTest::addColumn<int>("N");
@@ -746,8 +767,8 @@ void TestKernels::crossEntropy() {
   const float gradScale = 0.37f;
   std::mt19937 rng(kSeed + 8);
   const Vec logits = randomVec(rng, size_t(N) * V, -4.0f, 4.0f);  // (N, V)
-  std::vector<int32_t> targets = randomTokens(rng, N, V);       // (N)
-  for (int n = 3; n < N; n += 4) targets[n] = -1;                // ignored rows
+  std::vector<int32_t> targets = randomTokens(rng, N, V);         // (N)
+  for (int n = 3; n < N; n += 4) targets[n] = -1;                 // ignored rows
   if (N >= 7) targets[N - 1] = -100;
 
   const DVec rloss = refCrossEntropy(toDouble(logits), targets, N, V);
@@ -786,9 +807,9 @@ void TestKernels::crossEntropy() {
 
 void TestKernels::crossEntropyLargeLogits() {
   const int N = 3, V = 5;
-  Vec logits = {1e4f, -1e4f, 0.0f, 3.0f, 1e4f,  //
+  Vec logits = {1e4f,  -1e4f, 0.0f,  3.0f,  1e4f,   //
                 -1e4f, -1e4f, -1e4f, -1e4f, -1e4f,  //
-                2e4f, 0.0f, 0.0f, 0.0f, 0.0f};
+                2e4f,  0.0f,  0.0f,  0.0f,  0.0f};
   const std::vector<int32_t> targets = {1, 2, 0};
   Vec losses(N), dlogits(logits.size());
   cpu::softmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, 1.0f);
@@ -821,15 +842,15 @@ void TestKernels::argmax() {
   }
 }
 
-// ---- Vision transformer pieces -----------------------------------------------------------------------------
+// ---- Vision transformer pieces
+// -----------------------------------------------------------------------------
 
 void TestKernels::patchify_data() {
   QTest::addColumn<int>("B");
   QTest::addColumn<int>("S");
   QTest::addColumn<int>("P");
   const int shapes[][3] = {{1, 1, 1}, {2, 6, 3}, {3, 28, 7}, {2, 28, 4}, {1, 15, 15}};
-  for (const auto& s : shapes)
-    QTest::addRow("B=%d S=%d P=%d", s[0], s[1], s[2]) << s[0] << s[1] << s[2];
+  for (const auto& s : shapes) QTest::addRow("B=%d S=%d P=%d", s[0], s[1], s[2]) << s[0] << s[1] << s[2];
 }
 
 void TestKernels::patchify() {
@@ -869,7 +890,8 @@ void TestKernels::tokens() {
   QFETCH(bool, cls);
   const int T = NP + (cls ? 1 : 0);
   std::mt19937 rng(kSeed + 11);
-  const Vec x = randomVec(rng, size_t(B) * NP * C), clsToken = randomVec(rng, C), pos = randomVec(rng, size_t(T) * C);
+  const Vec x = randomVec(rng, size_t(B) * NP * C), clsToken = randomVec(rng, C),
+            pos = randomVec(rng, size_t(T) * C);
   const Vec dout = randomVec(rng, size_t(B) * T * C);  // (B, T, C)
 
   Vec out(size_t(B) * T * C);
@@ -890,7 +912,8 @@ void TestKernels::tokens() {
 
   const Vec dx0 = randomVec(rng, x.size()), dcls0 = randomVec(rng, C), dpos0 = randomVec(rng, pos.size());
   Vec dx = dx0, dcls = dcls0, dpos = dpos0;
-  for (int rep = 0; rep < 2; rep++) cpu::tokensBackward(dx.data(), dcls.data(), dpos.data(), dout.data(), B, NP, C, cls);
+  for (int rep = 0; rep < 2; rep++)
+    cpu::tokensBackward(dx.data(), dcls.data(), dpos.data(), dout.data(), B, NP, C, cls);
   VERIFY_CLOSE(dx.data(), plusTimes(dx0, rdx, 2).data(), dx.size(), 1e-5, 1e-5);
   VERIFY_CLOSE(dcls.data(), plusTimes(dcls0, rdcls, 2).data(), C, 1e-5, 1e-5);
   VERIFY_CLOSE(dpos.data(), plusTimes(dpos0, rdpos, 2).data(), dpos.size(), 1e-5, 1e-5);
@@ -911,7 +934,8 @@ void TestKernels::pool_data() {
   const int shapes[][3] = {{1, 1, 1}, {2, 3, 5}, {7, 17, 64}, {33, 50, 97}};
   for (const auto& s : shapes)
     for (bool first : {true, false})
-      QTest::addRow("B=%d T=%d C=%d %s", s[0], s[1], s[2], first ? "first" : "mean") << s[0] << s[1] << s[2] << first;
+      QTest::addRow("B=%d T=%d C=%d %s", s[0], s[1], s[2], first ? "first" : "mean")
+          << s[0] << s[1] << s[2] << first;
 }
 
 void TestKernels::pool() {
@@ -946,7 +970,8 @@ void TestKernels::pool() {
       DVec o(size_t(B) * C, 0.0);
       for (int b = 0; b < B; b++)
         for (int t = 0; t < (useFirst ? 1 : T); t++)
-          for (int c = 0; c < C; c++) o[size_t(b) * C + c] += (useFirst ? 1.0 : 1.0 / T) * x[(size_t(b) * T + t) * C + c];
+          for (int c = 0; c < C; c++)
+            o[size_t(b) * C + c] += (useFirst ? 1.0 : 1.0 / T) * x[(size_t(b) * T + t) * C + c];
       return o;
     };
     const DVec fd = finiteDifference(x, toDouble(dout), f);
@@ -954,14 +979,16 @@ void TestKernels::pool() {
   }
 }
 
-// ---- Optimizers --------------------------------------------------------------------------------------------
+// ---- Optimizers
+// --------------------------------------------------------------------------------------------
 
 void TestKernels::adamw_data() {
   QTest::addColumn<int>("n");
   QTest::addColumn<float>("weightDecay");
   QTest::addColumn<float>("gradScale");
   for (int n : {1, 7, 33, 100003})
-    for (float wd : {0.0f, 0.1f}) QTest::addRow("n=%d wd=%g", n, double(wd)) << n << wd << (n == 7 ? 0.25f : 1.0f);
+    for (float wd : {0.0f, 0.1f})
+      QTest::addRow("n=%d wd=%g", n, double(wd)) << n << wd << (n == 7 ? 0.25f : 1.0f);
 }
 
 void TestKernels::adamw() {
@@ -974,8 +1001,8 @@ void TestKernels::adamw() {
   DVec rp = toDouble(p), rm(n, 0.0), rv(n, 0.0);
   for (int t = 1; t <= 5; t++) {
     const Vec grads = randomVec(rng, n, -2.0f, 2.0f);
-    cpu::adamwUpdate(p.data(), grads.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2, a.eps, a.weightDecay, t,
-                     a.gradScale);
+    cpu::adamwUpdate(p.data(), grads.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2, a.eps,
+                     a.weightDecay, t, a.gradScale);
     refAdamw(rp, rm, rv, grads, a, t);
     VERIFY_CLOSE(p.data(), rp.data(), n, 1e-6, 1e-5);
     VERIFY_CLOSE(m.data(), rm.data(), n, 1e-7, 1e-5);
@@ -1008,8 +1035,8 @@ void TestKernels::sgd() {
     DVec rp = toDouble(p), rbuf(n, 0.0);
     for (int t = 1; t <= 5; t++) {
       const Vec grads = randomVec(rng, n);
-      cpu::sgdUpdate(p.data(), grads.data(), withBuffer ? buf.data() : nullptr, n, lr, momentum, weightDecay, nesterov,
-                     t == 1, gradScale);
+      cpu::sgdUpdate(p.data(), grads.data(), withBuffer ? buf.data() : nullptr, n, lr, momentum, weightDecay,
+                     nesterov, t == 1, gradScale);
       // torch.optim.SGD, dampening 0.
       for (int i = 0; i < n; i++) {
         double g = double(grads[i]) * gradScale + double(weightDecay) * rp[i];
@@ -1040,7 +1067,8 @@ void TestKernels::sumSquares() {
   QVERIFY2(std::fabs(got - ref) <= 1e-12 * (1.0 + ref), qPrintable(QString("%1 vs %2").arg(got).arg(ref)));
 }
 
-// ---- Threads -----------------------------------------------------------------------------------------------
+// ---- Threads
+// -----------------------------------------------------------------------------------------------
 
 void TestKernels::deterministicThreads() {
   // Shapes large enough that every op takes its parallel path.
@@ -1049,7 +1077,7 @@ void TestKernels::deterministicThreads() {
   const Vec inp = randomVec(rng, size_t(N) * C), dout = randomVec(rng, size_t(N) * C);  // (N, C)
   const Vec w = randomVec(rng, C, 0.5f, 1.5f), b = randomVec(rng, C);
   const std::vector<int32_t> tokens = randomTokens(rng, size_t(B) * T, 11);  // (B, T), many repeats
-  const Vec dtok = randomVec(rng, size_t(B) * T * C);                         // (B, T, C)
+  const Vec dtok = randomVec(rng, size_t(B) * T * C);                        // (B, T, C)
   const Vec qkv = randomVec(rng, size_t(B) * T * 3 * CA), dattOut = randomVec(rng, size_t(B) * T * CA);
   const Vec logits = randomVec(rng, size_t(N) * V, -5.0f, 5.0f);
   const std::vector<int32_t> targets = randomTokens(rng, N, V);
@@ -1064,7 +1092,8 @@ void TestKernels::deterministicThreads() {
     Results r;
     Vec mean(N), rstd(N);
     r.lnOut.resize(inp.size());
-    cpu::layerNormForward(r.lnOut.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C, 1e-5f);
+    cpu::layerNormForward(r.lnOut.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C,
+                          1e-5f);
     r.lnDinp.assign(inp.size(), 0.0f), r.lnDw.assign(C, 0.0f), r.lnDb.assign(C, 0.0f);
     cpu::layerNormBackward(r.lnDinp.data(), r.lnDw.data(), r.lnDb.data(), dout.data(), inp.data(), w.data(),
                            mean.data(), rstd.data(), N, C);
@@ -1074,9 +1103,11 @@ void TestKernels::deterministicThreads() {
     Vec att(size_t(B) * H * T * T), scratch(att.size());
     cpu::attentionForward(r.attOut.data(), att.data(), qkv.data(), B, T, CA, H, true);
     r.dqkv.assign(qkv.size(), 0.0f);
-    cpu::attentionBackward(r.dqkv.data(), scratch.data(), dattOut.data(), qkv.data(), att.data(), B, T, CA, H, true);
+    cpu::attentionBackward(r.dqkv.data(), scratch.data(), dattOut.data(), qkv.data(), att.data(), B, T, CA, H,
+                           true);
     r.losses.resize(N), r.dlogits.resize(logits.size());
-    cpu::softmaxCrossEntropy(r.losses.data(), r.dlogits.data(), logits.data(), targets.data(), N, V, 1.0f / N);
+    cpu::softmaxCrossEntropy(r.losses.data(), r.dlogits.data(), logits.data(), targets.data(), N, V,
+                             1.0f / N);
     r.dbias.assign(OC, 0.0f), r.dlw.assign(size_t(C) * OC, 0.0f);
     cpu::linearBackward(nullptr, r.dlw.data(), r.dbias.data(), ldout.data(), inp.data(), lw.data(), N, C, OC);
     r.sumSq = cpu::sumSquares(logits.data(), logits.size());

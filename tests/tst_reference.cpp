@@ -12,6 +12,7 @@ namespace {
 
 const QString kEngine = QStringLiteral(MS_ENGINE_EXE);
 const QString kScript = QStringLiteral(MS_SOURCE_DIR "/tests/reference/reference.py");
+const QString kTrainScript = QStringLiteral(MS_SOURCE_DIR "/tests/reference/train_reference.py");
 
 bool haveTorch() {
   QProcess p;
@@ -102,6 +103,58 @@ class TestReference : public QObject {
     Result bad = run(MS_PYTHON, {kScript, dump});
     QCOMPARE(bad.code, 1);
     QVERIFY(bad.output.contains("MISMATCH"));
+  }
+
+  // Several optimizer steps: the same batches (the documented sampling rule), the same schedule, clipping and
+  // optimizer in PyTorch float64; every step's loss within 1e-4 relative.
+  void trainingMatchesPyTorch_data() {
+    QTest::addColumn<QString>("config");
+    QTest::addColumn<bool>("images");
+    QTest::newRow("gpt-adamw-accumulation")
+        << QString("\"model\": {\"type\": \"gpt\", \"layers\": 2, \"width\": 32, \"heads\": 2, \"context\": 32},"
+                   " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.1},"
+                   " \"parallel\": {\"microbatches\": 2},"
+                   " \"training\": {\"steps\": 8, \"batch_size\": 4, \"seq_len\": 32, \"warmup_steps\": 2,"
+                   " \"grad_clip\": 0.5, \"eval_batches\": 1, \"threads\": 1}")
+        << false;
+    QTest::newRow("vit-adamw")
+        << QString("\"model\": {\"type\": \"vit\", \"layers\": 1, \"width\": 16, \"heads\": 2, \"patch\": 7},"
+                   " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.05},"
+                   " \"training\": {\"steps\": 5, \"batch_size\": 8, \"lr_schedule\": \"linear\","
+                   " \"eval_batches\": 1, \"threads\": 1}")
+        << true;
+    QTest::newRow("mlp-sgd-nesterov")
+        << QString("\"model\": {\"type\": \"mlp\", \"hidden\": [32], \"activation\": \"tanh\"},"
+                   " \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9, \"nesterov\": true,"
+                   " \"weight_decay\": 0.01},"
+                   " \"training\": {\"steps\": 6, \"batch_size\": 16, \"grad_clip\": 1.0, \"eval_batches\": 1,"
+                   " \"threads\": 1}")
+        << true;
+  }
+  void trainingMatchesPyTorch() {
+    QFETCH(QString, config);
+    QFETCH(bool, images);
+    if (images && !QFile::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+      QSKIP("dataset-fashion-mnist is not installed");
+    QTemporaryDir tmp;
+    QString data = "{\"kind\": \"fashion_mnist\"}";
+    if (!images) {
+      const QString text = tmp.path() + "/text.txt";
+      std::ofstream out(text.toStdString());
+      for (int i = 0; i < 300; ++i) out << "Line " << i << " of a text that repeats itself, more or less.\n";
+      data = QString("{\"kind\": \"text\", \"files\": [\"%1\"]}").arg(text);
+    }
+    const QString path = tmp.path() + "/config.json";
+    std::ofstream(path.toStdString()) << "{\"version\": 1, \"name\": \"reftrain\", \"seed\": 9, \"data\": "
+                                      << data.toStdString() << ", " << config.toStdString() << "}";
+    const QString metrics = tmp.path() + "/metrics.jsonl";
+    Result t = run(kEngine, {"train", path, "--run-dir", tmp.path() + "/run", "--metrics", metrics, "--quiet"});
+    QVERIFY2(t.code == 0, qPrintable(t.output));
+    Result d = run(kEngine, {"dump", path, "--out", tmp.path() + "/dump"});
+    QVERIFY2(d.code == 0, qPrintable(d.output));
+    Result r = run(MS_PYTHON, {kTrainScript, tmp.path() + "/dump", metrics});
+    QVERIFY2(r.code == 0, qPrintable(r.output));
+    QVERIFY(r.output.contains("worst relative difference"));
   }
 };
 

@@ -176,7 +176,7 @@ void addTopLevel(std::vector<Field>& t) {
   t.push_back(intField("", "version", MS_REF(version), closed(kRunConfigVersion, kRunConfigVersion),
                        "Format version of the document; this build reads version 1.")
                   .aka({"schema_version", "config_version"}));
-  Field name = stringField("", "name", MS_REF(name), "Run name; the default run folder is runs/<name>.");
+  Field name = stringField("", "name", MS_REF(name), "Run name; the default run folder is runs/{name}.");
   name.nonEmpty = name.nameChars = true;
   t.push_back(name.aka({"run_name", "experiment"}));
   t.push_back(unsignedField("", "seed", MS_REF(seed), "Seed of the weight initialisation and the data order.")
@@ -403,7 +403,7 @@ void addTraining(std::vector<Field>& t) {
   t.push_back(intField(r, "log_every", MS_REF(training.logEvery), atLeast(1),
                        "Steps between step lines in the metrics stream.")
                   .aka({"log_interval", "print_every"}));
-  t.push_back(stringField(r, "run_dir", MS_REF(training.runDir), "Run folder; empty = runs/<name>.")
+  t.push_back(stringField(r, "run_dir", MS_REF(training.runDir), "Run folder; empty = runs/{name}.")
                   .aka({"out_dir", "output_dir", "run_folder"}));
   t.push_back(intField(r, "threads", MS_REF(training.threads), atLeast(0),
                        "Threads per rank; 0 = cores / local ranks.")

@@ -12,6 +12,7 @@
 #include <cstddef>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ms::cpu {
@@ -53,28 +54,28 @@ void attentionForward(float* out, float* att, const float* qkv, int B, int T, in
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < H; h++) {
       const float* q = qkv + size_t(b) * T * C3 + size_t(h) * hs;  // (T, hs), row stride 3C
-      const float* k = q + C;                                       // (T, hs), row stride 3C
-      const float* v = q + 2 * C;                                   // (T, hs), row stride 3C
-      float* a = att + (size_t(b) * H + h) * TT;                    // (T, T)
-      float* o = out + size_t(b) * T * C + size_t(h) * hs;          // (T, hs), row stride C
+      const float* k = q + C;                                      // (T, hs), row stride 3C
+      const float* v = q + 2 * C;                                  // (T, hs), row stride 3C
+      float* a = att + (size_t(b) * H + h) * TT;                   // (T, T)
+      float* o = out + size_t(b) * T * C + size_t(h) * hs;         // (T, hs), row stride C
       for (int i0 = 0; i0 < T; i0 += block) {
         const int i1 = std::min(T, i0 + block);
         const int rows = i1 - i0;
         const int cols = causal ? i1 : T;
         // scores[i0:i1, 0:cols] = scale * q[i0:i1] @ k[0:cols]^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q + size_t(i0) * C3, C3, k,
-                    C3, 0.0f, a + size_t(i0) * T, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q + size_t(i0) * C3, C3,
+                    k, C3, 0.0f, a + size_t(i0) * T, T);
         for (int i = i0; i < i1; i++) softmaxRow(a + size_t(i) * T, causal ? i + 1 : T, T);
         // out[i0:i1] = att[i0:i1, 0:cols] @ v[0:cols]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, a + size_t(i0) * T, T, v, C3,
-                    0.0f, o + size_t(i0) * C, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, a + size_t(i0) * T, T, v,
+                    C3, 0.0f, o + size_t(i0) * C, C);
       }
     }
   }
 }
 
-void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int H, bool causal) {
+void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                       int B, int T, int C, int H, bool causal) {
   // dqkv (B, T, 3C), scratch (B, H, T, T), dout (B, T, C), qkv (B, T, 3C), att (B, H, T, T)
   if (B <= 0 || T <= 0 || C <= 0 || H <= 0) return;
   const int hs = C / H;
@@ -92,16 +93,16 @@ void attentionBackward(float* dqkv, float* scratch, const float* dout, const flo
       float* dq = dqkv + qOff;
       float* dk = dq + C;
       float* dv = dq + 2 * C;
-      const float* a = att + (size_t(b) * H + h) * TT;            // (T, T)
-      float* d = scratch + (size_t(b) * H + h) * TT;              // (T, T): datt, then dpreatt
+      const float* a = att + (size_t(b) * H + h) * TT;              // (T, T)
+      float* d = scratch + (size_t(b) * H + h) * TT;                // (T, T): datt, then dpreatt
       const float* dO = dout + size_t(b) * T * C + size_t(h) * hs;  // (T, hs), row stride C
       for (int i0 = 0; i0 < T; i0 += block) {
         const int i1 = std::min(T, i0 + block);
         const int rows = i1 - i0;
         const int cols = causal ? i1 : T;
         // datt[i0:i1, 0:cols] = dout[i0:i1] @ v[0:cols]^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dO + size_t(i0) * C, C, v, C3,
-                    0.0f, d + size_t(i0) * T, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dO + size_t(i0) * C, C, v,
+                    C3, 0.0f, d + size_t(i0) * T, T);
         // dv[0:cols] += att[i0:i1, 0:cols]^T @ dout[i0:i1]
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, a + size_t(i0) * T, T,
                     dO + size_t(i0) * C, C, 1.0f, dv, C3);
@@ -118,8 +119,8 @@ void attentionBackward(float* dqkv, float* scratch, const float* dout, const flo
           for (int j = len; j < cols; j++) dr[j] = 0.0f;
         }
         // dq[i0:i1] += scale * dpre[i0:i1, 0:cols] @ k[0:cols]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, scale, d + size_t(i0) * T, T, k, C3,
-                    1.0f, dq + size_t(i0) * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, scale, d + size_t(i0) * T, T,
+                    k, C3, 1.0f, dq + size_t(i0) * C3, C3);
         // dk[0:cols] += scale * dpre[i0:i1, 0:cols]^T @ q[i0:i1]
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, scale, d + size_t(i0) * T, T,
                     q + size_t(i0) * C3, C3, 1.0f, dk, C3);

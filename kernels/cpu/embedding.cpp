@@ -4,11 +4,10 @@
 // count, with no atomics.
 #include <omp.h>
 
-#include <algorithm>
 #include <cstddef>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ms::cpu {
 
@@ -27,15 +26,15 @@ void embeddingForward(float* out, const int32_t* tokens, const float* wte, const
   }
 }
 
-void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C) {
+void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                       int C) {
   // dwte (V, C), dwpe (maxT, C), dout (B, T, C), tokens (B, T)
   if (B <= 0 || T <= 0 || C <= 0 || (!dwte && !dwpe)) return;
   const bool par = size_t(B) * size_t(T) * size_t(C) >= detail::kMinParallelWork;
 #pragma omp parallel if (par)
   {
     // One pass over dout feeds both gradients. The channel split is per destination row, on cache lines.
-    const int nt = omp_get_num_threads();
-    const int tid = omp_get_thread_num();
+    const detail::LineAlignedSplit split(C, omp_get_thread_num(), omp_get_num_threads());
     for (int b = 0; b < B; b++) {
       for (int t = 0; t < T; t++) {
         const size_t n = size_t(b) * T + t;
@@ -43,13 +42,13 @@ void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_
         int c0 = 0, c1 = 0;
         if (dwte) {
           float* dst = dwte + size_t(tokens[n]) * C;
-          detail::lineAlignedSplit(dst, C, tid, nt, c0, c1);
+          split.range(dst, c0, c1);
 #pragma omp simd
           for (int c = c0; c < c1; c++) dst[c] += src[c];
         }
         if (dwpe) {
           float* dst = dwpe + size_t(t) * C;
-          detail::lineAlignedSplit(dst, C, tid, nt, c0, c1);
+          split.range(dst, c0, c1);
 #pragma omp simd
           for (int c = c0; c < c1; c++) dst[c] += src[c];
         }

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ms::cpu {
 
@@ -50,11 +50,12 @@ void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
   const float invC = 1.0f / float(C);
   const bool params = dweight || dbias;
   const bool par = size_t(N) * size_t(C) >= detail::kMinParallelWork;
-  // Per-thread partials of dweight and dbias: (threads, 2, C), each thread's block starting on its own 64-byte
-  // line (threads write theirs on every row). One allocation per call, O(threads * C).
+  // Per-thread partials of dweight and dbias: (threads, 2, C), each thread's block starting on its own
+  // 64-byte line (threads write theirs on every row). One allocation per call, O(threads * C).
   const size_t stride = (2 * size_t(C) + 15) / 16 * 16;
   std::vector<float> storage(params ? size_t(par ? detail::maxThreads() : 1) * stride + 16 : 0);
-  float* partial = storage.data() + (16 - (reinterpret_cast<uintptr_t>(storage.data()) / sizeof(float)) % 16) % 16;
+  float* partial =
+      storage.data() + (16 - (reinterpret_cast<uintptr_t>(storage.data()) / sizeof(float)) % 16) % 16;
 #pragma omp parallel if (par)
   {
     const int nt = omp_get_num_threads();
@@ -62,7 +63,7 @@ void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
     size_t begin = 0, end = 0;
     detail::splitRange(size_t(N), tid, nt, begin, end);
     float* pw = params ? partial + size_t(tid) * stride : nullptr;  // (C)
-    float* pb = params ? pw + C : nullptr;                                  // (C)
+    float* pb = params ? pw + C : nullptr;                          // (C)
     if (params)
       for (int c = 0; c < 2 * C; c++) pw[c] = 0.0f;
     for (size_t n = begin; n < end; n++) {

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ms::cpu {
 namespace {
@@ -41,7 +41,8 @@ void biasGradient(float* dbias, const float* dout, int N, int OC) {
 
 }  // namespace
 
-void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
+void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                   int OC) {
   // out (N, OC), inp (N, C), weight (C, OC), bias (OC)
   if (N <= 0 || OC <= 0) return;
   if (bias) broadcastBias(out, bias, N, OC);
@@ -49,8 +50,8 @@ void linearForward(float* out, const float* inp, const float* weight, const floa
     if (!bias) std::memset(out, 0, sizeof(float) * size_t(N) * size_t(OC));
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, weight, OC, bias ? 1.0f : 0.0f,
-              out, OC);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, weight, OC,
+              bias ? 1.0f : 0.0f, out, OC);
 }
 
 void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -64,7 +65,8 @@ void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout
   if (dbias) biasGradient(dbias, dout, N, OC);
 }
 
-void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
+void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                    int OC) {
   // out (N, OC), inp (N, C), weight (OC, C), bias (OC)
   if (N <= 0 || OC <= 0) return;
   if (bias) broadcastBias(out, bias, N, OC);
@@ -72,8 +74,8 @@ void linearForwardT(float* out, const float* inp, const float* weight, const flo
     if (!bias) std::memset(out, 0, sizeof(float) * size_t(N) * size_t(OC));
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out,
-              OC);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f,
+              out, OC);
 }
 
 void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -81,7 +83,8 @@ void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dou
   // dinp (N, C), dweight (OC, C), dbias (OC), dout (N, OC), inp (N, C), weight (OC, C)
   if (N <= 0 || C <= 0 || OC <= 0) return;
   if (dinp)  // dinp += dout @ weight
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp,
+                C);
   if (dweight)  // dweight += dout^T @ inp
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) biasGradient(dbias, dout, N, OC);

@@ -1,18 +1,18 @@
 // Fused softmax + cross-entropy and row argmax, one row per iteration. The loss is log-sum-exp with the row
 // maximum subtracted, so logits of any magnitude give finite values. dlogits may alias logits: everything the
 // loss needs is read before the row is overwritten with the probabilities.
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ms::cpu {
 
-void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V,
-                         float gradScale) {
+void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N,
+                         int V, float gradScale) {
   // losses (N), dlogits (N, V), logits (N, V), targets (N)
   if (N <= 0 || V <= 0) return;
   const bool par = size_t(N) * size_t(V) >= detail::kMinParallelWork;

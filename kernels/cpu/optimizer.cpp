@@ -1,14 +1,14 @@
 // Optimizer updates over flat parameter buffers, written to follow PyTorch's single-tensor code paths
-// (torch/optim/adam.py _single_tensor_adam with decoupled weight decay, torch/optim/sgd.py _single_tensor_sgd)
-// operation for operation, so results agree with torch.optim to float rounding. Scalars that PyTorch computes
-// in Python (bias corrections, step size) are computed in double here too.
+// (torch/optim/adam.py _single_tensor_adam with decoupled weight decay, torch/optim/sgd.py
+// _single_tensor_sgd) operation for operation, so results agree with torch.optim to float rounding. Scalars
+// that PyTorch computes in Python (bias corrections, step size) are computed in double here too.
 #include <omp.h>
 
 #include <cmath>
 #include <cstddef>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ms::cpu {
 

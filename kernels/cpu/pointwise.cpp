@@ -3,6 +3,7 @@
 #include <cstddef>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ms::cpu {
@@ -13,7 +14,9 @@ namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
 
-bool parallel(size_t n) { return n >= detail::kMinParallelWork; }
+bool parallel(size_t n) {
+  return n >= detail::kMinParallelWork;
+}
 
 }  // namespace
 

@@ -1,21 +1,14 @@
-// Private to kernels/cpu: exp and tanh written with plain arithmetic so that GCC vectorises them inside
-// `#pragma omp simd` loops (glibc's expf/tanhf stay scalar without -ffast-math). Both are the Cephes single-
-// precision algorithms (Moshier, Cephes Math Library, expf.c and tanhf.c): about 1-2 ulp over their range.
-// Also the small OpenMP helpers every kernel file shares.
+// Private to kernels/cpu: exp, tanh and max written with plain arithmetic so that GCC vectorises them inside
+// `#pragma omp simd` loops (glibc's expf/tanhf stay scalar without -ffast-math). exp and tanh are the Cephes
+// single-precision algorithms (Moshier, Cephes Math Library, expf.c and tanhf.c); measured against double
+// over every float in range: exp within 1.01 ulp, tanh within 1.51 ulp.
 #pragma once
-
-#include <omp.h>
 
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 
 namespace ms::cpu::detail {
-
-// Below this many elements of work a parallel region costs more than it saves.
-inline constexpr size_t kMinParallelWork = 1 << 14;
-
-inline int maxThreads() { return omp_get_max_threads(); }
 
 // exp(x) for x in float range; returns 0 below -87.3 (where expf would return a denormal or 0) and saturates
 // at exp(88.3) above. Cephes expf.c: x = n ln2 + r with Cody-Waite ln2 = C1 + C2, exp(r) by a degree-6
@@ -79,33 +72,6 @@ inline float rowMax(const float* x, int n) {
   }
   for (; j < n; j++) m = x[j] > m ? x[j] : m;
   return m;
-}
-
-// Rows [begin, end) of `count` owned by thread `tid` of `nthreads` under an even static split.
-inline void splitRange(size_t count, int tid, int nthreads, size_t& begin, size_t& end) {
-  const size_t base = count / size_t(nthreads);
-  const size_t extra = count % size_t(nthreads);
-  const size_t t = size_t(tid);
-  begin = t * base + (t < extra ? t : extra);
-  end = begin + base + (t < extra ? 1 : 0);
-}
-
-// Channel range [c0, c1) of a row of C floats starting at `row` owned by thread `tid` of `nthreads`: an even
-// split whose inner boundaries are moved to 64-byte lines of memory, so that two threads never write the same
-// cache line (false sharing on a row's boundary line costs more than the row's arithmetic). The split depends
-// only on the address, C and the thread count: each element has one owner and is summed in a fixed order.
-inline void lineAlignedSplit(const float* row, int C, int tid, int nthreads, int& c0, int& c1) {
-  constexpr size_t kLine = 16;  // floats per 64-byte line
-  const size_t off = (reinterpret_cast<uintptr_t>(row) / sizeof(float)) % kLine;
-  auto boundary = [&](int t) {
-    if (t <= 0) return 0;
-    if (t >= nthreads) return C;
-    const size_t nominal = off + size_t(C) * size_t(t) / size_t(nthreads);
-    const size_t aligned = (nominal + kLine - 1) / kLine * kLine - off;
-    return aligned < size_t(C) ? int(aligned) : C;
-  };
-  c0 = boundary(tid);
-  c1 = boundary(tid + 1);
 }
 
 }  // namespace ms::cpu::detail

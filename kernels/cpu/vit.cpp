@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ms::cpu {
 
@@ -20,7 +20,8 @@ void patchify(float* patches, const float* images, int B, int S, int P) {
       const int pr = p / G, pc = p % G;
       float* dst = patches + (size_t(b) * NP + p) * P * P;
       const float* src = images + size_t(b) * S * S + size_t(pr) * P * S + size_t(pc) * P;
-      for (int i = 0; i < P; i++) std::memcpy(dst + size_t(i) * P, src + size_t(i) * S, sizeof(float) * size_t(P));
+      for (int i = 0; i < P; i++)
+        std::memcpy(dst + size_t(i) * P, src + size_t(i) * S, sizeof(float) * size_t(P));
     }
   }
 }
