@@ -29,8 +29,9 @@ class TestMainWindow : public QObject {
   void showsValidationErrors() {
     ms::MainWindow w;
     w.show();
-    QVERIFY(!w.openProject(MS_TEST_DATA_DIR "/broken/tp_not_dividing_heads.json") ||
-            !QFile::exists(MS_TEST_DATA_DIR "/broken/tp_not_dividing_heads.json"));
+    QVERIFY(!w.openProject(MS_TEST_DATA_DIR "/broken/tp_not_dividing_heads.json"));
+    QVERIFY2(w.lastError().contains("/parallel/tp"), qPrintable(w.lastError()));
+    QCOMPARE(w.layerTable()->rowCount(), 0);
     QVERIFY(!w.openProject("/nonexistent/project.json"));
     QVERIFY(w.lastError().contains("/nonexistent/project.json"));
     QCOMPARE(w.layerTable()->rowCount(), 0);

@@ -6,8 +6,10 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/checkpoint.h"
 #include "runtime/model.h"
 #include "runtime/random.h"
+#include "runtime/safetensors.h"
 
 using namespace ms;
 
@@ -173,6 +175,46 @@ class TestModel : public QObject {
     double sq = 0;
     for (int i = 0; i < 64 * 16; ++i) sq += double(proj[i]) * proj[i];
     QVERIFY(std::abs(std::sqrt(sq / (64 * 16)) - 0.1) < 0.01);
+  }
+
+  // A file laid out like a Hugging Face GPT-2 checkpoint loads: "transformer." prefixes, the attention mask
+  // buffers and a tied lm_head.weight are accepted; c_attn is (C, 3C) Conv1D layout. Missing tensors and wrong
+  // shapes are refused by name.
+  void loadsHuggingFaceLayout() {
+    RunConfig c = tinyConfig("gpt-tied");
+    Model source(c, nullptr);
+    c.seed = 123;
+    Model target(c, nullptr);
+    QTemporaryDir tmp;
+    std::vector<NamedTensor> tensors;
+    std::vector<std::string> names;
+    for (const Parameter& p : source.params().params()) names.push_back("transformer." + p.spec.name);
+    for (size_t i = 0; i < names.size(); ++i) {
+      const Parameter& p = source.params().params()[i];
+      tensors.push_back({names[i], p.spec.shape, DType::F32, source.params().values() + p.offset});
+    }
+    QCOMPARE(source.params().find("h.0.attn.c_attn.weight")->spec.shape, (std::vector<int64_t>{16, 48}));
+    std::vector<float> mask(8 * 8, 1.0f);
+    tensors.push_back({"transformer.h.0.attn.bias", {1, 1, 8, 8}, DType::F32, mask.data()});
+    tensors.push_back({"lm_head.weight", {11, 16}, DType::F32, source.params().value("wte.weight")});
+    const std::string file = (tmp.path() + "/model.safetensors").toStdString();
+    QVERIFY(writeSafetensors(file, tensors).isOk());
+    QVERIFY2(loadWeights(file, target.params()).isOk(), "HF layout refused");
+    QCOMPARE(std::memcmp(source.params().values(), target.params().values(), source.params().size() * 4), 0);
+
+    RunConfig wider = tinyConfig("gpt-tied");
+    wider.model.width = 32;
+    Model other(wider, nullptr);
+    Status shape = loadWeights(file, other.params());
+    QVERIFY(!shape.isOk());
+    QVERIFY2(QString::fromStdString(shape.message()).contains("has shape"), shape.message().c_str());
+
+    tensors.erase(tensors.begin() + 3);  // drop one parameter
+    QVERIFY(writeSafetensors(file, tensors).isOk());
+    Status missing = loadWeights(file, target.params());
+    QVERIFY(!missing.isOk());
+    QVERIFY2(missing.message().find("no tensor \"" + names[3].substr(12) + "\"") != std::string::npos,
+             missing.message().c_str());
   }
 };
 
