@@ -66,6 +66,13 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(T, C)
         self.h = nn.ModuleList(Block() for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
+        # GPT-2 initialisation, as the engine's model spec: N(0, 0.02), residual projections / sqrt(2L).
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * L) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))

@@ -7,8 +7,7 @@ MS_PACKAGES=(
   qt6-base-dev libqcustomplot-dev libgl-dev
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev zlib1g-dev
-  dataset-fashion-mnist python3-torch python3-numpy
-  xvfb xauth
+  dataset-fashion-mnist fortunes python3-torch python3-numpy
 )
 
 ms_install_packages() {

@@ -702,7 +702,9 @@ void TestKernels::embedding_data() {
   QTest::addColumn<int>("T");
   QTest::addColumn<int>("C");
   QTest::addColumn<int>("V");
-  const int shapes[][4] = {{1, 1, 1, 2}, {2, 3, 5, 2}, {3, 17, 64, 11}, {4, 33, 97, 300}, {8, 64, 97, 11}};
+  // The last shape is large enough for the parallel path (B*T*C >= 2^20).
+  const int shapes[][4] = {{1, 1, 1, 2},     {2, 3, 5, 2},    {3, 17, 64, 11},
+                           {4, 33, 97, 300}, {8, 64, 97, 11}, {16, 64, 1040, 300}};
   for (const auto& s : shapes)
     QTest::addRow("B=%d T=%d C=%d V=%d", s[0], s[1], s[2], s[3]) << s[0] << s[1] << s[2] << s[3];
 }
@@ -1076,8 +1078,9 @@ void TestKernels::deterministicThreads() {
   std::mt19937 rng(kSeed + 16);
   const Vec inp = randomVec(rng, size_t(N) * C), dout = randomVec(rng, size_t(N) * C);  // (N, C)
   const Vec w = randomVec(rng, C, 0.5f, 1.5f), b = randomVec(rng, C);
-  const std::vector<int32_t> tokens = randomTokens(rng, size_t(B) * T, 11);  // (B, T), many repeats
-  const Vec dtok = randomVec(rng, size_t(B) * T * C);                        // (B, T, C)
+  const int EB = 16, ET = 64, EC = 1040, EV = 300;  // embedding: B*T*C >= 2^20 takes its parallel path
+  const std::vector<int32_t> tokens = randomTokens(rng, size_t(EB) * ET, EV);  // (B, T), many repeats
+  const Vec dtok = randomVec(rng, size_t(EB) * ET * EC);                       // (B, T, C)
   const Vec qkv = randomVec(rng, size_t(B) * T * 3 * CA), dattOut = randomVec(rng, size_t(B) * T * CA);
   const Vec logits = randomVec(rng, size_t(N) * V, -5.0f, 5.0f);
   const std::vector<int32_t> targets = randomTokens(rng, N, V);
@@ -1097,8 +1100,8 @@ void TestKernels::deterministicThreads() {
     r.lnDinp.assign(inp.size(), 0.0f), r.lnDw.assign(C, 0.0f), r.lnDb.assign(C, 0.0f);
     cpu::layerNormBackward(r.lnDinp.data(), r.lnDw.data(), r.lnDb.data(), dout.data(), inp.data(), w.data(),
                            mean.data(), rstd.data(), N, C);
-    r.dwte.assign(size_t(11) * C, 0.0f), r.dwpe.assign(size_t(T) * C, 0.0f);
-    cpu::embeddingBackward(r.dwte.data(), r.dwpe.data(), dtok.data(), tokens.data(), B, T, C);
+    r.dwte.assign(size_t(EV) * EC, 0.0f), r.dwpe.assign(size_t(ET) * EC, 0.0f);
+    cpu::embeddingBackward(r.dwte.data(), r.dwpe.data(), dtok.data(), tokens.data(), EB, ET, EC);
     r.attOut.resize(size_t(B) * T * CA);
     Vec att(size_t(B) * H * T * T), scratch(att.size());
     cpu::attentionForward(r.attOut.data(), att.data(), qkv.data(), B, T, CA, H, true);

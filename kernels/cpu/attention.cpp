@@ -111,9 +111,7 @@ void attentionBackward(float* dqkv, float* scratch, const float* dout, const flo
           const float* ar = a + size_t(i) * T;
           float* dr = d + size_t(i) * T;
           const int len = causal ? i + 1 : T;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int j = 0; j < len; j++) dot += dr[j] * ar[j];
+          const float dot = detail::laneSum(len, [&](ptrdiff_t j) { return dr[j] * ar[j]; });
 #pragma omp simd
           for (int j = 0; j < len; j++) dr[j] = ar[j] * (dr[j] - dot);
           for (int j = len; j < cols; j++) dr[j] = 0.0f;

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ms::cpu {
 
@@ -24,17 +25,12 @@ void layerNormForward(float* out, float* mean, float* rstd, const float* inp, co
   for (int n = 0; n < N; n++) {
     const float* x = inp + size_t(n) * C;
     float* y = out + size_t(n) * C;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < C; c++) sum += x[c];
-    const float m = sum * invC;
+    const float m = detail::laneSum(C, [&](ptrdiff_t c) { return x[c]; }) * invC;
     // Second sweep over the cached row: the centred sum of squares, exact where E[x^2] - m^2 would cancel.
-    float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-    for (int c = 0; c < C; c++) {
+    const float sq = detail::laneSum(C, [&](ptrdiff_t c) {
       const float d = x[c] - m;
-      sq += d * d;
-    }
+      return d * d;
+    });
     const float s = 1.0f / std::sqrt(sq * invC + eps);
 #pragma omp simd
     for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
@@ -73,16 +69,9 @@ void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
       const float m = mean[n];
       const float s = rstd[n];
       // dnorm = weight * dout; the two row means are the projections removed by the normalisation.
-      float dnormMean = 0.0f, dnormNormMean = 0.0f;
-#pragma omp simd reduction(+ : dnormMean, dnormNormMean)
-      for (int c = 0; c < C; c++) {
-        const float norm = (x[c] - m) * s;
-        const float dnorm = weight[c] * dy[c];
-        dnormMean += dnorm;
-        dnormNormMean += dnorm * norm;
-      }
-      dnormMean *= invC;
-      dnormNormMean *= invC;
+      const float dnormMean = detail::laneSum(C, [&](ptrdiff_t c) { return weight[c] * dy[c]; }) * invC;
+      const float dnormNormMean =
+          detail::laneSum(C, [&](ptrdiff_t c) { return weight[c] * dy[c] * ((x[c] - m) * s); }) * invC;
       if (params) {
 #pragma omp simd
         for (int c = 0; c < C; c++) {

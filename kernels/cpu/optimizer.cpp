@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ms::cpu {
 
@@ -40,7 +41,7 @@ void adamwUpdate(float* params, const float* grads, float* m, float* v, size_t n
 
 void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
                float weightDecay, bool nesterov, bool firstStep, float gradScale) {
-  // params, grads, buf: (n). with momentum 0 buf is unused (PyTorch keeps none) and may be null.
+  // params, grads, buf: (n). With momentum 0 buf is unused (PyTorch keeps none) and may be null.
   const ptrdiff_t count = ptrdiff_t(n);
   const bool useBuf = buf && momentum != 0.0f;
 #pragma omp parallel for simd schedule(static) if (n >= detail::kMinParallelWork)
@@ -64,9 +65,9 @@ double sumSquares(const float* x, size_t n) {
   {
     size_t begin = 0, end = 0;
     detail::splitRange(n, omp_get_thread_num(), omp_get_num_threads(), begin, end);
-    double local = 0.0;
-#pragma omp simd reduction(+ : local)
-    for (size_t i = begin; i < end; i++) local += double(x[i]) * double(x[i]);
+    const float* xs = x + begin;
+    const double local = detail::laneSum<double>(ptrdiff_t(end - begin),
+                                                 [&](ptrdiff_t i) { return double(xs[i]) * double(xs[i]); });
 #pragma omp for ordered schedule(static, 1)
     for (int t = 0; t < omp_get_num_threads(); t++) {
 #pragma omp ordered

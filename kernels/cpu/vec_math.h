@@ -74,4 +74,22 @@ inline float rowMax(const float* x, int n) {
   return m;
 }
 
+// sum of term(j) for j in [0, n), in kLanes independent partial sums. An `omp simd reduction` keeps one
+// vector accumulator, so a long row is bound by the latency of one add chain; 32 lanes give four independent
+// chains. The partial sums are combined in a fixed order: the result depends on n only, never on the threads.
+template <class Acc = float, class Term>
+inline Acc laneSum(ptrdiff_t n, Term&& term) {
+  constexpr int kLanes = 32;
+  Acc acc[kLanes] = {};
+  ptrdiff_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; l++) acc[l] += term(j + l);
+  }
+  Acc s = 0;
+  for (; j < n; j++) s += term(j);
+  for (int l = 0; l < kLanes; l++) s += acc[l];
+  return s;
+}
+
 }  // namespace ms::cpu::detail
