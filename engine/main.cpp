@@ -91,14 +91,10 @@ Args parseArgs(int argc, char** argv, int first, const std::vector<std::string>&
       }
       a.options.emplace_back(arg, argv[++i]);
     } else if (in(optionalValue, arg)) {
-      if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0 && i + 1 != first) {
-        // The value is optional: only take the next word if it is not the config (the first positional).
-        if (!a.positional.empty()) {
-          a.options.emplace_back(arg, argv[++i]);
-          continue;
-        }
-      }
-      a.options.emplace_back(arg, "");
+      // The value is optional: the next word is taken only once the config (the first positional) is known,
+      // so "train --resume CONFIG" still reads CONFIG as the config.
+      const bool next = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0;
+      a.options.emplace_back(arg, next && !a.positional.empty() ? argv[++i] : "");
     } else if (in(flagOptions, arg)) {
       a.options.emplace_back(arg, "");
     } else {

@@ -12,6 +12,9 @@
 #include <thread>
 
 #include "kernels/cpu/cpu_ops.h"
+#if defined(MESHSTUDIO_HAVE_CUDA)
+#include "kernels/cuda/cuda_info.h"
+#endif
 #include "runtime/checkpoint.h"
 #include "runtime/file_io.h"
 #include "runtime/metrics.h"
@@ -114,11 +117,9 @@ class ProgressBar {
 
 nlohmann::json memoryJson(const MemoryTracker& t, bool peak) {
   nlohmann::json j;
-  int64_t other = 0;
   for (int c = 0; c < kMemoryCategories; ++c) {
     const auto cat = static_cast<MemoryCategory>(c);
     j[toString(cat)] = peak ? t.peak(cat) : t.current(cat);
-    (void)other;
   }
   j["total"] = peak ? t.peakTotal() : t.currentTotal();
   return j;
@@ -208,6 +209,14 @@ Status train(const RunConfig& config, const TrainOptions& options) {
                                 {"resumed_from", resumeDir}});
   }
   if (!resumeDir.empty()) metrics.write("log", {{"level", "info"}, {"message", "resumed from " + resumeDir}});
+#if defined(MESHSTUDIO_HAVE_CUDA)
+  if (config.device == DeviceChoice::Auto && cuda::deviceCount() > 0) {
+    const std::string line = "device \"auto\": " + cuda::deviceName(0) +
+                             " is present, but this engine has no CUDA backend yet; training on the CPU";
+    metrics.write("log", {{"level", "warning"}, {"message", line}});
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+#endif
 
   ProgressBar bar(options.progress, steps);
   Batch batch;
