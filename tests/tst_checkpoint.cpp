@@ -5,6 +5,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "test_util.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -20,15 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void writeBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::string readBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using ms::test::readBytes;
+using ms::test::writeBytes;
 
 std::string le64(uint64_t v) {
   std::string s;

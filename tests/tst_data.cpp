@@ -3,6 +3,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "test_util.h"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -19,17 +21,10 @@ using namespace ms;
 
 namespace {
 
-const char* const kRealMnistDir = "/usr/share/datasets/fashion-mnist";
+const char* const kRealMnistDir = ms::test::kFashionMnistDir;
 
-void writeBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::string readBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using ms::test::readBytes;
+using ms::test::writeBytes;
 
 void appendLe32(std::string& s, int32_t v) {
   for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>(static_cast<uint32_t>(v) >> (8 * i)));

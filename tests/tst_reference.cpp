@@ -39,6 +39,15 @@ Result run(const QString& program, const QStringList& args) {
   return r;
 }
 
+// The "data" section of a test config: the real Fashion-MNIST, or a small text file written into dir.
+QString dataSection(const QString& dir, bool images) {
+  if (images) return "{\"kind\": \"fashion_mnist\"}";
+  const QString text = dir + "/text.txt";
+  std::ofstream out(text.toStdString());
+  for (int i = 0; i < 300; ++i) out << "Reference text line " << i << ": all work and no play, more or less.\n";
+  return QString("{\"kind\": \"text\", \"files\": [\"%1\"]}").arg(text);
+}
+
 QString writeConfig(const QString& dir, const QString& model, const QString& data, bool tokens) {
   const QString path = dir + "/config.json";
   const char* training = tokens ? "{\"batch_size\": 4, \"seq_len\": 24, \"threads\": 1}"
@@ -75,13 +84,7 @@ class TestReference : public QObject {
     if (images && !QFile::exists("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"))
       QSKIP("dataset-fashion-mnist is not installed");
     QTemporaryDir tmp;
-    QString data = "{\"kind\": \"fashion_mnist\"}";
-    if (!images) {
-      const QString text = tmp.path() + "/text.txt";
-      std::ofstream out(text.toStdString());
-      for (int i = 0; i < 200; ++i) out << "Reference text line " << i << ": all work and no play.\n";
-      data = QString("{\"kind\": \"text\", \"files\": [\"%1\"]}").arg(text);
-    }
+    const QString data = dataSection(tmp.path(), images);
     const QString config = writeConfig(tmp.path(), model, data, !images);
     const QString dump = tmp.path() + "/dump";
     Result e = run(kEngine, {"dump", config, "--out", dump, "--samples", "3"});
@@ -137,13 +140,7 @@ class TestReference : public QObject {
     if (images && !QFile::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
       QSKIP("dataset-fashion-mnist is not installed");
     QTemporaryDir tmp;
-    QString data = "{\"kind\": \"fashion_mnist\"}";
-    if (!images) {
-      const QString text = tmp.path() + "/text.txt";
-      std::ofstream out(text.toStdString());
-      for (int i = 0; i < 300; ++i) out << "Line " << i << " of a text that repeats itself, more or less.\n";
-      data = QString("{\"kind\": \"text\", \"files\": [\"%1\"]}").arg(text);
-    }
+    const QString data = dataSection(tmp.path(), images);
     const QString path = tmp.path() + "/config.json";
     std::ofstream(path.toStdString()) << "{\"version\": 1, \"name\": \"reftrain\", \"seed\": 9, \"data\": "
                                       << data.toStdString() << ", " << config.toStdString() << "}";
