@@ -34,7 +34,9 @@ constexpr int kExitUsage = 2;
 // The one flag a signal handler may touch; train() polls it between steps.
 std::atomic<bool> g_stopRequested{false};
 
-void onSignal(int) { g_stopRequested.store(true); }
+void onSignal(int) {
+  g_stopRequested.store(true);
+}
 
 const char* kUsage =
     "usage: meshstudio-engine <command> [arguments]\n"
@@ -43,7 +45,8 @@ const char* kUsage =
     "  validate CONFIG...                 check run configs (exit 2 if any is invalid)\n"
     "  train CONFIG [--metrics FILE|-] [--run-dir DIR] [--resume [CHECKPOINT]] [--overwrite]\n"
     "               [--steps N] [--quiet]\n"
-    "                                     train; --resume alone continues from the run folder's newest checkpoint\n"
+    "                                     train; --resume alone continues from the run folder's newest "
+    "checkpoint\n"
     "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
     "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S]\n"
     "                                     write one batch, its logits, loss and gradients (reference tests)\n"
@@ -73,7 +76,8 @@ struct Args {
 
 // valueOptions take a value; optionalValue options take one when the next word is not an option.
 Args parseArgs(int argc, char** argv, int first, const std::vector<std::string>& valueOptions,
-               const std::vector<std::string>& flagOptions, const std::vector<std::string>& optionalValue = {}) {
+               const std::vector<std::string>& flagOptions,
+               const std::vector<std::string>& optionalValue = {}) {
   Args a;
   auto in = [](const std::vector<std::string>& v, const std::string& s) {
     return std::find(v.begin(), v.end(), s) != v.end();
@@ -123,8 +127,10 @@ int cmdValidate(int argc, char** argv) {
   bool allOk = true;
   for (const std::string& path : a.positional) {
     ms::RunConfig config;
-    if (loadConfig(path, config)) std::printf("%s: ok\n", path.c_str());
-    else allOk = false;
+    if (loadConfig(path, config))
+      std::printf("%s: ok\n", path.c_str());
+    else
+      allOk = false;
   }
   return allOk ? kExitOk : kExitUsage;
 }
@@ -218,7 +224,8 @@ int cmdDump(int argc, char** argv) {
   if (step < 0) return usageError("--step needs a non-negative integer");
   // The first `samples` samples of training batch `step` (0-based), as train() would draw them.
   ms::Batch batch;
-  (*data)->trainBatch(step, config.training.batchSize, 0, std::min(samples, config.training.batchSize), batch);
+  (*data)->trainBatch(step, config.training.batchSize, 0, std::min(samples, config.training.batchSize),
+                      batch);
   const std::string out = a.get("--out");
   if (ms::Status s = ms::makeDirs(out); !s) return fail(s);
   // Logits from an evaluation forward (training overwrites them with their gradient).
@@ -241,7 +248,8 @@ int cmdDump(int argc, char** argv) {
     batchTensors.push_back({"targets", {batch.B}, ms::DType::I32, batch.targets.data()});
   }
   std::vector<ms::NamedTensor> outputs;
-  outputs.push_back({"logits", isGpt ? std::vector<int64_t>{batch.B, batch.T, V} : std::vector<int64_t>{batch.B, V},
+  outputs.push_back({"logits",
+                     isGpt ? std::vector<int64_t>{batch.B, batch.T, V} : std::vector<int64_t>{batch.B, V},
                      ms::DType::F32, logits.data()});
   outputs.push_back({"loss", {1}, ms::DType::F32, &loss});
   std::vector<std::string> names;
@@ -250,19 +258,23 @@ int cmdDump(int argc, char** argv) {
     const auto& p = model.params().params()[i];
     outputs.push_back({names[i], p.spec.shape, ms::DType::F32, model.params().grads() + p.offset});
   }
-  ms::Status s = ms::saveCheckpoint(out + "/checkpoint", config, model.params(), nullptr, {0, 0, config.seed});
+  ms::Status s =
+      ms::saveCheckpoint(out + "/checkpoint", config, model.params(), nullptr, {0, 0, config.seed});
   if (s) s = ms::writeSafetensors(out + "/batch.safetensors", batchTensors);
   if (s) s = ms::writeSafetensors(out + "/outputs.safetensors", outputs);
   if (!s) return fail(s);
-  std::printf("loss %.6f over %lld targets; wrote %s\n", loss, static_cast<long long>(stats.count), out.c_str());
+  std::printf("loss %.6f over %lld targets; wrote %s\n", loss, static_cast<long long>(stats.count),
+              out.c_str());
   return kExitOk;
 }
 
 int cmdSchema(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {}, {"--markdown"});
   if (!a.error.empty()) return usageError(a.error);
-  if (a.has("--markdown")) std::printf("%s", ms::runConfigMarkdown().c_str());
-  else std::printf("%s\n", ms::runConfigSchema().dump(2).c_str());
+  if (a.has("--markdown"))
+    std::printf("%s", ms::runConfigMarkdown().c_str());
+  else
+    std::printf("%s\n", ms::runConfigSchema().dump(2).c_str());
   return kExitOk;
 }
 

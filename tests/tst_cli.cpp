@@ -41,7 +41,8 @@ QString tinyGpt(const QString& dir, const QString& textFile) {
          " \"data\": {\"kind\": \"text\", \"files\": [\""
       << textFile.toStdString()
       << "\"]},"
-         " \"training\": {\"steps\": 4, \"batch_size\": 2, \"seq_len\": 16, \"threads\": 1, \"eval_batches\": 2}}";
+         " \"training\": {\"steps\": 4, \"batch_size\": 2, \"seq_len\": 16, \"threads\": 1, "
+         "\"eval_batches\": 2}}";
   return path;
 }
 
@@ -74,7 +75,9 @@ class TestCli : public QObject {
     const QString config = QString(MS_TEST_DATA_DIR "/broken/") + file;
     for (const char* command : {"validate", "train", "eval", "dump"}) {
       QStringList args{command, config};
-      if (QString(command) == "eval") args << "--checkpoint" << "/nonexistent";
+      if (QString(command) == "eval")
+        args << "--checkpoint"
+             << "/nonexistent";
       if (QString(command) == "dump") args << "--out" << QDir::tempPath() + "/ms-never-written";
       const Result r = engine(args);
       QVERIFY2(!r.crashed, command);
@@ -149,9 +152,11 @@ class TestCli : public QObject {
     QTest::newRow("no command") << QStringList{} << "no command";
     QTest::newRow("unknown command") << QStringList{"fly"} << "unknown command";
     QTest::newRow("unknown option") << QStringList{"train", "x.json", "--fast"} << "unknown option --fast";
-    QTest::newRow("missing value") << QStringList{"train", "x.json", "--metrics"} << "--metrics needs a value";
+    QTest::newRow("missing value") << QStringList{"train", "x.json", "--metrics"}
+                                   << "--metrics needs a value";
     QTest::newRow("eval without checkpoint") << QStringList{"eval", "x.json"} << "--checkpoint";
-    QTest::newRow("missing config") << QStringList{"validate", "/nonexistent/c.json"} << "/nonexistent/c.json";
+    QTest::newRow("missing config") << QStringList{"validate", "/nonexistent/c.json"}
+                                    << "/nonexistent/c.json";
   }
   void badUsage() {
     QFETCH(QStringList, args);

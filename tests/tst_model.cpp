@@ -38,7 +38,7 @@ RunConfig tinyConfig(const QString& variant) {
     c.model.type = ModelType::Mlp;
     c.model.hidden = {12, 9};
     c.model.classes = 5;
-    c.model.activation = variant == "mlp-gelu" ? Activation::Gelu
+    c.model.activation = variant == "mlp-gelu"   ? Activation::Gelu
                          : variant == "mlp-tanh" ? Activation::Tanh
                                                  : Activation::Relu;
   }
@@ -57,7 +57,8 @@ Batch tinyBatch(const RunConfig& c, int B, int inputs, uint64_t seed) {
     }
   } else {
     b.T = 1;
-    for (int i = 0; i < B * inputs; ++i) b.images.push_back(static_cast<float>(uniform01(rng.next()) * 2 - 1));
+    for (int i = 0; i < B * inputs; ++i)
+      b.images.push_back(static_cast<float>(uniform01(rng.next()) * 2 - 1));
     for (int i = 0; i < B; ++i) b.targets.push_back(static_cast<int32_t>(rng.below(c.model.classes)));
   }
   return b;
@@ -72,7 +73,9 @@ double lossOf(Model& m, const Batch& b) {
   return s.lossSum / double(s.count);
 }
 
-int64_t targetsOf(const Batch& b) { return static_cast<int64_t>(b.targets.size()); }
+int64_t targetsOf(const Batch& b) {
+  return static_cast<int64_t>(b.targets.size());
+}
 
 }  // namespace
 
@@ -83,7 +86,8 @@ class TestModel : public QObject {
 
   void directionalDerivative_data() {
     QTest::addColumn<QString>("variant");
-    for (const char* v : {"gpt-tied", "gpt-untied", "vit-cls", "vit-mean", "mlp-relu", "mlp-gelu", "mlp-tanh"})
+    for (const char* v :
+         {"gpt-tied", "gpt-untied", "vit-cls", "vit-mean", "mlp-relu", "mlp-gelu", "mlp-tanh"})
       QTest::newRow(v) << QString(v);
   }
   void directionalDerivative() {
@@ -149,7 +153,8 @@ class TestModel : public QObject {
     b += m.forwardBackward(half(2), scale, 1);
     QVERIFY(std::abs(a.lossSum - b.lossSum) <= 1e-5 * std::abs(a.lossSum));
     for (size_t i = 0; i < p.size(); ++i)
-      QVERIFY2(std::abs(g1[i] - p.grads()[i]) <= 1e-6f + 1e-4f * std::abs(g1[i]), qPrintable(QString::number(i)));
+      QVERIFY2(std::abs(g1[i] - p.grads()[i]) <= 1e-6f + 1e-4f * std::abs(g1[i]),
+               qPrintable(QString::number(i)));
   }
 
   // The initial loss of a classifier with small weights is about log(classes); of a gpt, about log(vocab).
@@ -178,8 +183,8 @@ class TestModel : public QObject {
   }
 
   // A file laid out like a Hugging Face GPT-2 checkpoint loads: "transformer." prefixes, the attention mask
-  // buffers and a tied lm_head.weight are accepted; c_attn is (C, 3C) Conv1D layout. Missing tensors and wrong
-  // shapes are refused by name.
+  // buffers and a tied lm_head.weight are accepted; c_attn is (C, 3C) Conv1D layout. Missing tensors and
+  // wrong shapes are refused by name.
   void loadsHuggingFaceLayout() {
     RunConfig c = tinyConfig("gpt-tied");
     Model source(c, nullptr);

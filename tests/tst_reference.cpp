@@ -44,14 +44,15 @@ QString dataSection(const QString& dir, bool images) {
   if (images) return "{\"kind\": \"fashion_mnist\"}";
   const QString text = dir + "/text.txt";
   std::ofstream out(text.toStdString());
-  for (int i = 0; i < 300; ++i) out << "Reference text line " << i << ": all work and no play, more or less.\n";
+  for (int i = 0; i < 300; ++i)
+    out << "Reference text line " << i << ": all work and no play, more or less.\n";
   return QString("{\"kind\": \"text\", \"files\": [\"%1\"]}").arg(text);
 }
 
 QString writeConfig(const QString& dir, const QString& model, const QString& data, bool tokens) {
   const QString path = dir + "/config.json";
-  const char* training = tokens ? "{\"batch_size\": 4, \"seq_len\": 24, \"threads\": 1}"
-                                : "{\"batch_size\": 4, \"threads\": 1}";
+  const char* training =
+      tokens ? "{\"batch_size\": 4, \"seq_len\": 24, \"threads\": 1}" : "{\"batch_size\": 4, \"threads\": 1}";
   std::ofstream(path.toStdString()) << "{\"version\": 1, \"name\": \"ref\", \"seed\": 5, \"model\": "
                                     << model.toStdString() << ", \"data\": " << data.toStdString()
                                     << ", \"training\": " << training << "}";
@@ -70,13 +71,16 @@ class TestReference : public QObject {
   void matchesPyTorch_data() {
     QTest::addColumn<QString>("model");
     QTest::addColumn<bool>("images");
-    const char* gptBase = "\"type\": \"gpt\", \"layers\": 2, \"width\": 48, \"heads\": 3, \"vocab\": 256, \"context\": 32";
+    const char* gptBase =
+        "\"type\": \"gpt\", \"layers\": 2, \"width\": 48, \"heads\": 3, \"vocab\": 256, \"context\": 32";
     QTest::newRow("gpt-tied") << QString("{%1, \"tie_embeddings\": true}").arg(gptBase) << false;
     QTest::newRow("gpt-untied") << QString("{%1, \"tie_embeddings\": false}").arg(gptBase) << false;
     const char* vitBase = "\"type\": \"vit\", \"layers\": 2, \"width\": 32, \"heads\": 4, \"patch\": 7";
     QTest::newRow("vit-cls") << QString("{%1, \"pool\": \"cls\"}").arg(vitBase) << true;
     QTest::newRow("vit-mean") << QString("{%1, \"pool\": \"mean\"}").arg(vitBase) << true;
-    QTest::newRow("mlp-gelu") << QString("{\"type\": \"mlp\", \"hidden\": [64, 32], \"activation\": \"gelu\"}") << true;
+    QTest::newRow("mlp-gelu") << QString(
+                                     "{\"type\": \"mlp\", \"hidden\": [64, 32], \"activation\": \"gelu\"}")
+                              << true;
   }
   void matchesPyTorch() {
     QFETCH(QString, model);
@@ -114,24 +118,27 @@ class TestReference : public QObject {
     QTest::addColumn<QString>("config");
     QTest::addColumn<bool>("images");
     QTest::newRow("gpt-adamw-accumulation")
-        << QString("\"model\": {\"type\": \"gpt\", \"layers\": 2, \"width\": 32, \"heads\": 2, \"context\": 32},"
-                   " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.1},"
-                   " \"parallel\": {\"microbatches\": 2},"
-                   " \"training\": {\"steps\": 8, \"batch_size\": 4, \"seq_len\": 32, \"warmup_steps\": 2,"
-                   " \"grad_clip\": 0.5, \"eval_batches\": 1, \"threads\": 1}")
+        << QString(
+               "\"model\": {\"type\": \"gpt\", \"layers\": 2, \"width\": 32, \"heads\": 2, \"context\": 32},"
+               " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.1},"
+               " \"parallel\": {\"microbatches\": 2},"
+               " \"training\": {\"steps\": 8, \"batch_size\": 4, \"seq_len\": 32, \"warmup_steps\": 2,"
+               " \"grad_clip\": 0.5, \"eval_batches\": 1, \"threads\": 1}")
         << false;
     QTest::newRow("vit-adamw")
-        << QString("\"model\": {\"type\": \"vit\", \"layers\": 1, \"width\": 16, \"heads\": 2, \"patch\": 7},"
-                   " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.05},"
-                   " \"training\": {\"steps\": 5, \"batch_size\": 8, \"lr_schedule\": \"linear\","
-                   " \"eval_batches\": 1, \"threads\": 1}")
+        << QString(
+               "\"model\": {\"type\": \"vit\", \"layers\": 1, \"width\": 16, \"heads\": 2, \"patch\": 7},"
+               " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.05},"
+               " \"training\": {\"steps\": 5, \"batch_size\": 8, \"lr_schedule\": \"linear\","
+               " \"eval_batches\": 1, \"threads\": 1}")
         << true;
     QTest::newRow("mlp-sgd-nesterov")
-        << QString("\"model\": {\"type\": \"mlp\", \"hidden\": [32], \"activation\": \"tanh\"},"
-                   " \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9, \"nesterov\": true,"
-                   " \"weight_decay\": 0.01},"
-                   " \"training\": {\"steps\": 6, \"batch_size\": 16, \"grad_clip\": 1.0, \"eval_batches\": 1,"
-                   " \"threads\": 1}")
+        << QString(
+               "\"model\": {\"type\": \"mlp\", \"hidden\": [32], \"activation\": \"tanh\"},"
+               " \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9, \"nesterov\": true,"
+               " \"weight_decay\": 0.01},"
+               " \"training\": {\"steps\": 6, \"batch_size\": 16, \"grad_clip\": 1.0, \"eval_batches\": 1,"
+               " \"threads\": 1}")
         << true;
   }
   void trainingMatchesPyTorch() {
@@ -142,10 +149,12 @@ class TestReference : public QObject {
     QTemporaryDir tmp;
     const QString data = dataSection(tmp.path(), images);
     const QString path = tmp.path() + "/config.json";
-    std::ofstream(path.toStdString()) << "{\"version\": 1, \"name\": \"reftrain\", \"seed\": 9, \"data\": "
-                                      << data.toStdString() << ", " << config.toStdString() << "}";
+    std::ofstream(path.toStdString())
+        << "{\"version\": 1, \"name\": \"reftrain\", \"seed\": 9, \"data\": " << data.toStdString() << ", "
+        << config.toStdString() << "}";
     const QString metrics = tmp.path() + "/metrics.jsonl";
-    Result t = run(kEngine, {"train", path, "--run-dir", tmp.path() + "/run", "--metrics", metrics, "--quiet"});
+    Result t =
+        run(kEngine, {"train", path, "--run-dir", tmp.path() + "/run", "--metrics", metrics, "--quiet"});
     QVERIFY2(t.code == 0, qPrintable(t.output));
     Result d = run(kEngine, {"dump", path, "--out", tmp.path() + "/dump"});
     QVERIFY2(d.code == 0, qPrintable(d.output));

@@ -17,7 +17,8 @@ namespace {
 // A text with structure a tiny model can learn quickly.
 std::string sampleText() {
   std::string s;
-  for (int i = 0; i < 400; ++i) s += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + ". ";
+  for (int i = 0; i < 400; ++i)
+    s += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + ". ";
   return s;
 }
 
@@ -162,7 +163,8 @@ class TestTraining : public QObject {
     // Resuming under another seed is refused: the data order would differ.
     RunConfig other = c;
     other.seed = 4;
-    const Status s = runTrain(other, tmp.path() + "/r2", checkpointDirName((tmp.path() + "/r").toStdString(), 6));
+    const Status s =
+        runTrain(other, tmp.path() + "/r2", checkpointDirName((tmp.path() + "/r").toStdString(), 6));
     QVERIFY(!s.isOk());
     QVERIFY(QString::fromStdString(s.message()).contains("seed"));
   }

@@ -59,12 +59,18 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int T, bool causal) {
   LayerSpec l;
   l.name = "block." + std::to_string(i);
   l.kind = LayerKind::Block;
-  l.params = {ones(p + "ln_1.weight", {C}),          zeros(p + "ln_1.bias", {C}),
-              weight(p + "attn.c_attn.weight", {C, 3 * C}, m.initStd), zeros(p + "attn.c_attn.bias", {3 * C}),
-              weight(p + "attn.c_proj.weight", {C, C}, projStd),      zeros(p + "attn.c_proj.bias", {C}),
-              ones(p + "ln_2.weight", {C}),          zeros(p + "ln_2.bias", {C}),
-              weight(p + "mlp.c_fc.weight", {C, F}, m.initStd),      zeros(p + "mlp.c_fc.bias", {F}),
-              weight(p + "mlp.c_proj.weight", {F, C}, projStd),      zeros(p + "mlp.c_proj.bias", {C})};
+  l.params = {ones(p + "ln_1.weight", {C}),
+              zeros(p + "ln_1.bias", {C}),
+              weight(p + "attn.c_attn.weight", {C, 3 * C}, m.initStd),
+              zeros(p + "attn.c_attn.bias", {3 * C}),
+              weight(p + "attn.c_proj.weight", {C, C}, projStd),
+              zeros(p + "attn.c_proj.bias", {C}),
+              ones(p + "ln_2.weight", {C}),
+              zeros(p + "ln_2.bias", {C}),
+              weight(p + "mlp.c_fc.weight", {C, F}, m.initStd),
+              zeros(p + "mlp.c_fc.bias", {F}),
+              weight(p + "mlp.c_proj.weight", {F, C}, projStd),
+              zeros(p + "mlp.c_proj.bias", {C})};
   // Forward FLOPs: the four GEMMs (2 * in * out per position) and attention's two T x T products.
   const double gemm = 2.0 * T * (C * 3 * C + C * C + C * F + F * C);
   const double attn = 2.0 * 2.0 * double(T) * T * C * (causal ? 0.5 : 1.0);
@@ -84,7 +90,8 @@ ModelSpec gptSpec(const ModelConfig& m, int T) {
   LayerSpec emb;
   emb.name = "embedding";
   emb.kind = LayerKind::Embedding;
-  emb.params = {weight("wte.weight", {V, C}, m.initStd), weight("wpe.weight", {int64_t(m.context), C}, m.initStd)};
+  emb.params = {weight("wte.weight", {V, C}, m.initStd),
+                weight("wpe.weight", {int64_t(m.context), C}, m.initStd)};
   emb.forwardFlopsPerSample = double(T) * C;
   emb.activationBytesPerSample = 0;
   emb.outputBytesPerSample = int64_t(T) * C * 4;
@@ -121,8 +128,8 @@ ModelSpec vitSpec(const ModelConfig& m) {
   LayerSpec head;
   head.name = "head";
   head.kind = LayerKind::Head;
-  head.params = {ones("ln_f.weight", {C}), zeros("ln_f.bias", {C}), weight("head.weight", {C, m.classes}, m.initStd),
-                 zeros("head.bias", {int64_t(m.classes)})};
+  head.params = {ones("ln_f.weight", {C}), zeros("ln_f.bias", {C}),
+                 weight("head.weight", {C, m.classes}, m.initStd), zeros("head.bias", {int64_t(m.classes)})};
   head.forwardFlopsPerSample = 2.0 * C * m.classes + 5.0 * T * C;
   head.activationBytesPerSample = (int64_t(T) * C + C + m.classes + 2 * int64_t(T)) * 4;
   head.outputBytesPerSample = 4;
@@ -150,7 +157,8 @@ ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
   LayerSpec head;
   head.name = "head";
   head.kind = LayerKind::Head;
-  head.params = {weight("head.weight", {in, int64_t(m.classes)}, m.initStd), zeros("head.bias", {int64_t(m.classes)})};
+  head.params = {weight("head.weight", {in, int64_t(m.classes)}, m.initStd),
+                 zeros("head.bias", {int64_t(m.classes)})};
   head.forwardFlopsPerSample = 2.0 * in * m.classes;
   head.activationBytesPerSample = (in + m.classes) * 4;
   head.outputBytesPerSample = 4;
@@ -162,9 +170,12 @@ ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
 
 ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
   switch (model.type) {
-    case ModelType::Gpt: return gptSpec(model, seqLen);
-    case ModelType::Vit: return vitSpec(model);
-    case ModelType::Mlp: return mlpSpec(model, mlpInputs);
+    case ModelType::Gpt:
+      return gptSpec(model, seqLen);
+    case ModelType::Vit:
+      return vitSpec(model);
+    case ModelType::Mlp:
+      return mlpSpec(model, mlpInputs);
   }
   return {};
 }

@@ -32,7 +32,7 @@ struct LayerSpec {
   std::string name;
   LayerKind kind = LayerKind::Block;
   std::vector<ParamSpec> params;
-  double forwardFlopsPerSample = 0;    // multiply-adds count as 2 FLOPs; backward is about 2x forward
+  double forwardFlopsPerSample = 0;      // multiply-adds count as 2 FLOPs; backward is about 2x forward
   int64_t activationBytesPerSample = 0;  // fp32 bytes this layer keeps from forward for backward
   int64_t outputBytesPerSample = 0;      // fp32 bytes of the activation it hands to the next layer
   int64_t paramCount() const;

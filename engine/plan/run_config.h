@@ -38,20 +38,20 @@ struct ModelConfig {
   int mlpRatio = 4;            // "mlp_ratio": MLP hidden = mlp_ratio * width
   double layerNormEps = 1e-5;  // "layer_norm_eps"
   // gpt
-  int vocab = 256;             // "vocab": V
-  int context = 128;           // "context": maximum sequence length (rows of the position table)
-  bool tieEmbeddings = true;   // "tie_embeddings": LM head shares the token embedding (GPT-2 default)
+  int vocab = 256;            // "vocab": V
+  int context = 128;          // "context": maximum sequence length (rows of the position table)
+  bool tieEmbeddings = true;  // "tie_embeddings": LM head shares the token embedding (GPT-2 default)
   // vit
-  int imageSize = 28;          // "image_size": S, square single-channel images
-  int patch = 7;               // "patch": P, must divide image_size
-  Pooling pool = Pooling::Cls; // "pool": "cls" (class token) | "mean"
+  int imageSize = 28;           // "image_size": S, square single-channel images
+  int patch = 7;                // "patch": P, must divide image_size
+  Pooling pool = Pooling::Cls;  // "pool": "cls" (class token) | "mean"
   // vit and mlp
-  int classes = 10;            // "classes"
+  int classes = 10;  // "classes"
   // mlp
-  std::vector<int> hidden = {256};          // "hidden": widths of the hidden layers
-  Activation activation = Activation::Relu; // "activation": "relu" | "gelu" | "tanh"
+  std::vector<int> hidden = {256};           // "hidden": widths of the hidden layers
+  Activation activation = Activation::Relu;  // "activation": "relu" | "gelu" | "tanh"
   // all
-  double initStd = 0.02;       // "init_std": std of the normal init of weight matrices
+  double initStd = 0.02;  // "init_std": std of the normal init of weight matrices
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -95,51 +95,51 @@ struct ParallelConfig {
   int tp = 1;                              // "tp": tensor-parallel ways, must divide heads
   int pp = 1;                              // "pp": pipeline stages
   Schedule schedule = Schedule::OneFOneB;  // "schedule": "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
-  int microbatches = 1;  // "microbatches": a replica's batch is split into this many, run one after another
-                         // with gradients summed (this is also gradient accumulation on one rank)
-  int virtualChunks = 1; // "virtual_chunks": chunks per stage for interleaved_1f1b
-  int zero = 0;          // "zero": ZeRO stage 0-3 over the DP group
-  Recompute recompute = Recompute::None;   // "recompute": "none" | "full"
-  Precision precision = Precision::Fp32;   // "precision": "fp32" | "bf16"
-  bool sequenceParallel = false;           // "sequence_parallel"
-  std::vector<ChunkPlacement> placement;   // "placement": empty = even split over pp stages
+  int microbatches = 1;   // "microbatches": a replica's batch is split into this many, run one after another
+                          // with gradients summed (this is also gradient accumulation on one rank)
+  int virtualChunks = 1;  // "virtual_chunks": chunks per stage for interleaved_1f1b
+  int zero = 0;           // "zero": ZeRO stage 0-3 over the DP group
+  Recompute recompute = Recompute::None;  // "recompute": "none" | "full"
+  Precision precision = Precision::Fp32;  // "precision": "fp32" | "bf16"
+  bool sequenceParallel = false;          // "sequence_parallel"
+  std::vector<ChunkPlacement> placement;  // "placement": empty = even split over pp stages
   bool operator==(const ParallelConfig&) const = default;
 };
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::AdamW;  // "type": "adamw" | "sgd"
-  double lr = 3e-4;            // "lr": peak learning rate
-  double beta1 = 0.9;          // "betas"[0] (adamw)
-  double beta2 = 0.95;         // "betas"[1] (adamw)
-  double eps = 1e-8;           // "eps" (adamw)
-  double weightDecay = 0.0;    // "weight_decay": applied to weight matrices and embeddings only
-  double momentum = 0.9;       // "momentum" (sgd)
-  bool nesterov = false;       // "nesterov" (sgd)
+  double lr = 3e-4;                           // "lr": peak learning rate
+  double beta1 = 0.9;                         // "betas"[0] (adamw)
+  double beta2 = 0.95;                        // "betas"[1] (adamw)
+  double eps = 1e-8;                          // "eps" (adamw)
+  double weightDecay = 0.0;  // "weight_decay": applied to weight matrices and embeddings only
+  double momentum = 0.9;     // "momentum" (sgd)
+  bool nesterov = false;     // "nesterov" (sgd)
   bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct TrainingConfig {
-  int steps = 100;                          // "steps": optimizer steps
-  int batchSize = 16;                       // "batch_size": samples per optimizer step (all replicas)
-  int seqLen = 128;                         // "seq_len": tokens per sample (gpt), <= model.context
-  int warmupSteps = 0;                      // "warmup_steps": linear warm-up from 0
+  int steps = 100;                             // "steps": optimizer steps
+  int batchSize = 16;                          // "batch_size": samples per optimizer step (all replicas)
+  int seqLen = 128;                            // "seq_len": tokens per sample (gpt), <= model.context
+  int warmupSteps = 0;                         // "warmup_steps": linear warm-up from 0
   LrSchedule lrSchedule = LrSchedule::Cosine;  // "lr_schedule": "constant" | "cosine" | "linear"
-  double minLrRatio = 0.1;                  // "min_lr_ratio": final lr = lr * min_lr_ratio
-  double gradClip = 1.0;                    // "grad_clip": max global grad norm, 0 disables
-  int evalEvery = 0;                        // "eval_every": steps between evaluations, 0 = only at the end
-  int evalBatches = 0;                      // "eval_batches": batches per evaluation, 0 = the whole split
-  int checkpointEvery = 0;                  // "checkpoint_every": steps between checkpoints, 0 = only at the end
-  int logEvery = 1;                         // "log_every": steps between step lines in the metrics stream
-  std::string runDir;                       // "run_dir": run folder, default "runs/<name>"
-  int threads = 0;                          // "threads": threads per rank, 0 = cores / local ranks
+  double minLrRatio = 0.1;                     // "min_lr_ratio": final lr = lr * min_lr_ratio
+  double gradClip = 1.0;                       // "grad_clip": max global grad norm, 0 disables
+  int evalEvery = 0;                           // "eval_every": steps between evaluations, 0 = only at the end
+  int evalBatches = 0;                         // "eval_batches": batches per evaluation, 0 = the whole split
+  int checkpointEvery = 0;  // "checkpoint_every": steps between checkpoints, 0 = only at the end
+  int logEvery = 1;         // "log_every": steps between step lines in the metrics stream
+  std::string runDir;       // "run_dir": run folder, default "runs/<name>"
+  int threads = 0;          // "threads": threads per rank, 0 = cores / local ranks
   bool operator==(const TrainingConfig&) const = default;
 };
 
 struct RunConfig {
-  int version = kRunConfigVersion;          // "version"
-  std::string name = "run";                 // "name"
-  unsigned long long seed = 1;              // "seed"
-  DeviceChoice device = DeviceChoice::Auto; // "device": "auto" | "cpu" | "cuda"
+  int version = kRunConfigVersion;           // "version"
+  std::string name = "run";                  // "name"
+  unsigned long long seed = 1;               // "seed"
+  DeviceChoice device = DeviceChoice::Auto;  // "device": "auto" | "cpu" | "cuda"
   ModelConfig model;
   DataConfig data;
   MeshConfig mesh;

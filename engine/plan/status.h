@@ -42,8 +42,14 @@ class Expected {
   Expected(Status error) : m_error(std::move(error)) { assert(!m_error.isOk()); }
   bool isOk() const { return m_value.has_value(); }
   explicit operator bool() const { return isOk(); }
-  T& value() { assert(isOk()); return *m_value; }
-  const T& value() const { assert(isOk()); return *m_value; }
+  T& value() {
+    assert(isOk());
+    return *m_value;
+  }
+  const T& value() const {
+    assert(isOk());
+    return *m_value;
+  }
   T& operator*() { return value(); }
   const T& operator*() const { return value(); }
   T* operator->() { return &value(); }
@@ -59,8 +65,8 @@ class Expected {
 }  // namespace ms
 
 // Early return of a failed Status from a function returning Status or Expected<T>.
-#define MS_TRY(expr)                          \
-  do {                                        \
-    ::ms::Status ms_try_status_ = (expr);     \
+#define MS_TRY(expr)                                   \
+  do {                                                 \
+    ::ms::Status ms_try_status_ = (expr);              \
     if (!ms_try_status_.isOk()) return ms_try_status_; \
   } while (0)

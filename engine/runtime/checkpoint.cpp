@@ -87,7 +87,8 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
     if (t.shape != p.spec.shape)
       return Status::error(file + ": tensor \"" + p.spec.name + "\" has shape " + shapeString(t.shape) +
                            ", the model needs " + shapeString(p.spec.shape));
-    if (t.f32.size() != p.numel) return Status::error(file + ": tensor \"" + p.spec.name + "\" is not a float tensor");
+    if (t.f32.size() != p.numel)
+      return Status::error(file + ": tensor \"" + p.spec.name + "\" is not a float tensor");
     std::memcpy(params.values() + p.offset, t.f32.data(), p.numel * sizeof(float));
   }
   for (const auto& [name, t] : byName) {
@@ -97,8 +98,8 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
   return Status::ok();
 }
 
-Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config, ParameterStore& params,
-                                        Optimizer& optimizer) {
+Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config,
+                                        ParameterStore& params, Optimizer& optimizer) {
   auto stateText = readFile(dir + "/state.json");
   if (!stateText) return stateText.status();
   CheckpointInfo info;
@@ -108,14 +109,16 @@ Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig&
     info.optimizerSteps = state.at("optimizer_steps").get<int64_t>();
     info.seed = state.at("seed").get<uint64_t>();
     if (state.at("optimizer").get<std::string>() != toString(config.optimizer.type))
-      return Status::error(dir + "/state.json: the checkpoint's optimizer is " + state.at("optimizer").dump() +
-                           ", the config asks for \"" + toString(config.optimizer.type) + "\"");
+      return Status::error(dir + "/state.json: the checkpoint's optimizer is " +
+                           state.at("optimizer").dump() + ", the config asks for \"" +
+                           toString(config.optimizer.type) + "\"");
   } catch (const std::exception& e) {
     return Status::error(dir + "/state.json: malformed: " + e.what());
   }
   if (info.seed != config.seed)
-    return Status::error(dir + ": checkpoint seed " + std::to_string(info.seed) + " differs from the config's seed " +
-                         std::to_string(config.seed) + " (the data order would differ)");
+    return Status::error(dir + ": checkpoint seed " + std::to_string(info.seed) +
+                         " differs from the config's seed " + std::to_string(config.seed) +
+                         " (the data order would differ)");
   MS_TRY(loadWeights(dir, params));
   auto opt = readSafetensors(dir + "/optimizer.safetensors");
   if (!opt) return opt.status();

@@ -33,8 +33,8 @@ Status saveCheckpoint(const std::string& dir, const RunConfig& config, const Par
 Status loadWeights(const std::string& dirOrFile, ParameterStore& params);
 
 // Loads weights, optimizer state and state.json. The run config's seed must match the checkpoint's.
-Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config, ParameterStore& params,
-                                        Optimizer& optimizer);
+Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config,
+                                        ParameterStore& params, Optimizer& optimizer);
 
 // The newest complete checkpoint "<runDir>/checkpoints/step-NNNNNNNN", or an error saying there is none.
 Expected<std::string> latestCheckpoint(const std::string& runDir);

@@ -1,7 +1,7 @@
 // The layers of the image classifiers: the ViT embedding (patches -> linear -> class token and positions) and
-// head (final LayerNorm, class-token or mean pooling, linear, softmax cross-entropy), after Dosovitskiy et al.
-// 2021 ("An image is worth 16x16 words", section 3.1); and the mlp's blocks (linear + activation) and head.
-// Images are (B, S*S) single-channel; patches (B, NP, P*P); tokens (B, T, C) with T = NP (+1 with cls).
+// head (final LayerNorm, class-token or mean pooling, linear, softmax cross-entropy), after Dosovitskiy et
+// al. 2021 ("An image is worth 16x16 words", section 3.1); and the mlp's blocks (linear + activation) and
+// head. Images are (B, S*S) single-channel; patches (B, NP, P*P); tokens (B, T, C) with T = NP (+1 with cls).
 #include <algorithm>
 #include <string>
 
@@ -63,7 +63,8 @@ class VitEmbedding final : public Layer {
     const int B = batch.B, PP = m_P * m_P;
     std::fill(m_x.data(), m_x.data() + size_t(B) * m_NP * m_C, 0.0f);
     cpu::tokensBackward(m_x.data(), m_cls ? m_clsToken.grad : nullptr, m_pos.grad, dy, B, m_NP, m_C, m_cls);
-    cpu::linearBackward(nullptr, m_w.grad, m_b.grad, m_x.data(), m_patches.data(), m_w.value, B * m_NP, PP, m_C);
+    cpu::linearBackward(nullptr, m_w.grad, m_b.grad, m_x.data(), m_patches.data(), m_w.value, B * m_NP, PP,
+                        m_C);
   }
 
  private:
@@ -104,7 +105,8 @@ class VitHead final : public Layer {
     m_rstd.reserve(N);
     m_pooled.reserve(size_t(B) * m_C);  // (B, C)
     m_logits.reserve(size_t(B) * m_K);  // (B, K)
-    cpu::layerNormForward(m_lnf.data(), m_mean.data(), m_rstd.data(), x, m_lnfw.value, m_lnfb.value, N, m_C, m_eps);
+    cpu::layerNormForward(m_lnf.data(), m_mean.data(), m_rstd.data(), x, m_lnfw.value, m_lnfb.value, N, m_C,
+                          m_eps);
     cpu::poolForward(m_pooled.data(), m_lnf.data(), B, m_T, m_C, m_useFirst);
     cpu::linearForward(m_logits.data(), m_pooled.data(), m_w.value, m_b.value, B, m_C, m_K);
     m_stats = classify(m_logits, m_losses, m_argmax, batch, m_K, mode);
@@ -117,8 +119,8 @@ class VitHead final : public Layer {
     m_dlnf.reserve(size_t(N) * m_C);
     std::fill(m_dpooled.data(), m_dpooled.data() + size_t(B) * m_C, 0.0f);
     std::fill(m_dlnf.data(), m_dlnf.data() + size_t(N) * m_C, 0.0f);
-    cpu::linearBackward(m_dpooled.data(), m_w.grad, m_b.grad, m_logits.data(), m_pooled.data(), m_w.value, B, m_C,
-                        m_K);
+    cpu::linearBackward(m_dpooled.data(), m_w.grad, m_b.grad, m_logits.data(), m_pooled.data(), m_w.value, B,
+                        m_C, m_K);
     cpu::poolBackward(m_dlnf.data(), m_dpooled.data(), B, m_T, m_C, m_useFirst);
     cpu::layerNormBackward(dx, m_lnfw.grad, m_lnfb.grad, m_dlnf.data(), x, m_lnfw.value, m_mean.data(),
                            m_rstd.data(), N, m_C);
@@ -158,9 +160,15 @@ class MlpBlock final : public Layer {
     m_h.reserve(n);  // (B, out) pre-activation
     cpu::linearForward(m_h.data(), x, m_w.value, m_b.value, batch.B, m_in, m_out);
     switch (m_act) {
-      case Activation::Relu: cpu::reluForward(y, m_h.data(), n); break;
-      case Activation::Gelu: cpu::geluForward(y, m_h.data(), n); break;
-      case Activation::Tanh: cpu::tanhForward(y, m_h.data(), n); break;
+      case Activation::Relu:
+        cpu::reluForward(y, m_h.data(), n);
+        break;
+      case Activation::Gelu:
+        cpu::geluForward(y, m_h.data(), n);
+        break;
+      case Activation::Tanh:
+        cpu::tanhForward(y, m_h.data(), n);
+        break;
     }
   }
 
@@ -169,8 +177,12 @@ class MlpBlock final : public Layer {
     m_dh.reserve(n);
     std::fill(m_dh.data(), m_dh.data() + n, 0.0f);
     switch (m_act) {
-      case Activation::Relu: cpu::reluBackward(m_dh.data(), dy, m_h.data(), n); break;
-      case Activation::Gelu: cpu::geluBackward(m_dh.data(), dy, m_h.data(), n); break;
+      case Activation::Relu:
+        cpu::reluBackward(m_dh.data(), dy, m_h.data(), n);
+        break;
+      case Activation::Gelu:
+        cpu::geluBackward(m_dh.data(), dy, m_h.data(), n);
+        break;
       case Activation::Tanh: {
         // tanhBackward wants the output; recompute it into the scratch's tail-free copy.
         m_y.resize(n);

@@ -51,12 +51,13 @@ class GptHead final : public Layer {
 
   void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode) override {
     const int N = batch.B * m_T;
-    m_lnf.reserve(size_t(N) * m_C);     // (B, T, C)
+    m_lnf.reserve(size_t(N) * m_C);  // (B, T, C)
     m_mean.reserve(N);
     m_rstd.reserve(N);
     m_logits.reserve(size_t(N) * m_V);  // (B, T, V): logits, then (training) their gradient in place
     m_losses.reserve(N);                // (B, T)
-    cpu::layerNormForward(m_lnf.data(), m_mean.data(), m_rstd.data(), x, m_lnfw.value, m_lnfb.value, N, m_C, m_eps);
+    cpu::layerNormForward(m_lnf.data(), m_mean.data(), m_rstd.data(), x, m_lnfw.value, m_lnfb.value, N, m_C,
+                          m_eps);
     cpu::linearForwardT(m_logits.data(), m_lnf.data(), m_w.value, nullptr, N, m_C, m_V);
     cpu::softmaxCrossEntropy(m_losses.data(), mode.training ? m_logits.data() : nullptr, m_logits.data(),
                              batch.targets.data(), N, m_V, mode.lossScale);
@@ -73,7 +74,8 @@ class GptHead final : public Layer {
     const int N = batch.B * m_T;
     m_dlnf.reserve(size_t(N) * m_C);
     std::fill(m_dlnf.data(), m_dlnf.data() + size_t(N) * m_C, 0.0f);
-    cpu::linearBackwardT(m_dlnf.data(), m_w.grad, nullptr, m_logits.data(), m_lnf.data(), m_w.value, N, m_C, m_V);
+    cpu::linearBackwardT(m_dlnf.data(), m_w.grad, nullptr, m_logits.data(), m_lnf.data(), m_w.value, N, m_C,
+                         m_V);
     cpu::layerNormBackward(dx, m_lnfw.grad, m_lnfb.grad, m_dlnf.data(), x, m_lnfw.value, m_mean.data(),
                            m_rstd.data(), N, m_C);
   }

@@ -19,14 +19,14 @@
 namespace ms {
 
 struct ForwardMode {
-  bool training = true;   // heads compute the loss gradient
-  float lossScale = 1.0f; // d(total loss)/d(per-target loss): 1 / targets in the optimizer step
+  bool training = true;    // heads compute the loss gradient
+  float lossScale = 1.0f;  // d(total loss)/d(per-target loss): 1 / targets in the optimizer step
 };
 
 struct LossStats {
-  double lossSum = 0;    // sum of per-target losses
-  int64_t count = 0;     // targets
-  int64_t correct = 0;   // classifier heads: argmax == target
+  double lossSum = 0;   // sum of per-target losses
+  int64_t count = 0;    // targets
+  int64_t correct = 0;  // classifier heads: argmax == target
   LossStats& operator+=(const LossStats& o) {
     lossSum += o.lossSum;
     count += o.count;

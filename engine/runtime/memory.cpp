@@ -10,13 +10,20 @@ namespace ms {
 
 const char* toString(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::Parameters: return "parameters";
-    case MemoryCategory::Gradients: return "gradients";
-    case MemoryCategory::Optimizer: return "optimizer";
-    case MemoryCategory::Activations: return "activations";
-    case MemoryCategory::Communication: return "communication";
-    case MemoryCategory::Workspace: return "workspace";
-    case MemoryCategory::Count: break;
+    case MemoryCategory::Parameters:
+      return "parameters";
+    case MemoryCategory::Gradients:
+      return "gradients";
+    case MemoryCategory::Optimizer:
+      return "optimizer";
+    case MemoryCategory::Activations:
+      return "activations";
+    case MemoryCategory::Communication:
+      return "communication";
+    case MemoryCategory::Workspace:
+      return "workspace";
+    case MemoryCategory::Count:
+      break;
   }
   return "?";
 }
@@ -44,9 +51,13 @@ Buffer::Buffer(size_t count, MemoryCategory category, MemoryTracker* tracker)
   reserve(count);
 }
 
-Buffer::~Buffer() { release(); }
+Buffer::~Buffer() {
+  release();
+}
 
-Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+Buffer::Buffer(Buffer&& o) noexcept {
+  *this = std::move(o);
+}
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {

@@ -2,8 +2,9 @@
 // reports its size to a MemoryTracker under one category, so the engine can stream current and peak bytes per
 // category beside the plan's prediction.
 //
-// What always holds: a tracker's current bytes per category equal the sum of the live Buffers registered to it;
-// peak is the maximum current seen since the last resetPeak(). Buffers are 64-byte aligned and zero-filled.
+// What always holds: a tracker's current bytes per category equal the sum of the live Buffers registered to
+// it; peak is the maximum current seen since the last resetPeak(). Buffers are 64-byte aligned and
+// zero-filled.
 #pragma once
 
 #include <array>

@@ -17,7 +17,8 @@ Status MetricsWriter::open(const std::string& sink, const std::string& runFile, 
     m_sinkIsStdout = true;
   } else if (!sink.empty()) {
     m_sink = std::fopen(sink.c_str(), append ? "a" : "w");
-    if (!m_sink) return Status::error("--metrics " + sink + ": cannot open for writing: " + std::strerror(errno));
+    if (!m_sink)
+      return Status::error("--metrics " + sink + ": cannot open for writing: " + std::strerror(errno));
   }
   if (!runFile.empty() && runFile != sink) {
     m_run = std::fopen(runFile.c_str(), append ? "a" : "w");

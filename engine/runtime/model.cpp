@@ -62,7 +62,8 @@ LossStats Model::forwardBackward(const Batch& batch, float lossScale, int microb
 LossStats Model::forward(const Batch& batch) {
   ensureActivations(batch.B);
   const ForwardMode mode{false, 1.0f};
-  for (int i = 0; i < numLayers(); ++i) m_layers[i]->forward(layerInput(i, batch), m_acts[i].data(), batch, mode);
+  for (int i = 0; i < numLayers(); ++i)
+    m_layers[i]->forward(layerInput(i, batch), m_acts[i].data(), batch, mode);
   return head().lossStats();
 }
 

@@ -17,9 +17,12 @@ double learningRate(const RunConfig& config, int64_t step) {
   const int64_t decaySteps = std::max<int64_t>(1, config.training.steps - warmup - 1);
   const double progress = std::clamp(double(step - warmup) / double(decaySteps), 0.0, 1.0);
   switch (config.training.lrSchedule) {
-    case LrSchedule::Constant: return peak;
-    case LrSchedule::Linear: return peak - (peak - floor) * progress;
-    case LrSchedule::Cosine: return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * progress));
+    case LrSchedule::Constant:
+      return peak;
+    case LrSchedule::Linear:
+      return peak - (peak - floor) * progress;
+    case LrSchedule::Cosine:
+      return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * progress));
   }
   return peak;
 }

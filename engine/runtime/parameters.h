@@ -1,5 +1,5 @@
-// The parameters of the layers a rank holds, with their gradients, in two flat buffers (one optimizer pass and,
-// later, one bucketed gradient sync over contiguous memory). Parameters are laid out in ModelSpec order.
+// The parameters of the layers a rank holds, with their gradients, in two flat buffers (one optimizer pass
+// and, later, one bucketed gradient sync over contiguous memory). Parameters are laid out in ModelSpec order.
 //
 // What always holds: initialisation of a parameter depends only on (seed, parameter name, element index), so
 // any placement of layers over ranks initialises the same model; gradients are zeroed by zeroGrads() only.

@@ -36,7 +36,9 @@ class SplitMix64 {
     return z ^ (z >> 31);
   }
   // Uniform in [0, n) for n >= 1 by Lemire's multiply-shift (bias < n / 2^64, negligible here).
-  uint64_t below(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64); }
+  uint64_t below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
+  }
 
  private:
   uint64_t m_state;
@@ -50,7 +52,9 @@ constexpr uint64_t hashString(std::string_view s) {
 }
 
 // Uniform in [0, 1) from the top 53 bits.
-inline double uniform01(uint64_t bits) { return double(bits >> 11) * (1.0 / 9007199254740992.0); }
+inline double uniform01(uint64_t bits) {
+  return double(bits >> 11) * (1.0 / 9007199254740992.0);
+}
 
 // Standard normal number `index` of stream `key` (Box-Muller on two counter-derived uniforms).
 inline double normalAt(uint64_t key, uint64_t index) {

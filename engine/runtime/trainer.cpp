@@ -31,9 +31,11 @@ Status checkRunnable(const RunConfig& c) {
     return Status::error("/parallel: dp*tp*pp = " + std::to_string(world) +
                          " ranks; this engine executes single-rank plans so far (dp = tp = pp = 1)");
   if (c.parallel.precision != Precision::Fp32)
-    return Status::error("/parallel/precision: \"bf16\" needs the CUDA backend; the CPU engine trains in fp32");
+    return Status::error(
+        "/parallel/precision: \"bf16\" needs the CUDA backend; the CPU engine trains in fp32");
   if (c.parallel.recompute != Recompute::None)
-    return Status::error("/parallel/recompute: activation recomputation is not implemented in this engine yet");
+    return Status::error(
+        "/parallel/recompute: activation recomputation is not implemented in this engine yet");
   if (c.device == DeviceChoice::Cuda)
     return Status::error("/device: \"cuda\": this engine has no CUDA backend yet; use \"cpu\" or \"auto\"");
   return Status::ok();
@@ -80,8 +82,10 @@ namespace {
 std::string formatDuration(double s) {
   char buf[32];
   const int t = static_cast<int>(s + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", t / 3600, (t / 60) % 60);
-  else std::snprintf(buf, sizeof buf, "%dm%02ds", t / 60, t % 60);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%dh%02dm", t / 3600, (t / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dm%02ds", t / 60, t % 60);
   return buf;
 }
 
@@ -98,8 +102,9 @@ class ProgressBar {
     const int filled = m_total ? static_cast<int>(width * done / m_total) : width;
     std::string bar(filled, '#');
     bar += std::string(width - filled, '.');
-    std::fprintf(stderr, "\r\033[Kstep %lld/%lld [%s] loss %.4f | %.0f %s/s | eta %s", static_cast<long long>(done),
-                 static_cast<long long>(m_total), bar.c_str(), loss, rate, unit, formatDuration(eta).c_str());
+    std::fprintf(stderr, "\r\033[Kstep %lld/%lld [%s] loss %.4f | %.0f %s/s | eta %s",
+                 static_cast<long long>(done), static_cast<long long>(m_total), bar.c_str(), loss, rate, unit,
+                 formatDuration(eta).c_str());
     m_drawn = true;
   }
   // Moves off the bar line before a log line.
@@ -160,7 +165,8 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     std::error_code ec;
     if (fs::exists(ckpts) && !fs::is_empty(ckpts, ec)) {
       if (!options.overwrite)
-        return Status::error(runDir + ": this run folder already holds checkpoints; pass --resume to continue it, "
+        return Status::error(runDir +
+                             ": this run folder already holds checkpoints; pass --resume to continue it, "
                              "--overwrite to start over, or --run-dir for another folder");
       fs::remove_all(ckpts, ec);
     }
@@ -239,8 +245,9 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     metrics.write("eval", line);
     bar.breakLine();
     if (r.hasAccuracy)
-      std::fprintf(stderr, "step %lld: eval loss %.4f, accuracy %.2f%% (%lld samples)\n", static_cast<long long>(done),
-                   r.loss, 100.0 * r.accuracy, static_cast<long long>(r.samples));
+      std::fprintf(stderr, "step %lld: eval loss %.4f, accuracy %.2f%% (%lld samples)\n",
+                   static_cast<long long>(done), r.loss, 100.0 * r.accuracy,
+                   static_cast<long long>(r.samples));
     else
       std::fprintf(stderr, "step %lld: eval loss %.4f (%lld samples)\n", static_cast<long long>(done), r.loss,
                    static_cast<long long>(r.samples));
@@ -282,8 +289,10 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     if (done % config.training.logEvery == 0 || done == steps) {
       nlohmann::json line = {{"step", done},          {"loss", loss},        {"lr", lr},
                              {"grad_norm", gradNorm}, {"step_time_s", secs}, {"samples_per_s", samplesPerS}};
-      if (isGpt) line["tokens_per_s"] = tokensPerS;
-      else line["accuracy"] = stats.count ? double(stats.correct) / double(stats.count) : 0.0;
+      if (isGpt)
+        line["tokens_per_s"] = tokensPerS;
+      else
+        line["accuracy"] = stats.count ? double(stats.correct) / double(stats.count) : 0.0;
       metrics.write("step", line);
       metrics.write("spans", {{"step", done}, {"ranks", spansJson(spans, spec)}});
       metrics.write("memory", {{"step", done},
@@ -291,8 +300,8 @@ Status train(const RunConfig& config, const TrainOptions& options) {
                                                                  {"current", memoryJson(tracker, false)},
                                                                  {"peak", memoryJson(tracker, true)}}})}});
     }
-    bar.update(done, loss, isGpt ? tokensPerS : samplesPerS, isGpt ? "tok" : "samples", ema * double(steps - done),
-               done == steps);
+    bar.update(done, loss, isGpt ? tokensPerS : samplesPerS, isGpt ? "tok" : "samples",
+               ema * double(steps - done), done == steps);
     if (!options.progress && (done % std::max<int64_t>(1, steps / 10) == 0 || done == steps))
       std::fprintf(stderr, "step %lld/%lld: loss %.4f, %.3f s/step\n", static_cast<long long>(done),
                    static_cast<long long>(steps), loss, secs);

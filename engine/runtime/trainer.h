@@ -18,11 +18,11 @@
 namespace ms {
 
 struct TrainOptions {
-  std::string metricsSink;       // "-" stdout, a file, or "" (the run folder's metrics.jsonl is always written)
-  std::string runDir;            // overrides training.run_dir
-  std::string resume;            // "" none, "latest" the run folder's newest checkpoint, or a checkpoint dir
-  bool overwrite = false;        // allow starting afresh in a run folder that already holds checkpoints
-  bool progress = false;         // draw a progress bar on stderr
+  std::string metricsSink;  // "-" stdout, a file, or "" (the run folder's metrics.jsonl is always written)
+  std::string runDir;       // overrides training.run_dir
+  std::string resume;       // "" none, "latest" the run folder's newest checkpoint, or a checkpoint dir
+  bool overwrite = false;   // allow starting afresh in a run folder that already holds checkpoints
+  bool progress = false;    // draw a progress bar on stderr
   const std::atomic<bool>* stopRequested = nullptr;  // set (e.g. by SIGINT) to stop after the current step
 };
 
@@ -33,7 +33,8 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-// Refuses what this engine cannot execute yet (multi-rank plans, bf16, recompute, cuda) with the field's path.
+// Refuses what this engine cannot execute yet (multi-rank plans, bf16, recompute, cuda) with the field's
+// path.
 Status checkRunnable(const RunConfig& config);
 
 // Threads per rank: training.threads, or the cores divided by the ranks on this node (Open MPI's

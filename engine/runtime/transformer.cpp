@@ -43,8 +43,8 @@ class TransformerBlock final : public Layer {
     const int N = B * T;
     m_cache.ensure(B, T, C, F, H);
     Cache& c = m_cache;
-    cpu::layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value, m_ln1b.value, N, C,
-                          m_eps);
+    cpu::layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value, m_ln1b.value, N,
+                          C, m_eps);
     cpu::linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value, m_qkvb.value, N, C, 3 * C);
     cpu::attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, C, H, m_causal);
     cpu::linearForward(c.res1.data(), c.atty.data(), m_projw.value, m_projb.value, N, C, C);
@@ -68,22 +68,25 @@ class TransformerBlock final : public Layer {
     float* dres1 = w.dres.data();
     std::copy(dy, dy + NC, dres1);
     w.dF1.zero();
-    cpu::linearBackward(w.dF1.data(), m_fcprojw.grad, m_fcprojb.grad, dy, c.gelu.data(), m_fcprojw.value, N, F, C);
+    cpu::linearBackward(w.dF1.data(), m_fcprojw.grad, m_fcprojb.grad, dy, c.gelu.data(), m_fcprojw.value, N,
+                        F, C);
     w.dF2.zero();
     cpu::geluBackward(w.dF2.data(), w.dF1.data(), c.fc.data(), NF);
     w.dC.zero();
-    cpu::linearBackward(w.dC.data(), m_fcw.grad, m_fcb.grad, w.dF2.data(), c.ln2.data(), m_fcw.value, N, C, F);
+    cpu::linearBackward(w.dC.data(), m_fcw.grad, m_fcb.grad, w.dF2.data(), c.ln2.data(), m_fcw.value, N, C,
+                        F);
     cpu::layerNormBackward(dres1, m_ln2w.grad, m_ln2b.grad, w.dC.data(), c.res1.data(), m_ln2w.value,
                            c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
     w.dC.zero();
-    cpu::linearBackward(w.dC.data(), m_projw.grad, m_projb.grad, dres1, c.atty.data(), m_projw.value, N, C, C);
+    cpu::linearBackward(w.dC.data(), m_projw.grad, m_projb.grad, dres1, c.atty.data(), m_projw.value, N, C,
+                        C);
     w.dqkv.zero();
-    cpu::attentionBackward(w.dqkv.data(), w.scratch.data(), w.dC.data(), c.qkv.data(), c.att.data(), B, T, C, H,
-                           m_causal);
+    cpu::attentionBackward(w.dqkv.data(), w.scratch.data(), w.dC.data(), c.qkv.data(), c.att.data(), B, T, C,
+                           H, m_causal);
     w.dC.zero();
-    cpu::linearBackward(w.dC.data(), m_qkvw.grad, m_qkvb.grad, w.dqkv.data(), c.ln1.data(), m_qkvw.value, N, C,
-                        3 * C);
+    cpu::linearBackward(w.dC.data(), m_qkvw.grad, m_qkvb.grad, w.dqkv.data(), c.ln1.data(), m_qkvw.value, N,
+                        C, 3 * C);
     if (dx) {
       cpu::accumulate(dx, dres1, NC);
       cpu::layerNormBackward(dx, m_ln1w.grad, m_ln1b.grad, w.dC.data(), x, m_ln1w.value, c.ln1Mean.data(),
@@ -99,35 +102,44 @@ class TransformerBlock final : public Layer {
   // Saved by forward for backward (activations).
   struct Cache {
     explicit Cache(MemoryTracker* t)
-        : ln1(0, MemoryCategory::Activations, t), ln1Mean(0, MemoryCategory::Activations, t),
-          ln1Rstd(0, MemoryCategory::Activations, t), qkv(0, MemoryCategory::Activations, t),
-          att(0, MemoryCategory::Activations, t), atty(0, MemoryCategory::Activations, t),
-          res1(0, MemoryCategory::Activations, t), ln2(0, MemoryCategory::Activations, t),
-          ln2Mean(0, MemoryCategory::Activations, t), ln2Rstd(0, MemoryCategory::Activations, t),
-          fc(0, MemoryCategory::Activations, t), gelu(0, MemoryCategory::Activations, t) {}
+        : ln1(0, MemoryCategory::Activations, t),
+          ln1Mean(0, MemoryCategory::Activations, t),
+          ln1Rstd(0, MemoryCategory::Activations, t),
+          qkv(0, MemoryCategory::Activations, t),
+          att(0, MemoryCategory::Activations, t),
+          atty(0, MemoryCategory::Activations, t),
+          res1(0, MemoryCategory::Activations, t),
+          ln2(0, MemoryCategory::Activations, t),
+          ln2Mean(0, MemoryCategory::Activations, t),
+          ln2Rstd(0, MemoryCategory::Activations, t),
+          fc(0, MemoryCategory::Activations, t),
+          gelu(0, MemoryCategory::Activations, t) {}
     void ensure(int B, int T, int C, int F, int H) {
       const size_t N = size_t(B) * T;
-      ln1.reserve(N * C);        // (B, T, C)
-      ln1Mean.reserve(N);        // (B, T)
-      ln1Rstd.reserve(N);        // (B, T)
-      qkv.reserve(N * 3 * C);    // (B, T, 3C)
+      ln1.reserve(N * C);                  // (B, T, C)
+      ln1Mean.reserve(N);                  // (B, T)
+      ln1Rstd.reserve(N);                  // (B, T)
+      qkv.reserve(N * 3 * C);              // (B, T, 3C)
       att.reserve(size_t(B) * H * T * T);  // (B, H, T, T)
-      atty.reserve(N * C);       // (B, T, C)
-      res1.reserve(N * C);       // (B, T, C)
-      ln2.reserve(N * C);        // (B, T, C)
+      atty.reserve(N * C);                 // (B, T, C)
+      res1.reserve(N * C);                 // (B, T, C)
+      ln2.reserve(N * C);                  // (B, T, C)
       ln2Mean.reserve(N);
       ln2Rstd.reserve(N);
-      fc.reserve(N * F);         // (B, T, F)
-      gelu.reserve(N * F);       // (B, T, F)
+      fc.reserve(N * F);    // (B, T, F)
+      gelu.reserve(N * F);  // (B, T, F)
     }
     Buffer ln1, ln1Mean, ln1Rstd, qkv, att, atty, res1, ln2, ln2Mean, ln2Rstd, fc, gelu;
   };
   // Scratch of backward (workspace).
   struct Work {
     explicit Work(MemoryTracker* t)
-        : dres(0, MemoryCategory::Workspace, t), dC(0, MemoryCategory::Workspace, t),
-          dF1(0, MemoryCategory::Workspace, t), dF2(0, MemoryCategory::Workspace, t),
-          dqkv(0, MemoryCategory::Workspace, t), scratch(0, MemoryCategory::Workspace, t) {}
+        : dres(0, MemoryCategory::Workspace, t),
+          dC(0, MemoryCategory::Workspace, t),
+          dF1(0, MemoryCategory::Workspace, t),
+          dF2(0, MemoryCategory::Workspace, t),
+          dqkv(0, MemoryCategory::Workspace, t),
+          scratch(0, MemoryCategory::Workspace, t) {}
     void ensure(int B, int T, int C, int F, int H) {
       const size_t N = size_t(B) * T;
       dres.reserve(N * C);
@@ -143,7 +155,8 @@ class TransformerBlock final : public Layer {
   int m_C, m_H, m_F, m_T;
   float m_eps;
   bool m_causal;
-  BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw, m_fcprojb;
+  BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw,
+      m_fcprojb;
   Cache m_cache;
   Work m_work;
 };

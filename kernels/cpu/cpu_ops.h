@@ -10,7 +10,8 @@
 //   gradient buffers when they need a fresh sum. This makes gradient accumulation over microbatches and
 //   residual branches free.
 // - Any gradient pointer documented as nullable may be nullptr to skip that gradient.
-// - The thread count is set once with setThreads() (the engine divides the cores between the ranks on a node).
+// - The thread count is set once with setThreads() (the engine divides the cores between the ranks on a
+// node).
 #pragma once
 
 #include <cstddef>
@@ -24,7 +25,8 @@ int threads();
 
 // ---- Linear --------------------------------------------------------------------------------------------
 // out (N, OC) = inp (N, C) @ weight (C, OC) + bias (OC). bias nullable.
-void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                   int OC);
 // dinp (N, C) += dout (N, OC) @ weight^T; dweight (C, OC) += inp^T @ dout; dbias (OC) += sum_n dout.
 // dinp, dweight, dbias nullable.
 void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -32,7 +34,8 @@ void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout
 
 // Same with the weight stored transposed, (OC, C) (nn.Linear / embedding-table layout; the GPT LM head reads
 // the token embedding wte (V, C) this way): out (N, OC) = inp (N, C) @ weight^T + bias.
-void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                    int OC);
 // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout. All nullable.
 void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
@@ -67,28 +70,30 @@ void scale(float* y, float s, size_t n);
 // backward (with causal, entries above the diagonal are 0).
 void attentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int H, bool causal);
 // dqkv (B, T, 3C) +=. scratch: at least B*H*T*T floats, contents undefined on return.
-void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int H, bool causal);
+void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                       int B, int T, int C, int H, bool causal);
 
 // ---- Embeddings ------------------------------------------------------------------------------------------
 // out (B, T, C) = wte[tokens[b, t]] + wpe[t]. wte (V, C), wpe (maxT, C). Tokens must be in [0, V).
-void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
+void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                      int C);
 // dwte (V, C) +=, dwpe (maxT, C) +=. Either nullable.
-void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
+void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                       int C);
 
 // ---- Loss ------------------------------------------------------------------------------------------------
 // Fused softmax + cross-entropy over rows of logits (N, V). losses (N) = -log softmax(logits)[target].
 // If dlogits is non-null it is OVERWRITTEN with gradScale * (softmax - onehot(target)) (the gradient of
 // gradScale * sum(losses)); dlogits may alias logits. A target < 0 is ignored: loss 0, gradient row 0.
 // Targets >= V are a caller bug (checked upstream by the data loaders).
-void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V,
-                         float gradScale);
+void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N,
+                         int V, float gradScale);
 // argmax of each row of x (N, V) into out (N).
 void argmaxRows(int32_t* out, const float* x, int N, int V);
 
 // ---- Vision transformer pieces --------------------------------------------------------------------------
-// images (B, S, S) single channel, S = image side; patches (B, NP, P*P) with NP = (S/P)^2, patches in row-major
-// order, pixels inside a patch row-major. S must be divisible by P.
+// images (B, S, S) single channel, S = image side; patches (B, NP, P*P) with NP = (S/P)^2, patches in
+// row-major order, pixels inside a patch row-major. S must be divisible by P.
 void patchify(float* patches, const float* images, int B, int S, int P);
 // Builds the token sequence of a ViT: out (B, T, C) with T = NP + (cls ? 1 : 0). With cls, out[b, 0] =
 // clsToken (C) + pos[0] and out[b, 1 + i] = x[b, i] + pos[1 + i]; without, out[b, i] = x[b, i] + pos[i].

@@ -4,8 +4,8 @@
 //
 // setThreads() also switches every thread of the pool to flush-to-zero / denormals-are-zero. Training drives
 // some values (Adam's second moments of rarely used embedding rows, far tails of softmax) into the denormal
-// range, where x86 arithmetic takes microcode assists ~100x slower than normal; measured here, a byte-level GPT
-// slowed from 0.17 to 1.4 s/step after a few dozen steps without it. Flushing changes results only below
+// range, where x86 arithmetic takes microcode assists ~100x slower than normal; measured here, a byte-level
+// GPT slowed from 0.17 to 1.4 s/step after a few dozen steps without it. Flushing changes results only below
 // 1.2e-38 and is deterministic.
 #include <omp.h>
 

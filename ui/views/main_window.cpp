@@ -23,8 +23,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_summary->setWordWrap(true);
   m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
   m_table = new QTableWidget(0, 4, central);
-  m_table->setHorizontalHeaderLabels({tr("Layer"), tr("Parameters"), tr("Forward GFLOP / sample"),
-                                      tr("Activations MiB / sample")});
+  m_table->setHorizontalHeaderLabels(
+      {tr("Layer"), tr("Parameters"), tr("Forward GFLOP / sample"), tr("Activations MiB / sample")});
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
   m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
   layout->addWidget(m_summary);
@@ -37,7 +37,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 }
 
 void MainWindow::chooseProject() {
-  const QString path = QFileDialog::getOpenFileName(this, tr("Open project"), QString(), tr("Run configs (*.json)"));
+  const QString path =
+      QFileDialog::getOpenFileName(this, tr("Open project"), QString(), tr("Run configs (*.json)"));
   if (!path.isEmpty()) openProject(path);
 }
 
@@ -58,13 +59,14 @@ bool MainWindow::openProject(const QString& path) {
     m_table->setItem(i, 0, new QTableWidgetItem(QString::fromStdString(l.name)));
     m_table->setItem(i, 1, new QTableWidgetItem(QString::number(l.paramCount())));
     m_table->setItem(i, 2, new QTableWidgetItem(QString::number(l.forwardFlopsPerSample / 1e9, 'f', 4)));
-    m_table->setItem(i, 3,
-                     new QTableWidgetItem(QString::number(double(l.activationBytesPerSample) / (1 << 20), 'f', 2)));
+    m_table->setItem(
+        i, 3, new QTableWidgetItem(QString::number(double(l.activationBytesPerSample) / (1 << 20), 'f', 2)));
   }
-  m_summary->setText(tr("%1: %2 model, %3 parameters, %4 layers")
-                         .arg(QString::fromStdString(config->name), QString::fromLatin1(toString(config->model.type)))
-                         .arg(spec.paramCount())
-                         .arg(spec.layers.size()));
+  m_summary->setText(
+      tr("%1: %2 model, %3 parameters, %4 layers")
+          .arg(QString::fromStdString(config->name), QString::fromLatin1(toString(config->model.type)))
+          .arg(spec.paramCount())
+          .arg(spec.layers.size()));
   setWindowTitle(tr("MeshStudio - %1").arg(QFileInfo(path).fileName()));
   statusBar()->showMessage(tr("Opened %1").arg(path));
   return true;
