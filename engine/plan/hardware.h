@@ -1,0 +1,68 @@
+// The hardware catalog and the device mesh. A DeviceSpec gives what the cost model needs of one accelerator
+// (peak dense FLOP/s per precision, memory capacity and bandwidth); a LinkSpec gives a link's bandwidth and
+// latency. A Mesh is the config's nodes resolved against the catalog (and any user-defined types in the
+// config): a flat list of devices, each knowing its node, plus the intra- and inter-node links.
+//
+// What always holds: catalog figures are vendor datasheet numbers (dense, no sparsity), cited beside each
+// entry; a Mesh's device index is global and node-major (all devices of node 0, then node 1, ...); the link
+// between two devices is the intra-node link when they share a node, else the inter-node link.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/run_config.h"
+#include "plan/status.h"
+
+namespace ms {
+
+struct DeviceSpec {
+  std::string name;             // catalog key, e.g. "h100-sxm-80gb"
+  std::string label;            // for people, e.g. "NVIDIA H100 SXM 80GB"
+  double peakFlopsFp32 = 0;     // dense FLOP/s, fp32 (non-tensor-core for GPUs)
+  double peakFlopsTf32 = 0;     // dense FLOP/s, tf32 tensor cores (0 when none)
+  double peakFlopsBf16 = 0;     // dense FLOP/s, bf16 tensor cores
+  double memoryBytes = 0;       // capacity
+  double memoryBandwidth = 0;   // bytes/s
+  // Fraction of peak a well-fed training step reaches on this device (the cost model's default efficiency;
+  // calibration replaces it with measured per-layer times).
+  double achievableFraction = 0.5;
+  double peakFlops(Precision p) const { return p == Precision::Bf16 ? peakFlopsBf16 : peakFlopsFp32; }
+};
+
+struct LinkSpec {
+  std::string name;          // "nvlink", "pcie", "infiniband", "ethernet", "shm"
+  double bandwidth = 0;      // bytes/s per direction, per device
+  double latency = 0;        // seconds per message
+};
+
+// The built-in catalog.
+const std::vector<DeviceSpec>& deviceCatalog();
+const std::vector<LinkSpec>& linkCatalog();
+std::optional<DeviceSpec> findDevice(const std::string& name);
+std::optional<LinkSpec> findLink(const std::string& name);
+
+struct MeshDevice {
+  int index = 0;       // global, node-major
+  int node = 0;        // index into Mesh::nodes
+  int local = 0;       // index within its node
+  DeviceSpec spec;
+};
+
+struct Mesh {
+  std::vector<std::string> nodes;  // node names
+  std::vector<MeshDevice> devices;
+  LinkSpec intraLink;
+  LinkSpec interLink;
+  int deviceCount() const { return static_cast<int>(devices.size()); }
+  // The link a message between two devices crosses.
+  const LinkSpec& linkBetween(int a, int b) const {
+    return devices[a].node == devices[b].node ? intraLink : interLink;
+  }
+};
+
+// Resolves the config's mesh against the catalog. Errors name the field ("/mesh/nodes/1/device").
+Expected<Mesh> buildMesh(const MeshConfig& mesh);
+
+}  // namespace ms

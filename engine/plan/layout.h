@@ -1,0 +1,59 @@
+// Ranks and their groups. A run has world = dp * tp * pp ranks; rank order puts tensor-parallel peers closest,
+// then data-parallel, then pipeline (the Megatron convention): rank = (pp_i * dp + dp_i) * tp + tp_i. Every
+// rank derives its groups from this arithmetic alone, so all ranks agree without talking.
+//
+// What always holds: coord(rank(c)) == c; each TP group has tp members with consecutive ranks; each rank's
+// groups list their members in increasing rank order; deviceOf maps every rank to one mesh device, and no two
+// ranks to the same device unless the layout was built with sharing allowed (the CPU engine runs more ranks
+// than it has cores that way).
+#pragma once
+
+#include <vector>
+
+#include "plan/hardware.h"
+#include "plan/run_config.h"
+#include "plan/status.h"
+
+namespace ms {
+
+struct RankCoord {
+  int dp = 0;
+  int tp = 0;
+  int pp = 0;
+  bool operator==(const RankCoord&) const = default;
+};
+
+class RankLayout {
+ public:
+  RankLayout() = default;
+  RankLayout(int dp, int tp, int pp);
+  int dp() const { return m_dp; }
+  int tp() const { return m_tp; }
+  int pp() const { return m_pp; }
+  int world() const { return m_dp * m_tp * m_pp; }
+  int rank(const RankCoord& c) const { return (c.pp * m_dp + c.dp) * m_tp + c.tp; }
+  RankCoord coord(int rank) const;
+  std::vector<int> tpGroup(int rank) const;  // same dp and pp
+  std::vector<int> dpGroup(int rank) const;  // same tp and pp
+  std::vector<int> ppGroup(int rank) const;  // same dp and tp: the pipeline, stage order
+  // Pipeline neighbours of a rank (-1 at the ends).
+  int prevStageRank(int rank) const;
+  int nextStageRank(int rank) const;
+  // Mesh device of each rank (filled by layoutRanks).
+  std::vector<int> deviceOf;
+
+ private:
+  int m_dp = 1, m_tp = 1, m_pp = 1;
+};
+
+// Lays the ranks of the config's parallel layout onto the mesh's devices: rank r goes to device r in
+// node-major order, which keeps each TP group inside one node whenever tp divides the devices per node (the
+// placement says so in warnings otherwise). More ranks than devices is an error naming /parallel and both
+// numbers, unless allowSharing (CPU runs), in which case ranks wrap around the devices.
+struct LayoutResult {
+  RankLayout layout;
+  std::vector<std::string> warnings;  // e.g. "TP group 3 spans nodes node0 and node1"
+};
+Expected<LayoutResult> layoutRanks(const ParallelConfig& parallel, const Mesh& mesh, bool allowSharing = false);
+
+}  // namespace ms

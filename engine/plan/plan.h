@@ -1,0 +1,39 @@
+// The plan: the single source of truth that the studio simulates and the engine executes. It ties a run config
+// to everything derived from it: the model spec, the mesh, the ranks and their groups, the partition of layers
+// into chunks and stages, and the pipeline schedule (per-stage action lists).
+//
+// What always holds: a Plan returned by buildPlan() is consistent: layout.world() == dp*tp*pp, the partition has
+// pp stages, and the schedule was generated for that partition and passed checkSchedule().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/hardware.h"
+#include "plan/layout.h"
+#include "plan/model_spec.h"
+#include "plan/partition.h"
+#include "plan/run_config.h"
+#include "plan/schedule.h"
+
+namespace ms {
+
+struct Plan {
+  RunConfig config;
+  ModelSpec model;
+  Mesh mesh;
+  RankLayout layout;
+  Partition partition;
+  PipelineSchedule schedule;
+  std::vector<std::string> warnings;
+  // Samples per microbatch on one DP replica: batch_size / (dp * microbatches).
+  int microbatchSize() const {
+    return config.training.batchSize / (config.parallel.dp * config.parallel.microbatches);
+  }
+  int stageOfRank(int rank) const { return layout.coord(rank).pp; }
+};
+
+// Builds and checks the plan. allowSharing lets ranks share devices (the CPU engine); errors name the field.
+Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing = false);
+
+}  // namespace ms
