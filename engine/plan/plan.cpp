@@ -1,0 +1,31 @@
+// buildPlan(): a run config to a consistent Plan; see plan.h.
+#include "plan/plan.h"
+
+namespace ms {
+
+Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
+  Plan plan;
+  plan.config = config;
+  plan.model = buildModelSpec(config.model, config.training.seqLen);
+  auto mesh = buildMesh(config.mesh);
+  if (!mesh) return mesh.status();
+  plan.mesh = std::move(*mesh);
+  auto layout = layoutRanks(config.parallel, plan.mesh, allowSharing);
+  if (!layout) return layout.status();
+  plan.layout = std::move(layout->layout);
+  plan.warnings = std::move(layout->warnings);
+  auto partition = partitionFromConfig(config.parallel, plan.model);
+  if (!partition) return partition.status();
+  plan.partition = std::move(*partition);
+  const ParallelConfig& par = config.parallel;
+  auto schedule = generateSchedule(par.schedule, par.pp, par.virtualChunks, par.microbatches,
+                                   plan.partition.stageOf);
+  if (!schedule) return schedule.status().withContext("/parallel/schedule");
+  plan.schedule = std::move(*schedule);
+  if (Status s = checkSchedule(plan.schedule); !s)
+    return s.withContext("internal error: the generated " + std::string(toString(par.schedule)) +
+                         " schedule is inconsistent");
+  return plan;
+}
+
+}  // namespace ms
