@@ -3,6 +3,8 @@
 //   train CONFIG [options]          train (single rank so far); metrics as JSON Lines
 //   eval CONFIG --checkpoint DIR    loss (and accuracy) on the evaluation split
 //   dump CONFIG --out DIR [...]     one batch's logits, loss and gradients (for the PyTorch reference tests)
+//   plan CONFIG [--json]            the plan's per-device memory, bubbles and step time, predicted
+//   autoplan CONFIG [--top N] [--json] [--write FILE]   the best plans for the model on the mesh
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config. This file is the only place that
 // turns errors into exit codes.
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "plan_commands.h"
 #include "plan/run_config.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
@@ -50,6 +53,10 @@ const char* kUsage =
     "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
     "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S]\n"
     "                                     write one batch, its logits, loss and gradients (reference tests)\n"
+    "  plan CONFIG [--json]               predicted memory per device, bubbles, step time, tokens/s, MFU\n"
+    "  autoplan CONFIG [--top N] [--json] [--write FILE]\n"
+    "                                     search dp x tp x pp, microbatches, schedule, ZeRO and recompute;\n"
+    "                                     --write saves the best plan as a config\n"
     "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n";
 
 int usageError(const std::string& message) {
@@ -268,6 +275,31 @@ int cmdDump(int argc, char** argv) {
   return kExitOk;
 }
 
+int cmdPlan(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {}, {"--json"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1) return usageError("plan needs exactly one CONFIG");
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  return ms::runPlanCommand(config, a.has("--json"));
+}
+
+int cmdAutoplan(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--top", "--write"}, {"--json"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1) return usageError("autoplan needs exactly one CONFIG");
+  int top = 5;
+  if (a.has("--top")) {
+    char* end = nullptr;
+    const long v = std::strtol(a.get("--top").c_str(), &end, 10);
+    if (!end || *end || v < 1 || v > 100) return usageError("--top needs an integer from 1 to 100");
+    top = static_cast<int>(v);
+  }
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  return ms::runAutoplanCommand(config, top, a.has("--json"), a.get("--write"));
+}
+
 int cmdSchema(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {}, {"--markdown"});
   if (!a.error.empty()) return usageError(a.error);
@@ -292,6 +324,8 @@ int main(int argc, char** argv) {
     if (cmd == "train") return cmdTrain(argc, argv);
     if (cmd == "eval") return cmdEval(argc, argv);
     if (cmd == "dump") return cmdDump(argc, argv);
+    if (cmd == "plan") return cmdPlan(argc, argv);
+    if (cmd == "autoplan") return cmdAutoplan(argc, argv);
     if (cmd == "schema") return cmdSchema(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "meshstudio-engine %s: out of memory\n", cmd.c_str());

@@ -67,8 +67,12 @@ json gptTokensEverything() {
     "model":{"type":"gpt","layers":6,"width":192,"heads":6,"mlp_ratio":2,"layer_norm_eps":1e-6,"vocab":50304,
              "context":1024,"tie_embeddings":false,"init_std":0.015},
     "data":{"kind":"tokens","train":["a_*.bin","b.bin"],"val":"val.bin"},
-    "mesh":{"nodes":[{"name":"a","device":"h100-sxm-80gb","count":8},{"name":"b","device":"h200-141gb","count":4}],
-            "intra_link":"nvlink","inter_link":"infiniband"},
+    "mesh":{"nodes":[{"name":"a","device":"h100-sxm-80gb","count":8},{"name":"b","device":"h200-141gb","count":4},
+                     {"name":"c","device":"npu-1","count":2}],
+            "intra_link":"nvlink","inter_link":"ib-2x",
+            "device_types":[{"name":"npu-1","label":"An NPU","peak_tflops_fp32":40.5,"peak_tflops_bf16":320,
+                             "memory_gb":64,"memory_bandwidth_gbs":1800,"achievable_fraction":0.45}],
+            "link_types":[{"name":"ib-2x","bandwidth_gbs":100,"latency_us":4.5}]},
     "parallel":{"dp":2,"tp":2,"pp":2,"schedule":"interleaved_1f1b","microbatches":4,"virtual_chunks":2,"zero":2,
                 "recompute":"full","precision":"bf16","sequence_parallel":true,
                 "placement":[{"stage":0,"layers":["embedding","block.0"]},{"stage":1,"layers":["block.1","block.2"]},
@@ -132,6 +136,27 @@ std::vector<TypedCase> typedCases() {
       {"device tpu", [](auto& c) { c.mesh.nodes[0].device = "tpu"; }, "/mesh/nodes/0/device",
        "\"tpu\" is not one of"},
       {"link bogus", [](auto& c) { c.mesh.intraLink = "bogus"; }, "/mesh/intra_link", "is not one of"},
+      {"own device shadows",
+       [](auto& c) {
+         c.mesh.deviceTypes = {{"cpu", "", 1, 1, 1, 1}};
+       },
+       "/mesh/device_types/0/name", "device type \"cpu\" is already in the hardware catalog"},
+      {"own device bad fraction",
+       [](auto& c) {
+         c.mesh.deviceTypes = {{"npu", "", 1, 1, 1, 1, 0}};
+       },
+       "/mesh/device_types/0/achievable_fraction", "must be in (0, 1], got 0"},
+      {"own link negative latency",
+       [](auto& c) {
+         c.mesh.linkTypes = {{"l", 1, -2}};
+       },
+       "/mesh/link_types/0/latency_us", "must be >= 0, got -2"},
+      {"own device named by a node",
+       [](auto& c) {
+         c.mesh.deviceTypes = {{"npu", "", 1, 1, 1, 1}};
+         c.mesh.nodes[0].device = "npv";
+       },
+       "/mesh/nodes/0/device", "did you mean \"npu\"?"},
       {"no nodes", [](auto& c) { c.mesh.nodes.clear(); }, "/mesh/nodes", "needs at least 1 entry"},
       {"no devices", [](auto& c) { c.mesh.nodes.clear(); }, "/parallel",
        "= 1 rank, but the mesh has only 0 devices"},
@@ -331,7 +356,7 @@ class TestConfig : public QObject {
     QCOMPARE(j.size(), size_t(10));
     QCOMPARE(j["model"].size(), size_t(10));  // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));    // kind, train, val
-    QCOMPARE(j["mesh"].size(), size_t(3));
+    QCOMPARE(j["mesh"].size(), size_t(5));    // nodes, links, and the (empty) lists of own types
     QCOMPARE(j["parallel"].size(), size_t(11));
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(13));
@@ -497,6 +522,10 @@ class TestConfig : public QObject {
                                 << "/mesh/nodes/0/count";
     QTest::newRow("placement item") << QByteArray(R"({"parallel":{"placement":[7]}})")
                                     << "/parallel/placement/0";
+    QTest::newRow("own device type") << QByteArray(
+                                            R"({"mesh":{"nodes":[{"name":"a","device":"npu"}],"device_types":[
+        {"name":5,"peak_tflops_fp32":1,"peak_tflops_bf16":1,"memory_gb":1,"memory_bandwidth_gbs":1}]}})")
+                                     << "/mesh/device_types/0/name";
   }
 
   void badValuesDoNotCascade() {
@@ -507,6 +536,138 @@ class TestConfig : public QObject {
     ms::ConfigErrors errors;
     QVERIFY(!ms::parseRunConfig(doc, &errors).isOk());
     QVERIFY2(errors.size() == 1 && errors[0].path == path.toStdString(), describe(errors).c_str());
+  }
+
+  // The config's own device and link types: used by nodes and links, refused when they shadow the catalog,
+  // repeat a name or hold figures that are not positive.
+  void hardwareTypes_data() {
+    QTest::addColumn<QByteArray>("patch");  // merged into gptText(); the mesh below is the base
+    QTest::addColumn<QString>("path");      // empty: the config is valid
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("own types used") << QByteArray("{}") << QString() << QString();
+    QTest::newRow("catalog names still work")
+        << QByteArray(R"({"mesh":{"nodes":[{"name":"a","device":"l40s","count":1}],"intra_link":"pcie"}})")
+        << QString() << QString();
+    QTest::newRow("unknown device")
+        << QByteArray(R"({"mesh":{"nodes":[{"name":"a","device":"a100","count":1}]}})")
+        << "/mesh/nodes/0/device"
+        << "\"a100\" is not one of \"cpu\", \"h100-sxm-80gb\", \"h200-141gb\", \"a100-40gb\", \"a100-80gb\", "
+           "\"l40s\", \"rtx4090\", \"my-npu\"; did you mean \"a100-40gb\"?";
+    QTest::newRow("unknown own device")
+        << QByteArray(R"({"mesh":{"nodes":[{"name":"a","device":"my-npuu","count":1}]}})")
+        << "/mesh/nodes/0/device"
+        << "did you mean \"my-npu\"?";
+    QTest::newRow("unknown own link")
+        << QByteArray(R"({"mesh":{"inter_link":"fabrik"}})") << "/mesh/inter_link"
+        << "did you mean \"fabric\"?";
+    QTest::newRow("device shadows catalog")
+        << QByteArray(R"({"mesh":{"nodes":[{"name":"a","device":"h100-sxm-80gb","count":1}],
+            "device_types":[{"name":"h100-sxm-80gb","peak_tflops_fp32":1,"peak_tflops_bf16":1,"memory_gb":1,
+            "memory_bandwidth_gbs":1}]}})")
+        << "/mesh/device_types/0/name"
+        << "device type \"h100-sxm-80gb\" is already in the hardware catalog; give yours another name";
+    QTest::newRow("link shadows catalog") << QByteArray(R"({"mesh":{"intra_link":"nvlink",
+            "link_types":[{"name":"nvlink","bandwidth_gbs":1,"latency_us":1}]}})")
+                                          << "/mesh/link_types/0/name"
+                                          << "link type \"nvlink\" is already in the hardware catalog";
+    QTest::newRow("duplicate device type")
+        << QByteArray(R"({"mesh":{"device_types":[{"name":"my-npu","peak_tflops_fp32":1,"peak_tflops_bf16":1,
+            "memory_gb":1,"memory_bandwidth_gbs":1},{"name":"my-npu","peak_tflops_fp32":2,"peak_tflops_bf16":2,
+            "memory_gb":2,"memory_bandwidth_gbs":2}]}})")
+        << "/mesh/device_types/1/name"
+        << "duplicate device type \"my-npu\" (also at /mesh/device_types/0)";
+    QTest::newRow("duplicate link type")
+        << QByteArray(R"({"mesh":{"link_types":[{"name":"fabric","bandwidth_gbs":1,"latency_us":1},
+            {"name":"fabric","bandwidth_gbs":2,"latency_us":2}]}})")
+        << "/mesh/link_types/1/name"
+        << "duplicate link type \"fabric\" (also at /mesh/link_types/0)";
+    QTest::newRow("zero peak") << QByteArray(
+                                      R"({"mesh":{"device_types":[{"name":"my-npu","peak_tflops_fp32":0,
+            "peak_tflops_bf16":1,"memory_gb":1,"memory_bandwidth_gbs":1}]}})")
+                               << "/mesh/device_types/0/peak_tflops_fp32"
+                               << "must be > 0, got 0";
+    QTest::newRow("negative memory") << QByteArray(
+                                            R"({"mesh":{"device_types":[{"name":"my-npu","peak_tflops_fp32":1,
+            "peak_tflops_bf16":1,"memory_gb":-8,"memory_bandwidth_gbs":1}]}})")
+                                     << "/mesh/device_types/0/memory_gb"
+                                     << "must be > 0, got -8";
+    QTest::newRow("fraction above 1")
+        << QByteArray(R"({"mesh":{"device_types":[{"name":"my-npu","peak_tflops_fp32":1,"peak_tflops_bf16":1,
+            "memory_gb":1,"memory_bandwidth_gbs":1,"achievable_fraction":1.5}]}})")
+        << "/mesh/device_types/0/achievable_fraction"
+        << "must be in (0, 1], got 1.5";
+    QTest::newRow("bandwidth not a number")
+        << QByteArray(R"({"mesh":{"link_types":[{"name":"fabric","bandwidth_gbs":"fast","latency_us":1}]}})")
+        << "/mesh/link_types/0/bandwidth_gbs"
+        << "expected a number, got string \"fast\"";
+    QTest::newRow("negative latency")
+        << QByteArray(R"({"mesh":{"link_types":[{"name":"fabric","bandwidth_gbs":1,"latency_us":-1}]}})")
+        << "/mesh/link_types/0/latency_us"
+        << "must be >= 0, got -1";
+    QTest::newRow("missing figure")
+        << QByteArray(R"({"mesh":{"device_types":[{"name":"my-npu","peak_tflops_fp32":1,"peak_tflops_bf16":1,
+            "memory_bandwidth_gbs":1}]}})")
+        << "/mesh/device_types/0/memory_gb"
+        << "missing required key \"memory_gb\"";
+    QTest::newRow("name with a space")
+        << QByteArray(R"({"mesh":{"nodes":[{"name":"a","device":"cpu","count":1}],
+            "device_types":[{"name":"my npu","peak_tflops_fp32":1,"peak_tflops_bf16":1,"memory_gb":1,
+            "memory_bandwidth_gbs":1}]}})")
+        << "/mesh/device_types/0/name"
+        << "may only hold letters, digits";
+    QTest::newRow("unknown key") << QByteArray(R"({"mesh":{"device_types":[{"name":"my-npu","tflops":1,
+            "peak_tflops_fp32":1,"peak_tflops_bf16":1,"memory_gb":1,"memory_bandwidth_gbs":1}]}})")
+                                 << "/mesh/device_types/0/tflops"
+                                 << "did you mean \"peak_tflops_fp32\"?";
+  }
+
+  void hardwareTypes() {
+    QFETCH(QByteArray, patch);
+    QFETCH(QString, path);
+    QFETCH(QString, expected);
+    json doc = gptText();
+    doc["mesh"] = json::parse(R"({"nodes":[{"name":"a","device":"my-npu","count":1}],
+      "intra_link":"fabric","inter_link":"ethernet",
+      "device_types":[{"name":"my-npu","peak_tflops_fp32":30,"peak_tflops_bf16":240,"memory_gb":32,
+                       "memory_bandwidth_gbs":900}],
+      "link_types":[{"name":"fabric","bandwidth_gbs":100,"latency_us":2}]})");
+    doc.merge_patch(json::parse(patch.toStdString()));
+    ms::ConfigErrors errors;
+    const auto c = ms::parseRunConfig(doc, &errors);
+    if (path.isEmpty()) {
+      QVERIFY2(c.isOk(), c.message().c_str());
+      const auto again = ms::parseRunConfig(ms::toJson(*c));
+      QVERIFY2(again.isOk(), again.message().c_str());
+      QVERIFY(*again == *c);
+      return;
+    }
+    QVERIFY(!c.isOk());
+    QVERIFY2(errors.size() == 1, describe(errors).c_str());  // one problem, one error
+    QVERIFY2(hasError(errors, path.toStdString(), expected.toStdString()), describe(errors).c_str());
+  }
+
+  void ownTypesAreRead() {
+    const auto c = ms::parseRunConfig(gptTokensEverything());
+    QVERIFY2(c.isOk(), c.message().c_str());
+    QCOMPARE(c->mesh.deviceTypes.size(), size_t(1));
+    const ms::DeviceTypeConfig& t = c->mesh.deviceTypes[0];
+    QCOMPARE(t.name, std::string("npu-1"));
+    QCOMPARE(t.label, std::string("An NPU"));
+    QCOMPARE(t.peakTflopsFp32, 40.5);
+    QCOMPARE(t.peakTflopsBf16, 320.0);
+    QCOMPARE(t.memoryGb, 64.0);
+    QCOMPARE(t.memoryBandwidthGbs, 1800.0);
+    QCOMPARE(t.achievableFraction, 0.45);
+    QCOMPARE(c->mesh.linkTypes.size(), size_t(1));
+    QCOMPARE(c->mesh.linkTypes[0].name, std::string("ib-2x"));
+    QCOMPARE(c->mesh.linkTypes[0].bandwidthGbs, 100.0);
+    QCOMPARE(c->mesh.linkTypes[0].latencyUs, 4.5);
+    // Defaults: no own types; an own type's label and achievable fraction.
+    const ms::MeshConfig mesh;
+    QVERIFY(mesh.deviceTypes.empty() && mesh.linkTypes.empty());
+    const ms::DeviceTypeConfig own;
+    QCOMPARE(own.achievableFraction, 0.5);
+    QVERIFY(own.label.empty());
   }
 
   void lenientWhereTheFormatSaysSo() {
@@ -593,7 +754,7 @@ class TestConfig : public QObject {
       }
     };
     visit(s);
-    QCOMPARE(objects, 9);  // top level, six sections, mesh node, placement chunk
+    QCOMPARE(objects, 11);  // top level, six sections, mesh node, device type, link type, placement chunk
     const json& model = s["properties"]["model"];
     QCOMPARE(model["properties"]["layers"]["minimum"], json(1));
     QCOMPARE(model["properties"]["layers"]["default"], json(4));
@@ -605,7 +766,18 @@ class TestConfig : public QObject {
     QCOMPARE(s["properties"]["optimizer"]["properties"]["betas"]["items"]["exclusiveMaximum"].get<double>(),
              1.0);
     const json& device = s["properties"]["mesh"]["properties"]["nodes"]["items"]["properties"]["device"];
-    QVERIFY(device["enum"].size() == 7 && device["enum"][1] == "h100-sxm-80gb");
+    // Catalog names are examples, not an enum: a config may name its own device types.
+    QVERIFY(!device.contains("enum"));
+    QVERIFY(device["examples"].size() == 7 && device["examples"][1] == "h100-sxm-80gb");
+    const json& mesh = s["properties"]["mesh"]["properties"];
+    QCOMPARE(mesh["inter_link"]["examples"][0], json("shm"));
+    QCOMPARE(
+        mesh["device_types"]["items"]["required"],
+        json::array({"name", "peak_tflops_fp32", "peak_tflops_bf16", "memory_gb", "memory_bandwidth_gbs"}));
+    QCOMPARE(
+        mesh["device_types"]["items"]["properties"]["achievable_fraction"]["exclusiveMinimum"].get<double>(),
+        0.0);
+    QCOMPARE(mesh["link_types"]["items"]["properties"]["latency_us"]["minimum"].get<double>(), 0.0);
     // The gpt branch forbids the vit and mlp keys.
     bool gptRule = false;
     for (const auto& rule : model["allOf"])

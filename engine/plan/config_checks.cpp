@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "plan/config_schema.h"
+#include "plan/hardware.h"
 #include "plan/model_spec.h"
 
 namespace ms {
@@ -252,6 +253,60 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
   }
 }
 
+// The config's own device and link types (unique names that do not shadow the catalog), and the type names
+// the nodes and links use (a catalog name or one of the config's own).
+void checkHardwareTypes(const RunConfig& c, Findings& out) {
+  const MeshConfig& mesh = c.mesh;
+  // kind: "device" or "link"; list: "device_types"; names: the config's names in order.
+  const auto checkOwn = [&](const char* kind, const std::string& list, const std::vector<std::string>& names,
+                            bool (*builtIn)(const std::string&)) {
+    std::map<std::string, size_t> first;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string& name = names[i];
+      if (name.empty()) continue;  // the row reports it
+      const std::string path = "/mesh/" + list + "/" + std::to_string(i) + "/name";
+      if (builtIn(name)) {
+        add(out, path,
+            std::string(kind) + " type " + inQuotes(name) +
+                " is already in the hardware catalog; give yours another name (the catalog's figures are "
+                "not redefined)");
+        continue;
+      }
+      const auto [it, inserted] = first.emplace(name, i);
+      if (!inserted)
+        add(out, path,
+            "duplicate " + std::string(kind) + " type " + inQuotes(name) + " (also at /mesh/" + list + "/" +
+                std::to_string(it->second) + ")",
+            {"/mesh/" + list + "/" + std::to_string(it->second) + "/name"});
+    }
+  };
+  std::vector<std::string> ownDevices, ownLinks;
+  for (const auto& t : mesh.deviceTypes) ownDevices.push_back(t.name);
+  for (const auto& t : mesh.linkTypes) ownLinks.push_back(t.name);
+  checkOwn("device", "device_types", ownDevices,
+           [](const std::string& n) { return findDevice(n).has_value(); });
+  checkOwn("link", "link_types", ownLinks, [](const std::string& n) { return findLink(n).has_value(); });
+
+  // A name that is neither built in nor the config's own. The finding involves the config's list: an entry
+  // of it that failed to parse may be the one this name meant.
+  const auto checkUse = [&](const std::string& path, const std::string& name,
+                            const std::vector<std::string>& own, const std::vector<std::string>& all,
+                            const std::string& list, bool builtIn) {
+    if (name.empty() || builtIn || std::find(own.begin(), own.end(), name) != own.end()) return;
+    add(out, path, notOneOfMessage(name, all), {"/mesh/" + list});
+  };
+  const std::vector<std::string> devices = deviceTypeNames(mesh), links = linkTypeNames(mesh);
+  for (size_t i = 0; i < mesh.nodes.size(); ++i) {
+    const std::string& name = mesh.nodes[i].device;
+    checkUse("/mesh/nodes/" + std::to_string(i) + "/device", name, ownDevices, devices, "device_types",
+             findDevice(name).has_value());
+  }
+  checkUse("/mesh/intra_link", mesh.intraLink, ownLinks, links, "link_types",
+           findLink(mesh.intraLink).has_value());
+  checkUse("/mesh/inter_link", mesh.interLink, ownLinks, links, "link_types",
+           findLink(mesh.interLink).has_value());
+}
+
 // The placement: every layer once, in model order; stages in [0, pp), each holding virtual_chunks chunks.
 void checkPlacement(const RunConfig& c, Findings& out) {
   const ParallelConfig& p = c.parallel;
@@ -335,6 +390,7 @@ std::vector<ConfigFinding> checkRunConfig(const RunConfig& config) {
   checkFields(runConfigFields(), "", config, 0, out);
   checkModel(config, out);
   checkData(config, out);
+  checkHardwareTypes(config, out);
   checkMeshAndLayout(config, out);
   checkPlacement(config, out);
   return out;

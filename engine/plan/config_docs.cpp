@@ -58,6 +58,7 @@ void addRange(json& s, const Field& f) {
 json stringSchema(const Field& f) {
   json s = {{"type", "string"}};
   if (!f.allowed.empty()) s["enum"] = f.allowed;
+  if (!f.builtIn.empty()) s["examples"] = f.builtIn;  // not an enum: the config may add its own names
   if (f.nonEmpty) s["minLength"] = 1;
   if (f.nameChars) s["pattern"] = "^[A-Za-z0-9._-]+$";
   return s;
@@ -182,6 +183,8 @@ std::string allowedText(const Field& f) {
   std::string out;
   for (const auto& a : f.allowed) out += (out.empty() ? "`" : ", `") + a + "`";
   if (!out.empty()) return out;
+  for (const auto& a : f.builtIn) out += (out.empty() ? "`" : ", `") + a + "`";
+  if (!out.empty()) return out + " or a name from `" + f.extendedBy + "`";
   const std::string range = f.range.describe(integral(f.kind));
   switch (f.kind) {
     case FieldKind::IntList:

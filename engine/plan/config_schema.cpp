@@ -10,6 +10,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "plan/hardware.h"
+
 namespace ms {
 
 namespace {
@@ -96,12 +98,27 @@ Field stringField(std::string parent, std::string key, Ref ref, std::string desc
   return f;
 }
 
-template <size_t N, typename Ref>
-Field choiceField(std::string parent, std::string key, const char* const (&choices)[N], Ref ref,
-                  std::string description) {
+// A type name: one of `builtIn` (the catalog) or of the config's own list `extendedBy`.
+template <typename Ref>
+Field typeNameField(std::string parent, std::string key, std::vector<std::string> builtIn,
+                    std::string extendedBy, Ref ref, std::string description) {
   Field f = stringField(std::move(parent), std::move(key), ref, std::move(description));
-  f.allowed.assign(std::begin(choices), std::end(choices));
+  f.nonEmpty = true;
+  f.builtIn = std::move(builtIn);
+  f.extendedBy = std::move(extendedBy);
   return f;
+}
+
+std::vector<std::string> catalogDeviceNames() {
+  std::vector<std::string> names;
+  for (const auto& d : deviceCatalog()) names.push_back(d.name);
+  return names;
+}
+
+std::vector<std::string> catalogLinkNames() {
+  std::vector<std::string> names;
+  for (const auto& l : linkCatalog()) names.push_back(l.name);
+  return names;
 }
 
 template <typename E, size_t N, typename Ref>
@@ -281,7 +298,7 @@ void addData(std::vector<Field>& t) {
 }
 
 void addMesh(std::vector<Field>& t) {
-  const std::string m = "/mesh", n = "/mesh/nodes/*";
+  const std::string m = "/mesh", n = "/mesh/nodes/*", d = "/mesh/device_types/*", l = "/mesh/link_types/*";
   t.push_back(section("", "mesh", "The machines: nodes of devices and the links between them.")
                   .aka({"cluster", "hardware"}));
   Field nodes =
@@ -291,17 +308,66 @@ void addMesh(std::vector<Field>& t) {
   Field name = stringField(n, "name", MS_REF(mesh.nodes[i].name), "Node name, unique in the mesh.");
   name.nonEmpty = name.required = true;
   t.push_back(name.aka({"host", "hostname"}));
-  t.push_back(choiceField(n, "device", kDeviceTypes, MS_REF(mesh.nodes[i].device),
-                          "Device type from the hardware catalog.")
+  t.push_back(typeNameField(n, "device", catalogDeviceNames(), "mesh.device_types",
+                            MS_REF(mesh.nodes[i].device),
+                            "Device type: a hardware catalog name or one of mesh.device_types.")
                   .aka({"type", "gpu", "device_type"}));
   t.push_back(
       intField(n, "count", MS_REF(mesh.nodes[i].count), atLeast(1), "Devices of that type in the node.")
           .aka({"devices", "gpus", "num_devices"}));
-  t.push_back(
-      choiceField(m, "intra_link", kLinkTypes, MS_REF(mesh.intraLink), "Link between the devices of a node.")
-          .aka({"intra", "intra_node_link", "intranode_link"}));
-  t.push_back(choiceField(m, "inter_link", kLinkTypes, MS_REF(mesh.interLink), "Link between nodes.")
+  t.push_back(typeNameField(m, "intra_link", catalogLinkNames(), "mesh.link_types", MS_REF(mesh.intraLink),
+                            "Link between the devices of a node.")
+                  .aka({"intra", "intra_node_link", "intranode_link"}));
+  t.push_back(typeNameField(m, "inter_link", catalogLinkNames(), "mesh.link_types", MS_REF(mesh.interLink),
+                            "Link between nodes.")
                   .aka({"inter", "inter_node_link", "internode_link", "network"}));
+
+  t.push_back(objectListField(m, "device_types", MS_REF(mesh.deviceTypes),
+                              "Device types the hardware catalog lacks, for nodes to name in \"device\". "
+                              "Units: 1 TFLOP/s = 1e12 FLOP/s, 1 GB = 1e9 bytes.")
+                  .aka({"custom_devices", "device_catalog"}));
+  Field deviceName = stringField(d, "name", MS_REF(mesh.deviceTypes[i].name),
+                                 "Type name, unique; must not be a hardware catalog name.");
+  deviceName.nonEmpty = deviceName.nameChars = deviceName.required = true;
+  t.push_back(deviceName.aka({"id", "type", "device"}));
+  t.push_back(stringField(d, "label", MS_REF(mesh.deviceTypes[i].label), "Name for people; empty = the name.")
+                  .aka({"description", "display_name", "title"}));
+  t.push_back(numberField(d, "peak_tflops_fp32", MS_REF(mesh.deviceTypes[i].peakTflopsFp32), above(0),
+                          "Dense fp32 peak, TFLOP/s.")
+                  .isRequired()
+                  .aka({"fp32_tflops", "tflops_fp32", "peak_fp32", "fp32"}));
+  t.push_back(numberField(d, "peak_tflops_bf16", MS_REF(mesh.deviceTypes[i].peakTflopsBf16), above(0),
+                          "Dense bf16 peak (tensor cores, no sparsity), TFLOP/s.")
+                  .isRequired()
+                  .aka({"bf16_tflops", "tflops_bf16", "peak_bf16", "bf16"}));
+  t.push_back(
+      numberField(d, "memory_gb", MS_REF(mesh.deviceTypes[i].memoryGb), above(0), "Memory capacity, GB.")
+          .isRequired()
+          .aka({"memory", "mem_gb", "hbm_gb", "capacity_gb"}));
+  t.push_back(numberField(d, "memory_bandwidth_gbs", MS_REF(mesh.deviceTypes[i].memoryBandwidthGbs), above(0),
+                          "Memory bandwidth, GB/s.")
+                  .isRequired()
+                  .aka({"bandwidth_gbs", "mem_bandwidth", "hbm_bandwidth", "bandwidth"}));
+  t.push_back(numberField(d, "achievable_fraction", MS_REF(mesh.deviceTypes[i].achievableFraction),
+                          NumberRange{0, true, 1, false},
+                          "Fraction of the peak a training step reaches (the cost model's efficiency).")
+                  .aka({"efficiency", "mfu", "utilization"}));
+
+  t.push_back(objectListField(m, "link_types", MS_REF(mesh.linkTypes),
+                              "Link types the hardware catalog lacks, for intra_link and inter_link to name.")
+                  .aka({"custom_links", "link_catalog", "links"}));
+  Field linkName = stringField(l, "name", MS_REF(mesh.linkTypes[i].name),
+                               "Type name, unique; must not be a hardware catalog name.");
+  linkName.nonEmpty = linkName.nameChars = linkName.required = true;
+  t.push_back(linkName.aka({"id", "type", "link"}));
+  t.push_back(numberField(l, "bandwidth_gbs", MS_REF(mesh.linkTypes[i].bandwidthGbs), above(0),
+                          "Bandwidth per direction and per device, GB/s.")
+                  .isRequired()
+                  .aka({"bandwidth", "bw_gbs"}));
+  t.push_back(numberField(l, "latency_us", MS_REF(mesh.linkTypes[i].latencyUs), atLeast(0),
+                          "Latency of one message, microseconds.")
+                  .isRequired()
+                  .aka({"latency", "lat_us"}));
 }
 
 void addParallel(std::vector<Field>& t) {

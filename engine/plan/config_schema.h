@@ -48,12 +48,6 @@ inline constexpr unsigned kAllModels =
 inline constexpr unsigned kAllDataKinds =
     dataBit(DataKind::Text) | dataBit(DataKind::Tokens) | dataBit(DataKind::FashionMnist);
 
-// Device types of mesh nodes. The hardware catalog will own this list; until then this is its one place.
-inline constexpr const char* kDeviceTypes[] = {"cpu",       "h100-sxm-80gb", "h200-141gb", "a100-40gb",
-                                               "a100-80gb", "l40s",          "rtx4090"};
-// Link types of mesh.intra_link and mesh.inter_link.
-inline constexpr const char* kLinkTypes[] = {"shm", "nvlink", "pcie", "infiniband", "ethernet"};
-
 // JSON names of the enums, in declaration order; toString() and the field table read them.
 template <typename E>
 struct EnumName {
@@ -112,6 +106,11 @@ struct Field {
   std::string description;
   NumberRange range;                 // numbers, and the entries of IntList and NumberPair
   std::vector<std::string> allowed;  // Enum: its names; String: the allowed values when not empty
+  // String: the built-in values (the hardware catalog's names), offered to editors as the schema's
+  // "examples"; the config adds its own in the list named by `extendedBy` ("mesh.device_types"), so the
+  // name is checked across fields (config_checks.cpp), not by this row.
+  std::vector<std::string> builtIn;
+  std::string extendedBy;
   bool required = false;
   bool nonEmpty = false;   // String, and the entries of string lists
   bool nameChars = false;  // String: only [A-Za-z0-9._-]

@@ -18,13 +18,13 @@
 namespace ms {
 
 struct DeviceSpec {
-  std::string name;             // catalog key, e.g. "h100-sxm-80gb"
-  std::string label;            // for people, e.g. "NVIDIA H100 SXM 80GB"
-  double peakFlopsFp32 = 0;     // dense FLOP/s, fp32 (non-tensor-core for GPUs)
-  double peakFlopsTf32 = 0;     // dense FLOP/s, tf32 tensor cores (0 when none)
-  double peakFlopsBf16 = 0;     // dense FLOP/s, bf16 tensor cores
-  double memoryBytes = 0;       // capacity
-  double memoryBandwidth = 0;   // bytes/s
+  std::string name;            // catalog key, e.g. "h100-sxm-80gb"
+  std::string label;           // for people, e.g. "NVIDIA H100 SXM 80GB"
+  double peakFlopsFp32 = 0;    // dense FLOP/s, fp32 (non-tensor-core for GPUs)
+  double peakFlopsTf32 = 0;    // dense FLOP/s, tf32 tensor cores (0 when none)
+  double peakFlopsBf16 = 0;    // dense FLOP/s, bf16 tensor cores
+  double memoryBytes = 0;      // capacity
+  double memoryBandwidth = 0;  // bytes/s
   // Fraction of peak a well-fed training step reaches on this device (the cost model's default efficiency;
   // calibration replaces it with measured per-layer times).
   double achievableFraction = 0.5;
@@ -32,9 +32,9 @@ struct DeviceSpec {
 };
 
 struct LinkSpec {
-  std::string name;          // "nvlink", "pcie", "infiniband", "ethernet", "shm"
-  double bandwidth = 0;      // bytes/s per direction, per device
-  double latency = 0;        // seconds per message
+  std::string name;      // "nvlink", "pcie", "infiniband", "ethernet", "shm"
+  double bandwidth = 0;  // bytes/s per direction, per device
+  double latency = 0;    // seconds per message
 };
 
 // The built-in catalog.
@@ -43,10 +43,23 @@ const std::vector<LinkSpec>& linkCatalog();
 std::optional<DeviceSpec> findDevice(const std::string& name);
 std::optional<LinkSpec> findLink(const std::string& name);
 
+// The "cpu" entry's figures are placeholders: the runtime measures this machine (a BLAS GEMM on the threads a
+// rank uses) and replaces them with this. measuredFlops, the sustained fp32 rate, becomes the fp32 peak and
+// scales the other precisions' peaks by the same ratio (their datasheet ratios to fp32 hold); memoryBytes,
+// when above 0, replaces the capacity. The achievable fraction is kept: a step does more than GEMMs.
+DeviceSpec withCalibration(DeviceSpec base, double measuredFlops, double memoryBytes);
+
+// The type names a mesh config may use: the catalog's, then the config's own, in order.
+std::vector<std::string> deviceTypeNames(const MeshConfig& mesh);
+std::vector<std::string> linkTypeNames(const MeshConfig& mesh);
+// A config's own type in the catalog's units (TFLOP/s -> FLOP/s, GB -> bytes, us -> s).
+DeviceSpec toDeviceSpec(const DeviceTypeConfig& type);
+LinkSpec toLinkSpec(const LinkTypeConfig& type);
+
 struct MeshDevice {
-  int index = 0;       // global, node-major
-  int node = 0;        // index into Mesh::nodes
-  int local = 0;       // index within its node
+  int index = 0;  // global, node-major
+  int node = 0;   // index into Mesh::nodes
+  int local = 0;  // index within its node
   DeviceSpec spec;
 };
 
@@ -62,7 +75,8 @@ struct Mesh {
   }
 };
 
-// Resolves the config's mesh against the catalog. Errors name the field ("/mesh/nodes/1/device").
+// Resolves the config's mesh: a node's device and the links are looked up among the config's own types
+// first, then in the catalog. Errors name the field ("/mesh/nodes/1/device: ...").
 Expected<Mesh> buildMesh(const MeshConfig& mesh);
 
 }  // namespace ms

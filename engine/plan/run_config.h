@@ -70,15 +70,38 @@ struct DataConfig {
 
 struct NodeConfig {
   std::string name;            // "name"
-  std::string device = "cpu";  // "device": a device type from the hardware catalog
+  std::string device = "cpu";  // "device": a device type from the hardware catalog or mesh.device_types
   int count = 1;               // "count": devices of that type in the node
   bool operator==(const NodeConfig&) const = default;
 };
 
+// A device type the hardware catalog lacks, described in the config. Units are the datasheets': 1 TFLOP/s =
+// 1e12 FLOP/s, 1 GB = 1e9 bytes.
+struct DeviceTypeConfig {
+  std::string name;                 // "name": used by nodes' "device"; must not shadow a catalog name
+  std::string label;                // "label": for people; empty = the name
+  double peakTflopsFp32 = 0;        // "peak_tflops_fp32": dense fp32 peak
+  double peakTflopsBf16 = 0;        // "peak_tflops_bf16": dense bf16 peak
+  double memoryGb = 0;              // "memory_gb": capacity
+  double memoryBandwidthGbs = 0;    // "memory_bandwidth_gbs": GB/s
+  double achievableFraction = 0.5;  // "achievable_fraction": fraction of peak a training step reaches
+  bool operator==(const DeviceTypeConfig&) const = default;
+};
+
+// A link type the catalog lacks. Bandwidth per direction and per device, like the catalog's.
+struct LinkTypeConfig {
+  std::string name;         // "name": used by "intra_link"/"inter_link"; must not shadow a catalog name
+  double bandwidthGbs = 0;  // "bandwidth_gbs": GB/s
+  double latencyUs = 0;     // "latency_us": microseconds per message
+  bool operator==(const LinkTypeConfig&) const = default;
+};
+
 struct MeshConfig {
   std::vector<NodeConfig> nodes = {NodeConfig{"node0", "cpu", 1}};  // "nodes"
-  std::string intraLink = "shm";       // "intra_link": link type between devices of one node
-  std::string interLink = "ethernet";  // "inter_link": link type between nodes
+  std::string intraLink = "shm";              // "intra_link": link type between devices of one node
+  std::string interLink = "ethernet";         // "inter_link": link type between nodes
+  std::vector<DeviceTypeConfig> deviceTypes;  // "device_types": user-defined device types
+  std::vector<LinkTypeConfig> linkTypes;      // "link_types": user-defined link types
   bool operator==(const MeshConfig&) const = default;
 };
 

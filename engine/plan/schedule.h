@@ -10,6 +10,14 @@
 // B(m, k+1); W(m, k) needs B(m, k). A transfer action names the chunk whose output (activation) or input
 // gradient crosses, and the peer stage.
 //
+// Transfer convention (one for both sides): `chunk` is always the PRODUCER of the data. The output of F(m, k)
+// travels as SendActivation{m, k} on stageOf[k] and RecvActivation{m, k} on stageOf[k+1] (placed just before
+// F(m, k+1)); the input gradient of B(m, k) travels as SendGrad{m, k} on stageOf[k] and RecvGrad{m, k} on
+// stageOf[k-1] (placed just before B(m, k-1)). A send and a receive are one message iff they have the same
+// kind (activation or gradient), microbatch and chunk. A transfer exists only where the two chunks are on
+// different stages; a send directly follows the compute that produces it, a receive directly precedes the
+// compute that consumes it (receives block, sends do not).
+//
 // What always holds for a generated schedule (checkSchedule proves it): every (m, k) has exactly one F and
 // one B (and one W when the backward is split) on stageOf[k]; each send has exactly one matching receive and
 // both sides list their messages in the same order; executed with non-blocking sends and blocking receives,
@@ -29,9 +37,9 @@ enum class ActionType {
   Backward,        // B(m, k): input and weight gradients together (or only the input part when split)
   BackwardWeight,  // W(m, k): the weight-gradient part of a split backward (zero-bubble schedules)
   SendActivation,  // output of F(m, k) to stage `peer` (which runs chunk k+1)
-  RecvActivation,  // input of F(m, k) from stage `peer` (which ran chunk k-1)
+  RecvActivation,  // output of F(m, k) from stage `peer` (which ran chunk k); consumed by F(m, k+1)
   SendGrad,        // input gradient of B(m, k) to stage `peer` (which runs chunk k-1)
-  RecvGrad,        // output gradient for B(m, k) from stage `peer` (which ran chunk k+1)
+  RecvGrad,        // input gradient of B(m, k) from stage `peer` (which ran chunk k); consumed by B(m, k-1)
   GradSync,        // data-parallel sync of the stage's gradients for chunk k (all-reduce or reduce-scatter)
   OptimizerStep,   // the stage's optimizer step (after all its GradSyncs)
 };
@@ -61,7 +69,11 @@ struct PipelineSchedule {
 // Generates the schedule. stageOf lists the stage of each model chunk in model order (size P*V; for V == 1 it
 // must be 0, 1, ..., P-1; for interleaved schedules chunk k must be on stage k % P). Errors (as a Status naming
 // the parameter) for combinations the kind cannot express, e.g. interleaved with V < 2 or microbatches not a
-// multiple of P for interleaved 1F1B.
+// multiple of P for interleaved 1F1B. The orders (with their sources) are in schedule_gen.cpp: GPipe runs its
+// backwards in forward order 0..M-1; 1F1B warms up with min(P - s - 1, M) forwards on stage s; interleaved 1F1B
+// follows Megatron-LM with min((P - s - 1) * 2 + (V - 1) * P, M * V) warm-up forwards; ZB-H1 follows Qi et al.
+// 2024 and sets splitBackward. In each stage's list GradSync{chunk k} directly follows chunk k's last B (last
+// W when split) and that B's send, so the sync can overlap the compute that remains; one OptimizerStep ends it.
 Expected<PipelineSchedule> generateSchedule(Schedule kind, int stages, int chunksPerStage, int microbatches,
                                             const std::vector<int>& stageOf);
 
@@ -75,7 +87,11 @@ std::vector<double> peakActivationBytes(const PipelineSchedule& schedule, const 
 // The same with every chunk weighing 1: the number of (microbatch, chunk) activations in flight at the peak.
 std::vector<int> peakInFlight(const PipelineSchedule& schedule);
 
-// "F0.0 s1 F1.0 ..." for debugging and tests.
+// One token per action, separated by spaces, for debugging and tests: compute "F<m>.<k>" (also B, W); transfers
+// "s<m>.<k>><peer>" for a send and "r<m>.<k><<peer>" for a receive (S, R for gradients); "G<k>"; "O".
+// Example: "r0.0<0 F0.1 s0.1>2".
 std::string describe(const std::vector<Action>& actions);
+// One action in words for messages: "RecvGrad(mb 3, chunk 5, from stage 3)", "GradSync(chunk 1)".
+std::string describe(const Action& action);
 
 }  // namespace ms

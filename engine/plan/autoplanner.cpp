@@ -1,0 +1,258 @@
+// The auto-planner; see autoplanner.h for the search and why it screens before it simulates.
+#include "plan/autoplanner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "plan/cost_model.h"
+#include "plan/hardware.h"
+#include "plan/memory_model.h"
+#include "plan/model_spec.h"
+#include "plan/partition.h"
+#include "plan/plan.h"
+#include "plan/simulator.h"
+
+namespace ms {
+namespace {
+
+struct Screened {
+  ParallelConfig parallel;
+  double time = 0;
+  double memory = 0;
+};
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// Per-stage figures of an even partition, cached per (pp, V): the heaviest stage's forward FLOPs, parameters
+// and saved activation bytes per sample, and its transformer block count.
+struct StageFigures {
+  double flops = 0;
+  double params = 0;
+  double activationBytes = 0;
+  double inputBytes = 0;  // per sample, all chunk inputs of the stage (recompute keeps only these)
+  double largestLayerActivation = 0;
+  int blocks = 0;
+};
+
+StageFigures stageFigures(const ModelSpec& spec, int pp, int V) {
+  const Partition p = evenPartition(spec, pp, V);
+  StageFigures worst;
+  for (int s = 0; s < pp; ++s) {
+    StageFigures f;
+    for (int k : p.chunksOfStage(s)) {
+      const int first = p.chunks[k].front();
+      f.inputBytes += first > 0 ? double(spec.layers[first - 1].outputBytesPerSample) : 0.0;
+      for (int l : p.chunks[k]) {
+        const LayerSpec& layer = spec.layers[l];
+        f.flops += layer.forwardFlopsPerSample;
+        f.params += double(layer.paramCount());
+        f.activationBytes += double(layer.activationBytesPerSample);
+        f.largestLayerActivation = std::max(f.largestLayerActivation, double(layer.activationBytesPerSample));
+        f.blocks += layer.kind == LayerKind::Block ? 1 : 0;
+      }
+    }
+    worst.flops = std::max(worst.flops, f.flops);
+    worst.params = std::max(worst.params, f.params);
+    worst.activationBytes = std::max(worst.activationBytes, f.activationBytes);
+    worst.inputBytes = std::max(worst.inputBytes, f.inputBytes);
+    worst.largestLayerActivation = std::max(worst.largestLayerActivation, f.largestLayerActivation);
+    worst.blocks = std::max(worst.blocks, f.blocks);
+  }
+  return worst;
+}
+
+// Microbatches (in whole-stage units) the first stage holds at its peak under each schedule: GPipe all M;
+// 1F1B and ZB-H1 min(P, M) (Narayanan et al. 2021, section 2.2.1; Qi et al. 2024, ZB-H1 keeps 1F1B's memory);
+// interleaved 1F1B warms up 2(P-1) + (V-1)P chunk-forwards before its first backward (Megatron-Core's
+// get_forward_backward_func warm-up count), i.e. that many plus one chunks of 1/V of the stage each.
+double inFlight(Schedule s, int P, int V, int M) {
+  switch (s) {
+    case Schedule::GPipe: return M;
+    case Schedule::OneFOneB:
+    case Schedule::ZbH1: return std::min(P, M);
+    case Schedule::Interleaved1F1B:
+      return std::min<double>(double(M) * V, 2.0 * (P - 1) + double(V - 1) * P + 1.0) / V;
+  }
+  return M;
+}
+
+// Pipeline length in microbatch-times: M plus the bubble of the schedule (textbook forms: (P-1) for GPipe and
+// 1F1B, (P-1)/V interleaved, about (P-1)/3 for ZB-H1 with equal F, B and W).
+double pipelineFactor(Schedule s, int P, int V, int M) {
+  switch (s) {
+    case Schedule::GPipe:
+    case Schedule::OneFOneB: return M + P - 1.0;
+    case Schedule::Interleaved1F1B: return M + (P - 1.0) / V;
+    case Schedule::ZbH1: return M + (P - 1.0) / 3.0;
+  }
+  return M + P - 1.0;
+}
+
+}  // namespace
+
+Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto mesh = buildMesh(base.mesh);
+  if (!mesh) return mesh.status();
+  if (mesh->devices.empty()) return Status::error("/mesh/nodes: the mesh has no devices");
+  const ModelConfig& model = base.model;
+  const ModelSpec spec = buildModelSpec(model, base.training.seqLen);
+  const int L = static_cast<int>(spec.layers.size());
+  const bool bf16 = base.parallel.precision == Precision::Bf16;
+  const StateBytes perParam = stateBytesPerParam(base.parallel.precision, base.optimizer);
+  const int B = base.training.batchSize;
+  // The slowest device sets the pace; devices per node from the first node (TP stays inside a node).
+  const MeshDevice* slowest = &mesh->devices.front();
+  double smallestMemory = slowest->spec.memoryBytes;
+  int perNode = 0;
+  for (const MeshDevice& d : mesh->devices) {
+    if (d.spec.peakFlops(base.parallel.precision) < slowest->spec.peakFlops(base.parallel.precision)) slowest = &d;
+    smallestMemory = std::min(smallestMemory, d.spec.memoryBytes);
+    perNode += d.node == 0 ? 1 : 0;
+  }
+  const DeviceSpec& device = slowest->spec;
+  const double rate = device.peakFlops(base.parallel.precision) * device.achievableFraction;
+  const double elem = bf16 ? 2.0 : 4.0;
+  const int positions = spec.samplePositions;
+  const int F = model.mlpRatio * model.width;
+
+  std::vector<int> worlds;
+  const int devices = mesh->deviceCount();
+  worlds.push_back(devices);
+  if (!options.useAllDevices)
+    for (int w = 1; w < devices; w *= 2) worlds.push_back(w);
+
+  AutoPlanResult result;
+  std::vector<Screened> fits;
+  double leastMemory = std::numeric_limits<double>::infinity();
+  std::map<std::pair<int, int>, StageFigures> figures;
+  for (int world : worlds) {
+    for (int tp : divisors(world)) {
+      if (tp > std::max(perNode, 1)) continue;
+      if (model.type != ModelType::Mlp && (model.heads % tp || F % tp)) continue;
+      if (model.type == ModelType::Gpt && model.vocab % tp) continue;
+      if (model.type == ModelType::Mlp && tp > 1) continue;
+      for (int pp : divisors(world / tp)) {
+        if (pp > L) continue;
+        const int dp = world / (tp * pp);
+        for (int mbs = 1; mbs <= B; mbs *= 2) {
+          if (B % (dp * mbs)) continue;
+          const int M = B / (dp * mbs);
+          std::vector<std::pair<Schedule, int>> schedules = {{Schedule::OneFOneB, 1}};
+          if (pp > 1) {
+            schedules.push_back({Schedule::GPipe, 1});
+            schedules.push_back({Schedule::ZbH1, 1});
+            for (int V : {2, 3, 4})
+              if (M % pp == 0 && pp * V <= L) schedules.push_back({Schedule::Interleaved1F1B, V});
+          }
+          for (auto [schedule, V] : schedules) {
+            auto key = std::make_pair(pp, V);
+            if (!figures.count(key)) figures[key] = stageFigures(spec, pp, V);
+            const StageFigures& st = figures[key];
+            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+              for (Recompute rc : {Recompute::None, Recompute::Full}) {
+                ++result.considered;
+                // Time: per-microbatch forward + backward (2x) (+1x recompute), TP all-reduces (Megatron: two
+                // forward and two backward per block), the pipeline factor, and the DP gradient sync.
+                const double tF = st.flops * mbs / (rate * tp);
+                const double tB = 2.0 * tF + (rc == Recompute::Full ? tF : 0.0);
+                const double tpComm =
+                    tp > 1 ? 4.0 * st.blocks * ringAllReduceTime(double(mbs) * positions * model.width * elem, tp,
+                                                                 mesh->intraLink)
+                           : 0.0;
+                const double grads = st.params / tp * 4.0;
+                const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
+                double sync = ringAllReduceTime(grads, dp, dpLink);
+                // ZeRO-3 gathers the stage's parameters before every forward and backward.
+                if (zero == 3) sync += 2.0 * M * ringAllGatherTime(st.params / tp * elem, dp, dpLink);
+                const double time = pipelineFactor(schedule, pp, V, M) * (tF + tB + tpComm) + sync;
+                // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
+                const double n = st.params / tp;
+                double pBytes = n * perParam.parameter, gBytes = n * perParam.gradient;
+                double oBytes = n * perParam.optimizer;
+                if (zero >= 1) oBytes /= dp;
+                if (zero >= 2) gBytes /= dp;
+                if (zero >= 3) pBytes /= dp;
+                const double actScale = double(mbs) / tp * (bf16 ? 0.5 : 1.0);
+                const double perMicrobatch = rc == Recompute::Full
+                                                 ? st.inputBytes * actScale
+                                                 : st.activationBytes * actScale;
+                const double act = inFlight(schedule, pp, V, M) * perMicrobatch +
+                                   (rc == Recompute::Full ? st.largestLayerActivation * actScale : 0.0);
+                const double memory = pBytes + gBytes + oBytes + act;
+                leastMemory = std::min(leastMemory, memory);
+                if (memory > 1.1 * smallestMemory) continue;
+                ParallelConfig par = base.parallel;
+                par.dp = dp;
+                par.tp = tp;
+                par.pp = pp;
+                par.schedule = schedule;
+                par.virtualChunks = V;
+                par.microbatches = M;
+                par.zero = zero;
+                par.recompute = rc;
+                par.placement.clear();
+                fits.push_back({par, time, memory});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  result.screenedFit = static_cast<int>(fits.size());
+  std::sort(fits.begin(), fits.end(), [](const Screened& a, const Screened& b) {
+    return a.time != b.time ? a.time < b.time : a.memory < b.memory;
+  });
+  const int toSimulate = std::max(options.simulate, options.top);
+  for (const Screened& s : fits) {
+    if (result.simulated >= toSimulate) break;
+    RunConfig config = base;
+    config.parallel = s.parallel;
+    if (!validateRunConfig(config).empty()) continue;
+    auto plan = buildPlan(config);
+    if (!plan) continue;
+    ++result.simulated;
+    const std::vector<MemoryBreakdown> memory = estimateMemory(*plan);
+    bool allFit = true;
+    PlanCandidate c;
+    for (const MemoryBreakdown& m : memory) {
+      allFit = allFit && m.fits();
+      if (m.total() > c.peakMemoryBytes) {
+        c.peakMemoryBytes = m.total();
+        c.capacityBytes = m.capacity;
+      }
+    }
+    if (!allFit) continue;
+    const CostModel cost(*plan);
+    const SimResult sim = simulate(*plan, cost);
+    c.config = std::move(config);
+    c.estimatedStepTime = s.time;
+    c.stepTime = sim.stepTime;
+    c.tokensPerSecond = sim.tokensPerSecond;
+    c.mfu = sim.mfu;
+    for (double b : sim.bubbleFraction) c.bubbleFraction = std::max(c.bubbleFraction, b);
+    result.best.push_back(std::move(c));
+  }
+  std::sort(result.best.begin(), result.best.end(),
+            [](const PlanCandidate& a, const PlanCandidate& b) { return a.stepTime < b.stepTime; });
+  if (static_cast<int>(result.best.size()) > options.top) result.best.resize(options.top);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (result.best.empty()) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "no plan fits: the least memory any candidate needs is %.1f GiB per device, "
+                  "the smallest device has %.1f GiB", leastMemory / double(1 << 30), smallestMemory / double(1 << 30));
+    return Status::error(buf);
+  }
+  return result;
+}
+
+}  // namespace ms

@@ -1,0 +1,355 @@
+// The cost model; see cost_model.h. The formulas, in one place:
+//
+// Compute (per layer, per microbatch of b samples, on the device of the stage holding the layer):
+//   forward        = forwardFlopsPerSample * b / (peakFlops(precision) * achievableFraction) / tp
+//   backwardInput  = forward (+ forward again with recompute "full": the layer is re-run before its backward)
+//   backwardWeight = forward
+// so a whole backward is 2x forward (the usual 2:1, Narayanan et al. 2021 section 3.5) split evenly between
+// input and weight gradients for zero-bubble schedules (Qi et al. 2023, "Zero Bubble Pipeline Parallelism",
+// section 2: B and W each about one F). Dividing by tp treats all of a layer's work as split: true for the
+// GEMMs, and for attention and its softmax because heads are split; LayerNorm, dropout and the residual are
+// really replicated without sequence parallelism (a few percent of a block's FLOPs).
+//
+// Communication inside compute actions (Modelled only; added to the analytic layer times, never to measured):
+//   tensor parallel (tp > 1), all-reduces over the TP group of the layer's output (b * T * C values in the
+//   compute precision), Megatron-LM (Shoeybi et al. 2019, section 3, the f/g operators):
+//     transformer block: 2 in forward (after attention and after the MLP), 2 in backward
+//     mlp layer: 1 and 1 (a column/row pair needs one all-reduce each way; counted per layer)
+//     embedding: 1 in forward (vocab-parallel lookup); head: 1 in backward (the input's gradient)
+//   recompute "full" repeats the forward ones in backward. With sequence parallelism each all-reduce
+//   becomes a reduce-scatter plus an all-gather (Korthikanti et al. 2022, section 4.2.2), which costs the
+//   same under the ring formulas, so the count stands.
+//   ZeRO-3: an all-gather of the chunk's parameters (/ tp, in the compute precision) over the DP group
+//   before each F and each B of the chunk, counted in the compute action (no prefetch overlap).
+//
+// Point-to-point: latency + bytes / bandwidth of the link between the two stages' devices; a message is the
+// chunk's last layer's outputBytesPerSample * b * precisionScale (/ tp with sequence parallelism, where the
+// activation between stages is sequence-split).
+//
+// Gradient sync of chunk k over the DP group (once per step): bytes = params(k) / tp * gradient bytes per
+// element (stateBytesPerParam: 4 for fp32, 2 for bf16); ring all-reduce for ZeRO 0 and 1, ring
+// reduce-scatter for ZeRO 2 and 3. A tied LM head on another stage than the embedding adds an all-reduce of
+// wte's gradient between those two stages to both chunks' syncs (Megatron's embedding group).
+//
+// Optimizer step of a stage: every state byte of its parameter shard read once, (parameter + gradient +
+// optimizer bytes per element) * params / tp / (dp with ZeRO >= 1) / memoryBandwidth (16 bytes per parameter
+// for AdamW, a memory-bound pass), plus for ZeRO 1 and 2 the all-gather of the updated parameters over the
+// DP group (ZeRO-3 keeps them sharded and gathers before use instead).
+#include "plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "plan/memory_model.h"
+
+namespace ms {
+
+double p2pTime(double bytes, const LinkSpec& link) {
+  return link.latency + (link.bandwidth > 0 ? bytes / link.bandwidth : 0.0);
+}
+
+double ringAllReduceTime(double bytes, int n, const LinkSpec& link) {
+  if (n <= 1) return 0.0;
+  const double factor = 2.0 * (n - 1) / n;  // nccl-tests busbw factor for all-reduce
+  return (link.bandwidth > 0 ? factor * bytes / link.bandwidth : 0.0) + 2.0 * (n - 1) * link.latency;
+}
+
+double ringReduceScatterTime(double bytes, int n, const LinkSpec& link) {
+  if (n <= 1) return 0.0;
+  const double factor = double(n - 1) / n;  // nccl-tests busbw factor for reduce-scatter and all-gather
+  return (link.bandwidth > 0 ? factor * bytes / link.bandwidth : 0.0) + (n - 1) * link.latency;
+}
+
+double ringAllGatherTime(double bytes, int n, const LinkSpec& link) {
+  return ringReduceScatterTime(bytes, n, link);
+}
+
+const LinkSpec& groupLink(const Plan& plan, const std::vector<int>& ranks) {
+  const auto& deviceOf = plan.layout.deviceOf;
+  const auto nodeOf = [&](int rank) { return plan.mesh.devices[static_cast<size_t>(deviceOf[rank])].node; };
+  for (int r : ranks)
+    if (r < 0 || r >= static_cast<int>(deviceOf.size())) return plan.mesh.intraLink;
+  for (size_t i = 1; i < ranks.size(); ++i)
+    if (nodeOf(ranks[i]) != nodeOf(ranks[0])) return plan.mesh.interLink;
+  return plan.mesh.intraLink;
+}
+
+int replicaRank(const Plan& plan, int stage) {
+  return plan.layout.rank(RankCoord{0, 0, stage});
+}
+
+const DeviceSpec& stageDevice(const Plan& plan, int stage) {
+  const int rank = replicaRank(plan, stage);
+  const auto& deviceOf = plan.layout.deviceOf;
+  if (rank < static_cast<int>(deviceOf.size()))
+    return plan.mesh.devices[static_cast<size_t>(deviceOf[rank])].spec;
+  return plan.mesh.devices.front().spec;
+}
+
+double precisionScale(Precision precision) {
+  return precision == Precision::Bf16 ? 0.5 : 1.0;
+}
+
+namespace {
+
+// The link between the devices of two stages' representative ranks.
+const LinkSpec& stageLink(const Plan& plan, int a, int b) {
+  return groupLink(plan, {replicaRank(plan, a), replicaRank(plan, b)});
+}
+
+// Tensor-parallel all-reduces of a layer's output per microbatch, forward and backward (see the file
+// comment).
+struct TpCollectives {
+  int forward = 0;
+  int backward = 0;
+};
+TpCollectives tpCollectives(const LayerSpec& layer, ModelType model) {
+  switch (layer.kind) {
+    case LayerKind::Block:
+      return model == ModelType::Mlp ? TpCollectives{1, 1} : TpCollectives{2, 2};
+    case LayerKind::Embedding:
+      return {1, 0};
+    case LayerKind::Head:
+      return {0, 1};
+  }
+  return {};
+}
+
+std::vector<int> layerChunks(const Plan& plan) {
+  std::vector<int> chunkOf(plan.model.layers.size(), 0);
+  for (size_t k = 0; k < plan.partition.chunks.size(); ++k)
+    for (int l : plan.partition.chunks[k]) chunkOf[static_cast<size_t>(l)] = static_cast<int>(k);
+  return chunkOf;
+}
+
+bool validTime(double t) {
+  return std::isfinite(t) && t >= 0;
+}
+
+}  // namespace
+
+std::vector<double> chunkMessageBytes(const Plan& plan) {
+  const ParallelConfig& p = plan.config.parallel;
+  const double scale = precisionScale(p.precision) * plan.microbatchSize() / (p.sequenceParallel ? p.tp : 1);
+  std::vector<double> bytes;
+  for (const auto& chunk : plan.partition.chunks)
+    bytes.push_back(chunk.empty()
+                        ? 0.0
+                        : double(plan.model.layers[static_cast<size_t>(chunk.back())].outputBytesPerSample) *
+                              scale);
+  return bytes;
+}
+
+CostModel::CostModel(const Plan& plan, Communication communication) : m_communication(communication) {
+  const ParallelConfig& p = plan.config.parallel;
+  const ModelSpec& model = plan.model;
+  const size_t L = model.layers.size();
+  const int K = static_cast<int>(plan.partition.chunks.size());
+  const int tp = std::max(1, p.tp), dp = std::max(1, p.dp);
+  const double mbs = plan.microbatchSize();
+  const double scale = precisionScale(p.precision);
+  const bool modelled = communication == Communication::Modelled;
+  m_chunks = plan.partition.chunks;
+  m_split = plan.schedule.splitBackward;
+  m_recompute = p.recompute == Recompute::Full;
+
+  // Analytic compute per layer, on the device of the stage holding it.
+  const std::vector<int> chunkOf = layerChunks(plan);
+  m_analytic.forward.assign(L, 0.0);
+  m_analytic.backwardInput.assign(L, 0.0);
+  m_analytic.backwardWeight.assign(L, 0.0);
+  for (size_t l = 0; l < L; ++l) {
+    const int stage = plan.partition.stageOf[static_cast<size_t>(chunkOf[l])];
+    const DeviceSpec& device = stageDevice(plan, stage);
+    const double rate = device.peakFlops(p.precision) * device.achievableFraction;
+    const double f = rate > 0 ? model.layers[l].forwardFlopsPerSample * mbs / rate / tp : 0.0;
+    m_analytic.forward[l] = f;
+    m_analytic.backwardInput[l] = m_recompute ? 2.0 * f : f;
+    m_analytic.backwardWeight[l] = f;
+  }
+  m_layers = m_analytic;
+
+  // Communication inside compute actions, per chunk.
+  const std::vector<double> params = chunkParameterCount(plan);
+  const StateBytes state = stateBytesPerParam(p.precision, plan.config.optimizer);
+  m_chunkForwardComm.assign(static_cast<size_t>(K), 0.0);
+  m_chunkBackwardComm.assign(static_cast<size_t>(K), 0.0);
+  for (int k = 0; k < K && modelled; ++k) {
+    const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
+    const int rank = replicaRank(plan, stage);
+    if (tp > 1) {
+      const LinkSpec& link = groupLink(plan, plan.layout.tpGroup(rank));
+      for (int l : m_chunks[static_cast<size_t>(k)]) {
+        const LayerSpec& layer = model.layers[static_cast<size_t>(l)];
+        const TpCollectives c = tpCollectives(layer, plan.config.model.type);
+        // The head's backward all-reduce is of its input, the previous layer's output.
+        const int64_t outBytes = layer.kind == LayerKind::Head && l > 0
+                                     ? model.layers[static_cast<size_t>(l - 1)].outputBytesPerSample
+                                     : layer.outputBytesPerSample;
+        const double t = ringAllReduceTime(double(outBytes) * mbs * scale, tp, link);
+        m_chunkForwardComm[static_cast<size_t>(k)] += c.forward * t;
+        m_chunkBackwardComm[static_cast<size_t>(k)] += (c.backward + (m_recompute ? c.forward : 0)) * t;
+      }
+    }
+    if (p.zero == 3 && dp > 1) {
+      const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
+      const double gather =
+          ringAllGatherTime(params[static_cast<size_t>(k)] / tp * state.parameter, dp, link);
+      m_chunkForwardComm[static_cast<size_t>(k)] += gather;
+      m_chunkBackwardComm[static_cast<size_t>(k)] += gather;
+    }
+  }
+
+  // Point-to-point messages between the stages of neighbouring chunks.
+  m_activationBytes = chunkMessageBytes(plan);
+  m_activationTransfer.assign(static_cast<size_t>(K), 0.0);
+  m_gradientTransfer.assign(static_cast<size_t>(K), 0.0);
+  for (int k = 0; k < K && modelled; ++k) {
+    const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
+    if (k + 1 < K) {
+      const int next = plan.partition.stageOf[static_cast<size_t>(k + 1)];
+      if (next != stage)
+        m_activationTransfer[static_cast<size_t>(k)] =
+            p2pTime(m_activationBytes[static_cast<size_t>(k)], stageLink(plan, stage, next));
+    }
+    if (k > 0) {
+      const int prev = plan.partition.stageOf[static_cast<size_t>(k - 1)];
+      if (prev != stage)
+        m_gradientTransfer[static_cast<size_t>(k)] =
+            p2pTime(m_activationBytes[static_cast<size_t>(k - 1)], stageLink(plan, stage, prev));
+    }
+  }
+
+  // Data-parallel gradient sync per chunk, and the tied embedding's all-reduce between first and last stage.
+  m_gradSync.assign(static_cast<size_t>(K), 0.0);
+  const int headLayer = model.layers.empty() ? -1 : static_cast<int>(L) - 1;
+  const int embeddingLayer = model.layerIndex("embedding");
+  const bool tiedApart =
+      plan.config.model.type == ModelType::Gpt && plan.config.model.tieEmbeddings && embeddingLayer >= 0 &&
+      headLayer >= 0 &&
+      plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(headLayer)])] !=
+          plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(embeddingLayer)])];
+  for (int k = 0; k < K && modelled; ++k) {
+    const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
+    const int rank = replicaRank(plan, stage);
+    const double bytes = params[static_cast<size_t>(k)] / tp * state.gradient;
+    const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
+    m_gradSync[static_cast<size_t>(k)] =
+        p.zero <= 1 ? ringAllReduceTime(bytes, dp, link) : ringReduceScatterTime(bytes, dp, link);
+    if (tiedApart &&
+        (k == chunkOf[static_cast<size_t>(headLayer)] || k == chunkOf[static_cast<size_t>(embeddingLayer)])) {
+      const int a = plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(headLayer)])];
+      const int b = plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(embeddingLayer)])];
+      const double wte = double(plan.config.model.vocab) * plan.config.model.width;
+      m_gradSync[static_cast<size_t>(k)] +=
+          ringAllReduceTime(wte / tp * state.gradient, 2, stageLink(plan, a, b));
+    }
+  }
+
+  // Optimizer step per stage.
+  m_optimizer.assign(static_cast<size_t>(plan.partition.stages), 0.0);
+  for (int s = 0; s < plan.partition.stages; ++s) {
+    const double local = stageParameterCount(plan, s) / tp;
+    const double shard = p.zero >= 1 ? local / dp : local;
+    const DeviceSpec& device = stageDevice(plan, s);
+    double t = device.memoryBandwidth > 0
+                   ? shard * (state.parameter + state.gradient + state.optimizer) / device.memoryBandwidth
+                   : 0.0;
+    if (modelled && (p.zero == 1 || p.zero == 2))
+      t += ringAllGatherTime(local * state.parameter, dp,
+                             groupLink(plan, plan.layout.dpGroup(replicaRank(plan, s))));
+    m_optimizer[static_cast<size_t>(s)] = t;
+  }
+}
+
+CostModel::CostModel(const Plan& plan, LayerTimes measured, Communication communication)
+    : CostModel(plan, communication) {
+  (void)setMeasuredTimes(std::move(measured));  // documented: a mismatch keeps the analytic times
+}
+
+Status CostModel::setMeasuredTimes(LayerTimes measured) {
+  const size_t L = m_analytic.forward.size();
+  const std::pair<const char*, const std::vector<double>*> parts[] = {
+      {"forward", &measured.forward},
+      {"backwardInput", &measured.backwardInput},
+      {"backwardWeight", &measured.backwardWeight}};
+  for (const auto& [name, v] : parts) {
+    if (v->size() != L)
+      return Status::error(std::string("measured layer times: ") + name + " has " +
+                           std::to_string(v->size()) + " entries, but the model has " + std::to_string(L) +
+                           " layers");
+    for (size_t l = 0; l < L; ++l)
+      if (!validTime((*v)[l]))
+        return Status::error(std::string("measured layer times: ") + name + "[" + std::to_string(l) +
+                             "] must be finite and >= 0, got " + std::to_string((*v)[l]));
+  }
+  m_layers = std::move(measured);
+  m_calibrated = true;
+  return Status::ok();
+}
+
+double CostModel::chunkSum(const std::vector<double>& perLayer, int chunk) const {
+  double sum = 0.0;
+  for (int l : m_chunks[static_cast<size_t>(chunk)]) sum += perLayer[static_cast<size_t>(l)];
+  return sum;
+}
+
+double CostModel::forwardTime(int chunk) const {
+  const double comm = m_calibrated ? 0.0 : m_chunkForwardComm[static_cast<size_t>(chunk)];
+  return chunkSum(m_layers.forward, chunk) + comm;
+}
+
+double CostModel::backwardTime(int chunk) const {
+  const double comm = m_calibrated ? 0.0 : m_chunkBackwardComm[static_cast<size_t>(chunk)];
+  const double input = chunkSum(m_layers.backwardInput, chunk);
+  return (m_split ? input : input + chunkSum(m_layers.backwardWeight, chunk)) + comm;
+}
+
+double CostModel::weightTime(int chunk) const {
+  return m_split ? chunkSum(m_layers.backwardWeight, chunk) : 0.0;
+}
+
+double CostModel::activationTransferTime(int chunk) const {
+  return m_activationTransfer[static_cast<size_t>(chunk)];
+}
+
+double CostModel::gradientTransferTime(int chunk) const {
+  return m_gradientTransfer[static_cast<size_t>(chunk)];
+}
+
+double CostModel::activationMessageBytes(int chunk) const {
+  return m_activationBytes[static_cast<size_t>(chunk)];
+}
+
+double CostModel::gradSyncTime(int chunk) const {
+  return m_gradSync[static_cast<size_t>(chunk)];
+}
+
+double CostModel::optimizerTime(int stage) const {
+  return m_optimizer[static_cast<size_t>(stage)];
+}
+
+double CostModel::actionTime(const Action& action, int stage) const {
+  switch (action.type) {
+    case ActionType::Forward:
+      return forwardTime(action.chunk);
+    case ActionType::Backward:
+      return backwardTime(action.chunk);
+    case ActionType::BackwardWeight:
+      return weightTime(action.chunk);
+    case ActionType::SendActivation:
+      return activationTransferTime(action.chunk);
+    case ActionType::SendGrad:
+      return gradientTransferTime(action.chunk);
+    case ActionType::RecvActivation:
+    case ActionType::RecvGrad:
+      return 0.0;
+    case ActionType::GradSync:
+      return gradSyncTime(action.chunk);
+    case ActionType::OptimizerStep:
+      return optimizerTime(stage);
+  }
+  return 0.0;
+}
+
+}  // namespace ms

@@ -1,0 +1,126 @@
+// The cost model: how long each action of a plan's schedule takes on its devices. Compute comes from the
+// model spec's FLOPs and the device's peak times its achievable fraction, or from measured per-layer times
+// (calibration); communication comes from the links of the mesh with the ring-collective formulas below.
+// The step simulator walks the schedule with these durations; the auto-planner screens with them.
+//
+// What always holds: every duration is finite and >= 0; with Communication::Free every transfer, collective
+// and in-layer communication costs 0 (compute and the optimizer step keep their cost); measured times, once
+// set, are used as they are (they are the executor's span durations, so they already hold whatever ran
+// inside the layer: tensor-parallel collectives, recomputation, ZeRO-3 gathers) and nothing modelled is
+// added to them.
+//
+// Costs are per microbatch and per model chunk, timed on the ranks of pipeline replica 0 with tp index 0
+// (rank layout.rank({0, 0, stage})): all data-parallel replicas and tensor-parallel peers run the same list
+// and are assumed to take the same time.
+#pragma once
+
+#include <vector>
+
+#include "plan/hardware.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+#include "plan/status.h"
+
+namespace ms {
+
+// Measured (or explicit) compute times, seconds per microbatch, one entry per model layer: (L) each.
+// backwardInput + backwardWeight is the layer's whole backward; a schedule without a split backward runs them
+// as one B action.
+struct LayerTimes {
+  std::vector<double> forward;         // (L)
+  std::vector<double> backwardInput;   // (L)
+  std::vector<double> backwardWeight;  // (L)
+};
+
+enum class Communication {
+  Modelled,  // links of the mesh, formulas below
+  Free,      // every transfer and collective takes no time (textbook pipeline figures, tests)
+};
+
+// --- Communication primitives (seconds). `bytes` is the full buffer on each rank; n the group size. ---
+
+// One point-to-point message: latency + bytes / bandwidth.
+double p2pTime(double bytes, const LinkSpec& link);
+// Ring all-reduce: 2(n-1)/n * bytes / bw + 2(n-1) * latency (Patarasuk & Yuan 2009, "Bandwidth optimal
+// all-reduce algorithms for clusters of workstations"; nccl-tests doc/PERFORMANCE.md: busbw = algbw *
+// 2(n-1)/n). 0 for n <= 1.
+double ringAllReduceTime(double bytes, int n, const LinkSpec& link);
+// Ring reduce-scatter and all-gather, half an all-reduce each: (n-1)/n * bytes / bw + (n-1) * latency
+// (nccl-tests: busbw = algbw * (n-1)/n). `bytes` is the unsharded buffer. 0 for n <= 1.
+double ringReduceScatterTime(double bytes, int n, const LinkSpec& link);
+double ringAllGatherTime(double bytes, int n, const LinkSpec& link);
+
+// The link a ring over these ranks is limited by: the inter-node link as soon as two members sit on different
+// nodes, else the intra-node link (also when the layout has no devices yet).
+const LinkSpec& groupLink(const Plan& plan, const std::vector<int>& ranks);
+
+// The rank that stands for a stage: pipeline replica 0, tp index 0.
+int replicaRank(const Plan& plan, int stage);
+// That rank's device.
+const DeviceSpec& stageDevice(const Plan& plan, int stage);
+
+// Bytes per element in the step's compute precision, relative to the model spec's fp32 figures: 1 for fp32,
+// 0.5 for bf16 (activations, messages and TP collectives are held and sent in the compute precision).
+double precisionScale(Precision precision);
+
+// The point-to-point message of each chunk (K), bytes per microbatch: its last layer's output
+// (outputBytesPerSample * microbatch size * precisionScale, / tp with sequence parallelism). Chunk k's
+// activation goes to chunk k+1; chunk k+1's input gradient, the same size, comes back.
+std::vector<double> chunkMessageBytes(const Plan& plan);
+
+class CostModel {
+ public:
+  // Analytic: per-layer times from FLOPs, communication from the mesh.
+  explicit CostModel(const Plan& plan, Communication communication = Communication::Modelled);
+  // Explicit per-layer times (calibration, or equal stages for textbook figures); sizes must match the model
+  // (a mismatch keeps the analytic times: see setMeasuredTimes for the checked form).
+  CostModel(const Plan& plan, LayerTimes measured, Communication communication = Communication::Modelled);
+
+  // Replaces the per-layer compute times; an error (naming the vector and both sizes) when a vector's size
+  // is not the model's layer count, or a time is negative or not finite.
+  Status setMeasuredTimes(LayerTimes measured);
+  bool calibrated() const { return m_calibrated; }
+  Communication communication() const { return m_communication; }
+  // The analytic or measured per-layer compute times in use (without the communication inside layers).
+  const LayerTimes& layerTimes() const { return m_layers; }
+
+  // Durations of the compute actions of chunk k for one microbatch (the split follows the plan's schedule):
+  double forwardTime(int chunk) const;   // F
+  double backwardTime(int chunk) const;  // B: input and weight gradients, or input only when split
+  double weightTime(int chunk) const;    // W: weight gradients when split, else 0
+  // A message of chunk k: its output activation (to chunk k+1), or its input gradient (to chunk k-1).
+  double activationTransferTime(int chunk) const;
+  double gradientTransferTime(int chunk) const;
+  double activationMessageBytes(int chunk) const;  // chunk k's output, per microbatch, as sent
+  // The data-parallel gradient sync of chunk k (once per step), on the stage's communication lane.
+  double gradSyncTime(int chunk) const;
+  // The stage's optimizer step (a memory-bound pass over its parameter shard, plus ZeRO-1/2's parameter
+  // all-gather).
+  double optimizerTime(int stage) const;
+  // The duration of a compute-lane action, or the transit time of a send; 0 for a receive (it waits for a
+  // message instead). `stage` is the stage running the action.
+  double actionTime(const Action& action, int stage) const;
+
+  int chunkCount() const { return static_cast<int>(m_chunkForwardComm.size()); }
+
+ private:
+  double chunkSum(const std::vector<double>& perLayer, int chunk) const;
+
+  Communication m_communication = Communication::Modelled;
+  bool m_calibrated = false;
+  bool m_split = false;
+  bool m_recompute = false;
+  std::vector<std::vector<int>> m_chunks;  // (K): layers of each chunk
+  LayerTimes m_layers;                     // in use
+  LayerTimes m_analytic;                   // from FLOPs, kept to validate sizes and restore
+  // Modelled communication inside compute actions (0 when Free): TP collectives and ZeRO-3 gathers.
+  std::vector<double> m_chunkForwardComm;    // (K)
+  std::vector<double> m_chunkBackwardComm;   // (K): in B (the input-gradient part)
+  std::vector<double> m_activationTransfer;  // (K): chunk k's output to chunk k+1's stage
+  std::vector<double> m_gradientTransfer;    // (K): chunk k's input gradient to chunk k-1's stage
+  std::vector<double> m_activationBytes;     // (K)
+  std::vector<double> m_gradSync;            // (K)
+  std::vector<double> m_optimizer;           // (P)
+};
+
+}  // namespace ms

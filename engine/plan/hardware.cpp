@@ -1,0 +1,222 @@
+// The hardware catalog and buildMesh(). Every figure below is a vendor datasheet number for dense math (no
+// structured sparsity); the comment beside each entry names the document. Capacities are the vendor's GB
+// (1e9 bytes: "80GB" is 80e9 bytes here), bandwidths the vendor's GB/s (1e9 bytes/s).
+//
+// What always holds: catalog names are unique and every figure is positive (tf32 may be 0: no such units);
+// buildMesh() numbers devices node-major and looks a name up among the config's own types before the
+// catalog's (validation refuses a config type that shadows a catalog name, so the order only matters for
+// meshes that never went through it).
+#include "plan/hardware.h"
+
+#include <algorithm>
+
+#include "plan/config_schema.h"
+
+namespace ms {
+
+namespace {
+
+constexpr double kTera = 1e12;  // TFLOP/s -> FLOP/s
+constexpr double kGiga = 1e9;   // GB -> bytes, GB/s -> bytes/s
+constexpr double kGibi = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMicro = 1e-6;  // us -> s
+
+// Fraction of the dense peak a well-fed training step reaches. GPUs: ~50% model FLOPs utilisation for
+// transformer training (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+// Clusters": 44-52% of A100 peak; Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+// Transformer Models": 54-56%). CPU: its "peak" is a measured GEMM rate, which a step's GEMMs mostly reach.
+constexpr double kGpuFraction = 0.5;
+constexpr double kCpuFraction = 0.7;
+
+DeviceSpec device(const char* name, const char* label, double fp32, double tf32, double bf16, double memoryGb,
+                  double bandwidthGbs, double fraction) {
+  return DeviceSpec{
+      name,    label, fp32 * kTera, tf32 * kTera, bf16 * kTera, memoryGb * kGiga, bandwidthGbs * kGiga,
+      fraction};
+}
+
+std::vector<DeviceSpec> makeDeviceCatalog() {
+  return {
+      // This machine's CPU. Placeholders until calibration (withCalibration()) measures a GEMM: 100 GFLOP/s
+      // fp32 (a few AVX2 cores), bf16 no faster (no AMX assumed), 24 GiB of RAM, 20 GB/s of DRAM bandwidth.
+      DeviceSpec{"cpu", "CPU (this machine, calibrated)", 1e11, 0, 1e11, 24 * kGibi, 20 * kGiga,
+                 kCpuFraction},
+      // NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), table 3, H100 SXM5: FP32 66.9 TFLOPS,
+      // TF32 tensor 494.7, BF16 tensor 989.4 (dense; 1978.9 with sparsity); NVIDIA H100 datasheet: 80GB
+      // HBM3, 3.35TB/s.
+      device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 80, 3350, kGpuFraction),
+      // NVIDIA H200 datasheet: the H100 SXM's compute (FP32 67, TF32 989 and BF16 1,979 TFLOPS with
+      // sparsity, as H100's), 141GB HBM3e, 4.8TB/s.
+      device("h200-141gb", "NVIDIA H200 SXM 141GB", 66.9, 494.7, 989.4, 141, 4800, kGpuFraction),
+      // NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5 TFLOPS, TF32 156, BF16 312 (dense; 312 and 624 with
+      // sparsity); A100 40GB: HBM2, 1,555GB/s; A100 80GB SXM: HBM2e, 2,039GB/s.
+      device("a100-40gb", "NVIDIA A100 40GB", 19.5, 156, 312, 40, 1555, kGpuFraction),
+      device("a100-80gb", "NVIDIA A100 80GB SXM", 19.5, 156, 312, 80, 2039, kGpuFraction),
+      // NVIDIA L40S datasheet: FP32 91.6 TFLOPS, TF32 183, BF16 362.05 (dense; 366 and 733 with sparsity),
+      // 48GB GDDR6, 864GB/s.
+      device("l40s", "NVIDIA L40S", 91.6, 183, 362.05, 48, 864, kGpuFraction),
+      // NVIDIA Ada GPU Architecture whitepaper, appendix table (GeForce RTX 4090): FP32 82.6 TFLOPS, TF32
+      // 82.6, BF16 with FP32 accumulate 165.2 (dense; 330.4 with sparsity), 24GB GDDR6X, 1,008GB/s.
+      device("rtx4090", "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 24, 1008, kGpuFraction),
+  };
+}
+
+// Bandwidth per direction and per device; latency is the time of a small message, end to end.
+std::vector<LinkSpec> makeLinkCatalog() {
+  return {
+      // Processes of one host through shared memory (Open MPI vader/sm): a memcpy through a bounce buffer,
+      // ~10 GB/s and ~1 us on a current server (a conservative figure; calibration can refine it).
+      LinkSpec{"shm", 10 * kGiga, 1e-6},
+      // NVIDIA H100 datasheet and NVLink page: 4th-generation NVLink, 900GB/s per GPU in both directions
+      // together, so 450 GB/s each way; ~3 us for a small NCCL message.
+      LinkSpec{"nvlink", 450 * kGiga, 3e-6},
+      // PCI-SIG PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b encoding, x16 = ~63 GB/s
+      // each way, rounded to the usual 64 GB/s.
+      LinkSpec{"pcie", 64 * kGiga, 5e-6},
+      // NVIDIA ConnectX-7 / Quantum-2 NDR datasheets: 400Gb/s per port, one port per GPU (as in DGX H100), so
+      // 50 GB/s each way per device; ~5 us through a switch with GPUDirect RDMA.
+      LinkSpec{"infiniband", 50 * kGiga, 5e-6},
+      // IEEE 802.3ba (100 Gigabit Ethernet): 100Gb/s = 12.5 GB/s each way, ~20 us through the TCP stack.
+      LinkSpec{"ethernet", 12.5 * kGiga, 2e-5},
+  };
+}
+
+void addError(std::string& errors, const std::string& path, const std::string& message) {
+  if (!errors.empty()) errors += '\n';
+  errors += path + ": " + message;
+}
+
+std::string numberText(double v) {
+  return nlohmann::json(v).dump();
+}
+
+// The figures of the config's own types that the cost model divides by: they must be positive.
+void checkOwnTypes(const MeshConfig& config, std::string& errors) {
+  const auto positive = [&](const std::string& path, double v) {
+    if (!(v > 0)) addError(errors, path, "must be > 0, got " + numberText(v));
+  };
+  for (size_t i = 0; i < config.deviceTypes.size(); ++i) {
+    const DeviceTypeConfig& t = config.deviceTypes[i];
+    const std::string at = "/mesh/device_types/" + std::to_string(i);
+    positive(at + "/peak_tflops_fp32", t.peakTflopsFp32);
+    positive(at + "/peak_tflops_bf16", t.peakTflopsBf16);
+    positive(at + "/memory_gb", t.memoryGb);
+    positive(at + "/memory_bandwidth_gbs", t.memoryBandwidthGbs);
+    if (!(t.achievableFraction > 0 && t.achievableFraction <= 1))
+      addError(errors, at + "/achievable_fraction",
+               "must be in (0, 1], got " + numberText(t.achievableFraction));
+  }
+  for (size_t i = 0; i < config.linkTypes.size(); ++i) {
+    const LinkTypeConfig& t = config.linkTypes[i];
+    const std::string at = "/mesh/link_types/" + std::to_string(i);
+    positive(at + "/bandwidth_gbs", t.bandwidthGbs);
+    if (!(t.latencyUs >= 0))
+      addError(errors, at + "/latency_us", "must be >= 0, got " + numberText(t.latencyUs));
+  }
+}
+
+std::optional<DeviceSpec> resolveDevice(const MeshConfig& config, const std::string& name) {
+  for (const auto& t : config.deviceTypes)
+    if (t.name == name) return toDeviceSpec(t);
+  return findDevice(name);
+}
+
+std::optional<LinkSpec> resolveLink(const MeshConfig& config, const std::string& name) {
+  for (const auto& t : config.linkTypes)
+    if (t.name == name) return toLinkSpec(t);
+  return findLink(name);
+}
+
+}  // namespace
+
+const std::vector<DeviceSpec>& deviceCatalog() {
+  static const std::vector<DeviceSpec> catalog = makeDeviceCatalog();  // immutable after first use
+  return catalog;
+}
+
+const std::vector<LinkSpec>& linkCatalog() {
+  static const std::vector<LinkSpec> catalog = makeLinkCatalog();  // immutable after first use
+  return catalog;
+}
+
+std::optional<DeviceSpec> findDevice(const std::string& name) {
+  for (const auto& d : deviceCatalog())
+    if (d.name == name) return d;
+  return std::nullopt;
+}
+
+std::optional<LinkSpec> findLink(const std::string& name) {
+  for (const auto& l : linkCatalog())
+    if (l.name == name) return l;
+  return std::nullopt;
+}
+
+DeviceSpec withCalibration(DeviceSpec base, double measuredFlops, double memoryBytes) {
+  if (measuredFlops > 0) {
+    const double scale = base.peakFlopsFp32 > 0 ? measuredFlops / base.peakFlopsFp32 : 1.0;
+    base.peakFlopsTf32 *= scale;
+    base.peakFlopsBf16 = base.peakFlopsFp32 > 0 ? base.peakFlopsBf16 * scale : measuredFlops;
+    base.peakFlopsFp32 = measuredFlops;
+  }
+  if (memoryBytes > 0) base.memoryBytes = memoryBytes;
+  return base;
+}
+
+std::vector<std::string> deviceTypeNames(const MeshConfig& mesh) {
+  std::vector<std::string> names;
+  for (const auto& d : deviceCatalog()) names.push_back(d.name);
+  for (const auto& t : mesh.deviceTypes) names.push_back(t.name);
+  return names;
+}
+
+std::vector<std::string> linkTypeNames(const MeshConfig& mesh) {
+  std::vector<std::string> names;
+  for (const auto& l : linkCatalog()) names.push_back(l.name);
+  for (const auto& t : mesh.linkTypes) names.push_back(t.name);
+  return names;
+}
+
+DeviceSpec toDeviceSpec(const DeviceTypeConfig& type) {
+  // No tf32 figure in the config: fp32 math runs at the fp32 peak (DeviceSpec::peakFlops ignores tf32 too).
+  return DeviceSpec{type.name,
+                    type.label.empty() ? type.name : type.label,
+                    type.peakTflopsFp32 * kTera,
+                    0,
+                    type.peakTflopsBf16 * kTera,
+                    type.memoryGb * kGiga,
+                    type.memoryBandwidthGbs * kGiga,
+                    type.achievableFraction};
+}
+
+LinkSpec toLinkSpec(const LinkTypeConfig& type) {
+  return LinkSpec{type.name, type.bandwidthGbs * kGiga, type.latencyUs * kMicro};
+}
+
+Expected<Mesh> buildMesh(const MeshConfig& config) {
+  std::string errors;
+  if (config.nodes.empty()) addError(errors, "/mesh/nodes", "needs at least 1 entry");
+  checkOwnTypes(config, errors);
+  Mesh mesh;
+  for (size_t i = 0; i < config.nodes.size(); ++i) {
+    const NodeConfig& node = config.nodes[i];
+    const std::string at = "/mesh/nodes/" + std::to_string(i);
+    if (node.count < 1) addError(errors, at + "/count", "must be >= 1, got " + std::to_string(node.count));
+    const std::optional<DeviceSpec> spec = resolveDevice(config, node.device);
+    if (!spec) addError(errors, at + "/device", notOneOfMessage(node.device, deviceTypeNames(config)));
+    mesh.nodes.push_back(node.name);
+    if (!spec) continue;
+    for (int local = 0; local < node.count; ++local)
+      mesh.devices.push_back(
+          MeshDevice{mesh.deviceCount(), static_cast<int>(mesh.nodes.size()) - 1, local, *spec});
+  }
+  const std::optional<LinkSpec> intra = resolveLink(config, config.intraLink);
+  const std::optional<LinkSpec> inter = resolveLink(config, config.interLink);
+  if (!intra) addError(errors, "/mesh/intra_link", notOneOfMessage(config.intraLink, linkTypeNames(config)));
+  if (!inter) addError(errors, "/mesh/inter_link", notOneOfMessage(config.interLink, linkTypeNames(config)));
+  if (!errors.empty()) return Status::error(errors);
+  mesh.intraLink = *intra;
+  mesh.interLink = *inter;
+  return mesh;
+}
+
+}  // namespace ms

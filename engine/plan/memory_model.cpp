@@ -1,0 +1,222 @@
+// The memory model; see memory_model.h for the rules and their sources.
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "plan/cost_model.h"
+
+namespace ms {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+// PyTorch DistributedDataParallel's default bucket_cap_mb = 25: gradients are reduced in buckets of this
+// size.
+constexpr double kDpBucketBytes = 25 * kMiB;
+// The CUDA context, cuBLAS/NCCL handles and their workspaces on a GPU: a few hundred MiB in practice (PyTorch
+// reports 300-600 MiB on first CUDA use); 500 MiB is the allowance.
+constexpr double kCudaContextBytes = 500 * kMiB;
+
+std::vector<int> chunkOfLayers(const Plan& plan) {
+  std::vector<int> chunkOf(plan.model.layers.size(), 0);
+  for (size_t k = 0; k < plan.partition.chunks.size(); ++k)
+    for (int l : plan.partition.chunks[k]) chunkOf[static_cast<size_t>(l)] = static_cast<int>(k);
+  return chunkOf;
+}
+
+// The chunk of a tied LM head that needs its own copy of wte (on another stage than the embedding), if any.
+struct TiedHead {
+  int headChunk = -1;
+  double copyParams = 0;  // wte elements held by the head's chunk, 0 when none
+};
+TiedHead tiedHead(const Plan& plan) {
+  TiedHead t;
+  const ModelConfig& m = plan.config.model;
+  const int head = plan.model.layerIndex("head");
+  const int embedding = plan.model.layerIndex("embedding");
+  if (m.type != ModelType::Gpt || !m.tieEmbeddings || head < 0 || embedding < 0) return t;
+  const std::vector<int> chunkOf = chunkOfLayers(plan);
+  const int hc = chunkOf[static_cast<size_t>(head)], ec = chunkOf[static_cast<size_t>(embedding)];
+  if (plan.partition.stageOf[static_cast<size_t>(hc)] == plan.partition.stageOf[static_cast<size_t>(ec)])
+    return t;
+  t.headChunk = hc;
+  t.copyParams = double(m.vocab) * m.width;
+  return t;
+}
+
+// One microbatch's saved activations of a layer without recompute, on one rank (see chunkActivationBytes).
+double layerActivationBytes(const Plan& plan, int l) {
+  const ParallelConfig& p = plan.config.parallel;
+  const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+  const double tp = std::max(1, p.tp);
+  const double full =
+      double(layer.activationBytesPerSample) * plan.microbatchSize() * precisionScale(p.precision);
+  const bool transformerBlock = layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp;
+  if (tp == 1 || p.sequenceParallel || !transformerBlock) return full / tp;
+  // Korthikanti et al. 2022, Table 2, "tensor parallel" row: the two LayerNorm outputs and the residual
+  // (3 * T * C values) and the per-row LayerNorm statistics (4 * T) stay whole on every TP rank.
+  const double T = plan.model.samplePositions, C = plan.config.model.width;
+  const double replicated =
+      std::min(full, (3.0 * T * C + 4.0 * T) * 4.0 * plan.microbatchSize() * precisionScale(p.precision));
+  return replicated + (full - replicated) / tp;
+}
+
+// With recompute: the input of layer l kept for its re-run (whole without sequence parallelism).
+double layerCheckpointBytes(const Plan& plan, int l) {
+  if (l == 0) return 0.0;  // the model's input batch belongs to the data loader
+  const ParallelConfig& p = plan.config.parallel;
+  const double in = double(plan.model.layers[static_cast<size_t>(l - 1)].outputBytesPerSample);
+  return in * plan.microbatchSize() * precisionScale(p.precision) /
+         (p.sequenceParallel ? std::max(1, p.tp) : 1);
+}
+
+double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
+  double largest = 0;
+  for (int k : plan.partition.chunksOfStage(stage))
+    for (int l : plan.partition.chunks[static_cast<size_t>(k)]) {
+      double n = double(plan.model.layers[static_cast<size_t>(l)].paramCount());
+      if (k == tied.headChunk && plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Head)
+        n += tied.copyParams;
+      largest = std::max(largest, n);
+    }
+  return largest;
+}
+
+}  // namespace
+
+StateBytes stateBytesPerParam(Precision precision, const OptimizerConfig& optimizer) {
+  const bool momentum = optimizer.momentum > 0;
+  if (precision == Precision::Bf16) {
+    // ZeRO section 3.1: fp16/bf16 parameter and gradient, fp32 master copy (4) + Adam's two moments (4 + 4).
+    const double opt = optimizer.type == OptimizerType::AdamW ? 12.0 : (momentum ? 8.0 : 4.0);
+    return {2.0, 2.0, opt};
+  }
+  const double opt = optimizer.type == OptimizerType::AdamW ? 8.0 : (momentum ? 4.0 : 0.0);
+  return {4.0, 4.0, opt};
+}
+
+std::vector<double> chunkParameterCount(const Plan& plan) {
+  std::vector<double> counts;
+  for (const auto& chunk : plan.partition.chunks) {
+    double n = 0;
+    for (int l : chunk) n += double(plan.model.layers[static_cast<size_t>(l)].paramCount());
+    counts.push_back(n);
+  }
+  const TiedHead tied = tiedHead(plan);
+  if (tied.headChunk >= 0) counts[static_cast<size_t>(tied.headChunk)] += tied.copyParams;
+  return counts;
+}
+
+double stageParameterCount(const Plan& plan, int stage) {
+  const std::vector<double> counts = chunkParameterCount(plan);
+  double n = 0;
+  for (int k : plan.partition.chunksOfStage(stage)) n += counts[static_cast<size_t>(k)];
+  return n;
+}
+
+std::vector<double> chunkActivationBytes(const Plan& plan) {
+  const bool recompute = plan.config.parallel.recompute == Recompute::Full;
+  std::vector<double> bytes;
+  for (const auto& chunk : plan.partition.chunks) {
+    double b = 0;
+    for (int l : chunk) b += recompute ? layerCheckpointBytes(plan, l) : layerActivationBytes(plan, l);
+    bytes.push_back(b);
+  }
+  return bytes;
+}
+
+double recomputeWorkspaceBytes(const Plan& plan, int stage) {
+  if (plan.config.parallel.recompute != Recompute::Full) return 0.0;
+  double largest = 0;
+  for (int l : plan.partition.layersOfStage(stage))
+    largest = std::max(largest, layerActivationBytes(plan, l));
+  return largest;
+}
+
+OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
+  const ParallelConfig& p = plan.config.parallel;
+  const double tp = std::max(1, p.tp);
+  const double mbs = plan.microbatchSize();
+  const double scale = precisionScale(p.precision);
+  const int K = static_cast<int>(plan.partition.chunks.size());
+  const StateBytes state = stateBytesPerParam(p.precision, plan.config.optimizer);
+  OtherBytes o;
+
+  // A send and a receive buffer of the largest message the stage's chunks send or receive.
+  const std::vector<double> messages = chunkMessageBytes(plan);
+  double largest = 0;
+  for (int k : plan.partition.chunksOfStage(stage)) {
+    if (k + 1 < K && plan.partition.stageOf[static_cast<size_t>(k + 1)] != stage)
+      largest = std::max(largest, messages[static_cast<size_t>(k)]);
+    if (k > 0 && plan.partition.stageOf[static_cast<size_t>(k - 1)] != stage)
+      largest = std::max(largest, messages[static_cast<size_t>(k - 1)]);
+  }
+  o.p2pBuffers = 2.0 * largest;
+
+  // One DP bucket (never more than the rank's gradients).
+  const double localParams = stageParameterCount(plan, stage) / tp;
+  if (p.dp > 1) o.dpBucket = std::min(kDpBucketBytes, localParams * state.gradient);
+
+  // Backward workspace: the output gradient and the input gradient of the stage's largest layer output for
+  // one microbatch; the stage with a gpt head also holds the fp32 gradient of its (vocab-parallel) logits.
+  const double seqSplit = p.sequenceParallel ? tp : 1.0;
+  for (int l : plan.partition.layersOfStage(stage)) {
+    const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+    o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs * scale / seqSplit);
+    if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt)
+      o.workspace = std::max(o.workspace,
+                             double(plan.model.samplePositions) * plan.config.model.vocab * 4.0 * mbs / tp);
+  }
+
+  if (p.zero == 3 && p.dp > 1)
+    o.zero3Gathered = largestLayerParams(plan, stage, tiedHead(plan)) / tp * state.parameter;
+  if (gpu) o.context = kCudaContextBytes;
+  return o;
+}
+
+bool isGpuDevice(const DeviceSpec& device) {
+  return device.name != "cpu";
+}
+
+std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
+  const ParallelConfig& p = plan.config.parallel;
+  const int P = plan.partition.stages;
+  const double tp = std::max(1, p.tp), dp = std::max(1, p.dp);
+  const StateBytes state = stateBytesPerParam(p.precision, plan.config.optimizer);
+  const std::vector<double> peaks = peakActivationBytes(plan.schedule, chunkActivationBytes(plan));
+
+  // Per stage, everything but the device-dependent parts.
+  std::vector<MemoryBreakdown> stages(static_cast<size_t>(P));
+  for (int s = 0; s < P; ++s) {
+    MemoryBreakdown& m = stages[static_cast<size_t>(s)];
+    const double local = stageParameterCount(plan, s) / tp;
+    m.stage = s;
+    m.parameters = local * state.parameter / (p.zero >= 3 ? dp : 1.0);
+    m.gradients = local * state.gradient / (p.zero >= 2 ? dp : 1.0);
+    m.optimizer = local * state.optimizer / (p.zero >= 1 ? dp : 1.0);
+    m.activations = (s < static_cast<int>(peaks.size()) ? peaks[static_cast<size_t>(s)] : 0.0) +
+                    recomputeWorkspaceBytes(plan, s);
+  }
+
+  // "other" depends on the stage and on whether the device is a GPU: computed once per stage.
+  std::vector<double> otherWithoutContext(static_cast<size_t>(P));
+  for (int s = 0; s < P; ++s)
+    otherWithoutContext[static_cast<size_t>(s)] = otherBreakdown(plan, s, false).total();
+  const double context = otherBreakdown(plan, 0, true).context;
+
+  std::vector<MemoryBreakdown> ranks;
+  const int world = plan.layout.world();
+  for (int r = 0; r < world; ++r) {
+    MemoryBreakdown m = stages[static_cast<size_t>(plan.stageOfRank(r))];
+    m.rank = r;
+    const DeviceSpec& device = r < static_cast<int>(plan.layout.deviceOf.size())
+                                   ? plan.mesh.devices[static_cast<size_t>(plan.layout.deviceOf[r])].spec
+                                   : stageDevice(plan, m.stage);
+    m.other = otherWithoutContext[static_cast<size_t>(m.stage)] + (isGpuDevice(device) ? context : 0.0);
+    m.capacity = device.memoryBytes;
+    ranks.push_back(m);
+  }
+  return ranks;
+}
+
+}  // namespace ms

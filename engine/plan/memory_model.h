@@ -1,0 +1,90 @@
+// The memory model: the bytes every rank of a plan holds at its peak, by category (parameters, gradients,
+// optimizer state, activations, other), against its device's capacity. The studio draws these as memory
+// bars; the auto-planner drops plans that do not fit; the engine's tracking allocator reports the same
+// categories, so prediction and measurement line up.
+//
+// What always holds: every figure is >= 0 and finite; total() is the sum of the five categories; ranks of
+// one stage differ only by their device (capacity); the per-parameter state bytes follow ZeRO's accounting
+// (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+// section 3.1 and Figure 1): mixed-precision AdamW keeps 2 + 2 + K bytes per parameter with K = 12.
+//
+// The rules, and where they are approximations:
+// - Parameters of a rank: the parameters of its stage's layers / tp. Every tensor is counted as split by tp
+//   (column/row-parallel matrices and vocab-parallel embedding and head are; LayerNorm weights and the
+//   row-parallel biases are really replicated, a few C per block: under 0.1% for C >= 256). A tied LM head
+//   on another stage than the embedding holds its own copy of wte (Megatron's embedding group).
+// - Bytes per parameter: fp32: parameter 4, gradient 4, AdamW 8 (two moments), SGD 4 (momentum; 0 without);
+//   bf16 (mixed precision): parameter 2, gradient 2, AdamW 12 (fp32 master, two moments), SGD 8 (master,
+//   momentum; 4 without). Gradients are kept in the compute precision, as in ZeRO's accounting.
+// - ZeRO over the DP group of size d: stage 1 divides optimizer state by d, stage 2 also gradients, stage 3
+//   also parameters (and adds the gathered working set, the stage's largest layer unsharded, to other).
+// - Activations: peakActivationBytes(schedule, chunkBytes) with chunkBytes from chunkActivationBytes().
+// - Other: p2p buffers, the DP bucket, backward workspace, the CUDA context (see otherBreakdown()).
+#pragma once
+
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace ms {
+
+// Bytes each parameter element costs, before ZeRO sharding.
+struct StateBytes {
+  double parameter = 0;
+  double gradient = 0;
+  double optimizer = 0;
+};
+StateBytes stateBytesPerParam(Precision precision, const OptimizerConfig& optimizer);
+
+// Parameter elements of each chunk (K), unsplit by tp, a tied head's copy of wte included (see above).
+std::vector<double> chunkParameterCount(const Plan& plan);
+// Parameter elements of a stage (sum over its chunks), unsplit by tp.
+double stageParameterCount(const Plan& plan, int stage);
+
+// One microbatch's saved activations of each chunk (K), in bytes on one rank, as held between its F and the
+// end of its backward:
+// - without recompute: the sum of its layers' activationBytesPerSample * microbatch size, times
+//   precisionScale (bf16 halves it), split by tensor parallelism as Korthikanti et al. 2022 ("Reducing
+//   Activation Recomputation in Large Transformer Models", section 4.2, Table 2) count it: with
+//   sequence_parallel everything / tp; without it a transformer block keeps its LayerNorm outputs and the
+//   residual (3*T*C values) and the LayerNorm statistics whole and the rest / tp (their 10 + 24/t split);
+//   embedding, head and mlp layers / tp (vocab- or column-parallel; their replicated parts are small).
+// - with recompute "full": only each layer's input (the previous layer's output; Megatron's full recompute
+//   checkpoints every transformer layer), split like the rest. The recomputed layer's full activations are a
+//   transient added once per stage (recomputeWorkspaceBytes).
+std::vector<double> chunkActivationBytes(const Plan& plan);
+// With recompute "full": the largest full activation set of one layer of the stage for one microbatch (held
+// while that layer's backward runs); 0 without recompute.
+double recomputeWorkspaceBytes(const Plan& plan, int stage);
+
+// The parts of "other" for a stage (bytes), each explained where it is computed.
+struct OtherBytes {
+  double p2pBuffers = 0;     // a send and a receive buffer of the stage's largest message
+  double dpBucket = 0;       // one gradient bucket for DP sync (PyTorch DDP's 25 MiB), 0 for dp == 1
+  double workspace = 0;      // backward gradient buffers of the largest layer, the head's logits gradient
+  double zero3Gathered = 0;  // ZeRO-3: the largest layer's parameters, gathered whole
+  double context = 0;        // the CUDA context and library handles on GPUs (500 MiB), 0 on CPUs
+  double total() const { return p2pBuffers + dpBucket + workspace + zero3Gathered + context; }
+};
+OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu);
+
+struct MemoryBreakdown {
+  int rank = 0;
+  int stage = 0;
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double activations = 0;
+  double other = 0;
+  double capacity = 0;  // the rank's device memory
+  double total() const { return parameters + gradients + optimizer + activations + other; }
+  bool fits() const { return total() <= capacity; }
+};
+
+// One entry per rank, in rank order.
+std::vector<MemoryBreakdown> estimateMemory(const Plan& plan);
+
+// A device type counts as a GPU (CUDA context allowance) unless it is the host CPU.
+bool isGpuDevice(const DeviceSpec& device);
+
+}  // namespace ms

@@ -1,0 +1,163 @@
+// The step simulator; see simulator.h for the machine it models. Messages are matched by schedule.h's
+// transfer convention: a send and a receive are one message iff they have the same kind, microbatch and
+// chunk.
+#include "plan/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+namespace ms {
+
+bool onComputeLane(ActionType type) {
+  switch (type) {
+    case ActionType::Forward:
+    case ActionType::Backward:
+    case ActionType::BackwardWeight:
+    case ActionType::RecvActivation:
+    case ActionType::RecvGrad:
+    case ActionType::OptimizerStep:
+      return true;
+    case ActionType::SendActivation:
+    case ActionType::SendGrad:
+    case ActionType::GradSync:
+      return false;
+  }
+  return false;
+}
+
+namespace {
+
+bool isPipelineWork(ActionType type) {
+  return type == ActionType::Forward || type == ActionType::Backward || type == ActionType::BackwardWeight;
+}
+
+using MessageKey = std::tuple<bool, int, int>;  // (gradient?, microbatch, producing chunk)
+
+MessageKey messageKey(const Action& a) {
+  const bool gradient = a.type == ActionType::SendGrad || a.type == ActionType::RecvGrad;
+  return {gradient, a.microbatch, a.chunk};
+}
+
+// The state of one stage while its list is walked.
+struct Lanes {
+  size_t next = 0;           // index of the next action
+  double compute = 0;        // when the compute lane is free
+  double communication = 0;  // when the communication lane is free
+  std::vector<SimSpan> spans;
+};
+
+// Runs stage s's list as far as its receives allow; returns whether any action ran.
+bool advance(const std::vector<Action>& actions, int s, const CostModel& costs,
+             std::map<MessageKey, double>& arrivals, Lanes& lanes) {
+  bool ran = false;
+  while (lanes.next < actions.size()) {
+    const Action& a = actions[lanes.next];
+    SimSpan span{0, a.type, a.microbatch, a.chunk, 0, 0};
+    switch (a.type) {
+      case ActionType::Forward:
+      case ActionType::Backward:
+      case ActionType::BackwardWeight:
+        span.start = lanes.compute;
+        span.end = lanes.compute = span.start + costs.actionTime(a, s);
+        break;
+      case ActionType::SendActivation:
+      case ActionType::SendGrad:
+        span.start = lanes.compute;
+        span.end = span.start + costs.actionTime(a, s);
+        arrivals[messageKey(a)] = span.end;
+        break;
+      case ActionType::RecvActivation:
+      case ActionType::RecvGrad: {
+        const auto it = arrivals.find(messageKey(a));
+        if (it == arrivals.end()) return ran;  // blocked until the sender gets there
+        span.start = lanes.compute;
+        span.end = lanes.compute = std::max(lanes.compute, it->second);
+        break;
+      }
+      case ActionType::GradSync:
+        span.start = std::max(lanes.compute, lanes.communication);
+        span.end = lanes.communication = span.start + costs.actionTime(a, s);
+        break;
+      case ActionType::OptimizerStep:
+        span.start = std::max(lanes.compute, lanes.communication);  // after every GradSync of the stage
+        span.end = lanes.compute = span.start + costs.actionTime(a, s);
+        break;
+    }
+    lanes.spans.push_back(span);
+    ++lanes.next;
+    ran = true;
+  }
+  return ran;
+}
+
+}  // namespace
+
+SimResult simulate(const Plan& plan, const CostModel& costs) {
+  const PipelineSchedule& schedule = plan.schedule;
+  const int P = static_cast<int>(schedule.actions.size());
+  std::vector<Lanes> lanes(static_cast<size_t>(P));
+  std::map<MessageKey, double> arrivals;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < P; ++s)
+      progress = advance(schedule.actions[static_cast<size_t>(s)], s, costs, arrivals,
+                         lanes[static_cast<size_t>(s)]) ||
+                 progress;
+  }
+
+  SimResult result;
+  for (int s = 0; s < P && result.error.empty(); ++s) {
+    const auto& actions = schedule.actions[static_cast<size_t>(s)];
+    const size_t at = lanes[static_cast<size_t>(s)].next;
+    if (at < actions.size())
+      result.error = "stage " + std::to_string(s) + " waits forever at action " + std::to_string(at) + ", " +
+                     describe(actions[at]) + ": its message is never sent";
+  }
+
+  // Per stage: busy pipeline work, the pipeline span over all stages, the step time.
+  double firstForward = std::numeric_limits<double>::infinity(), lastWork = 0;
+  std::vector<double> busy(static_cast<size_t>(P), 0.0);
+  for (int s = 0; s < P; ++s)
+    for (const SimSpan& span : lanes[static_cast<size_t>(s)].spans) {
+      result.stepTime = std::max(result.stepTime, span.end);
+      if (!isPipelineWork(span.type)) continue;
+      busy[static_cast<size_t>(s)] += span.end - span.start;
+      lastWork = std::max(lastWork, span.end);
+      if (span.type == ActionType::Forward) firstForward = std::min(firstForward, span.start);
+    }
+  result.pipelineSpan = std::isfinite(firstForward) ? lastWork - firstForward : 0.0;
+
+  // Every rank gets its stage's spans (TP and DP peers run the same list at the same times).
+  const int world = plan.layout.world();
+  result.spansByRank.resize(static_cast<size_t>(world));
+  result.bubbleFraction.assign(static_cast<size_t>(world), 0.0);
+  double peakSum = 0;
+  for (int r = 0; r < world; ++r) {
+    const int s = plan.stageOfRank(r);
+    if (s < 0 || s >= P) continue;
+    auto& spans = result.spansByRank[static_cast<size_t>(r)];
+    spans = lanes[static_cast<size_t>(s)].spans;
+    for (SimSpan& span : spans) span.rank = r;
+    result.bubbleFraction[static_cast<size_t>(r)] =
+        result.pipelineSpan > 0 ? 1.0 - busy[static_cast<size_t>(s)] / result.pipelineSpan : 0.0;
+    const DeviceSpec& device = r < static_cast<int>(plan.layout.deviceOf.size())
+                                   ? plan.mesh.devices[static_cast<size_t>(plan.layout.deviceOf[r])].spec
+                                   : stageDevice(plan, s);
+    peakSum += device.peakFlops(plan.config.parallel.precision);
+  }
+
+  double forwardFlopsPerSample = 0;
+  for (const auto& layer : plan.model.layers) forwardFlopsPerSample += layer.forwardFlopsPerSample;
+  const double samples = plan.config.training.batchSize;
+  result.modelFlopsPerStep = 3.0 * forwardFlopsPerSample * samples;
+  if (result.stepTime > 0) {
+    result.tokensPerSecond = samples * plan.model.samplePositions / result.stepTime;
+    if (peakSum > 0) result.mfu = result.modelFlopsPerStep / (result.stepTime * peakSum);
+  }
+  return result;
+}
+
+}  // namespace ms

@@ -1,0 +1,169 @@
+// The plan and autoplan commands of meshstudio-engine: the plan library's predictions for a config, as a
+// per-device table or as one JSON object (the shape is part of the command line's contract, see README).
+#include "plan_commands.h"
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/autoplanner.h"
+#include "plan/cost_model.h"
+#include "plan/memory_model.h"
+#include "plan/plan.h"
+#include "plan/simulator.h"
+
+namespace ms {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// "embedding, block.0-block.3" style: consecutive blocks folded into a range.
+std::string layerSummary(const std::vector<std::string>& names) {
+  std::string out;
+  size_t i = 0;
+  while (i < names.size()) {
+    size_t j = i;
+    while (j + 1 < names.size() && names[j + 1].rfind("block.", 0) == 0 && names[i].rfind("block.", 0) == 0) ++j;
+    if (!out.empty()) out += ", ";
+    out += j > i + 1 ? names[i] + "-" + names[j] : names[i];
+    if (j == i + 1) out += ", " + names[j];
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> stageLayers(const Plan& plan, int stage) {
+  std::vector<std::string> names;
+  for (int l : plan.partition.layersOfStage(stage)) names.push_back(plan.model.layers[l].name);
+  return names;
+}
+
+}  // namespace
+
+nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& memory, const SimResult& sim) {
+  nlohmann::json devices = nlohmann::json::array();
+  bool fits = true;
+  for (int r = 0; r < plan.layout.world(); ++r) {
+    const MeshDevice& d = plan.mesh.devices[plan.layout.deviceOf[r]];
+    const MemoryBreakdown& m = memory[r];
+    fits = fits && m.fits();
+    const int stage = plan.stageOfRank(r);
+    devices.push_back({{"rank", r},
+                       {"node", plan.mesh.nodes[d.node]},
+                       {"device", d.spec.name},
+                       {"stage", stage},
+                       {"layers", stageLayers(plan, stage)},
+                       {"memory_bytes",
+                        {{"parameters", m.parameters},
+                         {"gradients", m.gradients},
+                         {"optimizer", m.optimizer},
+                         {"activations", m.activations},
+                         {"other", m.other},
+                         {"total", m.total()}}},
+                       {"capacity_bytes", m.capacity},
+                       {"bubble_fraction", sim.bubbleFraction[r]}});
+  }
+  return {{"devices", devices},
+          {"step_time_s", sim.stepTime},
+          {"tokens_per_s", sim.tokensPerSecond},
+          {"mfu", sim.mfu},
+          {"fits", fits}};
+}
+
+int runPlanCommand(const RunConfig& config, bool json) {
+  auto plan = buildPlan(config);
+  if (!plan) {
+    std::fprintf(stderr, "meshstudio-engine plan: %s\n", plan.message().c_str());
+    return 2;
+  }
+  const std::vector<MemoryBreakdown> memory = estimateMemory(*plan);
+  const CostModel cost(*plan);
+  const SimResult sim = simulate(*plan, cost);
+  const nlohmann::json j = planJson(*plan, memory, sim);
+  for (const std::string& w : plan->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-5s %-10s %-14s %-5s %-28s %8s %8s %8s %8s %8s %9s %9s %7s\n", "rank", "node", "device", "stage",
+              "layers", "params", "grads", "optim", "activ", "other", "total GiB", "capacity", "bubble");
+  for (const auto& d : j["devices"]) {
+    const auto& m = d["memory_bytes"];
+    const double total = m["total"].get<double>(), cap = d["capacity_bytes"].get<double>();
+    std::string layers = layerSummary(d["layers"].get<std::vector<std::string>>());
+    if (layers.size() > 28) layers = layers.substr(0, 25) + "...";
+    std::printf("%-5d %-10s %-14s %-5d %-28s %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %6.1f%%%s\n",
+                d["rank"].get<int>(), d["node"].get<std::string>().c_str(), d["device"].get<std::string>().c_str(),
+                d["stage"].get<int>(), layers.c_str(), m["parameters"].get<double>() / kGiB,
+                m["gradients"].get<double>() / kGiB, m["optimizer"].get<double>() / kGiB,
+                m["activations"].get<double>() / kGiB, m["other"].get<double>() / kGiB, total / kGiB, cap / kGiB,
+                100.0 * d["bubble_fraction"].get<double>(), total > cap ? "  DOES NOT FIT" : "");
+  }
+  std::printf("\nstep %.4f s, %.0f tokens/s, MFU %.1f%%, %s\n", sim.stepTime, sim.tokensPerSecond, 100.0 * sim.mfu,
+              j["fits"].get<bool>() ? "fits in memory on every device" : "DOES NOT FIT on every device");
+  return 0;
+}
+
+int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::string& writePath) {
+  AutoPlanOptions options;
+  options.top = top;
+  auto result = autoPlan(config, options);
+  if (!result) {
+    std::fprintf(stderr, "meshstudio-engine autoplan: %s\n", result.message().c_str());
+    return 1;
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const PlanCandidate& c : result->best) {
+    const ParallelConfig& p = c.config.parallel;
+    list.push_back({{"dp", p.dp},
+                    {"tp", p.tp},
+                    {"pp", p.pp},
+                    {"schedule", toString(p.schedule)},
+                    {"virtual_chunks", p.virtualChunks},
+                    {"microbatches", p.microbatches},
+                    {"microbatch_size", config.training.batchSize / (p.dp * p.microbatches)},
+                    {"zero", p.zero},
+                    {"recompute", toString(p.recompute)},
+                    {"step_time_s", c.stepTime},
+                    {"tokens_per_s", c.tokensPerSecond},
+                    {"mfu", c.mfu},
+                    {"bubble_fraction", c.bubbleFraction},
+                    {"peak_memory_bytes", c.peakMemoryBytes},
+                    {"capacity_bytes", c.capacityBytes}});
+  }
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"plans", list},
+                                       {"considered", result->considered},
+                                       {"screened_fit", result->screenedFit},
+                                       {"simulated", result->simulated},
+                                       {"search_seconds", result->seconds}}
+                            .dump(2)
+                            .c_str());
+  } else {
+    std::printf("%-3s %5s %4s %4s %-17s %3s %5s %4s %4s %-5s %10s %12s %6s %7s %12s\n", "#", "dp", "tp", "pp",
+                "schedule", "V", "M", "mbs", "zero", "recmp", "step s", "tokens/s", "MFU", "bubble", "memory GiB");
+    int i = 1;
+    for (const auto& c : list)
+      std::printf("%-3d %5d %4d %4d %-17s %3d %5d %4d %4d %-5s %10.4f %12.0f %5.1f%% %6.1f%% %5.1f / %-5.1f\n", i++,
+                  c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(),
+                  c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
+                  c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
+                  c["recompute"].get<std::string>().c_str(), c["step_time_s"].get<double>(),
+                  c["tokens_per_s"].get<double>(), 100.0 * c["mfu"].get<double>(),
+                  100.0 * c["bubble_fraction"].get<double>(), c["peak_memory_bytes"].get<double>() / kGiB,
+                  c["capacity_bytes"].get<double>() / kGiB);
+    std::printf("\n%d candidates considered, %d passed the memory screen, %d simulated, in %.2f s\n",
+                result->considered, result->screenedFit, result->simulated, result->seconds);
+  }
+  if (!writePath.empty()) {
+    if (Status s = saveRunConfig(result->best.front().config, writePath); !s) {
+      std::fprintf(stderr, "meshstudio-engine autoplan: %s\n", s.message().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "wrote the best plan to %s\n", writePath.c_str());
+  }
+  return 0;
+}
+
+}  // namespace ms

@@ -1,0 +1,24 @@
+// The plan and autoplan commands of meshstudio-engine (see plan_commands.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/memory_model.h"
+#include "plan/plan.h"
+#include "plan/run_config.h"
+#include "plan/simulator.h"
+
+namespace ms {
+
+// The documented JSON of `plan --json`: {"devices": [{"rank", "node", "device", "stage", "layers",
+// "memory_bytes": {...}, "capacity_bytes", "bubble_fraction"}], "step_time_s", "tokens_per_s", "mfu", "fits"}.
+nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& memory, const SimResult& sim);
+
+// Exit codes as main's: 0 ok, 1 failed, 2 invalid config.
+int runPlanCommand(const RunConfig& config, bool json);
+int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::string& writePath);
+
+}  // namespace ms

@@ -1,0 +1,283 @@
+// Tests of the memory model against figures computed by hand from the model's shapes: the state bytes per
+// parameter (fp32 AdamW and SGD, bf16's 16 bytes per parameter of the ZeRO paper), what each ZeRO stage
+// divides, the tied head's copy of wte on the last stage, the activations a schedule keeps in flight (1F1B's
+// first stage holds min(P, M) microbatches, GPipe M), recompute, tensor and sequence parallelism, uneven
+// stages, the other category and the fits flag.
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "plan/memory_model.h"
+#include "plan/plan.h"
+
+using nlohmann::json;
+
+namespace {
+
+// The test model: gpt with C = 64, H = 4, V = 256, context 64, T = 64, mlp_ratio 4, tied embeddings.
+constexpr double kC = 64, kV = 256, kContext = 64, kT = 64, kF = 4 * kC, kH = 4;
+// Parameters of one block (two LayerNorms 2C each, c_attn C*3C + 3C, c_proj C*C + C, c_fc C*F + F, mlp
+// c_proj F*C + C).
+constexpr double kBlockParams =
+    2 * kC + kC * 3 * kC + 3 * kC + kC * kC + kC + 2 * kC + kC * kF + kF + kF * kC + kC;
+constexpr double kEmbeddingParams = kV * kC + kContext * kC;  // wte + wpe
+constexpr double kHeadParams = 2 * kC;                        // ln_f; the LM head reads wte
+// A block's saved activations per sample (model_spec.cpp): T * (7C + 2F) + H * T * T + 4T floats.
+constexpr double kBlockActivationBytes = (kT * (7 * kC + 2 * kF) + kH * kT * kT + 4 * kT) * 4;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+double modelParams(int layers) {
+  return kEmbeddingParams + layers * kBlockParams + kHeadParams;
+}
+
+json baseConfig(int layers) {
+  return json{
+      {"version", 1},
+      {"name", "memory"},
+      {"model",
+       {{"type", "gpt"}, {"layers", layers}, {"width", 64}, {"heads", 4}, {"vocab", 256}, {"context", 64}}},
+      {"data",
+       {{"kind", "tokens"}, {"train", json::array({"train.bin"})}, {"val", json::array({"val.bin"})}}},
+      {"mesh",
+       {{"nodes", json::array({{{"name", "n0"}, {"device", "h100-sxm-80gb"}, {"count", 8}}})},
+        {"intra_link", "nvlink"},
+        {"inter_link", "infiniband"}}},
+      {"optimizer", {{"type", "adamw"}}},
+      {"training", {{"batch_size", 16}, {"seq_len", 64}}}};
+}
+
+ms::Expected<ms::Plan> makePlan(int layers, const json& patch) {
+  json doc = baseConfig(layers);
+  doc.merge_patch(patch);
+  ms::Expected<ms::RunConfig> config = ms::parseRunConfig(doc);
+  if (!config) return config.status();
+  return ms::buildPlan(*config);
+}
+
+#define MAKE_PLAN(name, layers, patch)                   \
+  ms::Expected<ms::Plan> name = makePlan(layers, patch); \
+  QVERIFY2(name.isOk(), name.isOk() ? "" : name.message().c_str())
+
+// The breakdown of the first rank of a stage.
+const ms::MemoryBreakdown& ofStage(const std::vector<ms::MemoryBreakdown>& ranks, int stage) {
+  for (const auto& m : ranks)
+    if (m.stage == stage) return m;
+  return ranks.front();
+}
+
+bool near(double a, double b, double rel = 1e-12) {
+  return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b));
+}
+
+}  // namespace
+
+class TestMemoryModel : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // fp32: parameter 4, gradient 4, AdamW 8, SGD with momentum 4, without 0 bytes per parameter; a stage
+  // holds its layers' parameters / tp; the last stage holds a copy of the tied wte.
+  void fp32States_data() {
+    QTest::addColumn<int>("pp");
+    QTest::addColumn<int>("tp");
+    QTest::addColumn<QString>("optimizer");
+    QTest::addColumn<double>("momentum");
+    QTest::addColumn<int>("stage");
+    QTest::addColumn<double>("params");  // per rank
+    QTest::addColumn<double>("optimizerBytesPerParam");
+    const double all = modelParams(2);
+    QTest::newRow("pp1 adamw") << 1 << 1 << "adamw" << 0.9 << 0 << all << 8.0;
+    QTest::newRow("pp1 tp2 adamw") << 1 << 2 << "adamw" << 0.9 << 0 << all / 2 << 8.0;
+    QTest::newRow("pp1 sgd momentum") << 1 << 1 << "sgd" << 0.9 << 0 << all << 4.0;
+    QTest::newRow("pp1 sgd plain") << 1 << 1 << "sgd" << 0.0 << 0 << all << 0.0;
+    // Four layers in two stages: [embedding, block.0], [block.1, head + wte copy].
+    QTest::newRow("pp2 stage0") << 2 << 1 << "adamw" << 0.9 << 0 << kEmbeddingParams + kBlockParams << 8.0;
+    QTest::newRow("pp2 stage1") << 2 << 1 << "adamw" << 0.9 << 1 << kBlockParams + kHeadParams + kV * kC
+                                << 8.0;
+    QTest::newRow("pp2 tp2 stage1") << 2 << 2 << "adamw" << 0.9 << 1
+                                    << (kBlockParams + kHeadParams + kV * kC) / 2 << 8.0;
+  }
+  void fp32States() {
+    QFETCH(int, pp);
+    QFETCH(int, tp);
+    QFETCH(QString, optimizer);
+    QFETCH(double, momentum);
+    QFETCH(int, stage);
+    QFETCH(double, params);
+    QFETCH(double, optimizerBytesPerParam);
+    MAKE_PLAN(
+        plan, 2,
+        (json{{"parallel", {{"pp", pp}, {"tp", tp}}},
+              {"optimizer", {{"type", optimizer.toStdString()}, {"momentum", momentum}, {"lr", 0.01}}}}));
+    const auto ranks = ms::estimateMemory(*plan);
+    QCOMPARE(int(ranks.size()), pp * tp);
+    const ms::MemoryBreakdown& m = ofStage(ranks, stage);
+    QVERIFY2(near(m.parameters, 4 * params), qPrintable(QString::number(m.parameters)));
+    QVERIFY(near(m.gradients, 4 * params));
+    QVERIFY(near(m.optimizer, optimizerBytesPerParam * params));
+  }
+
+  // ZeRO over dp = 4: stage 1 divides the optimizer state, 2 also the gradients, 3 also the parameters (and
+  // gathers the largest layer whole into "other").
+  void zeroStages_data() {
+    QTest::addColumn<int>("zero");
+    QTest::addColumn<double>("paramDiv");
+    QTest::addColumn<double>("gradDiv");
+    QTest::addColumn<double>("optDiv");
+    QTest::newRow("zero0") << 0 << 1.0 << 1.0 << 1.0;
+    QTest::newRow("zero1") << 1 << 1.0 << 1.0 << 4.0;
+    QTest::newRow("zero2") << 2 << 1.0 << 4.0 << 4.0;
+    QTest::newRow("zero3") << 3 << 4.0 << 4.0 << 4.0;
+  }
+  void zeroStages() {
+    QFETCH(int, zero);
+    QFETCH(double, paramDiv);
+    QFETCH(double, gradDiv);
+    QFETCH(double, optDiv);
+    for (const char* precision : {"fp32", "bf16"}) {
+      MAKE_PLAN(
+          plan, 2,
+          (json{{"parallel", {{"dp", 4}, {"zero", zero}, {"precision", precision}, {"microbatches", 2}}}}));
+      const auto ranks = ms::estimateMemory(*plan);
+      QCOMPARE(int(ranks.size()), 4);
+      const double n = modelParams(2);
+      const bool bf16 = std::string(precision) == "bf16";
+      // bf16 mixed precision: 2 + 2 + 12 bytes per parameter (ZeRO, section 3.1, K = 12).
+      const double p = bf16 ? 2 : 4, g = bf16 ? 2 : 4, o = bf16 ? 12 : 8;
+      for (const auto& m : ranks) {
+        QVERIFY(near(m.parameters, p * n / paramDiv));
+        QVERIFY(near(m.gradients, g * n / gradDiv));
+        QVERIFY(near(m.optimizer, o * n / optDiv));
+      }
+      // ZeRO-3 gathers the largest layer (a block, larger than wte + wpe here) whole before using it.
+      QVERIFY(kBlockParams > kEmbeddingParams);
+      const ms::OtherBytes other = ms::otherBreakdown(*plan, 0, true);
+      QCOMPARE(other.zero3Gathered, zero == 3 ? kBlockParams * p : 0.0);
+      // One DDP bucket of 25 MiB at most.
+      QCOMPARE(other.dpBucket, std::min(25 * kMiB, n * g));
+    }
+  }
+
+  // The ZeRO paper's baseline: mixed-precision AdamW costs 16 bytes per parameter.
+  void bf16SixteenBytesPerParam() {
+    MAKE_PLAN(plan, 2, (json{{"parallel", {{"precision", "bf16"}}}}));
+    const auto m = ms::estimateMemory(*plan).front();
+    QVERIFY(near(m.parameters + m.gradients + m.optimizer, 16 * modelParams(2)));
+    const ms::StateBytes sgd =
+        ms::stateBytesPerParam(ms::Precision::Bf16, ms::OptimizerConfig{ms::OptimizerType::Sgd});
+    QCOMPARE(sgd.optimizer, 8.0);  // fp32 master + momentum
+  }
+
+  // 1F1B's first stage holds min(P, M) microbatches, GPipe's all M: with 8 layers on 4 stages the first
+  // stage is [embedding, block.0], and only block.0 saves activations.
+  void scheduleInFlight_data() {
+    QTest::addColumn<int>("microbatches");
+    QTest::newRow("M2") << 2;
+    QTest::newRow("M4") << 4;
+    QTest::newRow("M8") << 8;
+  }
+  void scheduleInFlight() {
+    QFETCH(int, microbatches);
+    const int P = 4;
+    const double mbs = 16.0 / microbatches;
+    MAKE_PLAN(gpipe, 6,
+              (json{{"parallel", {{"pp", P}, {"microbatches", microbatches}, {"schedule", "gpipe"}}}}));
+    MAKE_PLAN(oneFOneB, 6,
+              (json{{"parallel", {{"pp", P}, {"microbatches", microbatches}, {"schedule", "1f1b"}}}}));
+    const double g = ofStage(ms::estimateMemory(*gpipe), 0).activations;
+    const double f = ofStage(ms::estimateMemory(*oneFOneB), 0).activations;
+    QVERIFY(near(g, microbatches * mbs * kBlockActivationBytes));
+    QVERIFY(near(f, std::min(P, microbatches) * mbs * kBlockActivationBytes));
+    QVERIFY(near(g / f, double(microbatches) / std::min(P, microbatches)));
+  }
+
+  // Recompute keeps each layer's input (T * C floats per sample) and re-runs one block at a time.
+  void recompute() {
+    const json parallel = {{"pp", 4}, {"microbatches", 8}};
+    json withRecompute = parallel;
+    withRecompute["recompute"] = "full";
+    MAKE_PLAN(none, 6, (json{{"parallel", parallel}}));
+    MAKE_PLAN(full, 6, (json{{"parallel", withRecompute}}));
+    const double mbs = 2;
+    // Stage 1 holds [block.1, block.2]; 1F1B keeps P - 1 = 3 microbatches in flight there.
+    const double kept = 3 * 2 * (kT * kC * 4) * mbs;
+    const double transient = kBlockActivationBytes * mbs;
+    const double a = ofStage(ms::estimateMemory(*full), 1).activations;
+    const double b = ofStage(ms::estimateMemory(*none), 1).activations;
+    QVERIFY2(near(a, kept + transient), qPrintable(QString("%1 vs %2").arg(a).arg(kept + transient)));
+    QVERIFY(near(b, 3 * 2 * kBlockActivationBytes * mbs));
+    QVERIFY(a < b / 4);
+  }
+
+  // Tensor parallelism: with sequence parallelism every activation is split; without it a block keeps its
+  // LayerNorm outputs, the residual and the LayerNorm statistics whole (Korthikanti et al. 2022, Table 2).
+  void tensorParallelActivations() {
+    MAKE_PLAN(tp1, 2, (json{{"parallel", {{"microbatches", 2}}}}));
+    MAKE_PLAN(tp2sp, 2, (json{{"parallel", {{"microbatches", 2}, {"tp", 2}, {"sequence_parallel", true}}}}));
+    MAKE_PLAN(tp2, 2, (json{{"parallel", {{"microbatches", 2}, {"tp", 2}}}}));
+    const double one = ms::estimateMemory(*tp1).front().activations;
+    const double sp = ms::estimateMemory(*tp2sp).front().activations;
+    const double plain = ms::estimateMemory(*tp2).front().activations;
+    QVERIFY(near(sp, one / 2));
+    // pp = 1, 1F1B on one stage: one microbatch (8 samples) in flight; two blocks and the head.
+    const double mbs = 8;
+    const double replicated = 2 * (3 * kT * kC + 4 * kT) * 4 * mbs;
+    const double head = (kT * kC + kT * kV + 2 * kT) * 4 * mbs;
+    const double blocks = 2 * kBlockActivationBytes * mbs;
+    QVERIFY(near(one, blocks + head));
+    QVERIFY(near(plain, replicated + (blocks - replicated) / 2 + head / 2));
+    QVERIFY(plain > sp && plain < one);
+  }
+
+  // A placement with one block on stage 0 and five on stage 1: stage 1 holds more of everything but the
+  // embedding-heavy parameters.
+  void unevenStages() {
+    const json placement = json::array(
+        {{{"stage", 0}, {"layers", {"embedding", "block.0"}}},
+         {{"stage", 1}, {"layers", {"block.1", "block.2", "block.3", "block.4", "block.5", "head"}}}});
+    MAKE_PLAN(plan, 6, (json{{"parallel", {{"pp", 2}, {"microbatches", 4}, {"placement", placement}}}}));
+    const auto ranks = ms::estimateMemory(*plan);
+    const auto& s0 = ofStage(ranks, 0);
+    const auto& s1 = ofStage(ranks, 1);
+    QVERIFY(near(s0.parameters, 4 * (kEmbeddingParams + kBlockParams)));
+    QVERIFY(near(s1.parameters, 4 * (5 * kBlockParams + kHeadParams + kV * kC)));
+    QVERIFY(s1.parameters > s0.parameters);
+    // 1F1B: stage 0 keeps 2 microbatches of one block, stage 1 one microbatch of five blocks and the head.
+    QVERIFY(near(s0.activations, 2 * 4 * kBlockActivationBytes));
+    QVERIFY(s1.activations > s0.activations);
+    QVERIFY(s1.total() > s0.total());
+  }
+
+  // Other: p2p buffers, the CUDA context on GPUs only; fits compares the total with the device's memory.
+  void otherAndFits() {
+    MAKE_PLAN(plan, 2, (json{{"parallel", {{"pp", 2}, {"microbatches", 2}}}}));
+    const ms::OtherBytes other = ms::otherBreakdown(*plan, 0, true);
+    const double message = kT * kC * 4 * 8;  // block.0's output for a microbatch of 8 samples
+    QCOMPARE(other.p2pBuffers, 2 * message);
+    QCOMPARE(other.context, 500 * kMiB);
+    QCOMPARE(other.dpBucket, 0.0);
+    QCOMPARE(ms::otherBreakdown(*plan, 0, false).context, 0.0);
+    // The last stage's workspace is the fp32 gradient of the logits: T * V * 4 bytes per sample.
+    QCOMPARE(ms::otherBreakdown(*plan, 1, true).workspace, kT * kV * 4 * 8);
+
+    auto ranks = ms::estimateMemory(*plan);
+    for (const auto& m : ranks) {
+      QCOMPARE(m.capacity, 80e9);
+      QVERIFY(m.fits());
+      QVERIFY(near(m.total(), m.parameters + m.gradients + m.optimizer + m.activations + m.other));
+      QVERIFY(near(m.other, ms::otherBreakdown(*plan, m.stage, true).total()));
+    }
+    ms::Plan small = *plan;
+    for (auto& d : small.mesh.devices) d.spec.memoryBytes = 100 * kMiB;  // under the CUDA context alone
+    for (const auto& m : ms::estimateMemory(small)) {
+      QCOMPARE(m.capacity, 100 * kMiB);
+      QVERIFY(!m.fits());
+    }
+  }
+};
+
+QTEST_APPLESS_MAIN(TestMemoryModel)
+#include "tst_memory_model.moc"

@@ -1,0 +1,387 @@
+// Tests of the cost model and the step simulator. The cost model: the ring-collective and point-to-point
+// formulas by hand, analytic compute times from FLOPs (recompute, split backward, tensor parallelism),
+// measured times checked. The simulator: with equal stages, free communication and B = 2F it reproduces the
+// textbook bubbles of GPipe and 1F1B, (P-1)/(M+P-1), to 1e-9; interleaving and ZB-H1 shrink the bubble;
+// latency lengthens the step; DP gradient sync overlaps the pipeline drain; tokens/s and MFU follow their
+// definitions; every rank's spans follow its action list without overlapping on the compute lane.
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "plan/cost_model.h"
+#include "plan/simulator.h"
+
+using nlohmann::json;
+
+namespace {
+
+json baseConfig(int layers, int batch) {
+  return json{
+      {"version", 1},
+      {"name", "sim"},
+      {"model",
+       {{"type", "gpt"}, {"layers", layers}, {"width", 64}, {"heads", 4}, {"vocab", 256}, {"context", 64}}},
+      {"data",
+       {{"kind", "tokens"}, {"train", json::array({"train.bin"})}, {"val", json::array({"val.bin"})}}},
+      {"mesh",
+       {{"nodes", json::array({{{"name", "n0"}, {"device", "h100-sxm-80gb"}, {"count", 8}}})},
+        {"intra_link", "nvlink"},
+        {"inter_link", "infiniband"}}},
+      {"training", {{"batch_size", batch}, {"seq_len", 64}}}};
+}
+
+ms::Expected<ms::Plan> makePlan(int layers, int batch, const json& patch) {
+  json doc = baseConfig(layers, batch);
+  doc.merge_patch(patch);
+  ms::Expected<ms::RunConfig> config = ms::parseRunConfig(doc);
+  if (!config) return config.status();
+  return ms::buildPlan(*config);
+}
+
+#define MAKE_PLAN(name, layers, batch, patch)                   \
+  ms::Expected<ms::Plan> name = makePlan(layers, batch, patch); \
+  QVERIFY2(name.isOk(), name.isOk() ? "" : name.message().c_str())
+
+// Equal chunks: the first layer of every chunk carries the chunk's whole time, the others nothing.
+ms::LayerTimes chunkTimes(const ms::Plan& plan, double forward, double backwardInput, double backwardWeight) {
+  const size_t L = plan.model.layers.size();
+  ms::LayerTimes t{std::vector<double>(L, 0.0), std::vector<double>(L, 0.0), std::vector<double>(L, 0.0)};
+  for (const auto& chunk : plan.partition.chunks) {
+    const auto l = static_cast<size_t>(chunk.front());
+    t.forward[l] = forward;
+    t.backwardInput[l] = backwardInput;
+    t.backwardWeight[l] = backwardWeight;
+  }
+  return t;
+}
+
+double maxOf(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, x);
+  return m;
+}
+
+double totalFlopsPerSample(const ms::Plan& plan) {
+  double f = 0;
+  for (const auto& l : plan.model.layers) f += l.forwardFlopsPerSample;
+  return f;
+}
+
+// End of the last F, B or W on any rank.
+double lastWorkEnd(const ms::SimResult& r) {
+  double end = 0;
+  for (const auto& spans : r.spansByRank)
+    for (const auto& s : spans)
+      if (s.type == ms::ActionType::Forward || s.type == ms::ActionType::Backward ||
+          s.type == ms::ActionType::BackwardWeight)
+        end = std::max(end, s.end);
+  return end;
+}
+
+const double kH100Bf16 = 989.4e12, kH100Fp32 = 66.9e12;
+
+}  // namespace
+
+class TestSimulator : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // --- cost model ---
+
+  void collectiveFormulas() {
+    const ms::LinkSpec link{"test", 1e9, 1e-6};
+    QCOMPARE(ms::p2pTime(2e9, link), 2.0 + 1e-6);
+    // Ring all-reduce over 4: 2 * 3/4 * bytes / bw + 2 * 3 * latency.
+    QCOMPARE(ms::ringAllReduceTime(1e9, 4, link), 1.5 + 6e-6);
+    QCOMPARE(ms::ringReduceScatterTime(1e9, 4, link), 0.75 + 3e-6);
+    QCOMPARE(ms::ringAllGatherTime(1e9, 4, link), 0.75 + 3e-6);
+    QCOMPARE(ms::ringAllReduceTime(1e9, 1, link), 0.0);
+    QCOMPARE(ms::ringReduceScatterTime(1e9, 1, link), 0.0);
+  }
+
+  void analyticCompute() {
+    MAKE_PLAN(plan, 2, 16, (json{{"parallel", {{"microbatches", 2}}}}));
+    const ms::CostModel cost(*plan);
+    const double mbs = 8;
+    const double forward = totalFlopsPerSample(*plan) * mbs / (kH100Fp32 * 0.5);
+    QVERIFY(std::abs(cost.forwardTime(0) - forward) <= 1e-12 * forward);
+    QVERIFY(std::abs(cost.backwardTime(0) - 2 * forward) <= 1e-12 * forward);
+    QCOMPARE(cost.weightTime(0), 0.0);
+    QVERIFY(!cost.calibrated());
+
+    // bf16 runs at the bf16 peak; recompute adds a forward to the backward.
+    MAKE_PLAN(bf16, 2, 16,
+              (json{{"parallel", {{"microbatches", 2}, {"precision", "bf16"}, {"recompute", "full"}}}}));
+    const ms::CostModel bf(*bf16);
+    const double forwardBf16 = totalFlopsPerSample(*plan) * mbs / (kH100Bf16 * 0.5);
+    QVERIFY(std::abs(bf.forwardTime(0) - forwardBf16) <= 1e-12 * forwardBf16);
+    QVERIFY(std::abs(bf.backwardTime(0) - 3 * forwardBf16) <= 1e-12 * forwardBf16);
+
+    // ZB-H1 splits the backward: B and W one forward each.
+    MAKE_PLAN(zb, 2, 16, (json{{"parallel", {{"microbatches", 2}, {"pp", 2}, {"schedule", "zb_h1"}}}}));
+    const ms::CostModel z(*zb, ms::Communication::Free);
+    for (int k = 0; k < 2; ++k) {
+      QVERIFY(std::abs(z.backwardTime(k) - z.forwardTime(k)) <= 1e-12 * z.forwardTime(k));
+      QVERIFY(std::abs(z.weightTime(k) - z.forwardTime(k)) <= 1e-12 * z.forwardTime(k));
+    }
+
+    // tp = 2 halves the compute; its all-reduces come on top when communication is modelled.
+    MAKE_PLAN(tp2, 2, 16, (json{{"parallel", {{"microbatches", 2}, {"tp", 2}}}}));
+    const ms::CostModel free(*tp2, ms::Communication::Free);
+    const ms::CostModel modelled(*tp2);
+    QVERIFY(std::abs(free.forwardTime(0) - forward / 2) <= 1e-12 * forward);
+    // Two blocks * 2 all-reduces + the embedding's 1 in forward, of T * C * 4 * mbs bytes over NVLink.
+    const ms::LinkSpec nvlink = tp2->mesh.intraLink;
+    const double ar = ms::ringAllReduceTime(64.0 * 64 * 4 * mbs, 2, nvlink);
+    QVERIFY(std::abs(modelled.forwardTime(0) - (forward / 2 + 5 * ar)) <= 1e-9 * forward);
+    // Backward: 2 per block and the head's 1.
+    QVERIFY(std::abs(modelled.backwardTime(0) - (forward + 5 * ar)) <= 1e-9 * forward);
+  }
+
+  void transfersAndSync() {
+    MAKE_PLAN(plan, 2, 16, (json{{"parallel", {{"microbatches", 2}, {"pp", 2}, {"dp", 2}}}}));
+    const ms::CostModel cost(*plan);
+    const double mbs = 4;
+    const double bytes = 64.0 * 64 * 4 * mbs;  // block.0's output
+    QCOMPARE(cost.activationMessageBytes(0), bytes);
+    const ms::LinkSpec nvlink = plan->mesh.intraLink;
+    QCOMPARE(cost.activationTransferTime(0), ms::p2pTime(bytes, nvlink));
+    QCOMPARE(cost.gradientTransferTime(1), ms::p2pTime(bytes, nvlink));
+    QCOMPARE(cost.activationTransferTime(1), 0.0);  // the last chunk sends nothing
+    QCOMPARE(cost.gradientTransferTime(0), 0.0);
+    // Stage 0's chunk: all-reduce of its fp32 gradients over dp = 2, plus the tied wte's all-reduce with
+    // the last stage.
+    const double params0 = double(plan->model.layers[0].paramCount() + plan->model.layers[1].paramCount());
+    const double wte = 256.0 * 64;
+    QCOMPARE(cost.gradSyncTime(0),
+             ms::ringAllReduceTime(params0 * 4, 2, nvlink) + ms::ringAllReduceTime(wte * 4, 2, nvlink));
+    MAKE_PLAN(zero2, 2, 16, (json{{"parallel", {{"microbatches", 2}, {"pp", 2}, {"dp", 2}, {"zero", 2}}}}));
+    const ms::CostModel z(*zero2);
+    QCOMPARE(z.gradSyncTime(0),
+             ms::ringReduceScatterTime(params0 * 4, 2, nvlink) + ms::ringAllReduceTime(wte * 4, 2, nvlink));
+    const ms::CostModel free(*plan, ms::Communication::Free);
+    QCOMPARE(free.activationTransferTime(0), 0.0);
+    QCOMPARE(free.gradSyncTime(0), 0.0);
+  }
+
+  void measuredTimes() {
+    MAKE_PLAN(plan, 2, 16, (json{{"parallel", {{"microbatches", 2}}}}));
+    ms::CostModel cost(*plan);
+    const ms::Status wrongSize = cost.setMeasuredTimes({{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 4}});
+    QVERIFY(!wrongSize.isOk());
+    QVERIFY2(wrongSize.message().find("forward has 3 entries") != std::string::npos,
+             wrongSize.message().c_str());
+    const ms::Status negative = cost.setMeasuredTimes({{1, 2, 3, 4}, {1, -2, 3, 4}, {1, 2, 3, 4}});
+    QVERIFY(!negative.isOk());
+    QVERIFY(negative.message().find("backwardInput[1]") != std::string::npos);
+    QVERIFY(!cost.calibrated());
+    QVERIFY(cost.setMeasuredTimes({{1, 2, 3, 4}, {1, 2, 3, 4}, {0.5, 0.5, 0.5, 0.5}}).isOk());
+    QVERIFY(cost.calibrated());
+    QCOMPARE(cost.forwardTime(0), 10.0);
+    QCOMPARE(cost.backwardTime(0), 12.0);  // not split: input + weight
+  }
+
+  // --- simulator ---
+
+  // Equal stages, free communication, B = 2F: bubble (P-1)/(M+P-1) on every rank (Huang et al. 2019, GPipe;
+  // Narayanan et al. 2021, section 2.2.1, 1F1B), and the pipeline span (M+P-1) * (F+B).
+  void textbookBubble_data() {
+    QTest::addColumn<QString>("schedule");
+    QTest::addColumn<int>("P");
+    QTest::addColumn<int>("M");
+    for (const QString schedule : {"gpipe", "1f1b"})
+      for (int P : {2, 4, 8})
+        for (int M : {1, 4, 8, 16})
+          QTest::newRow(qPrintable(QString("%1 P%2 M%3").arg(schedule).arg(P).arg(M))) << schedule << P << M;
+  }
+  void textbookBubble() {
+    QFETCH(QString, schedule);
+    QFETCH(int, P);
+    QFETCH(int, M);
+    MAKE_PLAN(plan, 2 * P - 2, M,
+              (json{{"parallel", {{"pp", P}, {"microbatches", M}, {"schedule", schedule.toStdString()}}}}));
+    const ms::CostModel cost(*plan, chunkTimes(*plan, 1.0, 1.0, 1.0), ms::Communication::Free);
+    QVERIFY(cost.calibrated());
+    const ms::SimResult r = ms::simulate(*plan, cost);
+    QVERIFY2(r.error.empty(), r.error.c_str());
+    const double expected = double(P - 1) / (M + P - 1);
+    QCOMPARE(int(r.bubbleFraction.size()), P);
+    for (double b : r.bubbleFraction) QVERIFY2(std::abs(b - expected) < 1e-9, qPrintable(QString::number(b)));
+    QVERIFY(std::abs(r.pipelineSpan - 3.0 * (M + P - 1)) < 1e-9);
+    QVERIFY(r.stepTime >= r.pipelineSpan);
+  }
+
+  // Interleaving V chunks per stage shrinks the bubble towards (P-1)/(V*M+P-1) (Narayanan et al. 2021,
+  // section 2.2.2: the bubble time is divided by V).
+  void interleavedBubble_data() {
+    QTest::addColumn<int>("P");
+    QTest::addColumn<int>("V");
+    QTest::addColumn<int>("M");
+    QTest::newRow("P2 V2 M4") << 2 << 2 << 4;
+    QTest::newRow("P2 V4 M8") << 2 << 4 << 8;
+    QTest::newRow("P4 V2 M4") << 4 << 2 << 4;
+    QTest::newRow("P4 V2 M8") << 4 << 2 << 8;
+    QTest::newRow("P4 V2 M16") << 4 << 2 << 16;
+    QTest::newRow("P8 V2 M16") << 8 << 2 << 16;
+  }
+  void interleavedBubble() {
+    QFETCH(int, P);
+    QFETCH(int, V);
+    QFETCH(int, M);
+    MAKE_PLAN(
+        plan, P * V - 2, M,
+        (json{{"parallel",
+               {{"pp", P}, {"microbatches", M}, {"schedule", "interleaved_1f1b"}, {"virtual_chunks", V}}}}));
+    // Each chunk does 1/V of a stage's work: F = 1/V, B = 2/V.
+    const ms::CostModel cost(*plan, chunkTimes(*plan, 1.0 / V, 1.0 / V, 1.0 / V), ms::Communication::Free);
+    const ms::SimResult r = ms::simulate(*plan, cost);
+    QVERIFY2(r.error.empty(), r.error.c_str());
+    const double interleaved = maxOf(r.bubbleFraction);
+    const double oneFOneB = double(P - 1) / (M + P - 1);
+    const double textbook = double(P - 1) / (V * M + P - 1);
+    QVERIFY(interleaved < oneFOneB);
+    QVERIFY2(std::abs(interleaved - textbook) < 1e-9, qPrintable(QString::number(interleaved, 'g', 12)));
+  }
+
+  // ZB-H1 with F = B = W (Qi et al. 2024, section 3.1): every stage idles P - 1 units in a pipeline of
+  // 3M + P - 1, a third of 1F1B's bubble time.
+  void zeroBubbleH1_data() {
+    QTest::addColumn<int>("P");
+    QTest::addColumn<int>("M");
+    QTest::newRow("P2 M4") << 2 << 4;
+    QTest::newRow("P4 M8") << 4 << 8;
+    QTest::newRow("P4 M16") << 4 << 16;
+    QTest::newRow("P8 M16") << 8 << 16;
+  }
+  void zeroBubbleH1() {
+    QFETCH(int, P);
+    QFETCH(int, M);
+    MAKE_PLAN(zb, 2 * P - 2, M,
+              (json{{"parallel", {{"pp", P}, {"microbatches", M}, {"schedule", "zb_h1"}}}}));
+    MAKE_PLAN(ofob, 2 * P - 2, M,
+              (json{{"parallel", {{"pp", P}, {"microbatches", M}, {"schedule", "1f1b"}}}}));
+    const ms::SimResult z =
+        ms::simulate(*zb, ms::CostModel(*zb, chunkTimes(*zb, 1, 1, 1), ms::Communication::Free));
+    const ms::SimResult o =
+        ms::simulate(*ofob, ms::CostModel(*ofob, chunkTimes(*ofob, 1, 1, 1), ms::Communication::Free));
+    QVERIFY2(z.error.empty(), z.error.c_str());
+    QVERIFY(maxOf(z.bubbleFraction) < maxOf(o.bubbleFraction));
+    const double expected = double(P - 1) / (3 * M + P - 1);
+    for (double b : z.bubbleFraction) QVERIFY2(std::abs(b - expected) < 1e-9, qPrintable(QString::number(b)));
+  }
+
+  // Every message on the critical path pays the latency: a slower link makes a slower step.
+  void latencyLengthensStep() {
+    MAKE_PLAN(plan, 6, 16, (json{{"parallel", {{"pp", 4}, {"microbatches", 8}}}}));
+    const ms::SimResult fast = ms::simulate(*plan, ms::CostModel(*plan));
+    ms::Plan slow = *plan;
+    const double added = 1e-3;
+    slow.mesh.intraLink.latency += added;
+    const ms::SimResult r = ms::simulate(slow, ms::CostModel(slow));
+    // At least the first microbatch's forward and the last one's backward cross all P - 1 links in turn.
+    QVERIFY2(r.stepTime >= fast.stepTime + 2 * 3 * added * (1 - 1e-9),
+             qPrintable(QString("%1 vs %2").arg(r.stepTime).arg(fast.stepTime)));
+    const ms::SimResult free = ms::simulate(*plan, ms::CostModel(*plan, ms::Communication::Free));
+    QVERIFY(free.stepTime < fast.stepTime);
+  }
+
+  // The last stage's gradient sync runs while the earlier stages drain the pipeline: the step is shorter
+  // than the pipeline plus every sync back to back, and that sync starts before the last backward ends.
+  void dataParallelSyncOverlaps() {
+    // One device per node, so the DP group (ranks 0, 1 of stage 0; 2, 3 of stage 1) crosses Ethernet.
+    const json mesh = {{"nodes", json::array({{{"name", "a"}, {"device", "h100-sxm-80gb"}, {"count", 1}},
+                                              {{"name", "b"}, {"device", "h100-sxm-80gb"}, {"count", 1}},
+                                              {{"name", "c"}, {"device", "h100-sxm-80gb"}, {"count", 1}},
+                                              {{"name", "d"}, {"device", "h100-sxm-80gb"}, {"count", 1}}})},
+                       {"intra_link", "nvlink"},
+                       {"inter_link", "ethernet"}};
+    MAKE_PLAN(plan, 4, 64, (json{{"mesh", mesh}, {"parallel", {{"pp", 2}, {"dp", 2}, {"microbatches", 8}}}}));
+    const ms::CostModel cost(*plan);
+    const ms::SimResult r = ms::simulate(*plan, cost);
+    QVERIFY2(r.error.empty(), r.error.c_str());
+    double syncs = 0, lastStageSyncStart = -1;
+    for (int k = 0; k < plan->schedule.chunkCount(); ++k) syncs += cost.gradSyncTime(k);
+    QVERIFY(cost.gradSyncTime(1) > 0);
+    const int lastStageRank = plan->layout.rank({0, 0, 1});
+    for (const auto& s : r.spansByRank[static_cast<size_t>(lastStageRank)])
+      if (s.type == ms::ActionType::GradSync) lastStageSyncStart = s.start;
+    const double pipelineEnd = lastWorkEnd(r);
+    const double optimizer = std::max(cost.optimizerTime(0), cost.optimizerTime(1));
+    QVERIFY(lastStageSyncStart >= 0 && lastStageSyncStart < pipelineEnd);
+    QVERIFY(r.stepTime < pipelineEnd + syncs + optimizer);
+    QVERIFY(r.stepTime >= pipelineEnd + cost.gradSyncTime(0));  // stage 0's sync is not hidden
+  }
+
+  void throughputAndMfu() {
+    MAKE_PLAN(plan, 4, 32,
+              (json{{"parallel", {{"pp", 2}, {"dp", 2}, {"microbatches", 4}, {"precision", "bf16"}}}}));
+    const ms::SimResult r = ms::simulate(*plan, ms::CostModel(*plan));
+    QVERIFY(r.stepTime > 0);
+    QVERIFY(std::abs(r.tokensPerSecond - 32.0 * 64 / r.stepTime) <= 1e-9 * r.tokensPerSecond);
+    QVERIFY(std::abs(r.modelFlopsPerStep - 3 * totalFlopsPerSample(*plan) * 32) <=
+            1e-9 * r.modelFlopsPerStep);
+    QVERIFY(std::abs(r.mfu - r.modelFlopsPerStep / (r.stepTime * 4 * kH100Bf16)) <= 1e-9 * r.mfu);
+    QVERIFY(r.mfu > 0 && r.mfu <= 1);
+    // One rank, no communication: MFU is the achievable fraction, less the optimizer step's share.
+    MAKE_PLAN(single, 4, 32, (json{{"parallel", {{"microbatches", 4}, {"precision", "bf16"}}}}));
+    const ms::CostModel cost(*single, ms::Communication::Free);
+    const ms::SimResult s = ms::simulate(*single, cost);
+    const double compute = s.stepTime - cost.optimizerTime(0);
+    QVERIFY(std::abs(s.mfu - 0.5 * compute / s.stepTime) <= 1e-9);
+    QVERIFY(s.mfu > r.mfu);  // the small pipeline idles and communicates
+  }
+
+  // Each rank's spans are its stage's list in order; compute-lane spans never overlap; DP and TP peers
+  // carry the same times.
+  void spansFollowLists_data() {
+    QTest::addColumn<QString>("schedule");
+    QTest::addColumn<int>("V");
+    QTest::newRow("gpipe") << "gpipe" << 1;
+    QTest::newRow("1f1b") << "1f1b" << 1;
+    QTest::newRow("interleaved") << "interleaved_1f1b" << 2;
+    QTest::newRow("zb_h1") << "zb_h1" << 1;
+  }
+  void spansFollowLists() {
+    QFETCH(QString, schedule);
+    QFETCH(int, V);
+    MAKE_PLAN(plan, 6, 16,
+              (json{{"parallel",
+                     {{"pp", 2},
+                      {"dp", 2},
+                      {"tp", 2},
+                      {"microbatches", 4},
+                      {"virtual_chunks", V},
+                      {"schedule", schedule.toStdString()},
+                      {"zero", 1}}}}));
+    const ms::SimResult r = ms::simulate(*plan, ms::CostModel(*plan));
+    QVERIFY2(r.error.empty(), r.error.c_str());
+    QCOMPARE(int(r.spansByRank.size()), 8);
+    for (int rank = 0; rank < 8; ++rank) {
+      const int stage = plan->stageOfRank(rank);
+      const auto& actions = plan->schedule.actions[static_cast<size_t>(stage)];
+      const auto& spans = r.spansByRank[static_cast<size_t>(rank)];
+      QCOMPARE(spans.size(), actions.size());
+      double laneFree = 0;
+      for (size_t i = 0; i < spans.size(); ++i) {
+        const ms::SimSpan& s = spans[i];
+        QCOMPARE(s.rank, rank);
+        QVERIFY(s.type == actions[i].type && s.microbatch == actions[i].microbatch &&
+                s.chunk == actions[i].chunk);
+        QVERIFY(s.start >= 0 && s.end >= s.start);
+        QVERIFY(s.end <= r.stepTime);
+        if (!ms::onComputeLane(s.type)) continue;
+        QVERIFY2(s.start >= laneFree, qPrintable(QString("rank %1 span %2").arg(rank).arg(i)));
+        laneFree = s.end;
+      }
+      const auto& first = r.spansByRank[static_cast<size_t>(plan->layout.rank({0, 0, stage}))];
+      for (size_t i = 0; i < spans.size(); ++i) QCOMPARE(spans[i].end, first[i].end);
+      QCOMPARE(r.bubbleFraction[static_cast<size_t>(rank)],
+               r.bubbleFraction[static_cast<size_t>(plan->layout.rank({0, 0, stage}))]);
+    }
+  }
+};
+
+QTEST_APPLESS_MAIN(TestSimulator)
+#include "tst_simulator.moc"
