@@ -3,7 +3,7 @@
 //   train CONFIG [options]          train (single rank so far); metrics as JSON Lines
 //   eval CONFIG --checkpoint DIR    loss (and accuracy) on the evaluation split
 //   dump CONFIG --out DIR [...]     one batch's logits, loss and gradients (for the PyTorch reference tests)
-//   plan CONFIG [--json]            the plan's per-device memory, bubbles and step time, predicted
+//   plan CONFIG [--json] [--balance] [--write FILE]   predicted per-device memory, bubbles, step time
 //   autoplan CONFIG [--top N] [--json] [--write FILE]   the best plans for the model on the mesh
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config. This file is the only place that
@@ -53,7 +53,9 @@ const char* kUsage =
     "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
     "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S]\n"
     "                                     write one batch, its logits, loss and gradients (reference tests)\n"
-    "  plan CONFIG [--json]               predicted memory per device, bubbles, step time, tokens/s, MFU\n"
+    "  plan CONFIG [--json] [--balance] [--write FILE]\n"
+    "                                     predicted memory per device, bubbles, step time, tokens/s, MFU;\n"
+    "                                     --balance balances the layers over the stages first\n"
     "  autoplan CONFIG [--top N] [--json] [--write FILE]\n"
     "                                     search dp x tp x pp, microbatches, schedule, ZeRO and recompute;\n"
     "                                     --write saves the best plan as a config\n"
@@ -276,12 +278,12 @@ int cmdDump(int argc, char** argv) {
 }
 
 int cmdPlan(int argc, char** argv) {
-  Args a = parseArgs(argc, argv, 2, {}, {"--json"});
+  Args a = parseArgs(argc, argv, 2, {"--write"}, {"--json", "--balance"});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1) return usageError("plan needs exactly one CONFIG");
   ms::RunConfig config;
   if (!loadConfig(a.positional[0], config)) return kExitUsage;
-  return ms::runPlanCommand(config, a.has("--json"));
+  return ms::runPlanCommand(config, a.has("--json"), a.has("--balance"), a.get("--write"));
 }
 
 int cmdAutoplan(int argc, char** argv) {

@@ -18,16 +18,17 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// "embedding, block.0-block.3" style: consecutive blocks folded into a range.
+// "embedding, block.0-3, head": runs of consecutive blocks folded into a range.
 std::string layerSummary(const std::vector<std::string>& names) {
   std::string out;
-  size_t i = 0;
-  while (i < names.size()) {
+  auto blockIndex = [](const std::string& n) { return n.rfind("block.", 0) == 0 ? std::stoi(n.substr(6)) : -1; };
+  for (size_t i = 0; i < names.size();) {
     size_t j = i;
-    while (j + 1 < names.size() && names[j + 1].rfind("block.", 0) == 0 && names[i].rfind("block.", 0) == 0) ++j;
+    if (blockIndex(names[i]) >= 0)
+      while (j + 1 < names.size() && blockIndex(names[j + 1]) == blockIndex(names[j]) + 1) ++j;
     if (!out.empty()) out += ", ";
-    out += j > i + 1 ? names[i] + "-" + names[j] : names[i];
-    if (j == i + 1) out += ", " + names[j];
+    out += names[i];
+    if (j > i) out += "-" + std::to_string(blockIndex(names[j]));
     i = j + 1;
   }
   return out;
@@ -71,7 +72,23 @@ nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& me
           {"fits", fits}};
 }
 
-int runPlanCommand(const RunConfig& config, bool json) {
+int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::string& writePath) {
+  RunConfig config = input;
+  if (balance) {
+    auto balanced = withBalancedPlacement(input);
+    if (!balanced) {
+      std::fprintf(stderr, "meshstudio-engine plan: %s\n", balanced.message().c_str());
+      return 2;
+    }
+    config = std::move(*balanced);
+  }
+  if (!writePath.empty()) {
+    if (Status s = saveRunConfig(config, writePath); !s) {
+      std::fprintf(stderr, "meshstudio-engine plan: %s\n", s.message().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "wrote the plan's config to %s\n", writePath.c_str());
+  }
   auto plan = buildPlan(config);
   if (!plan) {
     std::fprintf(stderr, "meshstudio-engine plan: %s\n", plan.message().c_str());
@@ -92,7 +109,7 @@ int runPlanCommand(const RunConfig& config, bool json) {
     const auto& m = d["memory_bytes"];
     const double total = m["total"].get<double>(), cap = d["capacity_bytes"].get<double>();
     std::string layers = layerSummary(d["layers"].get<std::vector<std::string>>());
-    if (layers.size() > 28) layers = layers.substr(0, 25) + "...";
+    if (layers.size() > 28) layers = layers.substr(0, 25) + "...";  // the JSON has the full list
     std::printf("%-5d %-10s %-14s %-5d %-28s %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %6.1f%%%s\n",
                 d["rank"].get<int>(), d["node"].get<std::string>().c_str(), d["device"].get<std::string>().c_str(),
                 d["stage"].get<int>(), layers.c_str(), m["parameters"].get<double>() / kGiB,

@@ -18,7 +18,8 @@ namespace ms {
 nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& memory, const SimResult& sim);
 
 // Exit codes as main's: 0 ok, 1 failed, 2 invalid config.
-int runPlanCommand(const RunConfig& config, bool json);
+// balance: replace the placement by the balanced partition first; writePath: save the config that was planned.
+int runPlanCommand(const RunConfig& config, bool json, bool balance, const std::string& writePath);
 int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::string& writePath);
 
 }  // namespace ms

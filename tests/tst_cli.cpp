@@ -3,6 +3,10 @@
 // or bad usage give clear messages and the documented exit codes (0 ok, 1 run failed, 2 usage or config).
 #include <QtTest>
 
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+
 #include <fstream>
 
 namespace {
@@ -165,6 +169,61 @@ class TestCli : public QObject {
     QVERIFY(!r.crashed);
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.contains(message), qPrintable(r.err));
+  }
+
+  // plan --json has the documented shape and agrees with the table; --balance --write saves a placement that
+  // validates.
+  void planCommand() {
+    const QString config = MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json";
+    const Result r = engine({"plan", config, "--json"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    for (const char* key : {"devices", "step_time_s", "tokens_per_s", "mfu", "fits"}) QVERIFY2(j.contains(key), key);
+    const QJsonArray devices = j["devices"].toArray();
+    QCOMPARE(devices.size(), 1024);
+    const QJsonObject d = devices[1023].toObject();
+    for (const char* key : {"rank", "node", "device", "stage", "layers", "memory_bytes", "capacity_bytes",
+                            "bubble_fraction"})
+      QVERIFY2(d.contains(key), key);
+    QCOMPARE(d["rank"].toInt(), 1023);
+    QCOMPARE(d["stage"].toInt(), 7);  // rank = (pp * dp + dp_i) * tp + tp_i with dp 16, tp 8
+    QCOMPARE(d["node"].toString(), QString("node127"));
+    const QJsonObject m = d["memory_bytes"].toObject();
+    const double sum = m["parameters"].toDouble() + m["gradients"].toDouble() + m["optimizer"].toDouble() +
+                       m["activations"].toDouble() + m["other"].toDouble();
+    QVERIFY(std::abs(sum - m["total"].toDouble()) <= 1e-6 * sum);
+    QVERIFY(j["fits"].toBool());
+    QVERIFY(j["mfu"].toDouble() > 0 && j["mfu"].toDouble() < 1);
+    QTemporaryDir tmp;
+    const QString out = tmp.path() + "/balanced.json";
+    const Result b = engine({"plan", config, "--balance", "--write", out});
+    QVERIFY2(b.code == 0, qPrintable(b.err));
+    QVERIFY(b.out.contains("fits in memory on every device"));
+    const Result v = engine({"validate", out});
+    QVERIFY2(v.code == 0, qPrintable(v.err));
+    QVERIFY(QFile(out).open(QIODevice::ReadOnly));
+  }
+
+  void autoplanCommand() {
+    QTemporaryDir tmp;
+    const QString best = tmp.path() + "/best.json";
+    const Result r = engine(
+        {"autoplan", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--top", "3", "--json", "--write", best});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const QJsonArray plans = QJsonDocument::fromJson(r.out.toUtf8()).object()["plans"].toArray();
+    QCOMPARE(plans.size(), 3);
+    double previous = 0;
+    for (const auto& p : plans) {
+      const QJsonObject o = p.toObject();
+      QCOMPARE(o["dp"].toInt() * o["tp"].toInt() * o["pp"].toInt(), 1024);
+      QVERIFY(o["step_time_s"].toDouble() >= previous);
+      previous = o["step_time_s"].toDouble();
+      QVERIFY(o["peak_memory_bytes"].toDouble() <= o["capacity_bytes"].toDouble());
+    }
+    const Result v = engine({"validate", best});
+    QVERIFY2(v.code == 0, qPrintable(v.err));
+    const Result bad = engine({"autoplan", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--top", "0"});
+    QCOMPARE(bad.code, 2);
   }
 
   void schemaPrints() {

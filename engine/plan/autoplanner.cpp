@@ -31,8 +31,9 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-// Per-stage figures of an even partition, cached per (pp, V): the heaviest stage's forward FLOPs, parameters
-// and saved activation bytes per sample, and its transformer block count.
+// Per-stage figures of the balanced partition (by forward FLOPs, which is what the cost model's times are
+// proportional to on one device type), cached per (pp, V): the heaviest stage's forward FLOPs, parameters and
+// saved activation bytes per sample, and its transformer block count.
 struct StageFigures {
   double flops = 0;
   double params = 0;
@@ -42,8 +43,14 @@ struct StageFigures {
   int blocks = 0;
 };
 
+std::vector<double> layerFlops(const ModelSpec& spec) {
+  std::vector<double> flops;
+  for (const LayerSpec& l : spec.layers) flops.push_back(l.forwardFlopsPerSample);
+  return flops;
+}
+
 StageFigures stageFigures(const ModelSpec& spec, int pp, int V) {
-  const Partition p = evenPartition(spec, pp, V);
+  const Partition p = balancedPartition(spec, pp, V, layerFlops(spec));
   StageFigures worst;
   for (int s = 0; s < pp; ++s) {
     StageFigures f;
@@ -217,6 +224,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
     if (result.simulated >= toSimulate) break;
     RunConfig config = base;
     config.parallel = s.parallel;
+    config.parallel.placement =
+        toPlacement(balancedPartition(spec, s.parallel.pp, s.parallel.virtualChunks, layerFlops(spec)), spec);
     if (!validateRunConfig(config).empty()) continue;
     auto plan = buildPlan(config);
     if (!plan) continue;

@@ -1,6 +1,8 @@
 // buildPlan(): a run config to a consistent Plan; see plan.h.
 #include "plan/plan.h"
 
+#include "plan/cost_model.h"
+
 namespace ms {
 
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
@@ -26,6 +28,20 @@ Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
     return s.withContext("internal error: the generated " + std::string(toString(par.schedule)) +
                          " schedule is inconsistent");
   return plan;
+}
+
+Expected<RunConfig> withBalancedPlacement(const RunConfig& config, bool allowSharing) {
+  auto plan = buildPlan(config, allowSharing);
+  if (!plan) return plan.status();
+  const CostModel cost(*plan);
+  const LayerTimes& t = cost.layerTimes();
+  std::vector<double> perLayer(t.forward.size());
+  for (size_t i = 0; i < perLayer.size(); ++i) perLayer[i] = t.forward[i] + t.backwardInput[i] + t.backwardWeight[i];
+  const Partition balanced =
+      balancedPartition(plan->model, config.parallel.pp, config.parallel.virtualChunks, perLayer);
+  RunConfig out = config;
+  out.parallel.placement = toPlacement(balanced, plan->model);
+  return out;
 }
 
 }  // namespace ms

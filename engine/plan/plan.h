@@ -36,4 +36,8 @@ struct Plan {
 // Builds and checks the plan. allowSharing lets ranks share devices (the CPU engine); errors name the field.
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing = false);
 
+// The config with its placement replaced by the balanced partition (balancedPartition over the cost model's
+// per-layer forward + backward times on the plan's devices, embedding and head included).
+Expected<RunConfig> withBalancedPlacement(const RunConfig& config, bool allowSharing = false);
+
 }  // namespace ms

@@ -1,0 +1,185 @@
+// The plan as a whole: buildPlan ties config, mesh, layout, partition and schedule together consistently;
+// balanced placements beat even ones on a model with a heavy head; the auto-planner returns fitting,
+// validated plans ordered by simulated step time, and plans a 175B GPT on 1024 GPUs.
+#include <QtTest>
+
+#include "plan/autoplanner.h"
+#include "plan/cost_model.h"
+#include "plan/memory_model.h"
+#include "plan/plan.h"
+#include "plan/simulator.h"
+
+using namespace ms;
+
+namespace {
+
+RunConfig gpuConfig(int nodes, int perNode, int layers, int width, int heads) {
+  RunConfig c;
+  c.name = "p";
+  c.model.type = ModelType::Gpt;
+  c.model.layers = layers;
+  c.model.width = width;
+  c.model.heads = heads;
+  c.model.vocab = 50304;
+  c.model.context = 1024;
+  c.data.kind = DataKind::Tokens;
+  c.data.train = {"train.bin"};
+  c.data.val = {"val.bin"};
+  c.mesh.nodes.clear();
+  for (int n = 0; n < nodes; ++n) c.mesh.nodes.push_back(NodeConfig{"n" + std::to_string(n), "h100-sxm-80gb", perNode});
+  c.mesh.intraLink = "nvlink";
+  c.mesh.interLink = "infiniband";
+  c.parallel.precision = Precision::Bf16;
+  c.training.batchSize = 64;
+  c.training.seqLen = 1024;
+  return c;
+}
+
+double slowestStage(const Plan& plan) {
+  const CostModel cost(plan, Communication::Free);
+  std::vector<double> stage(plan.partition.stages, 0.0);
+  for (int k = 0; k < static_cast<int>(plan.partition.chunks.size()); ++k)
+    stage[plan.partition.stageOf[k]] += cost.forwardTime(k) + cost.backwardTime(k) + cost.weightTime(k);
+  return *std::max_element(stage.begin(), stage.end());
+}
+
+}  // namespace
+
+class TestPlan : public QObject {
+  Q_OBJECT
+ private slots:
+  void buildPlanIsConsistent_data() {
+    QTest::addColumn<int>("dp");
+    QTest::addColumn<int>("tp");
+    QTest::addColumn<int>("pp");
+    QTest::addColumn<int>("schedule");
+    QTest::addColumn<int>("chunks");
+    QTest::newRow("dp8") << 8 << 1 << 1 << int(Schedule::OneFOneB) << 1;
+    QTest::newRow("tp2 pp4 1f1b") << 1 << 2 << 4 << int(Schedule::OneFOneB) << 1;
+    QTest::newRow("dp2 tp2 pp2 gpipe") << 2 << 2 << 2 << int(Schedule::GPipe) << 1;
+    QTest::newRow("pp4 interleaved") << 2 << 1 << 4 << int(Schedule::Interleaved1F1B) << 2;
+    QTest::newRow("pp8 zb") << 1 << 1 << 8 << int(Schedule::ZbH1) << 1;
+  }
+  void buildPlanIsConsistent() {
+    QFETCH(int, dp);
+    QFETCH(int, tp);
+    QFETCH(int, pp);
+    QFETCH(int, schedule);
+    QFETCH(int, chunks);
+    RunConfig c = gpuConfig(1, 8, 16, 1024, 16);
+    c.parallel.dp = dp;
+    c.parallel.tp = tp;
+    c.parallel.pp = pp;
+    c.parallel.schedule = static_cast<Schedule>(schedule);
+    c.parallel.virtualChunks = chunks;
+    c.parallel.microbatches = 8;
+    QVERIFY2(validateRunConfig(c).empty(), qPrintable(QString::fromStdString(formatConfigErrors(validateRunConfig(c), "c"))));
+    auto plan = buildPlan(c);
+    QVERIFY2(plan.isOk(), plan.isOk() ? "" : plan.message().c_str());
+    QCOMPARE(plan->layout.world(), dp * tp * pp);
+    QCOMPARE(plan->partition.stages, pp);
+    QCOMPARE(plan->schedule.stages, pp);
+    QCOMPARE(plan->schedule.stageOf, plan->partition.stageOf);
+    QVERIFY(checkSchedule(plan->schedule).isOk());
+    QCOMPARE(plan->microbatchSize(), 64 / (dp * 8));
+    // Each rank's stage is its pipeline coordinate, and TP peers sit on one node.
+    for (int r = 0; r < plan->layout.world(); ++r) {
+      QCOMPARE(plan->stageOfRank(r), plan->layout.coord(r).pp);
+      for (int peer : plan->layout.tpGroup(r))
+        QCOMPARE(plan->mesh.devices[plan->layout.deviceOf[peer]].node, plan->mesh.devices[plan->layout.deviceOf[r]].node);
+    }
+    const std::vector<MemoryBreakdown> memory = estimateMemory(*plan);
+    QCOMPARE(static_cast<int>(memory.size()), plan->layout.world());
+    const SimResult sim = simulate(*plan, CostModel(*plan));
+    QVERIFY(sim.error.empty());
+    QVERIFY(sim.stepTime > 0);
+    QVERIFY(sim.mfu > 0 && sim.mfu <= 1);
+  }
+
+  void errorsNameTheField() {
+    RunConfig c = gpuConfig(1, 8, 4, 256, 4);
+    c.parallel.dp = 16;
+    auto plan = buildPlan(c);
+    QVERIFY(!plan.isOk());
+    QVERIFY2(plan.message().find("/parallel") != std::string::npos, plan.message().c_str());
+    QVERIFY(buildPlan(c, /*allowSharing=*/true).isOk());
+    c.parallel.dp = 1;
+    c.parallel.pp = 2;
+    c.parallel.schedule = Schedule::Interleaved1F1B;
+    c.parallel.virtualChunks = 2;
+    c.parallel.microbatches = 3;  // not a multiple of the stages
+    auto bad = buildPlan(c);
+    QVERIFY(!bad.isOk());
+    QVERIFY2(bad.message().find("/parallel/schedule") != std::string::npos, bad.message().c_str());
+  }
+
+  // A 50k-vocabulary head on a small model is heavy: the balanced placement gives the last stage fewer blocks
+  // and a shorter slowest stage than the even split.
+  void balancedPlacementBeatsEven() {
+    RunConfig c = gpuConfig(1, 8, 6, 512, 8);
+    c.parallel.pp = 4;
+    c.parallel.microbatches = 8;
+    auto even = buildPlan(c);
+    QVERIFY(even.isOk());
+    auto balancedConfig = withBalancedPlacement(c);
+    QVERIFY(balancedConfig.isOk());
+    QVERIFY(validateRunConfig(*balancedConfig).empty());
+    auto balanced = buildPlan(*balancedConfig);
+    QVERIFY(balanced.isOk());
+    QVERIFY(slowestStage(*balanced) < slowestStage(*even));
+    const auto last = balanced->partition.layersOfStage(3);
+    QCOMPARE(balanced->model.layers[last.back()].name, std::string("head"));
+    QVERIFY(last.size() < even->partition.layersOfStage(3).size());
+  }
+
+  void autoPlanSmall() {
+    RunConfig c = gpuConfig(1, 8, 8, 1024, 16);
+    AutoPlanOptions o;
+    o.top = 4;
+    auto result = autoPlan(c, o);
+    QVERIFY2(result.isOk(), result.isOk() ? "" : result.message().c_str());
+    QVERIFY(!result->best.empty());
+    QVERIFY(static_cast<int>(result->best.size()) <= 4);
+    QVERIFY(result->considered >= result->screenedFit);
+    QVERIFY(result->simulated >= static_cast<int>(result->best.size()));
+    for (size_t i = 0; i < result->best.size(); ++i) {
+      const PlanCandidate& p = result->best[i];
+      QVERIFY(validateRunConfig(p.config).empty());
+      QCOMPARE(p.config.parallel.dp * p.config.parallel.tp * p.config.parallel.pp, 8);
+      QVERIFY(p.peakMemoryBytes <= p.capacityBytes);
+      if (i > 0) QVERIFY(result->best[i - 1].stepTime <= p.stepTime);
+      // The figures are the simulator's for that config.
+      auto plan = buildPlan(p.config);
+      QVERIFY(plan.isOk());
+      QCOMPARE(simulate(*plan, CostModel(*plan)).stepTime, p.stepTime);
+    }
+  }
+
+  void autoPlanRefusesWhatCannotFit() {
+    RunConfig c = gpuConfig(1, 1, 96, 12288, 96);  // 175B on one GPU
+    auto result = autoPlan(c);
+    QVERIFY(!result.isOk());
+    QVERIFY2(result.message().find("no plan fits") != std::string::npos, result.message().c_str());
+  }
+
+  // GPT-3 175B (Brown et al. 2020: 96 layers, width 12288, 96 heads, context 2048) on 128 nodes of 8 H100s.
+  // Timing is the benchmark's business; here the result must be sane: every plan fits, uses tensor
+  // parallelism inside nodes and pipeline parallelism (175B in bf16 with Adam cannot fit otherwise).
+  void autoPlanGpt3() {
+    auto config = loadRunConfig(MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json");
+    QVERIFY(config.isOk());
+    auto result = autoPlan(*config);
+    QVERIFY2(result.isOk(), result.isOk() ? "" : result.message().c_str());
+    QCOMPARE(static_cast<int>(result->best.size()), 5);
+    for (const PlanCandidate& p : result->best) {
+      QCOMPARE(p.config.parallel.dp * p.config.parallel.tp * p.config.parallel.pp, 1024);
+      QVERIFY(p.config.parallel.tp > 1 && p.config.parallel.tp <= 8);
+      QVERIFY(p.config.parallel.pp > 1);
+      QVERIFY(p.mfu > 0.1 && p.mfu < 0.6);
+      QVERIFY(p.peakMemoryBytes <= p.capacityBytes);
+    }
+  }
+};
+
+QTEST_APPLESS_MAIN(TestPlan)
+#include "tst_plan.moc"
