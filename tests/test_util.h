@@ -1,6 +1,8 @@
 // Small helpers shared by the test suites: whole-file byte I/O and the location of the real Fashion-MNIST.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -17,6 +19,23 @@ inline void writeBytes(const std::string& path, const std::string& bytes) {
 inline std::string readBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A small gpt (width 64, 4 heads, vocab 256, context 64) for planning on one node of 8 H100s with NVLink; its
+// token shards are never read.
+inline nlohmann::json smallGpuPlanConfig(const std::string& name, int layers, int batch) {
+  using nlohmann::json;
+  return json{
+      {"version", 1},
+      {"name", name},
+      {"model",
+       {{"type", "gpt"}, {"layers", layers}, {"width", 64}, {"heads", 4}, {"vocab", 256}, {"context", 64}}},
+      {"data", {{"kind", "tokens"}, {"train", json::array({"train.bin"})}, {"val", json::array({"val.bin"})}}},
+      {"mesh",
+       {{"nodes", json::array({{{"name", "n0"}, {"device", "h100-sxm-80gb"}, {"count", 8}}})},
+        {"intra_link", "nvlink"},
+        {"inter_link", "infiniband"}}},
+      {"training", {{"batch_size", batch}, {"seq_len", 64}}}};
 }
 
 }  // namespace ms::test

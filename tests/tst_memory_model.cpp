@@ -5,6 +5,8 @@
 // stages, the other category and the fits flag.
 #include <QtTest>
 
+#include "test_util.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -34,19 +36,9 @@ double modelParams(int layers) {
 }
 
 json baseConfig(int layers) {
-  return json{
-      {"version", 1},
-      {"name", "memory"},
-      {"model",
-       {{"type", "gpt"}, {"layers", layers}, {"width", 64}, {"heads", 4}, {"vocab", 256}, {"context", 64}}},
-      {"data",
-       {{"kind", "tokens"}, {"train", json::array({"train.bin"})}, {"val", json::array({"val.bin"})}}},
-      {"mesh",
-       {{"nodes", json::array({{{"name", "n0"}, {"device", "h100-sxm-80gb"}, {"count", 8}}})},
-        {"intra_link", "nvlink"},
-        {"inter_link", "infiniband"}}},
-      {"optimizer", {{"type", "adamw"}}},
-      {"training", {{"batch_size", 16}, {"seq_len", 64}}}};
+  json c = ms::test::smallGpuPlanConfig("memory", layers, 16);
+  c["optimizer"] = {{"type", "adamw"}};
+  return c;
 }
 
 ms::Expected<ms::Plan> makePlan(int layers, const json& patch) {

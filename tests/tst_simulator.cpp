@@ -6,6 +6,8 @@
 // definitions; every rank's spans follow its action list without overlapping on the compute lane.
 #include <QtTest>
 
+#include "test_util.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -17,20 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-json baseConfig(int layers, int batch) {
-  return json{
-      {"version", 1},
-      {"name", "sim"},
-      {"model",
-       {{"type", "gpt"}, {"layers", layers}, {"width", 64}, {"heads", 4}, {"vocab", 256}, {"context", 64}}},
-      {"data",
-       {{"kind", "tokens"}, {"train", json::array({"train.bin"})}, {"val", json::array({"val.bin"})}}},
-      {"mesh",
-       {{"nodes", json::array({{{"name", "n0"}, {"device", "h100-sxm-80gb"}, {"count", 8}}})},
-        {"intra_link", "nvlink"},
-        {"inter_link", "infiniband"}}},
-      {"training", {{"batch_size", batch}, {"seq_len", 64}}}};
-}
+json baseConfig(int layers, int batch) { return ms::test::smallGpuPlanConfig("sim", layers, batch); }
 
 ms::Expected<ms::Plan> makePlan(int layers, int batch, const json& patch) {
   json doc = baseConfig(layers, batch);
