@@ -77,7 +77,7 @@ class TestCli : public QObject {
     QFETCH(QString, path);
     QFETCH(QString, reason);
     const QString config = QString(MS_TEST_DATA_DIR "/broken/") + file;
-    for (const char* command : {"validate", "train", "eval", "dump"}) {
+    for (const char* command : {"validate", "train", "eval", "dump", "plan", "autoplan"}) {
       QStringList args{command, config};
       if (QString(command) == "eval")
         args << "--checkpoint"
