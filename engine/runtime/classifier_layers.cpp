@@ -42,7 +42,7 @@ class VitEmbedding final : public Layer {
         m_T(ctx.positions),
         m_cls(ctx.model.pool == Pooling::Cls),
         m_patches(0, MemoryCategory::Activations, ctx.tracker),
-        m_x(0, MemoryCategory::Workspace, ctx.tracker) {
+        m_ws(ctx.workspace) {
     m_w = bindParam(ctx.params, "patch_embed.weight");
     m_b = bindParam(ctx.params, "patch_embed.bias");
     if (m_cls) m_clsToken = bindParam(ctx.params, "cls_token");
@@ -52,26 +52,26 @@ class VitEmbedding final : public Layer {
 
   void forward(const float* images, float* y, const Batch& batch, const ForwardMode&) override {
     const int B = batch.B, PP = m_P * m_P;
-    m_patches.reserve(size_t(B) * m_NP * PP);  // (B, NP, P*P)
-    m_x.reserve(size_t(B) * m_NP * m_C);       // (B, NP, C)
+    m_patches.reserve(size_t(B) * m_NP * PP);                // (B, NP, P*P)
+    float* x = m_ws->get(0, size_t(B) * m_NP * m_C, false);  // (B, NP, C)
     cpu::patchify(m_patches.data(), images, B, m_S, m_P);
-    cpu::linearForward(m_x.data(), m_patches.data(), m_w.value, m_b.value, B * m_NP, PP, m_C);
-    cpu::tokensForward(y, m_x.data(), m_cls ? m_clsToken.value : nullptr, m_pos.value, B, m_NP, m_C, m_cls);
+    cpu::linearForward(x, m_patches.data(), m_w.value, m_b.value, B * m_NP, PP, m_C);
+    cpu::tokensForward(y, x, m_cls ? m_clsToken.value : nullptr, m_pos.value, B, m_NP, m_C, m_cls);
   }
 
   void backward(const float*, const float* dy, float*, const Batch& batch) override {
     const int B = batch.B, PP = m_P * m_P;
-    std::fill(m_x.data(), m_x.data() + size_t(B) * m_NP * m_C, 0.0f);
-    cpu::tokensBackward(m_x.data(), m_cls ? m_clsToken.grad : nullptr, m_pos.grad, dy, B, m_NP, m_C, m_cls);
-    cpu::linearBackward(nullptr, m_w.grad, m_b.grad, m_x.data(), m_patches.data(), m_w.value, B * m_NP, PP,
-                        m_C);
+    float* dx = m_ws->get(0, size_t(B) * m_NP * m_C, true);  // (B, NP, C)
+    cpu::tokensBackward(dx, m_cls ? m_clsToken.grad : nullptr, m_pos.grad, dy, B, m_NP, m_C, m_cls);
+    cpu::linearBackward(nullptr, m_w.grad, m_b.grad, dx, m_patches.data(), m_w.value, B * m_NP, PP, m_C);
   }
 
  private:
   int m_C, m_S, m_P, m_NP, m_T;
   bool m_cls;
   BoundParam m_w, m_b, m_clsToken, m_pos;
-  Buffer m_patches, m_x;
+  Buffer m_patches;
+  Workspace* m_ws;
 };
 
 class VitHead final : public Layer {
@@ -89,8 +89,7 @@ class VitHead final : public Layer {
         m_pooled(0, MemoryCategory::Activations, ctx.tracker),
         m_logits(0, MemoryCategory::Activations, ctx.tracker),
         m_losses(0, MemoryCategory::Activations, ctx.tracker),
-        m_dpooled(0, MemoryCategory::Workspace, ctx.tracker),
-        m_dlnf(0, MemoryCategory::Workspace, ctx.tracker) {
+        m_ws(ctx.workspace) {
     m_lnfw = bindParam(ctx.params, "ln_f.weight");
     m_lnfb = bindParam(ctx.params, "ln_f.bias");
     m_w = bindParam(ctx.params, "head.weight");
@@ -115,15 +114,13 @@ class VitHead final : public Layer {
 
   void backward(const float* x, const float*, float* dx, const Batch& batch) override {
     const int B = batch.B, N = B * m_T;
-    m_dpooled.reserve(size_t(B) * m_C);
-    m_dlnf.reserve(size_t(N) * m_C);
-    std::fill(m_dpooled.data(), m_dpooled.data() + size_t(B) * m_C, 0.0f);
-    std::fill(m_dlnf.data(), m_dlnf.data() + size_t(N) * m_C, 0.0f);
-    cpu::linearBackward(m_dpooled.data(), m_w.grad, m_b.grad, m_logits.data(), m_pooled.data(), m_w.value, B,
-                        m_C, m_K);
-    cpu::poolBackward(m_dlnf.data(), m_dpooled.data(), B, m_T, m_C, m_useFirst);
-    cpu::layerNormBackward(dx, m_lnfw.grad, m_lnfb.grad, m_dlnf.data(), x, m_lnfw.value, m_mean.data(),
-                           m_rstd.data(), N, m_C);
+    float* dpooled = m_ws->get(0, size_t(B) * m_C, true);  // (B, C)
+    float* dlnf = m_ws->get(1, size_t(N) * m_C, true);     // (B, T, C)
+    cpu::linearBackward(dpooled, m_w.grad, m_b.grad, m_logits.data(), m_pooled.data(), m_w.value, B, m_C,
+                        m_K);
+    cpu::poolBackward(dlnf, dpooled, B, m_T, m_C, m_useFirst);
+    cpu::layerNormBackward(dx, m_lnfw.grad, m_lnfb.grad, dlnf, x, m_lnfw.value, m_mean.data(), m_rstd.data(),
+                           N, m_C);
   }
 
   LossStats lossStats() const override { return m_stats; }
@@ -134,7 +131,8 @@ class VitHead final : public Layer {
   float m_eps;
   bool m_useFirst;
   BoundParam m_lnfw, m_lnfb, m_w, m_b;
-  Buffer m_lnf, m_mean, m_rstd, m_pooled, m_logits, m_losses, m_dpooled, m_dlnf;
+  Buffer m_lnf, m_mean, m_rstd, m_pooled, m_logits, m_losses;
+  Workspace* m_ws;
   std::vector<int32_t> m_argmax;
   LossStats m_stats;
   bool m_logitsValid = false;
@@ -148,7 +146,7 @@ class MlpBlock final : public Layer {
         m_out(static_cast<int>(spec.params[0].shape[1])),
         m_act(ctx.model.activation),
         m_h(0, MemoryCategory::Activations, ctx.tracker),
-        m_dh(0, MemoryCategory::Workspace, ctx.tracker) {
+        m_ws(ctx.workspace) {
     const std::string p = "fc." + std::to_string(index) + ".";
     m_w = bindParam(ctx.params, p + "weight");
     m_b = bindParam(ctx.params, p + "bias");
@@ -174,31 +172,31 @@ class MlpBlock final : public Layer {
 
   void backward(const float* x, const float* dy, float* dx, const Batch& batch) override {
     const size_t n = size_t(batch.B) * m_out;
-    m_dh.reserve(n);
-    std::fill(m_dh.data(), m_dh.data() + n, 0.0f);
+    float* dh = m_ws->get(0, n, true);  // (B, out)
     switch (m_act) {
       case Activation::Relu:
-        cpu::reluBackward(m_dh.data(), dy, m_h.data(), n);
+        cpu::reluBackward(dh, dy, m_h.data(), n);
         break;
       case Activation::Gelu:
-        cpu::geluBackward(m_dh.data(), dy, m_h.data(), n);
+        cpu::geluBackward(dh, dy, m_h.data(), n);
         break;
       case Activation::Tanh: {
         // tanhBackward wants the output; recompute it into the scratch's tail-free copy.
         m_y.resize(n);
         cpu::tanhForward(m_y.data(), m_h.data(), n);
-        cpu::tanhBackward(m_dh.data(), dy, m_y.data(), n);
+        cpu::tanhBackward(dh, dy, m_y.data(), n);
         break;
       }
     }
-    cpu::linearBackward(dx, m_w.grad, m_b.grad, m_dh.data(), x, m_w.value, batch.B, m_in, m_out);
+    cpu::linearBackward(dx, m_w.grad, m_b.grad, dh, x, m_w.value, batch.B, m_in, m_out);
   }
 
  private:
   int m_in, m_out;
   Activation m_act;
   BoundParam m_w, m_b;
-  Buffer m_h, m_dh;
+  Buffer m_h;
+  Workspace* m_ws;
   std::vector<float> m_y;
 };
 

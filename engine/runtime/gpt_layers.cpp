@@ -42,7 +42,7 @@ class GptHead final : public Layer {
         m_rstd(0, MemoryCategory::Activations, ctx.tracker),
         m_logits(0, MemoryCategory::Activations, ctx.tracker),
         m_losses(0, MemoryCategory::Activations, ctx.tracker),
-        m_dlnf(0, MemoryCategory::Workspace, ctx.tracker) {
+        m_ws(ctx.workspace) {
     m_lnfw = bindParam(ctx.params, "ln_f.weight");
     m_lnfb = bindParam(ctx.params, "ln_f.bias");
     m_w = bindParam(ctx.params, ctx.model.tieEmbeddings ? "wte.weight" : "lm_head.weight");
@@ -72,12 +72,10 @@ class GptHead final : public Layer {
 
   void backward(const float* x, const float*, float* dx, const Batch& batch) override {
     const int N = batch.B * m_T;
-    m_dlnf.reserve(size_t(N) * m_C);
-    std::fill(m_dlnf.data(), m_dlnf.data() + size_t(N) * m_C, 0.0f);
-    cpu::linearBackwardT(m_dlnf.data(), m_w.grad, nullptr, m_logits.data(), m_lnf.data(), m_w.value, N, m_C,
-                         m_V);
-    cpu::layerNormBackward(dx, m_lnfw.grad, m_lnfb.grad, m_dlnf.data(), x, m_lnfw.value, m_mean.data(),
-                           m_rstd.data(), N, m_C);
+    float* dlnf = m_ws->get(0, size_t(N) * m_C, true);  // (B, T, C)
+    cpu::linearBackwardT(dlnf, m_w.grad, nullptr, m_logits.data(), m_lnf.data(), m_w.value, N, m_C, m_V);
+    cpu::layerNormBackward(dx, m_lnfw.grad, m_lnfb.grad, dlnf, x, m_lnfw.value, m_mean.data(), m_rstd.data(),
+                           N, m_C);
   }
 
   LossStats lossStats() const override { return m_stats; }
@@ -87,7 +85,8 @@ class GptHead final : public Layer {
   int m_C, m_V, m_T;
   float m_eps;
   BoundParam m_lnfw, m_lnfb, m_w;
-  Buffer m_lnf, m_mean, m_rstd, m_logits, m_losses, m_dlnf;
+  Buffer m_lnf, m_mean, m_rstd, m_logits, m_losses;
+  Workspace* m_ws;
   LossStats m_stats;
   bool m_logitsValid = false;
 };

@@ -55,13 +55,17 @@ class Layer {
   LayerSpec m_spec;
 };
 
-// Everything a layer needs to bind to its parameters and account its memory.
+// Everything a layer needs to bind to its parameters, account its memory and borrow scratch space.
 struct LayerContext {
   const ModelConfig& model;
   ParameterStore& params;
   MemoryTracker* tracker;
-  int positions;  // T of the activations (ModelSpec::samplePositions)
+  Workspace* workspace;  // shared by all layers; a layer uses slots [0, kLayerScratchSlots)
+  int positions;         // T of the activations (ModelSpec::samplePositions)
 };
+
+// Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
+inline constexpr int kLayerScratchSlots = 6;
 
 // Builds the runtime layer for spec (the layer's parameters, and a tied head's wte, must be in ctx.params).
 std::unique_ptr<Layer> makeLayer(const LayerSpec& spec, LayerContext ctx);

@@ -98,4 +98,13 @@ void Buffer::reserve(size_t count) {
   if (m_tracker) m_tracker->add(m_category, static_cast<int64_t>(m_size * sizeof(float)));
 }
 
+float* Workspace::get(int slot, size_t count, bool zero) {
+  while (static_cast<int>(m_slots.size()) <= slot)
+    m_slots.emplace_back(0, MemoryCategory::Workspace, m_tracker);
+  Buffer& b = m_slots[slot];
+  b.reserve(count);
+  if (zero) std::memset(b.data(), 0, count * sizeof(float));
+  return b.data();
+}
+
 }  // namespace ms

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ms {
 
@@ -59,6 +60,21 @@ class Buffer {
   size_t m_size = 0;
   MemoryCategory m_category = MemoryCategory::Workspace;
   MemoryTracker* m_tracker = nullptr;
+};
+
+// Scratch memory shared by all layers of a rank: layers run one at a time, so one set of numbered slots
+// serves them all (a layer's backward scratch is dead once the layer returns). Slots grow to the largest
+// request.
+class Workspace {
+ public:
+  explicit Workspace(MemoryTracker* tracker) : m_tracker(tracker) {}
+  // Slot `slot` with at least count floats, its first count floats zeroed when zero is true (else undefined).
+  // Valid until the next get() of the same slot.
+  float* get(int slot, size_t count, bool zero);
+
+ private:
+  std::vector<Buffer> m_slots;
+  MemoryTracker* m_tracker;
 };
 
 }  // namespace ms

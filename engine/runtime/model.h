@@ -61,8 +61,9 @@ class Model {
   ModelSpec m_spec;
   std::unique_ptr<ParameterStore> m_params;
   std::vector<std::unique_ptr<Layer>> m_layers;
-  std::vector<Buffer> m_acts;   // output of layer i (activations)
-  std::vector<Buffer> m_dacts;  // gradient of the output of layer i (workspace)
+  std::vector<Buffer> m_acts;  // output of layer i (activations)
+  Workspace m_workspace;  // layer scratch (slots below kLayerScratchSlots) and the two activation-gradient
+                          // buffers the backward pass alternates between (the slots above)
   MemoryTracker* m_tracker;
   std::vector<Span>* m_spans = nullptr;
   std::chrono::steady_clock::time_point m_clockZero;

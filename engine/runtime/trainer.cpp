@@ -15,6 +15,10 @@
 #if defined(MESHSTUDIO_HAVE_CUDA)
 #include "kernels/cuda/cuda_info.h"
 #endif
+#include "plan/cost_model.h"
+#include "plan/memory_model.h"
+#include "plan/plan.h"
+#include "plan/simulator.h"
 #include "runtime/checkpoint.h"
 #include "runtime/file_io.h"
 #include "runtime/metrics.h"
@@ -130,6 +134,31 @@ nlohmann::json memoryJson(const MemoryTracker& t, bool peak) {
   return j;
 }
 
+// The plan's predictions for this run (the same figures `meshstudio-engine plan` prints), so the stream can
+// show predicted and measured side by side. Empty when the config does not make a plan.
+nlohmann::json predictedJson(const RunConfig& config) {
+  auto plan = buildPlan(config, /*allowSharing=*/true);
+  if (!plan) return nlohmann::json::object();
+  const std::vector<MemoryBreakdown> memory = estimateMemory(*plan);
+  const SimResult sim = simulate(*plan, CostModel(*plan));
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const MemoryBreakdown& m : memory)
+    ranks.push_back({{"rank", m.rank},
+                     {"stage", m.stage},
+                     {"memory_bytes",
+                      {{"parameters", m.parameters},
+                       {"gradients", m.gradients},
+                       {"optimizer", m.optimizer},
+                       {"activations", m.activations},
+                       {"other", m.other},
+                       {"total", m.total()}}},
+                     {"bubble_fraction", sim.bubbleFraction[m.rank]}});
+  return {{"step_time_s", sim.stepTime},
+          {"tokens_per_s", sim.tokensPerSecond},
+          {"mfu", sim.mfu},
+          {"ranks", ranks}};
+}
+
 nlohmann::json spansJson(const std::vector<Span>& spans, const ModelSpec& spec) {
   nlohmann::json list = nlohmann::json::array();
   for (const Span& s : spans) {
@@ -212,7 +241,8 @@ Status train(const RunConfig& config, const TrainOptions& options) {
                                 {"start_step", startStep},
                                 {"steps", steps},
                                 {"run_dir", runDir},
-                                {"resumed_from", resumeDir}});
+                                {"resumed_from", resumeDir},
+                                {"predicted", predictedJson(config)}});
   }
   if (!resumeDir.empty()) metrics.write("log", {{"level", "info"}, {"message", "resumed from " + resumeDir}});
 #if defined(MESHSTUDIO_HAVE_CUDA)

@@ -20,7 +20,7 @@ class TransformerBlock final : public Layer {
         m_eps(static_cast<float>(ctx.model.layerNormEps)),
         m_causal(causal),
         m_cache(ctx.tracker),
-        m_work(ctx.tracker) {
+        m_ws(ctx.workspace) {
     const std::string p = "h." + spec.name.substr(spec.name.find('.') + 1) + ".";
     m_ln1w = bindParam(ctx.params, p + "ln_1.weight");
     m_ln1b = bindParam(ctx.params, p + "ln_1.bias");
@@ -62,38 +62,33 @@ class TransformerBlock final : public Layer {
     const int N = B * T;
     const size_t NC = size_t(N) * C, NF = size_t(N) * F;
     Cache& c = m_cache;
-    Work& w = m_work;
-    w.ensure(B, T, C, F, H);
+    // Scratch from the shared workspace (slots 0-5), zeroed where a backward accumulates into it.
+    float* dres1 = m_ws->get(0, NC, false);                       // (B, T, C)
+    float* dC = m_ws->get(1, NC, true);                           // (B, T, C)
+    float* dF1 = m_ws->get(2, NF, true);                          // (B, T, F)
+    float* dF2 = m_ws->get(3, NF, true);                          // (B, T, F)
+    float* dqkv = m_ws->get(4, 3 * NC, true);                     // (B, T, 3C)
+    float* scratch = m_ws->get(5, size_t(B) * H * T * T, false);  // (B, H, T, T)
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
-    float* dres1 = w.dres.data();
     std::copy(dy, dy + NC, dres1);
-    w.dF1.zero();
-    cpu::linearBackward(w.dF1.data(), m_fcprojw.grad, m_fcprojb.grad, dy, c.gelu.data(), m_fcprojw.value, N,
-                        F, C);
-    w.dF2.zero();
-    cpu::geluBackward(w.dF2.data(), w.dF1.data(), c.fc.data(), NF);
-    w.dC.zero();
-    cpu::linearBackward(w.dC.data(), m_fcw.grad, m_fcb.grad, w.dF2.data(), c.ln2.data(), m_fcw.value, N, C,
-                        F);
-    cpu::layerNormBackward(dres1, m_ln2w.grad, m_ln2b.grad, w.dC.data(), c.res1.data(), m_ln2w.value,
-                           c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
+    cpu::linearBackward(dF1, m_fcprojw.grad, m_fcprojb.grad, dy, c.gelu.data(), m_fcprojw.value, N, F, C);
+    cpu::geluBackward(dF2, dF1, c.fc.data(), NF);
+    cpu::linearBackward(dC, m_fcw.grad, m_fcb.grad, dF2, c.ln2.data(), m_fcw.value, N, C, F);
+    cpu::layerNormBackward(dres1, m_ln2w.grad, m_ln2b.grad, dC, c.res1.data(), m_ln2w.value, c.ln2Mean.data(),
+                           c.ln2Rstd.data(), N, C);
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
-    w.dC.zero();
-    cpu::linearBackward(w.dC.data(), m_projw.grad, m_projb.grad, dres1, c.atty.data(), m_projw.value, N, C,
-                        C);
-    w.dqkv.zero();
-    cpu::attentionBackward(w.dqkv.data(), w.scratch.data(), w.dC.data(), c.qkv.data(), c.att.data(), B, T, C,
-                           H, m_causal);
-    w.dC.zero();
-    cpu::linearBackward(w.dC.data(), m_qkvw.grad, m_qkvb.grad, w.dqkv.data(), c.ln1.data(), m_qkvw.value, N,
-                        C, 3 * C);
+    std::fill(dC, dC + NC, 0.0f);
+    cpu::linearBackward(dC, m_projw.grad, m_projb.grad, dres1, c.atty.data(), m_projw.value, N, C, C);
+    cpu::attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), B, T, C, H, m_causal);
+    std::fill(dC, dC + NC, 0.0f);
+    cpu::linearBackward(dC, m_qkvw.grad, m_qkvb.grad, dqkv, c.ln1.data(), m_qkvw.value, N, C, 3 * C);
     if (dx) {
       cpu::accumulate(dx, dres1, NC);
-      cpu::layerNormBackward(dx, m_ln1w.grad, m_ln1b.grad, w.dC.data(), x, m_ln1w.value, c.ln1Mean.data(),
+      cpu::layerNormBackward(dx, m_ln1w.grad, m_ln1b.grad, dC, x, m_ln1w.value, c.ln1Mean.data(),
                              c.ln1Rstd.data(), N, C);
     } else {
       // First layer of the model: only the parameter gradients of LN1 are wanted.
-      cpu::layerNormBackward(dres1, m_ln1w.grad, m_ln1b.grad, w.dC.data(), x, m_ln1w.value, c.ln1Mean.data(),
+      cpu::layerNormBackward(dres1, m_ln1w.grad, m_ln1b.grad, dC, x, m_ln1w.value, c.ln1Mean.data(),
                              c.ln1Rstd.data(), N, C);
     }
   }
@@ -131,34 +126,13 @@ class TransformerBlock final : public Layer {
     }
     Buffer ln1, ln1Mean, ln1Rstd, qkv, att, atty, res1, ln2, ln2Mean, ln2Rstd, fc, gelu;
   };
-  // Scratch of backward (workspace).
-  struct Work {
-    explicit Work(MemoryTracker* t)
-        : dres(0, MemoryCategory::Workspace, t),
-          dC(0, MemoryCategory::Workspace, t),
-          dF1(0, MemoryCategory::Workspace, t),
-          dF2(0, MemoryCategory::Workspace, t),
-          dqkv(0, MemoryCategory::Workspace, t),
-          scratch(0, MemoryCategory::Workspace, t) {}
-    void ensure(int B, int T, int C, int F, int H) {
-      const size_t N = size_t(B) * T;
-      dres.reserve(N * C);
-      dC.reserve(N * C);
-      dF1.reserve(N * F);
-      dF2.reserve(N * F);
-      dqkv.reserve(N * 3 * C);
-      scratch.reserve(size_t(B) * H * T * T);
-    }
-    Buffer dres, dC, dF1, dF2, dqkv, scratch;
-  };
-
   int m_C, m_H, m_F, m_T;
   float m_eps;
   bool m_causal;
   BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw,
       m_fcprojb;
   Cache m_cache;
-  Work m_work;
+  Workspace* m_ws;
 };
 
 }  // namespace
