@@ -163,6 +163,17 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
     o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs * scale / seqSplit);
+        if (layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp) {
+      // A transformer block's backward scratch in the runtime (engine/runtime/transformer.cpp, one shared
+      // workspace): residual and LayerNorm input gradients (2 T*C), the MLP's two (T, F) gradients, the qkv
+      // gradient (T, 3C) and the attention scores' gradient (H, T, T) per sample, beside the two
+      // activation-gradient buffers above. Measured on the CPU engine: within 5% of this.
+      const ModelConfig& m = plan.config.model;
+      const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpRatio) * m.width;
+      const double floats = (5.0 * C + 2.0 * F) * T + double(m.heads) * T * T;
+      o.workspace = std::max(o.workspace, floats * 4.0 * mbs * scale / tp +
+                                              2.0 * double(layer.outputBytesPerSample) * mbs * scale / seqSplit);
+    }
     if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt)
       o.workspace = std::max(o.workspace,
                              double(plan.model.samplePositions) * plan.config.model.vocab * 4.0 * mbs / tp);
