@@ -108,6 +108,20 @@ class TestTraining : public QObject {
         QVERIFY(peak["activations"].get<int64_t>() > 0);
       }
     }
+    // The run_start line carries the plan's prediction; on this single-rank run the parameter, gradient and
+    // optimizer bytes are exact, and the total is within 25% of the measured peak.
+    const auto& predicted = lines.front()["predicted"]["ranks"][0]["memory_bytes"];
+    int64_t measuredPeak = 0, measuredParams = 0;
+    for (const auto& j : lines)
+      if (j["type"] == "memory") {
+        measuredPeak = std::max(measuredPeak, j["ranks"][0]["peak"]["total"].get<int64_t>());
+        measuredParams = j["ranks"][0]["peak"]["parameters"].get<int64_t>();
+      }
+    QVERIFY(std::abs(predicted["parameters"].get<double>() - double(measuredParams)) <= 0.01 * measuredParams);
+    QCOMPARE(predicted["optimizer"].get<double>(), 2 * predicted["parameters"].get<double>());
+    const double ratio = predicted["total"].get<double>() / double(measuredPeak);
+    QVERIFY2(ratio > 0.75 && ratio < 1.25, qPrintable(QString::number(ratio)));
+    QVERIFY(lines.front()["predicted"]["step_time_s"].get<double>() > 0);
     QCOMPARE(spans, 40);
     QCOMPARE(memory, 40);
     QCOMPARE(evals.size(), size_t(2));
