@@ -19,12 +19,13 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "plan_commands.h"
 #include "plan/run_config.h"
+#include "plan_commands.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/file_io.h"
 #include "runtime/model.h"
+#include "runtime/mpi_communicator.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
 
@@ -166,13 +167,28 @@ int cmdTrain(int argc, char** argv) {
   options.stopRequested = &g_stopRequested;
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
-  if (ms::Status s = ms::checkRunnable(config); !s) {
-    std::fprintf(stderr, "%s: %s\n", a.positional[0].c_str(), s.message().c_str());
+  // Started by mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE; other launchers PMI_SIZE): every rank joins MPI
+  // and trains its share; the context finalises MPI when this function returns.
+  std::unique_ptr<ms::MpiContext> mpi;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")) {
+    auto context = ms::MpiContext::create(&argc, &argv);
+    if (!context) {
+      std::fprintf(stderr, "meshstudio-engine train: %s\n", context.message().c_str());
+      return kExitRunFailed;
+    }
+    mpi = std::move(*context);
+    options.world = &mpi->world();
+  }
+  const int rank = options.world ? options.world->rank() : 0;
+  const std::string who = options.world ? "rank " + std::to_string(rank) + ": " : "";
+  if (rank != 0) options.progress = false;
+  if (ms::Status s = ms::checkRunnable(config, options.world ? options.world->size() : 1); !s) {
+    if (rank == 0) std::fprintf(stderr, "%s: %s\n", a.positional[0].c_str(), s.message().c_str());
     return kExitUsage;
   }
   ms::Status s = ms::train(config, options);
   if (!s) {
-    std::fprintf(stderr, "meshstudio-engine train: %s\n", s.message().c_str());
+    std::fprintf(stderr, "meshstudio-engine train: %s%s\n", who.c_str(), s.message().c_str());
     return kExitRunFailed;
   }
   return g_stopRequested.load() ? kExitRunFailed : kExitOk;

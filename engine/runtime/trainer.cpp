@@ -29,11 +29,21 @@ namespace ms {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-Status checkRunnable(const RunConfig& c) {
-  const int world = c.parallel.dp * c.parallel.tp * c.parallel.pp;
-  if (world != 1)
-    return Status::error("/parallel: dp*tp*pp = " + std::to_string(world) +
-                         " ranks; this engine executes single-rank plans so far (dp = tp = pp = 1)");
+Status checkRunnable(const RunConfig& c, int worldSize) {
+  const int ranks = c.parallel.dp * c.parallel.tp * c.parallel.pp;
+  if (ranks != worldSize)
+    return Status::error("/parallel: the plan has dp*tp*pp = " + std::to_string(ranks) +
+                         " ranks but the run was started with " + std::to_string(worldSize) +
+                         " process(es); start it as `mpirun -np " + std::to_string(ranks) +
+                         " meshstudio-engine train CONFIG`");
+  if (c.parallel.tp > 1 || c.parallel.pp > 1)
+    return Status::error(
+        "/parallel: tp = " + std::to_string(c.parallel.tp) + ", pp = " + std::to_string(c.parallel.pp) +
+        ": tensor and pipeline parallelism are planned but not executed by this engine yet; it "
+        "trains with data parallelism (dp) over MPI");
+  if (c.parallel.zero > 0)
+    return Status::error(
+        "/parallel/zero: ZeRO sharding is planned but not executed by this engine yet; use 0");
   if (c.parallel.precision != Precision::Fp32)
     return Status::error(
         "/parallel/precision: \"bf16\" needs the CUDA backend; the CPU engine trains in fp32");
@@ -60,21 +70,54 @@ std::string runDirectory(const RunConfig& config, const std::string& overrideDir
   return "runs/" + config.name;
 }
 
-EvalResult evaluate(Model& model, const DataSource& data, const RunConfig& config, int maxBatches) {
-  const int mbs = config.training.batchSize / (config.parallel.dp * config.parallel.microbatches);
+namespace {
+
+// Sums a LossStats over the ranks (in place); a no-op on one rank.
+Status reduceStats(LossStats& s, Communicator* world) {
+  if (!world || world->size() == 1) return Status::ok();
+  double v[3] = {s.lossSum, double(s.count), double(s.correct)};
+  MS_TRY(world->allReduce(v, v, 3, CommType::F64, ReduceOp::Sum));
+  s.lossSum = v[0];
+  s.count = static_cast<int64_t>(v[1]);
+  s.correct = static_cast<int64_t>(v[2]);
+  return Status::ok();
+}
+
+// Every rank learns whether any rank failed: returns the local error, "another rank failed" on the ranks that
+// did not fail themselves, or ok everywhere. Keeps the ranks from waiting forever in a later collective.
+Status agree(const Status& local, Communicator* world) {
+  if (!world || world->size() == 1) return local;
+  int32_t failed = local.isOk() ? 0 : 1;
+  Status s = world->allReduce(&failed, &failed, 1, CommType::I32, ReduceOp::Max);
+  if (!s) return s;
+  if (!local.isOk()) return local;
+  if (failed) return Status::error("rank " + std::to_string(world->rank()) + " stops: another rank failed");
+  return Status::ok();
+}
+
+}  // namespace
+
+EvalResult evaluate(Model& model, const DataSource& data, const RunConfig& config, int maxBatches,
+                    Communicator* world) {
+  // An evaluation covers maxBatches * batch_size samples (whatever the parallel layout), in pieces of one
+  // training microbatch, dealt round-robin to the ranks.
+  const int64_t B = config.training.batchSize;
+  const int mbs = static_cast<int>(B / (config.parallel.dp * config.parallel.microbatches));
   const int64_t total = data.evalSamples();
-  const int64_t batches = (total + mbs - 1) / mbs;
-  const int64_t n = maxBatches > 0 ? std::min<int64_t>(batches, maxBatches) : batches;
+  const int64_t S = maxBatches > 0 ? std::min<int64_t>(total, maxBatches * B) : total;
+  const int64_t pieces = (S + mbs - 1) / mbs;
+  const int W = world ? world->size() : 1, R = world ? world->rank() : 0;
   LossStats sum;
   Batch batch;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = R; i < pieces; i += W) {
     const int64_t first = i * mbs;
-    const int count = static_cast<int>(std::min<int64_t>(mbs, total - first));
+    const int count = static_cast<int>(std::min<int64_t>(mbs, S - first));
     data.evalBatch(first, count, batch);
     sum += model.forward(batch);
   }
+  reduceStats(sum, world);  // a failed reduction leaves this rank's share, which the caller reports as is
   EvalResult r;
-  r.samples = std::min<int64_t>(total, n * mbs);
+  r.samples = S;
   r.loss = sum.count ? sum.lossSum / double(sum.count) : 0.0;
   r.hasAccuracy = config.model.type != ModelType::Gpt;
   r.accuracy = r.hasAccuracy && sum.count ? double(sum.correct) / double(sum.count) : 0.0;
@@ -175,47 +218,61 @@ nlohmann::json spansJson(const std::vector<Span>& spans, const ModelSpec& spec) 
 }  // namespace
 
 Status train(const RunConfig& config, const TrainOptions& options) {
-  MS_TRY(checkRunnable(config));
+  Communicator* world = options.world;
+  const int W = world ? world->size() : 1, R = world ? world->rank() : 0;
+  const bool lead = R == 0;  // rank 0 owns the run folder, the metrics stream and the checkpoints
+  MS_TRY(checkRunnable(config, W));
   const int threads = threadsPerRank(config);
   cpu::setThreads(threads);
   const std::string runDir = runDirectory(config, options.runDir);
-  MS_TRY(makeDirs(runDir));
 
   // Where to start: a checkpoint, or afresh (refusing to mix a new run with an old run's checkpoints).
   std::string resumeDir;
-  if (options.resume == "latest") {
+  Status prepared = Status::ok();
+  if (lead) prepared = makeDirs(runDir);
+  if (prepared && options.resume == "latest") {
     auto latest = latestCheckpoint(runDir);
-    if (!latest) return latest.status().withContext("--resume");
-    resumeDir = *latest;
-  } else if (!options.resume.empty()) {
+    if (latest)
+      resumeDir = *latest;
+    else
+      prepared = latest.status().withContext("--resume");
+  } else if (prepared && !options.resume.empty()) {
     resumeDir = options.resume;
-  } else {
+  } else if (prepared && lead) {
     const fs::path ckpts = fs::path(runDir) / "checkpoints";
     std::error_code ec;
     if (fs::exists(ckpts) && !fs::is_empty(ckpts, ec)) {
       if (!options.overwrite)
-        return Status::error(runDir +
-                             ": this run folder already holds checkpoints; pass --resume to continue it, "
-                             "--overwrite to start over, or --run-dir for another folder");
-      fs::remove_all(ckpts, ec);
+        prepared = Status::error(runDir +
+                                 ": this run folder already holds checkpoints; pass --resume to continue it, "
+                                 "--overwrite to start over, or --run-dir for another folder");
+      else
+        fs::remove_all(ckpts, ec);
     }
   }
+  MS_TRY(agree(prepared, world));
 
   auto data = openDataSource(config);
-  if (!data) return data.status();
+  MS_TRY(agree(data ? Status::ok() : data.status(), world));
   MemoryTracker tracker;
   Model model(config, &tracker);
   Optimizer optimizer(config.optimizer, model.params(), &tracker);
   int64_t startStep = 0;
+  Status loaded = Status::ok();
   if (!resumeDir.empty()) {
     auto info = loadCheckpoint(resumeDir, config, model.params(), optimizer);
-    if (!info) return info.status().withContext("resuming from " + resumeDir);
-    startStep = info->step;
+    if (info)
+      startStep = info->step;
+    else
+      loaded = info.status().withContext("resuming from " + resumeDir);
   }
-  MS_TRY(saveRunConfig(config, runDir + "/config.json"));
+  if (loaded && lead) loaded = saveRunConfig(config, runDir + "/config.json");
+  MS_TRY(agree(loaded, world));
 
-  MetricsWriter metrics;
-  MS_TRY(metrics.open(options.metricsSink, runDir + "/metrics.jsonl", !resumeDir.empty()));
+  MetricsWriter metrics;  // rank 0 writes; the other ranks' writer has no destination
+  MS_TRY(agree(
+      lead ? metrics.open(options.metricsSink, runDir + "/metrics.jsonl", !resumeDir.empty()) : Status::ok(),
+      world));
   const auto clockZero = Clock::now();
   std::vector<Span> spans;
   model.setSpanSink(&spans, clockZero);
@@ -224,7 +281,8 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   const bool isGpt = config.model.type == ModelType::Gpt;
   const int B = config.training.batchSize;
   const int M = config.parallel.microbatches;
-  const int mbs = B / M;
+  const int perRank = B / config.parallel.dp;  // this data-parallel replica's share of every global batch
+  const int mbs = perRank / M;
   const int64_t targetsPerStep = isGpt ? int64_t(B) * config.training.seqLen : B;
   const float lossScale = 1.0f / static_cast<float>(targetsPerStep);
   const int64_t steps = config.training.steps;
@@ -233,7 +291,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     for (const LayerSpec& l : spec.layers) layers.push_back({{"name", l.name}, {"params", l.paramCount()}});
     metrics.write("run_start", {{"name", config.name},
                                 {"config", toJson(config)},
-                                {"ranks", 1},
+                                {"ranks", W},
                                 {"threads_per_rank", threads},
                                 {"device", "cpu"},
                                 {"params", spec.paramCount()},
@@ -260,20 +318,24 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   std::string endStatus = "ok", endReason;
   int64_t step = startStep;
   auto saveAt = [&](int64_t done) -> Status {
+    // The replicas hold identical parameters and optimizer state: rank 0 writes them, everyone agrees.
     const std::string dir = checkpointDirName(runDir, done);
-    MS_TRY(saveCheckpoint(dir, config, model.params(), &optimizer,
-                          CheckpointInfo{done, optimizer.stepsTaken(), config.seed}));
+    Status s = lead ? saveCheckpoint(dir, config, model.params(), &optimizer,
+                                     CheckpointInfo{done, optimizer.stepsTaken(), config.seed})
+                    : Status::ok();
+    MS_TRY(agree(s, world));
     metrics.write("checkpoint", {{"step", done}, {"path", dir}});
     return Status::ok();
   };
   auto evalAt = [&](int64_t done) {
     const auto t0 = Clock::now();
-    const EvalResult r = evaluate(model, **data, config, config.training.evalBatches);
+    const EvalResult r = evaluate(model, **data, config, config.training.evalBatches, world);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     nlohmann::json line = {{"step", done}, {"loss", r.loss}, {"samples", r.samples}, {"time_s", secs}};
     if (r.hasAccuracy) line["accuracy"] = r.accuracy;
     metrics.write("eval", line);
     bar.breakLine();
+    if (!lead) return;
     if (r.hasAccuracy)
       std::fprintf(stderr, "step %lld: eval loss %.4f, accuracy %.2f%% (%lld samples)\n",
                    static_cast<long long>(done), r.loss, 100.0 * r.accuracy,
@@ -284,7 +346,10 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   };
 
   for (; step < steps; ++step) {
-    if (options.stopRequested && options.stopRequested->load()) {
+    // A stop request (mpirun forwards SIGINT to every rank) takes effect on all ranks at the same step.
+    int32_t stop = options.stopRequested && options.stopRequested->load() ? 1 : 0;
+    if (W > 1 && !world->allReduce(&stop, &stop, 1, CommType::I32, ReduceOp::Max)) stop = 1;
+    if (stop) {
       endStatus = "interrupted";
       endReason = "stopped by request after step " + std::to_string(step);
       break;
@@ -295,8 +360,20 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     model.params().zeroGrads();
     LossStats stats;
     for (int mb = 0; mb < M; ++mb) {
-      (*data)->trainBatch(step, B, mb * mbs, mbs, batch);
+      (*data)->trainBatch(step, B, R * perRank + mb * mbs, mbs, batch);
       stats += model.forwardBackward(batch, lossScale, mb);
+    }
+    // Data parallelism: each replica's gradient is its share of the sum over the global batch (the loss scale
+    // is 1 / targets of the whole step), so summing over the replicas gives the full gradient everywhere.
+    if (W > 1) {
+      Status s = world->allReduce(model.params().grads(), model.params().grads(), model.params().size(),
+                                  CommType::F32, ReduceOp::Sum);
+      if (s) s = reduceStats(stats, world);
+      if (!s) {
+        endStatus = "error";
+        endReason = s.message();
+        break;
+      }
     }
     const double gradNorm = std::sqrt(cpu::sumSquares(model.params().grads(), model.params().size()));
     const double lr = learningRate(config, step);
@@ -330,9 +407,10 @@ Status train(const RunConfig& config, const TrainOptions& options) {
                                                                  {"current", memoryJson(tracker, false)},
                                                                  {"peak", memoryJson(tracker, true)}}})}});
     }
-    bar.update(done, loss, isGpt ? tokensPerS : samplesPerS, isGpt ? "tok" : "samples",
-               ema * double(steps - done), done == steps);
-    if (!options.progress && (done % std::max<int64_t>(1, steps / 10) == 0 || done == steps))
+    if (lead)
+      bar.update(done, loss, isGpt ? tokensPerS : samplesPerS, isGpt ? "tok" : "samples",
+                 ema * double(steps - done), done == steps);
+    if (lead && !options.progress && (done % std::max<int64_t>(1, steps / 10) == 0 || done == steps))
       std::fprintf(stderr, "step %lld/%lld: loss %.4f, %.3f s/step\n", static_cast<long long>(done),
                    static_cast<long long>(steps), loss, secs);
     const bool last = done == steps;

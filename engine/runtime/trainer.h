@@ -12,6 +12,7 @@
 
 #include "plan/run_config.h"
 #include "plan/status.h"
+#include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/model.h"
 
@@ -23,7 +24,10 @@ struct TrainOptions {
   std::string resume;       // "" none, "latest" the run folder's newest checkpoint, or a checkpoint dir
   bool overwrite = false;   // allow starting afresh in a run folder that already holds checkpoints
   bool progress = false;    // draw a progress bar on stderr
-  const std::atomic<bool>* stopRequested = nullptr;  // set (e.g. by SIGINT) to stop after the current step
+  const std::atomic<bool>* stopRequested = nullptr;
+  // The run's ranks (nullptr: one process). With dp > 1 every rank runs train() with its own world; rank 0
+  // alone writes the run folder, the metrics and the checkpoints.
+  Communicator* world = nullptr;  // set (e.g. by SIGINT) to stop after the current step
 };
 
 struct EvalResult {
@@ -33,9 +37,10 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-// Refuses what this engine cannot execute yet (multi-rank plans, bf16, recompute, cuda) with the field's
+// Refuses what this engine cannot execute yet (tensor and pipeline parallelism, ZeRO, bf16, recompute, cuda)
+// and a process count that does not match the plan (worldSize = the processes started), with the field's
 // path.
-Status checkRunnable(const RunConfig& config);
+Status checkRunnable(const RunConfig& config, int worldSize = 1);
 
 // Threads per rank: training.threads, or the cores divided by the ranks on this node (Open MPI's
 // OMPI_COMM_WORLD_LOCAL_SIZE), at least 1.
@@ -44,7 +49,9 @@ int threadsPerRank(const RunConfig& config);
 Status train(const RunConfig& config, const TrainOptions& options);
 
 // Mean loss (and accuracy) over maxBatches micro-batch-sized batches of the evaluation split (0 = all of it).
-EvalResult evaluate(Model& model, const DataSource& data, const RunConfig& config, int maxBatches);
+// With a world of several ranks, rank r evaluates batches r, r + W, ... and the sums are all-reduced.
+EvalResult evaluate(Model& model, const DataSource& data, const RunConfig& config, int maxBatches,
+                    Communicator* world = nullptr);
 
 // The run folder of a config: options.runDir, else training.run_dir, else "runs/<name>".
 std::string runDirectory(const RunConfig& config, const std::string& overrideDir);
