@@ -129,6 +129,29 @@ class TestParallel : public QObject {
           std::abs(parallel.at(step) - loss) <= 1e-5 * std::abs(loss),
           qPrintable(
               QString("step %1: %2 vs %3").arg(step).arg(loss, 0, 'g', 9).arg(parallel.at(step), 0, 'g', 9)));
+    // Rank 0's stream carries every rank's spans (forward and backward of each layer per microbatch, and the
+    // optimizer step) on one clock, and every rank's memory.
+    {
+      std::ifstream in((tmp.path() + "/many/metrics.jsonl").toStdString());
+      std::string line;
+      nlohmann::json spans, memory;
+      while (std::getline(in, line)) {
+        const auto j = nlohmann::json::parse(line);
+        if (j["type"] == "spans") spans = j;
+        if (j["type"] == "memory") memory = j;
+      }
+      QCOMPARE(static_cast<int>(spans["ranks"].size()), dp);
+      QCOMPARE(static_cast<int>(memory["ranks"].size()), dp);
+      for (int r = 0; r < dp; ++r) {
+        const auto& list = spans["ranks"][r]["spans"];
+        QCOMPARE(spans["ranks"][r]["rank"].get<int>(), r);
+        QVERIFY(list.size() == spans["ranks"][0]["spans"].size() && list.size() >= 5);
+        for (size_t i = 1; i < list.size(); ++i)
+          QVERIFY(list[i]["start"].get<double>() >= list[i - 1]["end"].get<double>());
+        QVERIFY(memory["ranks"][r]["peak"]["parameters"].get<int64_t>() > 0);
+        QCOMPARE(memory["ranks"][r]["peak"]["parameters"], memory["ranks"][0]["peak"]["parameters"]);
+      }
+    }
     const auto e1 = losses(tmp.path() + "/one/metrics.jsonl", "eval");
     const auto e2 = losses(tmp.path() + "/many/metrics.jsonl", "eval");
     QVERIFY(std::abs(e1.at(6) - e2.at(6)) <= 1e-5 * std::abs(e1.at(6)));

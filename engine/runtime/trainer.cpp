@@ -167,16 +167,6 @@ class ProgressBar {
   Clock::time_point m_last{};
 };
 
-nlohmann::json memoryJson(const MemoryTracker& t, bool peak) {
-  nlohmann::json j;
-  for (int c = 0; c < kMemoryCategories; ++c) {
-    const auto cat = static_cast<MemoryCategory>(c);
-    j[toString(cat)] = peak ? t.peak(cat) : t.current(cat);
-  }
-  j["total"] = peak ? t.peakTotal() : t.currentTotal();
-  return j;
-}
-
 // The plan's predictions for this run (the same figures `meshstudio-engine plan` prints), so the stream can
 // show predicted and measured side by side. Empty when the config does not make a plan.
 nlohmann::json predictedJson(const RunConfig& config) {
@@ -202,17 +192,70 @@ nlohmann::json predictedJson(const RunConfig& config) {
           {"ranks", ranks}};
 }
 
-nlohmann::json spansJson(const std::vector<Span>& spans, const ModelSpec& spec) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const Span& s : spans) {
-    list.push_back({{"action", std::string(1, s.action)},
-                    {"layer", s.layer >= 0 ? spec.layers[s.layer].name : std::string()},
-                    {"mb", s.microbatch},
-                    {"chunk", 0},
-                    {"start", s.start},
-                    {"end", s.end}});
+// The spans and memory counters of every rank, gathered so rank 0 can write them in one line each. A rank's
+// report is packed as doubles: its span count, then (action, layer, microbatch, start, end) per span (padded
+// to the largest count), then its current and peak bytes per memory category and in total.
+struct RankReports {
+  nlohmann::json spans = nlohmann::json::array();
+  nlohmann::json memory = nlohmann::json::array();
+};
+
+Expected<RankReports> gatherReports(const std::vector<Span>& spans, const MemoryTracker& tracker,
+                                    const ModelSpec& spec, Communicator* world) {
+  const int W = world ? world->size() : 1;
+  int32_t most = static_cast<int32_t>(spans.size());
+  if (W > 1) MS_TRY(world->allReduce(&most, &most, 1, CommType::I32, ReduceOp::Max));
+  const size_t memoryValues = 2 * (kMemoryCategories + 1);
+  const size_t per = 1 + 5 * size_t(most) + memoryValues;
+  std::vector<double> mine(per, 0.0);
+  mine[0] = double(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    double* v = &mine[1 + 5 * i];
+    v[0] = s.action;
+    v[1] = s.layer;
+    v[2] = s.microbatch;
+    v[3] = s.start;
+    v[4] = s.end;
   }
-  return nlohmann::json::array({{{"rank", 0}, {"spans", list}}});
+  double* mem = &mine[1 + 5 * size_t(most)];
+  for (int c = 0; c < kMemoryCategories; ++c) {
+    mem[c] = double(tracker.current(static_cast<MemoryCategory>(c)));
+    mem[kMemoryCategories + 1 + c] = double(tracker.peak(static_cast<MemoryCategory>(c)));
+  }
+  mem[kMemoryCategories] = double(tracker.currentTotal());
+  mem[2 * kMemoryCategories + 1] = double(tracker.peakTotal());
+  std::vector<double> all = mine;
+  if (W > 1) {
+    all.resize(per * W);
+    MS_TRY(world->allGather(mine.data(), all.data(), per, CommType::F64));
+  }
+  RankReports out;
+  for (int r = 0; r < W; ++r) {
+    const double* v = &all[per * r];
+    nlohmann::json list = nlohmann::json::array();
+    for (int i = 0; i < static_cast<int>(v[0]); ++i) {
+      const double* s = v + 1 + 5 * i;
+      const int layer = static_cast<int>(s[1]);
+      list.push_back({{"action", std::string(1, static_cast<char>(s[0]))},
+                      {"layer", layer >= 0 ? spec.layers[layer].name : std::string()},
+                      {"mb", static_cast<int>(s[2])},
+                      {"chunk", 0},
+                      {"start", s[3]},
+                      {"end", s[4]}});
+    }
+    out.spans.push_back({{"rank", r}, {"spans", list}});
+    const double* m = v + 1 + 5 * size_t(most);
+    nlohmann::json current, peak;
+    for (int c = 0; c < kMemoryCategories; ++c) {
+      current[toString(static_cast<MemoryCategory>(c))] = static_cast<int64_t>(m[c]);
+      peak[toString(static_cast<MemoryCategory>(c))] = static_cast<int64_t>(m[kMemoryCategories + 1 + c]);
+    }
+    current["total"] = static_cast<int64_t>(m[kMemoryCategories]);
+    peak["total"] = static_cast<int64_t>(m[2 * kMemoryCategories + 1]);
+    out.memory.push_back({{"rank", r}, {"current", current}, {"peak", peak}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -273,6 +316,9 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   MS_TRY(agree(
       lead ? metrics.open(options.metricsSink, runDir + "/metrics.jsonl", !resumeDir.empty()) : Status::ok(),
       world));
+  // One clock for all ranks: each starts its clock as it leaves the same barrier (skew: the barrier's exit,
+  // microseconds on one node).
+  if (W > 1) MS_TRY(world->barrier());
   const auto clockZero = Clock::now();
   std::vector<Span> spans;
   model.setSpanSink(&spans, clockZero);
@@ -401,11 +447,14 @@ Status train(const RunConfig& config, const TrainOptions& options) {
       else
         line["accuracy"] = stats.count ? double(stats.correct) / double(stats.count) : 0.0;
       metrics.write("step", line);
-      metrics.write("spans", {{"step", done}, {"ranks", spansJson(spans, spec)}});
-      metrics.write("memory", {{"step", done},
-                               {"ranks", nlohmann::json::array({{{"rank", 0},
-                                                                 {"current", memoryJson(tracker, false)},
-                                                                 {"peak", memoryJson(tracker, true)}}})}});
+      auto reports = gatherReports(spans, tracker, spec, world);
+      if (!reports) {
+        endStatus = "error";
+        endReason = reports.message();
+        break;
+      }
+      metrics.write("spans", {{"step", done}, {"ranks", reports->spans}});
+      metrics.write("memory", {{"step", done}, {"ranks", reports->memory}});
     }
     if (lead)
       bar.update(done, loss, isGpt ? tokensPerS : samplesPerS, isGpt ? "tok" : "samples",
