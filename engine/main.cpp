@@ -5,17 +5,20 @@
 //   dump CONFIG --out DIR [...]     one batch's logits, loss and gradients (for the PyTorch reference tests)
 //   plan CONFIG [--json] [--balance] [--write FILE]   predicted per-device memory, bubbles, step time
 //   autoplan CONFIG [--top N] [--json] [--write FILE]   the best plans for the model on the mesh
+//   launch CONFIG [--hostfile FILE] [--dry-run] [-- ARGS]   the mpirun line for the plan (and run it)
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config. This file is the only place that
 // turns errors into exit codes.
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -60,6 +63,9 @@ const char* kUsage =
     "  autoplan CONFIG [--top N] [--json] [--write FILE]\n"
     "                                     search dp x tp x pp, microbatches, schedule, ZeRO and recompute;\n"
     "                                     --write saves the best plan as a config\n"
+    "  launch CONFIG [--hostfile FILE] [--dry-run] [-- TRAIN-ARGS...]\n"
+    "                                     run train under mpirun with one rank per planned device;\n"
+    "                                     --dry-run prints the command (and the hostfile it would write)\n"
     "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n";
 
 int usageError(const std::string& message) {
@@ -318,6 +324,80 @@ int cmdAutoplan(int argc, char** argv) {
   return ms::runAutoplanCommand(config, top, a.has("--json"), a.get("--write"));
 }
 
+// Quotes a word for a POSIX shell when it needs it.
+std::string shellQuote(const std::string& w) {
+  if (!w.empty() &&
+      w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
+          std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// launch CONFIG [--hostfile FILE] [--dry-run] [-- TRAIN-ARGS...]: the mpirun line that runs the config's
+// plan, one rank per device: -np dp*tp*pp, a hostfile written from the mesh when it has several nodes (unless
+// given),
+// --oversubscribe when one node runs more ranks than it has cores, --allow-run-as-root for root.
+int cmdLaunch(int argc, char** argv) {
+  int split = argc;
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--") {
+      split = i;
+      break;
+    }
+  Args a = parseArgs(split, argv, 2, {"--hostfile"}, {"--dry-run"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1) return usageError("launch needs exactly one CONFIG");
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  const int ranks = config.parallel.dp * config.parallel.tp * config.parallel.pp;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+  std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(ranks)};
+  std::string hostfile = a.get("--hostfile");
+  std::string hostfileText;
+  if (hostfile.empty() && config.mesh.nodes.size() > 1) {
+    for (const ms::NodeConfig& node : config.mesh.nodes)
+      hostfileText += node.name + " slots=" + std::to_string(node.count) + "\n";
+    hostfile = ms::runDirectory(config, "") + "/hostfile";
+  }
+  if (!hostfile.empty()) {
+    cmd.push_back("--hostfile");
+    cmd.push_back(hostfile);
+  } else if (ranks > static_cast<int>(std::thread::hardware_concurrency())) {
+    cmd.push_back("--oversubscribe");
+  }
+  if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  cmd.insert(cmd.end(), {exe, "train", a.positional[0]});
+  for (int i = split + 1; i < argc; ++i) cmd.push_back(argv[i]);
+  std::string line;
+  for (const std::string& w : cmd) line += (line.empty() ? "" : " ") + shellQuote(w);
+  if (a.has("--dry-run")) {
+    if (!hostfileText.empty()) std::printf("# %s:\n%s", hostfile.c_str(), hostfileText.c_str());
+    std::printf("%s\n", line.c_str());
+    return kExitOk;
+  }
+  if (!hostfileText.empty()) {
+    if (ms::Status s = ms::makeDirs(ms::runDirectory(config, "")); !s) {
+      std::fprintf(stderr, "meshstudio-engine launch: %s\n", s.message().c_str());
+      return kExitRunFailed;
+    }
+    if (ms::Status s = ms::writeFileAtomic(hostfile, hostfileText); !s) {
+      std::fprintf(stderr, "meshstudio-engine launch: %s\n", s.message().c_str());
+      return kExitRunFailed;
+    }
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::vector<char*> args;
+  for (std::string& w : cmd) args.push_back(w.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "meshstudio-engine launch: cannot run mpirun: %s\n", std::strerror(errno));
+  return kExitRunFailed;
+}
+
 int cmdSchema(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {}, {"--markdown"});
   if (!a.error.empty()) return usageError(a.error);
@@ -343,6 +423,7 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return cmdEval(argc, argv);
     if (cmd == "dump") return cmdDump(argc, argv);
     if (cmd == "plan") return cmdPlan(argc, argv);
+    if (cmd == "launch") return cmdLaunch(argc, argv);
     if (cmd == "autoplan") return cmdAutoplan(argc, argv);
     if (cmd == "schema") return cmdSchema(argc, argv);
   } catch (const std::bad_alloc&) {

@@ -178,12 +178,13 @@ class TestCli : public QObject {
     const Result r = engine({"plan", config, "--json"});
     QVERIFY2(r.code == 0, qPrintable(r.err));
     const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
-    for (const char* key : {"devices", "step_time_s", "tokens_per_s", "mfu", "fits"}) QVERIFY2(j.contains(key), key);
+    for (const char* key : {"devices", "step_time_s", "tokens_per_s", "mfu", "fits"})
+      QVERIFY2(j.contains(key), key);
     const QJsonArray devices = j["devices"].toArray();
     QCOMPARE(devices.size(), 1024);
     const QJsonObject d = devices[1023].toObject();
-    for (const char* key : {"rank", "node", "device", "stage", "layers", "memory_bytes", "capacity_bytes",
-                            "bubble_fraction"})
+    for (const char* key :
+         {"rank", "node", "device", "stage", "layers", "memory_bytes", "capacity_bytes", "bubble_fraction"})
       QVERIFY2(d.contains(key), key);
     QCOMPARE(d["rank"].toInt(), 1023);
     QCOMPARE(d["stage"].toInt(), 7);  // rank = (pp * dp + dp_i) * tp + tp_i with dp 16, tp 8
@@ -207,8 +208,8 @@ class TestCli : public QObject {
   void autoplanCommand() {
     QTemporaryDir tmp;
     const QString best = tmp.path() + "/best.json";
-    const Result r = engine(
-        {"autoplan", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--top", "3", "--json", "--write", best});
+    const Result r = engine({"autoplan", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--top",
+                             "3", "--json", "--write", best});
     QVERIFY2(r.code == 0, qPrintable(r.err));
     const QJsonArray plans = QJsonDocument::fromJson(r.out.toUtf8()).object()["plans"].toArray();
     QCOMPARE(plans.size(), 3);
@@ -222,7 +223,27 @@ class TestCli : public QObject {
     }
     const Result v = engine({"validate", best});
     QVERIFY2(v.code == 0, qPrintable(v.err));
-    const Result bad = engine({"autoplan", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--top", "0"});
+    const Result bad =
+        engine({"autoplan", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--top", "0"});
+    QCOMPARE(bad.code, 2);
+  }
+
+  // launch --dry-run prints the mpirun line for the plan: one rank per planned device, a hostfile from the
+  // mesh when it has several nodes, the train arguments after "--".
+  void launchDryRun() {
+    const Result one = engine({"launch", MS_SOURCE_DIR "/resources/examples/gpt-fortunes.json", "--dry-run"});
+    QVERIFY2(one.code == 0, qPrintable(one.err));
+    QVERIFY2(one.out.startsWith("mpirun -np 1 "), qPrintable(one.out));
+    QVERIFY(one.out.contains("meshstudio-engine train ") && one.out.contains("gpt-fortunes.json"));
+    QVERIFY(!one.out.contains("--hostfile"));
+    const Result big = engine({"launch", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--dry-run",
+                               "--", "--quiet", "--steps", "10"});
+    QVERIFY2(big.code == 0, qPrintable(big.err));
+    QVERIFY(big.out.contains("node000 slots=8\n"));
+    QVERIFY(big.out.contains("node127 slots=8\n"));
+    QVERIFY(big.out.contains("mpirun -np 1024 --hostfile runs/gpt3-175b/hostfile"));
+    QVERIFY(big.out.trimmed().endsWith("--quiet --steps 10"));
+    const Result bad = engine({"launch", MS_TEST_DATA_DIR "/broken/tp_not_dividing_heads.json", "--dry-run"});
     QCOMPARE(bad.code, 2);
   }
 

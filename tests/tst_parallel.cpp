@@ -181,6 +181,26 @@ class TestParallel : public QObject {
     QVERIFY2(worst < tolerance, qPrintable(QString::number(worst)));
   }
 
+  // launch runs mpirun itself with the plan's rank count.
+  void launchRunsThePlan() {
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    std::ofstream(text.toStdString()) << std::string(3000, 'a') << std::string(3000, 'b');
+    const QString config = writeConfig(tmp.path(), "c",
+                                       "\"model\": {\"type\": \"gpt\", \"layers\": 1, \"width\": 16, "
+                                       "\"heads\": 2, \"context\": 16}, \"data\": "
+                                       "{\"kind\": \"text\", \"files\": [\"" +
+                                           text.toStdString() +
+                                           "\"]}, \"parallel\": {\"dp\": 2}, \"training\": {\"steps\": 3, "
+                                           "\"batch_size\": 4, \"seq_len\": 16, "
+                                           "\"threads\": 1}",
+                                       2);
+    Result r = run(kEngine, {"launch", config, "--", "--quiet", "--run-dir", tmp.path() + "/r"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY(r.err.contains("mpirun -np 2"));
+    QCOMPARE(losses(tmp.path() + "/r/metrics.jsonl", "step").size(), size_t(3));
+  }
+
   void processCountMustMatchThePlan() {
     QTemporaryDir tmp;
     const QString text = tmp.path() + "/t.txt";
