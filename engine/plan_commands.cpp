@@ -21,7 +21,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // "embedding, block.0-3, head": runs of consecutive blocks folded into a range.
 std::string layerSummary(const std::vector<std::string>& names) {
   std::string out;
-  auto blockIndex = [](const std::string& n) { return n.rfind("block.", 0) == 0 ? std::stoi(n.substr(6)) : -1; };
+  auto blockIndex = [](const std::string& n) {
+    return n.rfind("block.", 0) == 0 ? std::stoi(n.substr(6)) : -1;
+  };
   for (size_t i = 0; i < names.size();) {
     size_t j = i;
     if (blockIndex(names[i]) >= 0)
@@ -55,13 +57,7 @@ nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& me
                        {"device", d.spec.name},
                        {"stage", stage},
                        {"layers", stageLayers(plan, stage)},
-                       {"memory_bytes",
-                        {{"parameters", m.parameters},
-                         {"gradients", m.gradients},
-                         {"optimizer", m.optimizer},
-                         {"activations", m.activations},
-                         {"other", m.other},
-                         {"total", m.total()}}},
+                       {"memory_bytes", memoryBytesJson(m)},
                        {"capacity_bytes", m.capacity},
                        {"bubble_fraction", sim.bubbleFraction[r]}});
   }
@@ -103,21 +99,24 @@ int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::s
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("%-5s %-10s %-14s %-5s %-28s %8s %8s %8s %8s %8s %9s %9s %7s\n", "rank", "node", "device", "stage",
-              "layers", "params", "grads", "optim", "activ", "other", "total GiB", "capacity", "bubble");
+  std::printf("%-5s %-10s %-14s %-5s %-28s %8s %8s %8s %8s %8s %9s %9s %7s\n", "rank", "node", "device",
+              "stage", "layers", "params", "grads", "optim", "activ", "other", "total GiB", "capacity",
+              "bubble");
   for (const auto& d : j["devices"]) {
     const auto& m = d["memory_bytes"];
     const double total = m["total"].get<double>(), cap = d["capacity_bytes"].get<double>();
     std::string layers = layerSummary(d["layers"].get<std::vector<std::string>>());
     if (layers.size() > 28) layers = layers.substr(0, 25) + "...";  // the JSON has the full list
     std::printf("%-5d %-10s %-14s %-5d %-28s %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %6.1f%%%s\n",
-                d["rank"].get<int>(), d["node"].get<std::string>().c_str(), d["device"].get<std::string>().c_str(),
-                d["stage"].get<int>(), layers.c_str(), m["parameters"].get<double>() / kGiB,
-                m["gradients"].get<double>() / kGiB, m["optimizer"].get<double>() / kGiB,
-                m["activations"].get<double>() / kGiB, m["other"].get<double>() / kGiB, total / kGiB, cap / kGiB,
+                d["rank"].get<int>(), d["node"].get<std::string>().c_str(),
+                d["device"].get<std::string>().c_str(), d["stage"].get<int>(), layers.c_str(),
+                m["parameters"].get<double>() / kGiB, m["gradients"].get<double>() / kGiB,
+                m["optimizer"].get<double>() / kGiB, m["activations"].get<double>() / kGiB,
+                m["other"].get<double>() / kGiB, total / kGiB, cap / kGiB,
                 100.0 * d["bubble_fraction"].get<double>(), total > cap ? "  DOES NOT FIT" : "");
   }
-  std::printf("\nstep %.4f s, %.0f tokens/s, MFU %.1f%%, %s\n", sim.stepTime, sim.tokensPerSecond, 100.0 * sim.mfu,
+  std::printf("\nstep %.4f s, %.0f tokens/s, MFU %.1f%%, %s\n", sim.stepTime, sim.tokensPerSecond,
+              100.0 * sim.mfu,
               j["fits"].get<bool>() ? "fits in memory on every device" : "DOES NOT FIT on every device");
   return 0;
 }
@@ -159,17 +158,19 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                             .c_str());
   } else {
     std::printf("%-3s %5s %4s %4s %-17s %3s %5s %4s %4s %-5s %10s %12s %6s %7s %12s\n", "#", "dp", "tp", "pp",
-                "schedule", "V", "M", "mbs", "zero", "recmp", "step s", "tokens/s", "MFU", "bubble", "memory GiB");
+                "schedule", "V", "M", "mbs", "zero", "recmp", "step s", "tokens/s", "MFU", "bubble",
+                "memory GiB");
     int i = 1;
     for (const auto& c : list)
-      std::printf("%-3d %5d %4d %4d %-17s %3d %5d %4d %4d %-5s %10.4f %12.0f %5.1f%% %6.1f%% %5.1f / %-5.1f\n", i++,
-                  c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(),
-                  c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
-                  c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
-                  c["recompute"].get<std::string>().c_str(), c["step_time_s"].get<double>(),
-                  c["tokens_per_s"].get<double>(), 100.0 * c["mfu"].get<double>(),
-                  100.0 * c["bubble_fraction"].get<double>(), c["peak_memory_bytes"].get<double>() / kGiB,
-                  c["capacity_bytes"].get<double>() / kGiB);
+      std::printf(
+          "%-3d %5d %4d %4d %-17s %3d %5d %4d %4d %-5s %10.4f %12.0f %5.1f%% %6.1f%% %5.1f / %-5.1f\n", i++,
+          c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(),
+          c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
+          c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
+          c["recompute"].get<std::string>().c_str(), c["step_time_s"].get<double>(),
+          c["tokens_per_s"].get<double>(), 100.0 * c["mfu"].get<double>(),
+          100.0 * c["bubble_fraction"].get<double>(), c["peak_memory_bytes"].get<double>() / kGiB,
+          c["capacity_bytes"].get<double>() / kGiB);
     std::printf("\n%d candidates considered, %d passed the memory screen, %d simulated, in %.2f s\n",
                 result->considered, result->screenedFit, result->simulated, result->seconds);
   }

@@ -163,7 +163,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
     o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs * scale / seqSplit);
-        if (layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp) {
+    if (layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp) {
       // A transformer block's backward scratch in the runtime (engine/runtime/transformer.cpp, one shared
       // workspace): residual and LayerNorm input gradients (2 T*C), the MLP's two (T, F) gradients, the qkv
       // gradient (T, 3C) and the attention scores' gradient (H, T, T) per sample, beside the two
@@ -171,8 +171,9 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       const ModelConfig& m = plan.config.model;
       const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpRatio) * m.width;
       const double floats = (5.0 * C + 2.0 * F) * T + double(m.heads) * T * T;
-      o.workspace = std::max(o.workspace, floats * 4.0 * mbs * scale / tp +
-                                              2.0 * double(layer.outputBytesPerSample) * mbs * scale / seqSplit);
+      o.workspace =
+          std::max(o.workspace, floats * 4.0 * mbs * scale / tp +
+                                    2.0 * double(layer.outputBytesPerSample) * mbs * scale / seqSplit);
     }
     if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt)
       o.workspace = std::max(o.workspace,
@@ -183,6 +184,11 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
     o.zero3Gathered = largestLayerParams(plan, stage, tiedHead(plan)) / tp * state.parameter;
   if (gpu) o.context = kCudaContextBytes;
   return o;
+}
+
+nlohmann::json memoryBytesJson(const MemoryBreakdown& m) {
+  return {{"parameters", m.parameters},   {"gradients", m.gradients}, {"optimizer", m.optimizer},
+          {"activations", m.activations}, {"other", m.other},         {"total", m.total()}};
 }
 
 bool isGpuDevice(const DeviceSpec& device) {

@@ -24,6 +24,8 @@
 
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "plan/plan.h"
 
 namespace ms {
@@ -83,6 +85,10 @@ struct MemoryBreakdown {
 
 // One entry per rank, in rank order.
 std::vector<MemoryBreakdown> estimateMemory(const Plan& plan);
+
+// {"parameters", "gradients", "optimizer", "activations", "other", "total"} in bytes: the "memory_bytes"
+// object of `plan --json` and of the stream's predicted figures.
+nlohmann::json memoryBytesJson(const MemoryBreakdown& m);
 
 // A device type counts as a GPU (CUDA context allowance) unless it is the host CPU.
 bool isGpuDevice(const DeviceSpec& device);

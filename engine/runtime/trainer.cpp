@@ -178,13 +178,7 @@ nlohmann::json predictedJson(const RunConfig& config) {
   for (const MemoryBreakdown& m : memory)
     ranks.push_back({{"rank", m.rank},
                      {"stage", m.stage},
-                     {"memory_bytes",
-                      {{"parameters", m.parameters},
-                       {"gradients", m.gradients},
-                       {"optimizer", m.optimizer},
-                       {"activations", m.activations},
-                       {"other", m.other},
-                       {"total", m.total()}}},
+                     {"memory_bytes", memoryBytesJson(m)},
                      {"bubble_fraction", sim.bubbleFraction[m.rank]}});
   return {{"step_time_s", sim.stepTime},
           {"tokens_per_s", sim.tokensPerSecond},
