@@ -5,7 +5,8 @@
 //   dump CONFIG --out DIR [...]     one batch's logits, loss and gradients (for the PyTorch reference tests)
 //   plan CONFIG [--json] [--balance] [--write FILE]   predicted per-device memory, bubbles, step time
 //   autoplan CONFIG [--top N] [--json] [--write FILE]   the best plans for the model on the mesh
-//   launch CONFIG [--hostfile FILE] [--dry-run] [-- ARGS]   the mpirun line for the plan (and run it)
+//   launch CONFIG [--hostfile FILE] [--stall-timeout S] [--dry-run] [-- ARGS]   run the plan under mpirun,
+//                                   supervised (engine/supervisor.h), or print the mpirun line
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config. This file is the only place that
 // turns errors into exit codes.
@@ -27,10 +28,12 @@
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/file_io.h"
+#include "runtime/heartbeat.h"
 #include "runtime/model.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
+#include "supervisor.h"
 
 namespace {
 
@@ -63,9 +66,11 @@ const char* kUsage =
     "  autoplan CONFIG [--top N] [--json] [--write FILE]\n"
     "                                     search dp x tp x pp, microbatches, schedule, ZeRO and recompute;\n"
     "                                     --write saves the best plan as a config\n"
-    "  launch CONFIG [--hostfile FILE] [--dry-run] [-- TRAIN-ARGS...]\n"
-    "                                     run train under mpirun with one rank per planned device;\n"
-    "                                     --dry-run prints the command (and the hostfile it would write)\n"
+    "  launch CONFIG [--hostfile FILE] [--stall-timeout S] [--dry-run] [-- TRAIN-ARGS...]\n"
+    "                                     run train under mpirun with one rank per planned device and end\n"
+    "                                     the run, with the reason, when a rank dies or stops responding\n"
+    "                                     for S seconds (default 10, 0 = never); --dry-run prints the\n"
+    "                                     command (and the hostfile it would write)\n"
     "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n";
 
 int usageError(const std::string& message) {
@@ -173,6 +178,9 @@ int cmdTrain(int argc, char** argv) {
   options.stopRequested = &g_stopRequested;
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
+  // Under `launch`, the heartbeat tells the supervisor that this rank lives and what it does. Declared before
+  // the MPI context so that it outlives MPI_Finalize (a rank hung there is still watched).
+  std::unique_ptr<ms::Heartbeat> heartbeat;
   // Started by mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE; other launchers PMI_SIZE): every rank joins MPI
   // and trains its share; the context finalises MPI when this function returns.
   std::unique_ptr<ms::MpiContext> mpi;
@@ -186,13 +194,17 @@ int cmdTrain(int argc, char** argv) {
     options.world = &mpi->world();
   }
   const int rank = options.world ? options.world->rank() : 0;
+  ms::setActivity("starting");
+  heartbeat = ms::Heartbeat::startFromEnvironment(rank);
   const std::string who = options.world ? "rank " + std::to_string(rank) + ": " : "";
   if (rank != 0) options.progress = false;
   if (ms::Status s = ms::checkRunnable(config, options.world ? options.world->size() : 1); !s) {
     if (rank == 0) std::fprintf(stderr, "%s: %s\n", a.positional[0].c_str(), s.message().c_str());
     return kExitUsage;
   }
+  ms::setActivity("training");
   ms::Status s = ms::train(config, options);
+  ms::setActivity(s ? "finishing" : "finishing after an error");
   if (!s) {
     std::fprintf(stderr, "meshstudio-engine train: %s%s\n", who.c_str(), s.message().c_str());
     return kExitRunFailed;
@@ -335,10 +347,11 @@ std::string shellQuote(const std::string& w) {
   return q + "'";
 }
 
-// launch CONFIG [--hostfile FILE] [--dry-run] [-- TRAIN-ARGS...]: the mpirun line that runs the config's
-// plan, one rank per device: -np dp*tp*pp, a hostfile written from the mesh when it has several nodes (unless
-// given),
-// --oversubscribe when one node runs more ranks than it has cores, --allow-run-as-root for root.
+// launch CONFIG [--hostfile FILE] [--stall-timeout S] [--dry-run] [-- TRAIN-ARGS...]: the mpirun line that
+// runs the config's plan, one rank per device: -np dp*tp*pp, a hostfile written from the mesh when it has
+// several nodes (unless given), --oversubscribe when one node runs more ranks than it has cores,
+// --allow-run-as-root for root. Without --dry-run the supervisor (supervisor.h) runs it and ends the run,
+// with the reason, when a rank dies or stops responding.
 int cmdLaunch(int argc, char** argv) {
   int split = argc;
   for (int i = 2; i < argc; ++i)
@@ -346,9 +359,16 @@ int cmdLaunch(int argc, char** argv) {
       split = i;
       break;
     }
-  Args a = parseArgs(split, argv, 2, {"--hostfile"}, {"--dry-run"});
+  Args a = parseArgs(split, argv, 2, {"--hostfile", "--stall-timeout"}, {"--dry-run"});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1) return usageError("launch needs exactly one CONFIG");
+  double stallTimeout = 10;
+  if (a.has("--stall-timeout")) {
+    char* end = nullptr;
+    stallTimeout = std::strtod(a.get("--stall-timeout").c_str(), &end);
+    if (!end || *end || !(stallTimeout >= 0))
+      return usageError("--stall-timeout needs a number of seconds (0 turns the watch off)");
+  }
   ms::RunConfig config;
   if (!loadConfig(a.positional[0], config)) return kExitUsage;
   const int ranks = config.parallel.dp * config.parallel.tp * config.parallel.pp;
@@ -370,6 +390,18 @@ int cmdLaunch(int argc, char** argv) {
     cmd.push_back("--oversubscribe");
   }
   if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  // The train arguments that say where the run writes: its folder (heartbeats, metrics.jsonl) and --metrics.
+  std::string runDirArg, metricsArg;
+  for (int i = split + 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--run-dir") runDirArg = argv[i + 1];
+    if (std::string(argv[i]) == "--metrics") metricsArg = argv[i + 1];
+  }
+  const std::string runDir = ms::runDirectory(config, runDirArg);
+  if (!a.has("--dry-run")) {
+    // Remote ranks get the heartbeat folder too (it must then be on a shared file system).
+    cmd.push_back("-x");
+    cmd.push_back(ms::kHeartbeatDirEnv);
+  }
   cmd.insert(cmd.end(), {exe, "train", a.positional[0]});
   for (int i = split + 1; i < argc; ++i) cmd.push_back(argv[i]);
   std::string line;
@@ -390,12 +422,18 @@ int cmdLaunch(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "%s\n", line.c_str());
-  std::vector<char*> args;
-  for (std::string& w : cmd) args.push_back(w.data());
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  std::fprintf(stderr, "meshstudio-engine launch: cannot run mpirun: %s\n", std::strerror(errno));
-  return kExitRunFailed;
+  ms::SupervisorOptions supervision;
+  supervision.command = cmd;
+  supervision.ranks = ranks;
+  supervision.heartbeatDir = runDir + "/ranks";
+  supervision.metricsFiles = {runDir + "/metrics.jsonl"};
+  if (!metricsArg.empty() && metricsArg != "-") supervision.metricsFiles.push_back(metricsArg);
+  supervision.stallTimeoutS = stallTimeout;
+  if (ms::Status s = ms::superviseRun(supervision); !s) {
+    std::fprintf(stderr, "meshstudio-engine launch: %s\n", s.message().c_str());
+    return kExitRunFailed;
+  }
+  return kExitOk;
 }
 
 int cmdSchema(int argc, char** argv) {

@@ -2,6 +2,8 @@
 // both optimizers, the metrics stream and the run folder, and a real Fashion-MNIST run.
 #include <QtTest>
 
+#include <map>
+
 #include <fstream>
 #include <sstream>
 
@@ -97,8 +99,14 @@ class TestTraining : public QObject {
       if (j["type"] == "eval") evals.push_back(j["loss"].get<double>());
       if (j["type"] == "spans") {
         ++spans;
-        // Forward and backward of every layer and the optimizer step.
-        QCOMPARE(j["ranks"][0]["spans"].size(), size_t(2 * 4 + 1));
+        // Forward and backward of every layer, the gradient finish and the optimizer step.
+        std::map<std::string, int> count;
+        for (const auto& sp : j["ranks"][0]["spans"]) ++count[sp["action"].get<std::string>()];
+        QCOMPARE(count["F"], 4);
+        QCOMPARE(count["B"], 4);
+        QCOMPARE(count["G"], 1);
+        QCOMPARE(count["O"], 1);
+        QCOMPARE(j["ranks"][0]["spans"].size(), size_t(2 * 4 + 2));
       }
       if (j["type"] == "memory") {
         ++memory;

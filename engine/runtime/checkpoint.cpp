@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/plan.h"
 #include "runtime/file_io.h"
+#include "runtime/pipeline.h"
 #include "runtime/safetensors.h"
 
 namespace ms {
@@ -19,6 +21,46 @@ std::string checkpointDirName(const std::string& runDir, int64_t step) {
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
   return (fs::path(runDir) / "checkpoints" / name).string();
 }
+
+namespace {
+
+Status writeStateFiles(const std::string& staging, const RunConfig& config, const CheckpointInfo& info) {
+  const nlohmann::json state = {
+      {"step", info.step},
+      {"optimizer_steps", info.optimizerSteps},
+      {"seed", info.seed},
+      // Every random draw is a pure function of (seed, step, index), so the generator's position is the step.
+      {"rng", {{"kind", "counter"}, {"seed", info.seed}, {"next_step", info.step}}},
+      {"optimizer", toString(config.optimizer.type)},
+      {"name", config.name}};
+  MS_TRY(writeFileAtomic(staging + "/state.json", state.dump(2) + "\n"));
+  return writeFileAtomic(staging + "/config.json", toJson(config).dump(2) + "\n");
+}
+
+Expected<CheckpointInfo> readState(const std::string& dir, const RunConfig& config) {
+  auto stateText = readFile(dir + "/state.json");
+  if (!stateText) return stateText.status();
+  CheckpointInfo info;
+  try {
+    const auto state = nlohmann::json::parse(*stateText);
+    info.step = state.at("step").get<int64_t>();
+    info.optimizerSteps = state.at("optimizer_steps").get<int64_t>();
+    info.seed = state.at("seed").get<uint64_t>();
+    if (state.at("optimizer").get<std::string>() != toString(config.optimizer.type))
+      return Status::error(dir + "/state.json: the checkpoint's optimizer is " +
+                           state.at("optimizer").dump() + ", the config asks for \"" +
+                           toString(config.optimizer.type) + "\"");
+  } catch (const std::exception& e) {
+    return Status::error(dir + "/state.json: malformed: " + e.what());
+  }
+  if (info.seed != config.seed)
+    return Status::error(dir + ": checkpoint seed " + std::to_string(info.seed) +
+                         " differs from the config's seed " + std::to_string(config.seed) +
+                         " (the data order would differ)");
+  return info;
+}
+
+}  // namespace
 
 Status saveCheckpoint(const std::string& dir, const RunConfig& config, const ParameterStore& params,
                       const Optimizer* optimizer, const CheckpointInfo& info) {
@@ -35,16 +77,7 @@ Status saveCheckpoint(const std::string& dir, const RunConfig& config, const Par
     MS_TRY(writeSafetensors(staging + "/optimizer.safetensors", optimizer->stateTensors(),
                             {{"optimizer", toString(config.optimizer.type)}}));
   }
-  const nlohmann::json state = {
-      {"step", info.step},
-      {"optimizer_steps", info.optimizerSteps},
-      {"seed", info.seed},
-      // Every random draw is a pure function of (seed, step, index), so the generator's position is the step.
-      {"rng", {{"kind", "counter"}, {"seed", info.seed}, {"next_step", info.step}}},
-      {"optimizer", toString(config.optimizer.type)},
-      {"name", config.name}};
-  MS_TRY(writeFileAtomic(staging + "/state.json", state.dump(2) + "\n"));
-  MS_TRY(writeFileAtomic(staging + "/config.json", toJson(config).dump(2) + "\n"));
+  MS_TRY(writeStateFiles(staging, config, info));
   MS_TRY(makeDirs(fs::path(dir).parent_path().string()));
   return replaceDirectory(staging, dir);
 }
@@ -100,29 +133,182 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
 
 Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config,
                                         ParameterStore& params, Optimizer& optimizer) {
-  auto stateText = readFile(dir + "/state.json");
-  if (!stateText) return stateText.status();
-  CheckpointInfo info;
-  try {
-    const auto state = nlohmann::json::parse(*stateText);
-    info.step = state.at("step").get<int64_t>();
-    info.optimizerSteps = state.at("optimizer_steps").get<int64_t>();
-    info.seed = state.at("seed").get<uint64_t>();
-    if (state.at("optimizer").get<std::string>() != toString(config.optimizer.type))
-      return Status::error(dir + "/state.json: the checkpoint's optimizer is " +
-                           state.at("optimizer").dump() + ", the config asks for \"" +
-                           toString(config.optimizer.type) + "\"");
-  } catch (const std::exception& e) {
-    return Status::error(dir + "/state.json: malformed: " + e.what());
-  }
-  if (info.seed != config.seed)
-    return Status::error(dir + ": checkpoint seed " + std::to_string(info.seed) +
-                         " differs from the config's seed " + std::to_string(config.seed) +
-                         " (the data order would differ)");
+  auto state = readState(dir, config);
+  if (!state) return state.status();
+  const CheckpointInfo info = *state;
   MS_TRY(loadWeights(dir, params));
   auto opt = readSafetensors(dir + "/optimizer.safetensors");
   if (!opt) return opt.status();
   MS_TRY(optimizer.loadState(*opt, info.optimizerSteps).withContext(dir + "/optimizer.safetensors"));
+  return info;
+}
+
+namespace {
+
+// A rank's local data as full-unit arrays: values, then each optimizer state, unit after unit (its flat local
+// index space, repeated 1 + states times). Collective over the data-parallel group.
+Status packRank(ParameterStore& params, Optimizer& optimizer, Communicator* dp, std::vector<float>& out) {
+  const size_t total = params.size();
+  const size_t states = optimizer.stateSuffixes().size();
+  out.assign(total * (1 + states), 0.0f);
+  std::vector<float> unit;
+  for (size_t ui = 0; ui < params.units().size(); ++ui) {
+    const int u = static_cast<int>(ui);
+    const Unit& U = params.units()[ui];
+    MS_TRY(params.unitValues(u, unit));
+    std::copy(unit.begin(), unit.end(), out.begin() + U.begin);
+    for (size_t w = 0; w < states; ++w) {
+      float* dst = out.data() + total * (1 + w) + U.begin;
+      const float* owned = optimizer.ownedState(static_cast<int>(w), u);
+      const size_t n = params.ownedSize(u);
+      if (n == U.size) {
+        std::copy(owned, owned + n, dst);
+      } else if (dp && dp->size() > 1) {
+        MS_TRY(dp->allGather(owned, dst, n, CommType::F32));
+      } else {
+        std::copy(owned, owned + n, dst);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroups& groups,
+                             ParameterStore& params, Optimizer& optimizer, const CheckpointInfo& info) {
+  const RunConfig& config = plan.config;
+  Communicator* world = groups.world;
+  const int W = world ? world->size() : 1;
+  const bool lead = groups.rank == 0;
+  std::vector<float> mine;
+  Status s = packRank(params, optimizer, groups.dp.get(), mine);
+  const auto suffixes = optimizer.stateSuffixes();
+  std::map<std::string, std::vector<float>> full;  // rank 0: name -> full tensor
+  std::vector<std::string> order;                  // model order of the names
+  const int tag = 77;
+  if (s && lead) {
+    for (const LayerSpec& l : plan.model.layers)
+      for (const ParamSpec& p : l.params) {
+        order.push_back(p.name);
+        full[p.name].assign(static_cast<size_t>(p.numel()), 0.0f);
+        for (const std::string& suffix : suffixes) full[p.name + suffix].assign(static_cast<size_t>(p.numel()), 0.0f);
+      }
+  }
+  // Every (stage, tp rank) pair's data-parallel rank 0 contributes its pieces to rank 0.
+  for (int stage = 0; stage < plan.layout.pp() && s; ++stage) {
+    for (int t = 0; t < plan.layout.tp() && s; ++t) {
+      const int src = plan.layout.rank({0, t, stage});
+      if (groups.rank != src && !lead) continue;
+      StoreLayout layout;
+      layout.layers = plan.partition.layersOfStage(stage);
+      layout.tp = plan.layout.tp();
+      layout.tpRank = t;
+      layout.dp = plan.layout.dp();
+      layout.zero = config.parallel.zero;
+      layout.holdsEmbedding =
+          std::find(layout.layers.begin(), layout.layers.end(), 0) != layout.layers.end();
+      const StorePlan sp = planStore(plan.model, config.model.type, config.model.tieEmbeddings, layout);
+      std::vector<float> theirs;
+      if (src == 0) {
+        theirs = mine;
+      } else if (lead) {
+        theirs.resize(sp.total * (1 + suffixes.size()));
+        s = world->recv(theirs.data(), theirs.size(), CommType::F32, src, tag);
+      } else {
+        s = world->send(mine.data(), mine.size(), CommType::F32, 0, tag);
+      }
+      if (!s || !lead) continue;
+      for (const Parameter& p : sp.params) {
+        if (p.tiedCopy) continue;
+        insertShard(theirs.data() + p.offset, full[p.spec.name].data(), p.spec.shape, p.shard, layout.tp, t);
+        for (size_t w = 0; w < suffixes.size(); ++w)
+          insertShard(theirs.data() + sp.total * (1 + w) + p.offset, full[p.spec.name + suffixes[w]].data(),
+                      p.spec.shape, p.shard, layout.tp, t);
+      }
+    }
+  }
+  if (s && lead) {
+    const std::string staging = dir + ".partial";
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    s = makeDirs(staging);
+    std::vector<NamedTensor> model, state;
+    for (const std::string& name : order) {
+      const ParamSpec* spec = nullptr;
+      for (const LayerSpec& l : plan.model.layers)
+        for (const ParamSpec& p : l.params)
+          if (p.name == name) spec = &p;
+      model.push_back({name, spec->shape, DType::F32, full[name].data()});
+      for (const std::string& suffix : suffixes)
+        state.push_back({name + suffix, spec->shape, DType::F32, full[name + suffix].data()});
+    }
+    if (s) s = writeSafetensors(staging + "/model.safetensors", model,
+                                {{"format", "pt"}, {"model", toString(config.model.type)}});
+    if (s) s = writeSafetensors(staging + "/optimizer.safetensors", state,
+                                {{"optimizer", toString(config.optimizer.type)}});
+    if (s) s = writeStateFiles(staging, config, info);
+    if (s) s = makeDirs(fs::path(dir).parent_path().string());
+    if (s) s = replaceDirectory(staging, dir);
+  }
+  // Everyone learns the outcome.
+  if (W > 1) {
+    int32_t bad = s ? 0 : 1;
+    Status r = world->allReduce(&bad, &bad, 1, CommType::I32, ReduceOp::Max);
+    if (!r) return r;
+    if (bad && s) return Status::error("saving checkpoint " + dir + " failed on another rank");
+  }
+  return s;
+}
+
+Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan, ParameterStore& params,
+                                               Optimizer& optimizer) {
+  const RunConfig& config = plan.config;
+  auto info = readState(dir, config);
+  if (!info) return info.status();
+  const std::string weightsFile = dir + "/model.safetensors", stateFile = dir + "/optimizer.safetensors";
+  auto weights = readSafetensors(weightsFile);
+  if (!weights) return weights.status();
+  auto opt = readSafetensors(stateFile);
+  if (!opt) return opt.status();
+  std::map<std::string, const LoadedTensor*> byName;
+  for (const auto& [name, t] : weights->tensors) byName[stripPrefix(name)] = &t;
+  const auto suffixes = optimizer.stateSuffixes();
+  const StoreLayout& L = params.layout();
+  std::vector<float> unit;
+  for (size_t ui = 0; ui < params.units().size(); ++ui) {
+    const int u = static_cast<int>(ui);
+    const Unit& U = params.units()[ui];
+    for (int w = -1; w < static_cast<int>(suffixes.size()); ++w) {
+      unit.assign(U.size, 0.0f);
+      for (int pi : U.params) {
+        const Parameter& p = params.params()[pi];
+        const std::string name = w < 0 ? p.spec.name : p.spec.name + suffixes[w];
+        const LoadedTensor* t = nullptr;
+        if (w < 0) {
+          auto it = byName.find(name);
+          t = it == byName.end() ? nullptr : it->second;
+        } else {
+          t = opt->find(name);
+        }
+        const std::string& file = w < 0 ? weightsFile : stateFile;
+        if (!t) return Status::error(file + ": no tensor \"" + name + "\"");
+        if (t->shape != p.spec.shape)
+          return Status::error(file + ": tensor \"" + name + "\" has shape " + shapeString(t->shape) +
+                               ", the model needs " + shapeString(p.spec.shape));
+        if (t->f32.size() != static_cast<size_t>(p.spec.numel()))
+          return Status::error(file + ": tensor \"" + name + "\" is not a float tensor");
+        extractShard(t->f32.data(), unit.data() + (p.offset - U.begin), p.spec.shape, p.shard, L.tp, L.tpRank);
+      }
+      if (w < 0) {
+        params.setUnitValues(u, unit.data());
+      } else {
+        const size_t b = params.ownedBegin(u), n = params.ownedSize(u);
+        std::copy(unit.begin() + b, unit.begin() + b + n, optimizer.ownedState(w, u));
+      }
+    }
+  }
+  optimizer.setStepsTaken(info->optimizerSteps);
   return info;
 }
 

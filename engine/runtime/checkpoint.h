@@ -36,6 +36,18 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params);
 Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config,
                                         ParameterStore& params, Optimizer& optimizer);
 
+// Checkpoints of a run under a plan, in the same single-file layout (full tensors), so a run can resume under a
+// different plan (dp, tp, pp, ZeRO). Every rank calls these. Save: the ranks' shards (ZeRO slices gathered over
+// the data-parallel group, TP pieces and pipeline stages sent to rank 0) are assembled into full tensors and
+// rank 0 writes the directory; the returned status is agreed by every rank. Load: every rank reads the files
+// and takes its own pieces. groups.world may be null (one process).
+struct RankGroups;
+struct Plan;
+Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroups& groups,
+                             ParameterStore& params, Optimizer& optimizer, const CheckpointInfo& info);
+Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan, ParameterStore& params,
+                                               Optimizer& optimizer);
+
 // The newest complete checkpoint "<runDir>/checkpoints/step-NNNNNNNN", or an error saying there is none.
 Expected<std::string> latestCheckpoint(const std::string& runDir);
 std::string checkpointDirName(const std::string& runDir, int64_t step);

@@ -31,6 +31,21 @@ LossStats classify(Buffer& logits, Buffer& losses, std::vector<int32_t>& argmax,
   return s;
 }
 
+// Per-slot activation buffers of the classifier layers.
+struct Acts {
+  explicit Acts(MemoryTracker* t)
+      : a(0, MemoryCategory::Activations, t),
+        b(0, MemoryCategory::Activations, t),
+        c(0, MemoryCategory::Activations, t),
+        d(0, MemoryCategory::Activations, t),
+        logits(0, MemoryCategory::Activations, t),
+        losses(0, MemoryCategory::Activations, t) {}
+  Buffer a, b, c, d, logits, losses;
+  std::vector<int32_t> argmax;
+  LossStats stats;
+  bool logitsValid = false;
+};
+
 class VitEmbedding final : public Layer {
  public:
   VitEmbedding(const LayerSpec& spec, const LayerContext& ctx)
@@ -41,7 +56,7 @@ class VitEmbedding final : public Layer {
         m_NP((m_S / m_P) * (m_S / m_P)),
         m_T(ctx.positions),
         m_cls(ctx.model.pool == Pooling::Cls),
-        m_patches(0, MemoryCategory::Activations, ctx.tracker),
+        m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
     m_w = bindParam(ctx.params, "patch_embed.weight");
     m_b = bindParam(ctx.params, "patch_embed.bias");
@@ -50,27 +65,31 @@ class VitEmbedding final : public Layer {
   }
   int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
 
-  void forward(const float* images, float* y, const Batch& batch, const ForwardMode&) override {
+  void forward(const float* images, float* y, const Batch& batch, const ForwardMode&, int slot) override {
     const int B = batch.B, PP = m_P * m_P;
-    m_patches.reserve(size_t(B) * m_NP * PP);                // (B, NP, P*P)
+    Buffer& patches = m_caches[slot].a;
+    patches.reserve(size_t(B) * m_NP * PP);                  // (B, NP, P*P)
     float* x = m_ws->get(0, size_t(B) * m_NP * m_C, false);  // (B, NP, C)
-    cpu::patchify(m_patches.data(), images, B, m_S, m_P);
-    cpu::linearForward(x, m_patches.data(), m_w.value, m_b.value, B * m_NP, PP, m_C);
-    cpu::tokensForward(y, x, m_cls ? m_clsToken.value : nullptr, m_pos.value, B, m_NP, m_C, m_cls);
+    cpu::patchify(patches.data(), images, B, m_S, m_P);
+    cpu::linearForward(x, patches.data(), m_w.value(), m_b.value(), B * m_NP, PP, m_C);
+    cpu::tokensForward(y, x, m_cls ? m_clsToken.value() : nullptr, m_pos.value(), B, m_NP, m_C, m_cls);
   }
 
-  void backward(const float*, const float* dy, float*, const Batch& batch) override {
+  void backward(const float*, const float* dy, float*, const Batch& batch, int slot, BackwardPart part) override {
+    if (part == BackwardPart::Weight) return;
     const int B = batch.B, PP = m_P * m_P;
     float* dx = m_ws->get(0, size_t(B) * m_NP * m_C, true);  // (B, NP, C)
-    cpu::tokensBackward(dx, m_cls ? m_clsToken.grad : nullptr, m_pos.grad, dy, B, m_NP, m_C, m_cls);
-    cpu::linearBackward(nullptr, m_w.grad, m_b.grad, dx, m_patches.data(), m_w.value, B * m_NP, PP, m_C);
+    cpu::tokensBackward(dx, m_cls ? m_clsToken.grad() : nullptr, m_pos.grad(), dy, B, m_NP, m_C, m_cls);
+    cpu::linearBackward(nullptr, m_w.grad(), m_b.grad(), dx, m_caches[slot].a.data(), m_w.value(), B * m_NP, PP,
+                        m_C);
   }
+  void releaseSlot(int slot) override { m_caches.release(slot); }
 
  private:
   int m_C, m_S, m_P, m_NP, m_T;
   bool m_cls;
   BoundParam m_w, m_b, m_clsToken, m_pos;
-  Buffer m_patches;
+  SlotCaches<Acts> m_caches;
   Workspace* m_ws;
 };
 
@@ -83,12 +102,7 @@ class VitHead final : public Layer {
         m_T(ctx.positions),
         m_eps(static_cast<float>(ctx.model.layerNormEps)),
         m_useFirst(ctx.model.pool == Pooling::Cls),
-        m_lnf(0, MemoryCategory::Activations, ctx.tracker),
-        m_mean(0, MemoryCategory::Activations, ctx.tracker),
-        m_rstd(0, MemoryCategory::Activations, ctx.tracker),
-        m_pooled(0, MemoryCategory::Activations, ctx.tracker),
-        m_logits(0, MemoryCategory::Activations, ctx.tracker),
-        m_losses(0, MemoryCategory::Activations, ctx.tracker),
+        m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
     m_lnfw = bindParam(ctx.params, "ln_f.weight");
     m_lnfb = bindParam(ctx.params, "ln_f.bias");
@@ -97,45 +111,52 @@ class VitHead final : public Layer {
   }
   int64_t outputFloats(int) const override { return 0; }
 
-  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode) override {
+  // Acts: a = LayerNorm output (B, T, C), b = mean (B, T), c = rstd (B, T), d = pooled (B, C).
+  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode, int slot) override {
     const int B = batch.B, N = B * m_T;
-    m_lnf.reserve(size_t(N) * m_C);  // (B, T, C)
-    m_mean.reserve(N);
-    m_rstd.reserve(N);
-    m_pooled.reserve(size_t(B) * m_C);  // (B, C)
-    m_logits.reserve(size_t(B) * m_K);  // (B, K)
-    cpu::layerNormForward(m_lnf.data(), m_mean.data(), m_rstd.data(), x, m_lnfw.value, m_lnfb.value, N, m_C,
-                          m_eps);
-    cpu::poolForward(m_pooled.data(), m_lnf.data(), B, m_T, m_C, m_useFirst);
-    cpu::linearForward(m_logits.data(), m_pooled.data(), m_w.value, m_b.value, B, m_C, m_K);
-    m_stats = classify(m_logits, m_losses, m_argmax, batch, m_K, mode);
-    m_logitsValid = !mode.training;
+    Acts& c = m_caches[slot];
+    c.a.reserve(size_t(N) * m_C);
+    c.b.reserve(N);
+    c.c.reserve(N);
+    c.d.reserve(size_t(B) * m_C);
+    c.logits.reserve(size_t(B) * m_K);  // (B, K)
+    cpu::layerNormForward(c.a.data(), c.b.data(), c.c.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C, m_eps);
+    cpu::poolForward(c.d.data(), c.a.data(), B, m_T, m_C, m_useFirst);
+    cpu::linearForward(c.logits.data(), c.d.data(), m_w.value(), m_b.value(), B, m_C, m_K);
+    c.stats = classify(c.logits, c.losses, c.argmax, batch, m_K, mode);
+    c.logitsValid = !mode.training;
+    m_lastSlot = slot;
   }
 
-  void backward(const float* x, const float*, float* dx, const Batch& batch) override {
+  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot, BackwardPart part) override {
+    if (part == BackwardPart::Weight) return;
     const int B = batch.B, N = B * m_T;
+    Acts& c = m_caches[slot];
     float* dpooled = m_ws->get(0, size_t(B) * m_C, true);  // (B, C)
     float* dlnf = m_ws->get(1, size_t(N) * m_C, true);     // (B, T, C)
-    cpu::linearBackward(dpooled, m_w.grad, m_b.grad, m_logits.data(), m_pooled.data(), m_w.value, B, m_C,
-                        m_K);
+    cpu::linearBackward(dpooled, m_w.grad(), m_b.grad(), c.logits.data(), c.d.data(), m_w.value(), B, m_C, m_K);
     cpu::poolBackward(dlnf, dpooled, B, m_T, m_C, m_useFirst);
-    cpu::layerNormBackward(dx, m_lnfw.grad, m_lnfb.grad, dlnf, x, m_lnfw.value, m_mean.data(), m_rstd.data(),
-                           N, m_C);
+    cpu::layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.b.data(), c.c.data(), N,
+                           m_C);
   }
-
-  LossStats lossStats() const override { return m_stats; }
-  const float* logits() const override { return m_logitsValid ? m_logits.data() : nullptr; }
+  void releaseSlot(int slot) override { m_caches.release(slot); }
+  LossStats lossStats(int slot) const override {
+    const Acts* c = m_caches.find(slot);
+    return c ? c->stats : LossStats{};
+  }
+  const float* logits() const override {
+    const Acts* c = m_caches.find(m_lastSlot);
+    return c && c->logitsValid ? c->logits.data() : nullptr;
+  }
 
  private:
   int m_C, m_K, m_T;
   float m_eps;
   bool m_useFirst;
   BoundParam m_lnfw, m_lnfb, m_w, m_b;
-  Buffer m_lnf, m_mean, m_rstd, m_pooled, m_logits, m_losses;
+  SlotCaches<Acts> m_caches;
   Workspace* m_ws;
-  std::vector<int32_t> m_argmax;
-  LossStats m_stats;
-  bool m_logitsValid = false;
+  int m_lastSlot = 0;
 };
 
 class MlpBlock final : public Layer {
@@ -145,7 +166,7 @@ class MlpBlock final : public Layer {
         m_in(static_cast<int>(spec.params[0].shape[0])),
         m_out(static_cast<int>(spec.params[0].shape[1])),
         m_act(ctx.model.activation),
-        m_h(0, MemoryCategory::Activations, ctx.tracker),
+        m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
     const std::string p = "fc." + std::to_string(index) + ".";
     m_w = bindParam(ctx.params, p + "weight");
@@ -153,51 +174,54 @@ class MlpBlock final : public Layer {
   }
   int64_t outputFloats(int B) const override { return int64_t(B) * m_out; }
 
-  void forward(const float* x, float* y, const Batch& batch, const ForwardMode&) override {
+  void forward(const float* x, float* y, const Batch& batch, const ForwardMode&, int slot) override {
     const size_t n = size_t(batch.B) * m_out;
-    m_h.reserve(n);  // (B, out) pre-activation
-    cpu::linearForward(m_h.data(), x, m_w.value, m_b.value, batch.B, m_in, m_out);
+    Buffer& h = m_caches[slot].a;
+    h.reserve(n);  // (B, out) pre-activation
+    cpu::linearForward(h.data(), x, m_w.value(), m_b.value(), batch.B, m_in, m_out);
     switch (m_act) {
       case Activation::Relu:
-        cpu::reluForward(y, m_h.data(), n);
+        cpu::reluForward(y, h.data(), n);
         break;
       case Activation::Gelu:
-        cpu::geluForward(y, m_h.data(), n);
+        cpu::geluForward(y, h.data(), n);
         break;
       case Activation::Tanh:
-        cpu::tanhForward(y, m_h.data(), n);
+        cpu::tanhForward(y, h.data(), n);
         break;
     }
   }
 
-  void backward(const float* x, const float* dy, float* dx, const Batch& batch) override {
+  void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot, BackwardPart part) override {
+    if (part == BackwardPart::Weight) return;
     const size_t n = size_t(batch.B) * m_out;
+    const Buffer& h = m_caches[slot].a;
     float* dh = m_ws->get(0, n, true);  // (B, out)
     switch (m_act) {
       case Activation::Relu:
-        cpu::reluBackward(dh, dy, m_h.data(), n);
+        cpu::reluBackward(dh, dy, h.data(), n);
         break;
       case Activation::Gelu:
-        cpu::geluBackward(dh, dy, m_h.data(), n);
+        cpu::geluBackward(dh, dy, h.data(), n);
         break;
       case Activation::Tanh: {
-        // tanhBackward wants the output; recompute it into the scratch's tail-free copy.
-        m_y.resize(n);
-        cpu::tanhForward(m_y.data(), m_h.data(), n);
-        cpu::tanhBackward(dh, dy, m_y.data(), n);
+        // tanhBackward wants the output: recompute it into scratch.
+        float* y = m_ws->get(1, n, false);
+        cpu::tanhForward(y, h.data(), n);
+        cpu::tanhBackward(dh, dy, y, n);
         break;
       }
     }
-    cpu::linearBackward(dx, m_w.grad, m_b.grad, dh, x, m_w.value, batch.B, m_in, m_out);
+    cpu::linearBackward(dx, m_w.grad(), m_b.grad(), dh, x, m_w.value(), batch.B, m_in, m_out);
   }
+  void releaseSlot(int slot) override { m_caches.release(slot); }
 
  private:
   int m_in, m_out;
   Activation m_act;
   BoundParam m_w, m_b;
-  Buffer m_h;
+  SlotCaches<Acts> m_caches;
   Workspace* m_ws;
-  std::vector<float> m_y;
 };
 
 class MlpHead final : public Layer {
@@ -206,32 +230,40 @@ class MlpHead final : public Layer {
       : Layer(spec),
         m_in(static_cast<int>(spec.params[0].shape[0])),
         m_K(ctx.model.classes),
-        m_logits(0, MemoryCategory::Activations, ctx.tracker),
-        m_losses(0, MemoryCategory::Activations, ctx.tracker) {
+        m_caches(ctx.tracker) {
     m_w = bindParam(ctx.params, "head.weight");
     m_b = bindParam(ctx.params, "head.bias");
   }
   int64_t outputFloats(int) const override { return 0; }
 
-  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode) override {
-    m_logits.reserve(size_t(batch.B) * m_K);  // (B, K)
-    cpu::linearForward(m_logits.data(), x, m_w.value, m_b.value, batch.B, m_in, m_K);
-    m_stats = classify(m_logits, m_losses, m_argmax, batch, m_K, mode);
-    m_logitsValid = !mode.training;
+  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode, int slot) override {
+    Acts& c = m_caches[slot];
+    c.logits.reserve(size_t(batch.B) * m_K);  // (B, K)
+    cpu::linearForward(c.logits.data(), x, m_w.value(), m_b.value(), batch.B, m_in, m_K);
+    c.stats = classify(c.logits, c.losses, c.argmax, batch, m_K, mode);
+    c.logitsValid = !mode.training;
+    m_lastSlot = slot;
   }
-  void backward(const float* x, const float*, float* dx, const Batch& batch) override {
-    cpu::linearBackward(dx, m_w.grad, m_b.grad, m_logits.data(), x, m_w.value, batch.B, m_in, m_K);
+  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot, BackwardPart part) override {
+    if (part == BackwardPart::Weight) return;
+    cpu::linearBackward(dx, m_w.grad(), m_b.grad(), m_caches[slot].logits.data(), x, m_w.value(), batch.B, m_in,
+                        m_K);
   }
-  LossStats lossStats() const override { return m_stats; }
-  const float* logits() const override { return m_logitsValid ? m_logits.data() : nullptr; }
+  void releaseSlot(int slot) override { m_caches.release(slot); }
+  LossStats lossStats(int slot) const override {
+    const Acts* c = m_caches.find(slot);
+    return c ? c->stats : LossStats{};
+  }
+  const float* logits() const override {
+    const Acts* c = m_caches.find(m_lastSlot);
+    return c && c->logitsValid ? c->logits.data() : nullptr;
+  }
 
  private:
   int m_in, m_K;
   BoundParam m_w, m_b;
-  Buffer m_logits, m_losses;
-  std::vector<int32_t> m_argmax;
-  LossStats m_stats;
-  bool m_logitsValid = false;
+  SlotCaches<Acts> m_caches;
+  int m_lastSlot = 0;
 };
 
 }  // namespace

@@ -4,19 +4,46 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/layers.h"
 
 namespace ms {
 
-// A parameter's value and gradient pointers, resolved once at construction.
+// A parameter of a layer: resolved to its current value and gradient pointers at each use (ZeRO-3 gathers and
+// frees a unit's values; ZeRO-2 creates its gradients per step).
 struct BoundParam {
-  float* value = nullptr;
-  float* grad = nullptr;
+  ParameterStore* store = nullptr;
+  int index = -1;
+  float* value() const { return store->value(index); }
+  float* grad() const { return store->grad(index); }
+  const Parameter& info() const { return store->params()[index]; }
 };
 // The store must hold the parameter (the ModelSpec and the layers are built from the same names; a miss is a
 // programming error and throws std::logic_error naming the parameter).
 BoundParam bindParam(ParameterStore& params, const std::string& name);
+
+// Per-slot storage of a layer: a vector of caches grown on demand.
+template <typename Cache>
+class SlotCaches {
+ public:
+  explicit SlotCaches(MemoryTracker* tracker) : m_tracker(tracker) {}
+  Cache& operator[](int slot) {
+    if (slot >= static_cast<int>(m_caches.size())) m_caches.resize(slot + 1);
+    if (!m_caches[slot]) m_caches[slot] = std::make_unique<Cache>(m_tracker);
+    return *m_caches[slot];
+  }
+  const Cache* find(int slot) const {
+    return slot < static_cast<int>(m_caches.size()) ? m_caches[slot].get() : nullptr;
+  }
+  void release(int slot) {
+    if (slot < static_cast<int>(m_caches.size())) m_caches[slot].reset();
+  }
+
+ private:
+  MemoryTracker* m_tracker;
+  std::vector<std::unique_ptr<Cache>> m_caches;
+};
 
 std::unique_ptr<Layer> makeTransformerBlock(const LayerSpec& spec, const LayerContext& ctx, bool causal);
 std::unique_ptr<Layer> makeGptEmbedding(const LayerSpec& spec, const LayerContext& ctx);

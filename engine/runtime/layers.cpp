@@ -6,9 +6,21 @@
 namespace ms {
 
 BoundParam bindParam(ParameterStore& params, const std::string& name) {
-  BoundParam b{params.value(name), params.grad(name)};
-  if (!b.value) throw std::logic_error("layer parameter not in the store: " + name);
-  return b;
+  const int i = params.indexOf(name);
+  if (i < 0) throw std::logic_error("layer parameter not in the store: " + name);
+  return BoundParam{&params, i};
+}
+
+void TensorParallel::allReduce(float* x, size_t n) const {
+  if (!comm || size == 1) return;
+  Status s = comm->allReduce(x, x, n, CommType::F32, ReduceOp::Sum);
+  if (!s) throw CommFailure("tensor-parallel all-reduce: " + s.message());
+}
+
+void TensorParallel::allReduceMax(float* x, size_t n) const {
+  if (!comm || size == 1) return;
+  Status s = comm->allReduce(x, x, n, CommType::F32, ReduceOp::Max);
+  if (!s) throw CommFailure("tensor-parallel all-reduce (max): " + s.message());
 }
 
 std::unique_ptr<Layer> makeLayer(const LayerSpec& spec, LayerContext ctx) {

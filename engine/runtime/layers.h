@@ -1,17 +1,22 @@
 // The runtime's layers: one object per LayerSpec (embedding, transformer block, head, ...), executing forward
 // and backward of one microbatch through the kernels. A layer reads its parameters and accumulates its
-// gradients in a ParameterStore by name; it keeps what backward needs in its own cache buffers.
+// gradients in a ParameterStore; what backward needs from forward it keeps in a numbered SLOT, so a pipeline
+// stage can hold several microbatches in flight (slot = the microbatch's place in the stage's window).
 //
-// What always holds: backward(x, dy, dx) must follow forward(x, ...) of the same microbatch with the same x;
-// backward ACCUMULATES into dx and into parameter gradients (dx may be nullptr for the first layer). A head's
-// forward computes the loss and, when training, the loss gradient (scaled by lossScale) for its backward.
+// What always holds: backward(x, dy, dx, batch, slot, ...) must follow forward(x, ..., slot) of the same
+// microbatch with the same x; backward ACCUMULATES into dx and into parameter gradients (dx may be nullptr for
+// the first layer). A head's forward computes the loss and, when training, the loss gradient (scaled by
+// lossScale) for its backward. Under tensor parallelism every rank of the TP group calls the same layer methods
+// in the same order (the layers run matched collectives inside); a failed collective throws CommFailure.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "plan/model_spec.h"
+#include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/memory.h"
 #include "runtime/parameters.h"
@@ -35,6 +40,25 @@ struct LossStats {
   }
 };
 
+// A collective inside a layer failed (the executor turns it into a Status naming the action).
+struct CommFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The tensor-parallel group a layer computes in (Megatron-LM, Shoeybi et al. 2019, section 3).
+struct TensorParallel {
+  Communicator* comm = nullptr;  // null when size == 1
+  int size = 1;
+  int rank = 0;
+  // Sums x over the group in place (the g operator of the paper's figure 3 forward, f's backward).
+  void allReduce(float* x, size_t n) const;
+  void allReduceMax(float* x, size_t n) const;
+};
+
+// Which part of a backward to run: both, or (zero-bubble schedules, Qi et al. 2024) only the input gradient
+// first and the weight gradient later.
+enum class BackwardPart { All, Input, Weight };
+
 class Layer {
  public:
   explicit Layer(const LayerSpec& spec) : m_spec(spec) {}
@@ -43,10 +67,15 @@ class Layer {
   // Floats of the output activation for a microbatch of B samples (0 for heads).
   virtual int64_t outputFloats(int B) const = 0;
   // x: the previous layer's output, or for the first layer the batch's images (nullptr for token inputs).
-  virtual void forward(const float* x, float* y, const Batch& batch, const ForwardMode& mode) = 0;
-  virtual void backward(const float* x, const float* dy, float* dx, const Batch& batch) = 0;
-  // Heads: the loss of the last forward.
-  virtual LossStats lossStats() const { return {}; }
+  virtual void forward(const float* x, float* y, const Batch& batch, const ForwardMode& mode, int slot) = 0;
+  // part Input: the input gradient (and any small parameter gradients); Weight: the deferred weight gradients
+  // (only after Input of the same slot). Layers that do not split do everything in Input and nothing in Weight.
+  virtual void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot,
+                        BackwardPart part) = 0;
+  // Frees what the slot keeps (activation recomputation drops it after forward and recomputes it).
+  virtual void releaseSlot(int slot) = 0;
+  // Heads: the loss of the slot's last forward.
+  virtual LossStats lossStats(int /*slot*/) const { return {}; }
   // Heads: the logits of the last forward when it was not training (training overwrites them with their
   // gradient), else nullptr. (B, T, V) for gpt, (B, classes) for classifiers.
   virtual const float* logits() const { return nullptr; }
@@ -62,6 +91,7 @@ struct LayerContext {
   MemoryTracker* tracker;
   Workspace* workspace;  // shared by all layers; a layer uses slots [0, kLayerScratchSlots)
   int positions;         // T of the activations (ModelSpec::samplePositions)
+  TensorParallel tp;     // tensor-parallel group (size 1: none)
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.

@@ -53,6 +53,8 @@ class Buffer {
   void zero();
   // Grows (never shrinks) to at least count floats; contents are undefined after a growth.
   void reserve(size_t count);
+  // Frees the memory (the buffer keeps its category and tracker and can grow again).
+  void clear() { release(); }
 
  private:
   void release();

@@ -1,72 +1,178 @@
-// Model: layers in ModelSpec order over one ParameterStore; see model.h.
+// Model: a rank's layers over its ParameterStore, run per chunk and slot; see model.h.
 #include "runtime/model.h"
 
 #include <numeric>
+#include <utility>
 
 namespace ms {
 
 Model::Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs)
-    : m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
+    : m_config(config),
+      m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
       m_workspace(tracker),
       m_tracker(tracker) {
   std::vector<int> all(m_spec.layers.size());
   std::iota(all.begin(), all.end(), 0);
-  m_params = std::make_unique<ParameterStore>(m_spec, all, tracker);
+  m_shard.chunks = {all};
+  m_shard.chunkIds = {0};
+  m_shard.store.layers = all;
+  m_shard.store.holdsEmbedding = true;
+  m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings, tracker);
+  build(config, mlpInputs);
+}
+
+Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tracker, int mlpInputs)
+    : m_config(config),
+      m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
+      m_shard(shard),
+      m_workspace(tracker),
+      m_tracker(tracker) {
+  m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings,
+                                              shard.store, shard.dp, tracker);
+  build(config, mlpInputs);
+}
+
+void Model::build(const RunConfig& config, int) {
   m_params->initialize(config.seed);
-  LayerContext ctx{config.model, *m_params, tracker, &m_workspace, m_spec.samplePositions};
-  for (const LayerSpec& l : m_spec.layers) m_layers.push_back(makeLayer(l, ctx));
-  for (size_t i = 0; i < m_layers.size(); ++i) {
-    m_acts.emplace_back(0, MemoryCategory::Activations, tracker);
-  }
-}
-
-void Model::ensureActivations(int B) {
-  for (size_t i = 0; i < m_layers.size(); ++i) {
-    const int64_t n = m_layers[i]->outputFloats(B);
-    m_acts[i].reserve(n);
-  }
-}
-
-const float* Model::layerInput(int i, const Batch& batch) const {
-  if (i > 0) return m_acts[i - 1].data();
-  return batch.images.empty() ? nullptr : batch.images.data();
+  LayerContext ctx{config.model, *m_params, m_tracker, &m_workspace, m_spec.samplePositions, m_shard.tp};
+  m_layers.resize(m_spec.layers.size());
+  m_acts.resize(m_spec.layers.size());
+  for (const auto& chunk : m_shard.chunks)
+    for (int l : chunk) m_layers[l] = makeLayer(m_spec.layers[l], ctx);
 }
 
 double Model::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_clockZero).count();
 }
 
+int64_t Model::chunkOutputFloats(int c, int B) const {
+  return m_layers[m_shard.chunks[c].back()]->outputFloats(B);
+}
+
+int64_t Model::chunkInputFloats(int c, int B) const {
+  const int first = m_shard.chunks[c].front();
+  if (first == 0) return 0;
+  // The previous layer's output size: same as this chunk's first layer's output except for the mlp, where
+  // widths change; build a throwaway answer from the spec's output bytes.
+  return int64_t(B) * m_spec.layers[first - 1].outputBytesPerSample / int64_t(sizeof(float));
+}
+
+float* Model::output(int layer, int slot, int B) {
+  auto& v = m_acts[layer];
+  while (static_cast<int>(v.size()) <= slot) v.emplace_back(0, MemoryCategory::Activations, m_tracker);
+  v[slot].reserve(static_cast<size_t>(m_layers[layer]->outputFloats(B)));
+  return v[slot].data();
+}
+
+const float* Model::layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput,
+                               const Batch& batch) {
+  if (layer == 0) return batch.images.empty() ? nullptr : batch.images.data();
+  if (layer == firstOfChunk) return chunkInput;
+  return m_acts[layer - 1][slot].data();
+}
+
+bool Model::recomputes(int layer) const {
+  return m_shard.recompute && m_spec.layers[layer].kind == LayerKind::Block;
+}
+
+void Model::acquire(int layer) {
+  const int u = m_params->unitOfLayer(layer);
+  Status s = m_params->gather(u);
+  const bool usesTied = layer == 0 || layer == numLayers() - 1;
+  if (s && usesTied && m_params->tiedUnit() >= 0) s = m_params->gather(m_params->tiedUnit());
+  if (!s) throw CommFailure("gathering the parameters of " + m_spec.layers[layer].name + ": " + s.message());
+}
+
+void Model::releaseParams(int layer) {
+  m_params->release(m_params->unitOfLayer(layer));
+  if ((layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0)
+    m_params->release(m_params->tiedUnit());
+}
+
+void Model::ensureGrads(int layer) {
+  m_params->ensureGrads(m_params->unitOfLayer(layer));
+  if ((layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0)
+    m_params->ensureGrads(m_params->tiedUnit());
+}
+
+void Model::startSync(int layer) {
+  // The tied embedding unit is synced by the executor at the end of the step (first across its two stages).
+  Status s = m_params->startSync(m_params->unitOfLayer(layer));
+  if (!s) throw CommFailure("starting the gradient sync of " + m_spec.layers[layer].name + ": " + s.message());
+}
+
+const float* Model::forwardChunk(int c, int slot, const float* input, const Batch& batch,
+                                 const ForwardMode& mode, int microbatch) {
+  const auto& layers = m_shard.chunks[c];
+  const int first = layers.front();
+  for (int l : layers) {
+    const double t0 = m_spans ? now() : 0;
+    acquire(l);
+    m_layers[l]->forward(layerInput(l, first, slot, input, batch), output(l, slot, batch.B), batch, mode, slot);
+    releaseParams(l);
+    if (mode.training && recomputes(l)) m_layers[l]->releaseSlot(slot);
+    if (m_spans) m_spans->push_back({'F', l, microbatch, m_shard.chunkIds[c], t0, now()});
+  }
+  const int last = layers.back();
+  return m_layers[last]->outputFloats(batch.B) > 0 ? m_acts[last][slot].data() : nullptr;
+}
+
+void Model::backwardChunk(int c, int slot, const float* input, const float* dOut, float* dIn,
+                          const Batch& batch, BackwardPart part, int microbatch, bool finalUse) {
+  const auto& layers = m_shard.chunks[c];
+  const int first = layers.front(), last = layers.back();
+  const ForwardMode recomputeMode{true, 1.0f};
+  for (int l = last; l >= first; --l) {
+    const double t0 = m_spans ? now() : 0;
+    const float* x = layerInput(l, first, slot, input, batch);
+    acquire(l);
+    ensureGrads(l);
+    if (part == BackwardPart::Weight) {
+      m_layers[l]->backward(x, nullptr, nullptr, batch, slot, part);
+    } else {
+      if (recomputes(l)) m_layers[l]->forward(x, output(l, slot, batch.B), batch, recomputeMode, slot);
+      // The gradient of layer j's output lives in workspace slot kLayerScratchSlots + j % 2 inside a chunk.
+      float* dx = nullptr;
+      if (l == first)
+        dx = dIn;
+      else
+        dx = m_workspace.get(kLayerScratchSlots + (l - 1) % 2,
+                             static_cast<size_t>(m_layers[l - 1]->outputFloats(batch.B)), true);
+      const float* dy = l == last ? dOut
+                                  : m_workspace.get(kLayerScratchSlots + l % 2,
+                                                    static_cast<size_t>(m_layers[l]->outputFloats(batch.B)),
+                                                    false);
+      m_layers[l]->backward(x, dy, dx, batch, slot, part);
+    }
+    releaseParams(l);
+    if (recomputes(l) && part != BackwardPart::Input) m_layers[l]->releaseSlot(slot);
+    if (finalUse && part != BackwardPart::Input) startSync(l);
+    if (m_spans)
+      m_spans->push_back({part == BackwardPart::Weight ? 'W' : 'B', l, microbatch, m_shard.chunkIds[c], t0, now()});
+  }
+}
+
+void Model::releaseSlot(int c, int slot) {
+  for (int l : m_shard.chunks[c]) m_layers[l]->releaseSlot(slot);
+}
+
+LossStats Model::headStats(int slot) const {
+  return holdsHead() ? m_layers.back()->lossStats(slot) : LossStats{};
+}
+
 LossStats Model::forwardBackward(const Batch& batch, float lossScale, int microbatch) {
-  ensureActivations(batch.B);
   const ForwardMode mode{true, lossScale};
-  const int L = numLayers();
-  for (int i = 0; i < L; ++i) {
-    const double t0 = m_spans ? now() : 0;
-    m_layers[i]->forward(layerInput(i, batch), m_acts[i].data(), batch, mode);
-    if (m_spans) m_spans->push_back({'F', i, microbatch, t0, now()});
-  }
-  for (int i = L - 1; i >= 0; --i) {
-    const double t0 = m_spans ? now() : 0;
-    // The gradient of layer j's output lives in workspace slot kLayerScratchSlots + j % 2: layer i reads its
-    // output gradient from one slot and writes its input gradient to the other.
-    float* dx = i > 0 ? m_workspace.get(kLayerScratchSlots + (i - 1) % 2,
-                                        m_layers[i - 1]->outputFloats(batch.B), true)
-                      : nullptr;
-    const float* dy =
-        i == L - 1 ? nullptr
-                   : m_workspace.get(kLayerScratchSlots + i % 2, m_layers[i]->outputFloats(batch.B), false);
-    m_layers[i]->backward(layerInput(i, batch), dy, dx, batch);
-    if (m_spans) m_spans->push_back({'B', i, microbatch, t0, now()});
-  }
-  return head().lossStats();
+  forwardChunk(0, 0, nullptr, batch, mode, microbatch);
+  backwardChunk(0, 0, nullptr, nullptr, nullptr, batch, BackwardPart::All, microbatch, false);
+  return headStats(0);
 }
 
 LossStats Model::forward(const Batch& batch) {
-  ensureActivations(batch.B);
   const ForwardMode mode{false, 1.0f};
-  for (int i = 0; i < numLayers(); ++i)
-    m_layers[i]->forward(layerInput(i, batch), m_acts[i].data(), batch, mode);
-  return head().lossStats();
+  std::vector<Span>* sink = std::exchange(m_spans, nullptr);  // evaluation is not part of a step's spans
+  forwardChunk(0, 0, nullptr, batch, mode, 0);
+  m_spans = sink;
+  return headStats(0);
 }
 
 }  // namespace ms

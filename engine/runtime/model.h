@@ -1,16 +1,21 @@
-// A model instance on one rank: its parameters, its layers in order, and the activations between them.
-// forwardBackward() runs one microbatch through every layer and back, accumulating parameter gradients; the
-// caller zeroes gradients once per optimizer step (so microbatches accumulate).
+// The layers a rank runs, over its ParameterStore: the whole model on one process, or under a plan the chunks
+// of the rank's pipeline stage with its tensor-parallel slice of each layer. Work is done per CHUNK and per
+// SLOT: forwardChunk / backwardChunk run one microbatch through the layers of one chunk, keeping what backward
+// needs in the slot (a pipeline stage has several microbatches in flight). Under activation recomputation the
+// transformer blocks drop their saved activations after forward and recompute them before backward (Chen et
+// al. 2016, "Training Deep Nets with Sublinear Memory Cost"; per layer, as Megatron-LM's full recompute).
 //
-// What always holds: the layers are exactly ModelSpec's, in order; the input of layer i is the output of
-// layer i-1 (layer 0 reads the batch); every layer's forward and backward is recorded as a span when a span
-// sink is set.
+// What always holds: the layers are exactly ModelSpec's, in order, each chunk a contiguous run; the input of a
+// layer is the previous layer's output in the same slot (the chunk's first layer gets it from the caller);
+// parameters of a layer are gathered (ZeRO-3) before and released after each use; every layer's forward and
+// backward is recorded as a span when a span sink is set.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/model_spec.h"
@@ -23,24 +28,64 @@ namespace ms {
 
 // One timed action of a step, on the rank's clock (seconds since the run's epoch).
 struct Span {
-  char action = 'F';  // 'F' forward, 'B' backward, 'O' optimizer step, 'E' evaluation
+  char action = 'F';  // 'F' forward, 'B' backward, 'W' weight gradient, 'O' optimizer step, 'E' evaluation,
+                      // 'r'/'R' waiting for an activation/gradient, 'G' gradient sync wait
   int layer = -1;     // index in the ModelSpec, -1 for whole-model actions
   int microbatch = 0;
+  int chunk = 0;
   double start = 0;
   double end = 0;
+};
+
+// Which part of the model a rank runs and how (see StoreLayout for the parameter side).
+struct ModelShard {
+  std::vector<std::vector<int>> chunks;  // layer indices of each chunk the rank runs (its virtual chunks)
+  std::vector<int> chunkIds;             // global chunk index of each
+  StoreLayout store;
+  TensorParallel tp;
+  Communicator* dp = nullptr;  // data-parallel group (ZeRO)
+  bool recompute = false;
 };
 
 class Model {
  public:
   // The whole model on one rank. mlpInputs: flattened input size for mlp models (784 for Fashion-MNIST).
   Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs = 784);
+  // A rank's share under a plan.
+  Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tracker, int mlpInputs = 784);
 
   const ModelSpec& spec() const { return m_spec; }
   ParameterStore& params() { return *m_params; }
   const ParameterStore& params() const { return *m_params; }
-  int numLayers() const { return static_cast<int>(m_layers.size()); }
+  int numLayers() const { return static_cast<int>(m_spec.layers.size()); }
+  bool holds(int layer) const { return m_layers[layer] != nullptr; }
   Layer& layer(int i) { return *m_layers[i]; }
+  const ModelShard& shard() const { return m_shard; }
+  MemoryTracker* tracker() const { return m_tracker; }
+  int localChunks() const { return static_cast<int>(m_shard.chunks.size()); }
+  // Floats of the activation a chunk hands on (its last layer's output) for a microbatch of B samples.
+  int64_t chunkOutputFloats(int localChunk, int B) const;
+  // Floats of the gradient a chunk hands back (the size of its input).
+  int64_t chunkInputFloats(int localChunk, int B) const;
 
+  // ---- chunk-level work (the pipeline executor) ----
+  // Forward of one chunk for the microbatch kept in `slot`. input: the previous chunk's output (ignored for the
+  // model's first chunk, which reads the batch). Returns the chunk's output (nullptr for the head's chunk), valid
+  // until the slot's backward. lossScale as in forwardBackward. Throws CommFailure.
+  const float* forwardChunk(int localChunk, int slot, const float* input, const Batch& batch,
+                            const ForwardMode& mode, int microbatch);
+  // Backward of one chunk: dOut the gradient of its output (ignored for the head's chunk), dIn (nullable)
+  // ACCUMULATES the gradient of its input. finalUse: this is the chunk's last backward (or weight part) of the
+  // step, so each layer's gradient bucket starts syncing as soon as the layer is done. Throws CommFailure.
+  void backwardChunk(int localChunk, int slot, const float* input, const float* dOut, float* dIn,
+                     const Batch& batch, BackwardPart part, int microbatch, bool finalUse);
+  // Drops what the slot keeps in every layer of the chunk.
+  void releaseSlot(int localChunk, int slot);
+  // The loss statistics of the head's last forward in the slot (zero when the rank has no head).
+  LossStats headStats(int slot) const;
+  bool holdsHead() const { return holds(numLayers() - 1); }
+
+  // ---- whole model on one rank (tests, tools) ----
   // Training: forward and backward of one microbatch; lossScale = 1 / targets in the whole optimizer step.
   LossStats forwardBackward(const Batch& batch, float lossScale, int microbatch = 0);
   // Evaluation: forward only; the head keeps its logits (head().logits()).
@@ -52,16 +97,33 @@ class Model {
     m_spans = sink;
     m_clockZero = clockZero;
   }
+  double now() const;
+  // Records a span (when a sink is set) that started at t0 and ends now.
+  void addSpan(char action, int layer, int microbatch, int chunk, double t0) {
+    if (m_spans) m_spans->push_back({action, layer, microbatch, chunk, t0, now()});
+  }
+  // Stops (and resumes) recording, e.g. during evaluation.
+  std::vector<Span>* pauseSpans() { return std::exchange(m_spans, nullptr); }
+  void resumeSpans(std::vector<Span>* sink) { m_spans = sink; }
 
  private:
-  void ensureActivations(int B);
-  const float* layerInput(int i, const Batch& batch) const;
-  double now() const;
+  void build(const RunConfig& config, int mlpInputs);
+  float* output(int layer, int slot, int B);
+  const float* layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput,
+                          const Batch& batch);
+  // ZeRO-3 gather / release of the units a layer reads (its own and the tied embedding).
+  void acquire(int layer);
+  void releaseParams(int layer);
+  void ensureGrads(int layer);
+  void startSync(int layer);
+  bool recomputes(int layer) const;
 
+  RunConfig m_config;
   ModelSpec m_spec;
+  ModelShard m_shard;
   std::unique_ptr<ParameterStore> m_params;
-  std::vector<std::unique_ptr<Layer>> m_layers;
-  std::vector<Buffer> m_acts;  // output of layer i (activations)
+  std::vector<std::unique_ptr<Layer>> m_layers;  // (layers): null where not held
+  std::vector<std::vector<Buffer>> m_acts;       // (layers, slots): output of each layer
   Workspace m_workspace;  // layer scratch (slots below kLayerScratchSlots) and the two activation-gradient
                           // buffers the backward pass alternates between (the slots above)
   MemoryTracker* m_tracker;

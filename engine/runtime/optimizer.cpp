@@ -35,55 +35,77 @@ float clipFactor(double gradNorm, double maxNorm) {
 
 Optimizer::Optimizer(const OptimizerConfig& config, ParameterStore& params, MemoryTracker* tracker)
     : m_config(config), m_params(params) {
-  m_m = Buffer(params.size(), MemoryCategory::Optimizer, tracker);
-  if (config.type == OptimizerType::AdamW) m_v = Buffer(params.size(), MemoryCategory::Optimizer, tracker);
+  for (size_t u = 0; u < params.units().size(); ++u) {
+    const size_t n = params.ownedSize(static_cast<int>(u));
+    m_m.emplace_back(n, MemoryCategory::Optimizer, tracker);
+    m_v.emplace_back(config.type == OptimizerType::AdamW ? n : 0, MemoryCategory::Optimizer, tracker);
+  }
 }
 
 void Optimizer::step(float lr, float gradScale) {
   ++m_t;
-  for (const Parameter& p : m_params.params()) {
-    float* w = m_params.values() + p.offset;
-    const float* g = m_params.grads() + p.offset;
-    const float wd = p.spec.decay ? static_cast<float>(m_config.weightDecay) : 0.0f;
-    if (m_config.type == OptimizerType::AdamW) {
-      cpu::adamwUpdate(w, g, m_m.data() + p.offset, m_v.data() + p.offset, p.numel, lr,
-                       static_cast<float>(m_config.beta1), static_cast<float>(m_config.beta2),
-                       static_cast<float>(m_config.eps), wd, static_cast<int>(m_t), gradScale);
-    } else {
-      cpu::sgdUpdate(w, g, m_m.data() + p.offset, p.numel, lr, static_cast<float>(m_config.momentum), wd,
-                     m_config.nesterov, m_t == 1, gradScale);
+  const auto& units = m_params.units();
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    const int u = static_cast<int>(ui);
+    const size_t lo = m_params.ownedBegin(u), hi = lo + m_params.ownedSize(u);
+    float* w0 = m_params.ownedValues(u);
+    const float* g0 = m_params.ownedGrads(u);
+    // Each parameter's part inside the owned slice (padding between parameters is skipped).
+    for (int pi : units[ui].params) {
+      const Parameter& p = m_params.params()[pi];
+      const size_t pb = p.offset - units[ui].begin;
+      const size_t a = std::max(lo, pb), b = std::min(hi, pb + p.numel);
+      if (a >= b) continue;
+      const size_t at = a - lo, n = b - a;
+      const float wd = p.spec.decay ? static_cast<float>(m_config.weightDecay) : 0.0f;
+      if (m_config.type == OptimizerType::AdamW) {
+        cpu::adamwUpdate(w0 + at, g0 + at, m_m[ui].data() + at, m_v[ui].data() + at, n, lr,
+                         static_cast<float>(m_config.beta1), static_cast<float>(m_config.beta2),
+                         static_cast<float>(m_config.eps), wd, static_cast<int>(m_t), gradScale);
+      } else {
+        cpu::sgdUpdate(w0 + at, g0 + at, m_m[ui].data() + at, n, lr, static_cast<float>(m_config.momentum), wd,
+                       m_config.nesterov, m_t == 1, gradScale);
+      }
     }
   }
 }
 
+std::vector<std::string> Optimizer::stateSuffixes() const {
+  if (m_config.type == OptimizerType::AdamW) return {".exp_avg", ".exp_avg_sq"};
+  return {".momentum_buffer"};
+}
+
+float* Optimizer::ownedState(int which, int unit) {
+  return which == 0 ? m_m[unit].data() : m_v[unit].data();
+}
+
 std::vector<NamedTensor> Optimizer::stateTensors() const {
+  // Unsharded stores only: the owned slice is the whole unit and local tensors are full tensors.
   std::vector<NamedTensor> out;
+  const auto suffixes = stateSuffixes();
   for (const Parameter& p : m_params.params()) {
-    if (m_config.type == OptimizerType::AdamW) {
-      out.push_back({p.spec.name + ".exp_avg", p.spec.shape, DType::F32, m_m.data() + p.offset});
-      out.push_back({p.spec.name + ".exp_avg_sq", p.spec.shape, DType::F32, m_v.data() + p.offset});
-    } else {
-      out.push_back({p.spec.name + ".momentum_buffer", p.spec.shape, DType::F32, m_m.data() + p.offset});
+    if (p.tiedCopy) continue;
+    const size_t at = p.offset - m_params.units()[p.unit].begin;
+    for (size_t w = 0; w < suffixes.size(); ++w) {
+      const Buffer& b = w == 0 ? m_m[p.unit] : m_v[p.unit];
+      out.push_back({p.spec.name + suffixes[w], p.shape, DType::F32, b.data() + at});
     }
   }
   return out;
 }
 
 Status Optimizer::loadState(const SafetensorsData& data, int64_t stepsTaken) {
-  auto load = [&](const Parameter& p, const std::string& name, Buffer& dst) -> Status {
-    const LoadedTensor* t = data.find(name);
-    if (!t) return Status::error("optimizer state has no tensor \"" + name + "\"");
-    if (t->shape != p.spec.shape || t->f32.size() != p.numel)
-      return Status::error("optimizer state tensor \"" + name + "\" has the wrong shape");
-    std::memcpy(dst.data() + p.offset, t->f32.data(), p.numel * sizeof(float));
-    return Status::ok();
-  };
+  const auto suffixes = stateSuffixes();
   for (const Parameter& p : m_params.params()) {
-    if (m_config.type == OptimizerType::AdamW) {
-      MS_TRY(load(p, p.spec.name + ".exp_avg", m_m));
-      MS_TRY(load(p, p.spec.name + ".exp_avg_sq", m_v));
-    } else {
-      MS_TRY(load(p, p.spec.name + ".momentum_buffer", m_m));
+    const size_t at = p.offset - m_params.units()[p.unit].begin;
+    for (size_t w = 0; w < suffixes.size(); ++w) {
+      const std::string name = p.spec.name + suffixes[w];
+      const LoadedTensor* t = data.find(name);
+      if (!t) return Status::error("optimizer state has no tensor \"" + name + "\"");
+      if (t->shape != p.spec.shape || t->f32.size() != p.numel)
+        return Status::error("optimizer state tensor \"" + name + "\" has the wrong shape");
+      Buffer& b = w == 0 ? m_m[p.unit] : m_v[p.unit];
+      std::memcpy(b.data() + at, t->f32.data(), p.numel * sizeof(float));
     }
   }
   m_t = stepsTaken;

@@ -28,22 +28,29 @@ float clipFactor(double gradNorm, double maxNorm);
 
 class Optimizer {
  public:
+  // State for the slice of every unit this rank owns (the whole unit without ZeRO, its DP slice with ZeRO).
   Optimizer(const OptimizerConfig& config, ParameterStore& params, MemoryTracker* tracker);
 
+  // One update of the owned slices from the owned synced gradients (ParameterStore::ownedGrads).
   void step(float lr, float gradScale);
   int64_t stepsTaken() const { return m_t; }
+  void setStepsTaken(int64_t t) { m_t = t; }
 
-  // State as named tensors: "<param>.exp_avg" and "<param>.exp_avg_sq" (AdamW) or "<param>.momentum_buffer"
-  // (SGD), the names PyTorch's optimizers use for these moments.
+  // The names of the state tensors of a parameter: "<param>.exp_avg" and "<param>.exp_avg_sq" (AdamW) or
+  // "<param>.momentum_buffer" (SGD), the names PyTorch's optimizers use for these moments.
+  std::vector<std::string> stateSuffixes() const;
+  // The owned slice of state tensor `which` (index into stateSuffixes) of a unit.
+  float* ownedState(int which, int unit);
+
+  // Single-rank (unsharded, ZeRO 0) helpers: state as named full tensors and its restore.
   std::vector<NamedTensor> stateTensors() const;
-  // Restores the state written by stateTensors() and the number of steps taken. Errors name the tensor.
   Status loadState(const SafetensorsData& data, int64_t stepsTaken);
 
  private:
   OptimizerConfig m_config;
   ParameterStore& m_params;
-  Buffer m_m;  // AdamW first moment, or SGD momentum buffer
-  Buffer m_v;  // AdamW second moment
+  std::vector<Buffer> m_m;  // per unit: AdamW first moment, or SGD momentum buffer (owned slice)
+  std::vector<Buffer> m_v;  // per unit: AdamW second moment
   int64_t m_t = 0;
 };
 

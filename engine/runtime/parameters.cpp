@@ -1,56 +1,419 @@
 // ParameterStore; see parameters.h.
 #include "runtime/parameters.h"
 
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/cpu_ops.h"
 #include "runtime/random.h"
 
 namespace ms {
 
-ParameterStore::ParameterStore(const ModelSpec& spec, const std::vector<int>& layerIndices,
-                               MemoryTracker* tracker) {
-  for (int li : layerIndices) {
-    for (const ParamSpec& p : spec.layers[li].params) {
-      Parameter param{p, m_total, static_cast<size_t>(p.numel())};
-      m_index[p.name] = m_params.size();
-      m_params.push_back(param);
-      // Keep every parameter 16-float aligned so kernels see aligned rows.
-      m_total += (param.numel + 15) / 16 * 16;
-    }
+namespace {
+
+bool endsWith(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+size_t roundUp(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+// Walks the full tensor's elements of piece tpRank: calls f(localIndex, fullIndex) for each.
+template <typename F>
+void forEachShardElement(const std::vector<int64_t>& shape, const ShardSpec& shard, int tp, int tpRank, F f) {
+  int64_t total = 1;
+  for (int64_t d : shape) total *= d;
+  if (!shard.sharded() || tp == 1) {
+    for (int64_t i = 0; i < total; ++i) f(i, i);
+    return;
   }
-  m_values = Buffer(m_total, MemoryCategory::Parameters, tracker);
-  m_grads = Buffer(m_total, MemoryCategory::Gradients, tracker);
+  // View the tensor as (outer, dimSize, inner); dimSize = parts * tp * piece.
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < shard.dim; ++d) outer *= shape[d];
+  for (size_t d = shard.dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t dimSize = shape[shard.dim];
+  const int64_t part = dimSize / shard.parts, piece = part / tp;
+  const int64_t localDim = piece * shard.parts;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t p = 0; p < shard.parts; ++p)
+      for (int64_t j = 0; j < piece; ++j) {
+        const int64_t fullRow = p * part + tpRank * piece + j;
+        const int64_t localRow = p * piece + j;
+        const int64_t fb = (o * dimSize + fullRow) * inner, lb = (o * localDim + localRow) * inner;
+        for (int64_t i = 0; i < inner; ++i) f(lb + i, fb + i);
+      }
+}
+
+}  // namespace
+
+ShardSpec shardSpecOf(const ParamSpec& p, ModelType type) {
+  if (type == ModelType::Mlp) return {};
+  const std::string& n = p.name;
+  if (n.rfind("h.", 0) == 0) {
+    // Column-parallel (output features split): q|k|v projection (three parts) and the MLP's first linear.
+    if (endsWith(n, ".attn.c_attn.weight")) return {1, 3};
+    if (endsWith(n, ".attn.c_attn.bias")) return {0, 3};
+    if (endsWith(n, ".mlp.c_fc.weight")) return {1, 1};
+    if (endsWith(n, ".mlp.c_fc.bias")) return {0, 1};
+    // Row-parallel (input features split); their biases stay whole.
+    if (endsWith(n, ".attn.c_proj.weight") || endsWith(n, ".mlp.c_proj.weight")) return {0, 1};
+    return {};
+  }
+  // Vocab-parallel embedding and LM head (rows are vocabulary entries).
+  if (type == ModelType::Gpt && (n == "wte.weight" || n == "lm_head.weight")) return {0, 1};
+  return {};
+}
+
+std::vector<int64_t> localShape(const std::vector<int64_t>& full, const ShardSpec& shard, int tp) {
+  std::vector<int64_t> s = full;
+  if (shard.sharded()) s[shard.dim] /= tp;
+  return s;
+}
+
+void extractShard(const float* full, float* local, const std::vector<int64_t>& shape, const ShardSpec& shard,
+                  int tp, int tpRank) {
+  forEachShardElement(shape, shard, tp, tpRank, [&](int64_t l, int64_t f) { local[l] = full[f]; });
+}
+
+void insertShard(const float* local, float* full, const std::vector<int64_t>& shape, const ShardSpec& shard,
+                 int tp, int tpRank) {
+  forEachShardElement(shape, shard, tp, tpRank, [&](int64_t l, int64_t f) { full[f] = local[l]; });
+}
+
+// Per-unit storage that ZeRO moves around.
+struct ParameterStore::UnitStorage {
+  Buffer fullValues;  // ZeRO-3, while gathered
+  Buffer shardValues; // ZeRO-3: the owned slice
+  Buffer fullGrads;   // ZeRO >= 2, from the first backward of the step to the end of its sync
+  Buffer shardGrads;  // ZeRO >= 2: the owned slice of the reduced gradients
+  CommRequestPtr pending;
+  bool started = false;
+};
+
+ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied, MemoryTracker* tracker)
+    : m_tracker(tracker) {
+  for (size_t i = 0; i < spec.layers.size(); ++i) m_layout.layers.push_back(static_cast<int>(i));
+  m_layout.holdsEmbedding = true;
+  build(spec, type, tied);
+}
+
+ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied, const StoreLayout& layout,
+                               Communicator* dpComm, MemoryTracker* tracker)
+    : m_layout(layout), m_dp(dpComm), m_tracker(tracker) {
+  if (layout.zero > 0 && layout.dp > 1 && !dpComm)
+    throw std::logic_error("ParameterStore: ZeRO needs the data-parallel communicator");
+  build(spec, type, tied);
+}
+
+ParameterStore::~ParameterStore() = default;
+
+StorePlan planStore(const ModelSpec& spec, ModelType type, bool tied, const StoreLayout& L) {
+  StorePlan out;
+  auto addParam = [&](const ParamSpec& ps, int unit, bool tiedCopy) {
+    Parameter p;
+    p.spec = ps;
+    p.shard = shardSpecOf(ps, type);
+    p.shape = localShape(ps.shape, p.shard, L.tp);
+    p.numel = 1;
+    for (int64_t d : p.shape) p.numel *= static_cast<size_t>(d);
+    p.unit = unit;
+    p.tiedCopy = tiedCopy;
+    p.countInNorm = !tiedCopy && (p.shard.sharded() || L.tpRank == 0);
+    out.units[unit].params.push_back(static_cast<int>(out.params.size()));
+    out.params.push_back(p);
+  };
+  bool holdsHead = false;
+  for (int li : L.layers) holdsHead |= spec.layers[li].kind == LayerKind::Head;
+  // The tied token embedding is its own unit, held by the embedding's rank and (as a copy) the head's.
+  const ParamSpec* wte = nullptr;
+  if (type == ModelType::Gpt && tied) {
+    for (const ParamSpec& ps : spec.layers.front().params)
+      if (ps.name == "wte.weight") wte = &ps;
+  }
+  if (wte && (L.holdsEmbedding || holdsHead)) {
+    out.tiedUnit = 0;
+    out.units.push_back({"wte", -1, {}, 0, 0});
+    addParam(*wte, 0, !L.holdsEmbedding);
+  }
+  for (int li : L.layers) {
+    const int u = static_cast<int>(out.units.size());
+    out.units.push_back({spec.layers[li].name, li, {}, 0, 0});
+    for (const ParamSpec& ps : spec.layers[li].params)
+      if (!wte || ps.name != wte->name) addParam(ps, u, false);
+  }
+  // Lay the units out: parameters 16-float aligned, each unit padded so its DP slices are 16-float aligned.
+  size_t at = 0;
+  for (Unit& u : out.units) {
+    u.begin = at;
+    size_t inUnit = 0;
+    for (int pi : u.params) {
+      out.params[pi].offset = at + inUnit;
+      inUnit += roundUp(out.params[pi].numel, 16);
+    }
+    u.size = roundUp(std::max<size_t>(inUnit, 1), size_t(16) * L.dp);
+    at += u.size;
+  }
+  out.total = at;
+  return out;
+}
+
+void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
+  const StoreLayout& L = m_layout;
+  StorePlan plan = planStore(spec, type, tied, L);
+  m_params = std::move(plan.params);
+  m_units = std::move(plan.units);
+  m_tiedUnit = plan.tiedUnit;
+  m_unitOfLayer.assign(spec.layers.size(), -1);
+  for (size_t u = 0; u < m_units.size(); ++u)
+    if (m_units[u].layer >= 0) m_unitOfLayer[m_units[u].layer] = static_cast<int>(u);
+  for (size_t i = 0; i < m_params.size(); ++i) m_index[m_params[i].spec.name] = static_cast<int>(i);
+  const size_t at = plan.total;
+  m_total = at;
+  m_storage.clear();
+  for (size_t i = 0; i < m_units.size(); ++i) m_storage.push_back(std::make_unique<UnitStorage>());
+  if (L.zero < 3) {
+    m_values = Buffer(m_total, MemoryCategory::Parameters, m_tracker);
+  } else {
+    for (size_t u = 0; u < m_units.size(); ++u)
+      m_storage[u]->shardValues = Buffer(m_units[u].size / L.dp, MemoryCategory::Parameters, m_tracker);
+  }
+  if (L.zero < 2) {
+    m_grads = Buffer(m_total, MemoryCategory::Gradients, m_tracker);
+  } else {
+    for (size_t u = 0; u < m_units.size(); ++u)
+      m_storage[u]->shardGrads = Buffer(m_units[u].size / L.dp, MemoryCategory::Gradients, m_tracker);
+  }
 }
 
 void ParameterStore::initialize(uint64_t seed) {
-  for (const Parameter& p : m_params) {
-    float* v = m_values.data() + p.offset;
-    const uint64_t key = hashCombine(seed, hashString(p.spec.name), 0);
-    switch (p.spec.init) {
-      case ParamSpec::Init::Zeros:
-        for (size_t i = 0; i < p.numel; ++i) v[i] = 0.0f;
-        break;
-      case ParamSpec::Init::Ones:
-        for (size_t i = 0; i < p.numel; ++i) v[i] = 1.0f;
-        break;
-      case ParamSpec::Init::Normal:
-        for (size_t i = 0; i < p.numel; ++i) v[i] = static_cast<float>(p.spec.std * normalAt(key, i));
-        break;
+  std::vector<float> full, unit;
+  for (size_t u = 0; u < m_units.size(); ++u) {
+    unit.assign(m_units[u].size, 0.0f);
+    for (int pi : m_units[u].params) {
+      const Parameter& p = m_params[pi];
+      const size_t n = static_cast<size_t>(p.spec.numel());
+      full.resize(n);
+      const uint64_t key = hashCombine(seed, hashString(p.spec.name), 0);
+      switch (p.spec.init) {
+        case ParamSpec::Init::Zeros:
+          std::fill(full.begin(), full.end(), 0.0f);
+          break;
+        case ParamSpec::Init::Ones:
+          std::fill(full.begin(), full.end(), 1.0f);
+          break;
+        case ParamSpec::Init::Normal:
+          for (size_t i = 0; i < n; ++i) full[i] = static_cast<float>(p.spec.std * normalAt(key, i));
+          break;
+      }
+      extractShard(full.data(), unit.data() + (p.offset - m_units[u].begin), p.spec.shape, p.shard,
+                   m_layout.tp, m_layout.tpRank);
     }
+    setUnitValues(static_cast<int>(u), unit.data());
   }
 }
 
-const Parameter* ParameterStore::find(const std::string& name) const {
+int ParameterStore::indexOf(const std::string& name) const {
   auto it = m_index.find(name);
-  return it == m_index.end() ? nullptr : &m_params[it->second];
+  return it == m_index.end() ? -1 : it->second;
+}
+
+const Parameter* ParameterStore::find(const std::string& name) const {
+  const int i = indexOf(name);
+  return i < 0 ? nullptr : &m_params[i];
+}
+
+int ParameterStore::unitOfLayer(int layer) const {
+  return layer >= 0 && layer < static_cast<int>(m_unitOfLayer.size()) ? m_unitOfLayer[layer] : -1;
+}
+
+float* ParameterStore::unitValuePtr(int u) {
+  if (m_layout.zero < 3) return m_values.data() + m_units[u].begin;
+  return m_storage[u]->fullValues.data();
+}
+
+float* ParameterStore::unitGradPtr(int u) {
+  if (m_layout.zero < 2) return m_grads.data() + m_units[u].begin;
+  return m_storage[u]->fullGrads.data();
+}
+
+float* ParameterStore::value(int i) {
+  const Parameter& p = m_params[i];
+  float* base = unitValuePtr(p.unit);
+  return base ? base + (p.offset - m_units[p.unit].begin) : nullptr;
+}
+
+float* ParameterStore::grad(int i) {
+  const Parameter& p = m_params[i];
+  float* base = unitGradPtr(p.unit);
+  return base ? base + (p.offset - m_units[p.unit].begin) : nullptr;
 }
 
 float* ParameterStore::value(const std::string& name) {
-  const Parameter* p = find(name);
-  return p ? m_values.data() + p->offset : nullptr;
+  const int i = indexOf(name);
+  return i < 0 ? nullptr : value(i);
 }
 
 float* ParameterStore::grad(const std::string& name) {
-  const Parameter* p = find(name);
-  return p ? m_grads.data() + p->offset : nullptr;
+  const int i = indexOf(name);
+  return i < 0 ? nullptr : grad(i);
+}
+
+float* ParameterStore::values() { return m_layout.zero < 3 ? m_values.data() : nullptr; }
+float* ParameterStore::grads() { return m_layout.zero < 2 ? m_grads.data() : nullptr; }
+const float* ParameterStore::values() const { return m_layout.zero < 3 ? m_values.data() : nullptr; }
+const float* ParameterStore::grads() const { return m_layout.zero < 2 ? m_grads.data() : nullptr; }
+
+void ParameterStore::zeroGrads() {
+  if (m_layout.zero < 2) {
+    m_grads.zero();
+    return;
+  }
+  for (auto& s : m_storage) s->fullGrads = Buffer();
+}
+
+void ParameterStore::ensureGrads(int u) {
+  if (m_layout.zero < 2) return;
+  UnitStorage& s = *m_storage[u];
+  if (!s.fullGrads.data()) s.fullGrads = Buffer(m_units[u].size, MemoryCategory::Gradients, m_tracker);
+}
+
+Status ParameterStore::gather(int u) {
+  if (m_layout.zero < 3) return Status::ok();
+  UnitStorage& s = *m_storage[u];
+  if (s.fullValues.data()) return Status::ok();
+  s.fullValues = Buffer(m_units[u].size, MemoryCategory::Parameters, m_tracker);
+  const size_t shard = m_units[u].size / m_layout.dp;
+  if (m_layout.dp == 1 || !m_dp) {
+    std::memcpy(s.fullValues.data(), s.shardValues.data(), shard * sizeof(float));
+    return Status::ok();
+  }
+  return m_dp->allGather(s.shardValues.data(), s.fullValues.data(), shard, CommType::F32);
+}
+
+void ParameterStore::release(int u) {
+  if (m_layout.zero < 3) return;
+  m_storage[u]->fullValues = Buffer();
+}
+
+bool ParameterStore::gathered(int u) const {
+  return m_layout.zero < 3 || m_storage[u]->fullValues.data() != nullptr;
+}
+
+size_t ParameterStore::ownedBegin(int u) const {
+  return m_layout.zero >= 1 ? m_units[u].size / m_layout.dp * m_layout.dpRank : 0;
+}
+
+size_t ParameterStore::ownedSize(int u) const {
+  return m_layout.zero >= 1 ? m_units[u].size / m_layout.dp : m_units[u].size;
+}
+
+Status ParameterStore::startSync(int u) {
+  UnitStorage& s = *m_storage[u];
+  if (s.started) return Status::ok();
+  s.started = true;
+  ensureGrads(u);
+  const size_t n = m_units[u].size;
+  float* g = unitGradPtr(u);
+  if (m_layout.zero < 2) {
+    if (m_layout.dp == 1 || !m_dp) return Status::ok();
+    auto r = m_dp->iallReduce(g, g, n, CommType::F32, ReduceOp::Sum);
+    if (!r) return r.status();
+    s.pending = std::move(*r);
+    return Status::ok();
+  }
+  if (m_layout.dp == 1 || !m_dp) {
+    std::memcpy(s.shardGrads.data(), g, n * sizeof(float));
+    return Status::ok();
+  }
+  auto r = m_dp->ireduceScatter(g, s.shardGrads.data(), n / m_layout.dp, CommType::F32, ReduceOp::Sum);
+  if (!r) return r.status();
+  s.pending = std::move(*r);
+  return Status::ok();
+}
+
+bool ParameterStore::syncStarted(int u) const { return m_storage[u]->started; }
+
+Status ParameterStore::finishSync() {
+  Status first = Status::ok();
+  for (size_t u = 0; u < m_units.size(); ++u) {
+    UnitStorage& s = *m_storage[u];
+    if (!s.started) {
+      Status st = startSync(static_cast<int>(u));
+      if (!st && first) first = st;
+    }
+    if (s.pending) {
+      Status st = s.pending->wait();
+      if (!st && first) first = st;
+      s.pending.reset();
+    }
+    s.started = false;
+    if (m_layout.zero >= 2) s.fullGrads = Buffer();
+  }
+  return first;
+}
+
+float* ParameterStore::ownedValues(int u) {
+  if (m_layout.zero >= 3) return m_storage[u]->shardValues.data();
+  return m_values.data() + m_units[u].begin + ownedBegin(u);
+}
+
+const float* ParameterStore::ownedGrads(int u) const {
+  if (m_layout.zero >= 2) return m_storage[u]->shardGrads.data();
+  return m_grads.data() + m_units[u].begin + ownedBegin(u);
+}
+
+double ParameterStore::ownedGradSquares() const {
+  if (m_layout.zero == 0 && m_layout.dpRank != 0) return 0.0;
+  double sum = 0;
+  for (size_t u = 0; u < m_units.size(); ++u) {
+    const size_t lo = ownedBegin(static_cast<int>(u)), hi = lo + ownedSize(static_cast<int>(u));
+    const float* g = ownedGrads(static_cast<int>(u));
+    for (int pi : m_units[u].params) {
+      const Parameter& p = m_params[pi];
+      if (!p.countInNorm) continue;
+      const size_t a = std::max(lo, p.offset - m_units[u].begin);
+      const size_t b = std::min(hi, p.offset - m_units[u].begin + p.numel);
+      if (a < b) sum += cpu::sumSquares(g + (a - lo), b - a);
+    }
+  }
+  return sum;
+}
+
+Status ParameterStore::allGatherValues() {
+  if (m_layout.zero == 0 || m_layout.zero >= 3 || m_layout.dp == 1 || !m_dp) return Status::ok();
+  for (size_t u = 0; u < m_units.size(); ++u) {
+    float* full = m_values.data() + m_units[u].begin;
+    const size_t shard = m_units[u].size / m_layout.dp;
+    MS_TRY(m_dp->allGather(full + shard * m_layout.dpRank, full, shard, CommType::F32));
+  }
+  return Status::ok();
+}
+
+Status ParameterStore::unitValues(int u, std::vector<float>& out) {
+  const size_t n = m_units[u].size;
+  out.resize(n);
+  if (m_layout.zero < 3) {
+    std::memcpy(out.data(), m_values.data() + m_units[u].begin, n * sizeof(float));
+    return Status::ok();
+  }
+  const size_t shard = n / m_layout.dp;
+  if (m_layout.dp == 1 || !m_dp) {
+    std::memcpy(out.data(), m_storage[u]->shardValues.data(), shard * sizeof(float));
+    return Status::ok();
+  }
+  return m_dp->allGather(m_storage[u]->shardValues.data(), out.data(), shard, CommType::F32);
+}
+
+void ParameterStore::setUnitValues(int u, const float* full) {
+  const size_t n = m_units[u].size;
+  if (m_layout.zero < 3) {
+    std::memcpy(m_values.data() + m_units[u].begin, full, n * sizeof(float));
+    return;
+  }
+  const size_t shard = n / m_layout.dp;
+  std::memcpy(m_storage[u]->shardValues.data(), full + shard * m_layout.dpRank, shard * sizeof(float));
+  if (m_storage[u]->fullValues.data()) std::memcpy(m_storage[u]->fullValues.data(), full, n * sizeof(float));
 }
 
 }  // namespace ms

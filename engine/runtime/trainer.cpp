@@ -23,6 +23,7 @@
 #include "runtime/file_io.h"
 #include "runtime/metrics.h"
 #include "runtime/optimizer.h"
+#include "runtime/pipeline.h"
 
 namespace ms {
 
@@ -36,20 +37,19 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
                          " ranks but the run was started with " + std::to_string(worldSize) +
                          " process(es); start it as `mpirun -np " + std::to_string(ranks) +
                          " meshstudio-engine train CONFIG`");
-  if (c.parallel.tp > 1 || c.parallel.pp > 1)
+  if (c.parallel.sequenceParallel && c.parallel.tp > 1)
     return Status::error(
-        "/parallel: tp = " + std::to_string(c.parallel.tp) + ", pp = " + std::to_string(c.parallel.pp) +
-        ": tensor and pipeline parallelism are planned but not executed by this engine yet; it "
-        "trains with data parallelism (dp) over MPI");
-  if (c.parallel.zero > 0)
-    return Status::error(
-        "/parallel/zero: ZeRO sharding is planned but not executed by this engine yet; use 0");
+        "/parallel/sequence_parallel: sequence parallelism is planned but not executed by this engine yet; "
+        "set it to false (tensor parallelism itself runs)");
+  if (c.parallel.tp > 1 && c.model.type == ModelType::Mlp)
+    return Status::error("/parallel/tp: the mlp model has no tensor-parallel layers; use tp = 1");
+  if (c.parallel.tp > 1 && c.model.type == ModelType::Gpt && c.model.vocab % c.parallel.tp != 0)
+    return Status::error("/model/vocab: " + std::to_string(c.model.vocab) +
+                         " is not divisible by tp = " + std::to_string(c.parallel.tp) +
+                         " (the vocab-parallel embedding splits the vocabulary evenly)");
   if (c.parallel.precision != Precision::Fp32)
     return Status::error(
         "/parallel/precision: \"bf16\" needs the CUDA backend; the CPU engine trains in fp32");
-  if (c.parallel.recompute != Recompute::None)
-    return Status::error(
-        "/parallel/recompute: activation recomputation is not implemented in this engine yet");
   if (c.device == DeviceChoice::Cuda)
     return Status::error("/device: \"cuda\": this engine has no CUDA backend yet; use \"cpu\" or \"auto\"");
   return Status::ok();
@@ -188,7 +188,7 @@ nlohmann::json predictedJson(const RunConfig& config) {
 
 // The spans and memory counters of every rank, gathered so rank 0 can write them in one line each. A rank's
 // report is packed as doubles: its span count, then (action, layer, microbatch, start, end) per span (padded
-// to the largest count), then its current and peak bytes per memory category and in total.
+// to the largest count; chunk too), then its current and peak bytes per memory category and in total.
 struct RankReports {
   nlohmann::json spans = nlohmann::json::array();
   nlohmann::json memory = nlohmann::json::array();
@@ -200,19 +200,20 @@ Expected<RankReports> gatherReports(const std::vector<Span>& spans, const Memory
   int32_t most = static_cast<int32_t>(spans.size());
   if (W > 1) MS_TRY(world->allReduce(&most, &most, 1, CommType::I32, ReduceOp::Max));
   const size_t memoryValues = 2 * (kMemoryCategories + 1);
-  const size_t per = 1 + 5 * size_t(most) + memoryValues;
+  const size_t per = 1 + 6 * size_t(most) + memoryValues;
   std::vector<double> mine(per, 0.0);
   mine[0] = double(spans.size());
   for (size_t i = 0; i < spans.size(); ++i) {
     const Span& s = spans[i];
-    double* v = &mine[1 + 5 * i];
+    double* v = &mine[1 + 6 * i];
     v[0] = s.action;
     v[1] = s.layer;
     v[2] = s.microbatch;
     v[3] = s.start;
     v[4] = s.end;
+    v[5] = s.chunk;
   }
-  double* mem = &mine[1 + 5 * size_t(most)];
+  double* mem = &mine[1 + 6 * size_t(most)];
   for (int c = 0; c < kMemoryCategories; ++c) {
     mem[c] = double(tracker.current(static_cast<MemoryCategory>(c)));
     mem[kMemoryCategories + 1 + c] = double(tracker.peak(static_cast<MemoryCategory>(c)));
@@ -229,17 +230,17 @@ Expected<RankReports> gatherReports(const std::vector<Span>& spans, const Memory
     const double* v = &all[per * r];
     nlohmann::json list = nlohmann::json::array();
     for (int i = 0; i < static_cast<int>(v[0]); ++i) {
-      const double* s = v + 1 + 5 * i;
+      const double* s = v + 1 + 6 * i;
       const int layer = static_cast<int>(s[1]);
       list.push_back({{"action", std::string(1, static_cast<char>(s[0]))},
                       {"layer", layer >= 0 ? spec.layers[layer].name : std::string()},
                       {"mb", static_cast<int>(s[2])},
-                      {"chunk", 0},
+                      {"chunk", static_cast<int>(s[5])},
                       {"start", s[3]},
                       {"end", s[4]}});
     }
     out.spans.push_back({{"rank", r}, {"spans", list}});
-    const double* m = v + 1 + 5 * size_t(most);
+    const double* m = v + 1 + 6 * size_t(most);
     nlohmann::json current, peak;
     for (int c = 0; c < kMemoryCategories; ++c) {
       current[toString(static_cast<MemoryCategory>(c))] = static_cast<int64_t>(m[c]);
@@ -291,13 +292,19 @@ Status train(const RunConfig& config, const TrainOptions& options) {
 
   auto data = openDataSource(config);
   MS_TRY(agree(data ? Status::ok() : data.status(), world));
+  // The plan says which layers, which shard of them and which action list this rank runs.
+  auto plan = buildPlan(config, /*allowSharing=*/true);
+  MS_TRY(agree(plan ? Status::ok() : plan.status(), world));
+  auto groups = makeRankGroups(*plan, world);
+  if (!groups) return groups.status();
   MemoryTracker tracker;
-  Model model(config, &tracker);
+  Model model(config, modelShardOf(*plan, *groups), &tracker);
   Optimizer optimizer(config.optimizer, model.params(), &tracker);
+  PipelineExecutor executor(*plan, *groups, model);
   int64_t startStep = 0;
   Status loaded = Status::ok();
   if (!resumeDir.empty()) {
-    auto info = loadCheckpoint(resumeDir, config, model.params(), optimizer);
+    auto info = loadCheckpointSharded(resumeDir, *plan, model.params(), optimizer);
     if (info)
       startStep = info->step;
     else
@@ -320,9 +327,6 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   const ModelSpec& spec = model.spec();
   const bool isGpt = config.model.type == ModelType::Gpt;
   const int B = config.training.batchSize;
-  const int M = config.parallel.microbatches;
-  const int perRank = B / config.parallel.dp;  // this data-parallel replica's share of every global batch
-  const int mbs = perRank / M;
   const int64_t targetsPerStep = isGpt ? int64_t(B) * config.training.seqLen : B;
   const float lossScale = 1.0f / static_cast<float>(targetsPerStep);
   const int64_t steps = config.training.steps;
@@ -358,24 +362,28 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   std::string endStatus = "ok", endReason;
   int64_t step = startStep;
   auto saveAt = [&](int64_t done) -> Status {
-    // The replicas hold identical parameters and optimizer state: rank 0 writes them, everyone agrees.
+    // Every rank contributes its shards; rank 0 writes full tensors; everyone agrees on the outcome.
     const std::string dir = checkpointDirName(runDir, done);
-    Status s = lead ? saveCheckpoint(dir, config, model.params(), &optimizer,
-                                     CheckpointInfo{done, optimizer.stepsTaken(), config.seed})
-                    : Status::ok();
-    MS_TRY(agree(s, world));
+    MS_TRY(saveCheckpointSharded(dir, *plan, *groups, model.params(), optimizer,
+                                 CheckpointInfo{done, optimizer.stepsTaken(), config.seed}));
     metrics.write("checkpoint", {{"step", done}, {"path", dir}});
     return Status::ok();
   };
-  auto evalAt = [&](int64_t done) {
+  auto evalAt = [&](int64_t done) -> Status {
     const auto t0 = Clock::now();
-    const EvalResult r = evaluate(model, **data, config, config.training.evalBatches, world);
+    auto e = executor.evaluate(**data, config.training.evalBatches);
+    if (!e) return e.status();
+    EvalResult r;
+    r.samples = e->samples;
+    r.loss = e->stats.count ? e->stats.lossSum / double(e->stats.count) : 0.0;
+    r.hasAccuracy = config.model.type != ModelType::Gpt;
+    r.accuracy = r.hasAccuracy && e->stats.count ? double(e->stats.correct) / double(e->stats.count) : 0.0;
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     nlohmann::json line = {{"step", done}, {"loss", r.loss}, {"samples", r.samples}, {"time_s", secs}};
     if (r.hasAccuracy) line["accuracy"] = r.accuracy;
     metrics.write("eval", line);
     bar.breakLine();
-    if (!lead) return;
+    if (!lead) return Status::ok();
     if (r.hasAccuracy)
       std::fprintf(stderr, "step %lld: eval loss %.4f, accuracy %.2f%% (%lld samples)\n",
                    static_cast<long long>(done), r.loss, 100.0 * r.accuracy,
@@ -383,6 +391,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     else
       std::fprintf(stderr, "step %lld: eval loss %.4f (%lld samples)\n", static_cast<long long>(done), r.loss,
                    static_cast<long long>(r.samples));
+    return Status::ok();
   };
 
   for (; step < steps; ++step) {
@@ -399,28 +408,27 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     tracker.resetPeak();
     model.params().zeroGrads();
     LossStats stats;
-    for (int mb = 0; mb < M; ++mb) {
-      (*data)->trainBatch(step, B, R * perRank + mb * mbs, mbs, batch);
-      stats += model.forwardBackward(batch, lossScale, mb);
+    // The stage's action list: forwards, backwards, transfers, gradient buckets; then the finished gradients.
+    // Each replica's gradient is its share of the sum over the global batch (the loss scale is 1 / targets of
+    // the whole step), so the data-parallel sum is the full gradient.
+    Status ran = executor.runStep(step, **data, lossScale, stats);
+    auto squares = ran ? executor.gradSquares() : Expected<double>(ran);
+    if (!squares) {
+      endStatus = "error";
+      endReason = squares.status().message();
+      break;
     }
-    // Data parallelism: each replica's gradient is its share of the sum over the global batch (the loss scale
-    // is 1 / targets of the whole step), so summing over the replicas gives the full gradient everywhere.
-    if (W > 1) {
-      Status s = world->allReduce(model.params().grads(), model.params().grads(), model.params().size(),
-                                  CommType::F32, ReduceOp::Sum);
-      if (s) s = reduceStats(stats, world);
-      if (!s) {
-        endStatus = "error";
-        endReason = s.message();
-        break;
-      }
-    }
-    const double gradNorm = std::sqrt(cpu::sumSquares(model.params().grads(), model.params().size()));
+    const double gradNorm = std::sqrt(*squares);
     const double lr = learningRate(config, step);
     const double optStart = std::chrono::duration<double>(Clock::now() - clockZero).count();
     optimizer.step(static_cast<float>(lr), clipFactor(gradNorm, config.training.gradClip));
+    if (Status g = model.params().allGatherValues(); !g) {
+      endStatus = "error";
+      endReason = g.message();
+      break;
+    }
     const double optEnd = std::chrono::duration<double>(Clock::now() - clockZero).count();
-    spans.push_back({'O', -1, 0, optStart, optEnd});
+    spans.push_back({'O', -1, 0, -1, optStart, optEnd});
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const double loss = stats.count ? stats.lossSum / double(stats.count) : 0.0;
     if (!std::isfinite(loss) || !std::isfinite(gradNorm)) {
@@ -458,7 +466,13 @@ Status train(const RunConfig& config, const TrainOptions& options) {
                    static_cast<long long>(steps), loss, secs);
     const bool last = done == steps;
     const int evalEvery = config.training.evalEvery;
-    if ((evalEvery > 0 && done % evalEvery == 0) || last) evalAt(done);
+    if ((evalEvery > 0 && done % evalEvery == 0) || last) {
+      if (Status e = evalAt(done); !e) {
+        endStatus = "error";
+        endReason = e.message();
+        break;
+      }
+    }
     const int ckptEvery = config.training.checkpointEvery;
     if ((ckptEvery > 0 && done % ckptEvery == 0) || last) {
       Status s = saveAt(done);

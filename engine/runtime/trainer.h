@@ -37,7 +37,7 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-// Refuses what this engine cannot execute yet (tensor and pipeline parallelism, ZeRO, bf16, recompute, cuda)
+// Refuses what this engine cannot execute yet (sequence parallelism, bf16, cuda)
 // and a process count that does not match the plan (worldSize = the processes started), with the field's
 // path.
 Status checkRunnable(const RunConfig& config, int worldSize = 1);

@@ -1,6 +1,13 @@
 // The pre-LayerNorm transformer block shared by gpt (causal) and vit (bidirectional):
 //   y = r + MLP(LN2(r)),  r = x + Attn(LN1(x))          (Radford et al. 2019, GPT-2, section 2.3)
 // Shapes: x, y (B, T, C); F = mlp_ratio * C; hs = C / H.
+// Tensor parallel over tp ranks (Shoeybi et al. 2019, "Megatron-LM", section 3, figure 3): the q|k|v
+// projection and the MLP's first linear are column-parallel (each rank computes H/tp heads and F/tp hidden
+// units), the attention output projection and the MLP's second linear row-parallel (each rank's partial sums
+// are all-reduced; their biases are added once); LayerNorms run replicated. Local widths: Cl = C/tp, Fl = F/tp.
+// Split backward (zero-bubble schedules): the input part computes every input gradient (and the LayerNorm
+// parameter gradients, which are tiny) and keeps the four linears' output gradients; the weight part turns them
+// into the linears' weight and bias gradients.
 #include <string>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -14,12 +21,14 @@ class TransformerBlock final : public Layer {
   TransformerBlock(const LayerSpec& spec, const LayerContext& ctx, bool causal)
       : Layer(spec),
         m_C(ctx.model.width),
-        m_H(ctx.model.heads),
-        m_F(ctx.model.mlpRatio * ctx.model.width),
+        m_H(ctx.model.heads / ctx.tp.size),
+        m_Cl(ctx.model.width / ctx.tp.size),
+        m_F(ctx.model.mlpRatio * ctx.model.width / ctx.tp.size),
         m_T(ctx.positions),
         m_eps(static_cast<float>(ctx.model.layerNormEps)),
         m_causal(causal),
-        m_cache(ctx.tracker),
+        m_tp(ctx.tp),
+        m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
     const std::string p = "h." + spec.name.substr(spec.name.find('.') + 1) + ".";
     m_ln1w = bindParam(ctx.params, p + "ln_1.weight");
@@ -38,63 +47,94 @@ class TransformerBlock final : public Layer {
 
   int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
 
-  void forward(const float* x, float* y, const Batch& batch, const ForwardMode&) override {
-    const int B = batch.B, T = m_T, C = m_C, F = m_F, H = m_H;
+  void forward(const float* x, float* y, const Batch& batch, const ForwardMode&, int slot) override {
+    const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T;
-    m_cache.ensure(B, T, C, F, H);
-    Cache& c = m_cache;
-    cpu::layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value, m_ln1b.value, N,
-                          C, m_eps);
-    cpu::linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value, m_qkvb.value, N, C, 3 * C);
-    cpu::attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, C, H, m_causal);
-    cpu::linearForward(c.res1.data(), c.atty.data(), m_projw.value, m_projb.value, N, C, C);
+    Cache& c = m_caches[slot];
+    c.ensure(B, T, C, Cl, F, H);
+    // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
+    const bool addsBias = m_tp.rank == 0;
+    cpu::layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(),
+                          m_ln1b.value(), N, C, m_eps);
+    cpu::linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
+    cpu::attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
+    cpu::linearForward(c.res1.data(), c.atty.data(), m_projw.value(), addsBias ? m_projb.value() : nullptr, N,
+                       Cl, C);
+    m_tp.allReduce(c.res1.data(), size_t(N) * C);
     cpu::add(c.res1.data(), c.res1.data(), x, size_t(N) * C);
-    cpu::layerNormForward(c.ln2.data(), c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value,
-                          m_ln2b.value, N, C, m_eps);
-    cpu::linearForward(c.fc.data(), c.ln2.data(), m_fcw.value, m_fcb.value, N, C, F);
+    cpu::layerNormForward(c.ln2.data(), c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
+                          m_ln2b.value(), N, C, m_eps);
+    cpu::linearForward(c.fc.data(), c.ln2.data(), m_fcw.value(), m_fcb.value(), N, C, F);
     cpu::geluForward(c.gelu.data(), c.fc.data(), size_t(N) * F);
-    cpu::linearForward(y, c.gelu.data(), m_fcprojw.value, m_fcprojb.value, N, F, C);
+    cpu::linearForward(y, c.gelu.data(), m_fcprojw.value(), addsBias ? m_fcprojb.value() : nullptr, N, F, C);
+    m_tp.allReduce(y, size_t(N) * C);
     cpu::add(y, y, c.res1.data(), size_t(N) * C);
   }
 
-  void backward(const float* x, const float* dy, float* dx, const Batch& batch) override {
-    const int B = batch.B, T = m_T, C = m_C, F = m_F, H = m_H;
+  void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot,
+                BackwardPart part) override {
+    const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T;
-    const size_t NC = size_t(N) * C, NF = size_t(N) * F;
-    Cache& c = m_cache;
+    const size_t NC = size_t(N) * C, NCl = size_t(N) * Cl, NF = size_t(N) * F;
+    Cache& c = m_caches[slot];
+    if (part == BackwardPart::Weight) {
+      // The four linears' weight gradients from the output gradients the input part kept.
+      cpu::linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.data(),
+                          m_fcprojw.value(), N, F, C);
+      cpu::linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.data(), m_fcw.value(), N, C,
+                          F);
+      cpu::linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.data(),
+                          m_projw.value(), N, Cl, C);
+      cpu::linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.data(), m_qkvw.value(), N,
+                          C, 3 * Cl);
+      for (Buffer* b : {&c.gOut, &c.gFc, &c.gProj, &c.gQkv}) b->clear();
+      return;
+    }
+    const bool deferWeights = part == BackwardPart::Input;
+    auto wgrad = [&](const BoundParam& p) { return deferWeights ? nullptr : p.grad(); };
     // Scratch from the shared workspace (slots 0-5), zeroed where a backward accumulates into it.
     float* dres1 = m_ws->get(0, NC, false);                       // (B, T, C)
-    float* dC = m_ws->get(1, NC, true);                           // (B, T, C)
-    float* dF1 = m_ws->get(2, NF, true);                          // (B, T, F)
-    float* dF2 = m_ws->get(3, NF, true);                          // (B, T, F)
-    float* dqkv = m_ws->get(4, 3 * NC, true);                     // (B, T, 3C)
-    float* scratch = m_ws->get(5, size_t(B) * H * T * T, false);  // (B, H, T, T)
+    float* dC = m_ws->get(1, NC, true);                           // (B, T, C), or (B, T, Cl)
+    float* dF1 = m_ws->get(2, NF, true);                          // (B, T, Fl)
+    float* dF2 = m_ws->get(3, NF, true);                          // (B, T, Fl)
+    float* dqkv = m_ws->get(4, 3 * NCl, true);                    // (B, T, 3Cl)
+    float* scratch = m_ws->get(5, size_t(B) * H * T * T, false);  // (B, Hl, T, T)
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     std::copy(dy, dy + NC, dres1);
-    cpu::linearBackward(dF1, m_fcprojw.grad, m_fcprojb.grad, dy, c.gelu.data(), m_fcprojw.value, N, F, C);
+    cpu::linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F, C);
     cpu::geluBackward(dF2, dF1, c.fc.data(), NF);
-    cpu::linearBackward(dC, m_fcw.grad, m_fcb.grad, dF2, c.ln2.data(), m_fcw.value, N, C, F);
-    cpu::layerNormBackward(dres1, m_ln2w.grad, m_ln2b.grad, dC, c.res1.data(), m_ln2w.value, c.ln2Mean.data(),
-                           c.ln2Rstd.data(), N, C);
+    cpu::linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
+    m_tp.allReduce(dC, NC);
+    cpu::layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.data(), m_ln2w.value(),
+                           c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
+    if (deferWeights) {
+      keep(c.gOut, dy, NC);
+      keep(c.gFc, dF2, NF);
+      keep(c.gProj, dres1, NC);
+    }
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
+    std::fill(dC, dC + NCl, 0.0f);
+    cpu::linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.data(), m_projw.value(), N, Cl, C);
+    cpu::attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), B, T, Cl, H, m_causal);
     std::fill(dC, dC + NC, 0.0f);
-    cpu::linearBackward(dC, m_projw.grad, m_projb.grad, dres1, c.atty.data(), m_projw.value, N, C, C);
-    cpu::attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), B, T, C, H, m_causal);
-    std::fill(dC, dC + NC, 0.0f);
-    cpu::linearBackward(dC, m_qkvw.grad, m_qkvb.grad, dqkv, c.ln1.data(), m_qkvw.value, N, C, 3 * C);
+    cpu::linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.data(), m_qkvw.value(), N, C, 3 * Cl);
+    m_tp.allReduce(dC, NC);
+    if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     if (dx) {
       cpu::accumulate(dx, dres1, NC);
-      cpu::layerNormBackward(dx, m_ln1w.grad, m_ln1b.grad, dC, x, m_ln1w.value, c.ln1Mean.data(),
+      cpu::layerNormBackward(dx, m_ln1w.grad(), m_ln1b.grad(), dC, x, m_ln1w.value(), c.ln1Mean.data(),
                              c.ln1Rstd.data(), N, C);
     } else {
       // First layer of the model: only the parameter gradients of LN1 are wanted.
-      cpu::layerNormBackward(dres1, m_ln1w.grad, m_ln1b.grad, dC, x, m_ln1w.value, c.ln1Mean.data(),
+      cpu::layerNormBackward(dres1, m_ln1w.grad(), m_ln1b.grad(), dC, x, m_ln1w.value(), c.ln1Mean.data(),
                              c.ln1Rstd.data(), N, C);
     }
   }
 
+  void releaseSlot(int slot) override { m_caches.release(slot); }
+
  private:
-  // Saved by forward for backward (activations).
+  // Saved by forward for backward (activations), and by a split backward's input part for its weight part.
   struct Cache {
     explicit Cache(MemoryTracker* t)
         : ln1(0, MemoryCategory::Activations, t),
@@ -108,30 +148,41 @@ class TransformerBlock final : public Layer {
           ln2Mean(0, MemoryCategory::Activations, t),
           ln2Rstd(0, MemoryCategory::Activations, t),
           fc(0, MemoryCategory::Activations, t),
-          gelu(0, MemoryCategory::Activations, t) {}
-    void ensure(int B, int T, int C, int F, int H) {
+          gelu(0, MemoryCategory::Activations, t),
+          gOut(0, MemoryCategory::Activations, t),
+          gFc(0, MemoryCategory::Activations, t),
+          gProj(0, MemoryCategory::Activations, t),
+          gQkv(0, MemoryCategory::Activations, t) {}
+    void ensure(int B, int T, int C, int Cl, int F, int H) {
       const size_t N = size_t(B) * T;
       ln1.reserve(N * C);                  // (B, T, C)
       ln1Mean.reserve(N);                  // (B, T)
       ln1Rstd.reserve(N);                  // (B, T)
-      qkv.reserve(N * 3 * C);              // (B, T, 3C)
-      att.reserve(size_t(B) * H * T * T);  // (B, H, T, T)
-      atty.reserve(N * C);                 // (B, T, C)
+      qkv.reserve(N * 3 * Cl);             // (B, T, 3Cl)
+      att.reserve(size_t(B) * H * T * T);  // (B, Hl, T, T)
+      atty.reserve(N * Cl);                // (B, T, Cl)
       res1.reserve(N * C);                 // (B, T, C)
       ln2.reserve(N * C);                  // (B, T, C)
       ln2Mean.reserve(N);
       ln2Rstd.reserve(N);
-      fc.reserve(N * F);    // (B, T, F)
-      gelu.reserve(N * F);  // (B, T, F)
+      fc.reserve(N * F);    // (B, T, Fl)
+      gelu.reserve(N * F);  // (B, T, Fl)
     }
     Buffer ln1, ln1Mean, ln1Rstd, qkv, att, atty, res1, ln2, ln2Mean, ln2Rstd, fc, gelu;
+    Buffer gOut, gFc, gProj, gQkv;  // split backward: output gradients of fcproj, fc, proj, qkv
   };
-  int m_C, m_H, m_F, m_T;
+  static void keep(Buffer& dst, const float* src, size_t n) {
+    dst.reserve(n);
+    std::copy(src, src + n, dst.data());
+  }
+
+  int m_C, m_H, m_Cl, m_F, m_T;
   float m_eps;
   bool m_causal;
+  TensorParallel m_tp;
   BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw,
       m_fcprojb;
-  Cache m_cache;
+  SlotCaches<Cache> m_caches;
   Workspace* m_ws;
 };
 

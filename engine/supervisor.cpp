@@ -1,0 +1,468 @@
+// The launch supervisor; see supervisor.h. Linux only: it finds the run's processes by session in /proc and
+// adopts orphans as the child subreaper (prctl).
+//
+// What always holds: the only state a signal handler touches is g_forwardSignal (a sig_atomic_t); every
+// wait is bounded (poll with a timeout, SIGKILL killGraceS after SIGTERM, at most kSweepS to see the
+// session empty).
+#include "supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/file_io.h"
+#include "runtime/heartbeat.h"
+#include "runtime/metrics.h"
+
+namespace ms {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kKeptLines = 400;  // of mpirun's stderr, for its failure report
+constexpr double kPollS = 0.2;
+constexpr double kSweepS = 5;  // at most this long to see every process of the session gone
+
+volatile std::sig_atomic_t g_forwardSignal = 0;
+
+void onForwardedSignal(int sig) {
+  g_forwardSignal = sig;
+}
+
+double steadyS() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string signalName(int sig) {
+  const char* d = strsignal(sig);
+  return d ? d : "signal " + std::to_string(sig);
+}
+
+// Every process of session `sid` (/proc/<pid>/stat: "pid (comm) state ppid pgrp session ...").
+std::vector<pid_t> sessionMembers(pid_t sid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0, session = 0;
+    if (!(rest >> state >> ppid >> pgrp >> session)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (session == sid && pid != getpid()) out.push_back(pid);
+  }
+  return out;
+}
+
+void signalSession(pid_t sid, int sig) {
+  for (pid_t pid : sessionMembers(sid)) kill(pid, sig);
+}
+
+// One rank's heartbeat as last read, and when (steady clock) it last changed.
+struct RankWatch {
+  bool seen = false;
+  double alive = -1;
+  double changedAt = 0;
+  long pid = 0;
+  std::string host;
+  std::string activity;
+  bool finished = false;
+};
+
+void readHeartbeat(const std::string& dir, int rank, double now, RankWatch& w) {
+  std::ifstream in(dir + "/rank-" + std::to_string(rank) + ".json");
+  if (!in) return;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return;
+  const double alive = j.value("alive", 0.0);
+  if (!w.seen || alive != w.alive) w.changedAt = now;
+  w.seen = true;
+  w.alive = alive;
+  w.pid = j.value("pid", 0L);
+  w.host = j.value("host", std::string());
+  w.activity = j.value("activity", std::string());
+  w.finished = j.value("finished", false);
+}
+
+std::string whileDoing(const RankWatch& w) {
+  return w.activity.empty() ? "" : " while " + w.activity;
+}
+
+std::string describeExit(int status) {
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + signalName(WTERMSIG(status)) +
+           ")";
+  return "exited with code " + std::to_string(WEXITSTATUS(status));
+}
+
+// The reason for a run whose mpirun ended with `status` (not 0), from Open MPI's report and the heartbeats.
+std::string failureReason(int status, const std::vector<std::string>& lines,
+                          const std::vector<RankWatch>& watches) {
+  const supervisor_detail::RankFailure f = supervisor_detail::parseMpirunFailure(lines);
+  if (f.rank < 0 || f.rank >= static_cast<int>(watches.size()))
+    return "mpirun " + describeExit(status) + "; the run stopped";
+  const RankWatch& w = watches[static_cast<size_t>(f.rank)];
+  const long pid = f.pid > 0 ? f.pid : w.pid;
+  std::string who = "rank " + std::to_string(f.rank);
+  if (pid > 0) who += " (pid " + std::to_string(pid) + ")";
+  std::string what;
+  if (f.signal > 0)
+    what = "died (signal " + std::to_string(f.signal) + ", " +
+           (f.signalName.empty() ? signalName(f.signal) : f.signalName) + ")";
+  else if (f.aborted)
+    what = "called MPI_Abort (error code " + std::to_string(f.exitCode) + ")";
+  else if (f.exitCode >= 0)
+    what = "exited with code " + std::to_string(f.exitCode);
+  else
+    what = "exited without finalizing MPI";
+  return who + " " + what + whileDoing(w) + "; the run stopped";
+}
+
+// Copies what mpirun wrote to stderr to ours and keeps its last lines.
+class StderrTee {
+ public:
+  explicit StderrTee(int fd) : m_fd(fd) {}
+  // Reads what is there; false at end of file.
+  bool pump() {
+    char buf[8192];
+    for (;;) {
+      const ssize_t n = read(m_fd, buf, sizeof buf);
+      if (n == 0) return false;
+      if (n < 0) return errno == EAGAIN || errno == EINTR;
+      for (ssize_t off = 0; off < n;) {
+        const ssize_t w = write(STDERR_FILENO, buf + off, static_cast<size_t>(n - off));
+        if (w <= 0) break;
+        off += w;
+      }
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buf[i] != '\n') {
+          m_partial += buf[i];
+          continue;
+        }
+        m_lines.push_back(std::move(m_partial));
+        m_partial.clear();
+        if (m_lines.size() > kKeptLines) m_lines.pop_front();
+      }
+    }
+  }
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out(m_lines.begin(), m_lines.end());
+    if (!m_partial.empty()) out.push_back(m_partial);
+    return out;
+  }
+
+ private:
+  int m_fd;
+  std::deque<std::string> m_lines;
+  std::string m_partial;
+};
+
+// Installs the forwarding handlers for SIGINT and SIGTERM and puts the old ones back when destroyed.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    g_forwardSignal = 0;
+    struct sigaction sa = {};
+    sa.sa_handler = onForwardedSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &m_oldInt);
+    sigaction(SIGTERM, &sa, &m_oldTerm);
+  }
+  ~SignalForwarding() {
+    sigaction(SIGINT, &m_oldInt, nullptr);
+    sigaction(SIGTERM, &m_oldTerm, nullptr);
+  }
+
+ private:
+  struct sigaction m_oldInt = {};
+  struct sigaction m_oldTerm = {};
+};
+
+// Starts the command in a new session with stderr into a pipe; returns its pid and the pipe's read end.
+Expected<std::pair<pid_t, int>> spawn(const std::vector<std::string>& command) {
+  int err[2], execErr[2];
+  if (pipe2(err, O_CLOEXEC) != 0 || pipe2(execErr, O_CLOEXEC) != 0)
+    return Status::error(std::string("cannot create a pipe: ") + std::strerror(errno));
+  std::vector<std::string> words = command;
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return Status::error(std::string("cannot fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    setsid();
+    dup2(err[1], STDERR_FILENO);
+    const int devNull = open("/dev/null", O_RDONLY);
+    if (devNull >= 0) dup2(devNull, STDIN_FILENO);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execvp(argv[0], argv.data());
+    const int e = errno;
+    (void)!write(execErr[1], &e, sizeof e);
+    _exit(127);
+  }
+  close(err[1]);
+  close(execErr[1]);
+  int e = 0;
+  ssize_t n;
+  do n = read(execErr[0], &e, sizeof e);
+  while (n < 0 && errno == EINTR);
+  close(execErr[0]);
+  if (n == sizeof e) {
+    waitpid(pid, nullptr, 0);
+    close(err[0]);
+    return Status::error("cannot run " + command[0] + ": " + std::strerror(e));
+  }
+  fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
+  return std::make_pair(pid, err[0]);
+}
+
+}  // namespace
+
+namespace supervisor_detail {
+
+RankFailure parseMpirunFailure(const std::vector<std::string>& lines) {
+  // Open MPI wraps its reports over lines; match them on the joined text.
+  std::string text;
+  for (const std::string& l : lines) text += l + " ";
+  RankFailure f;
+  std::smatch m;
+  const std::regex signalled(
+      R"(process rank (\d+) with PID (\d+) on node \S+ exited on signal (\d+)(?: \(([^)]*)\))?)");
+  const std::regex exitCode(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(-?\d+))");
+  const std::regex aborted(R"(MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (-?\d+))");
+  const std::regex improper(R"(process rank (\d+) with PID (\d+) on\s+node \S+ exiting improperly)");
+  if (std::regex_search(text, m, signalled)) {
+    f.rank = std::stoi(m[1]);
+    f.pid = std::stol(m[2]);
+    f.signal = std::stoi(m[3]);
+    f.signalName = m[4];
+  } else if (std::regex_search(text, m, aborted)) {
+    f.rank = std::stoi(m[1]);
+    f.exitCode = std::stoi(m[2]);
+    f.aborted = true;
+  } else if (std::regex_search(text, m, exitCode)) {
+    f.rank = std::stoi(m[1]);
+    f.exitCode = std::stoi(m[2]);
+  } else if (std::regex_search(text, m, improper)) {
+    f.rank = std::stoi(m[1]);
+    f.pid = std::stol(m[2]);
+  }
+  return f;
+}
+
+Status appendRunEnd(const std::string& path, const std::string& status, const std::string& reason) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::ok();
+  // The last line and the last step line, reading backwards from the end in growing chunks.
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  std::string tail;
+  nlohmann::json last, lastStep;
+  double lastT = -1;  // the stream's clock, when its lines carry one
+  bool endsWithNewline = true;
+  for (std::streamoff chunk = 1 << 16;; chunk *= 4) {
+    const std::streamoff from = std::max<std::streamoff>(0, size - chunk);
+    tail.assign(static_cast<size_t>(size - from), '\0');
+    in.seekg(from);
+    in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+    endsWithNewline = tail.empty() || tail.back() == '\n';
+    last = lastStep = nlohmann::json();
+    lastT = -1;
+    std::istringstream lines(tail);
+    std::string line;
+    bool first = from > 0;  // the chunk's first line may be cut
+    while (std::getline(lines, line)) {
+      if (std::exchange(first, false) || line.empty()) continue;
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        last = nlohmann::json();
+        continue;
+      }
+      if (j.value("type", "") == "step") lastStep = j;
+      if (j.contains("t") && j["t"].is_number()) lastT = j["t"].get<double>();
+      last = std::move(j);
+    }
+    if (!lastStep.is_null() || from == 0) break;
+  }
+  in.close();
+  if (last.is_object() && last.value("type", "") == "run_end") {
+    const std::string was = last.value("status", "");
+    // A rank's own "ok" stands; so does any run_end when the run was only interrupted. A rank's "error"
+    // or "interrupted" (it was stopped by mpirun's clean-up) is followed by the supervisor's reason.
+    if (was == "ok" || status == "interrupted") return Status::ok();
+  }
+  const int64_t step = lastStep.is_object() ? lastStep.value("step", int64_t(0)) : 0;
+  // "t" continues the stream's clock when it has one: its last t plus the time since the file last changed.
+  double t = 0;
+  if (lastT >= 0) {
+    std::error_code ec;
+    const auto mtime = fs::last_write_time(path, ec);
+    const double idle =
+        ec ? 0.0 : std::chrono::duration<double>(fs::file_time_type::clock::now() - mtime).count();
+    t = lastT + std::max(0.0, idle);
+  }
+  nlohmann::json fields = {{"t", t}, {"status", status}, {"reason", reason}, {"step", step}};
+  if (!endsWithNewline) {
+    // Rank 0 was killed in the middle of a line: end it, so that ours stands on a line of its own.
+    std::FILE* f = std::fopen(path.c_str(), "a");
+    if (!f || std::fputc('\n', f) == EOF || std::fclose(f) != 0)
+      return Status::error(path + ": cannot append: " + std::strerror(errno));
+  }
+  MetricsWriter writer;
+  MS_TRY(writer.open("", path, /*append=*/true));
+  writer.write("run_end", std::move(fields));
+  return writer.status();
+}
+
+}  // namespace supervisor_detail
+
+Status superviseRun(const SupervisorOptions& options) {
+  const double startUnix = unixTimeS();
+  MS_TRY(makeDirs(options.heartbeatDir));
+  {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(options.heartbeatDir, ec))
+      if (entry.path().filename().string().rfind("rank-", 0) == 0) fs::remove(entry.path(), ec);
+  }
+  setenv(kHeartbeatDirEnv, options.heartbeatDir.c_str(), 1);
+  // Orphaned ranks (mpirun gone before them) become our children, so that we can reap them.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  SignalForwarding forwarding;
+  auto spawned = spawn(options.command);
+  if (!spawned) return spawned.status();
+  const pid_t child = spawned->first;
+  const int errFd = spawned->second;
+  StderrTee tee(errFd);
+  bool pipeOpen = true;
+
+  const double start = steadyS();
+  std::vector<RankWatch> watches(static_cast<size_t>(std::max(options.ranks, 0)));
+  double nextCheck = start + kHeartbeatPeriodS;
+  double killAt = -1;  // SIGKILL to the session then
+  std::string reason;  // the first failure seen
+  std::string endStatus = "error";
+  int userSignal = 0;
+  int childStatus = 0;
+  bool childDone = false;
+
+  while (!childDone) {
+    if (pipeOpen) {
+      pollfd p = {errFd, POLLIN, 0};
+      poll(&p, 1, static_cast<int>(kPollS * 1000));
+      pipeOpen = tee.pump();
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kPollS));
+    }
+    if (const int sig = g_forwardSignal; sig != 0) {
+      g_forwardSignal = 0;
+      userSignal = sig;
+      kill(child, sig);
+    }
+    for (;;) {
+      int st = 0;
+      const pid_t pid = waitpid(-1, &st, WNOHANG);
+      if (pid <= 0) break;
+      if (pid == child) {
+        childDone = true;
+        childStatus = st;
+      }
+    }
+    const double now = steadyS();
+    if (killAt > 0 && now >= killAt) {
+      signalSession(child, SIGKILL);
+      killAt = -1;
+    }
+    if (childDone || !reason.empty() || userSignal || options.stallTimeoutS <= 0 || now < nextCheck) continue;
+    nextCheck = now + kHeartbeatPeriodS;
+    for (size_t r = 0; r < watches.size() && reason.empty(); ++r) {
+      RankWatch& w = watches[r];
+      readHeartbeat(options.heartbeatDir, static_cast<int>(r), now, w);
+      if (w.finished) continue;
+      if (w.seen && now - w.changedAt > options.stallTimeoutS) {
+        reason = "rank " + std::to_string(r) + (w.pid ? " (pid " + std::to_string(w.pid) + ")" : "") +
+                 " stopped responding for " + std::to_string(static_cast<long>(now - w.changedAt)) + " s" +
+                 whileDoing(w) + "; the run was stopped";
+      } else if (!w.seen && now - start > options.startupGraceS) {
+        reason = "rank " + std::to_string(r) + " did not start within " +
+                 std::to_string(static_cast<long>(options.startupGraceS)) + " s (no heartbeat in " +
+                 options.heartbeatDir + "); the run was stopped";
+      }
+    }
+    if (!reason.empty()) {
+      std::fprintf(stderr, "meshstudio-engine launch: %s; stopping every rank\n", reason.c_str());
+      signalSession(child, SIGTERM);
+      signalSession(child, SIGCONT);  // a stopped rank acts on SIGTERM only once continued
+      killAt = now + options.killGraceS;
+    }
+  }
+
+  // mpirun is gone: nothing of its session may outlive it.
+  const double sweepEnd = steadyS() + kSweepS;
+  for (;;) {
+    signalSession(child, SIGKILL);
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (sessionMembers(child).empty() || steadyS() > sweepEnd) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const double drainEnd = steadyS() + 2; pipeOpen && steadyS() < drainEnd;) {
+    pollfd p = {errFd, POLLIN, 0};
+    poll(&p, 1, 100);
+    pipeOpen = tee.pump();
+  }
+  close(errFd);
+
+  const bool succeeded = WIFEXITED(childStatus) && WEXITSTATUS(childStatus) == 0;
+  if (reason.empty() && succeeded) return Status::ok();
+  if (reason.empty() && userSignal) {
+    reason = std::string("stopped by ") + (userSignal == SIGINT ? "SIGINT" : "SIGTERM") + "; mpirun " +
+             describeExit(childStatus);
+    endStatus = "interrupted";
+  }
+  if (reason.empty()) {
+    for (size_t r = 0; r < watches.size(); ++r)
+      readHeartbeat(options.heartbeatDir, static_cast<int>(r), steadyS(), watches[r]);
+    reason = failureReason(childStatus, tee.lines(), watches);
+  }
+  std::string notes;
+  for (const std::string& path : options.metricsFiles) {
+    struct stat st = {};
+    if (stat(path.c_str(), &st) != 0) continue;  // no such file: the run stopped before its stream began
+    // An earlier run's stream, which this run never opened, is left alone (file times are coarse: 1 s slack).
+    if (double(st.st_mtim.tv_sec) + 1e-9 * double(st.st_mtim.tv_nsec) < startUnix - 1) continue;
+    if (Status s = supervisor_detail::appendRunEnd(path, endStatus, reason); !s) notes += "; " + s.message();
+  }
+  return Status::error(reason + notes);
+}
+
+}  // namespace ms

@@ -1,0 +1,62 @@
+// The launch supervisor: runs mpirun for `meshstudio-engine launch` and turns a rank that dies or hangs into
+// a bounded, explained end of the run.
+//
+// It starts mpirun in a session of its own (Open MPI puts every rank in a process group of its own, but
+// they keep the session), with MESHSTUDIO_HEARTBEAT_DIR pointing at the run's heartbeat folder
+// (runtime/heartbeat.h), copies mpirun's stderr to its own while keeping the last lines, forwards SIGINT and
+// SIGTERM to mpirun, and watches:
+//   - mpirun ends with 0: success;
+//   - mpirun ends otherwise: the failed rank from Open MPI's own report ("mpirun noticed that process rank 2
+//     with PID 0 on node vm exited on signal 9 (Killed).", "Process name: [[5,1],1] Exit code: 3", ...),
+//     with its pid and last activity from its heartbeat;
+//   - a rank whose heartbeat has not changed for stallTimeoutS (or that wrote none within startupGraceS):
+//     SIGTERM (and SIGCONT, for a stopped one) to every process of the session, SIGKILL killGraceS later.
+// What always holds: when superviseRun returns, no process of the session is left (the supervisor is the
+// child subreaper, so orphaned ranks are reaped too); on any failure the metrics files whose last line is not
+// a run_end "ok" get one appended ({"status": "error"|"interrupted", "reason", "step"}), nothing in them is
+// rewritten; the returned error is the one-line reason, naming the rank and what it was doing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/status.h"
+
+namespace ms {
+
+struct SupervisorOptions {
+  std::vector<std::string> command;        // mpirun and its arguments
+  int ranks = 1;                           // processes mpirun starts (rank 0 .. ranks-1)
+  std::string heartbeatDir;                // created; rank-*.json from an earlier run are removed
+  std::vector<std::string> metricsFiles;   // streams that get a run_end line when the run fails
+  double stallTimeoutS = 10;               // 0: do not watch heartbeats
+  double startupGraceS = 60;               // a rank with no heartbeat file after this is taken as hung
+  double killGraceS = 3;                   // SIGTERM to SIGKILL
+};
+
+// Runs the command to its end. Ok when mpirun exited with 0; otherwise the reason, e.g. "rank 2 (pid 1234)
+// died (signal 9, Killed) while step 12: all-reduce of gradients; the run stopped".
+Status superviseRun(const SupervisorOptions& options);
+
+// The parts of the supervisor that need no processes, for the tests.
+namespace supervisor_detail {
+
+struct RankFailure {
+  int rank = -1;  // -1: Open MPI's output named no rank
+  long pid = 0;   // 0 when Open MPI did not say (4.1 prints "PID 0")
+  int signal = 0;
+  std::string signalName;
+  int exitCode = -1;
+  bool aborted = false;  // MPI_Abort
+};
+
+// Reads Open MPI's report of the first failed process from the last lines of mpirun's stderr.
+RankFailure parseMpirunFailure(const std::vector<std::string>& lines);
+
+// Appends {"type": "run_end", "status", "reason", "step"} to a metrics file unless its last line is a
+// run_end with status "ok"; step is the last step line's "step". A file that does not exist is left alone.
+Status appendRunEnd(const std::string& path, const std::string& status, const std::string& reason);
+
+}  // namespace supervisor_detail
+
+}  // namespace ms

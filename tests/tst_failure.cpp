@@ -1,0 +1,369 @@
+// Failure handling under `meshstudio-engine launch`: a 4-rank run loses a rank to SIGKILL, or one rank is
+// stopped (SIGSTOP, a hang); either way launch must end within a bounded time, exit non-zero, name the rank
+// and what happened on stderr and in a run_end line of metrics.jsonl, leave the newest checkpoint loadable,
+// and leave no process behind. A normal run through launch must still succeed. The supervisor's reading of
+// Open MPI's reports and its run_end appending are checked on their own too (texts seen from Open MPI 4.1.4).
+#include <QtTest>
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/checkpoint.h"
+#include "supervisor.h"
+
+namespace {
+
+using nlohmann::json;
+namespace detail = ms::supervisor_detail;
+
+const QString kEngine = QStringLiteral(MS_ENGINE_EXE);
+
+QProcessEnvironment mpiEnvironment() {
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
+  env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+  env.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
+  env.remove("MESHSTUDIO_HEARTBEAT_DIR");
+  return env;
+}
+
+// A 4-rank (or `dp`-rank) gpt of width 32 that would run for a long time, checkpointing every 10 steps.
+QString writeConfig(const QString& dir, int dp, int steps) {
+  const QString text = dir + "/t.txt";
+  {
+    std::ofstream out(text.toStdString());
+    for (int i = 0; i < 300; ++i) out << "Line " << i << " of a text for a run that loses a rank.\n";
+  }
+  const json config = {
+      {"version", 1},
+      {"name", "failure"},
+      {"seed", 3},
+      {"mesh", {{"nodes", json::array({{{"name", "n0"}, {"device", "cpu"}, {"count", dp}}})}}},
+      {"model", {{"type", "gpt"}, {"layers", 1}, {"width", 32}, {"heads", 2}, {"context", 16}}},
+      {"data", {{"kind", "text"}, {"files", json::array({text.toStdString()})}}},
+      {"parallel", {{"dp", dp}}},
+      {"training",
+       {{"steps", steps},
+        {"batch_size", 8},
+        {"seq_len", 16},
+        {"eval_batches", 1},
+        {"checkpoint_every", 10},
+        {"threads", 1}}}};
+  const QString path = dir + "/failure.json";
+  std::ofstream(path.toStdString()) << config.dump(2);
+  return path;
+}
+
+json readJson(const QString& path) {
+  std::ifstream in(path.toStdString());
+  if (!in) return json::object();
+  const json j = json::parse(in, nullptr, false);
+  return j.is_object() ? j : json::object();
+}
+
+std::vector<json> readLines(const QString& path) {
+  std::vector<json> out;
+  std::ifstream in(path.toStdString());
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(json::parse(line, nullptr, false));
+  return out;
+}
+
+// Children of `parent` (mpirun under launch), from /proc.
+std::vector<pid_t> childrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const QString& name : QDir("/proc").entryList(QDir::Dirs)) {
+    bool isPid = false;
+    const pid_t pid = static_cast<pid_t>(name.toLong(&isPid));
+    if (!isPid) continue;
+    QFile f("/proc/" + name + "/stat");
+    if (!f.open(QIODevice::ReadOnly)) continue;
+    const QString stat = QString::fromUtf8(f.readAll());
+    const QStringList fields = stat.mid(stat.lastIndexOf(')') + 2).split(' ');
+    if (fields.size() > 1 && fields[1].toLong() == parent) out.push_back(pid);
+  }
+  return out;
+}
+
+bool gone(pid_t pid) {
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+// A launch of a long run, killed with everything it started if the test ends early.
+class LaunchedRun {
+ public:
+  LaunchedRun(const QString& dir, int dp, const QStringList& launchOptions) : m_dir(dir), m_dp(dp) {
+    m_config = writeConfig(dir, dp, 1000000);
+    m_process.setProcessEnvironment(mpiEnvironment());
+    m_process.start(kEngine, QStringList{"launch", m_config} + launchOptions +
+                                 QStringList{"--", "--quiet", "--run-dir", runDir()});
+    if (m_process.waitForStarted(10000)) m_launchPid = static_cast<pid_t>(m_process.processId());
+  }
+  ~LaunchedRun() {
+    for (pid_t pid : m_pids) {
+      kill(pid, SIGCONT);
+      kill(pid, SIGKILL);
+    }
+    if (m_process.state() != QProcess::NotRunning) {
+      m_process.kill();
+      m_process.waitForFinished(5000);
+    }
+  }
+  QString runDir() const { return m_dir + "/r"; }
+  QString config() const { return m_config; }
+  QProcess& process() { return m_process; }
+
+  // Waits until every rank has a heartbeat and a checkpoint exists; records the pids (ranks and mpirun).
+  bool waitUntilTraining(int timeoutMs) {
+    QElapsedTimer t;
+    t.start();
+    while (t.elapsed() < timeoutMs) {
+      if (m_process.waitForFinished(200)) return false;
+      bool all = true;
+      for (int r = 0; r < m_dp; ++r) all = all && rankPid(r) > 0;
+      if (all && ms::latestCheckpoint(runDir().toStdString()).isOk()) {
+        for (int r = 0; r < m_dp; ++r) m_pids.push_back(rankPid(r));
+        for (pid_t pid : childrenOf(m_launchPid)) m_pids.push_back(pid);
+        return true;
+      }
+    }
+    return false;
+  }
+  pid_t rankPid(int rank) const {
+    return readJson(runDir() + "/ranks/rank-" + QString::number(rank) + ".json").value("pid", 0);
+  }
+  // The ranks and mpirun, as recorded by waitUntilTraining, and launch itself.
+  std::vector<pid_t> pids() const {
+    std::vector<pid_t> all = m_pids;
+    all.push_back(m_launchPid);
+    return all;
+  }
+
+ private:
+  QString m_dir;
+  int m_dp;
+  QString m_config;
+  QProcess m_process;
+  std::vector<pid_t> m_pids;
+  pid_t m_launchPid = 0;
+};
+
+// Waits (a few seconds at most) until none of `pids` exists; returns those that remain.
+QString remaining(const std::vector<pid_t>& pids) {
+  QElapsedTimer t;
+  t.start();
+  QString left;
+  do {
+    left.clear();
+    for (pid_t pid : pids)
+      if (!gone(pid)) left += QString::number(pid) + " ";
+    if (left.isEmpty()) break;
+    QThread::msleep(100);
+  } while (t.elapsed() < 5000);
+  return left;
+}
+
+}  // namespace
+
+class TestFailure : public QObject {
+  Q_OBJECT
+ private slots:
+  // Open MPI 4.1's reports, as mpirun printed them on this machine (lines wrapped as it wraps them).
+  void parseMpirunFailure_data() {
+    QTest::addColumn<QStringList>("lines");
+    QTest::addColumn<int>("rank");
+    QTest::addColumn<int>("signal");
+    QTest::addColumn<int>("exitCode");
+    QTest::addColumn<bool>("aborted");
+    const QString rule(74, '-');
+    QTest::newRow("signal") << QStringList{rule,
+                                           "Primary job  terminated normally, but 1 process returned",
+                                           "a non-zero exit code. Per user-direction, the job has been aborted.",
+                                           rule, rule,
+                                           "mpirun noticed that process rank 2 with PID 0 on node vm exited on "
+                                           "signal 9 (Killed).",
+                                           rule}
+                            << 2 << 9 << -1 << false;
+    QTest::newRow("exit code") << QStringList{rule,
+                                              "mpirun detected that one or more processes exited with non-zero "
+                                              "status, thus causing",
+                                              "the job to be terminated. The first process to do so was:", "",
+                                              "  Process name: [[12362,1],1]", "  Exit code:    5", rule}
+                               << 1 << 0 << 5 << false;
+    QTest::newRow("MPI_Abort") << QStringList{rule, "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",
+                                              "with errorcode 7.", "",
+                                              "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes."}
+                               << 3 << 0 << 7 << true;
+    QTest::newRow("no finalize") << QStringList{rule, "mpirun has exited due to process rank 1 with PID 0 on",
+                                                "node vm exiting improperly. There are three reasons this could "
+                                                "occur:"}
+                                 << 1 << 0 << -1 << false;
+    QTest::newRow("nothing") << QStringList{"step 10/100: loss 2.5"} << -1 << 0 << -1 << false;
+  }
+  void parseMpirunFailure() {
+    QFETCH(QStringList, lines);
+    QFETCH(int, rank);
+    QFETCH(int, signal);
+    QFETCH(int, exitCode);
+    QFETCH(bool, aborted);
+    std::vector<std::string> v;
+    for (const QString& l : lines) v.push_back(l.toStdString());
+    const detail::RankFailure f = detail::parseMpirunFailure(v);
+    QCOMPARE(f.rank, rank);
+    QCOMPARE(f.signal, signal);
+    QCOMPARE(f.exitCode, exitCode);
+    QCOMPARE(f.aborted, aborted);
+    if (signal == 9) QCOMPARE(QString::fromStdString(f.signalName), QString("Killed"));
+  }
+
+  // run_end is appended (never rewriting) unless the stream already ends with a run_end "ok"; a cut last
+  // line is ended first; a missing file stays missing.
+  void appendRunEnd_data() {
+    QTest::addColumn<QString>("before");
+    QTest::addColumn<QString>("status");
+    QTest::addColumn<bool>("appended");
+    QTest::addColumn<int>("step");
+    const QString start = "{\"v\":1,\"type\":\"run_start\",\"t\":0.5}\n";
+    const QString steps = "{\"v\":1,\"type\":\"step\",\"t\":1,\"step\":7}\n{\"v\":1,\"type\":\"spans\",\"t\":1,"
+                          "\"step\":7}\n";
+    QTest::newRow("after steps") << start + steps << "error" << true << 7;
+    QTest::newRow("no step yet") << start << "error" << true << 0;
+    QTest::newRow("cut line") << start + steps + "{\"v\":1,\"type\":\"me" << "error" << true << 7;
+    QTest::newRow("ok stands") << start + steps + "{\"v\":1,\"type\":\"run_end\",\"status\":\"ok\"}\n"
+                               << "error" << false << 0;
+    QTest::newRow("rank's error superseded")
+        << start + steps + "{\"v\":1,\"type\":\"run_end\",\"status\":\"error\",\"reason\":\"all-reduce\"}\n"
+        << "error" << true << 7;
+    QTest::newRow("interrupted stands")
+        << start + steps + "{\"v\":1,\"type\":\"run_end\",\"status\":\"interrupted\"}\n"
+        << "interrupted" << false << 0;
+  }
+  void appendRunEnd() {
+    QFETCH(QString, before);
+    QFETCH(QString, status);
+    QFETCH(bool, appended);
+    QFETCH(int, step);
+    QTemporaryDir tmp;
+    const std::string path = (tmp.path() + "/metrics.jsonl").toStdString();
+    std::ofstream(path) << before.toStdString();
+    QVERIFY(detail::appendRunEnd(path, status.toStdString(), "rank 2 (pid 9) died").isOk());
+    std::ifstream in(path);
+    const std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    QVERIFY2(after.rfind(before.toStdString(), 0) == 0, after.c_str());  // what was there is kept
+    if (!appended) {
+      QCOMPARE(after, before.toStdString());
+      return;
+    }
+    const std::string rest = after.substr(static_cast<size_t>(before.size()));
+    const std::string added = rest.substr(rest.front() == '\n' ? 1 : 0);
+    QVERIFY(!added.empty() && added.back() == '\n' && added.find('\n') == added.size() - 1);
+    const json j = json::parse(added);
+    QCOMPARE(j["v"].get<int>(), 1);
+    QCOMPARE(j["type"].get<std::string>(), std::string("run_end"));
+    QCOMPARE(j["status"].get<std::string>(), status.toStdString());
+    QCOMPARE(j["reason"].get<std::string>(), std::string("rank 2 (pid 9) died"));
+    QCOMPARE(j["step"].get<int>(), step);
+    QVERIFY(j["t"].get<double>() >= 0.5);
+    QVERIFY(detail::appendRunEnd((tmp.path() + "/none.jsonl").toStdString(), "error", "x").isOk());
+    QVERIFY(!QFile::exists(tmp.path() + "/none.jsonl"));
+  }
+
+  void killedRankEndsTheRun() {
+    QTemporaryDir tmp;
+    LaunchedRun run(tmp.path(), 4, {});
+    QVERIFY2(run.waitUntilTraining(60000), run.process().readAllStandardError().constData());
+    const pid_t victim = run.rankPid(2);
+    QElapsedTimer sinceKill;
+    QCOMPARE(kill(victim, SIGKILL), 0);
+    sinceKill.start();
+    QVERIFY(run.process().waitForFinished(60000));
+    const qint64 ms = sinceKill.elapsed();
+    const QString err = QString::fromUtf8(run.process().readAllStandardError());
+    qInfo("launch ended %.1f s after SIGKILL of rank 2; its stderr:\n%s", ms / 1000.0, qPrintable(err));
+    QVERIFY2(ms < 30000, qPrintable(err));
+    QCOMPARE(run.process().exitStatus(), QProcess::NormalExit);
+    QCOMPARE(run.process().exitCode(), 1);
+    const QString expected = QString("rank 2 (pid %1) died (signal 9, Killed) while ").arg(victim);
+    QVERIFY2(err.contains("meshstudio-engine launch: " + expected), qPrintable(err));
+
+    const std::vector<json> lines = readLines(run.runDir() + "/metrics.jsonl");
+    QVERIFY(!lines.empty());
+    const json& last = lines.back();
+    QCOMPARE(last.value("type", ""), std::string("run_end"));
+    QCOMPARE(last.value("status", ""), std::string("error"));
+    QVERIFY2(QString::fromStdString(last.value("reason", "")).startsWith(expected), last.dump().c_str());
+    QVERIFY(last.value("step", 0) >= 10);
+
+    auto checkpoint = ms::latestCheckpoint(run.runDir().toStdString());
+    QVERIFY(checkpoint.isOk());
+    QProcess eval;
+    eval.start(kEngine, {"eval", run.config(), "--checkpoint", QString::fromStdString(*checkpoint),
+                         "--batches", "1"});
+    QVERIFY(eval.waitForFinished(60000));
+    QVERIFY2(eval.exitCode() == 0, eval.readAllStandardError().constData());
+
+    const QString left = remaining(run.pids());
+    QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
+  }
+
+  void stoppedRankEndsTheRun() {
+    QTemporaryDir tmp;
+    LaunchedRun run(tmp.path(), 4, {"--stall-timeout", "5"});
+    QVERIFY2(run.waitUntilTraining(60000), run.process().readAllStandardError().constData());
+    const pid_t victim = run.rankPid(3);
+    QElapsedTimer sinceStop;
+    QCOMPARE(kill(victim, SIGSTOP), 0);
+    sinceStop.start();
+    QVERIFY(run.process().waitForFinished(60000));
+    const qint64 ms = sinceStop.elapsed();
+    const QString err = QString::fromUtf8(run.process().readAllStandardError());
+    qInfo("launch ended %.1f s after SIGSTOP of rank 3 (stall timeout 5 s); its stderr:\n%s", ms / 1000.0,
+          qPrintable(err));
+    QVERIFY2(ms >= 5000 && ms < 20000, qPrintable(err));
+    QCOMPARE(run.process().exitCode(), 1);
+    const QString expected = QString("rank 3 (pid %1) stopped responding for ").arg(victim);
+    QVERIFY2(err.contains("meshstudio-engine launch: " + expected), qPrintable(err));
+    const std::vector<json> lines = readLines(run.runDir() + "/metrics.jsonl");
+    QVERIFY(!lines.empty());
+    QCOMPARE(lines.back().value("type", ""), std::string("run_end"));
+    QCOMPARE(lines.back().value("status", ""), std::string("error"));
+    QVERIFY2(QString::fromStdString(lines.back().value("reason", "")).startsWith(expected),
+             lines.back().dump().c_str());
+    QVERIFY(ms::latestCheckpoint(run.runDir().toStdString()).isOk());
+    const QString left = remaining(run.pids());
+    QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
+  }
+
+  void normalRunSucceeds() {
+    QTemporaryDir tmp;
+    const QString config = writeConfig(tmp.path(), 2, 4);
+    QProcess p;
+    p.setProcessEnvironment(mpiEnvironment());
+    p.start(kEngine, {"launch", config, "--", "--quiet", "--run-dir", tmp.path() + "/r"});
+    QVERIFY(p.waitForFinished(120000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    const std::vector<json> lines = readLines(tmp.path() + "/r/metrics.jsonl");
+    QVERIFY(!lines.empty());
+    QCOMPARE(lines.back().value("type", ""), std::string("run_end"));
+    QCOMPARE(lines.back().value("status", ""), std::string("ok"));
+    QCOMPARE(std::count_if(lines.begin(), lines.end(), [](const json& j) { return j.value("type", "") == "run_end"; }),
+             std::ptrdiff_t(1));
+    // Every rank's last heartbeat says it finished, and names it.
+    for (int r = 0; r < 2; ++r) {
+      const json beat = readJson(tmp.path() + "/r/ranks/rank-" + QString::number(r) + ".json");
+      QCOMPARE(beat.value("rank", -1), r);
+      QVERIFY(beat.value("pid", 0) > 0);
+      QVERIFY(beat.value("finished", false));
+      QVERIFY(beat.value("alive", 0.0) > 1.6e9);
+    }
+  }
+};
+
+QTEST_APPLESS_MAIN(TestFailure)
+#include "tst_failure.moc"
