@@ -1,0 +1,244 @@
+// The equivalence suite: plans over several ranks (data, tensor and pipeline parallelism alone and combined up
+// to 8 ranks; every schedule; ZeRO 0-3; uneven and interleaved placements; gradient accumulation; activation
+// recomputation; gpt and vit) must train exactly like one process: every step's loss of 10 steps within 1e-5
+// relative, the same evaluation, and final parameters equal to float rounding. The runs are real: mpirun
+// starts the engine with the plan's rank count. Also: a run resumed under a different plan continues with the
+// uninterrupted run's losses, and every rank's spans and memory reach the stream.
+#include <QtTest>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "mpi_test_util.h"
+#include "runtime/checkpoint.h"
+
+using namespace ms::test;
+
+namespace {
+
+const QString kEngine = QStringLiteral(MS_ENGINE_EXE);
+const QString kMpiexec = QStringLiteral(MS_MPIEXEC);
+constexpr int kSteps = 10;
+
+struct Reference {
+  QString dir;  // run folder of the single-process run
+  nlohmann::json memory;  // its last memory line
+};
+
+}  // namespace
+
+class TestEquivalence : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir m_tmp;
+  std::map<QString, Reference> m_refs;
+
+  // The config body (everything but name, seed and mesh) of a reference model.
+  std::string body(const QString& ref) const {
+    const std::string text = (m_tmp.path() + "/text.txt").toStdString();
+    const std::string training =
+        ", \"training\": {\"steps\": 10, \"batch_size\": 8, \"seq_len\": 32, \"warmup_steps\": 2, "
+        "\"eval_batches\": 2, \"threads\": 1, \"grad_clip\": 1.0, \"checkpoint_every\": 5}";
+    const std::string adam = ", \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.1}";
+    const std::string gptData = ", \"data\": {\"kind\": \"text\", \"files\": [\"" + text + "\"]}";
+    if (ref == "gpt")
+      return "\"model\": {\"type\": \"gpt\", \"layers\": 4, \"width\": 32, \"heads\": 4, \"context\": 32}" +
+             gptData + adam + training;
+    if (ref == "gpt-untied")
+      return "\"model\": {\"type\": \"gpt\", \"layers\": 4, \"width\": 32, \"heads\": 4, \"context\": 32, "
+             "\"tie_embeddings\": false}" +
+             gptData + adam + training;
+    if (ref == "gpt-sgd")
+      return "\"model\": {\"type\": \"gpt\", \"layers\": 4, \"width\": 32, \"heads\": 4, \"context\": 32}" +
+             gptData + ", \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}" + training;
+    // vit on Fashion-MNIST
+    return "\"model\": {\"type\": \"vit\", \"layers\": 3, \"width\": 16, \"heads\": 2, \"patch\": 7}, \"data\": "
+           "{\"kind\": \"fashion_mnist\"}" +
+           adam +
+           ", \"training\": {\"steps\": 10, \"batch_size\": 16, \"eval_batches\": 2, \"threads\": 1, "
+           "\"checkpoint_every\": 5}";
+  }
+
+  // The single-process run of a reference (run once, then reused).
+  const Reference* reference(const QString& ref) {
+    auto it = m_refs.find(ref);
+    if (it != m_refs.end()) return &it->second;
+    const QString config = writeCpuConfig(m_tmp.path(), "ref-" + ref, body(ref), 1);
+    const QString dir = m_tmp.path() + "/ref-" + ref;
+    ProcessResult r = runProcess(kEngine, {"train", config, "--run-dir", dir, "--quiet"});
+    if (r.code != 0) {
+      qWarning("%s", qPrintable(r.err));
+      return nullptr;
+    }
+    Reference out{dir, lastLine(dir + "/metrics.jsonl", "memory")};
+    return &(m_refs[ref] = out);
+  }
+
+  static int ranksOf(const nlohmann::json& p) {
+    return p.value("dp", 1) * p.value("tp", 1) * p.value("pp", 1);
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(m_tmp.isValid());
+    std::ofstream out((m_tmp.path() + "/text.txt").toStdString());
+    for (int i = 0; i < 300; ++i) out << "Line " << i << " of a text for the equivalence suite, more or less.\n";
+  }
+
+  void planMatchesOneProcess_data() {
+    QTest::addColumn<QString>("ref");
+    QTest::addColumn<QString>("parallel");
+    const QString uneven =
+        R"("placement": [{"stage": 0, "layers": ["embedding"]}, {"stage": 1, "layers": ["block.0", "block.1",
+        "block.2", "block.3", "head"]}])";
+    const QString unevenVit =
+        R"("placement": [{"stage": 0, "layers": ["embedding", "block.0", "block.1", "block.2"]},
+        {"stage": 1, "layers": ["head"]}])";
+    // Data parallel and ZeRO.
+    QTest::newRow("gpt dp2") << "gpt" << R"({"dp": 2})";
+    QTest::newRow("gpt dp2 zero1") << "gpt" << R"({"dp": 2, "zero": 1})";
+    QTest::newRow("gpt dp2 zero2 accumulation") << "gpt" << R"({"dp": 2, "zero": 2, "microbatches": 2})";
+    QTest::newRow("gpt dp4 zero3") << "gpt" << R"({"dp": 4, "zero": 3})";
+    // Tensor parallel.
+    QTest::newRow("gpt tp2") << "gpt" << R"({"tp": 2})";
+    QTest::newRow("gpt tp4") << "gpt" << R"({"tp": 4})";
+    QTest::newRow("gpt tp2 sgd") << "gpt-sgd" << R"({"tp": 2})";
+    // Pipeline schedules and placements.
+    QTest::newRow("gpt pp2 1f1b") << "gpt" << R"({"pp": 2, "microbatches": 4})";
+    QTest::newRow("gpt pp2 gpipe") << "gpt" << R"({"pp": 2, "microbatches": 4, "schedule": "gpipe"})";
+    QTest::newRow("gpt pp4 1f1b") << "gpt" << R"({"pp": 4, "microbatches": 4})";
+    QTest::newRow("gpt pp2 interleaved v2")
+        << "gpt" << R"({"pp": 2, "microbatches": 4, "schedule": "interleaved_1f1b", "virtual_chunks": 2})";
+    QTest::newRow("gpt pp2 interleaved v3")
+        << "gpt" << R"({"pp": 2, "microbatches": 2, "schedule": "interleaved_1f1b", "virtual_chunks": 3})";
+    QTest::newRow("gpt pp2 zb-h1") << "gpt" << R"({"pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
+    QTest::newRow("gpt pp2 uneven") << "gpt" << QString(R"({"pp": 2, "microbatches": 2, %1})").arg(uneven);
+    QTest::newRow("gpt pp3 recompute") << "gpt" << R"({"pp": 3, "microbatches": 4, "recompute": "full"})";
+    QTest::newRow("gpt untied tp2 pp2") << "gpt-untied" << R"({"tp": 2, "pp": 2, "microbatches": 2})";
+    // Combined.
+    QTest::newRow("gpt dp2 tp2 pp2") << "gpt" << R"({"dp": 2, "tp": 2, "pp": 2, "microbatches": 2})";
+    QTest::newRow("gpt tp2 pp2 zb-h1") << "gpt" << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
+    QTest::newRow("gpt dp2 pp2 zero3") << "gpt" << R"({"dp": 2, "pp": 2, "zero": 3, "microbatches": 2})";
+    QTest::newRow("gpt dp2 tp2 zero2 recompute")
+        << "gpt" << R"({"dp": 2, "tp": 2, "zero": 2, "recompute": "full"})";
+    QTest::newRow("gpt dp2 pp2 interleaved zero1 recompute")
+        << "gpt"
+        << R"({"dp": 2, "pp": 2, "microbatches": 4, "schedule": "interleaved_1f1b", "virtual_chunks": 2,
+              "zero": 1, "recompute": "full"})";
+    // vit.
+    QTest::newRow("vit dp2 tp2 zero2") << "vit" << R"({"dp": 2, "tp": 2, "zero": 2})";
+    QTest::newRow("vit pp2 zb-h1") << "vit" << R"({"pp": 2, "microbatches": 2, "schedule": "zb_h1"})";
+    QTest::newRow("vit pp2 interleaved")
+        << "vit" << R"({"pp": 2, "microbatches": 2, "schedule": "interleaved_1f1b", "virtual_chunks": 2})";
+    QTest::newRow("vit tp2 pp2 uneven recompute")
+        << "vit" << QString(R"({"tp": 2, "pp": 2, "microbatches": 2, "recompute": "full", %1})").arg(unevenVit);
+  }
+
+  void planMatchesOneProcess() {
+    QFETCH(QString, ref);
+    QFETCH(QString, parallel);
+    if (ref == "vit" && !QFile::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+      QSKIP("dataset-fashion-mnist is not installed");
+    const Reference* one = reference(ref);
+    QVERIFY(one);
+    const auto plan = nlohmann::json::parse(parallel.toStdString());
+    const int ranks = ranksOf(plan);
+    const QString name = QString("run%1").arg(++m_runs);
+    const QString config =
+        writeCpuConfig(m_tmp.path(), name, body(ref) + ", \"parallel\": " + parallel.toStdString(), ranks);
+    const QString dir = m_tmp.path() + "/" + name;
+    ProcessResult r = runMpi(kMpiexec, kEngine, ranks, {"train", config, "--run-dir", dir, "--quiet"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+
+    // Every step's loss and the evaluation.
+    const auto single = metricLosses(one->dir + "/metrics.jsonl", "step");
+    const auto multi = metricLosses(dir + "/metrics.jsonl", "step");
+    QCOMPARE(multi.size(), size_t(kSteps));
+    for (const auto& [step, loss] : single)
+      QVERIFY2(std::abs(multi.at(step) - loss) <= 1e-5 * std::abs(loss),
+               qPrintable(QString("step %1: %2 vs %3").arg(step).arg(loss, 0, 'g', 9).arg(multi.at(step), 0, 'g', 9)));
+    const auto e1 = metricLosses(one->dir + "/metrics.jsonl", "eval");
+    const auto e2 = metricLosses(dir + "/metrics.jsonl", "eval");
+    QVERIFY(std::abs(e1.at(kSteps) - e2.at(kSteps)) <= 1e-5 * std::abs(e1.at(kSteps)));
+
+    // Final parameters (full tensors assembled from every rank's shards). AdamW's normalised update turns a
+    // rounding difference in a near-zero gradient into a visible step, so it gets a looser bound than SGD.
+    const double worst =
+        worstRelativeL2(ms::checkpointDirName(one->dir.toStdString(), kSteps) + "/model.safetensors",
+                        ms::checkpointDirName(dir.toStdString(), kSteps) + "/model.safetensors");
+    QVERIFY2(worst >= 0, "a checkpoint is unreadable or lacks a tensor");
+    QVERIFY2(worst < (ref == "gpt-sgd" ? 1e-6 : 5e-4), qPrintable(QString::number(worst)));
+
+    // Every rank's spans on one clock: each layer's forward runs once per microbatch on every replica and TP
+    // rank, and a rank's spans never overlap.
+    const auto spans = lastLine(dir + "/metrics.jsonl", "spans");
+    QCOMPARE(static_cast<int>(spans["ranks"].size()), ranks);
+    const int layers = ref == "vit" ? 5 : 6;
+    const int microbatches = plan.value("microbatches", 1);
+    int forwards = 0, weights = 0;
+    for (const auto& rank : spans["ranks"]) {
+      const auto& list = rank["spans"];
+      for (size_t i = 0; i < list.size(); ++i) {
+        forwards += list[i]["action"] == "F";
+        weights += list[i]["action"] == "W";
+        if (i > 0) QVERIFY(list[i]["start"].get<double>() >= list[i - 1]["end"].get<double>() - 1e-9);
+      }
+    }
+    QCOMPARE(forwards, plan.value("dp", 1) * plan.value("tp", 1) * microbatches * layers);
+    if (plan.value("schedule", "") == "zb_h1") QCOMPARE(weights, forwards);  // every backward split in two
+
+    // Every rank's memory; ZeRO shards what it says it shards.
+    const auto memory = lastLine(dir + "/metrics.jsonl", "memory");
+    QCOMPARE(static_cast<int>(memory["ranks"].size()), ranks);
+    const int zero = plan.value("zero", 0);
+    const int dp = plan.value("dp", 1);
+    if (zero >= 1 && plan.value("tp", 1) == 1 && plan.value("pp", 1) == 1) {
+      const double ref1 = one->memory["ranks"][0]["current"]["optimizer"].get<double>();
+      const double opt = memory["ranks"][0]["current"]["optimizer"].get<double>();
+      QVERIFY2(opt < ref1 / dp * 1.2, qPrintable(QString("optimizer %1 vs %2 / %3").arg(opt).arg(ref1).arg(dp)));
+      if (zero == 3) {
+        const double p1 = one->memory["ranks"][0]["current"]["parameters"].get<double>();
+        const double p = memory["ranks"][0]["current"]["parameters"].get<double>();
+        QVERIFY2(p < p1 / dp * 1.2, qPrintable(QString("parameters %1 vs %2 / %3").arg(p).arg(p1).arg(dp)));
+      }
+    }
+    const auto start = lastLine(dir + "/metrics.jsonl", "run_start");
+    QCOMPARE(static_cast<int>(start["predicted"]["ranks"].size()), ranks);
+  }
+
+  // A checkpoint of one plan resumes under another and continues with the uninterrupted run's losses.
+  void resumeUnderAnotherPlan() {
+    const Reference* one = reference("gpt");
+    QVERIFY(one);
+    const QString a = writeCpuConfig(m_tmp.path(), "plan-a",
+                                     body("gpt") + R"(, "parallel": {"dp": 2, "tp": 2, "zero": 1})", 4);
+    const QString b = writeCpuConfig(
+        m_tmp.path(), "plan-b",
+        body("gpt") + R"(, "parallel": {"pp": 2, "microbatches": 2, "zero": 0, "schedule": "zb_h1"})", 2);
+    const QString dirA = m_tmp.path() + "/plan-a", dirB = m_tmp.path() + "/plan-b";
+    ProcessResult r = runMpi(kMpiexec, kEngine, 4, {"train", a, "--run-dir", dirA, "--quiet"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const QString ckpt = QString::fromStdString(ms::checkpointDirName(dirA.toStdString(), 5));
+    r = runMpi(kMpiexec, kEngine, 2, {"train", b, "--run-dir", dirB, "--resume", ckpt, "--quiet"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const auto single = metricLosses(one->dir + "/metrics.jsonl", "step");
+    const auto resumed = metricLosses(dirB + "/metrics.jsonl", "step");
+    QCOMPARE(resumed.size(), size_t(kSteps - 5));
+    for (const auto& [step, loss] : resumed)
+      QVERIFY2(std::abs(single.at(step) - loss) <= 1e-5 * std::abs(loss),
+               qPrintable(QString("step %1: %2 vs %3").arg(step).arg(single.at(step), 0, 'g', 9).arg(loss, 0, 'g', 9)));
+    const double worst =
+        worstRelativeL2(ms::checkpointDirName(one->dir.toStdString(), kSteps) + "/model.safetensors",
+                        ms::checkpointDirName(dirB.toStdString(), kSteps) + "/model.safetensors");
+    QVERIFY2(worst >= 0 && worst < 5e-4, qPrintable(QString::number(worst)));
+  }
+
+ private:
+  int m_runs = 0;
+};
+
+QTEST_APPLESS_MAIN(TestEquivalence)
+#include "tst_equivalence.moc"
