@@ -1,5 +1,5 @@
-// The equivalence suite: plans over several ranks (data, tensor and pipeline parallelism alone and combined up
-// to 8 ranks; every schedule; ZeRO 0-3; uneven and interleaved placements; gradient accumulation; activation
+// The equivalence suite: plans over several ranks (data, tensor (with and without sequence parallelism) and
+// pipeline parallelism alone and combined up to 8 ranks; every schedule; ZeRO 0-3; uneven and interleaved placements; gradient accumulation; activation
 // recomputation; gpt and vit) must train exactly like one process: every step's loss of 10 steps within 1e-5
 // relative, the same evaluation, and final parameters equal to float rounding. The runs are real: mpirun
 // starts the engine with the plan's rank count. Also: a run resumed under a different plan continues with the
@@ -106,6 +106,7 @@ class TestEquivalence : public QObject {
     QTest::newRow("gpt tp2") << "gpt" << R"({"tp": 2})";
     QTest::newRow("gpt tp4") << "gpt" << R"({"tp": 4})";
     QTest::newRow("gpt tp2 sgd") << "gpt-sgd" << R"({"tp": 2})";
+    QTest::newRow("gpt tp2 sequence parallel") << "gpt" << R"({"tp": 2, "sequence_parallel": true})";
     // Pipeline schedules and placements.
     QTest::newRow("gpt pp2 1f1b") << "gpt" << R"({"pp": 2, "microbatches": 4})";
     QTest::newRow("gpt pp2 gpipe") << "gpt" << R"({"pp": 2, "microbatches": 4, "schedule": "gpipe"})";
@@ -122,6 +123,11 @@ class TestEquivalence : public QObject {
     QTest::newRow("gpt dp2 tp2 pp2") << "gpt" << R"({"dp": 2, "tp": 2, "pp": 2, "microbatches": 2})";
     QTest::newRow("gpt tp2 pp2 zb-h1") << "gpt" << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
     QTest::newRow("gpt dp2 pp2 zero3") << "gpt" << R"({"dp": 2, "pp": 2, "zero": 3, "microbatches": 2})";
+    QTest::newRow("gpt tp4 pp2 sequence parallel zb-h1")
+        << "gpt" << R"({"tp": 4, "pp": 2, "sequence_parallel": true, "microbatches": 4, "schedule": "zb_h1"})";
+    QTest::newRow("gpt dp2 tp2 sequence parallel recompute zero1")
+        << "gpt" << R"({"dp": 2, "tp": 2, "sequence_parallel": true, "recompute": "full", "zero": 1,
+                        "microbatches": 2})";
     QTest::newRow("gpt dp2 tp2 zero2 recompute")
         << "gpt" << R"({"dp": 2, "tp": 2, "zero": 2, "recompute": "full"})";
     QTest::newRow("gpt dp2 pp2 interleaved zero1 recompute")

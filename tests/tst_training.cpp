@@ -212,6 +212,22 @@ class TestTraining : public QObject {
     c.parallel.dp = 1;
     c.parallel.precision = Precision::Bf16;
     QVERIFY(QString::fromStdString(checkRunnable(c).message()).contains("/parallel/precision"));
+    c.parallel.precision = Precision::Fp32;
+    // Sequence parallelism needs the sequence to split evenly: a vit with 16 patches and a class token has 17.
+    c.model.type = ModelType::Vit;
+    c.model.imageSize = 28;
+    c.model.patch = 7;
+    c.model.pool = Pooling::Cls;
+    c.parallel.tp = 2;
+    c.parallel.sequenceParallel = true;
+    const QString sp = QString::fromStdString(checkRunnable(c, 2).message());
+    QVERIFY2(sp.contains("/parallel/sequence_parallel") && sp.contains("17 positions"), qPrintable(sp));
+    c.model.pool = Pooling::Mean;  // 16 positions
+    QVERIFY(checkRunnable(c, 2).isOk());
+    // The mlp has nothing to split over tensor-parallel ranks.
+    c.model.type = ModelType::Mlp;
+    c.parallel.sequenceParallel = false;
+    QVERIFY(QString::fromStdString(checkRunnable(c, 2).message()).contains("/parallel/tp"));
   }
 
   void learningRateSchedule() {

@@ -17,6 +17,16 @@ void TensorParallel::allReduce(float* x, size_t n) const {
   if (!s) throw CommFailure("tensor-parallel all-reduce: " + s.message());
 }
 
+void TensorParallel::allGather(const float* send, float* recv, size_t n) const {
+  Status s = comm->allGather(send, recv, n, CommType::F32);
+  if (!s) throw CommFailure("tensor-parallel all-gather: " + s.message());
+}
+
+void TensorParallel::reduceScatter(const float* send, float* recv, size_t n) const {
+  Status s = comm->reduceScatter(send, recv, n, CommType::F32, ReduceOp::Sum);
+  if (!s) throw CommFailure("tensor-parallel reduce-scatter: " + s.message());
+}
+
 void TensorParallel::allReduceMax(float* x, size_t n) const {
   if (!comm || size == 1) return;
   Status s = comm->allReduce(x, x, n, CommType::F32, ReduceOp::Max);

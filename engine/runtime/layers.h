@@ -53,6 +53,12 @@ struct TensorParallel {
   // Sums x over the group in place (the g operator of the paper's figure 3 forward, f's backward).
   void allReduce(float* x, size_t n) const;
   void allReduceMax(float* x, size_t n) const;
+  // recv (size, n) = every rank's send (n); recv (n) = the sum of block `rank` of send (size, n).
+  void allGather(const float* send, float* recv, size_t n) const;
+  void reduceScatter(const float* send, float* recv, size_t n) const;
+  // Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+  // Models"): LayerNorms, residuals and biases of row-parallel linears run on 1/size of the sequence.
+  bool sequence = false;
 };
 
 // Which part of a backward to run: both, or (zero-bubble schedules, Qi et al. 2024) only the input gradient
@@ -74,6 +80,9 @@ class Layer {
                         BackwardPart part) = 0;
   // Frees what the slot keeps (activation recomputation drops it after forward and recomputes it).
   virtual void releaseSlot(int slot) = 0;
+  // After the step's last backward of this layer: make the gradients of replicated parameters whole (under
+  // sequence parallelism each TP rank holds the part from its piece of the sequence).
+  virtual void finalizeGrads() {}
   // Heads: the loss of the slot's last forward.
   virtual LossStats lossStats(int /*slot*/) const { return {}; }
   // Heads: the logits of the last forward when it was not training (training overwrites them with their
@@ -95,7 +104,7 @@ struct LayerContext {
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
-inline constexpr int kLayerScratchSlots = 6;
+inline constexpr int kLayerScratchSlots = 8;
 
 // Builds the runtime layer for spec (the layer's parameters, and a tied head's wte, must be in ctx.params).
 std::unique_ptr<Layer> makeLayer(const LayerSpec& spec, LayerContext ctx);

@@ -146,7 +146,10 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
     }
     releaseParams(l);
     if (recomputes(l) && part != BackwardPart::Input) m_layers[l]->releaseSlot(slot);
-    if (finalUse && part != BackwardPart::Input) startSync(l);
+    if (finalUse && part != BackwardPart::Input) {
+      m_layers[l]->finalizeGrads();
+      startSync(l);
+    }
     if (m_spans)
       m_spans->push_back({part == BackwardPart::Weight ? 'W' : 'B', l, microbatch, m_shard.chunkIds[c], t0, now()});
   }

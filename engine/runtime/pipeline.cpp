@@ -47,6 +47,7 @@ ModelShard modelShardOf(const Plan& plan, const RankGroups& groups) {
   s.store.holdsEmbedding = std::find(s.store.layers.begin(), s.store.layers.end(), 0) != s.store.layers.end();
   s.tp = TensorParallel{groups.tp.get(), plan.layout.tp(), c.tp};
   if (plan.layout.tp() == 1) s.tp.comm = nullptr;
+  s.tp.sequence = plan.config.parallel.sequenceParallel && plan.layout.tp() > 1;
   s.dp = groups.dp.get();
   s.recompute = plan.config.parallel.recompute == Recompute::Full;
   return s;

@@ -37,10 +37,13 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
                          " ranks but the run was started with " + std::to_string(worldSize) +
                          " process(es); start it as `mpirun -np " + std::to_string(ranks) +
                          " meshstudio-engine train CONFIG`");
-  if (c.parallel.sequenceParallel && c.parallel.tp > 1)
-    return Status::error(
-        "/parallel/sequence_parallel: sequence parallelism is planned but not executed by this engine yet; "
-        "set it to false (tensor parallelism itself runs)");
+  if (c.parallel.sequenceParallel && c.parallel.tp > 1) {
+    const int positions = buildModelSpec(c.model, c.training.seqLen).samplePositions;
+    if (positions % c.parallel.tp != 0)
+      return Status::error("/parallel/sequence_parallel: the sequence of " + std::to_string(positions) +
+                           " positions does not split evenly over tp = " + std::to_string(c.parallel.tp) +
+                           " ranks; choose a sequence length (or image patches) divisible by tp, or turn it off");
+  }
   if (c.parallel.tp > 1 && c.model.type == ModelType::Mlp)
     return Status::error("/parallel/tp: the mlp model has no tensor-parallel layers; use tp = 1");
   if (c.parallel.tp > 1 && c.model.type == ModelType::Gpt && c.model.vocab % c.parallel.tp != 0)

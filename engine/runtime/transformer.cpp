@@ -8,6 +8,11 @@
 // Split backward (zero-bubble schedules): the input part computes every input gradient (and the LayerNorm
 // parameter gradients, which are tiny) and keeps the four linears' output gradients; the weight part turns them
 // into the linears' weight and bias gradients.
+// Sequence parallel (Korthikanti et al. 2022, section 4.2.2): inside the block the LayerNorms, the residual
+// additions and the row-parallel biases work on this rank's piece of the sequence (Ts = T/tp positions of every
+// sample); an all-gather over the sequence feeds each column-parallel linear and a reduce-scatter replaces the
+// row-parallel all-reduce. The block's input and output stay whole (the next layer, a send to another stage or
+// the head see the same tensor as without it), which costs one all-gather per block beyond Megatron's layout.
 #include <string>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -28,6 +33,7 @@ class TransformerBlock final : public Layer {
         m_eps(static_cast<float>(ctx.model.layerNormEps)),
         m_causal(causal),
         m_tp(ctx.tp),
+        m_sp(ctx.tp.sequence && ctx.tp.size > 1),
         m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
     const std::string p = "h." + spec.name.substr(spec.name.find('.') + 1) + ".";
@@ -52,6 +58,7 @@ class TransformerBlock final : public Layer {
     const int N = B * T;
     Cache& c = m_caches[slot];
     c.ensure(B, T, C, Cl, F, H);
+    if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
     cpu::layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(),
@@ -91,6 +98,7 @@ class TransformerBlock final : public Layer {
       return;
     }
     const bool deferWeights = part == BackwardPart::Input;
+    if (m_sp) return backwardSequenceParallel(x, dy, dx, B, c, deferWeights);
     auto wgrad = [&](const BoundParam& p) { return deferWeights ? nullptr : p.grad(); };
     // Scratch from the shared workspace (slots 0-5), zeroed where a backward accumulates into it.
     float* dres1 = m_ws->get(0, NC, false);                       // (B, T, C)
@@ -133,7 +141,129 @@ class TransformerBlock final : public Layer {
 
   void releaseSlot(int slot) override { m_caches.release(slot); }
 
+  void finalizeGrads() override {
+    if (!m_sp) return;
+    for (const BoundParam* p : {&m_ln1w, &m_ln1b, &m_ln2w, &m_ln2b})
+      m_tp.allReduce(p->grad(), p->info().numel);
+  }
+
  private:
+  struct Cache;
+
+  // ---- sequence parallelism: (B, T, C) <-> this rank's (B, Ts, C) ----
+  void takeShard(float* dst, const float* full, int B) const {
+    const int Ts = m_T / m_tp.size;
+    const size_t row = size_t(Ts) * m_C;
+    for (int b = 0; b < B; ++b)
+      std::copy(full + (size_t(b) * m_T + size_t(m_tp.rank) * Ts) * m_C,
+                full + (size_t(b) * m_T + size_t(m_tp.rank) * Ts) * m_C + row, dst + b * row);
+  }
+  // dst (B, T, C) = the pieces of every rank (workspace slot 5 as the rank-major staging area).
+  void gatherSequence(float* dst, const float* shard, int B) const {
+    const int Ts = m_T / m_tp.size;
+    const size_t row = size_t(Ts) * m_C, piece = size_t(B) * row;
+    float* tmp = m_ws->get(5, piece * m_tp.size, false);  // (tp, B, Ts, C)
+    m_tp.allGather(shard, tmp, piece);
+    for (int r = 0; r < m_tp.size; ++r)
+      for (int b = 0; b < B; ++b)
+        std::copy(tmp + r * piece + b * row, tmp + r * piece + (b + 1) * row,
+                  dst + (size_t(b) * m_T + size_t(r) * Ts) * m_C);
+  }
+  // dst (B, Ts, C) = this rank's piece of the sum over ranks of full (B, T, C).
+  void reduceScatterSequence(float* dst, const float* full, int B) const {
+    const int Ts = m_T / m_tp.size;
+    const size_t row = size_t(Ts) * m_C, piece = size_t(B) * row;
+    float* tmp = m_ws->get(5, piece * m_tp.size, false);
+    for (int r = 0; r < m_tp.size; ++r)
+      for (int b = 0; b < B; ++b)
+        std::copy(full + (size_t(b) * m_T + size_t(r) * Ts) * m_C,
+                  full + (size_t(b) * m_T + size_t(r) * Ts) * m_C + row, tmp + r * piece + b * row);
+    m_tp.reduceScatter(tmp, dst, piece);
+  }
+  void addBias(float* x, const float* bias, size_t rows) const {
+    for (size_t n = 0; n < rows; ++n) cpu::accumulate(x + n * m_C, bias, m_C);
+  }
+
+  // Cache under sequence parallelism: ln1, ln2 whole (the column-parallel linears' inputs), their statistics
+  // and res1 for this rank's Ts positions only.
+  void forwardSequenceParallel(const float* x, float* y, int B, Cache& c) {
+    const int T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
+    const int N = B * T, Ns = N / m_tp.size;
+    const size_t NsC = size_t(Ns) * C;
+    float* xs = m_ws->get(6, NsC, false);
+    float* lns = m_ws->get(7, NsC, false);
+    float* full = m_ws->get(4, size_t(N) * C, false);
+    takeShard(xs, x, B);
+    cpu::layerNormForward(lns, c.ln1Mean.data(), c.ln1Rstd.data(), xs, m_ln1w.value(), m_ln1b.value(), Ns, C,
+                          m_eps);
+    gatherSequence(c.ln1.data(), lns, B);
+    cpu::linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
+    cpu::attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
+    cpu::linearForward(full, c.atty.data(), m_projw.value(), nullptr, N, Cl, C);
+    reduceScatterSequence(c.res1.data(), full, B);  // res1s = reduce-scatter(partial) + bias + xs
+    addBias(c.res1.data(), m_projb.value(), Ns);
+    cpu::accumulate(c.res1.data(), xs, NsC);
+    cpu::layerNormForward(lns, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
+                          m_ln2b.value(), Ns, C, m_eps);
+    gatherSequence(c.ln2.data(), lns, B);
+    cpu::linearForward(c.fc.data(), c.ln2.data(), m_fcw.value(), m_fcb.value(), N, C, F);
+    cpu::geluForward(c.gelu.data(), c.fc.data(), size_t(N) * F);
+    cpu::linearForward(full, c.gelu.data(), m_fcprojw.value(), nullptr, N, F, C);
+    float* ys = xs;  // xs is done with
+    reduceScatterSequence(ys, full, B);
+    addBias(ys, m_fcprojb.value(), Ns);
+    cpu::accumulate(ys, c.res1.data(), NsC);
+    gatherSequence(y, ys, B);
+  }
+
+  void backwardSequenceParallel(const float* x, const float* dy, float* dx, int B, Cache& c,
+                                bool deferWeights) {
+    const int T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
+    const int N = B * T, Ns = N / m_tp.size;
+    const size_t NC = size_t(N) * C, NsC = size_t(Ns) * C, NCl = size_t(N) * Cl, NF = size_t(N) * F;
+    auto wgrad = [&](const BoundParam& p) { return deferWeights ? nullptr : p.grad(); };
+    float* dres1s = m_ws->get(0, NsC, false);  // (B, Ts, C)
+    float* dC = m_ws->get(1, NC, true);        // (B, T, C) or (B, T, Cl)
+    float* dF1 = m_ws->get(2, NF, true);       // (B, T, Fl)
+    float* dF2 = m_ws->get(3, NF, true);       // (B, T, Fl)
+    float* dqkv = m_ws->get(4, 3 * NCl, true);  // (B, T, 3Cl)
+    float* dfull = m_ws->get(6, NC, false);    // (B, T, C)
+    float* dshard = m_ws->get(7, NsC, false);  // (B, Ts, C)
+    // The output was gathered from every rank's ys and is used whole downstream on every rank alike, so the
+    // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy itself.
+    takeShard(dres1s, dy, B);
+    cpu::linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F, C);
+    cpu::geluBackward(dF2, dF1, c.fc.data(), NF);
+    cpu::linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
+    reduceScatterSequence(dshard, dC, B);
+    cpu::layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.data(), m_ln2w.value(),
+                           c.ln2Mean.data(), c.ln2Rstd.data(), Ns, C);
+    gatherSequence(dfull, dres1s, B);  // the proj output's gradient, whole
+    if (deferWeights) {
+      keep(c.gOut, dy, NC);
+      keep(c.gFc, dF2, NF);
+      keep(c.gProj, dfull, NC);
+    }
+    std::fill(dC, dC + NCl, 0.0f);
+    cpu::linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.data(), m_projw.value(), N, Cl, C);
+    float* scratch = m_ws->get(5, size_t(B) * H * T * T, false);
+    cpu::attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), B, T, Cl, H, m_causal);
+    std::fill(dC, dC + NC, 0.0f);
+    cpu::linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.data(), m_qkvw.value(), N, C, 3 * Cl);
+    if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
+    reduceScatterSequence(dshard, dC, B);
+    float* xs = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)
+    takeShard(xs, x, B);
+    float* dxs = dF2;
+    std::copy(dres1s, dres1s + NsC, dxs);
+    cpu::layerNormBackward(dxs, m_ln1w.grad(), m_ln1b.grad(), dshard, xs, m_ln1w.value(), c.ln1Mean.data(),
+                           c.ln1Rstd.data(), Ns, C);
+    if (dx) {
+      gatherSequence(dfull, dxs, B);
+      cpu::accumulate(dx, dfull, NC);
+    }
+  }
+
   // Saved by forward for backward (activations), and by a split backward's input part for its weight part.
   struct Cache {
     explicit Cache(MemoryTracker* t)
@@ -180,6 +310,7 @@ class TransformerBlock final : public Layer {
   float m_eps;
   bool m_causal;
   TensorParallel m_tp;
+  bool m_sp;
   BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw,
       m_fcprojb;
   SlotCaches<Cache> m_caches;
