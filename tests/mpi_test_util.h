@@ -75,10 +75,11 @@ inline nlohmann::json lastLine(const QString& metrics, const char* type) {
 // Writes a config on one node of `devices` cpus with seed 4; body holds the other top-level members.
 inline QString writeCpuConfig(const QString& dir, const QString& name, const std::string& body, int devices) {
   const QString path = dir + "/" + name + ".json";
-  std::ofstream(path.toStdString()) << "{\"version\": 1, \"name\": \"" << name.toStdString()
-                                    << "\", \"seed\": 4, \"mesh\": {\"nodes\": [{\"name\": \"n0\", \"device\": "
-                                       "\"cpu\", \"count\": "
-                                    << devices << "}]}, " << body << "}";
+  std::ofstream(path.toStdString())
+      << "{\"version\": 1, \"name\": \"" << name.toStdString()
+      << "\", \"seed\": 4, \"mesh\": {\"nodes\": [{\"name\": \"n0\", \"device\": "
+         "\"cpu\", \"count\": "
+      << devices << "}]}, " << body << "}";
   return path;
 }
 

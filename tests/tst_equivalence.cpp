@@ -1,9 +1,10 @@
 // The equivalence suite: plans over several ranks (data, tensor (with and without sequence parallelism) and
-// pipeline parallelism alone and combined up to 8 ranks; every schedule; ZeRO 0-3; uneven and interleaved placements; gradient accumulation; activation
-// recomputation; gpt and vit) must train exactly like one process: every step's loss of 10 steps within 1e-5
-// relative, the same evaluation, and final parameters equal to float rounding. The runs are real: mpirun
-// starts the engine with the plan's rank count. Also: a run resumed under a different plan continues with the
-// uninterrupted run's losses, and every rank's spans and memory reach the stream.
+// pipeline parallelism alone and combined up to 8 ranks; every schedule; ZeRO 0-3; uneven and interleaved
+// placements; gradient accumulation; activation recomputation; gpt and vit) must train exactly like one
+// process: every step's loss of 10 steps within 1e-5 relative, the same evaluation, and final parameters
+// equal to float rounding. The runs are real: mpirun starts the engine with the plan's rank count. Also: a
+// run resumed under a different plan continues with the uninterrupted run's losses, and every rank's spans
+// and memory reach the stream.
 #include <QtTest>
 
 #include <cmath>
@@ -24,7 +25,7 @@ const QString kMpiexec = QStringLiteral(MS_MPIEXEC);
 constexpr int kSteps = 10;
 
 struct Reference {
-  QString dir;  // run folder of the single-process run
+  QString dir;            // run folder of the single-process run
   nlohmann::json memory;  // its last memory line
 };
 
@@ -55,7 +56,8 @@ class TestEquivalence : public QObject {
       return "\"model\": {\"type\": \"gpt\", \"layers\": 4, \"width\": 32, \"heads\": 4, \"context\": 32}" +
              gptData + ", \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}" + training;
     // vit on Fashion-MNIST
-    return "\"model\": {\"type\": \"vit\", \"layers\": 3, \"width\": 16, \"heads\": 2, \"patch\": 7}, \"data\": "
+    return "\"model\": {\"type\": \"vit\", \"layers\": 3, \"width\": 16, \"heads\": 2, \"patch\": 7}, "
+           "\"data\": "
            "{\"kind\": \"fashion_mnist\"}" +
            adam +
            ", \"training\": {\"steps\": 10, \"batch_size\": 16, \"eval_batches\": 2, \"threads\": 1, "
@@ -85,7 +87,8 @@ class TestEquivalence : public QObject {
   void initTestCase() {
     QVERIFY(m_tmp.isValid());
     std::ofstream out((m_tmp.path() + "/text.txt").toStdString());
-    for (int i = 0; i < 300; ++i) out << "Line " << i << " of a text for the equivalence suite, more or less.\n";
+    for (int i = 0; i < 300; ++i)
+      out << "Line " << i << " of a text for the equivalence suite, more or less.\n";
   }
 
   void planMatchesOneProcess_data() {
@@ -98,49 +101,74 @@ class TestEquivalence : public QObject {
         R"("placement": [{"stage": 0, "layers": ["embedding", "block.0", "block.1", "block.2"]},
         {"stage": 1, "layers": ["head"]}])";
     // Data parallel and ZeRO.
-    QTest::newRow("gpt dp2") << "gpt" << R"({"dp": 2})";
-    QTest::newRow("gpt dp2 zero1") << "gpt" << R"({"dp": 2, "zero": 1})";
-    QTest::newRow("gpt dp2 zero2 accumulation") << "gpt" << R"({"dp": 2, "zero": 2, "microbatches": 2})";
-    QTest::newRow("gpt dp4 zero3") << "gpt" << R"({"dp": 4, "zero": 3})";
+    QTest::newRow("gpt dp2") << "gpt"
+                             << R"({"dp": 2})";
+    QTest::newRow("gpt dp2 zero1") << "gpt"
+                                   << R"({"dp": 2, "zero": 1})";
+    QTest::newRow("gpt dp2 zero2 accumulation") << "gpt"
+                                                << R"({"dp": 2, "zero": 2, "microbatches": 2})";
+    QTest::newRow("gpt dp4 zero3") << "gpt"
+                                   << R"({"dp": 4, "zero": 3})";
     // Tensor parallel.
-    QTest::newRow("gpt tp2") << "gpt" << R"({"tp": 2})";
-    QTest::newRow("gpt tp4") << "gpt" << R"({"tp": 4})";
-    QTest::newRow("gpt tp2 sgd") << "gpt-sgd" << R"({"tp": 2})";
-    QTest::newRow("gpt tp2 sequence parallel") << "gpt" << R"({"tp": 2, "sequence_parallel": true})";
+    QTest::newRow("gpt tp2") << "gpt"
+                             << R"({"tp": 2})";
+    QTest::newRow("gpt tp4") << "gpt"
+                             << R"({"tp": 4})";
+    QTest::newRow("gpt tp2 sgd") << "gpt-sgd"
+                                 << R"({"tp": 2})";
+    QTest::newRow("gpt tp2 sequence parallel") << "gpt"
+                                               << R"({"tp": 2, "sequence_parallel": true})";
     // Pipeline schedules and placements.
-    QTest::newRow("gpt pp2 1f1b") << "gpt" << R"({"pp": 2, "microbatches": 4})";
-    QTest::newRow("gpt pp2 gpipe") << "gpt" << R"({"pp": 2, "microbatches": 4, "schedule": "gpipe"})";
-    QTest::newRow("gpt pp4 1f1b") << "gpt" << R"({"pp": 4, "microbatches": 4})";
+    QTest::newRow("gpt pp2 1f1b") << "gpt"
+                                  << R"({"pp": 2, "microbatches": 4})";
+    QTest::newRow("gpt pp2 gpipe") << "gpt"
+                                   << R"({"pp": 2, "microbatches": 4, "schedule": "gpipe"})";
+    QTest::newRow("gpt pp4 1f1b") << "gpt"
+                                  << R"({"pp": 4, "microbatches": 4})";
     QTest::newRow("gpt pp2 interleaved v2")
-        << "gpt" << R"({"pp": 2, "microbatches": 4, "schedule": "interleaved_1f1b", "virtual_chunks": 2})";
+        << "gpt"
+        << R"({"pp": 2, "microbatches": 4, "schedule": "interleaved_1f1b", "virtual_chunks": 2})";
     QTest::newRow("gpt pp2 interleaved v3")
-        << "gpt" << R"({"pp": 2, "microbatches": 2, "schedule": "interleaved_1f1b", "virtual_chunks": 3})";
-    QTest::newRow("gpt pp2 zb-h1") << "gpt" << R"({"pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
+        << "gpt"
+        << R"({"pp": 2, "microbatches": 2, "schedule": "interleaved_1f1b", "virtual_chunks": 3})";
+    QTest::newRow("gpt pp2 zb-h1") << "gpt"
+                                   << R"({"pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
     QTest::newRow("gpt pp2 uneven") << "gpt" << QString(R"({"pp": 2, "microbatches": 2, %1})").arg(uneven);
-    QTest::newRow("gpt pp3 recompute") << "gpt" << R"({"pp": 3, "microbatches": 4, "recompute": "full"})";
-    QTest::newRow("gpt untied tp2 pp2") << "gpt-untied" << R"({"tp": 2, "pp": 2, "microbatches": 2})";
+    QTest::newRow("gpt pp3 recompute") << "gpt"
+                                       << R"({"pp": 3, "microbatches": 4, "recompute": "full"})";
+    QTest::newRow("gpt untied tp2 pp2") << "gpt-untied"
+                                        << R"({"tp": 2, "pp": 2, "microbatches": 2})";
     // Combined.
-    QTest::newRow("gpt dp2 tp2 pp2") << "gpt" << R"({"dp": 2, "tp": 2, "pp": 2, "microbatches": 2})";
-    QTest::newRow("gpt tp2 pp2 zb-h1") << "gpt" << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
-    QTest::newRow("gpt dp2 pp2 zero3") << "gpt" << R"({"dp": 2, "pp": 2, "zero": 3, "microbatches": 2})";
+    QTest::newRow("gpt dp2 tp2 pp2") << "gpt"
+                                     << R"({"dp": 2, "tp": 2, "pp": 2, "microbatches": 2})";
+    QTest::newRow("gpt tp2 pp2 zb-h1") << "gpt"
+                                       << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
+    QTest::newRow("gpt dp2 pp2 zero3") << "gpt"
+                                       << R"({"dp": 2, "pp": 2, "zero": 3, "microbatches": 2})";
     QTest::newRow("gpt tp4 pp2 sequence parallel zb-h1")
-        << "gpt" << R"({"tp": 4, "pp": 2, "sequence_parallel": true, "microbatches": 4, "schedule": "zb_h1"})";
+        << "gpt"
+        << R"({"tp": 4, "pp": 2, "sequence_parallel": true, "microbatches": 4, "schedule": "zb_h1"})";
     QTest::newRow("gpt dp2 tp2 sequence parallel recompute zero1")
-        << "gpt" << R"({"dp": 2, "tp": 2, "sequence_parallel": true, "recompute": "full", "zero": 1,
+        << "gpt"
+        << R"({"dp": 2, "tp": 2, "sequence_parallel": true, "recompute": "full", "zero": 1,
                         "microbatches": 2})";
-    QTest::newRow("gpt dp2 tp2 zero2 recompute")
-        << "gpt" << R"({"dp": 2, "tp": 2, "zero": 2, "recompute": "full"})";
+    QTest::newRow("gpt dp2 tp2 zero2 recompute") << "gpt"
+                                                 << R"({"dp": 2, "tp": 2, "zero": 2, "recompute": "full"})";
     QTest::newRow("gpt dp2 pp2 interleaved zero1 recompute")
         << "gpt"
         << R"({"dp": 2, "pp": 2, "microbatches": 4, "schedule": "interleaved_1f1b", "virtual_chunks": 2,
               "zero": 1, "recompute": "full"})";
     // vit.
-    QTest::newRow("vit dp2 tp2 zero2") << "vit" << R"({"dp": 2, "tp": 2, "zero": 2})";
-    QTest::newRow("vit pp2 zb-h1") << "vit" << R"({"pp": 2, "microbatches": 2, "schedule": "zb_h1"})";
+    QTest::newRow("vit dp2 tp2 zero2") << "vit"
+                                       << R"({"dp": 2, "tp": 2, "zero": 2})";
+    QTest::newRow("vit pp2 zb-h1") << "vit"
+                                   << R"({"pp": 2, "microbatches": 2, "schedule": "zb_h1"})";
     QTest::newRow("vit pp2 interleaved")
-        << "vit" << R"({"pp": 2, "microbatches": 2, "schedule": "interleaved_1f1b", "virtual_chunks": 2})";
+        << "vit"
+        << R"({"pp": 2, "microbatches": 2, "schedule": "interleaved_1f1b", "virtual_chunks": 2})";
     QTest::newRow("vit tp2 pp2 uneven recompute")
-        << "vit" << QString(R"({"tp": 2, "pp": 2, "microbatches": 2, "recompute": "full", %1})").arg(unevenVit);
+        << "vit"
+        << QString(R"({"tp": 2, "pp": 2, "microbatches": 2, "recompute": "full", %1})").arg(unevenVit);
   }
 
   void planMatchesOneProcess() {
@@ -164,8 +192,10 @@ class TestEquivalence : public QObject {
     const auto multi = metricLosses(dir + "/metrics.jsonl", "step");
     QCOMPARE(multi.size(), size_t(kSteps));
     for (const auto& [step, loss] : single)
-      QVERIFY2(std::abs(multi.at(step) - loss) <= 1e-5 * std::abs(loss),
-               qPrintable(QString("step %1: %2 vs %3").arg(step).arg(loss, 0, 'g', 9).arg(multi.at(step), 0, 'g', 9)));
+      QVERIFY2(
+          std::abs(multi.at(step) - loss) <= 1e-5 * std::abs(loss),
+          qPrintable(
+              QString("step %1: %2 vs %3").arg(step).arg(loss, 0, 'g', 9).arg(multi.at(step), 0, 'g', 9)));
     const auto e1 = metricLosses(one->dir + "/metrics.jsonl", "eval");
     const auto e2 = metricLosses(dir + "/metrics.jsonl", "eval");
     QVERIFY(std::abs(e1.at(kSteps) - e2.at(kSteps)) <= 1e-5 * std::abs(e1.at(kSteps)));
@@ -204,7 +234,8 @@ class TestEquivalence : public QObject {
     if (zero >= 1 && plan.value("tp", 1) == 1 && plan.value("pp", 1) == 1) {
       const double ref1 = one->memory["ranks"][0]["current"]["optimizer"].get<double>();
       const double opt = memory["ranks"][0]["current"]["optimizer"].get<double>();
-      QVERIFY2(opt < ref1 / dp * 1.2, qPrintable(QString("optimizer %1 vs %2 / %3").arg(opt).arg(ref1).arg(dp)));
+      QVERIFY2(opt < ref1 / dp * 1.2,
+               qPrintable(QString("optimizer %1 vs %2 / %3").arg(opt).arg(ref1).arg(dp)));
       if (zero == 3) {
         const double p1 = one->memory["ranks"][0]["current"]["parameters"].get<double>();
         const double p = memory["ranks"][0]["current"]["parameters"].get<double>();
@@ -234,8 +265,10 @@ class TestEquivalence : public QObject {
     const auto resumed = metricLosses(dirB + "/metrics.jsonl", "step");
     QCOMPARE(resumed.size(), size_t(kSteps - 5));
     for (const auto& [step, loss] : resumed)
-      QVERIFY2(std::abs(single.at(step) - loss) <= 1e-5 * std::abs(loss),
-               qPrintable(QString("step %1: %2 vs %3").arg(step).arg(single.at(step), 0, 'g', 9).arg(loss, 0, 'g', 9)));
+      QVERIFY2(
+          std::abs(single.at(step) - loss) <= 1e-5 * std::abs(loss),
+          qPrintable(
+              QString("step %1: %2 vs %3").arg(step).arg(single.at(step), 0, 'g', 9).arg(loss, 0, 'g', 9)));
     const double worst =
         worstRelativeL2(ms::checkpointDirName(one->dir.toStdString(), kSteps) + "/model.safetensors",
                         ms::checkpointDirName(dirB.toStdString(), kSteps) + "/model.safetensors");

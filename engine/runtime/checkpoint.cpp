@@ -192,7 +192,8 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
       for (const ParamSpec& p : l.params) {
         order.push_back(p.name);
         full[p.name].assign(static_cast<size_t>(p.numel()), 0.0f);
-        for (const std::string& suffix : suffixes) full[p.name + suffix].assign(static_cast<size_t>(p.numel()), 0.0f);
+        for (const std::string& suffix : suffixes)
+          full[p.name + suffix].assign(static_cast<size_t>(p.numel()), 0.0f);
       }
   }
   // Every (stage, tp rank) pair's data-parallel rank 0 contributes its pieces to rank 0.
@@ -206,8 +207,7 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
       layout.tpRank = t;
       layout.dp = plan.layout.dp();
       layout.zero = config.parallel.zero;
-      layout.holdsEmbedding =
-          std::find(layout.layers.begin(), layout.layers.end(), 0) != layout.layers.end();
+      layout.holdsEmbedding = std::find(layout.layers.begin(), layout.layers.end(), 0) != layout.layers.end();
       const StorePlan sp = planStore(plan.model, config.model.type, config.model.tieEmbeddings, layout);
       std::vector<float> theirs;
       if (src == 0) {
@@ -243,10 +243,12 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
       for (const std::string& suffix : suffixes)
         state.push_back({name + suffix, spec->shape, DType::F32, full[name + suffix].data()});
     }
-    if (s) s = writeSafetensors(staging + "/model.safetensors", model,
-                                {{"format", "pt"}, {"model", toString(config.model.type)}});
-    if (s) s = writeSafetensors(staging + "/optimizer.safetensors", state,
-                                {{"optimizer", toString(config.optimizer.type)}});
+    if (s)
+      s = writeSafetensors(staging + "/model.safetensors", model,
+                           {{"format", "pt"}, {"model", toString(config.model.type)}});
+    if (s)
+      s = writeSafetensors(staging + "/optimizer.safetensors", state,
+                           {{"optimizer", toString(config.optimizer.type)}});
     if (s) s = writeStateFiles(staging, config, info);
     if (s) s = makeDirs(fs::path(dir).parent_path().string());
     if (s) s = replaceDirectory(staging, dir);
@@ -261,8 +263,8 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
   return s;
 }
 
-Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan, ParameterStore& params,
-                                               Optimizer& optimizer) {
+Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan,
+                                               ParameterStore& params, Optimizer& optimizer) {
   const RunConfig& config = plan.config;
   auto info = readState(dir, config);
   if (!info) return info.status();
@@ -298,7 +300,8 @@ Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Pla
                                ", the model needs " + shapeString(p.spec.shape));
         if (t->f32.size() != static_cast<size_t>(p.spec.numel()))
           return Status::error(file + ": tensor \"" + name + "\" is not a float tensor");
-        extractShard(t->f32.data(), unit.data() + (p.offset - U.begin), p.spec.shape, p.shard, L.tp, L.tpRank);
+        extractShard(t->f32.data(), unit.data() + (p.offset - U.begin), p.spec.shape, p.shard, L.tp,
+                     L.tpRank);
       }
       if (w < 0) {
         params.setUnitValues(u, unit.data());

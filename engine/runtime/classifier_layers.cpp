@@ -75,13 +75,14 @@ class VitEmbedding final : public Layer {
     cpu::tokensForward(y, x, m_cls ? m_clsToken.value() : nullptr, m_pos.value(), B, m_NP, m_C, m_cls);
   }
 
-  void backward(const float*, const float* dy, float*, const Batch& batch, int slot, BackwardPart part) override {
+  void backward(const float*, const float* dy, float*, const Batch& batch, int slot,
+                BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     const int B = batch.B, PP = m_P * m_P;
     float* dx = m_ws->get(0, size_t(B) * m_NP * m_C, true);  // (B, NP, C)
     cpu::tokensBackward(dx, m_cls ? m_clsToken.grad() : nullptr, m_pos.grad(), dy, B, m_NP, m_C, m_cls);
-    cpu::linearBackward(nullptr, m_w.grad(), m_b.grad(), dx, m_caches[slot].a.data(), m_w.value(), B * m_NP, PP,
-                        m_C);
+    cpu::linearBackward(nullptr, m_w.grad(), m_b.grad(), dx, m_caches[slot].a.data(), m_w.value(), B * m_NP,
+                        PP, m_C);
   }
   void releaseSlot(int slot) override { m_caches.release(slot); }
 
@@ -120,7 +121,8 @@ class VitHead final : public Layer {
     c.c.reserve(N);
     c.d.reserve(size_t(B) * m_C);
     c.logits.reserve(size_t(B) * m_K);  // (B, K)
-    cpu::layerNormForward(c.a.data(), c.b.data(), c.c.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C, m_eps);
+    cpu::layerNormForward(c.a.data(), c.b.data(), c.c.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
+                          m_eps);
     cpu::poolForward(c.d.data(), c.a.data(), B, m_T, m_C, m_useFirst);
     cpu::linearForward(c.logits.data(), c.d.data(), m_w.value(), m_b.value(), B, m_C, m_K);
     c.stats = classify(c.logits, c.losses, c.argmax, batch, m_K, mode);
@@ -128,16 +130,18 @@ class VitHead final : public Layer {
     m_lastSlot = slot;
   }
 
-  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot, BackwardPart part) override {
+  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot,
+                BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     const int B = batch.B, N = B * m_T;
     Acts& c = m_caches[slot];
     float* dpooled = m_ws->get(0, size_t(B) * m_C, true);  // (B, C)
     float* dlnf = m_ws->get(1, size_t(N) * m_C, true);     // (B, T, C)
-    cpu::linearBackward(dpooled, m_w.grad(), m_b.grad(), c.logits.data(), c.d.data(), m_w.value(), B, m_C, m_K);
+    cpu::linearBackward(dpooled, m_w.grad(), m_b.grad(), c.logits.data(), c.d.data(), m_w.value(), B, m_C,
+                        m_K);
     cpu::poolBackward(dlnf, dpooled, B, m_T, m_C, m_useFirst);
-    cpu::layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.b.data(), c.c.data(), N,
-                           m_C);
+    cpu::layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.b.data(), c.c.data(),
+                           N, m_C);
   }
   void releaseSlot(int slot) override { m_caches.release(slot); }
   LossStats lossStats(int slot) const override {
@@ -192,7 +196,8 @@ class MlpBlock final : public Layer {
     }
   }
 
-  void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot, BackwardPart part) override {
+  void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot,
+                BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     const size_t n = size_t(batch.B) * m_out;
     const Buffer& h = m_caches[slot].a;
@@ -244,10 +249,11 @@ class MlpHead final : public Layer {
     c.logitsValid = !mode.training;
     m_lastSlot = slot;
   }
-  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot, BackwardPart part) override {
+  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot,
+                BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
-    cpu::linearBackward(dx, m_w.grad(), m_b.grad(), m_caches[slot].logits.data(), x, m_w.value(), batch.B, m_in,
-                        m_K);
+    cpu::linearBackward(dx, m_w.grad(), m_b.grad(), m_caches[slot].logits.data(), x, m_w.value(), batch.B,
+                        m_in, m_K);
   }
   void releaseSlot(int slot) override { m_caches.release(slot); }
   LossStats lossStats(int slot) const override {

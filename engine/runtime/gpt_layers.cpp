@@ -13,7 +13,11 @@ namespace {
 class GptEmbedding final : public Layer {
  public:
   GptEmbedding(const LayerSpec& spec, const LayerContext& ctx)
-      : Layer(spec), m_C(ctx.model.width), m_T(ctx.positions), m_Vl(ctx.model.vocab / ctx.tp.size), m_tp(ctx.tp) {
+      : Layer(spec),
+        m_C(ctx.model.width),
+        m_T(ctx.positions),
+        m_Vl(ctx.model.vocab / ctx.tp.size),
+        m_tp(ctx.tp) {
     m_wte = bindParam(ctx.params, "wte.weight");
     m_wpe = bindParam(ctx.params, "wpe.weight");
   }
@@ -144,8 +148,8 @@ class GptHead final : public Layer {
     bool logitsValid = false;
   };
 
-  // Cross-entropy over logits split by vocabulary: per row the global max, the sum of exp(logit - max) and the
-  // target's logit are all-reduced; the gradient slice is (softmax - onehot) * lossScale.
+  // Cross-entropy over logits split by vocabulary: per row the global max, the sum of exp(logit - max) and
+  // the target's logit are all-reduced; the gradient slice is (softmax - onehot) * lossScale.
   void vocabParallelCrossEntropy(Cache& c, const Batch& batch, int N, const ForwardMode& mode) {
     const int V = m_Vl, v0 = m_tp.rank * m_Vl;
     float* logits = c.logits.data();

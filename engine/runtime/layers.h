@@ -4,10 +4,11 @@
 // stage can hold several microbatches in flight (slot = the microbatch's place in the stage's window).
 //
 // What always holds: backward(x, dy, dx, batch, slot, ...) must follow forward(x, ..., slot) of the same
-// microbatch with the same x; backward ACCUMULATES into dx and into parameter gradients (dx may be nullptr for
-// the first layer). A head's forward computes the loss and, when training, the loss gradient (scaled by
-// lossScale) for its backward. Under tensor parallelism every rank of the TP group calls the same layer methods
-// in the same order (the layers run matched collectives inside); a failed collective throws CommFailure.
+// microbatch with the same x; backward ACCUMULATES into dx and into parameter gradients (dx may be nullptr
+// for the first layer). A head's forward computes the loss and, when training, the loss gradient (scaled by
+// lossScale) for its backward. Under tensor parallelism every rank of the TP group calls the same layer
+// methods in the same order (the layers run matched collectives inside); a failed collective throws
+// CommFailure.
 #pragma once
 
 #include <cstdint>
@@ -75,7 +76,8 @@ class Layer {
   // x: the previous layer's output, or for the first layer the batch's images (nullptr for token inputs).
   virtual void forward(const float* x, float* y, const Batch& batch, const ForwardMode& mode, int slot) = 0;
   // part Input: the input gradient (and any small parameter gradients); Weight: the deferred weight gradients
-  // (only after Input of the same slot). Layers that do not split do everything in Input and nothing in Weight.
+  // (only after Input of the same slot). Layers that do not split do everything in Input and nothing in
+  // Weight.
   virtual void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot,
                         BackwardPart part) = 0;
   // Frees what the slot keeps (activation recomputation drops it after forward and recomputes it).

@@ -98,7 +98,8 @@ void Model::ensureGrads(int layer) {
 void Model::startSync(int layer) {
   // The tied embedding unit is synced by the executor at the end of the step (first across its two stages).
   Status s = m_params->startSync(m_params->unitOfLayer(layer));
-  if (!s) throw CommFailure("starting the gradient sync of " + m_spec.layers[layer].name + ": " + s.message());
+  if (!s)
+    throw CommFailure("starting the gradient sync of " + m_spec.layers[layer].name + ": " + s.message());
 }
 
 const float* Model::forwardChunk(int c, int slot, const float* input, const Batch& batch,
@@ -108,7 +109,8 @@ const float* Model::forwardChunk(int c, int slot, const float* input, const Batc
   for (int l : layers) {
     const double t0 = m_spans ? now() : 0;
     acquire(l);
-    m_layers[l]->forward(layerInput(l, first, slot, input, batch), output(l, slot, batch.B), batch, mode, slot);
+    m_layers[l]->forward(layerInput(l, first, slot, input, batch), output(l, slot, batch.B), batch, mode,
+                         slot);
     releaseParams(l);
     if (mode.training && recomputes(l)) m_layers[l]->releaseSlot(slot);
     if (m_spans) m_spans->push_back({'F', l, microbatch, m_shard.chunkIds[c], t0, now()});
@@ -138,10 +140,10 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
       else
         dx = m_workspace.get(kLayerScratchSlots + (l - 1) % 2,
                              static_cast<size_t>(m_layers[l - 1]->outputFloats(batch.B)), true);
-      const float* dy = l == last ? dOut
-                                  : m_workspace.get(kLayerScratchSlots + l % 2,
-                                                    static_cast<size_t>(m_layers[l]->outputFloats(batch.B)),
-                                                    false);
+      const float* dy = l == last
+                            ? dOut
+                            : m_workspace.get(kLayerScratchSlots + l % 2,
+                                              static_cast<size_t>(m_layers[l]->outputFloats(batch.B)), false);
       m_layers[l]->backward(x, dy, dx, batch, slot, part);
     }
     releaseParams(l);
@@ -151,7 +153,8 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
       startSync(l);
     }
     if (m_spans)
-      m_spans->push_back({part == BackwardPart::Weight ? 'W' : 'B', l, microbatch, m_shard.chunkIds[c], t0, now()});
+      m_spans->push_back(
+          {part == BackwardPart::Weight ? 'W' : 'B', l, microbatch, m_shard.chunkIds[c], t0, now()});
   }
 }
 

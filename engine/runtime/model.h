@@ -1,12 +1,13 @@
 // The layers a rank runs, over its ParameterStore: the whole model on one process, or under a plan the chunks
 // of the rank's pipeline stage with its tensor-parallel slice of each layer. Work is done per CHUNK and per
-// SLOT: forwardChunk / backwardChunk run one microbatch through the layers of one chunk, keeping what backward
-// needs in the slot (a pipeline stage has several microbatches in flight). Under activation recomputation the
-// transformer blocks drop their saved activations after forward and recompute them before backward (Chen et
-// al. 2016, "Training Deep Nets with Sublinear Memory Cost"; per layer, as Megatron-LM's full recompute).
+// SLOT: forwardChunk / backwardChunk run one microbatch through the layers of one chunk, keeping what
+// backward needs in the slot (a pipeline stage has several microbatches in flight). Under activation
+// recomputation the transformer blocks drop their saved activations after forward and recompute them before
+// backward (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost"; per layer, as Megatron-LM's
+// full recompute).
 //
-// What always holds: the layers are exactly ModelSpec's, in order, each chunk a contiguous run; the input of a
-// layer is the previous layer's output in the same slot (the chunk's first layer gets it from the caller);
+// What always holds: the layers are exactly ModelSpec's, in order, each chunk a contiguous run; the input of
+// a layer is the previous layer's output in the same slot (the chunk's first layer gets it from the caller);
 // parameters of a layer are gathered (ZeRO-3) before and released after each use; every layer's forward and
 // backward is recorded as a span when a span sink is set.
 #pragma once
@@ -69,14 +70,15 @@ class Model {
   int64_t chunkInputFloats(int localChunk, int B) const;
 
   // ---- chunk-level work (the pipeline executor) ----
-  // Forward of one chunk for the microbatch kept in `slot`. input: the previous chunk's output (ignored for the
-  // model's first chunk, which reads the batch). Returns the chunk's output (nullptr for the head's chunk), valid
-  // until the slot's backward. lossScale as in forwardBackward. Throws CommFailure.
+  // Forward of one chunk for the microbatch kept in `slot`. input: the previous chunk's output (ignored for
+  // the model's first chunk, which reads the batch). Returns the chunk's output (nullptr for the head's
+  // chunk), valid until the slot's backward. lossScale as in forwardBackward. Throws CommFailure.
   const float* forwardChunk(int localChunk, int slot, const float* input, const Batch& batch,
                             const ForwardMode& mode, int microbatch);
   // Backward of one chunk: dOut the gradient of its output (ignored for the head's chunk), dIn (nullable)
-  // ACCUMULATES the gradient of its input. finalUse: this is the chunk's last backward (or weight part) of the
-  // step, so each layer's gradient bucket starts syncing as soon as the layer is done. Throws CommFailure.
+  // ACCUMULATES the gradient of its input. finalUse: this is the chunk's last backward (or weight part) of
+  // the step, so each layer's gradient bucket starts syncing as soon as the layer is done. Throws
+  // CommFailure.
   void backwardChunk(int localChunk, int slot, const float* input, const float* dOut, float* dIn,
                      const Batch& batch, BackwardPart part, int microbatch, bool finalUse);
   // Drops what the slot keeps in every layer of the chunk.
@@ -109,8 +111,7 @@ class Model {
  private:
   void build(const RunConfig& config, int mlpInputs);
   float* output(int layer, int slot, int B);
-  const float* layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput,
-                          const Batch& batch);
+  const float* layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput, const Batch& batch);
   // ZeRO-3 gather / release of the units a layer reads (its own and the tied embedding).
   void acquire(int layer);
   void releaseParams(int layer);

@@ -63,8 +63,8 @@ void Optimizer::step(float lr, float gradScale) {
                          static_cast<float>(m_config.beta1), static_cast<float>(m_config.beta2),
                          static_cast<float>(m_config.eps), wd, static_cast<int>(m_t), gradScale);
       } else {
-        cpu::sgdUpdate(w0 + at, g0 + at, m_m[ui].data() + at, n, lr, static_cast<float>(m_config.momentum), wd,
-                       m_config.nesterov, m_t == 1, gradScale);
+        cpu::sgdUpdate(w0 + at, g0 + at, m_m[ui].data() + at, n, lr, static_cast<float>(m_config.momentum),
+                       wd, m_config.nesterov, m_t == 1, gradScale);
       }
     }
   }

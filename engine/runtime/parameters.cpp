@@ -17,7 +17,9 @@ bool endsWith(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-size_t roundUp(size_t n, size_t m) { return (n + m - 1) / m * m; }
+size_t roundUp(size_t n, size_t m) {
+  return (n + m - 1) / m * m;
+}
 
 // Walks the full tensor's elements of piece tpRank: calls f(localIndex, fullIndex) for each.
 template <typename F>
@@ -83,10 +85,10 @@ void insertShard(const float* local, float* full, const std::vector<int64_t>& sh
 
 // Per-unit storage that ZeRO moves around.
 struct ParameterStore::UnitStorage {
-  Buffer fullValues;  // ZeRO-3, while gathered
-  Buffer shardValues; // ZeRO-3: the owned slice
-  Buffer fullGrads;   // ZeRO >= 2, from the first backward of the step to the end of its sync
-  Buffer shardGrads;  // ZeRO >= 2: the owned slice of the reduced gradients
+  Buffer fullValues;   // ZeRO-3, while gathered
+  Buffer shardValues;  // ZeRO-3: the owned slice
+  Buffer fullGrads;    // ZeRO >= 2, from the first backward of the step to the end of its sync
+  Buffer shardGrads;   // ZeRO >= 2: the owned slice of the reduced gradients
   CommRequestPtr pending;
   bool started = false;
 };
@@ -259,10 +261,18 @@ float* ParameterStore::grad(const std::string& name) {
   return i < 0 ? nullptr : grad(i);
 }
 
-float* ParameterStore::values() { return m_layout.zero < 3 ? m_values.data() : nullptr; }
-float* ParameterStore::grads() { return m_layout.zero < 2 ? m_grads.data() : nullptr; }
-const float* ParameterStore::values() const { return m_layout.zero < 3 ? m_values.data() : nullptr; }
-const float* ParameterStore::grads() const { return m_layout.zero < 2 ? m_grads.data() : nullptr; }
+float* ParameterStore::values() {
+  return m_layout.zero < 3 ? m_values.data() : nullptr;
+}
+float* ParameterStore::grads() {
+  return m_layout.zero < 2 ? m_grads.data() : nullptr;
+}
+const float* ParameterStore::values() const {
+  return m_layout.zero < 3 ? m_values.data() : nullptr;
+}
+const float* ParameterStore::grads() const {
+  return m_layout.zero < 2 ? m_grads.data() : nullptr;
+}
 
 void ParameterStore::zeroGrads() {
   if (m_layout.zero < 2) {
@@ -332,7 +342,9 @@ Status ParameterStore::startSync(int u) {
   return Status::ok();
 }
 
-bool ParameterStore::syncStarted(int u) const { return m_storage[u]->started; }
+bool ParameterStore::syncStarted(int u) const {
+  return m_storage[u]->started;
+}
 
 Status ParameterStore::finishSync() {
   Status first = Status::ok();

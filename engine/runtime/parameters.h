@@ -1,8 +1,8 @@
-// The parameters a rank holds, with their gradients, organised in UNITS (one per layer the rank holds, plus the
-// tied token embedding as its own unit). A unit is the granule of everything distributed about parameters:
-// its gradients are synced as one bucket (started as soon as its last backward of the step is done), ZeRO
-// shards each unit over the data-parallel group, ZeRO-3 gathers one unit before its layer runs and frees it
-// after.
+// The parameters a rank holds, with their gradients, organised in UNITS (one per layer the rank holds, plus
+// the tied token embedding as its own unit). A unit is the granule of everything distributed about
+// parameters: its gradients are synced as one bucket (started as soon as its last backward of the step is
+// done), ZeRO shards each unit over the data-parallel group, ZeRO-3 gathers one unit before its layer runs
+// and frees it after.
 //
 // Tensor parallelism: a parameter may be sharded over the TP group (Megatron-LM, Shoeybi et al. 2019, section
 // 3): the rank keeps piece tpRank of every part of one dimension (ShardSpec). The local tensor is what the
@@ -14,8 +14,8 @@
 // [r * size / dp, (r + 1) * size / dp) of every unit: the optimizer updates only that slice and keeps state
 // only for it.
 //
-// What always holds: initialisation of a parameter element depends only on (seed, parameter name, element index
-// in the FULL tensor), so any placement and sharding initialises the same model; layers read values and
+// What always holds: initialisation of a parameter element depends only on (seed, parameter name, element
+// index in the FULL tensor), so any placement and sharding initialises the same model; layers read values and
 // gradients through BoundParam each time (ZeRO-3 moves them), never keep raw pointers across calls.
 #pragma once
 
@@ -51,23 +51,23 @@ void insertShard(const float* local, float* full, const std::vector<int64_t>& sh
                  int tp, int tpRank);
 
 struct Parameter {
-  ParamSpec spec;                  // the FULL tensor (name, shape, init)
-  ShardSpec shard;                 // TP sharding
-  std::vector<int64_t> shape;      // the local shape
-  size_t numel = 0;                // local elements
-  size_t offset = 0;               // in the flat local index space
-  int unit = 0;                    // the unit holding it
-  bool countInNorm = true;         // counted once in the global gradient norm (not a TP replica's copy,
-                                   // not the tied embedding's copy on the head's stage)
-  bool tiedCopy = false;           // the head stage's copy of the tied wte
+  ParamSpec spec;              // the FULL tensor (name, shape, init)
+  ShardSpec shard;             // TP sharding
+  std::vector<int64_t> shape;  // the local shape
+  size_t numel = 0;            // local elements
+  size_t offset = 0;           // in the flat local index space
+  int unit = 0;                // the unit holding it
+  bool countInNorm = true;     // counted once in the global gradient norm (not a TP replica's copy,
+                               // not the tied embedding's copy on the head's stage)
+  bool tiedCopy = false;       // the head stage's copy of the tied wte
 };
 
 struct Unit {
-  std::string name;          // the layer name ("block.3"), or "wte" for the tied embedding
-  int layer = -1;            // model layer index (-1 for the tied wte unit)
-  std::vector<int> params;   // indices into params()
-  size_t begin = 0;          // in the flat local index space
-  size_t size = 0;           // padded to a multiple of 16 * dp
+  std::string name;         // the layer name ("block.3"), or "wte" for the tied embedding
+  int layer = -1;           // model layer index (-1 for the tied wte unit)
+  std::vector<int> params;  // indices into params()
+  size_t begin = 0;         // in the flat local index space
+  size_t size = 0;          // padded to a multiple of 16 * dp
 };
 
 // Which parameters a rank holds and how they are split.
@@ -144,7 +144,7 @@ class ParameterStore {
   // ---- what the optimizer sees: the owned slice of each unit ----
   size_t ownedBegin(int unit) const;  // relative to the unit's begin
   size_t ownedSize(int unit) const;
-  float* ownedValues(int unit);        // the owned slice of the values (the shard under ZeRO-3)
+  float* ownedValues(int unit);             // the owned slice of the values (the shard under ZeRO-3)
   const float* ownedGrads(int unit) const;  // after finishSync: the owned slice of the synced gradients
   // Sum of squares of the owned gradients of parameters counted in the norm (ZeRO 0: only DP rank 0 counts,
   // all replicas hold the same sums).

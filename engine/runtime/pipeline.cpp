@@ -91,7 +91,9 @@ int PipelineExecutor::takeSlot(int c) {
   return s;
 }
 
-void PipelineExecutor::freeSlot(int c, int slot) { m_freeSlots[c].push_back(slot); }
+void PipelineExecutor::freeSlot(int c, int slot) {
+  m_freeSlots[c].push_back(slot);
+}
 
 const Batch& PipelineExecutor::batchFor(int64_t step, int m, const DataSource& data) {
   if (m_batchStep != step) {
@@ -138,13 +140,14 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
       const int slot = takeSlot(c);
       m_slot[{m, k}] = slot;
       const Batch& batch = batchFor(step, m, data);
-      m_outputs[{m, k}] = m_model.forwardChunk(c, slot, inputOf(m, k), batch, ForwardMode{true, lossScale}, m);
+      m_outputs[{m, k}] =
+          m_model.forwardChunk(c, slot, inputOf(m, k), batch, ForwardMode{true, lossScale}, m);
       if (k == K - 1) stats += m_model.headStats(slot);
       return Status::ok();
     }
     case ActionType::SendActivation: {
-      auto r = world->isend(m_outputs.at({m, k}), static_cast<size_t>(chunkOutFloats(k, m_mbs)), CommType::F32,
-                            peerRank(a.peer), tag(0, m, k));
+      auto r = world->isend(m_outputs.at({m, k}), static_cast<size_t>(chunkOutFloats(k, m_mbs)),
+                            CommType::F32, peerRank(a.peer), tag(0, m, k));
       if (!r) return r.status();
       m_sends.push_back({std::move(*r), {m, k}, false});
       return Status::ok();
@@ -169,7 +172,8 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
           dOut = m_localOf[k + 1] >= 0 ? m_gradOut.at({m, k + 1}).data() : m_recvGrad.at({m, k + 1}).data();
         float* dIn = nullptr;
         if (k > 0) {
-          Buffer g(static_cast<size_t>(chunkOutFloats(k - 1, m_mbs)), MemoryCategory::Communication, m_tracker);
+          Buffer g(static_cast<size_t>(chunkOutFloats(k - 1, m_mbs)), MemoryCategory::Communication,
+                   m_tracker);
           dIn = g.data();
           m_gradOut[{m, k}] = std::move(g);
         }
@@ -182,7 +186,8 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
         if (split) return Status::ok();
       } else {
         const bool final = --m_remaining[k] == 0;
-        m_model.backwardChunk(c, slot, inputOf(m, k), nullptr, nullptr, batch, BackwardPart::Weight, m, final);
+        m_model.backwardChunk(c, slot, inputOf(m, k), nullptr, nullptr, batch, BackwardPart::Weight, m,
+                              final);
       }
       // The (m, k) activations are dead: the slot returns to the pool, the received input is dropped.
       freeSlot(c, slot);

@@ -5,9 +5,9 @@
 // only, chunk by chunk through the pipeline).
 //
 // What always holds: every rank of the run executes exactly its stage's list, in order (the schedule proves
-// the lists deadlock-free); a slot holds one microbatch's activations of one chunk from its forward to its last
-// backward part and is then reused; the loss statistics returned are the sums over the whole step on EVERY
-// rank (all-reduced), and evaluation results likewise.
+// the lists deadlock-free); a slot holds one microbatch's activations of one chunk from its forward to its
+// last backward part and is then reused; the loss statistics returned are the sums over the whole step on
+// EVERY rank (all-reduced), and evaluation results likewise.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,7 @@ namespace ms {
 
 // The groups a rank communicates in under a plan. Created collectively by every rank of the world.
 struct RankGroups {
-  Communicator* world = nullptr;                // null: one process
+  Communicator* world = nullptr;                    // null: one process
   std::unique_ptr<Communicator> tp, dp, embedding;  // embedding: the tied wte's two stages (else null)
   RankCoord coord;
   int rank = 0;
@@ -80,18 +80,18 @@ class PipelineExecutor {
   MemoryTracker* m_tracker = nullptr;
   int m_stage = 0;
   int m_mbs = 1;
-  std::vector<int> m_localOf;  // (K): local chunk index, -1 when not on this stage
+  std::vector<int> m_localOf;                 // (K): local chunk index, -1 when not on this stage
   std::vector<std::vector<int>> m_freeSlots;  // per local chunk
   std::vector<int> m_slotCount;
   // Per step:
-  std::map<Key, int> m_slot;                  // (m, k) -> slot of local chunk k
-  std::map<Key, const float*> m_outputs;      // (m, k) -> output of local chunk k (in the model's slot)
-  std::map<Key, Buffer> m_recvAct;            // output of chunk k for mb m, received
-  std::map<Key, Buffer> m_recvGrad;           // input gradient of chunk k for mb m, received
-  std::map<Key, Buffer> m_gradOut;            // input gradient of local chunk k for mb m (to send / hand on)
+  std::map<Key, int> m_slot;              // (m, k) -> slot of local chunk k
+  std::map<Key, const float*> m_outputs;  // (m, k) -> output of local chunk k (in the model's slot)
+  std::map<Key, Buffer> m_recvAct;        // output of chunk k for mb m, received
+  std::map<Key, Buffer> m_recvGrad;       // input gradient of chunk k for mb m, received
+  std::map<Key, Buffer> m_gradOut;        // input gradient of local chunk k for mb m (to send / hand on)
   std::map<int, Batch> m_batches;
   int64_t m_batchStep = -1;
-  std::vector<int> m_remaining;               // per chunk: backwards (or weight parts) left this step
+  std::vector<int> m_remaining;  // per chunk: backwards (or weight parts) left this step
   struct PendingSend {
     CommRequestPtr request;
     Key key;

@@ -40,9 +40,10 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
   if (c.parallel.sequenceParallel && c.parallel.tp > 1) {
     const int positions = buildModelSpec(c.model, c.training.seqLen).samplePositions;
     if (positions % c.parallel.tp != 0)
-      return Status::error("/parallel/sequence_parallel: the sequence of " + std::to_string(positions) +
-                           " positions does not split evenly over tp = " + std::to_string(c.parallel.tp) +
-                           " ranks; choose a sequence length (or image patches) divisible by tp, or turn it off");
+      return Status::error(
+          "/parallel/sequence_parallel: the sequence of " + std::to_string(positions) +
+          " positions does not split evenly over tp = " + std::to_string(c.parallel.tp) +
+          " ranks; choose a sequence length (or image patches) divisible by tp, or turn it off");
   }
   if (c.parallel.tp > 1 && c.model.type == ModelType::Mlp)
     return Status::error("/parallel/tp: the mlp model has no tensor-parallel layers; use tp = 1");

@@ -4,15 +4,15 @@
 // Tensor parallel over tp ranks (Shoeybi et al. 2019, "Megatron-LM", section 3, figure 3): the q|k|v
 // projection and the MLP's first linear are column-parallel (each rank computes H/tp heads and F/tp hidden
 // units), the attention output projection and the MLP's second linear row-parallel (each rank's partial sums
-// are all-reduced; their biases are added once); LayerNorms run replicated. Local widths: Cl = C/tp, Fl = F/tp.
-// Split backward (zero-bubble schedules): the input part computes every input gradient (and the LayerNorm
-// parameter gradients, which are tiny) and keeps the four linears' output gradients; the weight part turns them
-// into the linears' weight and bias gradients.
-// Sequence parallel (Korthikanti et al. 2022, section 4.2.2): inside the block the LayerNorms, the residual
-// additions and the row-parallel biases work on this rank's piece of the sequence (Ts = T/tp positions of every
-// sample); an all-gather over the sequence feeds each column-parallel linear and a reduce-scatter replaces the
-// row-parallel all-reduce. The block's input and output stay whole (the next layer, a send to another stage or
-// the head see the same tensor as without it), which costs one all-gather per block beyond Megatron's layout.
+// are all-reduced; their biases are added once); LayerNorms run replicated. Local widths: Cl = C/tp, Fl =
+// F/tp. Split backward (zero-bubble schedules): the input part computes every input gradient (and the
+// LayerNorm parameter gradients, which are tiny) and keeps the four linears' output gradients; the weight
+// part turns them into the linears' weight and bias gradients. Sequence parallel (Korthikanti et al. 2022,
+// section 4.2.2): inside the block the LayerNorms, the residual additions and the row-parallel biases work on
+// this rank's piece of the sequence (Ts = T/tp positions of every sample); an all-gather over the sequence
+// feeds each column-parallel linear and a reduce-scatter replaces the row-parallel all-reduce. The block's
+// input and output stay whole (the next layer, a send to another stage or the head see the same tensor as
+// without it), which costs one all-gather per block beyond Megatron's layout.
 #include <string>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -61,8 +61,8 @@ class TransformerBlock final : public Layer {
     if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
-    cpu::layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(),
-                          m_ln1b.value(), N, C, m_eps);
+    cpu::layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(),
+                          N, C, m_eps);
     cpu::linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
     cpu::attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
     cpu::linearForward(c.res1.data(), c.atty.data(), m_projw.value(), addsBias ? m_projb.value() : nullptr, N,
@@ -88,12 +88,12 @@ class TransformerBlock final : public Layer {
       // The four linears' weight gradients from the output gradients the input part kept.
       cpu::linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.data(),
                           m_fcprojw.value(), N, F, C);
-      cpu::linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.data(), m_fcw.value(), N, C,
-                          F);
+      cpu::linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.data(), m_fcw.value(), N,
+                          C, F);
       cpu::linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.data(),
                           m_projw.value(), N, Cl, C);
-      cpu::linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.data(), m_qkvw.value(), N,
-                          C, 3 * Cl);
+      cpu::linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.data(), m_qkvw.value(),
+                          N, C, 3 * Cl);
       for (Buffer* b : {&c.gOut, &c.gFc, &c.gProj, &c.gQkv}) b->clear();
       return;
     }
@@ -109,7 +109,8 @@ class TransformerBlock final : public Layer {
     float* scratch = m_ws->get(5, size_t(B) * H * T * T, false);  // (B, Hl, T, T)
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     std::copy(dy, dy + NC, dres1);
-    cpu::linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F, C);
+    cpu::linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
+                        C);
     cpu::geluBackward(dF2, dF1, c.fc.data(), NF);
     cpu::linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
     m_tp.allReduce(dC, NC);
@@ -222,17 +223,19 @@ class TransformerBlock final : public Layer {
     const int N = B * T, Ns = N / m_tp.size;
     const size_t NC = size_t(N) * C, NsC = size_t(Ns) * C, NCl = size_t(N) * Cl, NF = size_t(N) * F;
     auto wgrad = [&](const BoundParam& p) { return deferWeights ? nullptr : p.grad(); };
-    float* dres1s = m_ws->get(0, NsC, false);  // (B, Ts, C)
-    float* dC = m_ws->get(1, NC, true);        // (B, T, C) or (B, T, Cl)
-    float* dF1 = m_ws->get(2, NF, true);       // (B, T, Fl)
-    float* dF2 = m_ws->get(3, NF, true);       // (B, T, Fl)
+    float* dres1s = m_ws->get(0, NsC, false);   // (B, Ts, C)
+    float* dC = m_ws->get(1, NC, true);         // (B, T, C) or (B, T, Cl)
+    float* dF1 = m_ws->get(2, NF, true);        // (B, T, Fl)
+    float* dF2 = m_ws->get(3, NF, true);        // (B, T, Fl)
     float* dqkv = m_ws->get(4, 3 * NCl, true);  // (B, T, 3Cl)
-    float* dfull = m_ws->get(6, NC, false);    // (B, T, C)
-    float* dshard = m_ws->get(7, NsC, false);  // (B, Ts, C)
+    float* dfull = m_ws->get(6, NC, false);     // (B, T, C)
+    float* dshard = m_ws->get(7, NsC, false);   // (B, Ts, C)
     // The output was gathered from every rank's ys and is used whole downstream on every rank alike, so the
-    // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy itself.
+    // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
+    // itself.
     takeShard(dres1s, dy, B);
-    cpu::linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F, C);
+    cpu::linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
+                        C);
     cpu::geluBackward(dF2, dF1, c.fc.data(), NF);
     cpu::linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
     reduceScatterSequence(dshard, dC, B);
