@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/heartbeat.h"
+
 namespace ms {
 
 Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world) {
@@ -231,6 +233,7 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   try {
     for (const Action& a : actions) {
       m_activity = "step " + std::to_string(step + 1) + ": " + describe(a);
+      setActivity(m_activity);
       Status s = execute(a, step, data, lossScale, stats);
       if (!s) {
         failed = s.withContext("rank " + std::to_string(m_groups.rank) + ", " + describe(a));
@@ -245,7 +248,8 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
                            ": the schedule consumed data that was never produced (executor bug)");
   }
   MS_TRY(failed);
-  m_activity = "step " + std::to_string(step + 1) + ": finishing gradients";
+  m_activity = "step " + std::to_string(step + 1) + ": finishing gradients (tied embedding, data-parallel sync)";
+  setActivity(m_activity);
   const double t0 = m_model.now();
   MS_TRY(waitSends(true));
   ParameterStore& p = m_model.params();
@@ -297,6 +301,7 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
   const int K = m_plan.schedule.chunkCount();
   Communicator* world = m_groups.world;
   std::vector<Span>* sink = m_model.pauseSpans();
+  setActivity("evaluating");
   Eval out;
   out.samples = S;
   Batch batch;

@@ -21,6 +21,7 @@
 #include "plan/simulator.h"
 #include "runtime/checkpoint.h"
 #include "runtime/file_io.h"
+#include "runtime/heartbeat.h"
 #include "runtime/metrics.h"
 #include "runtime/optimizer.h"
 #include "runtime/pipeline.h"
@@ -368,6 +369,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   auto saveAt = [&](int64_t done) -> Status {
     // Every rank contributes its shards; rank 0 writes full tensors; everyone agrees on the outcome.
     const std::string dir = checkpointDirName(runDir, done);
+    setActivity("saving checkpoint " + dir);
     MS_TRY(saveCheckpointSharded(dir, *plan, *groups, model.params(), optimizer,
                                  CheckpointInfo{done, optimizer.stepsTaken(), config.seed}));
     metrics.write("checkpoint", {{"step", done}, {"path", dir}});
@@ -425,6 +427,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     const double gradNorm = std::sqrt(*squares);
     const double lr = learningRate(config, step);
     const double optStart = std::chrono::duration<double>(Clock::now() - clockZero).count();
+    setActivity("step " + std::to_string(step + 1) + ": optimizer step");
     optimizer.step(static_cast<float>(lr), clipFactor(gradNorm, config.training.gradClip));
     if (Status g = model.params().allGatherValues(); !g) {
       endStatus = "error";
