@@ -1,9 +1,9 @@
 // The launch supervisor; see supervisor.h. Linux only: it finds the run's processes by session in /proc and
 // adopts orphans as the child subreaper (prctl).
 //
-// What always holds: the only state a signal handler touches is g_forwardSignal (a sig_atomic_t); every
-// wait is bounded (poll with a timeout, SIGKILL killGraceS after SIGTERM, at most kSweepS to see the
-// session empty).
+// What always holds: the only state a signal handler touches is g_forwardSignal (a sig_atomic_t), the one
+// global here, as signal handlers need; every wait is bounded (poll with a timeout, SIGKILL killGraceS after
+// SIGTERM, at most kSweepS to see the session empty).
 #include "supervisor.h"
 
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -40,6 +41,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kKeptLines = 400;  // of mpirun's stderr, for its failure report
+constexpr size_t kMaxLineChars = 4096;
 constexpr double kPollS = 0.2;
 constexpr double kSweepS = 5;  // at most this long to see every process of the session gone
 
@@ -111,6 +113,20 @@ void readHeartbeat(const std::string& dir, int rank, double now, RankWatch& w) {
   w.finished = j.value("finished", false);
 }
 
+// "rank 2 (pid 1234)", with " on HOST" when the rank ran on another machine than the supervisor.
+std::string nameRank(int rank, long pid, const std::string& host) {
+  std::string out = "rank " + std::to_string(rank);
+  char self[256] = {};
+  const bool remote = !host.empty() && gethostname(self, sizeof self - 1) == 0 && host != self;
+  if (pid > 0 || remote) {
+    out += " (";
+    if (pid > 0) out += "pid " + std::to_string(pid) + (remote ? " " : "");
+    if (remote) out += "on " + host;
+    out += ")";
+  }
+  return out;
+}
+
 std::string whileDoing(const RankWatch& w) {
   return w.activity.empty() ? "" : " while " + w.activity;
 }
@@ -129,9 +145,7 @@ std::string failureReason(int status, const std::vector<std::string>& lines,
   if (f.rank < 0 || f.rank >= static_cast<int>(watches.size()))
     return "mpirun " + describeExit(status) + "; the run stopped";
   const RankWatch& w = watches[static_cast<size_t>(f.rank)];
-  const long pid = f.pid > 0 ? f.pid : w.pid;
-  std::string who = "rank " + std::to_string(f.rank);
-  if (pid > 0) who += " (pid " + std::to_string(pid) + ")";
+  const std::string who = nameRank(f.rank, f.pid > 0 ? f.pid : w.pid, w.host);
   std::string what;
   if (f.signal > 0)
     what = "died (signal " + std::to_string(f.signal) + ", " +
@@ -149,10 +163,11 @@ std::string failureReason(int status, const std::vector<std::string>& lines,
 class StderrTee {
  public:
   explicit StderrTee(int fd) : m_fd(fd) {}
-  // Reads what is there; false at end of file.
+  // Reads what is there (at most 1 MiB, so that a flood of output cannot starve the watch); false at end
+  // of file.
   bool pump() {
     char buf[8192];
-    for (;;) {
+    for (int reads = 0; reads < 128; ++reads) {
       const ssize_t n = read(m_fd, buf, sizeof buf);
       if (n == 0) return false;
       if (n < 0) return errno == EAGAIN || errno == EINTR;
@@ -163,7 +178,7 @@ class StderrTee {
       }
       for (ssize_t i = 0; i < n; ++i) {
         if (buf[i] != '\n') {
-          m_partial += buf[i];
+          if (m_partial.size() < kMaxLineChars) m_partial += buf[i];
           continue;
         }
         m_lines.push_back(std::move(m_partial));
@@ -171,6 +186,7 @@ class StderrTee {
         if (m_lines.size() > kKeptLines) m_lines.pop_front();
       }
     }
+    return true;
   }
   std::vector<std::string> lines() const {
     std::vector<std::string> out(m_lines.begin(), m_lines.end());
@@ -184,7 +200,8 @@ class StderrTee {
   std::string m_partial;
 };
 
-// Installs the forwarding handlers for SIGINT and SIGTERM and puts the old ones back when destroyed.
+// Installs the forwarding handler for SIGINT, SIGTERM and SIGHUP, ignores SIGPIPE (a closed stderr must not
+// kill the supervisor and orphan the run), and puts the old dispositions back when destroyed.
 class SignalForwarding {
  public:
   SignalForwarding() {
@@ -192,17 +209,21 @@ class SignalForwarding {
     struct sigaction sa = {};
     sa.sa_handler = onForwardedSignal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &m_oldInt);
-    sigaction(SIGTERM, &sa, &m_oldTerm);
+    for (size_t i = 0; i < kForwarded.size(); ++i) sigaction(kForwarded[i], &sa, &m_old[i]);
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &m_oldPipe);
   }
   ~SignalForwarding() {
-    sigaction(SIGINT, &m_oldInt, nullptr);
-    sigaction(SIGTERM, &m_oldTerm, nullptr);
+    for (size_t i = 0; i < kForwarded.size(); ++i) sigaction(kForwarded[i], &m_old[i], nullptr);
+    sigaction(SIGPIPE, &m_oldPipe, nullptr);
   }
 
  private:
-  struct sigaction m_oldInt = {};
-  struct sigaction m_oldTerm = {};
+  static constexpr std::array<int, 3> kForwarded = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> m_old = {};
+  struct sigaction m_oldPipe = {};
 };
 
 // Starts the command in a new session with stderr into a pipe; returns its pid and the pipe's read end.
@@ -214,16 +235,19 @@ Expected<std::pair<pid_t, int>> spawn(const std::vector<std::string>& command) {
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return Status::error(std::string("cannot fork: ") + std::strerror(errno));
   if (pid == 0) {
     // Only async-signal-safe calls from here to exec.
     setsid();
+    // Should the supervisor itself be killed, mpirun gets SIGTERM and takes the ranks down with it.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
     dup2(err[1], STDERR_FILENO);
     const int devNull = open("/dev/null", O_RDONLY);
     if (devNull >= 0) dup2(devNull, STDIN_FILENO);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
     execvp(argv[0], argv.data());
     const int e = errno;
     (void)!write(execErr[1], &e, sizeof e);
@@ -258,7 +282,8 @@ RankFailure parseMpirunFailure(const std::vector<std::string>& lines) {
   const std::regex signalled(
       R"(process rank (\d+) with PID (\d+) on node \S+ exited on signal (\d+)(?: \(([^)]*)\))?)");
   const std::regex exitCode(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(-?\d+))");
-  const std::regex aborted(R"(MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (-?\d+))");
+  const std::regex aborted(
+      R"(MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (-?\d+))");
   const std::regex improper(R"(process rank (\d+) with PID (\d+) on\s+node \S+ exiting improperly)");
   if (std::regex_search(text, m, signalled)) {
     f.rank = std::stoi(m[1]);
@@ -386,7 +411,7 @@ Status superviseRun(const SupervisorOptions& options) {
     if (const int sig = g_forwardSignal; sig != 0) {
       g_forwardSignal = 0;
       userSignal = sig;
-      kill(child, sig);
+      kill(child, sig == SIGHUP ? SIGTERM : sig);  // mpirun stops the job on SIGINT and SIGTERM
     }
     for (;;) {
       int st = 0;
@@ -408,18 +433,19 @@ Status superviseRun(const SupervisorOptions& options) {
       RankWatch& w = watches[r];
       readHeartbeat(options.heartbeatDir, static_cast<int>(r), now, w);
       if (w.finished) continue;
-      if (w.seen && now - w.changedAt > options.stallTimeoutS) {
-        reason = "rank " + std::to_string(r) + (w.pid ? " (pid " + std::to_string(w.pid) + ")" : "") +
-                 " stopped responding for " + std::to_string(static_cast<long>(now - w.changedAt)) + " s" +
-                 whileDoing(w) + "; the run was stopped";
-      } else if (!w.seen && now - start > options.startupGraceS) {
-        reason = "rank " + std::to_string(r) + " did not start within " +
-                 std::to_string(static_cast<long>(options.startupGraceS)) + " s (no heartbeat in " +
-                 options.heartbeatDir + "); the run was stopped";
-      }
+      std::string what;
+      if (w.seen && now - w.changedAt > options.stallTimeoutS)
+        what = nameRank(static_cast<int>(r), w.pid, w.host) + " stopped responding for " +
+               std::to_string(static_cast<long>(now - w.changedAt)) + " s" + whileDoing(w);
+      else if (!w.seen && now - start > options.startupGraceS)
+        what = "rank " + std::to_string(r) + " did not start within " +
+               std::to_string(static_cast<long>(options.startupGraceS)) + " s (no heartbeat in " +
+               options.heartbeatDir + ")";
+      if (what.empty()) continue;
+      std::fprintf(stderr, "meshstudio-engine launch: %s; stopping every rank\n", what.c_str());
+      reason = what + "; the run was stopped";
     }
     if (!reason.empty()) {
-      std::fprintf(stderr, "meshstudio-engine launch: %s; stopping every rank\n", reason.c_str());
       signalSession(child, SIGTERM);
       signalSession(child, SIGCONT);  // a stopped rank acts on SIGTERM only once continued
       killAt = now + options.killGraceS;
@@ -445,8 +471,8 @@ Status superviseRun(const SupervisorOptions& options) {
   const bool succeeded = WIFEXITED(childStatus) && WEXITSTATUS(childStatus) == 0;
   if (reason.empty() && succeeded) return Status::ok();
   if (reason.empty() && userSignal) {
-    reason = std::string("stopped by ") + (userSignal == SIGINT ? "SIGINT" : "SIGTERM") + "; mpirun " +
-             describeExit(childStatus);
+    const char* name = userSignal == SIGINT ? "SIGINT" : userSignal == SIGTERM ? "SIGTERM" : "SIGHUP";
+    reason = std::string("stopped by ") + name + "; mpirun " + describeExit(childStatus);
     endStatus = "interrupted";
   }
   if (reason.empty()) {

@@ -4,7 +4,7 @@
 // It starts mpirun in a session of its own (Open MPI puts every rank in a process group of its own, but
 // they keep the session), with MESHSTUDIO_HEARTBEAT_DIR pointing at the run's heartbeat folder
 // (runtime/heartbeat.h), copies mpirun's stderr to its own while keeping the last lines, forwards SIGINT and
-// SIGTERM to mpirun, and watches:
+// SIGTERM (and SIGHUP, as SIGTERM) to mpirun, and watches:
 //   - mpirun ends with 0: success;
 //   - mpirun ends otherwise: the failed rank from Open MPI's own report ("mpirun noticed that process rank 2
 //     with PID 0 on node vm exited on signal 9 (Killed).", "Process name: [[5,1],1] Exit code: 3", ...),
@@ -25,13 +25,13 @@
 namespace ms {
 
 struct SupervisorOptions {
-  std::vector<std::string> command;        // mpirun and its arguments
-  int ranks = 1;                           // processes mpirun starts (rank 0 .. ranks-1)
-  std::string heartbeatDir;                // created; rank-*.json from an earlier run are removed
-  std::vector<std::string> metricsFiles;   // streams that get a run_end line when the run fails
-  double stallTimeoutS = 10;               // 0: do not watch heartbeats
-  double startupGraceS = 60;               // a rank with no heartbeat file after this is taken as hung
-  double killGraceS = 3;                   // SIGTERM to SIGKILL
+  std::vector<std::string> command;       // mpirun and its arguments
+  int ranks = 1;                          // processes mpirun starts (rank 0 .. ranks-1)
+  std::string heartbeatDir;               // created; rank-*.json from an earlier run are removed
+  std::vector<std::string> metricsFiles;  // streams that get a run_end line when the run fails
+  double stallTimeoutS = 10;              // 0: do not watch heartbeats
+  double startupGraceS = 60;              // a rank with no heartbeat file after this is taken as hung
+  double killGraceS = 3;                  // SIGTERM to SIGKILL
 };
 
 // Runs the command to its end. Ok when mpirun exited with 0; otherwise the reason, e.g. "rank 2 (pid 1234)

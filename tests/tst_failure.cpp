@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mpi_test_util.h"
 #include "runtime/checkpoint.h"
 #include "supervisor.h"
 
@@ -32,7 +33,7 @@ QProcessEnvironment mpiEnvironment() {
   return env;
 }
 
-// A 4-rank (or `dp`-rank) gpt of width 32 that would run for a long time, checkpointing every 10 steps.
+// A 4-rank (or `dp`-rank) gpt of width 32 that would run for a long time, checkpointing every 25 steps.
 QString writeConfig(const QString& dir, int dp, int steps) {
   const QString text = dir + "/t.txt";
   {
@@ -52,7 +53,7 @@ QString writeConfig(const QString& dir, int dp, int steps) {
         {"batch_size", 8},
         {"seq_len", 16},
         {"eval_batches", 1},
-        {"checkpoint_every", 10},
+        {"checkpoint_every", 25},
         {"threads", 1}}}};
   const QString path = dir + "/failure.json";
   std::ofstream(path.toStdString()) << config.dump(2);
@@ -119,14 +120,20 @@ class LaunchedRun {
   QString config() const { return m_config; }
   QProcess& process() { return m_process; }
 
-  // Waits until every rank has a heartbeat and a checkpoint exists; records the pids (ranks and mpirun).
+  // Waits until a checkpoint exists and every rank's heartbeat thread has beaten for a second (so that its
+  // file shows what the rank does after "starting"); records the pids (ranks and mpirun).
   bool waitUntilTraining(int timeoutMs) {
     QElapsedTimer t;
     t.start();
+    std::vector<double> firstBeat(static_cast<size_t>(m_dp), 0);
     while (t.elapsed() < timeoutMs) {
       if (m_process.waitForFinished(200)) return false;
       bool all = true;
-      for (int r = 0; r < m_dp; ++r) all = all && rankPid(r) > 0;
+      for (int r = 0; r < m_dp; ++r) {
+        const double alive = heartbeat(r).value("alive", 0.0);
+        if (firstBeat[size_t(r)] == 0) firstBeat[size_t(r)] = alive;
+        all = all && alive > 0 && alive - firstBeat[size_t(r)] >= 1.0;
+      }
       if (all && ms::latestCheckpoint(runDir().toStdString()).isOk()) {
         for (int r = 0; r < m_dp; ++r) m_pids.push_back(rankPid(r));
         for (pid_t pid : childrenOf(m_launchPid)) m_pids.push_back(pid);
@@ -135,9 +142,10 @@ class LaunchedRun {
     }
     return false;
   }
-  pid_t rankPid(int rank) const {
-    return readJson(runDir() + "/ranks/rank-" + QString::number(rank) + ".json").value("pid", 0);
+  json heartbeat(int rank) const {
+    return readJson(runDir() + "/ranks/rank-" + QString::number(rank) + ".json");
   }
+  pid_t rankPid(int rank) const { return heartbeat(rank).value("pid", 0); }
   // The ranks and mpirun, as recorded by waitUntilTraining, and launch itself.
   std::vector<pid_t> pids() const {
     std::vector<pid_t> all = m_pids;
@@ -182,28 +190,36 @@ class TestFailure : public QObject {
     QTest::addColumn<int>("exitCode");
     QTest::addColumn<bool>("aborted");
     const QString rule(74, '-');
-    QTest::newRow("signal") << QStringList{rule,
-                                           "Primary job  terminated normally, but 1 process returned",
-                                           "a non-zero exit code. Per user-direction, the job has been aborted.",
-                                           rule, rule,
-                                           "mpirun noticed that process rank 2 with PID 0 on node vm exited on "
-                                           "signal 9 (Killed).",
-                                           rule}
-                            << 2 << 9 << -1 << false;
-    QTest::newRow("exit code") << QStringList{rule,
-                                              "mpirun detected that one or more processes exited with non-zero "
-                                              "status, thus causing",
-                                              "the job to be terminated. The first process to do so was:", "",
-                                              "  Process name: [[12362,1],1]", "  Exit code:    5", rule}
-                               << 1 << 0 << 5 << false;
-    QTest::newRow("MPI_Abort") << QStringList{rule, "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",
-                                              "with errorcode 7.", "",
-                                              "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes."}
-                               << 3 << 0 << 7 << true;
-    QTest::newRow("no finalize") << QStringList{rule, "mpirun has exited due to process rank 1 with PID 0 on",
-                                                "node vm exiting improperly. There are three reasons this could "
-                                                "occur:"}
-                                 << 1 << 0 << -1 << false;
+    QTest::newRow("signal")
+        << QStringList{rule,
+                       "Primary job  terminated normally, but 1 process returned",
+                       "a non-zero exit code. Per user-direction, the job has been aborted.",
+                       rule,
+                       rule,
+                       "mpirun noticed that process rank 2 with PID 0 on node vm exited on "
+                       "signal 9 (Killed).",
+                       rule}
+        << 2 << 9 << -1 << false;
+    QTest::newRow("exit code")
+        << QStringList{rule,
+                       "mpirun detected that one or more processes exited with non-zero "
+                       "status, thus causing",
+                       "the job to be terminated. The first process to do so was:",
+                       "",
+                       "  Process name: [[12362,1],1]",
+                       "  Exit code:    5",
+                       rule}
+        << 1 << 0 << 5 << false;
+    QTest::newRow("MPI_Abort")
+        << QStringList{rule, "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",
+                       "with errorcode 7.", "",
+                       "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes."}
+        << 3 << 0 << 7 << true;
+    QTest::newRow("no finalize")
+        << QStringList{rule, "mpirun has exited due to process rank 1 with PID 0 on",
+                       "node vm exiting improperly. There are three reasons this could "
+                       "occur:"}
+        << 1 << 0 << -1 << false;
     QTest::newRow("nothing") << QStringList{"step 10/100: loss 2.5"} << -1 << 0 << -1 << false;
   }
   void parseMpirunFailure() {
@@ -230,11 +246,13 @@ class TestFailure : public QObject {
     QTest::addColumn<bool>("appended");
     QTest::addColumn<int>("step");
     const QString start = "{\"v\":1,\"type\":\"run_start\",\"t\":0.5}\n";
-    const QString steps = "{\"v\":1,\"type\":\"step\",\"t\":1,\"step\":7}\n{\"v\":1,\"type\":\"spans\",\"t\":1,"
-                          "\"step\":7}\n";
+    const QString steps =
+        "{\"v\":1,\"type\":\"step\",\"t\":1,\"step\":7}\n{\"v\":1,\"type\":\"spans\",\"t\":1,"
+        "\"step\":7}\n";
     QTest::newRow("after steps") << start + steps << "error" << true << 7;
     QTest::newRow("no step yet") << start << "error" << true << 0;
-    QTest::newRow("cut line") << start + steps + "{\"v\":1,\"type\":\"me" << "error" << true << 7;
+    QTest::newRow("cut line") << start + steps + "{\"v\":1,\"type\":\"me"
+                              << "error" << true << 7;
     QTest::newRow("ok stands") << start + steps + "{\"v\":1,\"type\":\"run_end\",\"status\":\"ok\"}\n"
                                << "error" << false << 0;
     QTest::newRow("rank's error superseded")
@@ -298,15 +316,15 @@ class TestFailure : public QObject {
     QCOMPARE(last.value("type", ""), std::string("run_end"));
     QCOMPARE(last.value("status", ""), std::string("error"));
     QVERIFY2(QString::fromStdString(last.value("reason", "")).startsWith(expected), last.dump().c_str());
-    QVERIFY(last.value("step", 0) >= 10);
+    QVERIFY(last.value("step", 0) >= 25);
+    QVERIFY2(!err.contains("while starting"), qPrintable(err));  // the heartbeat followed the rank
 
     auto checkpoint = ms::latestCheckpoint(run.runDir().toStdString());
     QVERIFY(checkpoint.isOk());
-    QProcess eval;
-    eval.start(kEngine, {"eval", run.config(), "--checkpoint", QString::fromStdString(*checkpoint),
-                         "--batches", "1"});
-    QVERIFY(eval.waitForFinished(60000));
-    QVERIFY2(eval.exitCode() == 0, eval.readAllStandardError().constData());
+    const ms::test::ProcessResult eval = ms::test::runProcess(
+        kEngine,
+        {"eval", run.config(), "--checkpoint", QString::fromStdString(*checkpoint), "--batches", "1"});
+    QVERIFY2(eval.code == 0, qPrintable(eval.err));
 
     const QString left = remaining(run.pids());
     QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
@@ -325,7 +343,7 @@ class TestFailure : public QObject {
     const QString err = QString::fromUtf8(run.process().readAllStandardError());
     qInfo("launch ended %.1f s after SIGSTOP of rank 3 (stall timeout 5 s); its stderr:\n%s", ms / 1000.0,
           qPrintable(err));
-    QVERIFY2(ms >= 5000 && ms < 20000, qPrintable(err));
+    QVERIFY2(ms >= 4000 && ms < 20000, qPrintable(err));  // 4.5 s at the least: beats are 0.5 s apart
     QCOMPARE(run.process().exitCode(), 1);
     const QString expected = QString("rank 3 (pid %1) stopped responding for ").arg(victim);
     QVERIFY2(err.contains("meshstudio-engine launch: " + expected), qPrintable(err));
@@ -343,16 +361,15 @@ class TestFailure : public QObject {
   void normalRunSucceeds() {
     QTemporaryDir tmp;
     const QString config = writeConfig(tmp.path(), 2, 4);
-    QProcess p;
-    p.setProcessEnvironment(mpiEnvironment());
-    p.start(kEngine, {"launch", config, "--", "--quiet", "--run-dir", tmp.path() + "/r"});
-    QVERIFY(p.waitForFinished(120000));
-    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    const ms::test::ProcessResult r =
+        ms::test::runProcess(kEngine, {"launch", config, "--", "--quiet", "--run-dir", tmp.path() + "/r"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
     const std::vector<json> lines = readLines(tmp.path() + "/r/metrics.jsonl");
     QVERIFY(!lines.empty());
     QCOMPARE(lines.back().value("type", ""), std::string("run_end"));
     QCOMPARE(lines.back().value("status", ""), std::string("ok"));
-    QCOMPARE(std::count_if(lines.begin(), lines.end(), [](const json& j) { return j.value("type", "") == "run_end"; }),
+    QCOMPARE(std::count_if(lines.begin(), lines.end(),
+                           [](const json& j) { return j.value("type", "") == "run_end"; }),
              std::ptrdiff_t(1));
     // Every rank's last heartbeat says it finished, and names it.
     for (int r = 0; r < 2; ++r) {

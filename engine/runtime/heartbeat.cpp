@@ -92,9 +92,8 @@ struct Heartbeat::State {
 
   void beat(bool finished) {
     const Activity a = currentActivity();
-    const nlohmann::json j = {{"rank", rank},         {"pid", pid},
-                              {"host", host},         {"alive", unixTimeS()},
-                              {"activity", a.text},   {"activity_since", a.since},
+    const nlohmann::json j = {{"rank", rank},         {"pid", pid},         {"host", host},
+                              {"alive", unixTimeS()}, {"activity", a.text}, {"activity_since", a.since},
                               {"finished", finished}};
     std::string error;
     if (!replaceFile(path, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", error) &&
