@@ -8,8 +8,8 @@ starts at most 2 ranks; a rank of two threads runs unbound). The first WARMUP st
 The plans run in ROUNDS interleaved rounds (every plan once per round), so slow drifts of a shared machine hit
 every plan alike.
 
-tokens/s = batch * context / (median step_time_s over the kept steps of all rounds), step_time_s being the
-engine's own figure from its metrics stream. "x 1 rank" divides by the one-rank, one-thread reference of the
+tokens/s = median over the rounds of batch * context / (median step_time_s of the round's kept steps),
+step_time_s being the engine's own figure from its metrics stream: one disturbed round does not move it. "x 1 rank" divides by the one-rank, one-thread reference of the
 same run; a second reference gives that rank both threads, the fair figure for a plan that fills two cores.
 "spread" is (max - min) / median of the per-round tokens/s: the noise to read the ratios against.
 
@@ -28,7 +28,7 @@ device's peak and bandwidth are placeholders, so only its ratio between plans ("
 Every plan must train like one process: each step's loss within 1e-2 relative of the reference's, or the
 script exits 1 (checked after the runs, outside the timed region).
 
-usage: bench/scaling.py [--engine build/engine/meshstudio-engine] [--steps 20] [--warmup 3] [--rounds 2]
+usage: bench/scaling.py [--engine build/engine/meshstudio-engine] [--steps 20] [--warmup 3] [--rounds 3]
                         [--quick] [--out results.json] [--keep DIR]
 Prints a fixed-column table; exits 1 when the engine or mpirun is missing, a run fails, or a loss differs.
 """
@@ -211,9 +211,8 @@ def read_run(metrics, warmup):
 
 def summarise(name, threads, parallel, runs, m, cores):
     """Pools one plan's rounds into its row of results."""
-    step_times = [t for r in runs for t in r["step_times"]]
     per_round = [m["B"] * m["T"] / statistics.median(r["step_times"]) for r in runs]
-    tokens = m["B"] * m["T"] / statistics.median(step_times)
+    tokens = statistics.median(per_round)
     predicted = runs[0]["predicted"]
     predicted_stage = {}
     for r in predicted["ranks"]:
@@ -230,7 +229,7 @@ def summarise(name, threads, parallel, runs, m, cores):
     return {
         "name": name, "ranks": ranks, "threads": threads, "parallel": parallel or {},
         "oversubscribed": ranks * threads > cores,
-        "step_time_s": statistics.median(step_times), "tokens_per_s": tokens,
+        "step_time_s": m["B"] * m["T"] / tokens, "tokens_per_s": tokens,
         "tokens_per_s_per_round": per_round,
         "spread": (max(per_round) - min(per_round)) / tokens,
         "predicted_step_time_s": predicted["step_time_s"], "predicted_tokens_per_s": predicted["tokens_per_s"],
@@ -243,7 +242,10 @@ def summarise(name, threads, parallel, runs, m, cores):
 def fmt_stages(stages):
     def f(x):
         return "  -  " if x is None else f"{x:.3f}"
-    return "  ".join(f"s{st['stage']} {f(st['measured_bubble'])}/{f(st['predicted_bubble'])}" for st in stages)
+    def ms(x):
+        return "" if x is None else f" ({x * 1e3:.0f} ms)"
+    return "  ".join(f"s{st['stage']} {f(st['measured_bubble'])}/{f(st['predicted_bubble'])}{ms(st['compute_s'])}"
+                     for st in stages)
 
 
 def fmt_busy(b):
@@ -256,7 +258,7 @@ def main():
     ap.add_argument("--engine", default=os.path.join(here, "..", "build", "engine", "meshstudio-engine"))
     ap.add_argument("--steps", type=int, default=20, help="timed steps per run after the warm-up (default 20)")
     ap.add_argument("--warmup", type=int, default=3, help="first steps of each run not used (default 3)")
-    ap.add_argument("--rounds", type=int, default=2, help="runs of every plan, interleaved (default 2)")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of every plan, interleaved (default 3)")
     ap.add_argument("--quick", action="store_true", help="tiny model, 1 round of 1 + 3 steps: a smoke run")
     ap.add_argument("--out", help="write the results as JSON to this file")
     ap.add_argument("--keep", metavar="DIR", help="keep each run's folder (config.json, metrics.jsonl) in DIR")
@@ -313,10 +315,10 @@ def main():
 
     print(f"GPT V={m['V']} T={m['T']} C={m['C']} L={m['L']} H={m['H']} B={m['B']} AdamW fp32 on "
           f"{'fortunes' if 'fortunes' in text_files()[0] else 'common-licenses'}, {cores} cores, 1 thread per "
-          f"rank unless said; {args.rounds} round(s) of {args.steps} steps after {args.warmup} warm-up, "
-          f"median step time")
+          f"rank unless said; {args.rounds} round(s) of {args.steps} steps after {args.warmup} warm-up; "
+          f"tokens/s from each round's median step time, median over the rounds")
     print(f"{'plan':26s} {'ranks':>5s} {'tokens/s':>9s} {'spread':>6s} {'x 1 rank':>8s} {'pred x':>6s} "
-          f"{'sync ms':>7s}  bubble measured/predicted per stage")
+          f"{'sync ms':>7s}  per stage: bubble measured/predicted (F+B+W busy per rank and step)")
     for r in results:
         mark = " *" if r["oversubscribed"] else ""
         sync = "-" if r["sync_wait_s"] is None else f"{r['sync_wait_s'] * 1e3:.1f}"
