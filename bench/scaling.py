@@ -9,9 +9,11 @@ The plans run in ROUNDS interleaved rounds (every plan once per round), so slow 
 every plan alike.
 
 tokens/s = median over the rounds of batch * context / (median step_time_s of the round's kept steps),
-step_time_s being the engine's own figure from its metrics stream: one disturbed round does not move it. "x 1 rank" divides by the one-rank, one-thread reference of the
-same run; a second reference gives that rank both threads, the fair figure for a plan that fills two cores.
-"spread" is (max - min) / median of the per-round tokens/s: the noise to read the ratios against.
+step_time_s being the engine's own figure from its metrics stream: one disturbed round does not move it.
+"x 1 rank" divides by the one-rank, one-thread reference of the same run; a second reference gives that rank
+both threads, the fair figure for a plan that fills two cores. "spread" is (max - min) / median of the
+per-round tokens/s: the noise to read the ratios against. "other" is the most cores that other processes kept
+busy during one of the plan's runs (from /proc/stat less our own children's CPU time).
 
 Bubble of a rank in one step (the definition of docs/plan-model.md, "Simulator", applied to measured spans):
     window = latest end - earliest start of the compute spans (F, B, W) over the ranks of the rank's pipeline
@@ -36,6 +38,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -81,19 +84,30 @@ def text_files():
     return sorted(glob.glob("/usr/share/common-licenses/*"))
 
 
-def busy_cores(seconds=1.0):
-    """Cores kept busy by other work over the next `seconds` (from /proc/stat), or None off Linux."""
-    def sample():
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+def cpu_seconds():
+    """(CPU seconds every process of the machine has spent busy, CPU seconds of our finished children), or None
+    off Linux. The difference over a run is the work of others that shared the cores with it."""
     try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]  # user nice system idle iowait irq softirq ...
     except OSError:
         return None
-    return (1.0 - (idle1 - idle0) / max(1, total1 - total0)) * (os.cpu_count() or 1)
+    ours = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK"), ours.ru_utime + ours.ru_stime
+
+
+def other_cores(before, after, wall):
+    """Cores busy with other work between two cpu_seconds() samples `wall` seconds apart, or None."""
+    if before is None or after is None or wall <= 0:
+        return None
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall
+
+
+def busy_cores(seconds=1.0):
+    """Cores kept busy by other work over the next `seconds`, or None off Linux."""
+    before = cpu_seconds()
+    time.sleep(seconds)
+    return other_cores(before, cpu_seconds(), seconds)
 
 
 def ranks_of(parallel):
@@ -124,7 +138,8 @@ def tail(text, lines=30):
 
 
 def run_engine(mpirun, engine, ranks, threads, config, run_dir, name):
-    """Runs one plan; on failure exits with the run's stderr tail. Returns the wall time in seconds."""
+    """Runs one plan; on failure exits with the run's stderr tail. Returns the cores that other work kept busy
+    meanwhile (None off Linux)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     # Open MPI binds each rank to one core when it starts at most 2 (4.1: "--bind-to core"), which puts all of a
@@ -132,7 +147,7 @@ def run_engine(mpirun, engine, ranks, threads, config, run_dir, name):
     bind = ["--bind-to", "none"] if threads > 1 else []
     cmd = [mpirun, "--oversubscribe", *bind, "-np", str(ranks), engine, "train", config, "--run-dir", run_dir,
            "--quiet"]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_seconds()
     # Own process group, so a hung run's ranks go with mpirun when the timeout kills it.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
@@ -142,9 +157,16 @@ def run_engine(mpirun, engine, ranks, threads, config, run_dir, name):
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate()
         sys.exit(f"scaling: plan '{name}' timed out after {RUN_TIMEOUT_S} s: {' '.join(cmd)}\n{tail(err)}")
+    except BaseException:  # Ctrl-C: the run's own session does not see it, so end the run before leaving
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
     if proc.returncode != 0:
         sys.exit(f"scaling: plan '{name}' failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail(err)}")
-    return time.perf_counter() - t0
+    return other_cores(cpu0, cpu_seconds(), time.perf_counter() - t0)
 
 
 def busy_time(spans):
@@ -232,6 +254,7 @@ def summarise(name, threads, parallel, runs, m, cores):
         "step_time_s": m["B"] * m["T"] / tokens, "tokens_per_s": tokens,
         "tokens_per_s_per_round": per_round,
         "spread": (max(per_round) - min(per_round)) / tokens,
+        "other_cores_per_round": [r["other_cores"] for r in runs],
         "predicted_step_time_s": predicted["step_time_s"], "predicted_tokens_per_s": predicted["tokens_per_s"],
         "stages": stages,
         "sync_wait_s": statistics.mean(waits) if waits else None,
@@ -292,8 +315,9 @@ def main():
                 write_config(config, f"bench-scaling-{i}", m, args.warmup + args.steps, threads, parallel)
                 print(f"  round {rnd + 1}/{args.rounds}: {name} ({ranks} rank{'s' if ranks > 1 else ''})",
                       file=sys.stderr, flush=True)
-                run_engine(mpirun, engine, ranks, threads, config, run_dir, name)
+                other = run_engine(mpirun, engine, ranks, threads, config, run_dir, name)
                 runs[i].append(read_run(os.path.join(run_dir, "metrics.jsonl"), args.warmup))
+                runs[i][-1]["other_cores"] = other
     busy_after = busy_cores()
     wall = time.perf_counter() - t_all
     results = [summarise(name, threads, parallel, runs[i], m, cores)
@@ -317,18 +341,23 @@ def main():
           f"{'fortunes' if 'fortunes' in text_files()[0] else 'common-licenses'}, {cores} cores, 1 thread per "
           f"rank unless said; {args.rounds} round(s) of {args.steps} steps after {args.warmup} warm-up; "
           f"tokens/s from each round's median step time, median over the rounds")
-    print(f"{'plan':26s} {'ranks':>5s} {'tokens/s':>9s} {'spread':>6s} {'x 1 rank':>8s} {'pred x':>6s} "
+    print(f"{'plan':26s} {'ranks':>5s} {'tokens/s':>9s} {'spread':>6s} {'other':>5s} {'x 1 rank':>8s} {'pred x':>6s} "
           f"{'sync ms':>7s}  per stage: bubble measured/predicted (F+B+W busy per rank and step)")
     for r in results:
         mark = " *" if r["oversubscribed"] else ""
         sync = "-" if r["sync_wait_s"] is None else f"{r['sync_wait_s'] * 1e3:.1f}"
-        print(f"{r['name'] + mark:26s} {r['ranks']:5d} {r['tokens_per_s']:9.0f} {r['spread']:6.0%} "
+        others = [o for o in r["other_cores_per_round"] if o is not None]
+        other = f"{max(others):.2f}" if others else "?"
+        print(f"{r['name'] + mark:26s} {r['ranks']:5d} {r['tokens_per_s']:9.0f} {r['spread']:6.0%} {other:>5s} "
               f"{r['x_vs_1_rank']:8.2f} {r['predicted_x_vs_1_rank']:6.2f} {sync:>7s}  {fmt_stages(r['stages'])}")
     if any(r["oversubscribed"] for r in results):
         print(f"* more ranks x threads than the {cores} cores: oversubscribed, the ranks share cores")
+    print("spread: (max - min) / median of the rounds' tokens/s; other: the most cores that other processes kept "
+          "busy during one of the plan's runs")
     print(f"pred x: the plans' own predicted tokens/s over the one-rank prediction ({ref['predicted_tokens_per_s']:.0f}"
           f" tokens/s: the cpu figures are placeholders); sync ms: mean end-of-step gradient-finish wait (G) per rank")
-    busy = max(b for b in (busy_before, busy_after, 0.0) if b is not None)
+    busy = max(b for b in [busy_before, busy_after, 0.0] + [o for r in results for o in r["other_cores_per_round"]]
+               if b is not None)
     print(f"total wall time {wall:.0f} s; cores busy with other work just before and after the runs: "
           f"{fmt_busy(busy_before)}, {fmt_busy(busy_after)}" + (" (NOT QUIET)" if busy > 0.25 else ""))
 
@@ -342,4 +371,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("scaling: interrupted")
