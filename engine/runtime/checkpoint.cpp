@@ -185,12 +185,12 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
   Status s = packRank(params, optimizer, groups.dp.get(), mine);
   const auto suffixes = optimizer.stateSuffixes();
   std::map<std::string, std::vector<float>> full;  // rank 0: name -> full tensor
-  std::vector<std::string> order;                  // model order of the names
+  std::vector<const ParamSpec*> order;             // model order
   const int tag = 77;
   if (s && lead) {
     for (const LayerSpec& l : plan.model.layers)
       for (const ParamSpec& p : l.params) {
-        order.push_back(p.name);
+        order.push_back(&p);
         full[p.name].assign(static_cast<size_t>(p.numel()), 0.0f);
         for (const std::string& suffix : suffixes)
           full[p.name + suffix].assign(static_cast<size_t>(p.numel()), 0.0f);
@@ -201,13 +201,7 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
     for (int t = 0; t < plan.layout.tp() && s; ++t) {
       const int src = plan.layout.rank({0, t, stage});
       if (groups.rank != src && !lead) continue;
-      StoreLayout layout;
-      layout.layers = plan.partition.layersOfStage(stage);
-      layout.tp = plan.layout.tp();
-      layout.tpRank = t;
-      layout.dp = plan.layout.dp();
-      layout.zero = config.parallel.zero;
-      layout.holdsEmbedding = std::find(layout.layers.begin(), layout.layers.end(), 0) != layout.layers.end();
+      const StoreLayout layout = storeLayoutOf(plan, stage, t, 0);
       const StorePlan sp = planStore(plan.model, config.model.type, config.model.tieEmbeddings, layout);
       std::vector<float> theirs;
       if (src == 0) {
@@ -234,11 +228,8 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
     fs::remove_all(staging, ec);
     s = makeDirs(staging);
     std::vector<NamedTensor> model, state;
-    for (const std::string& name : order) {
-      const ParamSpec* spec = nullptr;
-      for (const LayerSpec& l : plan.model.layers)
-        for (const ParamSpec& p : l.params)
-          if (p.name == name) spec = &p;
+    for (const ParamSpec* spec : order) {
+      const std::string& name = spec->name;
       model.push_back({name, spec->shape, DType::F32, full[name].data()});
       for (const std::string& suffix : suffixes)
         state.push_back({name + suffix, spec->shape, DType::F32, full[name + suffix].data()});

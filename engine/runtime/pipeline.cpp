@@ -33,6 +33,28 @@ Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world) {
   return g;
 }
 
+Status reduceStats(LossStats& stats, Communicator* world) {
+  if (!world || world->size() == 1) return Status::ok();
+  double v[3] = {stats.lossSum, double(stats.count), double(stats.correct)};
+  MS_TRY(world->allReduce(v, v, 3, CommType::F64, ReduceOp::Sum));
+  stats.lossSum = v[0];
+  stats.count = static_cast<int64_t>(v[1]);
+  stats.correct = static_cast<int64_t>(v[2]);
+  return Status::ok();
+}
+
+StoreLayout storeLayoutOf(const Plan& plan, int stage, int tpRank, int dpRank) {
+  StoreLayout s;
+  s.layers = plan.partition.layersOfStage(stage);
+  s.tp = plan.layout.tp();
+  s.tpRank = tpRank;
+  s.dp = plan.layout.dp();
+  s.dpRank = dpRank;
+  s.zero = plan.config.parallel.zero;
+  s.holdsEmbedding = std::find(s.layers.begin(), s.layers.end(), 0) != s.layers.end();
+  return s;
+}
+
 ModelShard modelShardOf(const Plan& plan, const RankGroups& groups) {
   ModelShard s;
   const RankCoord c = groups.coord;
@@ -40,13 +62,7 @@ ModelShard modelShardOf(const Plan& plan, const RankGroups& groups) {
     s.chunks.push_back(plan.partition.chunks[k]);
     s.chunkIds.push_back(k);
   }
-  s.store.layers = plan.partition.layersOfStage(c.pp);
-  s.store.tp = plan.layout.tp();
-  s.store.tpRank = c.tp;
-  s.store.dp = plan.layout.dp();
-  s.store.dpRank = c.dp;
-  s.store.zero = plan.config.parallel.zero;
-  s.store.holdsEmbedding = std::find(s.store.layers.begin(), s.store.layers.end(), 0) != s.store.layers.end();
+  s.store = storeLayoutOf(plan, c.pp, c.tp, c.dp);
   s.tp = TensorParallel{groups.tp.get(), plan.layout.tp(), c.tp};
   if (plan.layout.tp() == 1) s.tp.comm = nullptr;
   s.tp.sequence = plan.config.parallel.sequenceParallel && plan.layout.tp() > 1;
@@ -248,7 +264,8 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
                            ": the schedule consumed data that was never produced (executor bug)");
   }
   MS_TRY(failed);
-  m_activity = "step " + std::to_string(step + 1) + ": finishing gradients (tied embedding, data-parallel sync)";
+  m_activity =
+      "step " + std::to_string(step + 1) + ": finishing gradients (tied embedding, data-parallel sync)";
   setActivity(m_activity);
   const double t0 = m_model.now();
   MS_TRY(waitSends(true));
@@ -274,14 +291,7 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   }
   // Loss statistics come from the head's stage (its first TP rank: the others computed the same).
   if (!m_model.holdsHead() || m_groups.coord.tp != 0) stats = {};
-  if (m_groups.world && m_groups.world->size() > 1) {
-    double v[3] = {stats.lossSum, double(stats.count), double(stats.correct)};
-    MS_TRY(m_groups.world->allReduce(v, v, 3, CommType::F64, ReduceOp::Sum));
-    stats.lossSum = v[0];
-    stats.count = static_cast<int64_t>(v[1]);
-    stats.correct = static_cast<int64_t>(v[2]);
-  }
-  return Status::ok();
+  return reduceStats(stats, m_groups.world);
 }
 
 Expected<double> PipelineExecutor::gradSquares() {
@@ -342,13 +352,7 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
   }
   m_model.resumeSpans(sink);
   MS_TRY(failed);
-  if (world && world->size() > 1) {
-    double v[3] = {out.stats.lossSum, double(out.stats.count), double(out.stats.correct)};
-    MS_TRY(world->allReduce(v, v, 3, CommType::F64, ReduceOp::Sum));
-    out.stats.lossSum = v[0];
-    out.stats.count = static_cast<int64_t>(v[1]);
-    out.stats.correct = static_cast<int64_t>(v[2]);
-  }
+  MS_TRY(reduceStats(out.stats, world));
   return out;
 }
 

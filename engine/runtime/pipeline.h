@@ -33,6 +33,12 @@ struct RankGroups {
 };
 Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world);
 
+// Sums a LossStats over the ranks of world (in place); a no-op for a null or one-rank world.
+Status reduceStats(LossStats& stats, Communicator* world);
+
+// The parameters a rank of stage `stage` and TP rank `tpRank` holds (its StoreLayout) under the plan.
+StoreLayout storeLayoutOf(const Plan& plan, int stage, int tpRank, int dpRank);
+
 // What a rank runs under the plan (its chunks, its parameter shard) for building its Model.
 ModelShard modelShardOf(const Plan& plan, const RankGroups& groups);
 

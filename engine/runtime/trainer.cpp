@@ -77,17 +77,6 @@ std::string runDirectory(const RunConfig& config, const std::string& overrideDir
 
 namespace {
 
-// Sums a LossStats over the ranks (in place); a no-op on one rank.
-Status reduceStats(LossStats& s, Communicator* world) {
-  if (!world || world->size() == 1) return Status::ok();
-  double v[3] = {s.lossSum, double(s.count), double(s.correct)};
-  MS_TRY(world->allReduce(v, v, 3, CommType::F64, ReduceOp::Sum));
-  s.lossSum = v[0];
-  s.count = static_cast<int64_t>(v[1]);
-  s.correct = static_cast<int64_t>(v[2]);
-  return Status::ok();
-}
-
 // Every rank learns whether any rank failed: returns the local error, "another rank failed" on the ranks that
 // did not fail themselves, or ok everywhere. Keeps the ranks from waiting forever in a later collective.
 Status agree(const Status& local, Communicator* world) {
