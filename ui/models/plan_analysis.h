@@ -1,0 +1,69 @@
+// Plan analysis for the studio: a config turned into everything the plan views draw (the plan, the simulated
+// step, the memory per rank, the predicted timeline), computed off the GUI thread. Every edit calls
+// PlanAnalyzer::request(); the analyzer runs one analysis at a time on its own thread and, when edits arrive
+// faster than analyses finish, skips to the newest config (no queue of stale work).
+//
+// What always holds: ready() delivers snapshots in request order, each for the config it names; a snapshot
+// whose plan failed carries the error (field and reason) and no figures; the analyzer's destructor waits
+// for a running analysis, so no callback outlives it.
+#pragma once
+
+#include <QObject>
+#include <QThreadPool>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "plan/memory_model.h"
+#include "plan/plan.h"
+#include "plan/run_config.h"
+#include "plan/simulator.h"
+#include "ui/models/timeline_data.h"
+
+namespace ms {
+
+struct PlanSnapshot {
+  RunConfig config;
+  std::optional<Plan> plan;  // empty when the config does not make a plan
+  QString error;             // why not (validation errors or buildPlan's message), else empty
+  SimResult sim;
+  std::vector<MemoryBreakdown> memory;  // per rank
+  TimelineData timeline;                // predicted, from sim
+  double millis = 0;                    // time the analysis took
+  quint64 generation = 0;               // request counter, increasing
+  bool ok() const { return plan.has_value(); }
+};
+
+// Whether the studio lets ranks share a device for this config (the CPU engine runs several ranks per host).
+bool allowsDeviceSharing(const RunConfig& config);
+
+// The analysis itself, synchronous (tests and the analyzer's worker call it).
+std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64 generation = 0);
+
+class PlanAnalyzer : public QObject {
+  Q_OBJECT
+ public:
+  explicit PlanAnalyzer(QObject* parent = nullptr);
+  ~PlanAnalyzer() override;
+  void request(const RunConfig& config);
+  // The newest snapshot delivered (null before the first).
+  std::shared_ptr<const PlanSnapshot> latest() const { return m_latest; }
+  // True while an analysis runs or waits.
+  bool busy() const { return m_running || m_pending.has_value(); }
+
+ signals:
+  void ready(std::shared_ptr<const ms::PlanSnapshot> snapshot);
+
+ private:
+  void startNext();
+  void finished(std::shared_ptr<const PlanSnapshot> snapshot);
+  QThreadPool m_pool;
+  std::optional<RunConfig> m_pending;
+  bool m_running = false;
+  quint64 m_generation = 0;
+  std::shared_ptr<const PlanSnapshot> m_latest;
+};
+
+}  // namespace ms
+
+Q_DECLARE_METATYPE(std::shared_ptr<const ms::PlanSnapshot>)
