@@ -7,6 +7,7 @@
 //   autoplan CONFIG [--top N] [--json] [--write FILE]   the best plans for the model on the mesh
 //   launch CONFIG [--hostfile FILE] [--stall-timeout S] [--dry-run] [-- ARGS]   run the plan under mpirun,
 //                                   supervised (engine/supervisor.h), or print the mpirun line
+//   export CONFIG --out DIR         config, launch.sh, slurm.sbatch (and hostfile) for headless runs
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config. This file is the only place that
 // turns errors into exit codes.
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "plan/launch_script.h"
 #include "plan/run_config.h"
 #include "plan_commands.h"
 #include "runtime/checkpoint.h"
@@ -71,6 +73,8 @@ const char* kUsage =
     "                                     the run, with the reason, when a rank dies or stops responding\n"
     "                                     for S seconds (default 10, 0 = never); --dry-run prints the\n"
     "                                     command (and the hostfile it would write)\n"
+    "  export CONFIG --out DIR            write DIR/config.json, launch.sh (mpirun), slurm.sbatch and, for\n"
+    "                                     several nodes, hostfile: the plan as files for a headless run\n"
     "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n";
 
 int usageError(const std::string& message) {
@@ -337,20 +341,12 @@ int cmdAutoplan(int argc, char** argv) {
 }
 
 // Quotes a word for a POSIX shell when it needs it.
-std::string shellQuote(const std::string& w) {
-  if (!w.empty() &&
-      w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
-          std::string::npos)
-    return w;
-  std::string q = "'";
-  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using ms::shellQuote;
 
 // launch CONFIG [--hostfile FILE] [--stall-timeout S] [--dry-run] [-- TRAIN-ARGS...]: the mpirun line that
 // runs the config's plan, one rank per device: -np dp*tp*pp, a hostfile written from the mesh when it has
 // several nodes (unless given), --oversubscribe when one node runs more ranks than it has cores,
-// --allow-run-as-root for root. Without --dry-run the supervisor (supervisor.h) runs it and ends the run,
+// --allow-run-as-root for root, --bind-to none (threads of a rank spread over cores). Without --dry-run the supervisor (supervisor.h) runs it and ends the run,
 // with the reason, when a rank dies or stops responding.
 int cmdLaunch(int argc, char** argv) {
   int split = argc;
@@ -390,6 +386,9 @@ int cmdLaunch(int argc, char** argv) {
     cmd.push_back("--oversubscribe");
   }
   if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  // A rank runs several threads (training.threads, or cores / local ranks); Open MPI binds each rank of a job
+  // of at most 2 ranks to one core, which would run those threads on one core (half speed measured with 2).
+  cmd.insert(cmd.end(), {"--bind-to", "none"});
   // The train arguments that say where the run writes: its folder (heartbeats, metrics.jsonl) and --metrics.
   std::string runDirArg, metricsArg;
   for (int i = split + 1; i + 1 < argc; ++i) {
@@ -436,6 +435,21 @@ int cmdLaunch(int argc, char** argv) {
   return kExitOk;
 }
 
+int cmdExport(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--out"}, {});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1) return usageError("export needs exactly one CONFIG");
+  if (!a.has("--out") || a.get("--out").empty()) return usageError("export needs --out DIR");
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  if (ms::Status s = ms::exportRun(config, a.get("--out")); !s) {
+    std::fprintf(stderr, "meshstudio-engine export: %s\n", s.message().c_str());
+    return kExitRunFailed;
+  }
+  std::printf("%s\n", a.get("--out").c_str());
+  return kExitOk;
+}
+
 int cmdSchema(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {}, {"--markdown"});
   if (!a.error.empty()) return usageError(a.error);
@@ -458,6 +472,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "validate") return cmdValidate(argc, argv);
     if (cmd == "train") return cmdTrain(argc, argv);
+    if (cmd == "export") return cmdExport(argc, argv);
     if (cmd == "eval") return cmdEval(argc, argv);
     if (cmd == "dump") return cmdDump(argc, argv);
     if (cmd == "plan") return cmdPlan(argc, argv);

@@ -247,6 +247,66 @@ class TestCli : public QObject {
     QCOMPARE(bad.code, 2);
   }
 
+  // export writes the plan as files for a headless run: the config (data paths made absolute), a hostfile
+  // for several nodes, launch.sh (mpirun) and slurm.sbatch; the launch script really runs the plan.
+  void exportCommand() {
+    QTemporaryDir dir;
+    const QString out = dir.path() + "/gpt3";
+    const Result big = engine({"export", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--out", out});
+    QVERIFY2(big.code == 0, qPrintable(big.err));
+    QFile hostfile(out + "/hostfile");
+    QVERIFY(hostfile.open(QIODevice::ReadOnly));
+    const QStringList hosts = QString::fromUtf8(hostfile.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(hosts.size(), 128);
+    QCOMPARE(hosts.front(), QString("node000 slots=8"));
+    QFile launch(out + "/launch.sh"), slurm(out + "/slurm.sbatch");
+    QVERIFY(launch.open(QIODevice::ReadOnly) && slurm.open(QIODevice::ReadOnly));
+    const QString launchText = QString::fromUtf8(launch.readAll()), slurmText = QString::fromUtf8(slurm.readAll());
+    QVERIFY2(launchText.contains("exec mpirun -np 1024 "), qPrintable(launchText));
+    QVERIFY(launchText.contains("--hostfile \"$here/hostfile\" --map-by slot"));
+    QVERIFY2(slurmText.contains("#SBATCH --nodes=128\n") && slurmText.contains("#SBATCH --ntasks-per-node=8\n") &&
+                 slurmText.contains("#SBATCH --gpus-per-node=8\n") && slurmText.contains("mpirun -np 1024 "),
+             qPrintable(slurmText));
+    QVERIFY(QFileInfo(out + "/launch.sh").isExecutable());
+    for (const QString& script : {out + "/launch.sh", out + "/slurm.sbatch"}) {
+      QProcess bash;
+      bash.start("bash", {"-n", script});
+      QVERIFY(bash.waitForFinished(10000));
+      QVERIFY2(bash.exitCode() == 0, qPrintable(script + ": " + bash.readAllStandardError()));
+    }
+    // The exported config is the example's plan, its relative data globs now absolute.
+    const Result valid = engine({"validate", out + "/config.json"});
+    QVERIFY2(valid.code == 0, qPrintable(valid.err));
+    QFile exported(out + "/config.json");
+    QVERIFY(exported.open(QIODevice::ReadOnly));
+    const QJsonObject doc = QJsonDocument::fromJson(exported.readAll()).object();
+    QCOMPARE(doc["parallel"].toObject()["pp"].toInt(), 8);
+    QCOMPARE(doc["data"].toObject()["train"].toArray()[0].toString(),
+             QString(MS_SOURCE_DIR "/resources/examples/data/gpt3/train_*.bin"));
+
+    // A one-node plan: no hostfile; launch.sh runs it here through mpirun.
+    const QString text = dir.path() + "/text.txt";
+    std::ofstream(text.toStdString()) << QString("the quick brown fox jumps over the lazy dog. ").repeated(60)
+                                             .toStdString();
+    const QString tiny = tinyGpt(dir.path(), text);
+    const Result small = engine({"export", tiny, "--out", dir.path() + "/tiny"});
+    QVERIFY2(small.code == 0, qPrintable(small.err));
+    QVERIFY(!QFile::exists(dir.path() + "/tiny/hostfile"));
+    QProcess run;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("MESHSTUDIO_ENGINE", kEngine);
+    run.setProcessEnvironment(env);
+    run.start(dir.path() + "/tiny/launch.sh", {"--steps", "2", "--quiet"});
+    QVERIFY(run.waitForFinished(120000));
+    QVERIFY2(run.exitCode() == 0, qPrintable(run.readAllStandardError()));
+    QVERIFY(QFileInfo::exists(dir.path() + "/tiny/runs/tiny/checkpoints/step-00000002"));
+
+    QCOMPARE(engine({"export", tiny}).code, 2);  // no --out
+    const Result unwritable = engine({"export", tiny, "--out", "/proc/meshstudio-export"});
+    QCOMPARE(unwritable.code, 1);
+    QVERIFY2(unwritable.err.contains("/proc/meshstudio-export"), qPrintable(unwritable.err));
+  }
+
   void schemaPrints() {
     const Result r = engine({"schema"});
     QCOMPARE(r.code, 0);

@@ -1,0 +1,157 @@
+// Launch scripts; see launch_script.h.
+#include "plan/launch_script.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "plan/hardware.h"
+#include "plan/memory_model.h"
+
+namespace ms {
+
+std::string shellQuote(const std::string& w) {
+  if (!w.empty() &&
+      w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
+          std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+namespace {
+
+bool meshHasGpus(const MeshConfig& mesh) {
+  auto resolved = buildMesh(mesh);
+  if (!resolved) return false;
+  for (const MeshDevice& d : resolved->devices)
+    if (isGpuDevice(d.spec)) return true;
+  return false;
+}
+
+std::string describe(const RunConfig& c) {
+  std::ostringstream s;
+  const ParallelConfig& p = c.parallel;
+  s << "dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << " = " << p.dp * p.tp * p.pp << " ranks on "
+    << c.mesh.nodes.size() << (c.mesh.nodes.size() == 1 ? " node" : " nodes");
+  std::set<std::string> types;
+  for (const NodeConfig& n : c.mesh.nodes) types.insert(n.device);
+  s << " (";
+  bool first = true;
+  for (const std::string& t : types) s << (first ? "" : ", ") << t, first = false;
+  s << ")";
+  return s.str();
+}
+
+std::string runDirOf(const RunConfig& c) {
+  return c.training.runDir.empty() ? "runs/" + c.name : c.training.runDir;
+}
+
+}  // namespace
+
+RunConfig exportedConfig(const RunConfig& config) {
+  RunConfig out = config;
+  if (config.baseDir.empty()) return out;
+  auto absolute = [&](std::vector<std::string>& paths) {
+    for (std::string& p : paths) p = config.resolvePath(p);
+  };
+  absolute(out.data.files);
+  absolute(out.data.train);
+  absolute(out.data.val);
+  if (out.data.kind == DataKind::FashionMnist) out.data.dir = config.resolvePath(out.data.dir);
+  return out;
+}
+
+LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile) {
+  LaunchFiles out;
+  const ParallelConfig& p = config.parallel;
+  const int ranks = p.dp * p.tp * p.pp;
+  const bool multiNode = config.mesh.nodes.size() > 1;
+  const bool gpu = meshHasGpus(config.mesh);
+  const std::string runDir = runDirOf(config);
+  const bool runDirAbsolute = !runDir.empty() && runDir[0] == '/';
+  for (const NodeConfig& n : config.mesh.nodes)
+    out.hostfile += n.name + " slots=" + std::to_string(n.count) + "\n";
+  if (!multiNode) out.hostfile.clear();
+
+  std::ostringstream l;
+  l << "#!/usr/bin/env bash\n"
+    << "# MeshStudio launch script for " << shellQuote(config.name) << ": " << describe(config) << ".\n"
+    << "# Generated with " << configFile << (multiNode ? " and hostfile" : "")
+    << "; run it from anywhere. Extra arguments go to `meshstudio-engine train`\n"
+    << "# (e.g. --resume, --steps N, --metrics FILE). The engine is $MESHSTUDIO_ENGINE, else meshstudio-engine\n"
+    << "# on PATH" << (multiNode ? ", at the same path on every node (Open MPI starts remote ranks over ssh)" : "")
+    << ".\n"
+    << "set -euo pipefail\n"
+    << "here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
+    << "engine=\"${MESHSTUDIO_ENGINE:-meshstudio-engine}\"\n"
+    << "opts=(--bind-to none)\n"
+    << "if [ \"$(id -u)\" -eq 0 ]; then opts+=(--allow-run-as-root); fi\n";
+  if (multiNode)
+    l << "opts+=(--hostfile \"$here/hostfile\" --map-by slot)\n";
+  else
+    l << "# One node: ranks share its cores when there are fewer cores than ranks (CPU plans).\n"
+      << "if [ \"$(nproc)\" -lt " << ranks << " ]; then opts+=(--oversubscribe); fi\n";
+  l << "exec mpirun -np " << ranks << " \"${opts[@]}\" \\\n"
+    << "  \"$engine\" train \"$here/" << configFile << "\" --run-dir "
+    << (runDirAbsolute ? shellQuote(runDir) : "\"$here\"/" + shellQuote(runDir)) << " \"$@\"\n";
+  out.launchScript = l.str();
+
+  std::ostringstream s;
+  int most = 0;
+  bool even = true;
+  for (const NodeConfig& n : config.mesh.nodes) {
+    if (most && n.count != most) even = false;
+    most = std::max(most, n.count);
+  }
+  const int nodes = static_cast<int>(config.mesh.nodes.size());
+  s << "#!/usr/bin/env bash\n"
+    << "# MeshStudio Slurm batch script for " << shellQuote(config.name) << ": " << describe(config) << ".\n"
+    << "# Submit from this folder: sbatch slurm.sbatch [train arguments]. Slurm picks the nodes, so the mesh's\n"
+    << "# node names are not used; ranks fill each node's tasks in order, as the plan lays them out.\n"
+    << "#SBATCH --job-name=" << shellQuote(config.name) << "\n"
+    << "#SBATCH --nodes=" << nodes << "\n";
+  if (even)
+    s << "#SBATCH --ntasks-per-node=" << std::min(most, (ranks + nodes - 1) / nodes) << "\n";
+  else
+    s << "#SBATCH --ntasks=" << ranks << "\n";
+  if (gpu) s << "#SBATCH --gpus-per-node=" << most << "\n";
+  if (config.training.threads > 0) s << "#SBATCH --cpus-per-task=" << config.training.threads << "\n";
+  s << "#SBATCH --output=%x-%j.out\n"
+    << "set -euo pipefail\n"
+    << "here=\"${SLURM_SUBMIT_DIR:-$(pwd)}\"\n"
+    << "engine=\"${MESHSTUDIO_ENGINE:-meshstudio-engine}\"\n"
+    << "mpirun -np " << ranks << " --map-by slot --bind-to none \\\n"
+    << "  \"$engine\" train \"$here/" << configFile << "\" --run-dir "
+    << (runDirAbsolute ? shellQuote(runDir) : "\"$here\"/" + shellQuote(runDir)) << " \"$@\"\n";
+  out.slurmScript = s.str();
+  return out;
+}
+
+Status exportRun(const RunConfig& config, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::error(dir + ": cannot create the export folder: " + ec.message());
+  MS_TRY(saveRunConfig(exportedConfig(config), dir + "/config.json"));
+  const LaunchFiles files = launchFiles(config, "config.json");
+  auto write = [&](const std::string& name, const std::string& text, bool executable) -> Status {
+    const std::string path = dir + "/" + name;
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f) return Status::error(path + ": cannot write the file");
+    if (executable && ::chmod(path.c_str(), 0755) != 0) return Status::error(path + ": cannot make it executable");
+    return Status::ok();
+  };
+  MS_TRY(write("launch.sh", files.launchScript, true));
+  MS_TRY(write("slurm.sbatch", files.slurmScript, true));
+  if (!files.hostfile.empty()) MS_TRY(write("hostfile", files.hostfile, false));
+  return Status::ok();
+}
+
+}  // namespace ms
