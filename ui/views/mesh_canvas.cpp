@@ -1,0 +1,982 @@
+// MeshCanvas; see mesh_canvas.h. The scene holds one NodeItem per node (its box, header and tiles), a legend
+// and a message; the legend and the message ignore the view's transform and follow the viewport's corners,
+// so they stay readable at any zoom. Hit tests go through MeshGeometry, never through the scene's items.
+#include "ui/views/mesh_canvas.h"
+
+#include <QAction>
+#include <QContextMenuEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QDragEnterEvent>
+#include <QFontMetricsF>
+#include <QFormLayout>
+#include <QGraphicsItem>
+#include <QGraphicsScene>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QMimeData>
+#include <QPainter>
+#include <QPainterPath>
+#include <QScrollBar>
+#include <QStyleOptionGraphicsItem>
+#include <QTimer>
+#include <QToolTip>
+#include <QWheelEvent>
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "plan/hardware.h"
+#include "plan/model_spec.h"
+#include "ui/models/layer_model.h"
+#include "ui/models/placement.h"
+#include "ui/models/plan_analysis.h"
+#include "ui/models/project_document.h"
+
+namespace ms {
+
+namespace {
+
+constexpr double kMinScale = 0.02;  // the whole 1024-device mesh fits a small window well above this
+constexpr double kMaxScale = 8;
+constexpr int kOverlayMargin = 10;  // viewport pixels between an overlay and the viewport's edge
+constexpr int kMessageMillis = 8000;
+constexpr double kTextLod = 0.45;  // below this zoom tile labels would be unreadable: not drawn
+constexpr double kHeaderLod = 0.3;
+const QColor kIdleColor(208, 208, 208);
+const QColor kAcceptColor(25, 118, 210);
+const QColor kRefuseColor(211, 47, 47);
+
+QString gbText(double bytes) {
+  return QString::number(bytes / 1e9, 'f', bytes >= 1e11 ? 0 : 1) + QStringLiteral(" GB");
+}
+
+// "nvlink · 450 GB/s · 3 µs", resolved like buildMesh (the config's own types first, then the catalog).
+QString linkText(const MeshConfig& mesh, const std::string& name) {
+  std::optional<LinkSpec> spec;
+  for (const LinkTypeConfig& t : mesh.linkTypes)
+    if (t.name == name) spec = toLinkSpec(t);
+  if (!spec) spec = findLink(name);
+  const QString n = QString::fromStdString(name);
+  if (!spec) return QObject::tr("%1 (unknown link type)").arg(n);
+  return QStringLiteral("%1 · %2 GB/s · %3 µs")
+      .arg(n)
+      .arg(spec->bandwidth / 1e9, 0, 'g', 4)
+      .arg(spec->latency * 1e6, 0, 'g', 3);
+}
+
+std::optional<DeviceSpec> deviceSpec(const MeshConfig& mesh, const std::string& name) {
+  for (const DeviceTypeConfig& t : mesh.deviceTypes)
+    if (t.name == name) return toDeviceSpec(t);
+  return findDevice(name);
+}
+
+// One node: its box, its header (name, device type, intra-node link) and its device tiles with their labels
+// and TP-group outlines. Reads everything from the canvas when painting, so an update() is all a change
+// needs.
+class NodeItem : public QGraphicsItem {
+ public:
+  NodeItem(const MeshCanvas* canvas, int node) : m_canvas(canvas), m_node(node) {
+    setAcceptedMouseButtons(Qt::NoButton);
+  }
+  QRectF boundingRect() const override {
+    return m_canvas->meshGeometry().nodeRect(m_node).adjusted(-6, -6, 6, 6);
+  }
+  void paint(QPainter* p, const QStyleOptionGraphicsItem* option, QWidget*) override;
+
+ private:
+  const std::vector<QPainterPath>& outlines();
+  const MeshCanvas* m_canvas;
+  int m_node;
+  bool m_outlinesDone = false;
+  std::vector<QPainterPath> m_outlines;  // one per TP group with several tiles in this node
+};
+
+const std::vector<QPainterPath>& NodeItem::outlines() {
+  if (m_outlinesDone) return m_outlines;
+  m_outlinesDone = true;
+  const MeshGeometry& g = m_canvas->meshGeometry();
+  const MeshRanks& ranks = m_canvas->ranks();
+  if (!ranks.ok() || ranks.layout.tp() < 2) return m_outlines;
+  // A group's shape: its tiles grown by kGrow plus the gaps between neighbours of the group, so a group
+  // reads as one plate and two neighbouring groups stay apart (kGrow is under half the tile gap).
+  constexpr double kGrow = 2;
+  const double gap = g.params().tileGap;
+  const int cols = g.tileColumns();
+  const int first = g.firstDeviceOf(m_node);
+  const int count = g.devicesInNode(m_node);
+  const auto groupOf = [&](int local) {
+    const int rank = local < count ? ranks.firstRank(first + local) : -1;
+    return rank < 0 ? -1 : rank / ranks.layout.tp();
+  };
+  std::map<int, QPainterPath> groups;
+  std::map<int, int> members;
+  for (int local = 0; local < count; ++local) {
+    const int group = groupOf(local);
+    if (group < 0) continue;
+    const QRectF t = g.tileRect(first + local);
+    QPainterPath shape;
+    shape.addRect(t.adjusted(-kGrow, -kGrow, kGrow, kGrow));
+    const bool right = local % cols + 1 < cols && groupOf(local + 1) == group;
+    const bool below = groupOf(local + cols) == group;
+    if (right) shape.addRect(QRectF(t.right() - 1, t.top() - kGrow, gap + 2, t.height() + 2 * kGrow));
+    if (below) shape.addRect(QRectF(t.left() - kGrow, t.bottom() - 1, t.width() + 2 * kGrow, gap + 2));
+    if (right && below && groupOf(local + cols + 1) == group)
+      shape.addRect(QRectF(t.right() - 1, t.bottom() - 1, gap + 2, gap + 2));
+    shape.setFillRule(Qt::WindingFill);
+    groups[group] = groups[group].united(shape);
+    ++members[group];
+  }
+  for (auto& [group, path] : groups)
+    if (members[group] > 1) m_outlines.push_back(path.simplified());
+  return m_outlines;
+}
+
+void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem* option, QWidget*) {
+  const MeshGeometry& g = m_canvas->meshGeometry();
+  const QRectF box = g.nodeRect(m_node);
+  const qreal lod = option->levelOfDetailFromTransform(p->worldTransform());
+  const bool nodeSelected = m_canvas->selectedNode() == m_node;
+  p->setPen(QPen(nodeSelected ? kAcceptColor : QColor(110, 110, 110), nodeSelected ? 2.5 : 1.2));
+  p->setBrush(QColor(247, 247, 247));
+  p->drawRoundedRect(box, 6, 6);
+  if (lod > kHeaderLod) {
+    QFont f = p->font();
+    f.setPointSizeF(8);
+    f.setBold(true);
+    p->setFont(f);
+    p->setPen(Qt::black);
+    const QRectF header = g.headerRect(m_node).adjusted(8, 2, -8, 0);
+    const QString text = m_canvas->nodeHeader(m_node);
+    p->drawText(header, Qt::AlignLeft | Qt::AlignVCenter,
+                p->fontMetrics().elidedText(text, Qt::ElideRight, int(header.width())));
+  }
+  // Tensor-parallel groups: a plate under their tiles, outlined after the tiles are drawn.
+  p->setPen(Qt::NoPen);
+  p->setBrush(QColor(40, 40, 40, 60));
+  for (const QPainterPath& path : outlines()) p->drawPath(path);
+  QFont small = p->font();
+  small.setBold(false);
+  small.setPointSizeF(7);
+  p->setFont(small);
+  const int first = g.firstDeviceOf(m_node);
+  const int count = g.devicesInNode(m_node);
+  for (int d = first; d < first + count; ++d) {
+    const QRectF r = g.tileRect(d);
+    const bool fits = m_canvas->deviceFits(d);
+    p->setPen(QPen(fits ? QColor(80, 80, 80) : kRefuseColor, fits ? 0.8 : 2.5));
+    p->setBrush(m_canvas->tileColor(d));
+    p->drawRoundedRect(r, 4, 4);
+    if (lod > kTextLod) {
+      p->setPen(Qt::black);
+      const QRectF inner = r.adjusted(5, 3, -5, -3);
+      const QStringList lines = m_canvas->tileLabel(d).split('\n');
+      const double lineHeight = inner.height() / std::max<qsizetype>(3, lines.size());
+      for (int i = 0; i < lines.size(); ++i)
+        p->drawText(QRectF(inner.left(), inner.top() + i * lineHeight, inner.width(), lineHeight),
+                    Qt::AlignLeft | Qt::AlignVCenter,
+                    p->fontMetrics().elidedText(lines[i], Qt::ElideRight, int(inner.width())));
+    }
+  }
+  p->setBrush(Qt::NoBrush);
+  p->setPen(QPen(QColor(30, 30, 30), 1.2, Qt::DashLine));
+  for (const QPainterPath& path : outlines()) p->drawPath(path);
+  const int selected = m_canvas->selectedDevice();
+  if (g.nodeOfDevice(selected) == m_node) {
+    p->setPen(QPen(kAcceptColor, 2.5, Qt::DotLine));
+    p->drawRoundedRect(g.tileRect(selected).adjusted(-1.5, -1.5, 1.5, 1.5), 5, 5);
+  }
+  const int highlight = m_canvas->highlightedDevice();
+  if (g.nodeOfDevice(highlight) == m_node) {
+    p->setPen(QPen(m_canvas->highlightAcceptable() ? kAcceptColor : kRefuseColor, 4));
+    p->drawRoundedRect(g.tileRect(highlight).adjusted(-2, -2, 2, 2), 5, 5);
+  }
+}
+
+// Text in a box, drawn in viewport pixels at a corner of the viewport: the legend (with colour swatches
+// after its text) and the drop message.
+class OverlayItem : public QGraphicsItem {
+ public:
+  struct Swatch {
+    QColor color;
+    QString label;
+  };
+  OverlayItem() {
+    setFlag(ItemIgnoresTransformations);
+    setAcceptedMouseButtons(Qt::NoButton);
+    setZValue(10);
+    m_font.setPointSizeF(9);
+  }
+  void setText(const QString& text, const QColor& border, const QColor& fill,
+               std::vector<Swatch> swatches = {}) {
+    prepareGeometryChange();
+    m_text = text;
+    m_border = border;
+    m_fill = fill;
+    m_swatches = std::move(swatches);
+    const QFontMetricsF fm(m_font);
+    m_textRect = fm.boundingRect(QRectF(0, 0, kWidth, 10000), Qt::TextWordWrap, m_text);
+    m_textRect.moveTopLeft(QPointF(kPad, kPad));
+    // Swatches flow in rows under the text.
+    m_swatchRects.clear();
+    double x = kPad, y = m_textRect.bottom() + 4, right = m_textRect.right();
+    for (const Swatch& s : m_swatches) {
+      const double w = fm.height() + 4 + fm.horizontalAdvance(s.label) + 12;
+      if (x > kPad && x + w > kPad + kWidth) {
+        x = kPad;
+        y += fm.height() + 4;
+      }
+      m_swatchRects.push_back(QRectF(x, y, w, fm.height()));
+      x += w;
+      right = std::max(right, x);
+    }
+    const double bottom = m_swatchRects.empty() ? m_textRect.bottom() : m_swatchRects.back().bottom();
+    m_rect = QRectF(0, 0, right + kPad, bottom + kPad);
+  }
+  QString text() const { return m_text; }
+  QRectF boundingRect() const override { return m_rect; }
+  void paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) override {
+    p->setPen(QPen(m_border, 1.5));
+    p->setBrush(m_fill);
+    p->drawRoundedRect(m_rect, 5, 5);
+    p->setFont(m_font);
+    p->setPen(Qt::black);
+    p->drawText(m_textRect, Qt::TextWordWrap, m_text);
+    for (size_t i = 0; i < m_swatches.size(); ++i) {
+      const QRectF r = m_swatchRects[i];
+      p->setPen(QColor(80, 80, 80));
+      p->setBrush(m_swatches[i].color);
+      p->drawRect(QRectF(r.left(), r.top() + 1, r.height() - 2, r.height() - 2));
+      p->setPen(Qt::black);
+      p->drawText(r.adjusted(r.height() + 2, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter, m_swatches[i].label);
+    }
+  }
+
+ private:
+  static constexpr double kWidth = 560;
+  static constexpr double kPad = 8;
+  QFont m_font;
+  QString m_text;
+  QColor m_border, m_fill;
+  std::vector<Swatch> m_swatches;
+  std::vector<QRectF> m_swatchRects;
+  QRectF m_textRect, m_rect;
+};
+
+// A form for a new device type or link type; it checks the entry against the mesh before closing.
+class TypeDialog : public QDialog {
+ public:
+  TypeDialog(const MeshConfig& mesh, bool device, QWidget* parent)
+      : QDialog(parent), m_mesh(mesh), m_device(device) {
+    setWindowTitle(device ? tr("New device type") : tr("New link type"));
+    auto* form = new QFormLayout(this);
+    m_name = new QLineEdit(this);
+    form->addRow(tr("Name"), m_name);
+    const auto number = [&](const QString& label, double value, double max, int decimals) {
+      auto* s = new QDoubleSpinBox(this);
+      s->setRange(0, max);
+      s->setDecimals(decimals);
+      s->setValue(value);
+      form->addRow(label, s);
+      return s;
+    };
+    if (device) {
+      m_label = new QLineEdit(this);
+      form->addRow(tr("Label"), m_label);
+      m_a = number(tr("Peak TFLOP/s fp32"), 20, 1e6, 2);
+      m_b = number(tr("Peak TFLOP/s bf16"), 300, 1e6, 2);
+      m_c = number(tr("Memory GB"), 80, 1e6, 1);
+      m_d = number(tr("Memory bandwidth GB/s"), 2000, 1e7, 0);
+    } else {
+      m_a = number(tr("Bandwidth GB/s per direction"), 100, 1e6, 2);
+      m_b = number(tr("Latency µs"), 5, 1e6, 2);
+    }
+    m_error = new QLabel(this);
+    m_error->setStyleSheet(QStringLiteral("color: #d32f2f"));
+    m_error->setWordWrap(true);
+    form->addRow(m_error);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
+    form->addRow(buttons);
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    connect(buttons, &QDialogButtonBox::accepted, this, [this] {
+      MeshConfig trial = m_mesh;
+      const Status s = m_device ? addDeviceType(trial, deviceType()) : addLinkType(trial, linkType());
+      if (s) return accept();
+      m_error->setText(QString::fromStdString(s.message()));
+    });
+  }
+  DeviceTypeConfig deviceType() const {
+    DeviceTypeConfig t;
+    t.name = m_name->text().trimmed().toStdString();
+    t.label = m_label->text().trimmed().toStdString();
+    t.peakTflopsFp32 = m_a->value();
+    t.peakTflopsBf16 = m_b->value();
+    t.memoryGb = m_c->value();
+    t.memoryBandwidthGbs = m_d->value();
+    return t;
+  }
+  LinkTypeConfig linkType() const {
+    return LinkTypeConfig{m_name->text().trimmed().toStdString(), m_a->value(), m_b->value()};
+  }
+
+ private:
+  MeshConfig m_mesh;
+  bool m_device;
+  QLineEdit* m_name = nullptr;
+  QLineEdit* m_label = nullptr;
+  QDoubleSpinBox *m_a = nullptr, *m_b = nullptr, *m_c = nullptr, *m_d = nullptr;
+  QLabel* m_error = nullptr;
+};
+
+}  // namespace
+
+MeshCanvas::MeshCanvas(ProjectDocument* doc, QWidget* parent)
+    : QGraphicsView(parent), m_doc(doc), m_scene(new QGraphicsScene(this)) {
+  setScene(m_scene);
+  setRenderHints(QPainter::Antialiasing | QPainter::TextAntialiasing);
+  setTransformationAnchor(AnchorUnderMouse);
+  setViewportUpdateMode(SmartViewportUpdate);
+  setDragMode(ScrollHandDrag);
+  setAcceptDrops(true);
+  setBackgroundBrush(QColor(232, 234, 237));
+  auto* legend = new OverlayItem;
+  auto* message = new OverlayItem;
+  m_legend = legend;
+  m_message = message;
+  m_scene->addItem(legend);
+  m_scene->addItem(message);
+  message->setVisible(false);
+  m_messageTimer = new QTimer(this);
+  m_messageTimer->setSingleShot(true);
+  connect(m_messageTimer, &QTimer::timeout, this, [this] { m_message->setVisible(false); });
+  createActions();
+  connect(doc, &ProjectDocument::configChanged, this, &MeshCanvas::rebuild);
+  rebuild();
+}
+
+MeshCanvas::~MeshCanvas() = default;
+
+void MeshCanvas::createActions() {
+  const auto make = [this](const QString& text, const QString& tip, auto slot) {
+    auto* a = new QAction(text, this);
+    a->setToolTip(tip);
+    connect(a, &QAction::triggered, this, slot);
+    addAction(a);
+    return a;
+  };
+  m_addNode =
+      make(tr("Add node"), tr("Add a node like the selected one (or the last)"), [this] { addNode(); });
+  m_duplicateNode = make(tr("Duplicate node"), tr("Insert a copy of the selected node after it"),
+                         [this] { duplicateNode(targetNode()); });
+  m_removeNode =
+      make(tr("Remove node"), tr("Remove the selected node"), [this] { removeNode(m_selectedNode); });
+  m_addDevice = make(tr("Add device"), tr("Add a device to the selected node (or the last)"),
+                     [this] { addDevice(targetNode()); });
+  m_removeDevice =
+      make(tr("Remove device"), tr("Remove the selected device"), [this] { removeDevice(m_selectedDevice); });
+  m_removeDevice->setShortcut(QKeySequence::Delete);
+  m_removeDevice->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+  m_deviceType = new QAction(tr("Device type"), this);
+  m_deviceType->setToolTip(tr("Set the selected node's device type, or define a new type"));
+  auto* typeMenu = new QMenu(this);
+  connect(typeMenu, &QMenu::aboutToShow, this,
+          [this, typeMenu] { fillDeviceTypeMenu(typeMenu, targetNode()); });
+  m_deviceType->setMenu(typeMenu);
+  m_links = new QAction(tr("Links"), this);
+  m_links->setToolTip(tr("Set the intra-node and inter-node link types"));
+  auto* linkMenu = new QMenu(this);
+  auto* intraMenu = linkMenu->addMenu(tr("Intra-node link"));
+  auto* interMenu = linkMenu->addMenu(tr("Inter-node link"));
+  connect(intraMenu, &QMenu::aboutToShow, this, [this, intraMenu] { fillLinkMenu(intraMenu, true); });
+  connect(interMenu, &QMenu::aboutToShow, this, [this, interMenu] { fillLinkMenu(interMenu, false); });
+  m_links->setMenu(linkMenu);
+  m_zoomIn = make(tr("Zoom in"), tr("Zoom in (Ctrl+wheel)"), [this] { zoomIn(); });
+  m_zoomIn->setShortcut(QKeySequence::ZoomIn);
+  m_zoomIn->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+  m_zoomOut = make(tr("Zoom out"), tr("Zoom out (Ctrl+wheel)"), [this] { zoomOut(); });
+  m_zoomOut->setShortcut(QKeySequence::ZoomOut);
+  m_zoomOut->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+  m_fit = make(tr("Fit"), tr("Show the whole mesh"), [this] { fitAll(); });
+  for (QAction*& separator : m_separators) {
+    separator = new QAction(this);
+    separator->setSeparator(true);
+  }
+}
+
+QList<QAction*> MeshCanvas::editActions() const {
+  return {m_addNode,    m_duplicateNode, m_removeNode,    m_separators[0], m_addDevice, m_removeDevice,
+          m_deviceType, m_links,         m_separators[1], m_zoomIn,        m_zoomOut,   m_fit};
+}
+
+void MeshCanvas::updateActions() {
+  const int nodes = m_geometry.nodeCount();
+  m_removeNode->setEnabled(m_selectedNode >= 0 && nodes > 1);
+  m_removeDevice->setEnabled(m_selectedDevice >= 0 && m_geometry.deviceCount() > 1);
+  m_duplicateNode->setEnabled(nodes > 0);
+  m_addDevice->setEnabled(nodes > 0);
+  m_deviceType->setEnabled(nodes > 0);
+}
+
+int MeshCanvas::targetNode() const {
+  return m_selectedNode >= 0 ? m_selectedNode : m_geometry.nodeCount() - 1;
+}
+
+void MeshCanvas::rebuild() {
+  const RunConfig& config = m_doc->config();
+  const MeshGeometry geometry = MeshGeometry::fromMesh(config.mesh);
+  const bool reshaped = geometry.sceneRect() != m_geometry.sceneRect();
+  m_geometry = geometry;
+  m_ranks = MeshRanks::compute(config);
+  m_memory.clear();  // a snapshot of this config will bring them back
+  m_intraText = linkText(config.mesh, config.mesh.intraLink);
+  m_interText = linkText(config.mesh, config.mesh.interLink);
+
+  // Layers of each stage, chunk by chunk (none while the model or the placement does not resolve).
+  m_stageLayers.clear();
+  // An invalid model section has meaningless sizes: no layers are named then.
+  const bool modelValid = m_doc->errorsAt(QStringLiteral("/model")).empty();
+  const auto placement =
+      modelValid ? layerPlacement(config) : Expected<LayerPlacement>(Status::error("invalid model"));
+  if (placement && config.parallel.pp >= 1) {
+    const std::vector<std::string> names = modelLayerNames(config.model);
+    std::vector<std::vector<std::vector<std::string>>> chunks(static_cast<size_t>(config.parallel.pp));
+    int lastChunk = -1;
+    for (size_t i = 0; i < names.size() && i < placement->stageOfLayer.size(); ++i) {
+      const int stage = placement->stageOfLayer[i];
+      if (stage < 0 || stage >= config.parallel.pp) continue;  // a placement that failed validation
+      auto& stageChunks = chunks[static_cast<size_t>(stage)];
+      if (placement->chunkOfLayer[i] != lastChunk) stageChunks.emplace_back();
+      lastChunk = placement->chunkOfLayer[i];
+      stageChunks.back().push_back(names[i]);
+    }
+    for (const auto& stageChunks : chunks) {
+      QStringList parts;
+      for (const auto& chunk : stageChunks) parts << shortLayerNames(chunk);
+      m_stageLayers << parts.join(QStringLiteral(" + "));
+    }
+  }
+
+  if (m_selectedNode >= m_geometry.nodeCount()) m_selectedNode = -1;
+  if (m_selectedDevice >= m_geometry.deviceCount()) m_selectedDevice = -1;
+  m_highlight = -1;
+  for (QGraphicsItem* item : m_nodeItems) delete item;
+  m_nodeItems.clear();
+  m_nodeHeaders.clear();
+  for (int n = 0; n < m_geometry.nodeCount(); ++n) {
+    const NodeConfig& node = config.mesh.nodes[static_cast<size_t>(n)];
+    m_nodeHeaders << tr("%1 · %2 × %3 · %4")
+                         .arg(QString::fromStdString(node.name), QString::fromStdString(node.device))
+                         .arg(node.count)
+                         .arg(m_intraText);
+    auto* item = new NodeItem(this, n);
+    m_scene->addItem(item);
+    m_nodeItems.push_back(item);
+  }
+
+  QString summary;
+  if (m_ranks.ok()) {
+    const RankLayout& l = m_ranks.layout;
+    summary = tr("dp %1 × tp %2 × pp %3 = %4 ranks on %5 devices in %6 %7")
+                  .arg(l.dp())
+                  .arg(l.tp())
+                  .arg(l.pp())
+                  .arg(l.world())
+                  .arg(m_geometry.deviceCount())
+                  .arg(m_geometry.nodeCount())
+                  .arg(m_geometry.nodeCount() == 1 ? tr("node") : tr("nodes"));
+  } else {
+    summary = tr("No rank layout: %1").arg(m_ranks.error);
+  }
+  std::vector<OverlayItem::Swatch> swatches;
+  const int pp = m_ranks.ok() ? m_ranks.layout.pp() : 0;
+  constexpr int kMaxSwatches = 16;  // more would hide the mesh; the tiles' labels say the rest
+  for (int s = 0; s < std::min(pp, kMaxSwatches); ++s)
+    swatches.push_back({stageColor(s), tr("stage %1: %2").arg(s).arg(stageLayers(s))});
+  if (pp > kMaxSwatches) swatches.push_back({Qt::white, tr("… %1 stages in all").arg(pp)});
+  swatches.push_back({kIdleColor, tr("idle")});
+  static_cast<OverlayItem*>(m_legend)->setText(
+      tr("Inter-node link: %1\nIntra-node link: %2 (on each node)\n%3\nTile colour = pipeline stage; dashed "
+         "outline = tensor-parallel group")
+          .arg(m_interText, m_intraText, summary),
+      QColor(150, 150, 150), QColor(255, 255, 255, 225), std::move(swatches));
+
+  const QRectF r = m_geometry.sceneRect();
+  // Room below the nodes so the legend can be scrolled off the last row.
+  m_scene->setSceneRect(r.adjusted(-40, -40, 40, 40 + m_legend->boundingRect().height()));
+  updateActions();
+  if (reshaped && !m_userZoomed) fitAll();
+  placeOverlays();
+  viewport()->update();
+}
+
+QString MeshCanvas::nodeHeader(int node) const {
+  return node >= 0 && node < m_nodeHeaders.size() ? m_nodeHeaders[node] : QString();
+}
+
+QString MeshCanvas::stageLayers(int stage) const {
+  return stage >= 0 && stage < m_stageLayers.size() ? m_stageLayers[stage] : QString();
+}
+
+int MeshCanvas::stageOfDevice(int device) const {
+  const int rank = m_ranks.firstRank(device);
+  return rank < 0 ? -1 : m_ranks.layout.coord(rank).pp;
+}
+
+QColor MeshCanvas::stageColor(int stage) {
+  // Golden-ratio hue steps: neighbouring stages get distant hues for any pp.
+  const double hue = std::fmod(0.08 + stage * 0.618033988749895, 1.0);
+  return QColor::fromHsvF(float(hue), 0.42f, 0.97f);
+}
+
+QColor MeshCanvas::tileColor(int device) const {
+  const int stage = stageOfDevice(device);
+  return stage < 0 ? kIdleColor : stageColor(stage);
+}
+
+bool MeshCanvas::deviceFits(int device) const {
+  const int rank = m_ranks.firstRank(device);
+  if (rank < 0 || rank >= static_cast<int>(m_memory.size())) return true;
+  const auto& ranks = m_ranks.ranksOnDevice[static_cast<size_t>(device)];
+  // Ranks sharing a device share its memory.
+  double total = 0;
+  for (int r : ranks) total += m_memory[static_cast<size_t>(r)].total();
+  return total <= m_memory[static_cast<size_t>(rank)].capacity;
+}
+
+bool MeshCanvas::highlightAcceptable() const {
+  return stageOfDevice(m_highlight) >= 0;
+}
+
+QString MeshCanvas::tileLabel(int device) const {
+  if (device < 0 || device >= m_geometry.deviceCount()) return {};
+  const int rank = m_ranks.firstRank(device);
+  if (rank < 0) return tr("device %1\n%2").arg(device).arg(m_ranks.ok() ? tr("idle") : tr("no layout"));
+  const auto& ranks = m_ranks.ranksOnDevice[static_cast<size_t>(device)];
+  const RankCoord c = m_ranks.layout.coord(rank);
+  QString who;
+  if (ranks.size() == 1) {
+    who = tr("rank %1").arg(rank);
+  } else {
+    QStringList list;
+    for (size_t i = 0; i < std::min<size_t>(3, ranks.size()); ++i) list << QString::number(ranks[i]);
+    who = tr("ranks %1%2")
+              .arg(list.join(QStringLiteral(",")))
+              .arg(ranks.size() > 3 ? QStringLiteral("…") : QString());
+  }
+  return tr("%1 · stage %2\ntp %3 · dp %4\n%5").arg(who).arg(c.pp).arg(c.tp).arg(c.dp).arg(stageLayers(c.pp));
+}
+
+QString MeshCanvas::tileToolTip(int device) const {
+  const int node = m_geometry.nodeOfDevice(device);
+  if (node < 0) return {};
+  const RunConfig& config = m_doc->config();
+  const NodeConfig& n = config.mesh.nodes[static_cast<size_t>(node)];
+  QString text = tr("Device %1 (#%2 of %3)")
+                     .arg(device)
+                     .arg(m_geometry.localIndex(device))
+                     .arg(QString::fromStdString(n.name));
+  if (const auto spec = deviceSpec(config.mesh, n.device))
+    text += tr("\n%1: %2 TFLOP/s bf16, %3 TFLOP/s fp32, %4")
+                .arg(QString::fromStdString(spec->label))
+                .arg(spec->peakFlopsBf16 / 1e12, 0, 'g', 4)
+                .arg(spec->peakFlopsFp32 / 1e12, 0, 'g', 4)
+                .arg(gbText(spec->memoryBytes));
+  const int rank = m_ranks.firstRank(device);
+  if (rank < 0) return text + tr("\nIdle: no rank runs here (drops are refused)");
+  for (int r : m_ranks.ranksOnDevice[static_cast<size_t>(device)]) {
+    const RankCoord c = m_ranks.layout.coord(r);
+    text += tr("\nRank %1: stage %2, tp %3, dp %4").arg(r).arg(c.pp).arg(c.tp).arg(c.dp);
+    if (r < static_cast<int>(m_memory.size())) {
+      const MemoryBreakdown& m = m_memory[static_cast<size_t>(r)];
+      text += tr("\n  memory %1 of %2 (parameters %3, gradients %4, optimizer %5, activations %6, other %7)")
+                  .arg(gbText(m.total()), gbText(m.capacity), gbText(m.parameters), gbText(m.gradients),
+                       gbText(m.optimizer), gbText(m.activations), gbText(m.other));
+    }
+  }
+  text += tr("\nLayers of stage %1: %2").arg(stageOfDevice(device)).arg(stageLayers(stageOfDevice(device)));
+  if (!deviceFits(device)) text += tr("\nDoes not fit in the device's memory");
+  return text;
+}
+
+QString MeshCanvas::messageText() const {
+  return static_cast<OverlayItem*>(m_message)->text();
+}
+
+bool MeshCanvas::messageVisible() const {
+  return m_message->isVisible();
+}
+
+void MeshCanvas::setSnapshot(std::shared_ptr<const PlanSnapshot> snapshot) {
+  if (!snapshot || !(snapshot->config == m_doc->config())) return;
+  m_memory = snapshot->ok() ? snapshot->memory : std::vector<MemoryBreakdown>{};
+  for (QGraphicsItem* item : m_nodeItems) item->update();
+}
+
+// --- Edits ---
+
+bool MeshCanvas::refuse(const QString& reason) {
+  m_lastRefusal = reason;
+  showMessage(reason, true);
+  emit dropRefused(reason);
+  return false;
+}
+
+void MeshCanvas::showMessage(const QString& text, bool error) {
+  auto* message = static_cast<OverlayItem*>(m_message);
+  message->setText(text, error ? kRefuseColor : QColor(56, 142, 60),
+                   error ? QColor(255, 235, 238, 240) : QColor(232, 245, 233, 240));
+  message->setVisible(true);
+  placeOverlays();
+  m_messageTimer->start(kMessageMillis);
+}
+
+bool MeshCanvas::applyMesh(const QString& text, const MeshConfig& mesh) {
+  RunConfig next = m_doc->config();
+  next.mesh = mesh;
+  m_doc->setConfig(text, next);
+  return true;
+}
+
+bool MeshCanvas::addNode() {
+  MeshConfig mesh = m_doc->config().mesh;
+  const Status s = ms::addNode(mesh, m_selectedNode);
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  return applyMesh(tr("Add node %1").arg(QString::fromStdString(mesh.nodes.back().name)), mesh);
+}
+
+bool MeshCanvas::duplicateNode(int node) {
+  MeshConfig mesh = m_doc->config().mesh;
+  const Status s = ms::duplicateNode(mesh, node);
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  return applyMesh(
+      tr("Duplicate node %1").arg(QString::fromStdString(mesh.nodes[static_cast<size_t>(node)].name)), mesh);
+}
+
+bool MeshCanvas::removeNode(int node) {
+  MeshConfig mesh = m_doc->config().mesh;
+  const QString name = node >= 0 && node < int(mesh.nodes.size())
+                           ? QString::fromStdString(mesh.nodes[static_cast<size_t>(node)].name)
+                           : QString();
+  const Status s = ms::removeNode(mesh, node);
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  m_selectedNode = m_selectedDevice = -1;
+  return applyMesh(tr("Remove node %1").arg(name), mesh);
+}
+
+bool MeshCanvas::addDevice(int node) {
+  MeshConfig mesh = m_doc->config().mesh;
+  const Status s = ms::addDevice(mesh, node);
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  return applyMesh(
+      tr("Add device to %1").arg(QString::fromStdString(mesh.nodes[static_cast<size_t>(node)].name)), mesh);
+}
+
+bool MeshCanvas::removeDevice(int device) {
+  MeshConfig mesh = m_doc->config().mesh;
+  const Status s = ms::removeDevice(mesh, device);
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  m_selectedDevice = -1;
+  return applyMesh(tr("Remove device %1").arg(device), mesh);
+}
+
+bool MeshCanvas::setNodeDeviceType(int node, const QString& type) {
+  MeshConfig mesh = m_doc->config().mesh;
+  const Status s = ms::setNodeDeviceType(mesh, node, type.toStdString());
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  return applyMesh(tr("Set device type of %1 to %2")
+                       .arg(QString::fromStdString(mesh.nodes[static_cast<size_t>(node)].name), type),
+                   mesh);
+}
+
+bool MeshCanvas::defineDeviceType(const DeviceTypeConfig& type, int applyToNode) {
+  MeshConfig mesh = m_doc->config().mesh;
+  Status s = ms::addDeviceType(mesh, type);
+  if (s && applyToNode >= 0) s = ms::setNodeDeviceType(mesh, applyToNode, type.name);
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  return applyMesh(tr("Define device type %1").arg(QString::fromStdString(type.name)), mesh);
+}
+
+bool MeshCanvas::setLink(bool intra, const QString& name) {
+  MeshConfig mesh = m_doc->config().mesh;
+  const Status s = ms::setLink(mesh, intra, name.toStdString());
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  return applyMesh(
+      intra ? tr("Set intra-node link to %1").arg(name) : tr("Set inter-node link to %1").arg(name), mesh);
+}
+
+bool MeshCanvas::defineLinkType(const LinkTypeConfig& type, bool intra) {
+  MeshConfig mesh = m_doc->config().mesh;
+  Status s = ms::addLinkType(mesh, type);
+  if (s) s = ms::setLink(mesh, intra, type.name);
+  if (!s) return refuse(QString::fromStdString(s.message()));
+  return applyMesh(tr("Define link type %1").arg(QString::fromStdString(type.name)), mesh);
+}
+
+void MeshCanvas::fillDeviceTypeMenu(QMenu* menu, int node) {
+  menu->clear();
+  const RunConfig& config = m_doc->config();
+  if (node < 0 || node >= int(config.mesh.nodes.size())) return;
+  const std::string current = config.mesh.nodes[static_cast<size_t>(node)].device;
+  for (const std::string& name : deviceTypeNames(config.mesh)) {
+    const QString type = QString::fromStdString(name);
+    QAction* a = menu->addAction(type, this, [this, node, type] { setNodeDeviceType(node, type); });
+    a->setCheckable(true);
+    a->setChecked(name == current);
+  }
+  menu->addSeparator();
+  menu->addAction(tr("New device type..."), this, [this, node] { askDeviceType(node); });
+}
+
+void MeshCanvas::fillLinkMenu(QMenu* menu, bool intra) {
+  menu->clear();
+  const MeshConfig& mesh = m_doc->config().mesh;
+  const std::string& current = intra ? mesh.intraLink : mesh.interLink;
+  for (const std::string& name : linkTypeNames(mesh)) {
+    const QString link = QString::fromStdString(name);
+    QAction* a = menu->addAction(linkText(mesh, name), this, [this, intra, link] { setLink(intra, link); });
+    a->setCheckable(true);
+    a->setChecked(name == current);
+  }
+  menu->addSeparator();
+  menu->addAction(tr("New link type..."), this, [this, intra] { askLinkType(intra); });
+}
+
+void MeshCanvas::askDeviceType(int node) {
+  TypeDialog dialog(m_doc->config().mesh, true, this);
+  if (dialog.exec() == QDialog::Accepted) defineDeviceType(dialog.deviceType(), node);
+}
+
+void MeshCanvas::askLinkType(bool intra) {
+  TypeDialog dialog(m_doc->config().mesh, false, this);
+  if (dialog.exec() == QDialog::Accepted) defineLinkType(dialog.linkType(), intra);
+}
+
+bool MeshCanvas::dropLayers(int first, int last, int device) {
+  if (device < 0) return refuse(tr("Drop the layers on a device tile: empty space runs no pipeline stage"));
+  const int stage = stageOfDevice(device);
+  if (stage < 0) {
+    if (!m_ranks.ok()) return refuse(tr("Device %1 runs no rank: %2").arg(device).arg(m_ranks.error));
+    return refuse(
+        tr("Device %1 is idle (no rank runs on it): drop the layers on a device of a pipeline stage")
+            .arg(device));
+  }
+  const RunConfig& config = m_doc->config();
+  const std::vector<std::string> names = modelLayerNames(config.model);
+  const auto name = [&](int i) {
+    return i >= 0 && i < int(names.size()) ? QString::fromStdString(names[static_cast<size_t>(i)])
+                                           : QString::number(i);
+  };
+  const QString what = first == last ? name(first) : tr("%1..%2").arg(name(first), name(last));
+  std::vector<std::string> changes;
+  const auto placed = placeLayers(config, first, last, stage, &changes);
+  if (!placed)
+    return refuse(tr("Cannot place %1 on stage %2: %3")
+                      .arg(what)
+                      .arg(stage)
+                      .arg(QString::fromStdString(placed.message())));
+  if (*placed == config) {
+    showMessage(tr("%1 already on stage %2").arg(what).arg(stage), false);
+    return true;
+  }
+  const QString text = tr("Place layers %1 on stage %2").arg(what).arg(stage);
+  m_doc->setConfig(text, *placed);
+  QString description = text;
+  for (const std::string& c : changes) description += QStringLiteral("\n") + QString::fromStdString(c);
+  showMessage(description, false);
+  emit layersPlaced(description);
+  return true;
+}
+
+// --- Interaction ---
+
+void MeshCanvas::selectDevice(int device) {
+  if (device >= m_geometry.deviceCount()) device = -1;
+  m_selectedDevice = device;
+  m_selectedNode = device < 0 ? m_selectedNode : m_geometry.nodeOfDevice(device);
+  updateActions();
+  for (QGraphicsItem* item : m_nodeItems) item->update();
+  emit selectionChanged(m_selectedNode, m_selectedDevice);
+}
+
+void MeshCanvas::selectNode(int node) {
+  if (node >= m_geometry.nodeCount()) node = -1;
+  m_selectedNode = node;
+  m_selectedDevice = -1;
+  updateActions();
+  for (QGraphicsItem* item : m_nodeItems) item->update();
+  emit selectionChanged(m_selectedNode, m_selectedDevice);
+}
+
+void MeshCanvas::updateDevice(int device) {
+  const int node = m_geometry.nodeOfDevice(device);
+  if (node >= 0 && node < int(m_nodeItems.size())) m_nodeItems[static_cast<size_t>(node)]->update();
+}
+
+void MeshCanvas::setHighlight(int device) {
+  if (device == m_highlight) return;
+  updateDevice(m_highlight);
+  m_highlight = device;
+  updateDevice(m_highlight);
+}
+
+void MeshCanvas::zoomIn() {
+  const double s = transform().m11();
+  if (s * 1.25 <= kMaxScale) scale(1.25, 1.25);
+  m_userZoomed = true;
+  placeOverlays();
+}
+
+void MeshCanvas::zoomOut() {
+  const double s = transform().m11();
+  if (s * 0.8 >= kMinScale) scale(0.8, 0.8);
+  m_userZoomed = true;
+  placeOverlays();
+}
+
+void MeshCanvas::fitAll() {
+  if (m_geometry.nodeCount() == 0) return;
+  fitInView(m_geometry.sceneRect().adjusted(-20, -20, 20, 20), Qt::KeepAspectRatio);
+  m_userZoomed = false;
+  placeOverlays();
+}
+
+void MeshCanvas::placeOverlays() {
+  if (!m_legend) return;
+  m_message->setPos(mapToScene(QPoint(kOverlayMargin, kOverlayMargin)));
+  const int legendHeight = int(std::ceil(m_legend->boundingRect().height()));
+  m_legend->setPos(mapToScene(QPoint(kOverlayMargin, viewport()->height() - legendHeight - kOverlayMargin)));
+}
+
+void MeshCanvas::wheelEvent(QWheelEvent* event) {
+  if (!(event->modifiers() & Qt::ControlModifier)) return QGraphicsView::wheelEvent(event);
+  const double factor = std::pow(1.0015, event->angleDelta().y());
+  const double s = transform().m11() * factor;
+  if (s >= kMinScale && s <= kMaxScale) scale(factor, factor);
+  m_userZoomed = true;
+  placeOverlays();
+  event->accept();
+}
+
+void MeshCanvas::dragEnterEvent(QDragEnterEvent* event) {
+  if (!event->mimeData()->hasFormat(LayerModel::mimeType())) return event->ignore();
+  setHighlight(m_geometry.deviceAt(mapToScene(event->position().toPoint())));
+  event->acceptProposedAction();
+}
+
+void MeshCanvas::dragMoveEvent(QDragMoveEvent* event) {
+  if (!event->mimeData()->hasFormat(LayerModel::mimeType())) return event->ignore();
+  // Accepted everywhere, so a drop on empty space or an idle device arrives and is refused with a reason.
+  setHighlight(m_geometry.deviceAt(mapToScene(event->position().toPoint())));
+  event->acceptProposedAction();
+}
+
+void MeshCanvas::dragLeaveEvent(QDragLeaveEvent* event) {
+  setHighlight(-1);
+  event->accept();
+}
+
+void MeshCanvas::dropEvent(QDropEvent* event) {
+  setHighlight(-1);
+  const auto range = LayerModel::decodeLayerRange(event->mimeData()->data(LayerModel::mimeType()));
+  if (!range) {
+    refuse(tr("The dragged data is not a range of layers"));
+    return event->ignore();
+  }
+  const int device = m_geometry.deviceAt(mapToScene(event->position().toPoint()));
+  if (dropLayers(range->first, range->second, device)) {
+    event->setDropAction(Qt::CopyAction);  // the palette keeps its rows
+    event->accept();
+  } else {
+    event->ignore();
+  }
+}
+
+void MeshCanvas::mousePressEvent(QMouseEvent* event) {
+  const QPointF pos = mapToScene(event->position().toPoint());
+  const int device = m_geometry.deviceAt(pos);
+  const int node = m_geometry.nodeAt(pos);
+  // Pan by dragging anywhere but a tile (a press on a node's box selects the node and still pans).
+  setDragMode(device < 0 ? ScrollHandDrag : NoDrag);
+  QGraphicsView::mousePressEvent(event);
+  if (event->button() == Qt::LeftButton && node >= 0) {
+    if (device >= 0)
+      selectDevice(device);
+    else
+      selectNode(node);
+    event->accept();  // the scene's items take no clicks; the canvas did
+  }
+}
+
+void MeshCanvas::keyPressEvent(QKeyEvent* event) {
+  if (event->matches(QKeySequence::Delete) && m_selectedDevice < 0 && m_selectedNode >= 0) {
+    removeNode(m_selectedNode);
+    return;
+  }
+  QGraphicsView::keyPressEvent(event);
+}
+
+void MeshCanvas::contextMenuEvent(QContextMenuEvent* event) {
+  const QPointF pos = mapToScene(event->pos());
+  const int device = m_geometry.deviceAt(pos);
+  const int node = m_geometry.nodeAt(pos);
+  if (device >= 0)
+    selectDevice(device);
+  else if (node >= 0)
+    selectNode(node);
+  QMenu menu(this);
+  if (device >= 0) menu.addAction(m_removeDevice);
+  if (node >= 0) {
+    menu.addAction(m_addDevice);
+    menu.addAction(m_duplicateNode);
+    menu.addAction(m_removeNode);
+    QMenu* types = menu.addMenu(tr("Device type"));
+    fillDeviceTypeMenu(types, node);
+    menu.addSeparator();
+  }
+  menu.addAction(m_addNode);
+  menu.addAction(m_links);
+  menu.addSeparator();
+  menu.addAction(m_fit);
+  menu.exec(event->globalPos());
+}
+
+bool MeshCanvas::viewportEvent(QEvent* event) {
+  if (event->type() == QEvent::ToolTip) {
+    auto* help = static_cast<QHelpEvent*>(event);
+    const QPointF pos = mapToScene(help->pos());
+    const int device = m_geometry.deviceAt(pos);
+    const int node = m_geometry.nodeAt(pos);
+    QString text;
+    if (device >= 0) {
+      text = tileToolTip(device);
+    } else if (node >= 0) {
+      text = nodeHeader(node);
+    }
+    if (text.isEmpty())
+      QToolTip::hideText();
+    else
+      QToolTip::showText(help->globalPos(), text, viewport());
+    return true;
+  }
+  return QGraphicsView::viewportEvent(event);
+}
+
+void MeshCanvas::scrollContentsBy(int dx, int dy) {
+  QGraphicsView::scrollContentsBy(dx, dy);
+  placeOverlays();
+}
+
+void MeshCanvas::resizeEvent(QResizeEvent* event) {
+  QGraphicsView::resizeEvent(event);
+  if (!m_userZoomed) fitAll();
+  placeOverlays();
+}
+
+void MeshCanvas::showEvent(QShowEvent* event) {
+  QGraphicsView::showEvent(event);
+  if (!m_userZoomed) fitAll();
+}
+
+}  // namespace ms
