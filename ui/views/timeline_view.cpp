@@ -1,0 +1,585 @@
+// The timeline view; see timeline_view.h.
+#include "ui/views/timeline_view.h"
+
+#include <QFontMetrics>
+#include <QHelpEvent>
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QToolTip>
+#include <QWheelEvent>
+#include <algorithm>
+#include <cmath>
+
+namespace ms {
+
+namespace {
+
+constexpr double kZoomStep = 1.25;  // per wheel notch
+constexpr double kHitTolerancePx = 2.0;
+const QColor kHeaderBackground(243, 244, 246);
+const QColor kGridLine(229, 231, 235);
+const QColor kAxisText(55, 65, 81);
+
+// F, B and W take their microbatch's hue; the other kinds have one colour each.
+bool runsMicrobatchWork(SpanKind kind) {
+  return kind == SpanKind::Forward || kind == SpanKind::Backward || kind == SpanKind::BackwardWeight;
+}
+
+QRgb fixedColour(SpanKind kind) {
+  switch (kind) {
+    case SpanKind::Send:
+      return qRgb(14, 154, 167);
+    case SpanKind::GradSync:
+      return qRgb(242, 142, 43);
+    case SpanKind::Recv:
+      return qRgb(210, 210, 210);
+    case SpanKind::Optimizer:
+      return qRgb(38, 50, 56);
+    default:
+      return qRgb(150, 150, 150);
+  }
+}
+
+// Hatched kinds are drawn with a pattern over their fill when wide enough to show it.
+bool hatched(SpanKind kind) {
+  return kind == SpanKind::BackwardWeight || kind == SpanKind::Recv;
+}
+
+QString spanLabel(const TimelineSpan& s, bool withChunk) {
+  QString letter;
+  switch (s.kind) {
+    case SpanKind::Forward:
+      letter = QStringLiteral("F");
+      break;
+    case SpanKind::Backward:
+      letter = QStringLiteral("B");
+      break;
+    case SpanKind::BackwardWeight:
+      letter = QStringLiteral("W");
+      break;
+    case SpanKind::Optimizer:
+      return QStringLiteral("opt");
+    case SpanKind::Recv:
+      return QStringLiteral("wait");
+    default:
+      return {};
+  }
+  QString out = letter + (s.microbatch >= 0 ? QString::number(s.microbatch) : QString());
+  if (withChunk && s.chunk >= 0) out += QStringLiteral(" c%1").arg(s.chunk);
+  return out;
+}
+
+}  // namespace
+
+std::size_t TimelineView::LaneIndex::firstReaching(double t) const {
+  return static_cast<std::size_t>(std::lower_bound(maxEnd.begin(), maxEnd.end(), t) - maxEnd.begin());
+}
+
+TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
+  setMouseTracking(true);
+  setFocusPolicy(Qt::WheelFocus);
+  setAttribute(Qt::WA_OpaquePaintEvent);
+  m_axis.fit(0, 1e-3);
+}
+
+QColor TimelineView::spanColor(const TimelineSpan& span) {
+  // Through QRgb: an 8-bit RGB colour compares equal to the pixels it paints.
+  return QColor(kindColour(span).rgb());
+}
+
+QColor TimelineView::kindColour(const TimelineSpan& span) {
+  if (!runsMicrobatchWork(span.kind)) return QColor(fixedColour(span.kind));
+  // Microbatches take hues a golden angle apart, so neighbours differ and the palette never runs out; the
+  // kind sets the lightness (F light, B dark, W muted between them).
+  const bool hasMb = span.microbatch >= 0;
+  const int hue = hasMb ? static_cast<int>(std::fmod(span.microbatch * 137.508, 360.0)) : 0;
+  const int sat = hasMb ? 170 : 0;
+  if (span.kind == SpanKind::Forward) return QColor::fromHsl(hue, sat, 185);
+  if (span.kind == SpanKind::Backward) return QColor::fromHsl(hue, sat, 100);
+  return QColor::fromHsl(hue, hasMb ? 70 : 0, 145);
+}
+
+QRgb TimelineView::colourOf(const TimelineSpan& span) const {
+  if (!runsMicrobatchWork(span.kind)) return fixedColour(span.kind);
+  const int k = span.kind == SpanKind::Forward ? 0 : span.kind == SpanKind::Backward ? 1 : 2;
+  const std::size_t i = static_cast<std::size_t>(span.microbatch) * 3 + static_cast<std::size_t>(k);
+  if (span.microbatch >= 0 && i < m_microbatchColours.size()) return m_microbatchColours[i];
+  return spanColor(span).rgb();
+}
+
+void TimelineView::setData(std::shared_ptr<const TimelineData> data) {
+  const bool first = !m_data;
+  m_data = std::move(data);
+  m_labelCache.clear();
+  m_rowHeaders.clear();
+  rebuildIndex();
+  m_layout.setRowCount(m_data ? static_cast<int>(m_data->rows.size()) : 0);
+  m_layout.scrollTo(m_layout.scrollY(), height());
+  m_axis.setMaxSpan(dataMaxSpan());
+  if (first || m_followData) {
+    fitAll();
+  } else {
+    update();
+  }
+}
+
+void TimelineView::setTitle(const QString& title) {
+  m_title = title;
+  update();
+}
+
+double TimelineView::dataMaxSpan() const {
+  // Zooming out past ten times the step shows nothing new.
+  const double extent = m_data ? m_data->end - m_data->begin : 0;
+  return std::max(1e-3, 10 * extent);
+}
+
+void TimelineView::rebuildIndex() {
+  m_index.clear();
+  m_microbatchColours.clear();
+  if (!m_data) return;
+  int microbatches = 0;
+  for (const TimelineRow& row : m_data->rows)
+    for (const TimelineSpan& s : row.spans) microbatches = std::max(microbatches, s.microbatch + 1);
+  for (int mb = 0; mb < microbatches; ++mb)
+    for (SpanKind k : {SpanKind::Forward, SpanKind::Backward, SpanKind::BackwardWeight}) {
+      TimelineSpan s;
+      s.kind = k;
+      s.microbatch = static_cast<std::int16_t>(mb);
+      m_microbatchColours.push_back(spanColor(s).rgb());
+    }
+  m_index.resize(m_data->rows.size());
+  for (std::size_t r = 0; r < m_data->rows.size(); ++r) {
+    const std::vector<TimelineSpan>& spans = m_data->rows[r].spans;
+    int firstChunk = -1;
+    for (std::uint32_t i = 0; i < spans.size(); ++i) {
+      LaneIndex& lane = m_index[r].lanes[laneOf(spans[i].kind)];
+      const double prev = lane.maxEnd.empty() ? spans[i].end : lane.maxEnd.back();
+      lane.spans.push_back(i);
+      lane.maxEnd.push_back(std::max(prev, spans[i].end));
+      // Only F, B and W: a transfer's chunk is its producer's, on the neighbouring stage.
+      if (spans[i].chunk < 0 || !runsMicrobatchWork(spans[i].kind)) continue;
+      if (firstChunk < 0) firstChunk = spans[i].chunk;
+      if (spans[i].chunk != firstChunk) m_index[r].multiChunk = true;
+    }
+  }
+}
+
+TimeAxis TimelineView::axisFor(int widgetWidth) const {
+  TimeAxis a = m_axis;
+  a.setPixels(kRowHeaderWidth, widgetWidth - kRowHeaderWidth - kRightPad);
+  return a;
+}
+
+RowLayout TimelineView::layoutFor(int widgetHeight) const {
+  RowLayout l = m_layout;
+  l.scrollTo(l.scrollY(), widgetHeight);
+  return l;
+}
+
+void TimelineView::applyAxis(const TimeAxis& axis) {
+  const bool changed = axis.t0() != m_axis.t0() || axis.t1() != m_axis.t1();
+  m_axis = axis;
+  m_followData = false;
+  update();
+  if (changed) emit viewRangeChanged(m_axis.t0(), m_axis.t1());
+}
+
+void TimelineView::fitAll() {
+  TimeAxis a = m_axis;
+  if (m_data && m_data->end > m_data->begin)
+    a.fit(m_data->begin, m_data->end, 0.02);
+  else
+    a.fit(0, 1e-3);
+  applyAxis(a);
+  m_followData = true;
+}
+
+void TimelineView::zoomIn() {
+  TimeAxis a = timeAxis();
+  a.zoomAt(a.x0() + a.width() / 2, 2.0);
+  applyAxis(a);
+}
+
+void TimelineView::zoomOut() {
+  TimeAxis a = timeAxis();
+  a.zoomAt(a.x0() + a.width() / 2, 0.5);
+  applyAxis(a);
+}
+
+void TimelineView::setViewRange(double t0, double t1) {
+  TimeAxis a = m_axis;
+  a.setRange(t0, t1);
+  applyAxis(a);
+}
+
+void TimelineView::scrollToRow(int row) {
+  m_layout.scrollTo(row * m_layout.rowHeight(), height());
+  update();
+}
+
+QSize TimelineView::sizeHint() const {
+  return {900, std::min(600, kAxisHeight + std::max(2, m_layout.rowCount()) * kRowHeight + 2)};
+}
+
+std::optional<TimelineView::Hit> TimelineView::spanAt(QPoint pos) const {
+  if (!m_data) return std::nullopt;
+  const TimeAxis axis = timeAxis();
+  const RowLayout layout = layoutFor(height());
+  if (pos.x() < axis.x0() || pos.x() > axis.x0() + axis.width()) return std::nullopt;
+  const int row = layout.rowAt(pos.y());
+  const int lane = layout.laneAt(pos.y());
+  if (row < 0 || lane < 0 || row >= static_cast<int>(m_index.size())) return std::nullopt;
+  const std::vector<TimelineSpan>& spans = m_data->rows[row].spans;
+  const LaneIndex& index = m_index[row].lanes[lane];
+  // Pixel centres: the pixel column x covers [x, x + 1).
+  const double t = axis.t(pos.x() + 0.5);
+  const double tol = kHitTolerancePx * axis.secondsPerPixel();
+  std::optional<std::size_t> best;
+  double bestDistance = tol;
+  for (std::size_t i = index.firstReaching(t - tol); i < index.spans.size(); ++i) {
+    const TimelineSpan& s = spans[index.spans[i]];
+    if (s.start > t + tol) break;
+    if (!(s.end > s.start)) continue;
+    const double distance = t < s.start ? s.start - t : t > s.end ? t - s.end : 0.0;
+    // Ties (overlapping spans of the communication lane) go to the later one: it is drawn on top.
+    if (distance <= bestDistance) {
+      bestDistance = distance;
+      best = index.spans[i];
+    }
+  }
+  if (!best) return std::nullopt;
+  return Hit{row, lane, *best, spans[*best]};
+}
+
+QString TimelineView::toolTipText(const Hit& hit) const {
+  const TimelineSpan& s = hit.span;
+  QString text = QString::fromLatin1(toString(s.kind));
+  if (m_data && s.layer >= 0)
+    text += QStringLiteral(" — ") + (s.layer < m_data->layerNames.size()
+                                         ? m_data->layerNames[s.layer]
+                                         : QStringLiteral("layer %1").arg(s.layer));
+  QStringList parts;
+  if (s.microbatch >= 0) parts << QStringLiteral("microbatch %1").arg(s.microbatch);
+  if (s.chunk >= 0) parts << QStringLiteral("chunk %1").arg(s.chunk);
+  if (!parts.isEmpty()) text += QLatin1Char('\n') + parts.join(QStringLiteral(" · "));
+  text += QStringLiteral("\nstart %1 · duration %2")
+              .arg(formatDuration(s.start), formatDuration(s.end - s.start));
+  if (m_data && hit.row >= 0 && hit.row < static_cast<int>(m_data->rows.size()))
+    text += QLatin1Char('\n') + m_data->rows[hit.row].label;
+  return text;
+}
+
+QString TimelineView::rowHeaderText(int row) const {
+  if (!m_data || row < 0 || row >= static_cast<int>(m_data->rows.size())) return {};
+  const TimelineRow& r = m_data->rows[row];
+  QString text = r.label.isEmpty() ? QStringLiteral("rank %1").arg(r.rank) : r.label;
+  if (r.bubbleFraction >= 0) text += QStringLiteral(" — bubble %1%").arg(qRound(100 * r.bubbleFraction));
+  return text;
+}
+
+QImage TimelineView::render(QSize size) const {
+  QImage image(size.expandedTo(QSize(1, 1)), QImage::Format_ARGB32_Premultiplied);
+  QPainter p(&image);
+  p.setFont(font());
+  paint(p, image.size(), axisFor(image.width()), layoutFor(image.height()));
+  return image;
+}
+
+void TimelineView::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  paint(p, size(), timeAxis(), layoutFor(height()));
+}
+
+void TimelineView::paint(QPainter& p, QSize size, const TimeAxis& axis, const RowLayout& layout) const {
+  p.fillRect(QRect(QPoint(0, 0), size), backgroundColor());
+  p.fillRect(QRect(0, 0, kRowHeaderWidth, size.height()), kHeaderBackground);
+  if (!m_data || m_data->rows.empty()) {
+    p.setPen(kAxisText);
+    p.drawText(
+        QRect(QPoint(0, 0), size), Qt::AlignCenter,
+        m_data ? tr("The timeline has no rows.") : tr("No timeline yet: the plan has not been simulated."));
+    paintAxis(p, size, axis);
+    return;
+  }
+  const int first = layout.firstVisibleRow();
+  const int last = layout.lastVisibleRow(size.height());
+  const QRect timeArea(static_cast<int>(axis.x0()), layout.headerHeight(), static_cast<int>(axis.width()),
+                       size.height() - layout.headerHeight());
+  const QFontMetrics fm(p.font());
+  std::vector<float> acc;  // scratch for paintLane, reused by every lane
+  for (int r = first; r <= last; ++r) {
+    const int top = layout.yOfRow(r);
+    // Row header: the label (elided) on the left, the bubble on the right where it is always whole.
+    p.setClipRect(QRect(0, layout.headerHeight(), kRowHeaderWidth, size.height()));
+    const TimelineRow& row = m_data->rows[r];
+    const RowHeaderText& header = rowHeader(r);
+    const double textTop = top + (layout.rowHeight() - fm.height()) / 2.0;
+    p.setPen(kAxisText);
+    p.drawStaticText(QPointF(6, textTop), header.label);
+    if (header.bubbleWidth > 0) {
+      p.setPen(row.bubbleFraction >= 0.25 ? QColor(180, 83, 9) : kAxisText);
+      p.drawStaticText(QPointF(kRowHeaderWidth - 8 - header.bubbleWidth, textTop), header.bubble);
+    }
+    p.setClipRect(QRect(0, layout.headerHeight(), size.width(), size.height()));
+    p.fillRect(QRect(0, top + layout.rowHeight() - 1, size.width(), 1), kGridLine);
+    p.setClipRect(timeArea);
+    for (int lane = 0; lane < 2; ++lane)
+      paintLane(p, row, m_index[r].lanes[lane], m_index[r].multiChunk, axis, layout.lane(r, lane), acc);
+  }
+  p.setClipping(false);
+  // A scroll indicator when the rows do not all fit.
+  const int viewport = size.height() - layout.headerHeight();
+  if (layout.contentHeight() > viewport && viewport > 0) {
+    const double f = double(viewport) / layout.contentHeight();
+    const int h = std::max(12, int(viewport * f));
+    const int y = layout.headerHeight() + int((viewport - h) * double(layout.scrollY()) /
+                                              std::max(1, layout.maxScroll(size.height())));
+    p.fillRect(QRect(size.width() - 6, y, 4, h), QColor(160, 160, 160));
+  }
+  paintAxis(p, size, axis);
+}
+
+void TimelineView::paintLane(QPainter& p, const TimelineRow& row, const LaneIndex& lane, bool multiChunk,
+                             const TimeAxis& axis, RowLayout::Band band, std::vector<float>& acc) const {
+  if (lane.spans.empty()) return;
+  const int width = static_cast<int>(std::ceil(axis.width()));
+  const int x0 = static_cast<int>(axis.x0());
+  // Every span adds colour * coverage to the pixel columns it covers; the columns become one image line
+  // stretched to the lane's height: one draw call per lane whatever the zoom, a column shared by several
+  // spans blended as a person would see it from afar, a column inside one span exactly its colour. Only
+  // decorations of wide spans (hatching, labels, a darker left edge) are drawn one by one.
+  acc.assign(static_cast<std::size_t>(width) * 4, 0.0f);
+  struct Edge {
+    int column;
+    QRgb rgb;
+  };
+  std::vector<Edge> edges;
+  std::vector<std::pair<QRect, const TimelineSpan*>> decorated;
+  int touchedLo = width, touchedHi = -1;
+  const double t0 = axis.t0(), t1 = axis.t1();
+  for (std::size_t i = lane.firstReaching(t0); i < lane.spans.size(); ++i) {
+    const TimelineSpan& s = row.spans[lane.spans[i]];
+    if (s.start > t1) break;
+    if (s.end < t0 || !(s.end > s.start)) continue;
+    const double xa = std::max(-2.0, axis.x(s.start) - x0);
+    const double xb = std::min(width + 2.0, axis.x(s.end) - x0);
+    const QRgb rgb = colourOf(s);
+    const int lo = std::max(0, static_cast<int>(std::floor(xa)));
+    const int hi = std::min(width - 1, static_cast<int>(std::ceil(xb)) - 1);
+    const float r = float(qRed(rgb)), g = float(qGreen(rgb)), b = float(qBlue(rgb));
+    for (int c = lo; c <= hi; ++c) {
+      const float cover = static_cast<float>(std::min<double>(xb, c + 1) - std::max<double>(xa, c));
+      if (cover <= 0) continue;
+      float* a = &acc[static_cast<std::size_t>(c) * 4];
+      a[0] += cover * r;
+      a[1] += cover * g;
+      a[2] += cover * b;
+      a[3] += cover;
+    }
+    if (lo <= hi) touchedLo = std::min(touchedLo, lo), touchedHi = std::max(touchedHi, hi);
+    if (xb - xa >= kMergeBelowPx) {
+      const int left = static_cast<int>(std::lround(xa)), right = static_cast<int>(std::lround(xb));
+      if (right - left >= 4 && left >= 0 && left < width)
+        edges.push_back({left, qRgb(qRed(rgb) * 4 / 5, qGreen(rgb) * 4 / 5, qBlue(rgb) * 4 / 5)});
+      if (hatched(s.kind) || (right - left >= 40 && band.height >= 12))
+        decorated.push_back({QRect(x0 + left, band.top, std::max(1, right - left), band.height), &s});
+    }
+  }
+  if (touchedHi < touchedLo) return;
+  const int n = touchedHi - touchedLo + 1;
+  QImage line(n, 1, QImage::Format_ARGB32_Premultiplied);
+  QRgb* px = reinterpret_cast<QRgb*>(line.scanLine(0));
+  for (int c = 0; c < n; ++c) {
+    const float* a = &acc[static_cast<std::size_t>(touchedLo + c) * 4];
+    if (a[3] <= 0) {
+      px[c] = 0;
+      continue;
+    }
+    // Premultiplied: the mean colour scaled by the covered fraction of the pixel.
+    const float alpha = std::min(1.0f, a[3]);
+    const float k = alpha / a[3];
+    px[c] = qRgba(int(a[0] * k + 0.5f), int(a[1] * k + 0.5f), int(a[2] * k + 0.5f), int(alpha * 255 + 0.5f));
+  }
+  for (const Edge& e : edges) px[e.column - touchedLo] = e.rgb;
+  p.drawImage(QRect(x0 + touchedLo, band.top, n, band.height), line);
+
+  for (const auto& [rect, s] : decorated) {
+    const QColor colour(colourOf(*s));
+    if (hatched(s->kind)) p.fillRect(rect, QBrush(colour.darker(135), Qt::BDiagPattern));
+    // A label where it fits in the left half, so it never covers the span's middle.
+    if (rect.width() < 40 || band.height < 12) continue;
+    const QStaticText& label = spanLabelText(*s, multiChunk);
+    const QSizeF size = label.size();
+    if (size.width() <= 0 || size.width() + 4 > rect.width() / 2 - 2) continue;
+    p.setPen(colour.lightness() > 140 ? QColor(20, 20, 20) : QColor(250, 250, 250));
+    p.drawStaticText(QPointF(rect.left() + 4, rect.top() + (rect.height() - size.height()) / 2), label);
+  }
+}
+
+const TimelineView::RowHeaderText& TimelineView::rowHeader(int r) const {
+  if (m_rowHeaders.size() != m_data->rows.size()) m_rowHeaders.assign(m_data->rows.size(), {});
+  RowHeaderText& h = m_rowHeaders[static_cast<std::size_t>(r)];
+  if (h.ready) return h;
+  const TimelineRow& row = m_data->rows[static_cast<std::size_t>(r)];
+  const QFontMetrics fm(font());
+  const QString bubble =
+      row.bubbleFraction >= 0 ? tr("bubble %1%").arg(qRound(100 * row.bubbleFraction)) : QString();
+  h.bubbleWidth = bubble.isEmpty() ? 0 : fm.horizontalAdvance(bubble);
+  const int labelWidth = kRowHeaderWidth - 14 - (h.bubbleWidth > 0 ? h.bubbleWidth + 8 : 0);
+  h.label.setText(fm.elidedText(row.label.isEmpty() ? tr("rank %1").arg(row.rank) : row.label, Qt::ElideRight,
+                                labelWidth));
+  h.bubble.setText(bubble);
+  for (QStaticText* t : {&h.label, &h.bubble}) {
+    t->setTextFormat(Qt::PlainText);
+    t->prepare(QTransform(), font());
+  }
+  h.ready = true;
+  return h;
+}
+
+const QStaticText& TimelineView::spanLabelText(const TimelineSpan& s, bool withChunk) const {
+  const std::uint64_t key = std::uint64_t(s.kind) | std::uint64_t(std::uint16_t(s.microbatch)) << 8 |
+                            std::uint64_t(std::uint16_t(s.chunk)) << 24 | std::uint64_t(withChunk) << 40;
+  auto it = m_labelCache.find(key);
+  if (it == m_labelCache.end()) {
+    QStaticText text(spanLabel(s, withChunk));
+    text.setTextFormat(Qt::PlainText);
+    text.prepare(QTransform(), font());
+    it = m_labelCache.emplace(key, std::move(text)).first;
+  }
+  return it->second;
+}
+
+void TimelineView::paintAxis(QPainter& p, QSize size, const TimeAxis& axis) const {
+  p.fillRect(QRect(0, 0, size.width(), kAxisHeight), kHeaderBackground);
+  p.fillRect(QRect(0, kAxisHeight - 1, size.width(), 1), kGridLine.darker(115));
+  p.setPen(kAxisText);
+  const QFontMetrics fm(p.font());
+  if (!m_title.isEmpty())
+    p.drawText(QRect(6, 0, kRowHeaderWidth - 10, kAxisHeight), Qt::AlignVCenter | Qt::AlignLeft,
+               fm.elidedText(m_title, Qt::ElideRight, kRowHeaderWidth - 10));
+  const TimeTicks ticks = timeTicks(axis, 90);
+  p.setClipRect(QRect(static_cast<int>(axis.x0()) - 40, 0, static_cast<int>(axis.width()) + 40 + kRightPad,
+                      kAxisHeight));
+  for (double t : ticks.times) {
+    const int x = static_cast<int>(std::lround(axis.x(t)));
+    p.fillRect(QRect(x, kAxisHeight - 7, 1, 6), kAxisText);
+    const QString label = formatTick(t, ticks);
+    const int w = fm.horizontalAdvance(label);
+    p.drawText(QRect(x - w / 2 - 2, 2, w + 4, kAxisHeight - 10), Qt::AlignCenter, label);
+  }
+  p.setClipping(false);
+}
+
+void TimelineView::resizeEvent(QResizeEvent* event) {
+  m_layout.scrollTo(m_layout.scrollY(), height());
+  QWidget::resizeEvent(event);
+}
+
+void TimelineView::wheelEvent(QWheelEvent* event) {
+  const QPoint delta = event->angleDelta();
+  const QPointF pos = event->position();
+  if (event->modifiers() & Qt::ShiftModifier) {
+    // Some platforms turn Shift+vertical wheel into a horizontal delta: scroll rows by either.
+    const int d = delta.y() != 0 ? delta.y() : delta.x();
+    m_layout.scrollTo(m_layout.scrollY() - d * m_layout.rowHeight() / 40, height());
+    update();
+  } else if (delta.y() != 0) {
+    TimeAxis a = timeAxis();
+    const double x = pos.x() >= a.x0() ? pos.x() : a.x0() + a.width() / 2;
+    a.zoomAt(x, std::pow(kZoomStep, delta.y() / 120.0));
+    applyAxis(a);
+  } else if (delta.x() != 0) {
+    TimeAxis a = timeAxis();
+    a.panBy(delta.x() / 4.0);
+    applyAxis(a);
+  }
+  event->accept();
+}
+
+void TimelineView::mousePressEvent(QMouseEvent* event) {
+  if (event->button() == Qt::LeftButton) {
+    m_dragging = true;
+    m_lastDragPos = event->position().toPoint();
+    setCursor(Qt::ClosedHandCursor);
+  }
+  QWidget::mousePressEvent(event);
+}
+
+void TimelineView::mouseMoveEvent(QMouseEvent* event) {
+  if (m_dragging && (event->buttons() & Qt::LeftButton)) {
+    const QPoint pos = event->position().toPoint();
+    const QPoint d = pos - m_lastDragPos;
+    m_lastDragPos = pos;
+    m_layout.scrollTo(m_layout.scrollY() - d.y(), height());
+    TimeAxis a = timeAxis();
+    a.panBy(d.x());
+    applyAxis(a);
+  }
+  QWidget::mouseMoveEvent(event);
+}
+
+void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
+  if (event->button() == Qt::LeftButton) {
+    m_dragging = false;
+    unsetCursor();
+  }
+  QWidget::mouseReleaseEvent(event);
+}
+
+void TimelineView::keyPressEvent(QKeyEvent* event) {
+  const TimeAxis a = timeAxis();
+  switch (event->key()) {
+    case Qt::Key_Plus:
+    case Qt::Key_Equal:
+      zoomIn();
+      break;
+    case Qt::Key_Minus:
+      zoomOut();
+      break;
+    case Qt::Key_0:
+    case Qt::Key_Home:
+      fitAll();
+      break;
+    case Qt::Key_Left:
+    case Qt::Key_Right: {
+      TimeAxis b = a;
+      b.panBy((event->key() == Qt::Key_Left ? 1 : -1) * a.width() / 10);
+      applyAxis(b);
+      break;
+    }
+    case Qt::Key_Up:
+    case Qt::Key_Down:
+      m_layout.scrollTo(m_layout.scrollY() + (event->key() == Qt::Key_Up ? -1 : 1) * m_layout.rowHeight(),
+                        height());
+      update();
+      break;
+    default:
+      QWidget::keyPressEvent(event);
+      return;
+  }
+  event->accept();
+}
+
+void TimelineView::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::FontChange) m_labelCache.clear(), m_rowHeaders.clear();
+  QWidget::changeEvent(event);
+}
+
+bool TimelineView::event(QEvent* event) {
+  if (event->type() == QEvent::ToolTip) {
+    auto* help = static_cast<QHelpEvent*>(event);
+    if (const auto hit = spanAt(help->pos())) {
+      QToolTip::showText(help->globalPos(), toolTipText(*hit), this);
+    } else {
+      QToolTip::hideText();
+      event->ignore();
+    }
+    return true;
+  }
+  return QWidget::event(event);
+}
+
+}  // namespace ms
