@@ -1,0 +1,453 @@
+// EngineClient and loadRunFolder; see engine_client.h.
+#include "ui/run/engine_client.h"
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QStandardPaths>
+#include <QSysInfo>
+#include <optional>
+
+namespace ms {
+
+namespace {
+
+constexpr qint64 kReadChunk = 64 * 1024;
+constexpr int kStderrKeep = 20;             // stderr lines kept for the failure message
+constexpr qsizetype kStderrLineMax = 8192;  // a longer stderr "line" is cut (a progress bar without newlines)
+
+QString absoluteAgainst(const QString& base, const std::string& path) {
+  const QString p = QString::fromStdString(path);
+  if (p.isEmpty() || QDir::isAbsolutePath(p)) return p;
+  return QDir::cleanPath(QDir(base).absoluteFilePath(p));
+}
+
+// The config as the engine will read it from runDir/config.json: data paths absolute (they were relative to
+// the project file, or to the studio's working directory for a project never saved), and the run folder set.
+RunConfig configForRunFolder(RunConfig config, const QString& base, const QString& runDir) {
+  auto fix = [&](std::vector<std::string>& paths) {
+    for (std::string& p : paths) p = absoluteAgainst(base, p).toStdString();
+  };
+  fix(config.data.files);
+  fix(config.data.train);
+  fix(config.data.val);
+  config.data.dir = absoluteAgainst(base, config.data.dir).toStdString();
+  config.training.runDir = runDir.toStdString();
+  config.baseDir = base.toStdString();
+  return config;
+}
+
+QString describeExit(int code, QProcess::ExitStatus status) {
+  if (status == QProcess::CrashExit) return QStringLiteral("the engine was killed or crashed");
+  return QStringLiteral("the engine exited with code %1").arg(code);
+}
+
+// The last line of the run folder's metrics.jsonl when it is a run_end. launch's supervisor appends one there
+// (only there, not to stdout) when the run fails or is stopped from outside, with the reason it found.
+std::optional<RunEndEvent> runEndInFolder(const QString& runDir) {
+  QFile f(QDir(runDir).filePath(QStringLiteral("metrics.jsonl")));
+  if (!f.open(QIODevice::ReadOnly)) return std::nullopt;
+  const qint64 size = f.size();
+  const qint64 from = std::max<qint64>(0, size - 64 * 1024);
+  if (!f.seek(from)) return std::nullopt;
+  QByteArray tail = f.readAll();
+  while (tail.endsWith('\n') || tail.endsWith('\r')) tail.chop(1);
+  const QByteArray last = tail.mid(tail.lastIndexOf('\n') + 1);
+  MetricsReader reader;
+  for (MetricsEvent& e : reader.parseLine(last, 0))
+    if (auto* end = std::get_if<RunEndEvent>(&e)) return *end;
+  return std::nullopt;
+}
+
+}  // namespace
+
+EngineClient::EngineClient(QObject* parent) : QObject(parent) {
+  m_notifyTimer.setSingleShot(true);
+  m_notifyTimer.setInterval(kNotifyMs);
+  connect(&m_notifyTimer, &QTimer::timeout, this, &EngineClient::dataChanged);
+  m_escalateTimer.setSingleShot(true);
+  connect(&m_escalateTimer, &QTimer::timeout, this, [this] {
+    if (!m_process) return;
+    if (!m_terminated) {
+      m_data.appendLog(LogLine::Studio, QStringLiteral("warning"),
+                       QStringLiteral("the run did not stop in time; terminating it"));
+      m_terminated = true;
+      signalProcess(SIGTERM);
+      m_escalateTimer.start(kKillGraceMs);
+    } else {
+      m_data.appendLog(LogLine::Studio, QStringLiteral("warning"), QStringLiteral("killing the engine"));
+      m_process->kill();
+    }
+    scheduleNotify();
+  });
+}
+
+EngineClient::~EngineClient() {
+  if (!m_process) return;
+  // No signals from here on: the owner is going away. SIGINT lets the ranks save a checkpoint; SIGTERM makes
+  // launch end mpirun and its ranks; SIGKILL (QProcess::kill) reaches only launch, hence last.
+  m_process->disconnect(this);
+  m_notifyTimer.stop();
+  m_escalateTimer.stop();
+  interrupt();
+  if (!m_process->waitForFinished(3000)) {
+    signalProcess(SIGTERM);
+    if (!m_process->waitForFinished(3000)) {
+      m_process->kill();
+      m_process->waitForFinished(1000);
+    }
+  }
+}
+
+QString EngineClient::enginePath() const {
+  if (!m_enginePath.isEmpty()) return m_enginePath;
+  const QString env = qEnvironmentVariable("MESHSTUDIO_ENGINE");
+  if (!env.isEmpty()) return env;
+  QStringList candidates;
+  if (QCoreApplication::instance()) {
+    const QString app = QCoreApplication::applicationDirPath();
+    candidates << app + QStringLiteral("/../engine/meshstudio-engine")
+               << app + QStringLiteral("/meshstudio-engine");
+  }
+#ifdef MS_ENGINE_PATH
+  candidates << QStringLiteral(MS_ENGINE_PATH);
+#endif
+  for (const QString& c : candidates) {
+    const QFileInfo info(c);
+    if (info.isFile() && info.isExecutable()) return QDir::cleanPath(info.absoluteFilePath());
+  }
+  const QString onPath = QStandardPaths::findExecutable(QStringLiteral("meshstudio-engine"));
+  if (!onPath.isEmpty()) return onPath;
+  // Nothing found: name the build's own path, so the failure message says where it was expected.
+  return candidates.isEmpty() ? QStringLiteral("meshstudio-engine") : candidates.back();
+}
+
+bool EngineClient::start(const RunConfig& config, const QString& runDir) {
+  if (m_process) return false;
+  m_data.clear();
+  m_reader = MetricsReader();
+  m_stderrTail.clear();
+  m_lastStderr.clear();
+  m_exited = false;
+  m_exitCode = 0;
+  m_exitStatus = QProcess::NormalExit;
+  m_stopRequests = 0;
+  m_terminated = false;
+  m_pumpScheduled = false;
+  m_runDir = QDir(runDir).absolutePath();
+  m_data.setState(RunState::Starting);
+
+  if (!QDir().mkpath(m_runDir)) {
+    fail(QStringLiteral("cannot create the run folder %1").arg(m_runDir));
+    return false;
+  }
+  const QString base = config.baseDir.empty() ? QDir::currentPath()
+                                              : QDir(QString::fromStdString(config.baseDir)).absolutePath();
+  const QString configPath = m_runDir + QStringLiteral("/config.json");
+  const RunConfig runConfig = configForRunFolder(config, base, m_runDir);
+  if (Status s = saveRunConfig(runConfig, configPath.toStdString()); !s) {
+    fail(QStringLiteral("cannot write the run's config: %1").arg(QString::fromStdString(s.message())));
+    return false;
+  }
+
+  const QString engine = enginePath();
+  QStringList args = {QStringLiteral("launch"),
+                      configPath,
+                      QStringLiteral("--"),
+                      QStringLiteral("--metrics"),
+                      QStringLiteral("-"),
+                      QStringLiteral("--run-dir"),
+                      m_runDir,
+                      QStringLiteral("--overwrite")};
+  args += m_extraArgs;
+  m_command = QStringList{engine} + args;
+  m_data.appendLog(LogLine::Studio, QStringLiteral("info"),
+                   QStringLiteral("starting: ") + m_command.join(' '));
+
+  m_process = new QProcess(this);
+  m_process->setProcessChannelMode(QProcess::SeparateChannels);
+  m_process->setReadChannel(QProcess::StandardOutput);
+  m_process->setWorkingDirectory(QFileInfo(base).isDir() ? base : m_runDir);
+  connect(m_process, &QProcess::started, this, [this] {
+    if (m_data.state() == RunState::Starting) m_data.setState(RunState::Running);
+    emit started();
+    scheduleNotify();
+  });
+  connect(m_process, &QProcess::readyReadStandardOutput, this, &EngineClient::onReadyStdout);
+  connect(m_process, &QProcess::readyReadStandardError, this, &EngineClient::onReadyStderr);
+  connect(m_process, &QProcess::finished, this, &EngineClient::onProcessFinished);
+  connect(m_process, &QProcess::errorOccurred, this, &EngineClient::onProcessError);
+  m_process->start(engine, args, QIODevice::ReadOnly);
+  return true;
+}
+
+void EngineClient::stop() {
+  if (!m_process) return;
+  ++m_stopRequests;
+  if (m_process->processId() <= 0) {  // not started yet (or already gone): nothing to ask politely
+    m_process->kill();
+    return;
+  }
+  if (m_stopRequests == 1) {
+    m_data.appendLog(LogLine::Studio, QStringLiteral("info"),
+                     QStringLiteral("stop requested: the run ends after its current step"));
+    interrupt();
+    m_escalateTimer.start(kStopEscalateMs);
+  } else if (!m_terminated) {
+    m_data.appendLog(LogLine::Studio, QStringLiteral("warning"),
+                     QStringLiteral("stop requested again: terminating"));
+    m_terminated = true;
+    signalProcess(SIGTERM);
+    m_escalateTimer.start(kKillGraceMs);
+  } else {
+    m_process->kill();
+  }
+  scheduleNotify();
+}
+
+int EngineClient::interruptRanks() {
+  // Open MPI's mpirun answers SIGINT by killing the job (SIGTERM, then SIGKILL a moment later), so SIGINT to
+  // launch loses the step in progress and the checkpoint. A rank that gets SIGINT itself finishes its step,
+  // and the ranks agree on the stop with an all-reduce of the flag (engine/runtime/trainer.cpp), so one rank
+  // is enough: every rank stops after the same step, saves its checkpoint shards and rank 0 writes run_end
+  // "interrupted". The ranks are found by their heartbeat files (engine/runtime/heartbeat.h); a pid is
+  // signalled only when it runs on this host and its command line names this run's folder (no stray pid).
+  int signalled = 0;
+  const QString host = QSysInfo::machineHostName();
+  const QDir ranks(QDir(m_runDir).filePath(QStringLiteral("ranks")));
+  for (const QString& name : ranks.entryList({QStringLiteral("rank-*.json")}, QDir::Files)) {
+    QFile f(ranks.filePath(name));
+    if (!f.open(QIODevice::ReadOnly)) continue;
+    const QJsonObject beat = QJsonDocument::fromJson(f.readAll()).object();
+    const qint64 pid = beat.value(QStringLiteral("pid")).toInteger();
+    if (pid <= 0 || beat.value(QStringLiteral("finished")).toBool() ||
+        beat.value(QStringLiteral("host")).toString() != host)
+      continue;
+    QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+    if (!cmdline.open(QIODevice::ReadOnly) || !cmdline.readAll().contains(m_runDir.toUtf8())) continue;
+    if (::kill(static_cast<pid_t>(pid), SIGINT) == 0) ++signalled;
+  }
+  return signalled;
+}
+
+void EngineClient::interrupt() {
+  if (interruptRanks() == 0) signalProcess(SIGINT);  // no rank found (still starting, or remote): ask launch
+}
+
+void EngineClient::signalProcess(int sig) {
+  if (!m_process) return;
+  const qint64 pid = m_process->processId();
+  if (pid > 0) ::kill(static_cast<pid_t>(pid), sig);
+}
+
+void EngineClient::onReadyStdout() {
+  pump();
+}
+
+void EngineClient::pump() {
+  m_pumpScheduled = false;
+  if (!m_process) return;
+  QElapsedTimer slice;
+  slice.start();
+  bool any = false;
+  // Work in bounded slices: a backlog (a fast stream, or the engine's whole output arriving at once) is
+  // parsed between other events instead of in one long freeze.
+  while (m_process->bytesAvailable() > 0) {
+    const QByteArray chunk = m_process->read(kReadChunk);
+    if (chunk.isEmpty()) break;
+    std::vector<MetricsEvent> events = m_reader.feed(chunk);
+    m_data.apply(events);
+    any = true;
+    if (slice.elapsed() >= kSliceMs) break;
+  }
+  if (any) scheduleNotify();
+  if (m_process->bytesAvailable() > 0) {
+    if (!m_pumpScheduled) {
+      m_pumpScheduled = true;
+      QTimer::singleShot(0, this, &EngineClient::pump);
+    }
+  } else if (m_exited) {
+    finalize();
+  }
+}
+
+void EngineClient::onReadyStderr() {
+  if (!m_process) return;
+  m_stderrTail += m_process->readAllStandardError();
+  qsizetype from = 0;
+  for (qsizetype nl; (nl = m_stderrTail.indexOf('\n', from)) >= 0; from = nl + 1) {
+    QByteArray line = m_stderrTail.mid(from, nl - from);
+    // A progress bar redraws with carriage returns: its last state is the line.
+    if (const qsizetype cr = line.lastIndexOf('\r', line.size() - 2); cr >= 0) line = line.mid(cr + 1);
+    const QString text = QString::fromUtf8(line).trimmed().left(kStderrLineMax);
+    if (text.isEmpty()) continue;
+    m_lastStderr << text;
+    while (m_lastStderr.size() > kStderrKeep) m_lastStderr.removeFirst();
+    m_data.appendLog(LogLine::Stderr, QStringLiteral("stderr"), text);
+  }
+  m_stderrTail.remove(0, from);
+  if (m_stderrTail.size() > kStderrLineMax) m_stderrTail = m_stderrTail.right(kStderrLineMax);
+  scheduleNotify();
+}
+
+void EngineClient::onProcessFinished(int exitCode, QProcess::ExitStatus status) {
+  m_exited = true;
+  m_exitCode = exitCode;
+  m_exitStatus = status;
+  m_escalateTimer.stop();
+  onReadyStderr();
+  if (!m_stderrTail.isEmpty()) {
+    m_stderrTail += '\n';
+    onReadyStderr();
+  }
+  pump();  // finalizes once stdout is drained
+}
+
+void EngineClient::onProcessError(QProcess::ProcessError error) {
+  // Crashes and read errors end in finished(); only a process that never started needs handling here.
+  if (error != QProcess::FailedToStart || !m_process) return;
+  fail(QStringLiteral("cannot start the engine %1: %2 (set MESHSTUDIO_ENGINE to a built meshstudio-engine)")
+           .arg(m_command.value(0), m_process->errorString()));
+}
+
+void EngineClient::fail(const QString& message) {
+  if (m_process) {
+    m_process->disconnect(this);
+    m_process->deleteLater();
+    m_process = nullptr;
+  }
+  m_escalateTimer.stop();
+  m_notifyTimer.stop();
+  m_data.appendLog(LogLine::Studio, QStringLiteral("error"), message);
+  m_data.setState(RunState::Failed, message);
+  emit dataChanged();
+  emit finished(false, message);
+}
+
+void EngineClient::scheduleNotify() {
+  if (!m_notifyTimer.isActive()) m_notifyTimer.start();
+}
+
+void EngineClient::finalize() {
+  if (!m_process) return;
+  std::vector<MetricsEvent> tail = m_reader.finish();
+  m_data.apply(tail);
+  m_process->disconnect(this);
+  m_process->deleteLater();
+  m_process = nullptr;
+  m_escalateTimer.stop();
+  m_notifyTimer.stop();
+
+  // The end as the engine saw it: rank 0's run_end on stdout, else the one launch appended to the folder.
+  std::optional<RunEndEvent> end = m_data.runEnd();
+  if (!end) {
+    end = runEndInFolder(m_runDir);
+    if (end) m_data.apply(MetricsEvent(*end));
+  }
+  const bool exitedOk = m_exitStatus == QProcess::NormalExit && m_exitCode == 0;
+  const QString endStatus = end ? end->status : QString();
+  bool ok = false;
+  RunState state = RunState::Failed;
+  QString message;
+  if (exitedOk && endStatus == QLatin1String("ok")) {
+    ok = true;
+    state = RunState::Finished;
+    message = QStringLiteral("finished after step %1").arg(end->step);
+  } else if (endStatus == QLatin1String("interrupted")) {
+    // Stopped on request (the engine exits non-zero then, by design). Asked for by this studio's stop(): the
+    // run ended as wanted. Stopped by someone else: reported as not ok, with the engine's reason.
+    ok = m_stopRequests > 0;
+    state = RunState::Interrupted;
+    message = end->reason.isEmpty() ? QStringLiteral("stopped after step %1").arg(end->step) : end->reason;
+  } else {
+    // The engine's own words: the run_end reason and launch's last line on stderr (it names the rank that
+    // died and what it was doing; rank 0's reason may only say that another rank failed), else the last
+    // stderr lines, else the exit code.
+    if (endStatus == QLatin1String("error")) message = end->reason;
+    const QLatin1String prefix("meshstudio-engine launch: ");
+    QString launchReason;
+    for (auto it = m_lastStderr.crbegin(); it != m_lastStderr.crend() && launchReason.isEmpty(); ++it)
+      if (it->startsWith(prefix)) launchReason = it->mid(prefix.size());
+    if (message.isEmpty())
+      message = launchReason;
+    else if (!launchReason.isEmpty() && !message.contains(launchReason))
+      message += QStringLiteral("; ") + launchReason;
+    if (message.isEmpty() && !m_lastStderr.isEmpty())
+      message = m_lastStderr.mid(std::max<qsizetype>(0, m_lastStderr.size() - 3)).join('\n');
+    const QString exit = describeExit(m_exitCode, m_exitStatus);
+    message = message.isEmpty() ? exit : message + QStringLiteral(" (") + exit + QStringLiteral(")");
+    if (exitedOk) message = QStringLiteral("the engine ended without finishing the run: ") + message;
+    if (m_stopRequests > 0) {
+      // Ended some other way after stop() (terminated, or signalled before it had ranks): as asked.
+      ok = true;
+      state = RunState::Interrupted;
+      message = QStringLiteral("%1 at the studio's request after step %2 (%3)")
+                    .arg(m_terminated ? QStringLiteral("terminated") : QStringLiteral("stopped"))
+                    .arg(m_data.lastStep())
+                    .arg(message);
+    }
+  }
+  m_data.setState(state, message);
+  m_data.appendLog(LogLine::Studio, ok ? QStringLiteral("info") : QStringLiteral("error"), message);
+  emit dataChanged();
+  emit finished(ok, message);
+}
+
+Status loadRunFolder(const QString& dir, RunData& data) {
+  data.clear();
+  const QString path = QDir(dir).filePath(QStringLiteral("metrics.jsonl"));
+  QFile file(path);
+  if (!file.exists()) {
+    const QString m =
+        QStringLiteral("%1: no such file (not a run folder, or its run never started)").arg(path);
+    data.setState(RunState::Failed, m);
+    return Status::error(m.toStdString());
+  }
+  if (!file.open(QIODevice::ReadOnly)) {
+    const QString m = QStringLiteral("%1: cannot read: %2").arg(path, file.errorString());
+    data.setState(RunState::Failed, m);
+    return Status::error(m.toStdString());
+  }
+  MetricsReader reader;
+  QString firstError;
+  std::int64_t errors = 0;
+  auto take = [&](std::vector<MetricsEvent>& events) {
+    for (const MetricsEvent& e : events)
+      if (const auto* err = std::get_if<MetricsError>(&e)) {
+        if (errors++ == 0) firstError = err->message;
+      }
+    data.apply(events);
+  };
+  while (!file.atEnd()) {
+    const QByteArray chunk = file.read(1 << 20);
+    if (chunk.isEmpty() && file.error() != QFileDevice::NoError) break;
+    std::vector<MetricsEvent> events = reader.feed(chunk);
+    take(events);
+  }
+  std::vector<MetricsEvent> tail = reader.finish();
+  take(tail);
+  if (!data.runEnd())
+    data.setState(RunState::Incomplete,
+                  QStringLiteral("no run_end: the run is still going, or its engine was killed"));
+  if (file.error() != QFileDevice::NoError)
+    return Status::error(QStringLiteral("%1: reading failed after %2 bytes: %3")
+                             .arg(path)
+                             .arg(reader.bytesRead())
+                             .arg(file.errorString())
+                             .toStdString());
+  if (errors > 0)
+    return Status::error(QStringLiteral("%1: %2 malformed line(s), the rest was read; the first: %3")
+                             .arg(path)
+                             .arg(errors)
+                             .arg(firstError)
+                             .toStdString());
+  return Status::ok();
+}
+
+}  // namespace ms

@@ -1,0 +1,116 @@
+// EngineClient: runs a config for real from the studio. It writes the config into the run folder, starts
+// `meshstudio-engine launch <runDir>/config.json -- --metrics - --run-dir <runDir> --overwrite` with QProcess
+// (launch runs mpirun with one rank per planned device and supervises it, engine/supervisor.h), reads the
+// metrics stream from its stdout through a MetricsReader into a RunData, and its stderr into the log.
+//
+// What always holds: the GUI thread parses for about kSliceMs at a time at most, plus the rest of the line in
+// hand (a line is parsed whole: about 20 ms per MB, measured by bench/ui_stream), so a backlog is worked off
+// in slices between other events and a fast stream never freezes the window; what is buffered stays bounded,
+// because QProcess drains the pipe only between slices (the engine waits on a full pipe meanwhile);
+// dataChanged() is emitted at most once per kNotifyMs, never per line; finished() is emitted exactly once per
+// start(), after everything the engine wrote was read, with ok = the run finished or ended by stop(), and
+// otherwise the engine's own reason (rank 0's run_end, else the one launch appended to the run folder's
+// metrics.jsonl, with launch's last word on stderr; else the last stderr lines; else the exit code); the
+// engine is not left running when the client is destroyed (SIGINT, then SIGTERM, then SIGKILL, a few seconds
+// apart).
+#pragma once
+
+#include <QElapsedTimer>
+#include <QObject>
+#include <QProcess>
+#include <QString>
+#include <QStringList>
+#include <QTimer>
+
+#include "plan/run_config.h"
+#include "plan/status.h"
+#include "ui/run/metrics_reader.h"
+#include "ui/run/run_data.h"
+
+namespace ms {
+
+class EngineClient : public QObject {
+  Q_OBJECT
+ public:
+  static constexpr int kNotifyMs = 50;           // dataChanged() at most this often
+  static constexpr int kSliceMs = 8;             // the longest the GUI thread parses in one go
+  static constexpr int kStopEscalateMs = 20000;  // after stop(): SIGTERM when the run has not ended by then
+  static constexpr int kKillGraceMs = 5000;      // after SIGTERM: SIGKILL
+
+  explicit EngineClient(QObject* parent = nullptr);
+  ~EngineClient() override;
+
+  // The engine executable: the one set here, else $MESHSTUDIO_ENGINE, else meshstudio-engine beside the
+  // application (<app dir>/../engine/ in the build tree, <app dir>/ when installed), else the build's own
+  // (MS_ENGINE_PATH), else meshstudio-engine on PATH.
+  void setEnginePath(const QString& path) { m_enginePath = path; }
+  QString enginePath() const;
+  // Extra train options after the client's own (e.g. {"--steps", "10"}).
+  void setExtraTrainArguments(const QStringList& args) { m_extraArgs = args; }
+
+  // Starts a run of config in runDir (created when missing; config.json there is overwritten, and so are the
+  // folder's checkpoints). Relative data paths are made absolute against config.baseDir (else the studio's
+  // working directory), because the engine reads the copy in runDir. False when a run is already going (no
+  // signal), or, with finished(false, reason), when the config cannot be written; a failure to start the
+  // process is reported by finished() too.
+  bool start(const RunConfig& config, const QString& runDir);
+  // Asks the run to stop after its current step: SIGINT to its ranks on this host (found by their heartbeat
+  // files; one is enough, they agree on the step), so a checkpoint is saved and run_end says "interrupted";
+  // SIGINT to launch when no rank is found (it then ends mpirun's job at once, without a checkpoint). A
+  // second stop(), or the run still going kStopEscalateMs later, terminates it (SIGTERM to launch, which ends
+  // mpirun and its ranks, then SIGKILL).
+  void stop();
+  bool isRunning() const { return m_process != nullptr; }
+
+  const RunData& data() const { return m_data; }
+  // Bytes and lines of the metrics stream read so far in this run.
+  qint64 bytesReceived() const { return m_reader.bytesRead(); }
+  qint64 linesReceived() const { return m_reader.linesRead(); }
+  QString runDir() const { return m_runDir; }
+  // The command line of the current (or last) run, for the log and for people.
+  QStringList commandLine() const { return m_command; }
+
+ signals:
+  void started();
+  void dataChanged();
+  void finished(bool ok, const QString& message);
+
+ private:
+  void onReadyStdout();
+  void onReadyStderr();
+  void onProcessFinished(int exitCode, QProcess::ExitStatus status);
+  void onProcessError(QProcess::ProcessError error);
+  void pump();
+  void scheduleNotify();
+  void finalize();
+  void signalProcess(int sig);
+  // SIGINT to this run's local ranks (how many were found); interrupt() falls back to launch.
+  int interruptRanks();
+  void interrupt();
+  void fail(const QString& message);
+
+  QString m_enginePath;
+  QStringList m_extraArgs;
+  QStringList m_command;
+  QString m_runDir;
+  QProcess* m_process = nullptr;  // non-null while a run is going (until finished() is emitted)
+  MetricsReader m_reader;
+  RunData m_data;
+  QByteArray m_stderrTail;   // an unfinished stderr line
+  QStringList m_lastStderr;  // the last few stderr lines, for the failure message
+  QTimer m_notifyTimer;      // single shot: coalesces dataChanged()
+  QTimer m_escalateTimer;    // single shot: stop() did not end the run
+  bool m_pumpScheduled = false;
+  bool m_exited = false;
+  int m_exitCode = 0;
+  QProcess::ExitStatus m_exitStatus = QProcess::NormalExit;
+  int m_stopRequests = 0;
+  bool m_terminated = false;
+};
+
+// Replays a finished (or running) run from its folder: reads dir/metrics.jsonl with the same reader into data
+// (cleared first). An error names the file when it is missing or unreadable, and counts the malformed lines
+// (the first is quoted); whatever parsed is kept in data either way.
+Status loadRunFolder(const QString& dir, RunData& data);
+
+}  // namespace ms

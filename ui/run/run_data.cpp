@@ -1,0 +1,337 @@
+// RunData; see run_data.h.
+#include "ui/run/run_data.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace ms {
+
+namespace {
+
+template <typename T>
+void pushBounded(std::deque<T>& q, T value, std::size_t cap) {
+  q.push_back(std::move(value));
+  while (q.size() > cap) q.pop_front();
+}
+
+bool isPipelineWork(SpanKind k) {
+  return k == SpanKind::Forward || k == SpanKind::Backward || k == SpanKind::BackwardWeight;
+}
+
+// Removes the points whose step is >= from (the columns are sorted by step).
+void truncateAt(QVector<double>& steps, std::initializer_list<QVector<double>*> columns, double from) {
+  const auto it = std::lower_bound(steps.begin(), steps.end(), from);
+  const qsizetype keep = it - steps.begin();
+  steps.resize(keep);
+  for (QVector<double>* c : columns) c->resize(std::min(c->size(), keep));
+}
+
+}  // namespace
+
+const char* toString(RunState state) {
+  switch (state) {
+    case RunState::Idle:
+      return "idle";
+    case RunState::Starting:
+      return "starting";
+    case RunState::Running:
+      return "running";
+    case RunState::Finished:
+      return "finished";
+    case RunState::Interrupted:
+      return "interrupted";
+    case RunState::Failed:
+      return "failed";
+    case RunState::Incomplete:
+      return "incomplete";
+  }
+  return "idle";
+}
+
+double RunInfo::predictedThroughput() const {
+  if (modelType.isEmpty() || modelType == QLatin1String("gpt")) return predictedTokensPerS;
+  if (batchSize > 0 && predictedStepTime > 0) return batchSize / predictedStepTime;
+  return kNaN;
+}
+
+const PredictedRank* RunInfo::predicted(int rank) const {
+  auto it = std::lower_bound(predictedRanks.begin(), predictedRanks.end(), rank,
+                             [](const PredictedRank& p, int r) { return p.rank < r; });
+  return it != predictedRanks.end() && it->rank == rank ? &*it : nullptr;
+}
+
+void computeMeasuredBubbles(TimelineData& timeline, int dp, int tp) {
+  dp = std::max(1, dp);
+  tp = std::max(1, tp);
+  auto replicaOf = [&](int rank) { return (rank / tp) % dp; };
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> first(static_cast<std::size_t>(dp), kInf), last(static_cast<std::size_t>(dp), -kInf);
+  for (const TimelineRow& row : timeline.rows) {
+    const auto r = static_cast<std::size_t>(replicaOf(row.rank));
+    for (const TimelineSpan& s : row.spans) {
+      if (!isPipelineWork(s.kind)) continue;
+      if (s.kind == SpanKind::Forward) first[r] = std::min(first[r], s.start);
+      last[r] = std::max(last[r], s.end);
+    }
+  }
+  for (TimelineRow& row : timeline.rows) {
+    const auto r = static_cast<std::size_t>(replicaOf(row.rank));
+    double busy = 0;
+    bool any = false;
+    for (const TimelineSpan& s : row.spans)
+      if (isPipelineWork(s.kind)) {
+        busy += s.end - s.start;
+        any = true;
+      }
+    const double window = last[r] - first[r];
+    row.bubbleFraction =
+        any && std::isfinite(window) && window > 0 ? std::max(0.0, 1.0 - busy / window) : -1.0;
+  }
+}
+
+void RunData::clear() {
+  const std::uint64_t revision = m_revision, epoch = m_seriesEpoch, generation = m_generation;
+  *this = RunData();
+  m_revision = revision + 1;
+  m_seriesEpoch = epoch + 1;
+  m_generation = generation + 1;
+}
+
+void RunData::apply(std::vector<MetricsEvent>& events) {
+  for (MetricsEvent& e : events) apply(std::move(e));
+}
+
+void RunData::apply(MetricsEvent event) {
+  ++m_revision;
+  std::visit(
+      [this](auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, RunStartEvent>) {
+          onRunStart(e);
+        } else if constexpr (std::is_same_v<T, StepEvent>) {
+          onStep(e);
+        } else if constexpr (std::is_same_v<T, SpansEvent>) {
+          onSpans(e);
+        } else if constexpr (std::is_same_v<T, MemoryEvent>) {
+          onMemory(e);
+        } else if constexpr (std::is_same_v<T, EvalEvent>) {
+          onEval(e);
+        } else if constexpr (std::is_same_v<T, CheckpointEvent>) {
+          pushBounded(m_checkpoints, CheckpointRecord{e.step, e.path}, kMaxRecords);
+          appendLog(LogLine::Stream, QStringLiteral("info"),
+                    QStringLiteral("checkpoint at step %1: %2").arg(e.step).arg(e.path));
+        } else if constexpr (std::is_same_v<T, LogEvent>) {
+          appendLog(LogLine::Stream, e.level, e.message);
+        } else if constexpr (std::is_same_v<T, RunEndEvent>) {
+          m_runEnd = e;
+          const RunState s = e.status == QLatin1String("ok")            ? RunState::Finished
+                             : e.status == QLatin1String("interrupted") ? RunState::Interrupted
+                                                                        : RunState::Failed;
+          setState(s, e.reason);
+        } else if constexpr (std::is_same_v<T, MetricsError>) {
+          addError(e.message);
+        }
+      },
+      event);
+}
+
+void RunData::onRunStart(RunStartEvent& e) {
+  // A second run_start in one stream is a resumed run appending to its folder's metrics.jsonl: the series
+  // carry on (onStep drops points a resume from an earlier checkpoint repeats).
+  m_info.known = true;
+  m_info.name = e.name;
+  m_info.device = e.device;
+  m_info.runDir = e.runDir;
+  m_info.ranks = e.ranks;
+  m_info.steps = e.steps;
+  m_info.startStep = e.startStep;
+  m_info.params = e.params;
+  m_info.layers = e.layers;
+  m_info.dp = e.dp;
+  m_info.tp = e.tp;
+  m_info.pp = e.pp;
+  m_info.batchSize = e.batchSize;
+  m_info.modelType = e.modelType;
+  m_info.predictedStepTime = e.predictedStepTime;
+  m_info.predictedTokensPerS = e.predictedTokensPerS;
+  m_info.predictedMfu = e.predictedMfu;
+  m_info.predictedRanks = std::move(e.predictedRanks);
+  std::sort(m_info.predictedRanks.begin(), m_info.predictedRanks.end(),
+            [](const PredictedRank& a, const PredictedRank& b) { return a.rank < b.rank; });
+  // Model order first, so layer indices follow the model whatever order spans name them in.
+  for (const QString& l : m_info.layers) internLayer(l.toStdString());
+  m_runEnd.reset();
+  setState(RunState::Running);
+}
+
+void RunData::dropSeriesFrom(double step) {
+  truncateAt(m_steps.step,
+             {&m_steps.loss, &m_steps.lr, &m_steps.gradNorm, &m_steps.stepTime, &m_steps.throughput,
+              &m_steps.accuracy},
+             step);
+  truncateAt(m_evals.step, {&m_evals.loss, &m_evals.accuracy, &m_evals.samples}, step);
+  ++m_seriesEpoch;
+}
+
+void RunData::onStep(const StepEvent& e) {
+  const double step = static_cast<double>(e.step);
+  if (!m_steps.step.isEmpty() && step <= m_steps.step.back()) dropSeriesFrom(step);
+  if (m_steps.step.isEmpty()) m_steps.throughputIsTokens = !std::isnan(e.tokensPerS);
+  m_steps.step.push_back(step);
+  m_steps.loss.push_back(e.loss);
+  m_steps.lr.push_back(e.lr);
+  m_steps.gradNorm.push_back(e.gradNorm);
+  m_steps.stepTime.push_back(e.stepTime);
+  m_steps.throughput.push_back(m_steps.throughputIsTokens ? e.tokensPerS : e.samplesPerS);
+  m_steps.accuracy.push_back(e.accuracy);
+}
+
+void RunData::onEval(const EvalEvent& e) {
+  const double step = static_cast<double>(e.step);
+  if (!m_evals.step.isEmpty() && step < m_evals.step.back()) {
+    truncateAt(m_evals.step, {&m_evals.loss, &m_evals.accuracy, &m_evals.samples}, step);
+    ++m_seriesEpoch;
+  }
+  m_evals.step.push_back(step);
+  m_evals.loss.push_back(e.loss);
+  m_evals.accuracy.push_back(e.accuracy);
+  m_evals.samples.push_back(static_cast<double>(e.samples));
+}
+
+int RunData::internLayer(const std::string& name) {
+  if (name.empty()) return -1;
+  auto it = m_layerIndex.find(name);
+  if (it != m_layerIndex.end()) return it->second;
+  if (m_layerNames.size() >= kMaxLayerNames) return -1;
+  const int index = static_cast<int>(m_layerNames.size());
+  m_layerNames << QString::fromStdString(name);
+  m_layerIndex.emplace(name, index);
+  return index;
+}
+
+void RunData::onSpans(SpansEvent& e) {
+  std::stable_sort(e.ranks.begin(), e.ranks.end(),
+                   [](const RankSpans& a, const RankSpans& b) { return a.rank < b.rank; });
+  double origin = std::numeric_limits<double>::infinity();
+  for (const RankSpans& r : e.ranks)
+    for (const MeasuredSpan& s : r.spans)
+      if (std::isfinite(s.start)) origin = std::min(origin, s.start);
+  if (!std::isfinite(origin)) origin = 0;
+
+  MeasuredStep m;
+  m.step = e.step;
+  m.origin = origin;
+  TimelineData& t = m.timeline;
+  const int stageWidth = std::max(1, m_info.dp * m_info.tp);
+  for (RankSpans& r : e.ranks) {
+    if (r.rank >= kMaxRanks) {
+      addError(QStringLiteral("spans of step %1: rank %2 is beyond the %3 ranks the studio shows; skipped")
+                   .arg(e.step)
+                   .arg(r.rank)
+                   .arg(kMaxRanks));
+      continue;
+    }
+    if (t.rows.empty() || t.rows.back().rank != r.rank) {
+      TimelineRow row;
+      row.rank = r.rank;
+      const PredictedRank* p = m_info.predicted(r.rank);
+      row.stage = p && p->stage >= 0 ? p->stage : r.rank / stageWidth;
+      row.label = QStringLiteral("rank %1 · stage %2").arg(r.rank).arg(row.stage);
+      t.rows.push_back(std::move(row));
+    }
+    std::vector<TimelineSpan>& spans = t.rows.back().spans;
+    spans.reserve(spans.size() + r.spans.size());
+    for (const MeasuredSpan& s : r.spans) {
+      if (!std::isfinite(s.start) || !std::isfinite(s.end)) continue;
+      TimelineSpan ts;
+      ts.start = s.start - origin;
+      ts.end = std::max(s.end, s.start) - origin;
+      ts.kind = spanKindFromCode(s.action);
+      ts.microbatch = s.microbatch;
+      ts.chunk = s.chunk;
+      ts.layer = internLayer(s.layer);
+      spans.push_back(ts);
+    }
+  }
+  for (TimelineRow& row : t.rows)
+    std::stable_sort(row.spans.begin(), row.spans.end(),
+                     [](const TimelineSpan& a, const TimelineSpan& b) { return a.start < b.start; });
+  t.layerNames = m_layerNames;  // implicitly shared: a copy of the pointer while the list does not change
+  t.updateExtent();
+  computeMeasuredBubbles(t, m_info.dp, m_info.tp);
+  pushBounded(m_history, std::move(m), kSpanHistory);
+}
+
+void RunData::onMemory(const MemoryEvent& e) {
+  for (const RankMemory& r : e.ranks) {
+    if (r.rank >= kMaxRanks) continue;
+    auto it = std::lower_bound(m_memory.begin(), m_memory.end(), r.rank,
+                               [](const MeasuredMemory& m, int rank) { return m.rank < rank; });
+    if (it == m_memory.end() || it->rank != r.rank) {
+      MeasuredMemory fresh;
+      fresh.rank = r.rank;
+      it = m_memory.insert(it, fresh);
+    }
+    it->current = r.current;
+    MemoryFigures& p = it->peak;
+    const MemoryFigures& q = r.peak;
+    p.parameters = std::max(p.parameters, q.parameters);
+    p.gradients = std::max(p.gradients, q.gradients);
+    p.optimizer = std::max(p.optimizer, q.optimizer);
+    p.activations = std::max(p.activations, q.activations);
+    p.communication = std::max(p.communication, q.communication);
+    p.workspace = std::max(p.workspace, q.workspace);
+    p.other = std::max(p.other, q.other);
+    p.total = std::max(p.total, q.total);
+  }
+}
+
+void RunData::addError(const QString& message) {
+  ++m_errorTotal;
+  pushBounded(m_errors, message, kMaxRecords);
+  appendLog(LogLine::Studio, QStringLiteral("warning"), QStringLiteral("metrics stream: ") + message);
+}
+
+void RunData::appendLog(LogLine::Source source, const QString& level, const QString& message) {
+  ++m_revision;
+  ++m_logTotal;
+  pushBounded(m_log, LogLine{source, level, message}, kMaxLogLines);
+}
+
+void RunData::setState(RunState state, const QString& message) {
+  ++m_revision;
+  m_state = state;
+  m_stateMessage = message;
+}
+
+const TimelineData& RunData::timeline() const {
+  return m_history.empty() ? m_emptyTimeline : m_history.back().timeline;
+}
+
+std::int64_t RunData::timelineStep() const {
+  return m_history.empty() ? 0 : m_history.back().step;
+}
+
+std::int64_t RunData::lastStep() const {
+  return m_steps.step.isEmpty() ? 0 : static_cast<std::int64_t>(m_steps.step.back());
+}
+
+std::vector<std::pair<int, double>> RunData::meanMeasuredBubble() const {
+  std::map<int, std::pair<double, int>> sums;
+  for (const MeasuredStep& m : m_history)
+    for (const TimelineRow& row : m.timeline.rows) {
+      auto& [sum, n] = sums[row.rank];
+      if (row.bubbleFraction >= 0) {
+        sum += row.bubbleFraction;
+        ++n;
+      }
+    }
+  std::vector<std::pair<int, double>> out;
+  out.reserve(sums.size());
+  for (const auto& [rank, sn] : sums) out.emplace_back(rank, sn.second ? sn.first / sn.second : kNaN);
+  return out;
+}
+
+}  // namespace ms

@@ -1,0 +1,176 @@
+// RunData: what the studio knows about one run, filled from the metrics stream's events (live, from
+// EngineClient, or replayed from a run folder by loadRunFolder). The views read it on their own timer and
+// redraw only when revision() moved.
+//
+// What always holds: revision() increases whenever anything readable here changes; memory is bounded for any
+// run length except the step and eval series, which keep a few doubles per logged step (about 60 bytes, so a
+// million steps is 60 MB) because the curves show the whole run; everything else is capped: the span history
+// keeps the last kSpanHistory steps, the log the last kMaxLogLines lines, checkpoints and errors their last
+// kMaxRecords; a step number that goes back (a run resumed from an earlier checkpoint into the same stream)
+// drops the series points at and after it, so the series stay sorted by step.
+#pragma once
+
+#include <QString>
+#include <QStringList>
+#include <QVector>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "ui/models/timeline_data.h"
+#include "ui/run/metrics_reader.h"
+
+namespace ms {
+
+// The run as announced by run_start (plus the layout read from its config).
+struct RunInfo {
+  bool known = false;  // a run_start was seen
+  QString name;
+  QString device;
+  QString runDir;
+  int ranks = 0;
+  std::int64_t steps = 0;
+  std::int64_t startStep = 0;
+  std::int64_t params = 0;
+  QStringList layers;
+  int dp = 1, tp = 1, pp = 1;
+  int batchSize = 0;
+  QString modelType;
+  double predictedStepTime = kNaN;
+  double predictedTokensPerS = kNaN;
+  double predictedMfu = kNaN;
+  std::vector<PredictedRank> predictedRanks;  // sorted by rank
+  // The predicted throughput in the unit of the measured series: tokens/s for a gpt, else samples/s
+  // (batch / predicted step time; the plan's "tokens_per_s" counts patches for a vit).
+  double predictedThroughput() const;
+  const PredictedRank* predicted(int rank) const;
+};
+
+// Columns of the logged steps, sorted by step. Absent figures are NaN.
+struct StepSeries {
+  QVector<double> step, loss, lr, gradNorm, stepTime, throughput, accuracy;
+  bool throughputIsTokens = true;  // tokens/s (gpt) or samples/s
+  int size() const { return static_cast<int>(step.size()); }
+};
+
+struct EvalSeries {
+  QVector<double> step, loss, accuracy, samples;
+  int size() const { return static_cast<int>(step.size()); }
+};
+
+// One step's measured spans as a timeline. Times are relative to origin, the earliest span's start in seconds
+// since the run started, so the timeline starts at 0 like a predicted one.
+struct MeasuredStep {
+  std::int64_t step = 0;
+  double origin = 0;
+  TimelineData timeline;
+};
+
+struct MeasuredMemory {
+  int rank = 0;
+  MemoryFigures current;  // the latest memory line's
+  MemoryFigures peak;     // the largest peak of every category over the run (total: the largest total)
+};
+
+struct LogLine {
+  enum Source : std::uint8_t { Stream, Stderr, Studio };
+  Source source = Stream;
+  QString level;
+  QString message;
+};
+
+struct CheckpointRecord {
+  std::int64_t step = 0;
+  QString path;
+};
+
+// Where the run stands, as the studio shows it.
+enum class RunState { Idle, Starting, Running, Finished, Interrupted, Failed, Incomplete };
+const char* toString(RunState state);
+
+class RunData {
+ public:
+  static constexpr std::size_t kSpanHistory = 20;
+  static constexpr std::size_t kMaxLogLines = 5000;
+  static constexpr std::size_t kMaxRecords = 1000;  // checkpoints, errors
+  static constexpr int kMaxLayerNames = 4096;       // interned layer names; more are shown as no layer
+  static constexpr int kMaxRanks = 1 << 16;         // ranks shown; a stream naming more is reported
+
+  // Empties everything (a new run); revision() still increases.
+  void clear();
+  void apply(MetricsEvent event);
+  void apply(std::vector<MetricsEvent>& events);
+  // A line from somewhere other than the stream (the engine's stderr, the studio itself).
+  void appendLog(LogLine::Source source, const QString& level, const QString& message);
+  void setState(RunState state, const QString& message = {});
+
+  std::uint64_t revision() const { return m_revision; }
+  // Increases with every clear() (a new run): views drop everything they show and read the data anew.
+  std::uint64_t generation() const { return m_generation; }
+  const RunInfo& info() const { return m_info; }
+  const StepSeries& steps() const { return m_steps; }
+  const EvalSeries& evals() const { return m_evals; }
+  // Increases whenever points were dropped from the series (a step number went back): views re-read them
+  // whole instead of appending.
+  std::uint64_t seriesEpoch() const { return m_seriesEpoch; }
+  // The latest measured timeline (empty before the first spans line).
+  const TimelineData& timeline() const;
+  std::int64_t timelineStep() const;
+  // The last kSpanHistory measured steps, oldest first (trace export).
+  const std::deque<MeasuredStep>& spanHistory() const { return m_history; }
+  // Per rank (index = position, sorted by rank): the mean measured bubble over the span history, NaN for a
+  // rank without compute spans.
+  std::vector<std::pair<int, double>> meanMeasuredBubble() const;
+  const std::vector<MeasuredMemory>& memory() const { return m_memory; }  // sorted by rank
+  const std::deque<LogLine>& log() const { return m_log; }
+  // Lines ever appended to the log (the log keeps the last kMaxLogLines): a view appends the ones it lacks.
+  std::uint64_t logTotal() const { return m_logTotal; }
+  const std::deque<CheckpointRecord>& checkpoints() const { return m_checkpoints; }
+  const std::deque<QString>& errors() const { return m_errors; }  // malformed lines, newest last
+  std::uint64_t errorTotal() const { return m_errorTotal; }
+  const std::optional<RunEndEvent>& runEnd() const { return m_runEnd; }
+  RunState state() const { return m_state; }
+  QString stateMessage() const { return m_stateMessage; }
+  // The latest step line's step (0 before any).
+  std::int64_t lastStep() const;
+
+ private:
+  void onRunStart(RunStartEvent& e);
+  void onStep(const StepEvent& e);
+  void onSpans(SpansEvent& e);
+  void onMemory(const MemoryEvent& e);
+  void onEval(const EvalEvent& e);
+  void addError(const QString& message);
+  int internLayer(const std::string& name);
+  void dropSeriesFrom(double step);
+
+  std::uint64_t m_revision = 0;
+  std::uint64_t m_generation = 0;
+  RunInfo m_info;
+  StepSeries m_steps;
+  EvalSeries m_evals;
+  std::uint64_t m_seriesEpoch = 0;
+  std::deque<MeasuredStep> m_history;
+  std::vector<MeasuredMemory> m_memory;
+  std::deque<LogLine> m_log;
+  std::uint64_t m_logTotal = 0;
+  std::deque<CheckpointRecord> m_checkpoints;
+  std::deque<QString> m_errors;
+  std::uint64_t m_errorTotal = 0;
+  std::optional<RunEndEvent> m_runEnd;
+  RunState m_state = RunState::Idle;
+  QString m_stateMessage;
+  QStringList m_layerNames;
+  std::unordered_map<std::string, int> m_layerIndex;
+  TimelineData m_emptyTimeline;
+};
+
+// The measured bubble of every row of a step's timeline, the simulator's definition (engine/plan/simulator.h)
+// applied to measured spans: 1 - (the rank's F, B and W time) / (earliest F start to latest B or W end over
+// the ranks of its pipeline replica, i.e. the ranks with its data-parallel index). With dp = 1 the window is
+// over all ranks. A rank without F, B or W gets -1 (unknown).
+void computeMeasuredBubbles(TimelineData& timeline, int dp, int tp);
+
+}  // namespace ms
