@@ -1,74 +1,547 @@
 // MainWindow; see main_window.h.
 #include "ui/views/main_window.h"
 
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDateTime>
+#include <QDir>
+#include <QDockWidget>
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
-#include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
+#include <QSettings>
+#include <QSplitter>
+#include <QStandardPaths>
 #include <QStatusBar>
-#include <QTableWidget>
+#include <QTabWidget>
+#include <QToolBar>
 #include <QVBoxLayout>
 
-#include "plan/model_spec.h"
-#include "plan/run_config.h"
+#include "plan/launch_script.h"
+#include "ui/models/chrome_trace.h"
+#include "ui/models/project_document.h"
+#include "ui/run/engine_client.h"
+#include "ui/run/run_data.h"
+#include "ui/views/inspector.h"
+#include "ui/views/layer_palette.h"
+#include "ui/views/memory_view.h"
+#include "ui/views/mesh_canvas.h"
+#include "ui/views/run_view.h"
+#include "ui/views/timeline_view.h"
 
 namespace ms {
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
-  setWindowTitle(QStringLiteral("MeshStudio"));
-  auto* central = new QWidget(this);
-  auto* layout = new QVBoxLayout(central);
-  m_summary = new QLabel(tr("No project open"), central);
-  m_summary->setWordWrap(true);
-  m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  m_table = new QTableWidget(0, 4, central);
-  m_table->setHorizontalHeaderLabels(
-      {tr("Layer"), tr("Parameters"), tr("Forward GFLOP / sample"), tr("Activations MiB / sample")});
-  m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-  m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  layout->addWidget(m_summary);
-  layout->addWidget(m_table);
-  setCentralWidget(central);
-  QMenu* file = menuBar()->addMenu(tr("&File"));
-  file->addAction(tr("&Open..."), QKeySequence::Open, this, &MainWindow::chooseProject);
-  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
-  resize(900, 600);
+namespace {
+
+constexpr int kMaxRecent = 8;
+const char* kRecentKey = "recentFiles";
+
+QString human(double value, const char* unit) {
+  const char* prefixes[] = {"", "k", "M", "G", "T", "P"};
+  int i = 0;
+  while (std::abs(value) >= 1000 && i < 5) value /= 1000, ++i;
+  return QStringLiteral("%1 %2%3").arg(value, 0, 'f', value < 10 ? 2 : 1).arg(prefixes[i]).arg(unit);
 }
 
-void MainWindow::chooseProject() {
-  const QString path =
-      QFileDialog::getOpenFileName(this, tr("Open project"), QString(), tr("Run configs (*.json)"));
-  if (!path.isEmpty()) openProject(path);
+QString seconds(double s) {
+  if (s < 1e-3) return QStringLiteral("%1 us").arg(s * 1e6, 0, 'f', 1);
+  if (s < 1) return QStringLiteral("%1 ms").arg(s * 1e3, 0, 'f', 2);
+  return QStringLiteral("%1 s").arg(s, 0, 'f', 3);
+}
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  setObjectName(QStringLiteral("MainWindow"));
+  m_doc = new ProjectDocument(this);
+  m_analyzer = new PlanAnalyzer(this);
+  m_client = new EngineClient(this);
+
+  // Plan tab: summary line, mesh canvas above, predicted timeline and memory bars below.
+  auto* planTab = new QWidget;
+  auto* planLayout = new QVBoxLayout(planTab);
+  planLayout->setContentsMargins(4, 4, 4, 4);
+  m_summary = new QLabel(tr("No project open"));
+  m_summary->setObjectName(QStringLiteral("planSummary"));
+  m_summary->setWordWrap(true);
+  m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_canvas = new MeshCanvas(m_doc);
+  m_predicted = new TimelineView;
+  m_predicted->setTitle(tr("Predicted step"));
+  m_memory = new MemoryView;
+  // Three rows sharing the full width: the timeline needs it more than anything else.
+  auto* planSplit = new QSplitter(Qt::Vertical);
+  planSplit->addWidget(m_canvas);
+  planSplit->addWidget(m_predicted);
+  planSplit->addWidget(m_memory);
+  planSplit->setSizes({330, 300, 300});
+  planLayout->addWidget(m_summary);
+  planLayout->addWidget(planSplit, 1);
+
+  // Run tab: status banner, live plots and log, measured timeline beside the predicted one.
+  auto* runTab = new QWidget;
+  auto* runLayout = new QVBoxLayout(runTab);
+  runLayout->setContentsMargins(4, 4, 4, 4);
+  m_runBanner = new QLabel(tr("No run yet: Run > Run starts the plan on this machine."));
+  m_runBanner->setObjectName(QStringLiteral("runBanner"));
+  m_runBanner->setWordWrap(true);
+  m_runBanner->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_runView = new RunView(nullptr);
+  m_runView->setClient(m_client);
+  m_measured = new TimelineView;
+  m_measured->setTitle(tr("Measured step (latest)"));
+  m_runPredicted = new TimelineView;
+  m_runPredicted->setTitle(tr("Predicted step"));
+  auto* timelines = new QSplitter(Qt::Vertical);
+  timelines->addWidget(m_measured);
+  timelines->addWidget(m_runPredicted);
+  auto* runSplit = new QSplitter(Qt::Horizontal);
+  runSplit->addWidget(m_runView);
+  runSplit->addWidget(timelines);
+  runSplit->setStretchFactor(0, 1);
+  runSplit->setStretchFactor(1, 1);
+  runSplit->setSizes({520, 520});
+  runLayout->addWidget(m_runBanner);
+  runLayout->addWidget(runSplit, 1);
+
+  m_tabs = new QTabWidget;
+  m_tabs->addTab(planTab, tr("Plan"));
+  m_tabs->addTab(runTab, tr("Run"));
+  setCentralWidget(m_tabs);
+
+  m_palette = new LayerPalette(m_doc);
+  auto* paletteDock = new QDockWidget(tr("Layers"), this);
+  paletteDock->setObjectName(QStringLiteral("layersDock"));
+  paletteDock->setWidget(m_palette);
+  addDockWidget(Qt::LeftDockWidgetArea, paletteDock);
+  m_inspector = new Inspector(m_doc);
+  auto* inspectorDock = new QDockWidget(tr("Inspector"), this);
+  inspectorDock->setObjectName(QStringLiteral("inspectorDock"));
+  inspectorDock->setWidget(m_inspector);
+  addDockWidget(Qt::RightDockWidgetArea, inspectorDock);
+
+  connect(m_doc, &ProjectDocument::configChanged, this, &MainWindow::onConfigChanged);
+  connect(m_doc, &ProjectDocument::fileChanged, this, &MainWindow::updateTitle);
+  connect(m_analyzer, &PlanAnalyzer::ready, this, &MainWindow::onSnapshot);
+  connect(m_canvas, &MeshCanvas::dropRefused, this,
+          [this](const QString& reason) { statusBar()->showMessage(tr("Drop refused: %1").arg(reason), 10000); });
+  connect(m_client, &EngineClient::dataChanged, this, &MainWindow::onRunData);
+  connect(m_client, &EngineClient::finished, this, &MainWindow::onRunFinished);
+  connect(m_client, &EngineClient::started, this, [this] {
+    m_runBanner->setText(tr("Running: %1").arg(m_client->runDir()));
+    m_runBanner->setStyleSheet(QString());
+  });
+
+  buildMenus();
+  resize(1500, 950);
+  m_doc->reset(RunConfig{});  // a valid empty project until one is opened
+  updateTitle();
+}
+
+MainWindow::~MainWindow() {
+  // The engine client stops its run in its own destructor; the analyzer waits for its worker.
+  disconnect(m_client, nullptr, this, nullptr);
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  QMenu* newMenu = file->addMenu(tr("&New"));
+  for (const ProjectTemplate& t : projectTemplates()) {
+    QAction* a = newMenu->addAction(t.title, this, [this, key = t.key] { newProject(key); });
+    a->setStatusTip(t.description);
+    if (t.key == QLatin1String("gpt")) a->setShortcut(QKeySequence::New);
+  }
+  file->addAction(tr("&Open..."), QKeySequence::Open, this, [this] {
+    const QString path =
+        QFileDialog::getOpenFileName(this, tr("Open project"), QString(), tr("Run configs (*.json)"));
+    if (!path.isEmpty()) openProject(path);
+  });
+  m_recentMenu = file->addMenu(tr("Open &Recent"));
+  updateRecentMenu();
+  file->addAction(tr("&Save"), QKeySequence::Save, this, [this] { saveProject(); });
+  file->addAction(tr("Save &As..."), QKeySequence::SaveAs, this, [this] { chooseSaveAs(); });
+  file->addSeparator();
+  file->addAction(tr("Open Run &Folder..."), QKeySequence(tr("Ctrl+Shift+O")), this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open run folder"));
+    if (!dir.isEmpty()) openRunFolder(dir);
+  });
+  QMenu* exportMenu = file->addMenu(tr("&Export"));
+  exportMenu->addAction(tr("Launch Files (config, mpirun, Slurm)..."), QKeySequence(tr("Ctrl+E")), this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Export into folder"));
+    if (!dir.isEmpty()) exportLaunchFiles(dir);
+  });
+  exportMenu->addAction(tr("Measured Timeline as Chrome Trace..."), this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Chrome trace"), QStringLiteral("trace.json"),
+                                                      tr("Trace JSON (*.json)"));
+    if (!path.isEmpty()) exportTrace(path, true);
+  });
+  exportMenu->addAction(tr("Predicted Timeline as Chrome Trace..."), this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Chrome trace"), QStringLiteral("predicted.json"),
+                                                      tr("Trace JSON (*.json)"));
+    if (!path.isEmpty()) exportTrace(path, false);
+  });
+  exportMenu->addAction(tr("Plots as PNG..."), this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Save plots into folder"));
+    if (!dir.isEmpty()) exportPlots(dir, QStringLiteral("png"));
+  });
+  exportMenu->addAction(tr("Plots as PDF..."), this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Save plots into folder"));
+    if (!dir.isEmpty()) exportPlots(dir, QStringLiteral("pdf"));
+  });
+  file->addSeparator();
+  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+  QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+  QAction* undo = m_doc->undoStack()->createUndoAction(this, tr("&Undo"));
+  undo->setShortcut(QKeySequence::Undo);
+  QAction* redo = m_doc->undoStack()->createRedoAction(this, tr("&Redo"));
+  redo->setShortcut(QKeySequence::Redo);
+  edit->addAction(undo);
+  edit->addAction(redo);
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->addAction(tr("Zoom &In"), QKeySequence::ZoomIn, this, [this] {
+    if (m_tabs->currentIndex() == 0) m_canvas->zoomIn();
+  });
+  view->addAction(tr("Zoom &Out"), QKeySequence::ZoomOut, this, [this] {
+    if (m_tabs->currentIndex() == 0) m_canvas->zoomOut();
+  });
+  view->addAction(tr("&Fit All"), QKeySequence(tr("Ctrl+0")), this, [this] {
+    m_canvas->fitAll();
+    m_predicted->fitAll();
+    m_measured->fitAll();
+    m_runPredicted->fitAll();
+  });
+  view->addAction(tr("&Plan"), QKeySequence(tr("Ctrl+1")), this, [this] { m_tabs->setCurrentIndex(0); });
+  view->addAction(tr("&Run"), QKeySequence(tr("Ctrl+2")), this, [this] { m_tabs->setCurrentIndex(1); });
+
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  m_runAction = run->addAction(tr("&Run"), QKeySequence(tr("Ctrl+R")), this, [this] { startRun(); });
+  m_stopAction = run->addAction(tr("&Stop"), QKeySequence(tr("Ctrl+.")), this, &MainWindow::stopRun);
+  m_stopAction->setEnabled(false);
+
+  QToolBar* bar = addToolBar(tr("Main"));
+  bar->setObjectName(QStringLiteral("mainToolBar"));
+  bar->addAction(undo);
+  bar->addAction(redo);
+  bar->addSeparator();
+  bar->addAction(m_runAction);
+  bar->addAction(m_stopAction);
+}
+
+QStringList MainWindow::recentFiles() const {
+  return QSettings().value(kRecentKey).toStringList();
+}
+
+void MainWindow::addRecent(const QString& path) {
+  QStringList list = recentFiles();
+  list.removeAll(path);
+  list.prepend(path);
+  while (list.size() > kMaxRecent) list.removeLast();
+  QSettings().setValue(kRecentKey, list);
+  updateRecentMenu();
+}
+
+void MainWindow::updateRecentMenu() {
+  m_recentMenu->clear();
+  const QStringList list = recentFiles();
+  for (const QString& path : list) m_recentMenu->addAction(path, this, [this, path] { openProject(path); });
+  m_recentMenu->setEnabled(!list.isEmpty());
+}
+
+void MainWindow::showError(const QString& title, const QString& message) {
+  m_lastError = message;
+  statusBar()->showMessage(title + QStringLiteral(": ") + message.section('\n', 0, 0), 15000);
+}
+
+bool MainWindow::maybeSave() {
+  if (!m_doc->isModified()) return true;
+  QMessageBox::StandardButton answer;
+  if (m_unsavedHandler) {
+    answer = m_unsavedHandler();
+  } else {
+    answer = QMessageBox::question(this, tr("Unsaved changes"),
+                                   tr("%1 has unsaved changes. Save them first?").arg(m_doc->displayName()),
+                                   QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+  }
+  if (answer == QMessageBox::Save) return saveProject();
+  return answer == QMessageBox::Discard;
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (!maybeSave()) {
+    event->ignore();
+    return;
+  }
+  if (m_client->isRunning()) m_client->stop();
+  event->accept();
 }
 
 bool MainWindow::openProject(const QString& path) {
-  auto config = loadRunConfig(path.toStdString());
-  m_table->setRowCount(0);
-  if (!config) {
-    m_lastError = QString::fromStdString(config.message());
-    m_summary->setText(tr("Cannot open %1:\n%2").arg(QFileInfo(path).fileName(), m_lastError));
-    statusBar()->showMessage(tr("Project failed validation"));
+  if (!maybeSave()) return false;
+  const Status s = m_doc->load(path);
+  if (!s) {
+    const QString message = QString::fromStdString(s.message());
+    m_summary->setText(tr("Cannot open %1:\n%2").arg(QFileInfo(path).fileName(), message));
+    m_summary->setStyleSheet(QStringLiteral("color: #b00020"));
+    showError(tr("Project failed to open"), message);
     return false;
   }
   m_lastError.clear();
-  const ModelSpec spec = buildModelSpec(config->model, config->training.seqLen);
-  m_table->setRowCount(static_cast<int>(spec.layers.size()));
-  for (int i = 0; i < static_cast<int>(spec.layers.size()); ++i) {
-    const LayerSpec& l = spec.layers[i];
-    m_table->setItem(i, 0, new QTableWidgetItem(QString::fromStdString(l.name)));
-    m_table->setItem(i, 1, new QTableWidgetItem(QString::number(l.paramCount())));
-    m_table->setItem(i, 2, new QTableWidgetItem(QString::number(l.forwardFlopsPerSample / 1e9, 'f', 4)));
-    m_table->setItem(
-        i, 3, new QTableWidgetItem(QString::number(double(l.activationBytesPerSample) / (1 << 20), 'f', 2)));
+  addRecent(QFileInfo(path).absoluteFilePath());
+  statusBar()->showMessage(tr("Opened %1").arg(path), 5000);
+  return true;
+}
+
+bool MainWindow::newProject(const QString& templateKey) {
+  if (!maybeSave()) return false;
+  auto config = templateConfig(templateKey);
+  if (!config) {
+    showError(tr("New project"), QString::fromStdString(config.message()));
+    return false;
   }
-  m_summary->setText(
-      tr("%1: %2 model, %3 parameters, %4 layers")
-          .arg(QString::fromStdString(config->name), QString::fromLatin1(toString(config->model.type)))
-          .arg(spec.paramCount())
-          .arg(spec.layers.size()));
-  setWindowTitle(tr("MeshStudio - %1").arg(QFileInfo(path).fileName()));
-  statusBar()->showMessage(tr("Opened %1").arg(path));
+  m_doc->reset(*config);
+  m_lastError.clear();
+  return true;
+}
+
+bool MainWindow::saveProject() {
+  if (m_doc->filePath().isEmpty()) return chooseSaveAs();
+  const Status s = m_doc->save();
+  if (!s) {
+    showError(tr("Save failed"), QString::fromStdString(s.message()));
+    QMessageBox::warning(this, tr("Save failed"), QString::fromStdString(s.message()));
+    return false;
+  }
+  statusBar()->showMessage(tr("Saved %1").arg(m_doc->filePath()), 5000);
+  return true;
+}
+
+bool MainWindow::chooseSaveAs() {
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Save project"), QString::fromStdString(m_doc->config().name) + QStringLiteral(".json"),
+      tr("Run configs (*.json)"));
+  return !path.isEmpty() && saveProjectAs(path);
+}
+
+bool MainWindow::saveProjectAs(const QString& path) {
+  const Status s = m_doc->save(path);
+  if (!s) {
+    showError(tr("Save failed"), QString::fromStdString(s.message()));
+    return false;
+  }
+  addRecent(m_doc->filePath());
+  statusBar()->showMessage(tr("Saved %1").arg(m_doc->filePath()), 5000);
+  return true;
+}
+
+void MainWindow::updateTitle() {
+  setWindowTitle(tr("MeshStudio - %1[*]").arg(m_doc->displayName()));
+  setWindowModified(m_doc->isModified());
+}
+
+void MainWindow::onConfigChanged() {
+  updateTitle();
+  m_analyzer->request(m_doc->config());
+}
+
+QString MainWindow::summaryText() const { return m_summary->text(); }
+
+void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
+  m_snapshot = snap;
+  m_canvas->setSnapshot(snap);
+  m_palette->setSnapshot(snap);
+  if (!snap->ok()) {
+    m_summary->setText(tr("The plan does not build: %1").arg(snap->error));
+    m_summary->setStyleSheet(QStringLiteral("color: #b00020"));
+    return;
+  }
+  const SimResult& sim = snap->sim;
+  double worstBubble = 0, worstFill = 0;
+  int overflowing = 0;
+  for (double b : sim.bubbleFraction) worstBubble = std::max(worstBubble, b);
+  for (const MemoryBreakdown& m : snap->memory) {
+    worstFill = std::max(worstFill, m.capacity > 0 ? m.total() / m.capacity : 0.0);
+    overflowing += m.fits() ? 0 : 1;
+  }
+  const RunConfig& c = snap->config;
+  QString text = tr("%1: dp %2 x tp %3 x pp %4 (%5 ranks), %6, %7 microbatches. Predicted step %8, %9, MFU "
+                    "%10%, worst bubble %11%, fullest device %12% of memory.")
+                     .arg(QString::fromStdString(c.name))
+                     .arg(c.parallel.dp)
+                     .arg(c.parallel.tp)
+                     .arg(c.parallel.pp)
+                     .arg(snap->plan->layout.world())
+                     .arg(QString::fromLatin1(toString(c.parallel.schedule)))
+                     .arg(c.parallel.microbatches)
+                     .arg(seconds(sim.stepTime))
+                     .arg(c.model.type == ModelType::Mlp ? human(sim.tokensPerSecond, "samples/s")
+                                                         : human(sim.tokensPerSecond, "tokens/s"))
+                     .arg(sim.mfu * 100, 0, 'f', 1)
+                     .arg(worstBubble * 100, 0, 'f', 1)
+                     .arg(worstFill * 100, 0, 'f', 0);
+  if (overflowing) text += tr(" %n rank(s) do not fit in memory.", nullptr, overflowing);
+  for (const std::string& w : snap->plan->warnings) text += QStringLiteral("\n") + QString::fromStdString(w);
+  m_summary->setText(text);
+  m_summary->setStyleSheet(overflowing ? QStringLiteral("color: #b00020") : QString());
+  const std::shared_ptr<const TimelineData> timeline(snap, &snap->timeline);
+  m_predicted->setData(timeline);
+  m_runPredicted->setData(timeline);
+  m_memory->setPredicted(snap->memory);
+}
+
+QString MainWindow::defaultRunDir() const {
+  const QString stamp = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
+  const QString name = QString::fromStdString(m_doc->config().name) + QStringLiteral("-") + stamp;
+  if (!m_doc->filePath().isEmpty()) return QFileInfo(m_doc->filePath()).absolutePath() + "/runs/" + name;
+  return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs/") + name;
+}
+
+bool MainWindow::startRun(const QString& runDir) {
+  if (m_client->isRunning()) {
+    showError(tr("Run"), tr("a run is already going; stop it first"));
+    return false;
+  }
+  if (!m_doc->errors().empty()) {
+    const QString message = QString::fromStdString(formatConfigErrors(m_doc->errors(), m_doc->config().name));
+    showError(tr("Cannot run"), message);
+    m_runBanner->setText(tr("Cannot run: the project fails validation:\n%1").arg(message));
+    m_runBanner->setStyleSheet(QStringLiteral("color: #b00020"));
+    return false;
+  }
+  m_showingReplay = false;
+  m_replay.reset();
+  m_runView->setClient(m_client);
+  m_measuredRevision = 0;
+  m_measured->setData(nullptr);
+  const QString dir = runDir.isEmpty() ? defaultRunDir() : runDir;
+  m_lastError.clear();
+  if (!m_client->start(m_doc->config(), dir)) {
+    // The client said why through finished(false, reason) (onRunFinished shows it), unless a run is going.
+    if (m_lastError.isEmpty()) showError(tr("Run"), tr("the engine client refused to start a run"));
+    return false;
+  }
+  m_runAction->setEnabled(false);
+  m_stopAction->setEnabled(true);
+  m_tabs->setCurrentIndex(1);
+  return true;
+}
+
+void MainWindow::stopRun() {
+  if (!m_client->isRunning()) return;
+  m_client->stop();
+  m_runBanner->setText(tr("Stopping after the current step..."));
+}
+
+const RunData* MainWindow::runData() const {
+  if (m_showingReplay && m_replay) return m_replay.get();
+  return &m_client->data();
+}
+
+void MainWindow::onRunData() {
+  const RunData* data = runData();
+  if (!data || data->revision() == m_measuredRevision) return;
+  m_measuredRevision = data->revision();
+  m_measured->setData(std::make_shared<const TimelineData>(data->timeline()));
+}
+
+void MainWindow::onRunFinished(bool ok, const QString& message) {
+  onRunData();
+  m_runAction->setEnabled(true);
+  m_stopAction->setEnabled(false);
+  if (ok) {
+    m_runBanner->setText(message.isEmpty() ? tr("Finished: %1").arg(m_client->runDir()) : message);
+    m_runBanner->setStyleSheet(QStringLiteral("color: #1b5e20"));
+  } else {
+    m_runBanner->setText(tr("The run failed: %1\n(what arrived before is kept below)").arg(message));
+    m_runBanner->setStyleSheet(QStringLiteral("color: #b00020"));
+    showError(tr("Run failed"), message);
+  }
+}
+
+bool MainWindow::openRunFolder(const QString& dir) {
+  if (m_client->isRunning()) {
+    showError(tr("Open run"), tr("stop the current run first"));
+    return false;
+  }
+  auto data = std::make_unique<RunData>();
+  const Status s = loadRunFolder(dir, *data);
+  const bool any = data->steps().size() > 0 || data->info().known;
+  if (!s && !any) {
+    showError(tr("Open run"), QString::fromStdString(s.message()));
+    m_runBanner->setText(tr("Cannot replay %1: %2").arg(dir, QString::fromStdString(s.message())));
+    m_runBanner->setStyleSheet(QStringLiteral("color: #b00020"));
+    return false;
+  }
+  m_replay = std::move(data);
+  m_showingReplay = true;
+  m_runView->setData(m_replay.get());
+  m_measuredRevision = 0;
+  onRunData();
+  m_runBanner->setText(s ? tr("Replay of %1").arg(dir)
+                         : tr("Replay of %1 (with problems: %2)").arg(dir, QString::fromStdString(s.message())));
+  m_runBanner->setStyleSheet(s ? QString() : QStringLiteral("color: #b00020"));
+  m_tabs->setCurrentIndex(1);
+  return true;
+}
+
+bool MainWindow::exportLaunchFiles(const QString& dir) {
+  if (!m_doc->errors().empty()) {
+    showError(tr("Export"), QString::fromStdString(formatConfigErrors(m_doc->errors(), m_doc->config().name)));
+    return false;
+  }
+  const Status s = exportRun(m_doc->config(), dir.toStdString());
+  if (!s) {
+    showError(tr("Export"), QString::fromStdString(s.message()));
+    return false;
+  }
+  statusBar()->showMessage(tr("Exported config.json, launch.sh and slurm.sbatch to %1").arg(dir), 8000);
+  return true;
+}
+
+bool MainWindow::exportTrace(const QString& path, bool measured) {
+  TimelineData timeline;
+  if (measured) {
+    const RunData* data = runData();
+    if (!data || data->timeline().rows.empty()) {
+      showError(tr("Export trace"), tr("no measured spans yet: run the plan or open a run folder"));
+      return false;
+    }
+    timeline = data->timeline();
+  } else {
+    if (!m_snapshot || !m_snapshot->ok()) {
+      showError(tr("Export trace"), tr("the plan does not build, so there is no predicted timeline"));
+      return false;
+    }
+    timeline = m_snapshot->timeline;
+  }
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate) ||
+      f.write(chromeTraceJson(timeline, QString::fromStdString(m_doc->config().name))) < 0) {
+    showError(tr("Export trace"), tr("%1: %2").arg(path, f.errorString()));
+    return false;
+  }
+  statusBar()->showMessage(tr("Wrote %1 (open it in ui.perfetto.dev)").arg(path), 8000);
+  return true;
+}
+
+bool MainWindow::exportPlots(const QString& dir, const QString& format) {
+  if (!QDir().mkpath(dir)) {
+    showError(tr("Export plots"), tr("%1: cannot create the folder").arg(dir));
+    return false;
+  }
+  const bool pdf = format == QLatin1String("pdf");
+  const QString memoryFile = dir + QStringLiteral("/memory.") + format;
+  bool ok = pdf ? m_memory->savePdf(memoryFile) : m_memory->savePng(memoryFile);
+  ok = m_runView->savePlots(dir, format) && ok;
+  if (!ok) {
+    showError(tr("Export plots"), tr("could not write every plot into %1").arg(dir));
+    return false;
+  }
+  statusBar()->showMessage(tr("Plots written to %1").arg(dir), 8000);
   return true;
 }
 

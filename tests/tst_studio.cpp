@@ -1,0 +1,255 @@
+// The studio end to end under QT_QPA_PLATFORM=offscreen, through the real main window: opening projects (and
+// failing to, with the message shown and the open project kept), templates, undo/redo and the unsaved-changes
+// prompt, save/load round trips and recent files, the plan views following an edit, the launch-file and
+// Chrome-trace exports, and a real run started from the studio (mpirun, 2 ranks) whose live metrics reach the
+// plots and the measured timeline, then replayed from its run folder.
+#include <QtTest>
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QStandardPaths>
+#include <fstream>
+#include <qcustomplot.h>
+
+#include "plan/run_config.h"
+#include "ui/models/project_document.h"
+#include "ui/run/engine_client.h"
+#include "ui/run/run_data.h"
+#include "ui/views/main_window.h"
+#include "ui/views/memory_view.h"
+#include "ui/views/run_view.h"
+#include "ui/views/timeline_view.h"
+
+namespace {
+
+// A GPT small enough to train a few steps in seconds with 2 pipeline stages on this machine's CPUs.
+ms::RunConfig tinyPipeline(int steps) {
+  ms::RunConfig c;
+  c.name = "studio-tiny";
+  c.device = ms::DeviceChoice::Cpu;
+  c.model.layers = 2;
+  c.model.width = 32;
+  c.model.heads = 2;
+  c.model.vocab = 256;
+  c.model.context = 32;
+  c.data.kind = ms::DataKind::Text;
+  c.data.files = {"/usr/share/games/fortunes/*.u8"};
+  c.mesh.nodes = {ms::NodeConfig{"node0", "cpu", 2}};
+  c.parallel.pp = 2;
+  c.parallel.microbatches = 2;
+  c.training.steps = steps;
+  c.training.batchSize = 4;
+  c.training.seqLen = 32;
+  c.training.evalEvery = 2;
+  c.training.evalBatches = 2;
+  c.training.threads = 1;
+  return c;
+}
+
+QString writeConfig(const QString& dir, const ms::RunConfig& c) {
+  const QString path = dir + "/" + QString::fromStdString(c.name) + ".json";
+  const ms::Status s = ms::saveRunConfig(c, path.toStdString());
+  return s ? path : QString();
+}
+
+bool waitForSnapshot(ms::MainWindow& w) {
+  return QTest::qWaitFor(
+      [&] {
+        return w.snapshot() && !w.analyzer()->busy() && w.snapshot()->config == w.document()->config();
+      },
+      10000);
+}
+
+}  // namespace
+
+class TestStudio : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);  // recent files go to a test settings file
+    QCoreApplication::setOrganizationName("MeshStudioTests");
+    QCoreApplication::setApplicationName("tst_studio");
+  }
+
+  void opensExampleAndShowsPlan() {
+    ms::MainWindow w;
+    w.show();
+    const QString path = MS_SOURCE_DIR "/resources/examples/gpt-1b-8xa100.json";
+    QVERIFY2(w.openProject(path), qPrintable(w.lastError()));
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(w.snapshot()->ok());
+    QVERIFY(w.windowTitle().contains("gpt-1b-8xa100.json"));
+    QVERIFY2(w.summaryText().contains("dp 2 x tp 2 x pp 2 (8 ranks)"), qPrintable(w.summaryText()));
+    QVERIFY(w.recentFiles().contains(QFileInfo(path).absoluteFilePath()));
+    // The predicted timeline has a row per rank with the simulator's bubbles.
+    QVERIFY(w.predictedTimeline()->data());
+    QCOMPARE(int(w.predictedTimeline()->data()->rows.size()), 8);
+    QCOMPARE(w.predictedTimeline()->data()->rows[0].bubbleFraction, w.snapshot()->sim.bubbleFraction[0]);
+  }
+
+  void failedOpenKeepsProject() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-fortunes.json"));
+    const ms::RunConfig before = w.document()->config();
+    QVERIFY(!w.openProject(MS_TEST_DATA_DIR "/broken/tp_not_dividing_heads.json"));
+    QVERIFY2(w.lastError().contains("/parallel/tp"), qPrintable(w.lastError()));
+    QVERIFY(w.summaryText().contains("/parallel/tp"));
+    QVERIFY(w.document()->config() == before);  // nothing lost
+    QVERIFY(!w.openProject("/nonexistent/project.json"));
+    QVERIFY(w.lastError().contains("/nonexistent/project.json"));
+    QVERIFY(w.document()->config() == before);
+  }
+
+  // Edits re-plan; undo and redo walk them back and forth; an invalid edit shows the error and the plan
+  // views keep working; the unsaved-changes prompt can cancel an Open.
+  void undoRedoAndUnsavedPrompt() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-1b-8xa100.json"));
+    QVERIFY(waitForSnapshot(w));
+    const double oneF1B = w.snapshot()->sim.stepTime;
+    w.document()->edit("microbatches 16", [](ms::RunConfig& c) { c.parallel.microbatches = 16; });
+    QVERIFY(w.document()->isModified());
+    QVERIFY(w.isWindowModified());
+    QVERIFY(waitForSnapshot(w));
+    QCOMPARE(w.snapshot()->config.parallel.microbatches, 16);
+    QVERIFY(w.snapshot()->sim.stepTime != oneF1B);
+    w.document()->edit("tp 3", [](ms::RunConfig& c) { c.parallel.tp = 3; });
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(!w.snapshot()->ok());
+    QVERIFY2(w.summaryText().contains("/parallel/tp"), qPrintable(w.summaryText()));
+    w.document()->undoStack()->undo();
+    w.document()->undoStack()->undo();
+    QVERIFY(!w.document()->isModified());
+    QVERIFY(!w.isWindowModified());
+    QVERIFY(waitForSnapshot(w));
+    QCOMPARE(w.snapshot()->sim.stepTime, oneF1B);
+    w.document()->undoStack()->redo();
+    QCOMPARE(w.document()->config().parallel.microbatches, 16);
+
+    int asked = 0;
+    w.setUnsavedChangesHandler([&] {
+      ++asked;
+      return QMessageBox::Cancel;
+    });
+    QVERIFY(!w.openProject(MS_SOURCE_DIR "/resources/examples/vit-fashion.json"));
+    QCOMPARE(asked, 1);
+    QCOMPARE(w.document()->config().parallel.microbatches, 16);  // still the edited project
+    w.setUnsavedChangesHandler([&] {
+      ++asked;
+      return QMessageBox::Discard;
+    });
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/vit-fashion.json"));
+    QCOMPARE(asked, 2);
+    QCOMPARE(w.document()->config().model.type, ms::ModelType::Vit);
+  }
+
+  void templatesAndSaveRoundTrip() {
+    QTemporaryDir dir;
+    ms::MainWindow w;
+    w.show();
+    for (const ms::ProjectTemplate& t : ms::projectTemplates()) {
+      QVERIFY2(w.newProject(t.key), qPrintable(t.key + ": " + w.lastError()));
+      QVERIFY2(w.document()->errors().empty(), qPrintable(t.key));
+      QVERIFY(waitForSnapshot(w));
+      QVERIFY2(w.snapshot()->ok(), qPrintable(t.key + ": " + w.snapshot()->error));
+    }
+    QVERIFY(w.newProject("gpt"));
+    w.document()->edit("lr", [](ms::RunConfig& c) { c.optimizer.lr = 1.5e-3; });
+    const QString path = dir.path() + "/edited.json";
+    QVERIFY2(w.saveProjectAs(path), qPrintable(w.lastError()));
+    QVERIFY(!w.document()->isModified());
+    ms::MainWindow other;
+    QVERIFY(other.openProject(path));
+    QVERIFY(other.document()->config() == w.document()->config());
+    QCOMPARE(other.document()->config().optimizer.lr, 1.5e-3);
+    QVERIFY(!w.saveProjectAs("/proc/cannot/write.json"));
+    QVERIFY(w.lastError().contains("/proc/cannot/write.json"));
+  }
+
+  void exportsLaunchFilesAndPredictedTrace() {
+    QTemporaryDir dir;
+    ms::MainWindow w;
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-1b-8xa100.json"));
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(w.exportLaunchFiles(dir.path() + "/export"));
+    QVERIFY(QFileInfo(dir.path() + "/export/launch.sh").isExecutable());
+    QVERIFY(QFile::exists(dir.path() + "/export/slurm.sbatch"));
+    QVERIFY(QFile::exists(dir.path() + "/export/hostfile"));
+    QVERIFY(w.exportTrace(dir.path() + "/predicted.json", false));
+    QFile f(dir.path() + "/predicted.json");
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonArray events = QJsonDocument::fromJson(f.readAll()).object()["traceEvents"].toArray();
+    int complete = 0;
+    for (const QJsonValue& e : events) complete += e.toObject()["ph"].toString() == "X";
+    QCOMPARE(size_t(complete), w.snapshot()->timeline.spanCount());
+    QVERIFY(!w.exportTrace(dir.path() + "/measured.json", true));  // no run yet: refused with a reason
+    QVERIFY(w.lastError().contains("no measured spans"));
+  }
+
+  // Run: the studio starts the plan through mpirun, live steps reach the plots and the measured timeline,
+  // the run's folder replays to the same curves.
+  void runLiveThenReplay() {
+    QTemporaryDir dir;
+    const QString project = writeConfig(dir.path(), tinyPipeline(6));
+    QVERIFY(!project.isEmpty());
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.openProject(project));
+    QVERIFY(waitForSnapshot(w));
+    QSignalSpy finished(w.engineClient(), &ms::EngineClient::finished);
+    const QString runDir = dir.path() + "/run";
+    QVERIFY2(w.startRun(runDir), qPrintable(w.lastError()));
+    QVERIFY(w.engineClient()->isRunning());
+    QVERIFY(!w.startRun(runDir));  // one run at a time
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    QVERIFY2(finished[0][0].toBool(), qPrintable(finished[0][1].toString()));
+    const ms::RunData* data = w.runData();
+    QCOMPARE(int(data->steps().size()), 6);
+    for (double loss : data->steps().loss) QVERIFY(std::isfinite(loss) && loss > 0);
+    QVERIFY(data->evals().size() >= 3);
+    // The plots hold every step once the view has redrawn.
+    QTRY_COMPARE_WITH_TIMEOUT(w.runView()->lossPlot()->graph(0)->dataCount(), 6, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(w.runView()->throughputPlot()->graph(0)->dataCount() == 6, 5000);
+    // The measured timeline: both ranks, forwards and backwards of both microbatches.
+    QVERIFY(w.measuredTimeline()->data());
+    const ms::TimelineData& measured = *w.measuredTimeline()->data();
+    QCOMPARE(int(measured.rows.size()), 2);
+    for (const ms::TimelineRow& row : measured.rows) {
+      int forwards = 0, backwards = 0;
+      for (const ms::TimelineSpan& s : row.spans) {
+        forwards += s.kind == ms::SpanKind::Forward;
+        backwards += s.kind == ms::SpanKind::Backward;
+      }
+      QVERIFY2(forwards >= 2 && backwards >= 2, qPrintable(row.label));
+    }
+    QVERIFY(w.exportTrace(dir.path() + "/measured.json", true));
+    QVERIFY(w.exportPlots(dir.path() + "/plots", "png"));
+    QVERIFY(QFileInfo(dir.path() + "/plots/memory.png").size() > 1000);
+
+    // Replay in a fresh window: the same steps, the same measured timeline shape.
+    ms::MainWindow replay;
+    QVERIFY2(replay.openRunFolder(runDir), qPrintable(replay.lastError()));
+    QCOMPARE(int(replay.runData()->steps().size()), 6);
+    QCOMPARE(replay.runData()->steps().loss.back(), data->steps().loss.back());
+    QCOMPARE(int(replay.measuredTimeline()->data()->rows.size()), 2);
+    QVERIFY(!replay.openRunFolder(dir.path() + "/no-such-run"));
+    QVERIFY(replay.lastError().contains("no-such-run"));
+  }
+
+  // A project that fails validation cannot run; the reason is shown, nothing starts.
+  void invalidProjectDoesNotRun() {
+    ms::MainWindow w;
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-fortunes.json"));
+    w.document()->edit("tp 3", [](ms::RunConfig& c) { c.parallel.tp = 3; });
+    QVERIFY(!w.startRun(QDir::tempPath() + "/never"));
+    QVERIFY(!w.engineClient()->isRunning());
+    QVERIFY2(w.lastError().contains("/parallel/tp"), qPrintable(w.lastError()));
+  }
+};
+
+QTEST_MAIN(TestStudio)
+#include "tst_studio.moc"
