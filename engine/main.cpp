@@ -9,7 +9,8 @@
 //                                   supervised (engine/supervisor.h), or print the mpirun line
 //   export CONFIG --out DIR         config, launch.sh, slurm.sbatch (and hostfile) for headless runs
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
-// Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config. This file is the only place that
+// Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config, 130 (kExitInterrupted) train or
+// launch stopped on request after saving a checkpoint. This file is the only place that
 // turns errors into exit codes.
 #include <unistd.h>
 
@@ -182,6 +183,7 @@ int cmdTrain(int argc, char** argv) {
   options.stopRequested = &g_stopRequested;
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
+  std::signal(SIGUSR1, onSignal);  // launch's graceful stop, forwarded by mpirun to every rank
   // Under `launch`, the heartbeat tells the supervisor that this rank lives and what it does. Declared before
   // the MPI context so that it outlives MPI_Finalize (a rank hung there is still watched).
   std::unique_ptr<ms::Heartbeat> heartbeat;
@@ -213,7 +215,7 @@ int cmdTrain(int argc, char** argv) {
     std::fprintf(stderr, "meshstudio-engine train: %s%s\n", who.c_str(), s.message().c_str());
     return kExitRunFailed;
   }
-  return g_stopRequested.load() ? kExitRunFailed : kExitOk;
+  return g_stopRequested.load() ? ms::kExitInterrupted : kExitOk;
 }
 
 int cmdEval(int argc, char** argv) {
@@ -428,9 +430,14 @@ int cmdLaunch(int argc, char** argv) {
   supervision.metricsFiles = {runDir + "/metrics.jsonl"};
   if (!metricsArg.empty() && metricsArg != "-") supervision.metricsFiles.push_back(metricsArg);
   supervision.stallTimeoutS = stallTimeout;
-  if (ms::Status s = ms::superviseRun(supervision); !s) {
+  bool interrupted = false;
+  if (ms::Status s = ms::superviseRun(supervision, &interrupted); !s) {
     std::fprintf(stderr, "meshstudio-engine launch: %s\n", s.message().c_str());
     return kExitRunFailed;
+  }
+  if (interrupted) {
+    std::fprintf(stderr, "meshstudio-engine launch: stopped on request; the checkpoint is saved\n");
+    return ms::kExitInterrupted;
   }
   return kExitOk;
 }

@@ -370,7 +370,7 @@ Status appendRunEnd(const std::string& path, const std::string& status, const st
 
 }  // namespace supervisor_detail
 
-Status superviseRun(const SupervisorOptions& options) {
+Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
   const double startUnix = unixTimeS();
   MS_TRY(makeDirs(options.heartbeatDir));
   {
@@ -397,6 +397,7 @@ Status superviseRun(const SupervisorOptions& options) {
   std::string reason;  // the first failure seen
   std::string endStatus = "error";
   int userSignal = 0;
+  int userSignals = 0;  // how many: the first stops gracefully, the next ones stop hard
   int childStatus = 0;
   bool childDone = false;
 
@@ -411,7 +412,13 @@ Status superviseRun(const SupervisorOptions& options) {
     if (const int sig = g_forwardSignal; sig != 0) {
       g_forwardSignal = 0;
       userSignal = sig;
-      kill(child, sig == SIGHUP ? SIGTERM : sig);  // mpirun stops the job on SIGINT and SIGTERM
+      // The first SIGINT or SIGTERM asks the ranks to stop after their step (checkpoint saved, run_end
+      // "interrupted"): mpirun forwards SIGUSR1 to every rank, local or remote, while it answers SIGINT and
+      // SIGTERM by killing the job. A second signal, or SIGHUP (the terminal went away), stops hard.
+      if (++userSignals == 1 && sig != SIGHUP)
+        kill(child, SIGUSR1);
+      else
+        kill(child, sig == SIGHUP ? SIGTERM : sig);
     }
     for (;;) {
       int st = 0;
@@ -470,6 +477,13 @@ Status superviseRun(const SupervisorOptions& options) {
 
   const bool succeeded = WIFEXITED(childStatus) && WEXITSTATUS(childStatus) == 0;
   if (reason.empty() && succeeded) return Status::ok();
+  // Stopped on request and every rank ended cleanly (train exits with kExitInterrupted after saving its
+  // checkpoint and writing run_end "interrupted" itself): nothing failed.
+  if (reason.empty() && userSignal && userSignals == 1 && WIFEXITED(childStatus) &&
+      WEXITSTATUS(childStatus) == kExitInterrupted) {
+    if (interrupted) *interrupted = true;
+    return Status::ok();
+  }
   if (reason.empty() && userSignal) {
     const char* name = userSignal == SIGINT ? "SIGINT" : userSignal == SIGTERM ? "SIGTERM" : "SIGHUP";
     reason = std::string("stopped by ") + name + "; mpirun " + describeExit(childStatus);

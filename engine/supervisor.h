@@ -36,7 +36,13 @@ struct SupervisorOptions {
 
 // Runs the command to its end. Ok when mpirun exited with 0; otherwise the reason, e.g. "rank 2 (pid 1234)
 // died (signal 9, Killed) while step 12: all-reduce of gradients; the run stopped".
-Status superviseRun(const SupervisorOptions& options);
+// The first SIGINT or SIGTERM to the supervisor asks every rank to stop after its current step (SIGUSR1
+// through mpirun); when they all end cleanly it returns ok and sets *interrupted. A second signal stops hard.
+Status superviseRun(const SupervisorOptions& options, bool* interrupted = nullptr);
+
+// The exit code of `train` that stopped on request after saving its checkpoint (128 + SIGINT, as shells
+// report an interrupted command).
+inline constexpr int kExitInterrupted = 130;
 
 // The parts of the supervisor that need no processes, for the tests.
 namespace supervisor_detail {

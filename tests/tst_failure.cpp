@@ -330,6 +330,35 @@ class TestFailure : public QObject {
     QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
   }
 
+  // SIGINT to launch stops the run gracefully: every rank finishes its step (SIGUSR1 through mpirun), the
+  // checkpoint is saved, run_end says "interrupted" (written by rank 0, nothing appended after it), launch
+  // exits 130, and no process is left.
+  void interruptStopsGracefully() {
+    QTemporaryDir tmp;
+    LaunchedRun run(tmp.path(), 4, {});
+    QVERIFY2(run.waitUntilTraining(60000), run.process().readAllStandardError().constData());
+    QCOMPARE(kill(static_cast<pid_t>(run.process().processId()), SIGINT), 0);
+    QVERIFY(run.process().waitForFinished(60000));
+    const QString err = QString::fromUtf8(run.process().readAllStandardError());
+    QCOMPARE(run.process().exitStatus(), QProcess::NormalExit);
+    QVERIFY2(run.process().exitCode() == 130, qPrintable(err));
+    QVERIFY2(err.contains("stopped on request"), qPrintable(err));
+    const std::vector<json> lines = readLines(run.runDir() + "/metrics.jsonl");
+    QVERIFY(!lines.empty());
+    QCOMPARE(lines.back().value("type", ""), std::string("run_end"));
+    QCOMPARE(lines.back().value("status", ""), std::string("interrupted"));
+    int runEnds = 0;
+    for (const json& l : lines) runEnds += l.value("type", "") == "run_end";
+    QCOMPARE(runEnds, 1);
+    const int stopped = lines.back().value("step", 0);
+    auto checkpoint = ms::latestCheckpoint(run.runDir().toStdString());
+    QVERIFY(checkpoint.isOk());
+    QVERIFY2(QString::fromStdString(*checkpoint).endsWith(QString("step-%1").arg(stopped, 8, 10, QChar('0'))),
+             checkpoint->c_str());
+    const QString left = remaining(run.pids());
+    QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
+  }
+
   void stoppedRankEndsTheRun() {
     QTemporaryDir tmp;
     LaunchedRun run(tmp.path(), 4, {"--stall-timeout", "5"});

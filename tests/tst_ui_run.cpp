@@ -711,8 +711,8 @@ class TestUiRun : public QObject {
   }
 
   void stopBeforeRanksStartIsAnInterruption() {
-    // No rank has a heartbeat yet: the stop goes to launch, which ends mpirun's job and appends its run_end
-    // to the run folder; the client reads the reason from there.
+    // Stopped before the ranks run (they have no stop handler yet): launch ends mpirun's job and appends its
+    // run_end to the run folder; the client reads the reason from there.
     QTemporaryDir dir;
     const QString runDir = dir.filePath("early-stop");
     EngineClient client;

@@ -11,7 +11,6 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QStandardPaths>
-#include <QSysInfo>
 #include <optional>
 
 namespace ms {
@@ -211,33 +210,10 @@ void EngineClient::stop() {
   scheduleNotify();
 }
 
-int EngineClient::interruptRanks() {
-  // Open MPI's mpirun answers SIGINT by killing the job (SIGTERM, then SIGKILL a moment later), so SIGINT to
-  // launch loses the step in progress and the checkpoint. A rank that gets SIGINT itself finishes its step,
-  // and the ranks agree on the stop with an all-reduce of the flag (engine/runtime/trainer.cpp), so one rank
-  // is enough: every rank stops after the same step, saves its checkpoint shards and rank 0 writes run_end
-  // "interrupted". The ranks are found by their heartbeat files (engine/runtime/heartbeat.h); a pid is
-  // signalled only when it runs on this host and its command line names this run's folder (no stray pid).
-  int signalled = 0;
-  const QString host = QSysInfo::machineHostName();
-  const QDir ranks(QDir(m_runDir).filePath(QStringLiteral("ranks")));
-  for (const QString& name : ranks.entryList({QStringLiteral("rank-*.json")}, QDir::Files)) {
-    QFile f(ranks.filePath(name));
-    if (!f.open(QIODevice::ReadOnly)) continue;
-    const QJsonObject beat = QJsonDocument::fromJson(f.readAll()).object();
-    const qint64 pid = beat.value(QStringLiteral("pid")).toInteger();
-    if (pid <= 0 || beat.value(QStringLiteral("finished")).toBool() ||
-        beat.value(QStringLiteral("host")).toString() != host)
-      continue;
-    QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
-    if (!cmdline.open(QIODevice::ReadOnly) || !cmdline.readAll().contains(m_runDir.toUtf8())) continue;
-    if (::kill(static_cast<pid_t>(pid), SIGINT) == 0) ++signalled;
-  }
-  return signalled;
-}
-
 void EngineClient::interrupt() {
-  if (interruptRanks() == 0) signalProcess(SIGINT);  // no rank found (still starting, or remote): ask launch
+  // launch turns the first SIGINT into a graceful stop of every rank (SIGUSR1 through mpirun): they finish the
+  // step, save the checkpoint and rank 0 writes run_end "interrupted"; launch then exits 130.
+  signalProcess(SIGINT);
 }
 
 void EngineClient::signalProcess(int sig) {

@@ -84,8 +84,7 @@ class EngineClient : public QObject {
   void scheduleNotify();
   void finalize();
   void signalProcess(int sig);
-  // SIGINT to this run's local ranks (how many were found); interrupt() falls back to launch.
-  int interruptRanks();
+  // SIGINT to launch: a graceful stop after the current step.
   void interrupt();
   void fail(const QString& message);
 
