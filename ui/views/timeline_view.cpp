@@ -136,34 +136,42 @@ double TimelineView::dataMaxSpan() const {
 }
 
 void TimelineView::rebuildIndex() {
-  m_index.clear();
+  // Rows are indexed when first painted or hit-tested (rowIndex): a 1024-rank plan has a million spans, of
+  // which one screen shows a few dozen rows, and a view on a hidden tab shows none.
+  m_index.assign(m_data ? m_data->rows.size() : 0, RowIndex{});
   m_microbatchColours.clear();
-  if (!m_data) return;
-  int microbatches = 0;
-  for (const TimelineRow& row : m_data->rows)
-    for (const TimelineSpan& s : row.spans) microbatches = std::max(microbatches, s.microbatch + 1);
-  for (int mb = 0; mb < microbatches; ++mb)
+}
+
+const TimelineView::RowIndex& TimelineView::rowIndex(int r) const {
+  RowIndex& index = m_index[static_cast<std::size_t>(r)];
+  if (index.built) return index;
+  index.built = true;
+  const std::vector<TimelineSpan>& spans = m_data->rows[static_cast<std::size_t>(r)].spans;
+  for (LaneIndex& lane : index.lanes) {
+    lane.spans.reserve(spans.size());
+    lane.maxEnd.reserve(spans.size());
+  }
+  int firstChunk = -1, microbatches = 0;
+  for (std::uint32_t i = 0; i < spans.size(); ++i) {
+    LaneIndex& lane = index.lanes[laneOf(spans[i].kind)];
+    const double prev = lane.maxEnd.empty() ? spans[i].end : lane.maxEnd.back();
+    lane.spans.push_back(i);
+    lane.maxEnd.push_back(std::max(prev, spans[i].end));
+    microbatches = std::max(microbatches, spans[i].microbatch + 1);
+    // Only F, B and W: a transfer's chunk is its producer's, on the neighbouring stage.
+    if (spans[i].chunk < 0 || !runsMicrobatchWork(spans[i].kind)) continue;
+    if (firstChunk < 0) firstChunk = spans[i].chunk;
+    if (spans[i].chunk != firstChunk) index.multiChunk = true;
+  }
+  // The colour table covers every microbatch of the rows indexed so far.
+  for (int mb = static_cast<int>(m_microbatchColours.size() / 3); mb < microbatches; ++mb)
     for (SpanKind k : {SpanKind::Forward, SpanKind::Backward, SpanKind::BackwardWeight}) {
       TimelineSpan s;
       s.kind = k;
       s.microbatch = static_cast<std::int16_t>(mb);
       m_microbatchColours.push_back(spanColor(s).rgb());
     }
-  m_index.resize(m_data->rows.size());
-  for (std::size_t r = 0; r < m_data->rows.size(); ++r) {
-    const std::vector<TimelineSpan>& spans = m_data->rows[r].spans;
-    int firstChunk = -1;
-    for (std::uint32_t i = 0; i < spans.size(); ++i) {
-      LaneIndex& lane = m_index[r].lanes[laneOf(spans[i].kind)];
-      const double prev = lane.maxEnd.empty() ? spans[i].end : lane.maxEnd.back();
-      lane.spans.push_back(i);
-      lane.maxEnd.push_back(std::max(prev, spans[i].end));
-      // Only F, B and W: a transfer's chunk is its producer's, on the neighbouring stage.
-      if (spans[i].chunk < 0 || !runsMicrobatchWork(spans[i].kind)) continue;
-      if (firstChunk < 0) firstChunk = spans[i].chunk;
-      if (spans[i].chunk != firstChunk) m_index[r].multiChunk = true;
-    }
-  }
+  return index;
 }
 
 TimeAxis TimelineView::axisFor(int widgetWidth) const {
@@ -232,7 +240,7 @@ std::optional<TimelineView::Hit> TimelineView::spanAt(QPoint pos) const {
   const int lane = layout.laneAt(pos.y());
   if (row < 0 || lane < 0 || row >= static_cast<int>(m_index.size())) return std::nullopt;
   const std::vector<TimelineSpan>& spans = m_data->rows[row].spans;
-  const LaneIndex& index = m_index[row].lanes[lane];
+  const LaneIndex& index = rowIndex(row).lanes[lane];
   // Pixel centres: the pixel column x covers [x, x + 1).
   const double t = axis.t(pos.x() + 0.5);
   const double tol = kHitTolerancePx * axis.secondsPerPixel();
@@ -325,8 +333,9 @@ void TimelineView::paint(QPainter& p, QSize size, const TimeAxis& axis, const Ro
     p.setClipRect(QRect(0, layout.headerHeight(), size.width(), size.height()));
     p.fillRect(QRect(0, top + layout.rowHeight() - 1, size.width(), 1), kGridLine);
     p.setClipRect(timeArea);
+    const RowIndex& index = rowIndex(r);
     for (int lane = 0; lane < 2; ++lane)
-      paintLane(p, row, m_index[r].lanes[lane], m_index[r].multiChunk, axis, layout.lane(r, lane), acc);
+      paintLane(p, row, index.lanes[lane], index.multiChunk, axis, layout.lane(r, lane), acc);
   }
   p.setClipping(false);
   // A scroll indicator when the rows do not all fit.

@@ -112,7 +112,9 @@ class TimelineView : public QWidget {
   struct RowIndex {
     LaneIndex lanes[2];
     bool multiChunk = false;  // the row runs several model chunks (interleaved): labels name the chunk
+    bool built = false;
   };
+  const RowIndex& rowIndex(int row) const;  // builds the row's index on first use
 
   static QColor kindColour(const TimelineSpan& span);
   // spanColor from a table built by setData (the HSL conversion per span cost more than the drawing).
@@ -138,8 +140,8 @@ class TimelineView : public QWidget {
   double dataMaxSpan() const;
 
   std::shared_ptr<const TimelineData> m_data;
-  std::vector<RowIndex> m_index;
-  std::vector<QRgb> m_microbatchColours;  // (M, 3): F, B, W of each microbatch
+  mutable std::vector<RowIndex> m_index;         // per row, built lazily (rowIndex)
+  mutable std::vector<QRgb> m_microbatchColours;  // (M, 3): F, B, W of each microbatch indexed so far
   // Laid-out labels by (kind, microbatch, chunk); a cache, cleared when the data or the font changes.
   mutable std::unordered_map<std::uint64_t, QStaticText> m_labelCache;
   mutable std::vector<RowHeaderText> m_rowHeaders;  // the same kind of cache, per row
