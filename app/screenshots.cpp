@@ -62,7 +62,8 @@ int takeScreenshots(const QString& dir, const QString& sourceDir) {
     std::fprintf(stderr, "meshstudio --screenshots: %s\n", qPrintable(w.lastError()));
     return 1;
   }
-  // What a drop of block.11 on a stage-1 GPU does: stage 0 also holds the embedding, so it gives a block away.
+  // What a drop of block.11 on a stage-1 GPU does: stage 0 also holds the embedding, so it gives a block
+  // away.
   auto placed = placeLayers(w.document()->config(), 12, 12, 1);
   if (!placed) {
     std::fprintf(stderr, "meshstudio --screenshots: %s\n", placed.message().c_str());

@@ -1,6 +1,6 @@
-// bench_ui_edit_latency: how long after an edit the studio's plan views show the new plan, for plans from 1 to
-// 1024 ranks. An edit (microbatches toggled between two valid values) goes through the real MainWindow: the
-// document pushes the undo command, the PlanAnalyzer re-plans and re-simulates off the GUI thread, the
+// bench_ui_edit_latency: how long after an edit the studio's plan views show the new plan, for plans from 1
+// to 1024 ranks. An edit (microbatches toggled between two valid values) goes through the real MainWindow:
+// the document pushes the undo command, the PlanAnalyzer re-plans and re-simulates off the GUI thread, the
 // snapshot reaches the canvas, palette, timeline and memory views, and the window repaints.
 //
 // Printed per example: the median and worst edit-to-painted time and their ratio to the 100 ms target, the
@@ -24,7 +24,9 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-double worst(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+double worst(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
 
 }  // namespace
 
@@ -93,9 +95,11 @@ int main(int argc, char** argv) {
                 median(total) / 100.0, worst(stall), median(paints), median(reference),
                 100.0 * median(reference) / median(total));
   }
-  std::printf("\nmedian: edit to painted window; /100ms: against the issue's 100 ms target; GUI stall: the longest\n"
-              "single event on the GUI thread during the edits (analysis runs off it); paint: the repaint of the whole\n"
-              "window showing the edit; analysis: analyzePlan alone,\n"
-              "synchronously, on the same configs (the reference); share: analysis / edit-to-painted.\n");
+  std::printf(
+      "\nmedian: edit to painted window; /100ms: against the issue's 100 ms target; GUI stall: the longest\n"
+      "single event on the GUI thread during the edits (analysis runs off it); paint: the repaint of the "
+      "whole\n"
+      "window showing the edit; analysis: analyzePlan alone,\n"
+      "synchronously, on the same configs (the reference); share: analysis / edit-to-painted.\n");
   return 0;
 }

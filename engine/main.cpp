@@ -348,8 +348,8 @@ using ms::shellQuote;
 // launch CONFIG [--hostfile FILE] [--stall-timeout S] [--dry-run] [-- TRAIN-ARGS...]: the mpirun line that
 // runs the config's plan, one rank per device: -np dp*tp*pp, a hostfile written from the mesh when it has
 // several nodes (unless given), --oversubscribe when one node runs more ranks than it has cores,
-// --allow-run-as-root for root, --bind-to none (threads of a rank spread over cores). Without --dry-run the supervisor (supervisor.h) runs it and ends the run,
-// with the reason, when a rank dies or stops responding.
+// --allow-run-as-root for root, --bind-to none (threads of a rank spread over cores). Without --dry-run the
+// supervisor (supervisor.h) runs it and ends the run, with the reason, when a rank dies or stops responding.
 int cmdLaunch(int argc, char** argv) {
   int split = argc;
   for (int i = 2; i < argc; ++i)

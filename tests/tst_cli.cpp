@@ -252,7 +252,8 @@ class TestCli : public QObject {
   void exportCommand() {
     QTemporaryDir dir;
     const QString out = dir.path() + "/gpt3";
-    const Result big = engine({"export", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--out", out});
+    const Result big =
+        engine({"export", MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json", "--out", out});
     QVERIFY2(big.code == 0, qPrintable(big.err));
     QFile hostfile(out + "/hostfile");
     QVERIFY(hostfile.open(QIODevice::ReadOnly));
@@ -261,10 +262,12 @@ class TestCli : public QObject {
     QCOMPARE(hosts.front(), QString("node000 slots=8"));
     QFile launch(out + "/launch.sh"), slurm(out + "/slurm.sbatch");
     QVERIFY(launch.open(QIODevice::ReadOnly) && slurm.open(QIODevice::ReadOnly));
-    const QString launchText = QString::fromUtf8(launch.readAll()), slurmText = QString::fromUtf8(slurm.readAll());
+    const QString launchText = QString::fromUtf8(launch.readAll()),
+                  slurmText = QString::fromUtf8(slurm.readAll());
     QVERIFY2(launchText.contains("exec mpirun -np 1024 "), qPrintable(launchText));
     QVERIFY(launchText.contains("--hostfile \"$here/hostfile\" --map-by slot"));
-    QVERIFY2(slurmText.contains("#SBATCH --nodes=128\n") && slurmText.contains("#SBATCH --ntasks-per-node=8\n") &&
+    QVERIFY2(slurmText.contains("#SBATCH --nodes=128\n") &&
+                 slurmText.contains("#SBATCH --ntasks-per-node=8\n") &&
                  slurmText.contains("#SBATCH --gpus-per-node=8\n") && slurmText.contains("mpirun -np 1024 "),
              qPrintable(slurmText));
     QVERIFY(QFileInfo(out + "/launch.sh").isExecutable());
@@ -286,8 +289,8 @@ class TestCli : public QObject {
 
     // A one-node plan: no hostfile; launch.sh runs it here through mpirun.
     const QString text = dir.path() + "/text.txt";
-    std::ofstream(text.toStdString()) << QString("the quick brown fox jumps over the lazy dog. ").repeated(60)
-                                             .toStdString();
+    std::ofstream(text.toStdString())
+        << QString("the quick brown fox jumps over the lazy dog. ").repeated(60).toStdString();
     const QString tiny = tinyGpt(dir.path(), text);
     const Result small = engine({"export", tiny, "--out", dir.path() + "/tiny"});
     QVERIFY2(small.code == 0, qPrintable(small.err));

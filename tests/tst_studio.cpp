@@ -5,13 +5,13 @@
 // plots and the measured timeline, then replayed from its run folder.
 #include <QtTest>
 
+#include <qcustomplot.h>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
 #include <QStandardPaths>
 #include <fstream>
-#include <qcustomplot.h>
 
 #include "plan/run_config.h"
 #include "ui/models/project_document.h"
@@ -56,9 +56,7 @@ QString writeConfig(const QString& dir, const ms::RunConfig& c) {
 
 bool waitForSnapshot(ms::MainWindow& w) {
   return QTest::qWaitFor(
-      [&] {
-        return w.snapshot() && !w.analyzer()->busy() && w.snapshot()->config == w.document()->config();
-      },
+      [&] { return w.snapshot() && !w.analyzer()->busy() && w.snapshot()->config == w.document()->config(); },
       10000);
 }
 

@@ -1,8 +1,9 @@
 // The studio's run path under QT_QPA_PLATFORM=offscreen: the metrics reader on split, malformed, mutated,
-// over-long and truncated streams; RunData's timeline, bubbles and bounds; RunView following its source; a real
-// run of the engine (a 2-stage pipeline on 2 cpu ranks) through EngineClient into RunView, replayed from its
-// folder; an engine script that dies, a real rank killed, a missing engine, runs stopped by the studio (cleanly,
-// before the ranks start, and an engine that ignores the first stop) and a client destroyed mid-run.
+// over-long and truncated streams; RunData's timeline, bubbles and bounds; RunView following its source; a
+// real run of the engine (a 2-stage pipeline on 2 cpu ranks) through EngineClient into RunView, replayed from
+// its folder; an engine script that dies, a real rank killed, a missing engine, runs stopped by the studio
+// (cleanly, before the ranks start, and an engine that ignores the first stop) and a client destroyed
+// mid-run.
 #include <QtTest>
 
 #include <qcustomplot.h>

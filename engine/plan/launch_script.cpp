@@ -84,9 +84,10 @@ LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile) 
     << "# MeshStudio launch script for " << shellQuote(config.name) << ": " << describe(config) << ".\n"
     << "# Generated with " << configFile << (multiNode ? " and hostfile" : "")
     << "; run it from anywhere. Extra arguments go to `meshstudio-engine train`\n"
-    << "# (e.g. --resume, --steps N, --metrics FILE). The engine is $MESHSTUDIO_ENGINE, else meshstudio-engine\n"
-    << "# on PATH" << (multiNode ? ", at the same path on every node (Open MPI starts remote ranks over ssh)" : "")
-    << ".\n"
+    << "# (e.g. --resume, --steps N, --metrics FILE). The engine is $MESHSTUDIO_ENGINE, else "
+       "meshstudio-engine\n"
+    << "# on PATH"
+    << (multiNode ? ", at the same path on every node (Open MPI starts remote ranks over ssh)" : "") << ".\n"
     << "set -euo pipefail\n"
     << "here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
     << "engine=\"${MESHSTUDIO_ENGINE:-meshstudio-engine}\"\n"
@@ -112,7 +113,8 @@ LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile) 
   const int nodes = static_cast<int>(config.mesh.nodes.size());
   s << "#!/usr/bin/env bash\n"
     << "# MeshStudio Slurm batch script for " << shellQuote(config.name) << ": " << describe(config) << ".\n"
-    << "# Submit from this folder: sbatch slurm.sbatch [train arguments]. Slurm picks the nodes, so the mesh's\n"
+    << "# Submit from this folder: sbatch slurm.sbatch [train arguments]. Slurm picks the nodes, so the "
+       "mesh's\n"
     << "# node names are not used; ranks fill each node's tasks in order, as the plan lays them out.\n"
     << "#SBATCH --job-name=" << shellQuote(config.name) << "\n"
     << "#SBATCH --nodes=" << nodes << "\n";
@@ -145,7 +147,8 @@ Status exportRun(const RunConfig& config, const std::string& dir) {
     f << text;
     f.close();
     if (!f) return Status::error(path + ": cannot write the file");
-    if (executable && ::chmod(path.c_str(), 0755) != 0) return Status::error(path + ": cannot make it executable");
+    if (executable && ::chmod(path.c_str(), 0755) != 0)
+      return Status::error(path + ": cannot make it executable");
     return Status::ok();
   };
   MS_TRY(write("launch.sh", files.launchScript, true));

@@ -1,9 +1,10 @@
 // Launch scripts for headless runs: what File > Export and `meshstudio-engine export` write beside the config
-// so the plan runs on a cluster without the studio. One generator for both, so the studio and the command line
-// cannot drift apart.
+// so the plan runs on a cluster without the studio. One generator for both, so the studio and the command
+// line cannot drift apart.
 //
 // What the files do (all take the engine from $MESHSTUDIO_ENGINE, else meshstudio-engine on PATH):
-// - launch.sh: `mpirun -np <dp*tp*pp>` over the mesh's nodes. Several nodes: a hostfile with one line per mesh
+// - launch.sh: `mpirun -np <dp*tp*pp>` over the mesh's nodes. Several nodes: a hostfile with one line per
+// mesh
 //   node ("<name> slots=<devices>"), and --map-by slot, which fills node 0's slots first, then node 1's: the
 //   node-major order in which the plan lays rank r on device r (plan/layout.h). One node: runs locally,
 //   oversubscribing when the node has fewer cores than ranks (CPU plans). Extra arguments go to `train`.
@@ -23,7 +24,7 @@
 namespace ms {
 
 struct LaunchFiles {
-  std::string hostfile;     // empty for a one-node mesh
+  std::string hostfile;      // empty for a one-node mesh
   std::string launchScript;  // launch.sh
   std::string slurmScript;   // slurm.sbatch
 };

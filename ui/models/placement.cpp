@@ -29,8 +29,8 @@ Expected<RunConfig> withStages(const RunConfig& config, const std::vector<int>& 
                                std::vector<std::string>* changes) {
   const std::vector<std::string> names = modelLayerNames(config.model);
   if (stageOfLayer.size() != names.size())
-    return Status::error("the placement names " + std::to_string(stageOfLayer.size()) + " layers, the model has " +
-                         std::to_string(names.size()));
+    return Status::error("the placement names " + std::to_string(stageOfLayer.size()) +
+                         " layers, the model has " + std::to_string(names.size()));
   const int pp = config.parallel.pp;
   std::vector<ChunkPlacement> chunks;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -49,7 +49,8 @@ Expected<RunConfig> withStages(const RunConfig& config, const std::vector<int>& 
   const int v = *std::max_element(perStage.begin(), perStage.end());
   for (int s = 0; s < pp; ++s)
     if (perStage[static_cast<size_t>(s)] != v) {
-      const int most = static_cast<int>(std::max_element(perStage.begin(), perStage.end()) - perStage.begin());
+      const int most =
+          static_cast<int>(std::max_element(perStage.begin(), perStage.end()) - perStage.begin());
       return Status::error("stage " + std::to_string(most) + " would hold " + std::to_string(v) +
                            " chunks but stage " + std::to_string(s) + " " +
                            std::to_string(perStage[static_cast<size_t>(s)]) +
@@ -58,8 +59,9 @@ Expected<RunConfig> withStages(const RunConfig& config, const std::vector<int>& 
   RunConfig out = config;
   out.parallel.placement = chunks;
   if (out.parallel.virtualChunks != v) {
-    if (changes) changes->push_back("virtual_chunks " + std::to_string(out.parallel.virtualChunks) + " -> " +
-                                    std::to_string(v));
+    if (changes)
+      changes->push_back("virtual_chunks " + std::to_string(out.parallel.virtualChunks) + " -> " +
+                         std::to_string(v));
     out.parallel.virtualChunks = v;
   }
   if (v > 1 && out.parallel.schedule != Schedule::Interleaved1F1B) {

@@ -43,7 +43,9 @@ PlanAnalyzer::PlanAnalyzer(QObject* parent) : QObject(parent) {
   m_pool.setMaxThreadCount(1);
 }
 
-PlanAnalyzer::~PlanAnalyzer() { m_pool.waitForDone(); }
+PlanAnalyzer::~PlanAnalyzer() {
+  m_pool.waitForDone();
+}
 
 void PlanAnalyzer::request(const RunConfig& config) {
   m_pending = config;
@@ -60,7 +62,8 @@ void PlanAnalyzer::startNext() {
     auto snapshot = analyzePlan(config, generation);
     // Back to the analyzer's thread. `this` is alive here: the destructor waits for the pool first; an event
     // still queued when the analyzer is destroyed is discarded by Qt with it.
-    QMetaObject::invokeMethod(this, [this, snapshot] { finished(snapshot); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        this, [this, snapshot] { finished(snapshot); }, Qt::QueuedConnection);
   });
 }
 

@@ -13,7 +13,11 @@ namespace {
 class ConfigCommand : public QUndoCommand {
  public:
   ConfigCommand(ProjectDocument* doc, const QString& text, RunConfig before, RunConfig after, int mergeKey)
-      : QUndoCommand(text), m_doc(doc), m_before(std::move(before)), m_after(std::move(after)), m_key(mergeKey) {}
+      : QUndoCommand(text),
+        m_doc(doc),
+        m_before(std::move(before)),
+        m_after(std::move(after)),
+        m_key(mergeKey) {}
   void undo() override { m_doc->applyConfig(m_before); }
   void redo() override { m_doc->applyConfig(m_after); }
   int id() const override { return m_key; }
@@ -45,7 +49,8 @@ ConfigErrors ProjectDocument::errorsAt(const QString& path) const {
   const std::string p = path.toStdString();
   ConfigErrors out;
   for (const ConfigError& e : m_errors)
-    if (e.path == p || (e.path.size() > p.size() && e.path.compare(0, p.size(), p) == 0 && e.path[p.size()] == '/'))
+    if (e.path == p ||
+        (e.path.size() > p.size() && e.path.compare(0, p.size(), p) == 0 && e.path[p.size()] == '/'))
       out.push_back(e);
   return out;
 }
@@ -117,7 +122,8 @@ QList<ProjectTemplate> projectTemplates() {
       {QStringLiteral("gpt1b"), QObject::tr("GPT 1.3B on 2 x 4 A100 (planning only)"),
        QObject::tr("A 1.3B GPT with dp 2 x tp 2 x pp 2 on two 4-GPU nodes: plan, predict and export.")},
       {QStringLiteral("gpt3"), QObject::tr("GPT-3 175B (planning only)"),
-       QObject::tr("GPT-3 175B on 1024 H100s in 128 nodes: plan, predict and export; too large to run here.")},
+       QObject::tr(
+           "GPT-3 175B on 1024 H100s in 128 nodes: plan, predict and export; too large to run here.")},
   };
 }
 
@@ -131,9 +137,11 @@ Expected<RunConfig> templateConfig(const QString& key) {
   };
   if (!files.contains(key)) return Status::error("unknown project template \"" + key.toStdString() + "\"");
   QFile f(files[key]);
-  if (!f.open(QIODevice::ReadOnly)) return Status::error("template " + files[key].toStdString() + " is missing");
+  if (!f.open(QIODevice::ReadOnly))
+    return Status::error("template " + files[key].toStdString() + " is missing");
   const QByteArray bytes = f.readAll();
-  nlohmann::json doc = nlohmann::json::parse(bytes.constData(), bytes.constData() + bytes.size(), nullptr, false);
+  nlohmann::json doc =
+      nlohmann::json::parse(bytes.constData(), bytes.constData() + bytes.size(), nullptr, false);
   if (doc.is_discarded()) return Status::error("template " + files[key].toStdString() + " is not valid JSON");
   return parseRunConfig(doc);
 }

@@ -7,34 +7,52 @@ namespace ms {
 
 const char* toString(SpanKind kind) {
   switch (kind) {
-    case SpanKind::Forward: return "forward";
-    case SpanKind::Backward: return "backward";
-    case SpanKind::BackwardWeight: return "backward (weights)";
-    case SpanKind::Send: return "send";
-    case SpanKind::Recv: return "receive wait";
-    case SpanKind::GradSync: return "gradient sync";
-    case SpanKind::Optimizer: return "optimizer step";
-    case SpanKind::Other: return "other";
+    case SpanKind::Forward:
+      return "forward";
+    case SpanKind::Backward:
+      return "backward";
+    case SpanKind::BackwardWeight:
+      return "backward (weights)";
+    case SpanKind::Send:
+      return "send";
+    case SpanKind::Recv:
+      return "receive wait";
+    case SpanKind::GradSync:
+      return "gradient sync";
+    case SpanKind::Optimizer:
+      return "optimizer step";
+    case SpanKind::Other:
+      return "other";
   }
   return "other";
 }
 
 SpanKind spanKindFromCode(char code) {
   switch (code) {
-    case 'F': return SpanKind::Forward;
-    case 'B': return SpanKind::Backward;
-    case 'W': return SpanKind::BackwardWeight;
+    case 'F':
+      return SpanKind::Forward;
+    case 'B':
+      return SpanKind::Backward;
+    case 'W':
+      return SpanKind::BackwardWeight;
     case 's':
-    case 'S': return SpanKind::Send;
+    case 'S':
+      return SpanKind::Send;
     case 'r':
-    case 'R': return SpanKind::Recv;
-    case 'G': return SpanKind::GradSync;
-    case 'O': return SpanKind::Optimizer;
-    default: return SpanKind::Other;
+    case 'R':
+      return SpanKind::Recv;
+    case 'G':
+      return SpanKind::GradSync;
+    case 'O':
+      return SpanKind::Optimizer;
+    default:
+      return SpanKind::Other;
   }
 }
 
-int laneOf(SpanKind kind) { return kind == SpanKind::Send || kind == SpanKind::GradSync ? 1 : 0; }
+int laneOf(SpanKind kind) {
+  return kind == SpanKind::Send || kind == SpanKind::GradSync ? 1 : 0;
+}
 
 std::size_t TimelineData::spanCount() const {
   std::size_t n = 0;

@@ -42,7 +42,7 @@ struct TimelineSpan {
 };
 
 struct TimelineRow {
-  QString label;                  // "rank 3 · stage 1 · gpu 3"
+  QString label;  // "rank 3 · stage 1 · gpu 3"
   int rank = 0;
   int stage = 0;
   std::vector<TimelineSpan> spans;  // sorted by start

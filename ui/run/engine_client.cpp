@@ -211,8 +211,8 @@ void EngineClient::stop() {
 }
 
 void EngineClient::interrupt() {
-  // launch turns the first SIGINT into a graceful stop of every rank (SIGUSR1 through mpirun): they finish the
-  // step, save the checkpoint and rank 0 writes run_end "interrupted"; launch then exits 130.
+  // launch turns the first SIGINT into a graceful stop of every rank (SIGUSR1 through mpirun): they finish
+  // the step, save the checkpoint and rank 0 writes run_end "interrupted"; launch then exits 130.
   signalProcess(SIGINT);
 }
 

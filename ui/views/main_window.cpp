@@ -126,8 +126,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(m_doc, &ProjectDocument::configChanged, this, &MainWindow::onConfigChanged);
   connect(m_doc, &ProjectDocument::fileChanged, this, &MainWindow::updateTitle);
   connect(m_analyzer, &PlanAnalyzer::ready, this, &MainWindow::onSnapshot);
-  connect(m_canvas, &MeshCanvas::dropRefused, this,
-          [this](const QString& reason) { statusBar()->showMessage(tr("Drop refused: %1").arg(reason), 10000); });
+  connect(m_canvas, &MeshCanvas::dropRefused, this, [this](const QString& reason) {
+    statusBar()->showMessage(tr("Drop refused: %1").arg(reason), 10000);
+  });
   connect(m_client, &EngineClient::dataChanged, this, &MainWindow::onRunData);
   connect(m_client, &EngineClient::finished, this, &MainWindow::onRunFinished);
   connect(m_client, &EngineClient::started, this, [this] {
@@ -169,18 +170,19 @@ void MainWindow::buildMenus() {
     if (!dir.isEmpty()) openRunFolder(dir);
   });
   QMenu* exportMenu = file->addMenu(tr("&Export"));
-  exportMenu->addAction(tr("Launch Files (config, mpirun, Slurm)..."), QKeySequence(tr("Ctrl+E")), this, [this] {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Export into folder"));
-    if (!dir.isEmpty()) exportLaunchFiles(dir);
-  });
+  exportMenu->addAction(
+      tr("Launch Files (config, mpirun, Slurm)..."), QKeySequence(tr("Ctrl+E")), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Export into folder"));
+        if (!dir.isEmpty()) exportLaunchFiles(dir);
+      });
   exportMenu->addAction(tr("Measured Timeline as Chrome Trace..."), this, [this] {
     const QString path = QFileDialog::getSaveFileName(this, tr("Chrome trace"), QStringLiteral("trace.json"),
                                                       tr("Trace JSON (*.json)"));
     if (!path.isEmpty()) exportTrace(path, true);
   });
   exportMenu->addAction(tr("Predicted Timeline as Chrome Trace..."), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Chrome trace"), QStringLiteral("predicted.json"),
-                                                      tr("Trace JSON (*.json)"));
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Chrome trace"), QStringLiteral("predicted.json"), tr("Trace JSON (*.json)"));
     if (!path.isEmpty()) exportTrace(path, false);
   });
   exportMenu->addAction(tr("Plots as PNG..."), this, [this] {
@@ -348,7 +350,9 @@ void MainWindow::onConfigChanged() {
   m_analyzer->request(m_doc->config());
 }
 
-QString MainWindow::summaryText() const { return m_summary->text(); }
+QString MainWindow::summaryText() const {
+  return m_summary->text();
+}
 
 void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
   m_snapshot = snap;
@@ -481,8 +485,9 @@ bool MainWindow::openRunFolder(const QString& dir) {
   m_runView->setData(m_replay.get());
   m_measuredRevision = 0;
   onRunData();
-  m_runBanner->setText(s ? tr("Replay of %1").arg(dir)
-                         : tr("Replay of %1 (with problems: %2)").arg(dir, QString::fromStdString(s.message())));
+  m_runBanner->setText(
+      s ? tr("Replay of %1").arg(dir)
+        : tr("Replay of %1 (with problems: %2)").arg(dir, QString::fromStdString(s.message())));
   m_runBanner->setStyleSheet(s ? QString() : QStringLiteral("color: #b00020"));
   m_tabs->setCurrentIndex(1);
   return true;
@@ -490,7 +495,8 @@ bool MainWindow::openRunFolder(const QString& dir) {
 
 bool MainWindow::exportLaunchFiles(const QString& dir) {
   if (!m_doc->errors().empty()) {
-    showError(tr("Export"), QString::fromStdString(formatConfigErrors(m_doc->errors(), m_doc->config().name)));
+    showError(tr("Export"),
+              QString::fromStdString(formatConfigErrors(m_doc->errors(), m_doc->config().name)));
     return false;
   }
   const Status s = exportRun(m_doc->config(), dir.toStdString());

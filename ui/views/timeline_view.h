@@ -140,7 +140,7 @@ class TimelineView : public QWidget {
   double dataMaxSpan() const;
 
   std::shared_ptr<const TimelineData> m_data;
-  mutable std::vector<RowIndex> m_index;         // per row, built lazily (rowIndex)
+  mutable std::vector<RowIndex> m_index;          // per row, built lazily (rowIndex)
   mutable std::vector<QRgb> m_microbatchColours;  // (M, 3): F, B, W of each microbatch indexed so far
   // Laid-out labels by (kind, microbatch, chunk); a cache, cleared when the data or the font changes.
   mutable std::unordered_map<std::uint64_t, QStaticText> m_labelCache;
