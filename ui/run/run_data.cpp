@@ -140,24 +140,8 @@ void RunData::apply(MetricsEvent event) {
 void RunData::onRunStart(RunStartEvent& e) {
   // A second run_start in one stream is a resumed run appending to its folder's metrics.jsonl: the series
   // carry on (onStep drops points a resume from an earlier checkpoint repeats).
+  static_cast<RunStartEvent&>(m_info) = std::move(e);
   m_info.known = true;
-  m_info.name = e.name;
-  m_info.device = e.device;
-  m_info.runDir = e.runDir;
-  m_info.ranks = e.ranks;
-  m_info.steps = e.steps;
-  m_info.startStep = e.startStep;
-  m_info.params = e.params;
-  m_info.layers = e.layers;
-  m_info.dp = e.dp;
-  m_info.tp = e.tp;
-  m_info.pp = e.pp;
-  m_info.batchSize = e.batchSize;
-  m_info.modelType = e.modelType;
-  m_info.predictedStepTime = e.predictedStepTime;
-  m_info.predictedTokensPerS = e.predictedTokensPerS;
-  m_info.predictedMfu = e.predictedMfu;
-  m_info.predictedRanks = std::move(e.predictedRanks);
   std::sort(m_info.predictedRanks.begin(), m_info.predictedRanks.end(),
             [](const PredictedRank& a, const PredictedRank& b) { return a.rank < b.rank; });
   // Model order first, so layer indices follow the model whatever order spans name them in.

@@ -24,24 +24,9 @@
 
 namespace ms {
 
-// The run as announced by run_start (plus the layout read from its config).
-struct RunInfo {
-  bool known = false;  // a run_start was seen
-  QString name;
-  QString device;
-  QString runDir;
-  int ranks = 0;
-  std::int64_t steps = 0;
-  std::int64_t startStep = 0;
-  std::int64_t params = 0;
-  QStringList layers;
-  int dp = 1, tp = 1, pp = 1;
-  int batchSize = 0;
-  QString modelType;
-  double predictedStepTime = kNaN;
-  double predictedTokensPerS = kNaN;
-  double predictedMfu = kNaN;
-  std::vector<PredictedRank> predictedRanks;  // sorted by rank
+// The run as announced by run_start (the event itself, plus whether one was seen).
+struct RunInfo : RunStartEvent {
+  bool known = false;  // a run_start was seen; predictedRanks are then sorted by rank
   // The predicted throughput in the unit of the measured series: tokens/s for a gpt, else samples/s
   // (batch / predicted step time; the plan's "tokens_per_s" counts patches for a vit).
   double predictedThroughput() const;
