@@ -1,32 +1,23 @@
 // MeshCanvas; see mesh_canvas.h. The scene holds one NodeItem per node (its box, header and tiles), a legend
-// and a message; the legend and the message ignore the view's transform and follow the viewport's corners,
-// so they stay readable at any zoom. Hit tests go through MeshGeometry, never through the scene's items.
+// and a message (OverlayItems); the legend and the message ignore the view's transform and follow the
+// viewport's corners, so they stay readable at any zoom. Hit tests go through MeshGeometry, never through the
+// scene's items. The items are in mesh_canvas_items.h, the new-type dialog in type_dialog.h.
 #include "ui/views/mesh_canvas.h"
 
 #include <QAction>
 #include <QContextMenuEvent>
 #include <QDialog>
-#include <QDialogButtonBox>
-#include <QDoubleSpinBox>
 #include <QDragEnterEvent>
-#include <QFontMetricsF>
-#include <QFormLayout>
 #include <QGraphicsItem>
 #include <QGraphicsScene>
-#include <QLabel>
-#include <QLineEdit>
 #include <QMenu>
 #include <QMimeData>
 #include <QPainter>
-#include <QPainterPath>
-#include <QScrollBar>
-#include <QStyleOptionGraphicsItem>
 #include <QTimer>
 #include <QToolTip>
 #include <QWheelEvent>
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "plan/hardware.h"
 #include "plan/model_spec.h"
@@ -34,6 +25,8 @@
 #include "ui/models/placement.h"
 #include "ui/models/plan_analysis.h"
 #include "ui/models/project_document.h"
+#include "ui/views/mesh_canvas_items.h"
+#include "ui/views/type_dialog.h"
 
 namespace ms {
 
@@ -43,11 +36,7 @@ constexpr double kMinScale = 0.02;  // the whole 1024-device mesh fits a small w
 constexpr double kMaxScale = 8;
 constexpr int kOverlayMargin = 10;  // viewport pixels between an overlay and the viewport's edge
 constexpr int kMessageMillis = 8000;
-constexpr double kTextLod = 0.45;  // below this zoom tile labels would be unreadable: not drawn
-constexpr double kHeaderLod = 0.3;
 const QColor kIdleColor(208, 208, 208);
-const QColor kAcceptColor(25, 118, 210);
-const QColor kRefuseColor(211, 47, 47);
 
 QString gbText(double bytes) {
   return QString::number(bytes / 1e9, 'f', bytes >= 1e11 ? 0 : 1) + QStringLiteral(" GB");
@@ -73,264 +62,11 @@ std::optional<DeviceSpec> deviceSpec(const MeshConfig& mesh, const std::string& 
   return findDevice(name);
 }
 
-// One node: its box, its header (name, device type, intra-node link) and its device tiles with their labels
-// and TP-group outlines. Reads everything from the canvas when painting, so an update() is all a change
-// needs.
-class NodeItem : public QGraphicsItem {
- public:
-  NodeItem(const MeshCanvas* canvas, int node) : m_canvas(canvas), m_node(node) {
-    setAcceptedMouseButtons(Qt::NoButton);
-  }
-  QRectF boundingRect() const override {
-    return m_canvas->meshGeometry().nodeRect(m_node).adjusted(-6, -6, 6, 6);
-  }
-  void paint(QPainter* p, const QStyleOptionGraphicsItem* option, QWidget*) override;
-
- private:
-  const std::vector<QPainterPath>& outlines();
-  const MeshCanvas* m_canvas;
-  int m_node;
-  bool m_outlinesDone = false;
-  std::vector<QPainterPath> m_outlines;  // one per TP group with several tiles in this node
-};
-
-const std::vector<QPainterPath>& NodeItem::outlines() {
-  if (m_outlinesDone) return m_outlines;
-  m_outlinesDone = true;
-  const MeshGeometry& g = m_canvas->meshGeometry();
-  const MeshRanks& ranks = m_canvas->ranks();
-  if (!ranks.ok() || ranks.layout.tp() < 2) return m_outlines;
-  // A group's shape: its tiles grown by kGrow plus the gaps between neighbours of the group, so a group
-  // reads as one plate and two neighbouring groups stay apart (kGrow is under half the tile gap).
-  constexpr double kGrow = 2;
-  const double gap = g.params().tileGap;
-  const int cols = g.tileColumns();
-  const int first = g.firstDeviceOf(m_node);
-  const int count = g.devicesInNode(m_node);
-  const auto groupOf = [&](int local) {
-    const int rank = local < count ? ranks.firstRank(first + local) : -1;
-    return rank < 0 ? -1 : rank / ranks.layout.tp();
-  };
-  std::map<int, QPainterPath> groups;
-  std::map<int, int> members;
-  for (int local = 0; local < count; ++local) {
-    const int group = groupOf(local);
-    if (group < 0) continue;
-    const QRectF t = g.tileRect(first + local);
-    QPainterPath shape;
-    shape.addRect(t.adjusted(-kGrow, -kGrow, kGrow, kGrow));
-    const bool right = local % cols + 1 < cols && groupOf(local + 1) == group;
-    const bool below = groupOf(local + cols) == group;
-    if (right) shape.addRect(QRectF(t.right() - 1, t.top() - kGrow, gap + 2, t.height() + 2 * kGrow));
-    if (below) shape.addRect(QRectF(t.left() - kGrow, t.bottom() - 1, t.width() + 2 * kGrow, gap + 2));
-    if (right && below && groupOf(local + cols + 1) == group)
-      shape.addRect(QRectF(t.right() - 1, t.bottom() - 1, gap + 2, gap + 2));
-    shape.setFillRule(Qt::WindingFill);
-    groups[group] = groups[group].united(shape);
-    ++members[group];
-  }
-  for (auto& [group, path] : groups)
-    if (members[group] > 1) m_outlines.push_back(path.simplified());
-  return m_outlines;
-}
-
-void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem* option, QWidget*) {
-  const MeshGeometry& g = m_canvas->meshGeometry();
-  const QRectF box = g.nodeRect(m_node);
-  const qreal lod = option->levelOfDetailFromTransform(p->worldTransform());
-  const bool nodeSelected = m_canvas->selectedNode() == m_node;
-  p->setPen(QPen(nodeSelected ? kAcceptColor : QColor(110, 110, 110), nodeSelected ? 2.5 : 1.2));
-  p->setBrush(QColor(247, 247, 247));
-  p->drawRoundedRect(box, 6, 6);
-  if (lod > kHeaderLod) {
-    QFont f = p->font();
-    f.setPointSizeF(8);
-    f.setBold(true);
-    p->setFont(f);
-    p->setPen(Qt::black);
-    const QRectF header = g.headerRect(m_node).adjusted(8, 2, -8, 0);
-    const QString text = m_canvas->nodeHeader(m_node);
-    p->drawText(header, Qt::AlignLeft | Qt::AlignVCenter,
-                p->fontMetrics().elidedText(text, Qt::ElideRight, int(header.width())));
-  }
-  // Tensor-parallel groups: a plate under their tiles, outlined after the tiles are drawn.
-  p->setPen(Qt::NoPen);
-  p->setBrush(QColor(40, 40, 40, 60));
-  for (const QPainterPath& path : outlines()) p->drawPath(path);
-  QFont small = p->font();
-  small.setBold(false);
-  small.setPointSizeF(7);
-  p->setFont(small);
-  const int first = g.firstDeviceOf(m_node);
-  const int count = g.devicesInNode(m_node);
-  for (int d = first; d < first + count; ++d) {
-    const QRectF r = g.tileRect(d);
-    const bool fits = m_canvas->deviceFits(d);
-    p->setPen(QPen(fits ? QColor(80, 80, 80) : kRefuseColor, fits ? 0.8 : 2.5));
-    p->setBrush(m_canvas->tileColor(d));
-    p->drawRoundedRect(r, 4, 4);
-    if (lod > kTextLod) {
-      p->setPen(Qt::black);
-      const QRectF inner = r.adjusted(5, 3, -5, -3);
-      const QStringList lines = m_canvas->tileLabel(d).split('\n');
-      const double lineHeight = inner.height() / std::max<qsizetype>(3, lines.size());
-      for (int i = 0; i < lines.size(); ++i)
-        p->drawText(QRectF(inner.left(), inner.top() + i * lineHeight, inner.width(), lineHeight),
-                    Qt::AlignLeft | Qt::AlignVCenter,
-                    p->fontMetrics().elidedText(lines[i], Qt::ElideRight, int(inner.width())));
-    }
-  }
-  p->setBrush(Qt::NoBrush);
-  p->setPen(QPen(QColor(30, 30, 30), 1.2, Qt::DashLine));
-  for (const QPainterPath& path : outlines()) p->drawPath(path);
-  const int selected = m_canvas->selectedDevice();
-  if (g.nodeOfDevice(selected) == m_node) {
-    p->setPen(QPen(kAcceptColor, 2.5, Qt::DotLine));
-    p->drawRoundedRect(g.tileRect(selected).adjusted(-1.5, -1.5, 1.5, 1.5), 5, 5);
-  }
-  const int highlight = m_canvas->highlightedDevice();
-  if (g.nodeOfDevice(highlight) == m_node) {
-    p->setPen(QPen(m_canvas->highlightAcceptable() ? kAcceptColor : kRefuseColor, 4));
-    p->drawRoundedRect(g.tileRect(highlight).adjusted(-2, -2, 2, 2), 5, 5);
-  }
-}
-
-// Text in a box, drawn in viewport pixels at a corner of the viewport: the legend (with colour swatches
-// after its text) and the drop message.
-class OverlayItem : public QGraphicsItem {
- public:
-  struct Swatch {
-    QColor color;
-    QString label;
-  };
-  OverlayItem() {
-    setFlag(ItemIgnoresTransformations);
-    setAcceptedMouseButtons(Qt::NoButton);
-    setZValue(10);
-    m_font.setPointSizeF(9);
-  }
-  void setText(const QString& text, const QColor& border, const QColor& fill,
-               std::vector<Swatch> swatches = {}) {
-    prepareGeometryChange();
-    m_text = text;
-    m_border = border;
-    m_fill = fill;
-    m_swatches = std::move(swatches);
-    const QFontMetricsF fm(m_font);
-    m_textRect = fm.boundingRect(QRectF(0, 0, kWidth, 10000), Qt::TextWordWrap, m_text);
-    m_textRect.moveTopLeft(QPointF(kPad, kPad));
-    // Swatches flow in rows under the text.
-    m_swatchRects.clear();
-    double x = kPad, y = m_textRect.bottom() + 4, right = m_textRect.right();
-    for (const Swatch& s : m_swatches) {
-      const double w = fm.height() + 4 + fm.horizontalAdvance(s.label) + 12;
-      if (x > kPad && x + w > kPad + kWidth) {
-        x = kPad;
-        y += fm.height() + 4;
-      }
-      m_swatchRects.push_back(QRectF(x, y, w, fm.height()));
-      x += w;
-      right = std::max(right, x);
-    }
-    const double bottom = m_swatchRects.empty() ? m_textRect.bottom() : m_swatchRects.back().bottom();
-    m_rect = QRectF(0, 0, right + kPad, bottom + kPad);
-  }
-  QString text() const { return m_text; }
-  QRectF boundingRect() const override { return m_rect; }
-  void paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) override {
-    p->setPen(QPen(m_border, 1.5));
-    p->setBrush(m_fill);
-    p->drawRoundedRect(m_rect, 5, 5);
-    p->setFont(m_font);
-    p->setPen(Qt::black);
-    p->drawText(m_textRect, Qt::TextWordWrap, m_text);
-    for (size_t i = 0; i < m_swatches.size(); ++i) {
-      const QRectF r = m_swatchRects[i];
-      p->setPen(QColor(80, 80, 80));
-      p->setBrush(m_swatches[i].color);
-      p->drawRect(QRectF(r.left(), r.top() + 1, r.height() - 2, r.height() - 2));
-      p->setPen(Qt::black);
-      p->drawText(r.adjusted(r.height() + 2, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter, m_swatches[i].label);
-    }
-  }
-
- private:
-  static constexpr double kWidth = 560;
-  static constexpr double kPad = 8;
-  QFont m_font;
-  QString m_text;
-  QColor m_border, m_fill;
-  std::vector<Swatch> m_swatches;
-  std::vector<QRectF> m_swatchRects;
-  QRectF m_textRect, m_rect;
-};
-
-// A form for a new device type or link type; it checks the entry against the mesh before closing.
-class TypeDialog : public QDialog {
- public:
-  TypeDialog(const MeshConfig& mesh, bool device, QWidget* parent)
-      : QDialog(parent), m_mesh(mesh), m_device(device) {
-    setWindowTitle(device ? tr("New device type") : tr("New link type"));
-    auto* form = new QFormLayout(this);
-    m_name = new QLineEdit(this);
-    form->addRow(tr("Name"), m_name);
-    const auto number = [&](const QString& label, double value, double max, int decimals) {
-      auto* s = new QDoubleSpinBox(this);
-      s->setRange(0, max);
-      s->setDecimals(decimals);
-      s->setValue(value);
-      form->addRow(label, s);
-      return s;
-    };
-    if (device) {
-      m_label = new QLineEdit(this);
-      form->addRow(tr("Label"), m_label);
-      m_a = number(tr("Peak TFLOP/s fp32"), 20, 1e6, 2);
-      m_b = number(tr("Peak TFLOP/s bf16"), 300, 1e6, 2);
-      m_c = number(tr("Memory GB"), 80, 1e6, 1);
-      m_d = number(tr("Memory bandwidth GB/s"), 2000, 1e7, 0);
-    } else {
-      m_a = number(tr("Bandwidth GB/s per direction"), 100, 1e6, 2);
-      m_b = number(tr("Latency µs"), 5, 1e6, 2);
-    }
-    m_error = new QLabel(this);
-    m_error->setStyleSheet(QStringLiteral("color: #d32f2f"));
-    m_error->setWordWrap(true);
-    form->addRow(m_error);
-    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
-    form->addRow(buttons);
-    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
-    connect(buttons, &QDialogButtonBox::accepted, this, [this] {
-      MeshConfig trial = m_mesh;
-      const Status s = m_device ? addDeviceType(trial, deviceType()) : addLinkType(trial, linkType());
-      if (s) return accept();
-      m_error->setText(QString::fromStdString(s.message()));
-    });
-  }
-  DeviceTypeConfig deviceType() const {
-    DeviceTypeConfig t;
-    t.name = m_name->text().trimmed().toStdString();
-    t.label = m_label->text().trimmed().toStdString();
-    t.peakTflopsFp32 = m_a->value();
-    t.peakTflopsBf16 = m_b->value();
-    t.memoryGb = m_c->value();
-    t.memoryBandwidthGbs = m_d->value();
-    return t;
-  }
-  LinkTypeConfig linkType() const {
-    return LinkTypeConfig{m_name->text().trimmed().toStdString(), m_a->value(), m_b->value()};
-  }
-
- private:
-  MeshConfig m_mesh;
-  bool m_device;
-  QLineEdit* m_name = nullptr;
-  QLineEdit* m_label = nullptr;
-  QDoubleSpinBox *m_a = nullptr, *m_b = nullptr, *m_c = nullptr, *m_d = nullptr;
-  QLabel* m_error = nullptr;
-};
-
 }  // namespace
+
+using canvas_detail::kRefuseColor;
+using canvas_detail::NodeItem;
+using canvas_detail::OverlayItem;
 
 MeshCanvas::MeshCanvas(ProjectDocument* doc, QWidget* parent)
     : QGraphicsView(parent), m_doc(doc), m_scene(new QGraphicsScene(this)) {
