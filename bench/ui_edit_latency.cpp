@@ -97,9 +97,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\nmedian: edit to painted window; /100ms: against the issue's 100 ms target; GUI stall: the longest\n"
-      "single event on the GUI thread during the edits (analysis runs off it); paint: the repaint of the "
-      "whole\n"
-      "window showing the edit; analysis: analyzePlan alone,\n"
-      "synchronously, on the same configs (the reference); share: analysis / edit-to-painted.\n");
+      "single event on the GUI thread during the edits (analysis runs off it); paint: the repaint of the\n"
+      "whole window showing the edit; analysis: analyzePlan alone, synchronously, on the same configs (the\n"
+      "reference); share: analysis / edit-to-painted.\n");
   return 0;
 }
