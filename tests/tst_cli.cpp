@@ -119,6 +119,11 @@ class TestCli : public QObject {
     QVERIFY(lines.first().contains("\"type\":\"run_start\""));
     QVERIFY(lines.last().contains("\"type\":\"run_end\""));
     QVERIFY(lines.last().contains("\"status\":\"ok\""));
+    // "device" defaults to "auto": one line says what it found and that the run is on the CPU (on this
+    // machine: no driver or device, or an engine built without CUDA), on stderr and in the stream.
+    QCOMPARE(t.err.count("device \"auto\": "), 1);
+    QVERIFY2(t.err.contains("; training on the CPU"), qPrintable(t.err));
+    QCOMPARE(t.out.count("device \\\"auto\\\": "), 1);
     const QString ckpt = tmp.path() + "/run/checkpoints/step-00000004";
     const Result e = engine({"eval", config, "--checkpoint", ckpt});
     QVERIFY2(e.code == 0, qPrintable(e.err));

@@ -163,6 +163,17 @@ class ProgressBar {
 
 // The plan's predictions for this run (the same figures `meshstudio-engine plan` prints), so the stream can
 // show predicted and measured side by side. Empty when the config does not make a plan.
+// What "device": "auto" finds: a CUDA device (which this engine does not train on yet), or why there is none.
+std::string autoDeviceNote() {
+#if defined(MESHSTUDIO_HAVE_CUDA)
+  const std::string why = cuda::unavailableReason();
+  if (why.empty()) return cuda::deviceName(0) + " is present, but training has no CUDA backend yet";
+  return "no usable CUDA device (" + why + ")";
+#else
+  return "this engine was built without CUDA";
+#endif
+}
+
 nlohmann::json predictedJson(const RunConfig& config) {
   auto plan = buildPlan(config, /*allowSharing=*/true);
   if (!plan) return nlohmann::json::object();
@@ -341,14 +352,12 @@ Status train(const RunConfig& config, const TrainOptions& options) {
                                 {"predicted", predictedJson(config)}});
   }
   if (!resumeDir.empty()) metrics.write("log", {{"level", "info"}, {"message", "resumed from " + resumeDir}});
-#if defined(MESHSTUDIO_HAVE_CUDA)
-  if (config.device == DeviceChoice::Auto && cuda::deviceCount() > 0) {
-    const std::string line = "device \"auto\": " + cuda::deviceName(0) +
-                             " is present, but this engine has no CUDA backend yet; training on the CPU";
-    metrics.write("log", {{"level", "warning"}, {"message", line}});
-    std::fprintf(stderr, "%s\n", line.c_str());
+  if (config.device == DeviceChoice::Auto) {
+    // One line saying why "auto" trains on the CPU (no driver or device is normal on CPU machines).
+    const std::string line = "device \"auto\": " + autoDeviceNote() + "; training on the CPU";
+    metrics.write("log", {{"level", "info"}, {"message", line}});
+    if (lead) std::fprintf(stderr, "%s\n", line.c_str());
   }
-#endif
 
   ProgressBar bar(options.progress, steps);
   Batch batch;

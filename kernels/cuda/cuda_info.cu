@@ -16,6 +16,16 @@ int deviceCount() {
   return n;
 }
 
+std::string unavailableReason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  }
+  return n > 0 ? std::string() : std::string("no CUDA device found");
+}
+
 std::string deviceName(int index) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return {};

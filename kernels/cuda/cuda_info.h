@@ -6,4 +6,7 @@
 namespace ms::cuda {
 int deviceCount();
 std::string deviceName(int index);
+// Why no device can be used, in one line ("cudaErrorNoDevice: no CUDA-capable device is detected"), or ""
+// when there is one.
+std::string unavailableReason();
 }  // namespace ms::cuda
