@@ -1,0 +1,243 @@
+// NcclCommunicator; see nccl_communicator.h.
+#include "runtime/cuda/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace ms {
+
+namespace {
+
+ncclDataType_t ncclType(CommType t) {
+  switch (t) {
+    case CommType::F32:
+      return ncclFloat32;
+    case CommType::F64:
+      return ncclFloat64;
+    case CommType::I32:
+      return ncclInt32;
+    case CommType::I64:
+      return ncclInt64;
+    case CommType::U8:
+      return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t ncclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
+  }
+  return ncclSum;
+}
+
+std::string cudaText(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+// A pending operation: an event recorded on the communicator's stream after it was enqueued.
+class NcclRequest final : public CommRequest {
+ public:
+  NcclRequest(cudaEvent_t event, std::string what) : m_event(event), m_what(std::move(what)) {}
+  ~NcclRequest() override {
+    if (m_event) {
+      cudaEventSynchronize(m_event);
+      cudaEventDestroy(m_event);
+    }
+  }
+  Status wait() override {
+    if (!m_event) return Status::ok();
+    const cudaError_t e = cudaEventSynchronize(m_event);
+    cudaEventDestroy(m_event);
+    m_event = nullptr;
+    if (e != cudaSuccess) return Status::error(m_what + ": " + cudaText(e));
+    return Status::ok();
+  }
+  // Done (or failed: wait() then says how) once the event is no longer pending.
+  bool ready() override { return !m_event || cudaEventQuery(m_event) != cudaErrorNotReady; }
+
+ private:
+  cudaEvent_t m_event = nullptr;
+  std::string m_what;
+};
+
+}  // namespace
+
+Expected<bool> ranksShareDevice(MPI_Comm comm, int device) {
+  // Each rank's host name and device PCI bus id; two equal pairs share a GPU.
+  constexpr int kLen = 256;
+  char mine[kLen] = {};
+  char host[128] = {};
+  gethostname(host, sizeof host - 1);
+  char bus[64] = "unknown";
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) {
+    cudaGetLastError();
+    std::snprintf(bus, sizeof bus, "device-%d", device);
+  }
+  std::snprintf(mine, kLen, "%s/%s", host, bus);
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  std::vector<char> all(static_cast<size_t>(kLen) * size);
+  if (MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, comm) != MPI_SUCCESS)
+    return Status::error("checking which ranks share a GPU: MPI_Allgather failed");
+  std::vector<std::string> ids;
+  for (int r = 0; r < size; ++r) ids.emplace_back(&all[static_cast<size_t>(r) * kLen]);
+  std::sort(ids.begin(), ids.end());
+  return std::adjacent_find(ids.begin(), ids.end()) != ids.end();
+}
+
+Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(MPI_Comm comm, int device,
+                                                                     std::string label) {
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  c->m_label = std::move(label);
+  c->m_device = device;
+  if (MPI_Comm_dup(comm, &c->m_mpi) != MPI_SUCCESS)
+    return Status::error("nccl communicator " + c->m_label + ": MPI_Comm_dup failed");
+  MPI_Comm_rank(c->m_mpi, &c->m_rank);
+  MPI_Comm_size(c->m_mpi, &c->m_size);
+  const std::string where = "nccl communicator " + c->m_label + " (rank " + std::to_string(c->m_rank) + ")";
+  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
+    return Status::error(where + ": cudaSetDevice(" + std::to_string(device) + "): " + cudaText(e));
+  if (const cudaError_t e = cudaStreamCreateWithFlags(&c->m_stream, cudaStreamNonBlocking); e != cudaSuccess)
+    return Status::error(where + ": creating its stream: " + cudaText(e));
+  // Every rank learns the outcome of rank 0's ncclGetUniqueId, so no rank waits in ncclCommInitRank alone.
+  ncclUniqueId id{};
+  int made = 1;
+  if (c->m_rank == 0) made = ncclGetUniqueId(&id) == ncclSuccess ? 1 : 0;
+  if (MPI_Bcast(&made, 1, MPI_INT, 0, c->m_mpi) != MPI_SUCCESS || !made)
+    return Status::error(where + ": rank 0 could not make an NCCL unique id");
+  if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, c->m_mpi) != MPI_SUCCESS)
+    return Status::error(where + ": MPI_Bcast of the NCCL unique id failed");
+  MS_TRY(c->check(ncclCommInitRank(&c->m_comm, c->m_size, id, c->m_rank), "ncclCommInitRank"));
+  return c;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (m_stream) cudaStreamSynchronize(m_stream);
+  if (m_comm) ncclCommDestroy(m_comm);
+  if (m_stream) cudaStreamDestroy(m_stream);
+  if (m_mpi != MPI_COMM_NULL) MPI_Comm_free(&m_mpi);
+}
+
+Status NcclCommunicator::check(int result, const char* what) const {
+  if (result == ncclSuccess) return Status::ok();
+  const auto r = static_cast<ncclResult_t>(result);
+  std::string text = std::string(what) + " on nccl communicator " + m_label + " (rank " +
+                     std::to_string(m_rank) + " of " + std::to_string(m_size) + "): " + ncclGetErrorString(r);
+  if (m_comm) {
+    if (const char* last = ncclGetLastError(m_comm); last && *last) text += std::string(" (") + last + ")";
+  }
+  return Status::error(text);
+}
+
+Status NcclCommunicator::wait(const char* what) {
+  if (const cudaError_t e = cudaStreamSynchronize(m_stream); e != cudaSuccess)
+    return Status::error(std::string(what) + " on nccl communicator " + m_label + ": " + cudaText(e));
+  return Status::ok();
+}
+
+Expected<CommRequestPtr> NcclCommunicator::request(const char* what) {
+  cudaEvent_t event = nullptr;
+  if (const cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); e != cudaSuccess)
+    return Status::error(std::string(what) + ": creating an event: " + cudaText(e));
+  if (const cudaError_t e = cudaEventRecord(event, m_stream); e != cudaSuccess) {
+    cudaEventDestroy(event);
+    return Status::error(std::string(what) + ": recording an event: " + cudaText(e));
+  }
+  return CommRequestPtr(new NcclRequest(event, std::string(what) + " on nccl communicator " + m_label));
+}
+
+Expected<CommRequestPtr> NcclCommunicator::iallReduce(const void* send, void* recv, size_t count,
+                                                      CommType type, ReduceOp op) {
+  MS_TRY(check(ncclAllReduce(send, recv, count, ncclType(type), ncclOp(op), m_comm, m_stream), "all-reduce"));
+  return request("all-reduce");
+}
+
+Expected<CommRequestPtr> NcclCommunicator::ireduceScatter(const void* send, void* recv, size_t recvCount,
+                                                          CommType type, ReduceOp op) {
+  MS_TRY(check(ncclReduceScatter(send, recv, recvCount, ncclType(type), ncclOp(op), m_comm, m_stream),
+               "reduce-scatter"));
+  return request("reduce-scatter");
+}
+
+Expected<CommRequestPtr> NcclCommunicator::iallGather(const void* send, void* recv, size_t sendCount,
+                                                      CommType type) {
+  MS_TRY(check(ncclAllGather(send, recv, sendCount, ncclType(type), m_comm, m_stream), "all-gather"));
+  return request("all-gather");
+}
+
+Expected<CommRequestPtr> NcclCommunicator::ibroadcast(void* data, size_t count, CommType type, int root) {
+  MS_TRY(check(ncclBroadcast(data, data, count, ncclType(type), root, m_comm, m_stream), "broadcast"));
+  return request("broadcast");
+}
+
+Expected<CommRequestPtr> NcclCommunicator::isend(const void* data, size_t count, CommType type, int peer,
+                                                 int tag) {
+  MS_TRY(check(ncclSend(data, count, ncclType(type), peer, m_comm, m_stream), "send"));
+  return request(("send (tag " + std::to_string(tag) + ")").c_str());
+}
+
+Expected<CommRequestPtr> NcclCommunicator::irecv(void* data, size_t count, CommType type, int peer, int tag) {
+  MS_TRY(check(ncclRecv(data, count, ncclType(type), peer, m_comm, m_stream), "receive"));
+  return request(("receive (tag " + std::to_string(tag) + ")").c_str());
+}
+
+Status NcclCommunicator::allReduce(const void* send, void* recv, size_t count, CommType type, ReduceOp op) {
+  MS_TRY(check(ncclAllReduce(send, recv, count, ncclType(type), ncclOp(op), m_comm, m_stream), "all-reduce"));
+  return wait("all-reduce");
+}
+
+Status NcclCommunicator::reduceScatter(const void* send, void* recv, size_t recvCount, CommType type,
+                                       ReduceOp op) {
+  MS_TRY(check(ncclReduceScatter(send, recv, recvCount, ncclType(type), ncclOp(op), m_comm, m_stream),
+               "reduce-scatter"));
+  return wait("reduce-scatter");
+}
+
+Status NcclCommunicator::allGather(const void* send, void* recv, size_t sendCount, CommType type) {
+  MS_TRY(check(ncclAllGather(send, recv, sendCount, ncclType(type), m_comm, m_stream), "all-gather"));
+  return wait("all-gather");
+}
+
+Status NcclCommunicator::broadcast(void* data, size_t count, CommType type, int root) {
+  MS_TRY(check(ncclBroadcast(data, data, count, ncclType(type), root, m_comm, m_stream), "broadcast"));
+  return wait("broadcast");
+}
+
+Status NcclCommunicator::send(const void* data, size_t count, CommType type, int peer, int tag) {
+  MS_TRY(check(ncclSend(data, count, ncclType(type), peer, m_comm, m_stream), "send"));
+  return wait(("send (tag " + std::to_string(tag) + ")").c_str());
+}
+
+Status NcclCommunicator::recv(void* data, size_t count, CommType type, int peer, int tag) {
+  MS_TRY(check(ncclRecv(data, count, ncclType(type), peer, m_comm, m_stream), "receive"));
+  return wait(("receive (tag " + std::to_string(tag) + ")").c_str());
+}
+
+Status NcclCommunicator::barrier() {
+  MS_TRY(wait("barrier"));
+  if (MPI_Barrier(m_mpi) != MPI_SUCCESS) return Status::error("barrier on nccl communicator " + m_label);
+  return Status::ok();
+}
+
+Expected<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key) {
+  MPI_Comm part = MPI_COMM_NULL;
+  if (MPI_Comm_split(m_mpi, color, key, &part) != MPI_SUCCESS)
+    return Status::error("split of nccl communicator " + m_label + ": MPI_Comm_split failed");
+  auto made = create(part, m_device, m_label + "/" + std::to_string(color));
+  MPI_Comm_free(&part);  // create() keeps its own duplicate
+  if (!made) return made.status();
+  return std::unique_ptr<Communicator>(std::move(*made));
+}
+
+}  // namespace ms

@@ -1,0 +1,84 @@
+// The NCCL communicator: the runtime's Communicator (communicator.h) over NCCL, for buffers in GPU memory.
+// Built only with CUDA and NCCL (MESHSTUDIO_HAVE_NCCL). Every operation is enqueued on the communicator's own
+// non-blocking CUDA stream, so gradient syncs and pipeline transfers overlap compute on other streams; a
+// blocking call waits for its stream; a non-blocking call returns a request holding a CUDA event.
+//
+// What always holds: the ranks of an NcclCommunicator are those of the MPI communicator it was made from, in
+// the same order (the unique id is made by rank 0 and handed out with MPI_Bcast); buffers are device pointers
+// on the device given at creation; point-to-point messages between two ranks are matched in the order they
+// were posted (NCCL has no tags: the tag is kept only for error messages); errors come back as Status values
+// naming the operation, the communicator and the NCCL error, never as an abort.
+//
+// NCCL refuses two ranks on one GPU. ranksShareDevice() tells the engine so before it creates one; it then
+// uses the MPI communicator with host staging and says so once (ARCHITECTURE.md, "Communication").
+//
+// Not yet run on a GPU (the machines of the issue that wrote it had none): compiled, and its test
+// (tests/tst_nccl.cpp, label gpu) skips without a device.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "runtime/communicator.h"
+
+struct CUstream_st;
+struct ncclComm;
+
+namespace ms {
+
+// Collective over `comm`: true when two of its ranks on one host would use the same CUDA device.
+Expected<bool> ranksShareDevice(MPI_Comm comm, int device);
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `comm` (not taken over: a duplicate is kept for barriers and splits). `device` is the
+  // CUDA device of this rank; it becomes current on the calling thread.
+  static Expected<std::unique_ptr<NcclCommunicator>> create(MPI_Comm comm, int device, std::string label);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  CUstream_st* stream() const { return m_stream; }
+  int device() const { return m_device; }
+
+  const char* name() const override { return "nccl"; }
+  const std::string& label() const override { return m_label; }
+  int rank() const override { return m_rank; }
+  int size() const override { return m_size; }
+
+  Status allReduce(const void* send, void* recv, size_t count, CommType type, ReduceOp op) override;
+  Status reduceScatter(const void* send, void* recv, size_t recvCount, CommType type, ReduceOp op) override;
+  Status allGather(const void* send, void* recv, size_t sendCount, CommType type) override;
+  Status broadcast(void* data, size_t count, CommType type, int root) override;
+  Status send(const void* data, size_t count, CommType type, int peer, int tag) override;
+  Status recv(void* data, size_t count, CommType type, int peer, int tag) override;
+  Status barrier() override;
+
+  Expected<CommRequestPtr> iallReduce(const void* send, void* recv, size_t count, CommType type,
+                                      ReduceOp op) override;
+  Expected<CommRequestPtr> ireduceScatter(const void* send, void* recv, size_t recvCount, CommType type,
+                                          ReduceOp op) override;
+  Expected<CommRequestPtr> iallGather(const void* send, void* recv, size_t sendCount, CommType type) override;
+  Expected<CommRequestPtr> ibroadcast(void* data, size_t count, CommType type, int root) override;
+  Expected<CommRequestPtr> isend(const void* data, size_t count, CommType type, int peer, int tag) override;
+  Expected<CommRequestPtr> irecv(void* data, size_t count, CommType type, int peer, int tag) override;
+
+  Expected<std::unique_ptr<Communicator>> split(int color, int key) override;
+
+ private:
+  NcclCommunicator() = default;
+  Status check(int ncclResult, const char* what) const;  // ncclResult_t as int: nccl.h stays in the .cpp
+  Status wait(const char* what);                         // the stream, synchronously
+  Expected<CommRequestPtr> request(const char* what);    // an event recorded on the stream
+  std::string m_label;
+  MPI_Comm m_mpi = MPI_COMM_NULL;
+  ncclComm* m_comm = nullptr;
+  CUstream_st* m_stream = nullptr;
+  int m_device = 0;
+  int m_rank = 0;
+  int m_size = 1;
+};
+
+}  // namespace ms
