@@ -1,0 +1,202 @@
+#!/usr/bin/python3
+"""bench/gpu_vs_torch: GPT-2 124M training throughput and MFU of meshstudio-engine against PyTorch eager on the
+same GPU, in the same run (issue 6).
+
+Shape: 12 layers, width 768, 12 heads, context 1024, vocab 50304, tied embeddings, AdamW, bf16 autocast with
+fp32 master weights (PyTorch) / "precision": "bf16" (engine). Both train WARMUP + STEPS steps on random tokens
+(throughput does not depend on the data); the first WARMUP steps are not timed.
+
+MFU (Chowdhery et al. 2022, PaLM, appendix B): model FLOPs per token = 6 N + 6 L C T (N = parameters without the
+position table, L layers, C width, T context; the second term is attention's score and value products), over the
+device's dense bf16 peak (--peak-tflops, else looked up from the device name: H100 SXM 989, H200 989, A100 312).
+
+The engine's half runs `meshstudio-engine train` on a config of the same shape with "device": "cuda". While the
+engine has no CUDA training path it refuses that config; the table then says so and shows PyTorch's figures alone
+(the reference the engine must reach).
+
+usage: bench/gpu_vs_torch.py [--engine build/engine/meshstudio-engine] [--batch 8] [--steps 20] [--warmup 5]
+       bench/gpu_vs_torch.py --device cpu --tiny      (checks the script on a machine without a GPU)
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "RTX 4090": 165.0}
+
+
+class Block(nn.Module):
+    def __init__(self, C, H, T):
+        super().__init__()
+        self.H = H
+        self.ln_1 = nn.LayerNorm(C)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.H, c // self.H).transpose(1, 2) for z in (q, k, v))
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch >= 2.0: its fused (flash) attention
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # older PyTorch (Debian's): the materialised softmax
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.H))
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, V, T, C, L, H):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(T, C)
+        self.blocks = nn.ModuleList(Block(C, H, T) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C)
+        for m in self.modules():  # GPT-2's initialisation (normal, std 0.02; zero biases)
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        for b in self.blocks:
+            x = b(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied LM head
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def flops_per_token(n_params, L, C, T):
+    return 6 * n_params + 6 * L * C * T
+
+
+def peak_tflops(name, override):
+    if override:
+        return override
+    for key, value in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return value
+    return float("nan")
+
+
+def run_torch(args, shape, device):
+    V, T, C, L, H = shape
+    torch.manual_seed(1)
+    model = GPT(V, T, C, L, H).to(device)
+    n_params = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
+    fused = {"fused": True} if device.type == "cuda" else {}  # one kernel per step on GPUs (PyTorch >= 2.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
+    dtype = torch.bfloat16
+    times = []
+    for step in range(args.warmup + args.steps):
+        x = torch.randint(0, V, (args.batch, T), device=device)
+        y = torch.randint(0, V, (args.batch, T), device=device)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast(device_type=device.type, dtype=dtype):
+            loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    tokens_per_s = args.steps * args.batch * T / sum(times)
+    return tokens_per_s, n_params, float(loss)
+
+
+def engine_config(args, shape, run_dir):
+    V, T, C, L, H = shape
+    return {
+        "version": 1, "name": "gpu-vs-torch", "seed": 1, "device": "cuda",
+        "model": {"type": "gpt", "layers": L, "width": C, "heads": H, "vocab": V, "context": T,
+                  "tie_embeddings": True},
+        "data": {"kind": "tokens", "train": [os.path.join(run_dir, "train.bin")],
+                 "val": [os.path.join(run_dir, "train.bin")]},
+        "mesh": {"nodes": [{"name": "node0", "device": "h100-sxm-80gb", "count": 1}]},
+        "parallel": {"precision": "bf16"},
+        "optimizer": {"type": "adamw", "lr": 6e-4, "betas": [0.9, 0.95], "weight_decay": 0.1},
+        "training": {"steps": args.warmup + args.steps, "batch_size": args.batch, "seq_len": T,
+                     "grad_clip": 1.0, "eval_batches": 1, "checkpoint_every": 0},
+    }
+
+
+def write_tokens(path, count, V):
+    # llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, count
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, V, (count,), generator=g, dtype=torch.int32).to(torch.int16)
+    with open(path, "wb") as f:
+        f.write(torch.tensor(header, dtype=torch.int32).numpy().tobytes())
+        f.write(tokens.numpy().tobytes())
+
+
+def run_engine(args, shape):
+    V, T = shape[0], shape[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        write_tokens(os.path.join(tmp, "train.bin"), (args.warmup + args.steps + 2) * args.batch * T + 1, V)
+        cfg = os.path.join(tmp, "gpt.json")
+        with open(cfg, "w") as f:
+            json.dump(engine_config(args, shape, tmp), f)
+        p = subprocess.run([args.engine, "train", cfg, "--metrics", "-", "--run-dir", os.path.join(tmp, "run"),
+                            "--quiet"], capture_output=True, text=True)
+        if p.returncode != 0:
+            return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+        times = [json.loads(l)["step_time_s"] for l in p.stdout.splitlines()
+                 if l.startswith("{") and json.loads(l).get("type") == "step"][args.warmup:]
+        return args.steps * args.batch * T / sum(times), ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", default="build/engine/meshstudio-engine")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--peak-tflops", type=float, default=0.0, help="dense bf16 peak of the device")
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer width-64 model (script check)")
+    args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench/gpu_vs_torch: no CUDA device visible to PyTorch; run it on a GPU machine "
+              "(or --device cpu --tiny to check the script)", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    shape = (256, 64, 64, 2, 2) if args.tiny else (50304, 1024, 768, 12, 12)  # V, T, C, L, H
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    peak = peak_tflops(name, args.peak_tflops)
+    torch_tps, n_params, loss = run_torch(args, shape, device)
+    fpt = flops_per_token(n_params, shape[3], shape[2], shape[1])
+    engine_tps, why = run_engine(args, shape)
+    print(f"device: {name} (dense bf16 peak {peak:.0f} TFLOP/s); GPT {n_params / 1e6:.1f}M parameters, "
+          f"{fpt / 1e9:.3f} GFLOP per token; batch {args.batch} x {shape[1]}")
+    print(f"{'':10} {'tokens/s':>12} {'MFU':>8}")
+    print(f"{'pytorch':10} {torch_tps:12.0f} {100 * torch_tps * fpt / (peak * 1e12):7.1f}%   (final loss {loss:.3f})")
+    if engine_tps is None:
+        print(f"{'engine':10} {'-':>12} {'-':>8}   refused: {why}")
+    else:
+        print(f"{'engine':10} {engine_tps:12.0f} {100 * engine_tps * fpt / (peak * 1e12):7.1f}%")
+        print(f"engine / pytorch: {engine_tps / torch_tps:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
