@@ -1,12 +1,12 @@
 // MeshCanvas; see mesh_canvas.h. The scene holds one NodeItem per node (its box, header and tiles), a legend
 // and a message (OverlayItems); the legend and the message ignore the view's transform and follow the
 // viewport's corners, so they stay readable at any zoom. Hit tests go through MeshGeometry, never through the
-// scene's items. The items are in mesh_canvas_items.h, the new-type dialog in type_dialog.h.
+// scene's items. The items are in mesh_canvas_items.h, the new-type dialog in type_dialog.h, the edits behind
+// the actions and the layer drop in mesh_canvas_edits.cpp.
 #include "ui/views/mesh_canvas.h"
 
 #include <QAction>
 #include <QContextMenuEvent>
-#include <QDialog>
 #include <QDragEnterEvent>
 #include <QGraphicsItem>
 #include <QGraphicsScene>
@@ -26,7 +26,6 @@
 #include "ui/models/plan_analysis.h"
 #include "ui/models/project_document.h"
 #include "ui/views/mesh_canvas_items.h"
-#include "ui/views/type_dialog.h"
 
 namespace ms {
 
@@ -42,20 +41,6 @@ QString gbText(double bytes) {
   return QString::number(bytes / 1e9, 'f', bytes >= 1e11 ? 0 : 1) + QStringLiteral(" GB");
 }
 
-// "nvlink · 450 GB/s · 3 µs", resolved like buildMesh (the config's own types first, then the catalog).
-QString linkText(const MeshConfig& mesh, const std::string& name) {
-  std::optional<LinkSpec> spec;
-  for (const LinkTypeConfig& t : mesh.linkTypes)
-    if (t.name == name) spec = toLinkSpec(t);
-  if (!spec) spec = findLink(name);
-  const QString n = QString::fromStdString(name);
-  if (!spec) return QObject::tr("%1 (unknown link type)").arg(n);
-  return QStringLiteral("%1 · %2 GB/s · %3 µs")
-      .arg(n)
-      .arg(spec->bandwidth / 1e9, 0, 'g', 4)
-      .arg(spec->latency * 1e6, 0, 'g', 3);
-}
-
 std::optional<DeviceSpec> deviceSpec(const MeshConfig& mesh, const std::string& name) {
   for (const DeviceTypeConfig& t : mesh.deviceTypes)
     if (t.name == name) return toDeviceSpec(t);
@@ -65,6 +50,7 @@ std::optional<DeviceSpec> deviceSpec(const MeshConfig& mesh, const std::string& 
 }  // namespace
 
 using canvas_detail::kRefuseColor;
+using canvas_detail::linkText;
 using canvas_detail::NodeItem;
 using canvas_detail::OverlayItem;
 
@@ -367,165 +353,6 @@ void MeshCanvas::showMessage(const QString& text, bool error) {
   placeOverlays();
   m_messageTimer->start(kMessageMillis);
 }
-
-bool MeshCanvas::applyMesh(const QString& text, const MeshConfig& mesh) {
-  RunConfig next = m_doc->config();
-  next.mesh = mesh;
-  m_doc->setConfig(text, next);
-  return true;
-}
-
-bool MeshCanvas::addNode() {
-  MeshConfig mesh = m_doc->config().mesh;
-  const Status s = ms::addNode(mesh, m_selectedNode);
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  return applyMesh(tr("Add node %1").arg(QString::fromStdString(mesh.nodes.back().name)), mesh);
-}
-
-bool MeshCanvas::duplicateNode(int node) {
-  MeshConfig mesh = m_doc->config().mesh;
-  const Status s = ms::duplicateNode(mesh, node);
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  return applyMesh(
-      tr("Duplicate node %1").arg(QString::fromStdString(mesh.nodes[static_cast<size_t>(node)].name)), mesh);
-}
-
-bool MeshCanvas::removeNode(int node) {
-  MeshConfig mesh = m_doc->config().mesh;
-  const QString name = node >= 0 && node < int(mesh.nodes.size())
-                           ? QString::fromStdString(mesh.nodes[static_cast<size_t>(node)].name)
-                           : QString();
-  const Status s = ms::removeNode(mesh, node);
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  m_selectedNode = m_selectedDevice = -1;
-  return applyMesh(tr("Remove node %1").arg(name), mesh);
-}
-
-bool MeshCanvas::addDevice(int node) {
-  MeshConfig mesh = m_doc->config().mesh;
-  const Status s = ms::addDevice(mesh, node);
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  return applyMesh(
-      tr("Add device to %1").arg(QString::fromStdString(mesh.nodes[static_cast<size_t>(node)].name)), mesh);
-}
-
-bool MeshCanvas::removeDevice(int device) {
-  MeshConfig mesh = m_doc->config().mesh;
-  const Status s = ms::removeDevice(mesh, device);
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  m_selectedDevice = -1;
-  return applyMesh(tr("Remove device %1").arg(device), mesh);
-}
-
-bool MeshCanvas::setNodeDeviceType(int node, const QString& type) {
-  MeshConfig mesh = m_doc->config().mesh;
-  const Status s = ms::setNodeDeviceType(mesh, node, type.toStdString());
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  return applyMesh(tr("Set device type of %1 to %2")
-                       .arg(QString::fromStdString(mesh.nodes[static_cast<size_t>(node)].name), type),
-                   mesh);
-}
-
-bool MeshCanvas::defineDeviceType(const DeviceTypeConfig& type, int applyToNode) {
-  MeshConfig mesh = m_doc->config().mesh;
-  Status s = ms::addDeviceType(mesh, type);
-  if (s && applyToNode >= 0) s = ms::setNodeDeviceType(mesh, applyToNode, type.name);
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  return applyMesh(tr("Define device type %1").arg(QString::fromStdString(type.name)), mesh);
-}
-
-bool MeshCanvas::setLink(bool intra, const QString& name) {
-  MeshConfig mesh = m_doc->config().mesh;
-  const Status s = ms::setLink(mesh, intra, name.toStdString());
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  return applyMesh(
-      intra ? tr("Set intra-node link to %1").arg(name) : tr("Set inter-node link to %1").arg(name), mesh);
-}
-
-bool MeshCanvas::defineLinkType(const LinkTypeConfig& type, bool intra) {
-  MeshConfig mesh = m_doc->config().mesh;
-  Status s = ms::addLinkType(mesh, type);
-  if (s) s = ms::setLink(mesh, intra, type.name);
-  if (!s) return refuse(QString::fromStdString(s.message()));
-  return applyMesh(tr("Define link type %1").arg(QString::fromStdString(type.name)), mesh);
-}
-
-void MeshCanvas::fillDeviceTypeMenu(QMenu* menu, int node) {
-  menu->clear();
-  const RunConfig& config = m_doc->config();
-  if (node < 0 || node >= int(config.mesh.nodes.size())) return;
-  const std::string current = config.mesh.nodes[static_cast<size_t>(node)].device;
-  for (const std::string& name : deviceTypeNames(config.mesh)) {
-    const QString type = QString::fromStdString(name);
-    QAction* a = menu->addAction(type, this, [this, node, type] { setNodeDeviceType(node, type); });
-    a->setCheckable(true);
-    a->setChecked(name == current);
-  }
-  menu->addSeparator();
-  menu->addAction(tr("New device type..."), this, [this, node] { askDeviceType(node); });
-}
-
-void MeshCanvas::fillLinkMenu(QMenu* menu, bool intra) {
-  menu->clear();
-  const MeshConfig& mesh = m_doc->config().mesh;
-  const std::string& current = intra ? mesh.intraLink : mesh.interLink;
-  for (const std::string& name : linkTypeNames(mesh)) {
-    const QString link = QString::fromStdString(name);
-    QAction* a = menu->addAction(linkText(mesh, name), this, [this, intra, link] { setLink(intra, link); });
-    a->setCheckable(true);
-    a->setChecked(name == current);
-  }
-  menu->addSeparator();
-  menu->addAction(tr("New link type..."), this, [this, intra] { askLinkType(intra); });
-}
-
-void MeshCanvas::askDeviceType(int node) {
-  TypeDialog dialog(m_doc->config().mesh, true, this);
-  if (dialog.exec() == QDialog::Accepted) defineDeviceType(dialog.deviceType(), node);
-}
-
-void MeshCanvas::askLinkType(bool intra) {
-  TypeDialog dialog(m_doc->config().mesh, false, this);
-  if (dialog.exec() == QDialog::Accepted) defineLinkType(dialog.linkType(), intra);
-}
-
-bool MeshCanvas::dropLayers(int first, int last, int device) {
-  if (device < 0) return refuse(tr("Drop the layers on a device tile: empty space runs no pipeline stage"));
-  const int stage = stageOfDevice(device);
-  if (stage < 0) {
-    if (!m_ranks.ok()) return refuse(tr("Device %1 runs no rank: %2").arg(device).arg(m_ranks.error));
-    return refuse(
-        tr("Device %1 is idle (no rank runs on it): drop the layers on a device of a pipeline stage")
-            .arg(device));
-  }
-  const RunConfig& config = m_doc->config();
-  const std::vector<std::string> names = modelLayerNames(config.model);
-  const auto name = [&](int i) {
-    return i >= 0 && i < int(names.size()) ? QString::fromStdString(names[static_cast<size_t>(i)])
-                                           : QString::number(i);
-  };
-  const QString what = first == last ? name(first) : tr("%1..%2").arg(name(first), name(last));
-  std::vector<std::string> changes;
-  const auto placed = placeLayers(config, first, last, stage, &changes);
-  if (!placed)
-    return refuse(tr("Cannot place %1 on stage %2: %3")
-                      .arg(what)
-                      .arg(stage)
-                      .arg(QString::fromStdString(placed.message())));
-  if (*placed == config) {
-    showMessage(tr("%1 already on stage %2").arg(what).arg(stage), false);
-    return true;
-  }
-  const QString text = tr("Place layers %1 on stage %2").arg(what).arg(stage);
-  m_doc->setConfig(text, *placed);
-  QString description = text;
-  for (const std::string& c : changes) description += QStringLiteral("\n") + QString::fromStdString(c);
-  showMessage(description, false);
-  emit layersPlaced(description);
-  return true;
-}
-
-// --- Interaction ---
 
 void MeshCanvas::selectDevice(int device) {
   if (device >= m_geometry.deviceCount()) device = -1;

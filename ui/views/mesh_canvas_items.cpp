@@ -8,6 +8,7 @@
 #include <map>
 #include <utility>
 
+#include "plan/hardware.h"
 #include "ui/views/mesh_canvas.h"
 
 namespace ms::canvas_detail {
@@ -167,6 +168,19 @@ void OverlayItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) 
     p->setPen(Qt::black);
     p->drawText(r.adjusted(r.height() + 2, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter, m_swatches[i].label);
   }
+}
+
+QString linkText(const MeshConfig& mesh, const std::string& name) {
+  std::optional<LinkSpec> spec;
+  for (const LinkTypeConfig& t : mesh.linkTypes)
+    if (t.name == name) spec = toLinkSpec(t);
+  if (!spec) spec = findLink(name);
+  const QString n = QString::fromStdString(name);
+  if (!spec) return QObject::tr("%1 (unknown link type)").arg(n);
+  return QStringLiteral("%1 · %2 GB/s · %3 µs")
+      .arg(n)
+      .arg(spec->bandwidth / 1e9, 0, 'g', 4)
+      .arg(spec->latency * 1e6, 0, 'g', 3);
 }
 
 }  // namespace ms::canvas_detail

@@ -13,7 +13,10 @@
 #include <QPainterPath>
 #include <QRectF>
 #include <QString>
+#include <string>
 #include <vector>
+
+#include "plan/run_config.h"
 
 namespace ms {
 
@@ -23,6 +26,9 @@ namespace canvas_detail {
 
 // Over-capacity tiles, a drag over a device that holds no stage, and the border of a refusal message.
 inline const QColor kRefuseColor(211, 47, 47);
+
+// "nvlink · 450 GB/s · 3 µs", resolved like buildMesh (the config's own types first, then the catalog).
+QString linkText(const MeshConfig& mesh, const std::string& name);
 
 // One node: its box, its header (name, device type, intra-node link) and its device tiles with their labels
 // and TP-group outlines. Reads everything from the canvas when painting, so an update() is all a change
