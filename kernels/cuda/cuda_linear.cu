@@ -1,0 +1,85 @@
+// Linear layers on cuBLAS. cuBLAS is column-major: a row-major (R, K) buffer is, read column-major, its
+// transpose (K, R) with leading dimension K. So every row-major product Y = X @ W is computed as the
+// column-major Y^T = W^T @ X^T on the same pointers, and the comment above each call gives the row-major
+// formula it implements. Bias forward is a separate broadcast add; bias gradients are a deterministic column
+// sum (cuda_blas.cu).
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace ms::cuda {
+namespace {
+
+using detail::gemm;
+
+// out (N, OC) += bias (OC) broadcast over rows.
+__global__ void addBiasKernel(float* out, const float* bias, size_t N, int OC) {
+  const size_t total = N * size_t(OC);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += size_t(gridDim.x) * blockDim.x)
+    out[i] += bias[i % OC];
+}
+
+Status addBias(float* out, const float* bias, int N, int OC, cudaStream_t stream, const char* what) {
+  if (!bias || N <= 0 || OC <= 0) return Status::ok();
+  addBiasKernel<<<detail::gridFor(size_t(N) * OC), detail::kBlockSize, 0, stream>>>(out, bias, size_t(N), OC);
+  return checkLaunch(what);
+}
+
+}  // namespace
+
+Status linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                     int OC, cudaStream_t stream) {
+  // out (N, OC), inp (N, C), weight (C, OC), bias (OC)
+  if (N <= 0 || OC <= 0) return Status::ok();
+  // out = inp @ weight  <=>  out^T (OC, N) = weight^T (OC, C) @ inp^T (C, N)
+  MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, weight, OC, 0, inp, C, 0, 0.0f, out, OC, 0, 1,
+              "linearForward"));
+  return addBias(out, bias, N, OC, stream, "linearForward: bias");
+}
+
+Status linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int N, int C, int OC, cudaStream_t stream) {
+  // dinp (N, C), dweight (C, OC), dbias (OC), dout (N, OC), inp (N, C), weight (C, OC)
+  if (N <= 0 || C <= 0 || OC <= 0) return Status::ok();
+  if (dinp) {
+    // dinp += dout @ weight^T  <=>  dinp^T (C, N) += weight (C, OC) @ dout^T (OC, N)
+    MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, 1.0f, weight, OC, 0, dout, OC, 0, 1.0f, dinp, C,
+                0, 1, "linearBackward: dinp"));
+  }
+  if (dweight) {
+    // dweight += inp^T @ dout  <=>  dweight^T (OC, C) += dout^T (OC, N) @ inp (N, C)
+    MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, OC,
+                0, 1, "linearBackward: dweight"));
+  }
+  if (dbias) MS_TRY(detail::columnSumAccumulate(dbias, dout, N, OC, stream, "linearBackward: dbias"));
+  return Status::ok();
+}
+
+Status linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                      int OC, cudaStream_t stream) {
+  // out (N, OC), inp (N, C), weight (OC, C), bias (OC)
+  if (N <= 0 || OC <= 0) return Status::ok();
+  // out = inp @ weight^T  <=>  out^T (OC, N) = weight (OC, C) @ inp^T (C, N)
+  MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, weight, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1,
+              "linearForwardT"));
+  return addBias(out, bias, N, OC, stream, "linearForwardT: bias");
+}
+
+Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int C, int OC, cudaStream_t stream) {
+  // dinp (N, C), dweight (OC, C), dbias (OC), dout (N, OC), inp (N, C), weight (OC, C)
+  if (N <= 0 || C <= 0 || OC <= 0) return Status::ok();
+  if (dinp) {
+    // dinp += dout @ weight  <=>  dinp^T (C, N) += weight^T (C, OC) @ dout^T (OC, N)
+    MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, weight, C, 0, dout, OC, 0, 1.0f, dinp, C, 0,
+                1, "linearBackwardT: dinp"));
+  }
+  if (dweight) {
+    // dweight += dout^T @ inp  <=>  dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)
+    MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dweight, C, 0,
+                1, "linearBackwardT: dweight"));
+  }
+  if (dbias) MS_TRY(detail::columnSumAccumulate(dbias, dout, N, OC, stream, "linearBackwardT: dbias"));
+  return Status::ok();
+}
+
+}  // namespace ms::cuda

@@ -1,0 +1,107 @@
+// Pointwise ops over flat buffers: one grid-stride kernel each, the formulas of kernels/cpu/pointwise.cpp
+// (GELU in its sigmoid form, which has no cancellation for negative x). Backward kernels accumulate.
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace ms::cuda {
+namespace {
+
+// GELU, tanh approximation (Hendrycks & Gimpel 2016, section 2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+// x^3))).
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+#define MS_GRID_STRIDE(i, n) \
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
+
+__global__ void geluForwardKernel(float* out, const float* inp, size_t n) {
+  MS_GRID_STRIDE(i, n) {
+    // 0.5 (1 + tanh u) = sigmoid(2u)
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCube * x * x * x);
+    out[i] = x / (1.0f + expf(-2.0f * u));
+  }
+}
+
+__global__ void geluBackwardKernel(float* dinp, const float* dout, const float* inp, size_t n) {
+  MS_GRID_STRIDE(i, n) {
+    // d/dx = s + 2 x s (1 - s) du/dx with s = sigmoid(2u), 1 - s = e s, e = exp(-2u).
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCube * x * x * x);
+    const float e = expf(-2.0f * u);
+    const float s = 1.0f / (1.0f + e);
+    const float local = s + 2.0f * x * s * (e * s) * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+__global__ void reluForwardKernel(float* out, const float* inp, size_t n) {
+  MS_GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+__global__ void reluBackwardKernel(float* dinp, const float* dout, const float* inp, size_t n) {
+  MS_GRID_STRIDE(i, n) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+__global__ void tanhForwardKernel(float* out, const float* inp, size_t n) {
+  MS_GRID_STRIDE(i, n) out[i] = tanhf(inp[i]);
+}
+
+__global__ void tanhBackwardKernel(float* dinp, const float* dout, const float* out, size_t n) {
+  MS_GRID_STRIDE(i, n) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+
+// out may alias a or b: each element is read before it is written, by the same thread.
+__global__ void addKernel(float* out, const float* a, const float* b, size_t n) {
+  MS_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ void accumulateKernel(float* y, const float* x, size_t n) {
+  MS_GRID_STRIDE(i, n) y[i] += x[i];
+}
+
+__global__ void scaleKernel(float* y, float s, size_t n) {
+  MS_GRID_STRIDE(i, n) y[i] *= s;
+}
+
+#undef MS_GRID_STRIDE
+
+// Launches kernel over n elements on stream and checks the launch; n == 0 launches nothing.
+template <typename... KArgs, typename... Args>
+Status launchPointwise(void (*kernel)(KArgs...), size_t n, cudaStream_t stream, const char* what,
+                       Args... args) {
+  if (n == 0) return Status::ok();
+  kernel<<<detail::gridFor(n), detail::kBlockSize, 0, stream>>>(args..., n);
+  return checkLaunch(what);
+}
+
+}  // namespace
+
+Status geluForward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+  return launchPointwise(geluForwardKernel, n, stream, "geluForward", out, inp);
+}
+Status geluBackward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream) {
+  return launchPointwise(geluBackwardKernel, n, stream, "geluBackward", dinp, dout, inp);
+}
+Status reluForward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+  return launchPointwise(reluForwardKernel, n, stream, "reluForward", out, inp);
+}
+Status reluBackward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream) {
+  return launchPointwise(reluBackwardKernel, n, stream, "reluBackward", dinp, dout, inp);
+}
+Status tanhForward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+  return launchPointwise(tanhForwardKernel, n, stream, "tanhForward", out, inp);
+}
+Status tanhBackward(float* dinp, const float* dout, const float* out, size_t n, cudaStream_t stream) {
+  return launchPointwise(tanhBackwardKernel, n, stream, "tanhBackward", dinp, dout, out);
+}
+Status add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
+  return launchPointwise(addKernel, n, stream, "add", out, a, b);
+}
+Status accumulate(float* y, const float* x, size_t n, cudaStream_t stream) {
+  return launchPointwise(accumulateKernel, n, stream, "accumulate", y, x);
+}
+Status scale(float* y, float s, size_t n, cudaStream_t stream) {
+  return launchPointwise(scaleKernel, n, stream, "scale", y, s);
+}
+
+}  // namespace ms::cuda

@@ -1,0 +1,615 @@
+// Tests of the CUDA kernels (kernels/cuda/cuda_ops.h) against the CPU kernels (kernels/cpu/cpu_ops.h), which
+// tst_kernels checks against double-precision loops. Every case runs both on the same fixed-seed data, on
+// shapes that are multiples of no block (1, 7, 33, 37, 50257, heads 3), and compares with atol + rtol * |ref|
+// (fp32 tolerances, wider ones for TF32 GEMMs). Gradient buffers start from non-zero values so that the
+// "+=" convention is checked, not only the fresh result. Without a CUDA device the whole suite is skipped.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_info.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace cuda = ms::cuda;
+namespace cpu = ms::cpu;
+
+namespace {
+
+using Vec = std::vector<float>;
+using Ints = std::vector<int32_t>;
+template <typename T>
+using DBuf = cuda::DeviceBuffer<T>;
+
+constexpr unsigned kSeed = 20240612;
+// fp32 kernels against fp32 CPU kernels: both round differently (summation order, exp), nothing more.
+constexpr double kAtol = 1e-5, kRtol = 1e-4;
+// GEMM-based results: sums of up to a few thousand products in a different order.
+constexpr double kGemmAtol = 1e-4, kGemmRtol = 1e-4;
+// TF32 rounds GEMM inputs to 10 mantissa bits (relative 2^-11 each).
+constexpr double kTf32Atol = 3e-2, kTf32Rtol = 1e-2;
+
+Vec randomVec(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+Ints randomTokens(std::mt19937& rng, size_t n, int V) {
+  std::uniform_int_distribution<int32_t> dist(0, V - 1);
+  Ints v(n);
+  for (int32_t& x : v) x = dist(rng);
+  return v;
+}
+
+template <typename T>
+QString mismatch(const std::vector<T>& got, const std::vector<T>& ref, double atol, double rtol) {
+  if (got.size() != ref.size()) return QStringLiteral("size %1, expected %2").arg(got.size()).arg(ref.size());
+  for (size_t i = 0; i < got.size(); i++) {
+    const double r = double(ref[i]);
+    const double err = std::fabs(double(got[i]) - r);
+    if (!(err <= atol + rtol * std::fabs(r)))
+      return QStringLiteral("index %1 of %2: got %3, expected %4 (|diff| %5 > %6)")
+          .arg(i)
+          .arg(got.size())
+          .arg(double(got[i]), 0, 'g', 9)
+          .arg(r, 0, 'g', 9)
+          .arg(err, 0, 'g', 3)
+          .arg(atol + rtol * std::fabs(r), 0, 'g', 3);
+  }
+  return {};
+}
+
+#define VERIFY_CLOSE(got, ref, atol, rtol)                                  \
+  do {                                                                      \
+    const QString msg_ = mismatch((got), (ref), (atol), (rtol));            \
+    QVERIFY2(msg_.isEmpty(), qPrintable(QStringLiteral(#got ": ") + msg_)); \
+  } while (false)
+
+#define CUDA_OK(expr)                                                                                   \
+  do {                                                                                                  \
+    const ms::Status s_ = (expr);                                                                       \
+    QVERIFY2(s_.isOk(), qPrintable(QStringLiteral(#expr ": ") + QString::fromStdString(s_.message()))); \
+  } while (false)
+
+// Sets the process GEMM mode for one scope and restores fp32 after it.
+struct GemmModeScope {
+  explicit GemmModeScope(cuda::GemmMode mode) { cuda::setGemmMode(mode); }
+  ~GemmModeScope() { cuda::setGemmMode(cuda::GemmMode::Fp32); }
+};
+
+}  // namespace
+
+class TestCudaKernels : public QObject {
+  Q_OBJECT
+
+ private:
+  cudaStream_t m_stream = nullptr;
+
+  template <typename T>
+  ms::Status upload(DBuf<T>& dst, const std::vector<T>& src) {
+    ms::Expected<DBuf<T>> b = DBuf<T>::create(src.size());
+    if (!b) return b.status();
+    dst = std::move(*b);
+    return cuda::copyToDevice(dst.data(), src.data(), dst.bytes(), m_stream);
+  }
+  template <typename T>
+  ms::Status download(std::vector<T>& dst, const DBuf<T>& src) {
+    dst.resize(src.size());
+    return cuda::copyToHost(dst.data(), src.data(), src.bytes(), m_stream);
+  }
+
+ private slots:
+  void initTestCase() {
+    if (cuda::deviceCount() == 0) QSKIP("no CUDA device: GPU kernel tests skipped");
+    qInfo("device 0: %s", cuda::deviceName(0).c_str());
+    CUDA_OK(cuda::cudaStatus(cudaStreamCreate(&m_stream), "cudaStreamCreate"));
+  }
+
+  void cleanupTestCase() {
+    if (m_stream) CUDA_OK(cuda::cudaStatus(cudaStreamDestroy(m_stream), "cudaStreamDestroy"));
+  }
+
+  // The error path: a Status that names the op and the CUDA error.
+  void errorsNameTheOp() {
+    const ms::Status s = cuda::cudaStatus(cudaErrorInvalidValue, "myOp");
+    QVERIFY(!s.isOk());
+    QVERIFY2(s.message().find("myOp") != std::string::npos, s.message().c_str());
+    QVERIFY2(s.message().find("cudaErrorInvalidValue") != std::string::npos, s.message().c_str());
+    QVERIFY(cuda::cudaStatus(cudaSuccess, "myOp").isOk());
+    const ms::Status bad = cuda::attentionForward(nullptr, nullptr, nullptr, 1, 1, 7, 3, true, m_stream);
+    QVERIFY2(!bad.isOk() && bad.message().find("attentionForward") != std::string::npos,
+             bad.message().c_str());
+  }
+
+  void linear_data() {
+    QTest::addColumn<int>("N");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("OC");
+    QTest::addColumn<bool>("transposed");
+    QTest::addColumn<bool>("tf32");
+    for (bool tf32 : {false, true}) {
+      const char* m = tf32 ? "tf32" : "fp32";
+      QTest::addRow("%s N1 C7 OC5", m) << 1 << 7 << 5 << false << tf32;
+      QTest::addRow("%s N37 C33 OC97", m) << 37 << 33 << 97 << false << tf32;
+      QTest::addRow("%s N128 C256 OC768", m) << 128 << 256 << 768 << false << tf32;
+      QTest::addRow("%s T N1 C7 OC5", m) << 1 << 7 << 5 << true << tf32;
+      QTest::addRow("%s T N37 C7 OC3", m) << 37 << 7 << 3 << true << tf32;
+      QTest::addRow("%s T lm-head N8 C64 V50257", m) << 8 << 64 << 50257 << true << tf32;
+    }
+  }
+
+  void linear() {
+    QFETCH(int, N);
+    QFETCH(int, C);
+    QFETCH(int, OC);
+    QFETCH(bool, transposed);
+    QFETCH(bool, tf32);
+    GemmModeScope mode(tf32 ? cuda::GemmMode::Tf32 : cuda::GemmMode::Fp32);
+    const double atol = tf32 ? kTf32Atol : kGemmAtol;
+    const double rtol = tf32 ? kTf32Rtol : kGemmRtol;
+    std::mt19937 rng(kSeed);
+    const Vec inp = randomVec(rng, size_t(N) * C);      // (N, C)
+    const Vec weight = randomVec(rng, size_t(C) * OC);  // (C, OC) or (OC, C)
+    const Vec bias = randomVec(rng, size_t(OC));        // (OC)
+    const Vec dout = randomVec(rng, size_t(N) * OC);    // (N, OC)
+    const Vec dinp0 = randomVec(rng, inp.size());       // non-zero starting gradients
+    const Vec dweight0 = randomVec(rng, weight.size());
+    const Vec dbias0 = randomVec(rng, bias.size());
+
+    Vec out(size_t(N) * OC), dinp = dinp0, dweight = dweight0, dbias = dbias0;
+    (transposed ? cpu::linearForwardT : cpu::linearForward)(out.data(), inp.data(), weight.data(),
+                                                            bias.data(), N, C, OC);
+    (transposed ? cpu::linearBackwardT : cpu::linearBackward)(
+        dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, C, OC);
+
+    DBuf<float> dInp, dWeight, dBias, dOut, dDout, dDinp, dDweight, dDbias;
+    CUDA_OK(upload(dInp, inp));
+    CUDA_OK(upload(dWeight, weight));
+    CUDA_OK(upload(dBias, bias));
+    CUDA_OK(upload(dOut, Vec(out.size(), 7.0f)));  // forward overwrites
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dDinp, dinp0));
+    CUDA_OK(upload(dDweight, dweight0));
+    CUDA_OK(upload(dDbias, dbias0));
+    CUDA_OK((transposed ? cuda::linearForwardT : cuda::linearForward)(
+        dOut.data(), dInp.data(), dWeight.data(), dBias.data(), N, C, OC, m_stream));
+    CUDA_OK((transposed ? cuda::linearBackwardT : cuda::linearBackward)(
+        dDinp.data(), dDweight.data(), dDbias.data(), dDout.data(), dInp.data(), dWeight.data(), N, C, OC,
+        m_stream));
+    CUDA_OK(cuda::synchronize(m_stream));
+    Vec got;
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, out, atol, rtol);
+    CUDA_OK(download(got, dDinp));
+    VERIFY_CLOSE(got, dinp, atol, rtol);
+    CUDA_OK(download(got, dDweight));
+    VERIFY_CLOSE(got, dweight, atol, rtol);
+    CUDA_OK(download(got, dDbias));
+    VERIFY_CLOSE(got, dbias, kAtol, kRtol);  // a column sum, never TF32
+
+    // Nullable: no bias forward, only dweight backward (dinp and dbias must stay untouched).
+    Vec outNoBias(out.size());
+    (transposed ? cpu::linearForwardT : cpu::linearForward)(outNoBias.data(), inp.data(), weight.data(),
+                                                            nullptr, N, C, OC);
+    CUDA_OK((transposed ? cuda::linearForwardT : cuda::linearForward)(
+        dOut.data(), dInp.data(), dWeight.data(), nullptr, N, C, OC, m_stream));
+    CUDA_OK((transposed ? cuda::linearBackwardT : cuda::linearBackward)(
+        nullptr, dDweight.data(), nullptr, dDout.data(), dInp.data(), dWeight.data(), N, C, OC, m_stream));
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, outNoBias, atol, rtol);
+    CUDA_OK(download(got, dDinp));
+    VERIFY_CLOSE(got, dinp, atol, rtol);
+    CUDA_OK(download(got, dDbias));
+    VERIFY_CLOSE(got, dbias, kAtol, kRtol);
+    Vec dweight2 = dweight;
+    (transposed ? cpu::linearBackwardT : cpu::linearBackward)(nullptr, dweight2.data(), nullptr, dout.data(),
+                                                              inp.data(), weight.data(), N, C, OC);
+    CUDA_OK(download(got, dDweight));
+    VERIFY_CLOSE(got, dweight2, atol, rtol);
+  }
+
+  void layerNorm_data() {
+    QTest::addColumn<int>("N");
+    QTest::addColumn<int>("C");
+    QTest::newRow("N1 C7") << 1 << 7;
+    QTest::newRow("N3 C1") << 3 << 1;
+    QTest::newRow("N37 C33") << 37 << 33;
+    QTest::newRow("N64 C768") << 64 << 768;
+    QTest::newRow("N9 C4099") << 9 << 4099;
+  }
+
+  void layerNorm() {
+    QFETCH(int, N);
+    QFETCH(int, C);
+    std::mt19937 rng(kSeed + 1);
+    const Vec inp = randomVec(rng, size_t(N) * C, -2.0f, 3.0f);  // (N, C), mean away from 0
+    const Vec weight = randomVec(rng, size_t(C));
+    const Vec bias = randomVec(rng, size_t(C));
+    const Vec dout = randomVec(rng, inp.size());
+    const Vec dinp0 = randomVec(rng, inp.size());
+    const Vec dweight0 = randomVec(rng, size_t(C));
+    const Vec dbias0 = randomVec(rng, size_t(C));
+    const float eps = 1e-5f;
+    Vec out(inp.size()), mean(N), rstd(N), dinp = dinp0, dweight = dweight0, dbias = dbias0;
+    cpu::layerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C,
+                          eps);
+    cpu::layerNormBackward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                           mean.data(), rstd.data(), N, C);
+
+    DBuf<float> dInp, dW, dB, dOut, dMean, dRstd, dDout, dDinp, dDw, dDb;
+    CUDA_OK(upload(dInp, inp));
+    CUDA_OK(upload(dW, weight));
+    CUDA_OK(upload(dB, bias));
+    CUDA_OK(upload(dOut, Vec(out.size())));
+    CUDA_OK(upload(dMean, Vec(N)));
+    CUDA_OK(upload(dRstd, Vec(N)));
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dDinp, dinp0));
+    CUDA_OK(upload(dDw, dweight0));
+    CUDA_OK(upload(dDb, dbias0));
+    CUDA_OK(cuda::layerNormForward(dOut.data(), dMean.data(), dRstd.data(), dInp.data(), dW.data(), dB.data(),
+                                   N, C, eps, m_stream));
+    CUDA_OK(cuda::layerNormBackward(dDinp.data(), dDw.data(), dDb.data(), dDout.data(), dInp.data(),
+                                    dW.data(), dMean.data(), dRstd.data(), N, C, m_stream));
+    Vec got;
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, out, kAtol, kRtol);
+    CUDA_OK(download(got, dMean));
+    VERIFY_CLOSE(got, mean, kAtol, kRtol);
+    CUDA_OK(download(got, dRstd));
+    VERIFY_CLOSE(got, rstd, kAtol, kRtol);
+    CUDA_OK(download(got, dDinp));
+    VERIFY_CLOSE(got, dinp, 1e-4, 1e-4);
+    CUDA_OK(download(got, dDw));
+    VERIFY_CLOSE(got, dweight, 1e-4, 1e-4);
+    CUDA_OK(download(got, dDb));
+    VERIFY_CLOSE(got, dbias, 1e-4, 1e-4);
+
+    // Nullable parameter gradients: dinp accumulates a second time, dweight/dbias stay.
+    cpu::layerNormBackward(dinp.data(), nullptr, nullptr, dout.data(), inp.data(), weight.data(), mean.data(),
+                           rstd.data(), N, C);
+    CUDA_OK(cuda::layerNormBackward(dDinp.data(), nullptr, nullptr, dDout.data(), dInp.data(), dW.data(),
+                                    dMean.data(), dRstd.data(), N, C, m_stream));
+    CUDA_OK(download(got, dDinp));
+    VERIFY_CLOSE(got, dinp, 1e-4, 1e-4);
+    CUDA_OK(download(got, dDw));
+    VERIFY_CLOSE(got, dweight, 1e-4, 1e-4);
+  }
+
+  void pointwise_data() {
+    QTest::addColumn<qulonglong>("n");
+    QTest::newRow("n1") << qulonglong(1);
+    QTest::newRow("n1000") << qulonglong(1000);
+    QTest::newRow("n2^20+3") << qulonglong((1u << 20) + 3);
+    // More elements than the grid-stride launch has threads (65535 blocks of 256).
+    QTest::newRow("n2^24+5") << qulonglong((1u << 24) + 5);
+  }
+
+  void pointwise() {
+    QFETCH(qulonglong, n);
+    std::mt19937 rng(kSeed + 2);
+    const Vec x = randomVec(rng, n, -4.0f, 4.0f);
+    const Vec y = randomVec(rng, n);
+    const Vec g0 = randomVec(rng, n);  // starting gradient for the "+=" ops
+    DBuf<float> dX, dY, dOut, dG;
+    CUDA_OK(upload(dX, x));
+    CUDA_OK(upload(dY, y));
+    CUDA_OK(upload(dOut, Vec(n)));
+    Vec ref(n), got;
+
+    using Fwd = void (*)(float*, const float*, size_t);
+    using CudaFwd = ms::Status (*)(float*, const float*, size_t, cudaStream_t);
+    using Bwd = void (*)(float*, const float*, const float*, size_t);
+    using CudaBwd = ms::Status (*)(float*, const float*, const float*, size_t, cudaStream_t);
+    const struct {
+      const char* name;
+      Fwd fwd;
+      CudaFwd cudaFwd;
+      Bwd bwd;
+      CudaBwd cudaBwd;
+      bool bwdUsesOutput;
+    } ops[] = {
+        {"gelu", cpu::geluForward, cuda::geluForward, cpu::geluBackward, cuda::geluBackward, false},
+        {"relu", cpu::reluForward, cuda::reluForward, cpu::reluBackward, cuda::reluBackward, false},
+        {"tanh", cpu::tanhForward, cuda::tanhForward, cpu::tanhBackward, cuda::tanhBackward, true},
+    };
+    for (const auto& op : ops) {
+      op.fwd(ref.data(), x.data(), n);
+      CUDA_OK(op.cudaFwd(dOut.data(), dX.data(), n, m_stream));
+      CUDA_OK(download(got, dOut));
+      QVERIFY2(mismatch(got, ref, kAtol, kRtol).isEmpty(), op.name);
+      Vec gref = g0;
+      op.bwd(gref.data(), y.data(), op.bwdUsesOutput ? ref.data() : x.data(), n);
+      CUDA_OK(upload(dG, g0));
+      CUDA_OK(op.cudaBwd(dG.data(), dY.data(), op.bwdUsesOutput ? dOut.data() : dX.data(), n, m_stream));
+      CUDA_OK(download(got, dG));
+      const QString msg = mismatch(got, gref, kAtol, kRtol);
+      QVERIFY2(msg.isEmpty(), qPrintable(QStringLiteral("%1 backward: %2").arg(op.name, msg)));
+    }
+
+    // add with out aliasing a, then accumulate, then scale.
+    Vec r = x;
+    cpu::add(r.data(), r.data(), y.data(), n);
+    cpu::accumulate(r.data(), y.data(), n);
+    cpu::scale(r.data(), -0.37f, n);
+    CUDA_OK(upload(dOut, x));
+    CUDA_OK(cuda::add(dOut.data(), dOut.data(), dY.data(), n, m_stream));
+    CUDA_OK(cuda::accumulate(dOut.data(), dY.data(), n, m_stream));
+    CUDA_OK(cuda::scale(dOut.data(), -0.37f, n, m_stream));
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, r, 0.0, 0.0);  // the same float operations in the same order: exact
+  }
+
+  void attention_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("H");
+    QTest::addColumn<bool>("causal");
+    for (bool causal : {true, false}) {
+      const char* m = causal ? "causal" : "full";
+      QTest::addRow("%s B1 T1 C6 H3", m) << 1 << 1 << 6 << 3 << causal;
+      QTest::addRow("%s B2 T37 C48 H3", m) << 2 << 37 << 48 << 3 << causal;
+      QTest::addRow("%s B3 T17 C21 H3", m) << 3 << 17 << 21 << 3 << causal;  // head size 7
+      QTest::addRow("%s B1 T64 C64 H1", m) << 1 << 64 << 64 << 1 << causal;
+      QTest::addRow("%s B2 T129 C128 H4", m) << 2 << 129 << 128 << 4 << causal;
+    }
+  }
+
+  void attention() {
+    QFETCH(int, B);
+    QFETCH(int, T);
+    QFETCH(int, C);
+    QFETCH(int, H);
+    QFETCH(bool, causal);
+    std::mt19937 rng(kSeed + 3);
+    const Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);  // (B, T, 3C)
+    const Vec dout = randomVec(rng, size_t(B) * T * C);                  // (B, T, C)
+    const Vec dqkv0 = randomVec(rng, qkv.size());
+    const size_t attSize = size_t(B) * H * T * T;  // (B, H, T, T)
+    Vec out(dout.size()), att(attSize), scratch(attSize), dqkv = dqkv0;
+    cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, H, causal);
+    cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H,
+                           causal);
+
+    DBuf<float> dQkv, dOut, dAtt, dScratch, dDout, dDqkv;
+    CUDA_OK(upload(dQkv, qkv));
+    CUDA_OK(upload(dOut, Vec(out.size(), 5.0f)));
+    CUDA_OK(upload(dAtt, Vec(attSize, 5.0f)));  // masked entries must come back 0
+    CUDA_OK(upload(dScratch, Vec(attSize, 5.0f)));
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dDqkv, dqkv0));
+    CUDA_OK(cuda::attentionForward(dOut.data(), dAtt.data(), dQkv.data(), B, T, C, H, causal, m_stream));
+    CUDA_OK(cuda::attentionBackward(dDqkv.data(), dScratch.data(), dDout.data(), dQkv.data(), dAtt.data(), B,
+                                    T, C, H, causal, m_stream));
+    Vec got;
+    CUDA_OK(download(got, dAtt));
+    VERIFY_CLOSE(got, att, kGemmAtol, kGemmRtol);
+    if (causal)
+      for (int bh = 0; bh < B * H; bh++)
+        for (int i = 0; i < T; i++)
+          for (int j = i + 1; j < T; j++) QCOMPARE(got[(size_t(bh) * T + i) * T + j], 0.0f);
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, out, kGemmAtol, kGemmRtol);
+    CUDA_OK(download(got, dDqkv));
+    VERIFY_CLOSE(got, dqkv, kGemmAtol, kGemmRtol);
+  }
+
+  void embedding_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("V");
+    QTest::newRow("B1 T1 C7 V5") << 1 << 1 << 7 << 5;
+    QTest::newRow("B2 T37 C33 V3 (repeats)") << 2 << 37 << 33 << 3;
+    QTest::newRow("B4 T64 C768 V50257") << 4 << 64 << 768 << 50257;
+  }
+
+  void embedding() {
+    QFETCH(int, B);
+    QFETCH(int, T);
+    QFETCH(int, C);
+    QFETCH(int, V);
+    const int maxT = T + 3;
+    std::mt19937 rng(kSeed + 4);
+    const Ints tokens = randomTokens(rng, size_t(B) * T, V);  // (B, T)
+    const Vec wte = randomVec(rng, size_t(V) * C);            // (V, C)
+    const Vec wpe = randomVec(rng, size_t(maxT) * C);         // (maxT, C)
+    const Vec dout = randomVec(rng, size_t(B) * T * C);       // (B, T, C)
+    const Vec dwte0 = randomVec(rng, wte.size());
+    const Vec dwpe0 = randomVec(rng, wpe.size());
+    Vec out(dout.size()), dwte = dwte0, dwpe = dwpe0;
+    cpu::embeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    cpu::embeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+
+    DBuf<int32_t> dTokens;
+    DBuf<float> dWte, dWpe, dOut, dDout, dDwte, dDwpe;
+    CUDA_OK(upload(dTokens, tokens));
+    CUDA_OK(upload(dWte, wte));
+    CUDA_OK(upload(dWpe, wpe));
+    CUDA_OK(upload(dOut, Vec(out.size())));
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dDwte, dwte0));
+    CUDA_OK(upload(dDwpe, dwpe0));
+    CUDA_OK(cuda::embeddingForward(dOut.data(), dTokens.data(), dWte.data(), dWpe.data(), B, T, C, m_stream));
+    CUDA_OK(
+        cuda::embeddingBackward(dDwte.data(), dDwpe.data(), dDout.data(), dTokens.data(), B, T, C, m_stream));
+    Vec got;
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, out, 0.0, 0.0);  // one addition: exact
+    CUDA_OK(download(got, dDwte));
+    VERIFY_CLOSE(got, dwte, kAtol, kRtol);
+    CUDA_OK(download(got, dDwpe));
+    VERIFY_CLOSE(got, dwpe, kAtol, kRtol);
+
+    // Nullable dwte: only dwpe accumulates again.
+    cpu::embeddingBackward(nullptr, dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    CUDA_OK(cuda::embeddingBackward(nullptr, dDwpe.data(), dDout.data(), dTokens.data(), B, T, C, m_stream));
+    CUDA_OK(download(got, dDwpe));
+    VERIFY_CLOSE(got, dwpe, kAtol, kRtol);
+    CUDA_OK(download(got, dDwte));
+    VERIFY_CLOSE(got, dwte, kAtol, kRtol);
+  }
+
+  void crossEntropy_data() {
+    QTest::addColumn<int>("N");
+    QTest::addColumn<int>("V");
+    QTest::newRow("N1 V7") << 1 << 7;
+    QTest::newRow("N64 V33") << 64 << 33;
+    QTest::newRow("N37 V50257") << 37 << 50257;
+  }
+
+  void crossEntropy() {
+    QFETCH(int, N);
+    QFETCH(int, V);
+    std::mt19937 rng(kSeed + 5);
+    const Vec logits = randomVec(rng, size_t(N) * V, -8.0f, 8.0f);  // (N, V)
+    Ints targets = randomTokens(rng, size_t(N), V);                 // (N)
+    for (int n = 2; n < N; n += 5) targets[size_t(n)] = -1;         // ignored rows
+    const float gradScale = 1.0f / float(N);
+    Vec losses(N), dlogits(logits.size());
+    cpu::softmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, gradScale);
+
+    DBuf<float> dLogits, dLosses, dDlogits;
+    DBuf<int32_t> dTargets;
+    CUDA_OK(upload(dLogits, logits));
+    CUDA_OK(upload(dTargets, targets));
+    CUDA_OK(upload(dLosses, Vec(N, 3.0f)));
+    CUDA_OK(upload(dDlogits, Vec(logits.size(), 3.0f)));  // overwritten, ignored rows included
+    Vec got;
+    // Separate dlogits.
+    CUDA_OK(cuda::softmaxCrossEntropy(dLosses.data(), dDlogits.data(), dLogits.data(), dTargets.data(), N, V,
+                                      gradScale, m_stream));
+    CUDA_OK(download(got, dLosses));
+    VERIFY_CLOSE(got, losses, kAtol, kRtol);
+    CUDA_OK(download(got, dDlogits));
+    VERIFY_CLOSE(got, dlogits, 1e-6 * gradScale, kRtol);
+    // No dlogits.
+    CUDA_OK(upload(dLosses, Vec(N, 3.0f)));
+    CUDA_OK(cuda::softmaxCrossEntropy(dLosses.data(), nullptr, dLogits.data(), dTargets.data(), N, V,
+                                      gradScale, m_stream));
+    CUDA_OK(download(got, dLosses));
+    VERIFY_CLOSE(got, losses, kAtol, kRtol);
+    // dlogits aliasing logits.
+    CUDA_OK(cuda::softmaxCrossEntropy(dLosses.data(), dLogits.data(), dLogits.data(), dTargets.data(), N, V,
+                                      gradScale, m_stream));
+    CUDA_OK(download(got, dLosses));
+    VERIFY_CLOSE(got, losses, kAtol, kRtol);
+    CUDA_OK(download(got, dLogits));
+    VERIFY_CLOSE(got, dlogits, 1e-6 * gradScale, kRtol);
+  }
+
+  void argmaxRows_data() {
+    QTest::addColumn<int>("N");
+    QTest::addColumn<int>("V");
+    QTest::newRow("N1 V1") << 1 << 1;
+    QTest::newRow("N1 V7") << 1 << 7;
+    QTest::newRow("N5 V33") << 5 << 33;
+    QTest::newRow("N37 V50257") << 37 << 50257;
+  }
+
+  void argmaxRows() {
+    QFETCH(int, N);
+    QFETCH(int, V);
+    std::mt19937 rng(kSeed + 6);
+    Vec x = randomVec(rng, size_t(N) * V);
+    for (float& v : x) v = std::round(v * 4.0f);  // nine levels: ties everywhere, lowest index must win
+    Ints ref(N);
+    cpu::argmaxRows(ref.data(), x.data(), N, V);
+    DBuf<float> dX;
+    DBuf<int32_t> dOut;
+    CUDA_OK(upload(dX, x));
+    CUDA_OK(upload(dOut, Ints(N, -5)));
+    CUDA_OK(cuda::argmaxRows(dOut.data(), dX.data(), N, V, m_stream));
+    Ints got;
+    CUDA_OK(download(got, dOut));
+    QCOMPARE(got, ref);
+  }
+
+  void optimizers_data() {
+    QTest::addColumn<qulonglong>("n");
+    QTest::newRow("n1") << qulonglong(1);
+    QTest::newRow("n1000003") << qulonglong(1000003);
+  }
+
+  void optimizers() {
+    QFETCH(qulonglong, n);
+    std::mt19937 rng(kSeed + 7);
+    const Vec params0 = randomVec(rng, n);
+    const Vec grads = randomVec(rng, n);
+    const Vec m0 = randomVec(rng, n, -0.1f, 0.1f);
+    const Vec v0 = randomVec(rng, n, 0.0f, 0.01f);
+    DBuf<float> dP, dG, dM, dV;
+    CUDA_OK(upload(dG, grads));
+    Vec got;
+
+    // AdamW, three steps from non-zero moments.
+    Vec p = params0, m = m0, v = v0;
+    CUDA_OK(upload(dP, params0));
+    CUDA_OK(upload(dM, m0));
+    CUDA_OK(upload(dV, v0));
+    for (int t = 1; t <= 3; t++) {
+      cpu::adamwUpdate(p.data(), grads.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
+                       0.5f);
+      CUDA_OK(cuda::adamwUpdate(dP.data(), dG.data(), dM.data(), dV.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                0.1f, t, 0.5f, m_stream));
+    }
+    CUDA_OK(download(got, dP));
+    VERIFY_CLOSE(got, p, 1e-6, 1e-5);
+    CUDA_OK(download(got, dM));
+    VERIFY_CLOSE(got, m, 1e-7, 1e-5);
+    CUDA_OK(download(got, dV));
+    VERIFY_CLOSE(got, v, 1e-9, 1e-5);
+
+    // SGD: plain, momentum, Nesterov; two steps each (the first initialises the buffer).
+    for (const auto& [momentum, nesterov] :
+         {std::pair{0.0f, false}, std::pair{0.9f, false}, std::pair{0.9f, true}}) {
+      Vec ps = params0, buf(n, 0.0f);
+      CUDA_OK(upload(dP, params0));
+      CUDA_OK(upload(dM, buf));
+      for (int step = 0; step < 2; step++) {
+        cpu::sgdUpdate(ps.data(), grads.data(), buf.data(), n, 0.1f, momentum, 0.01f, nesterov, step == 0,
+                       0.5f);
+        CUDA_OK(cuda::sgdUpdate(dP.data(), dG.data(), dM.data(), n, 0.1f, momentum, 0.01f, nesterov,
+                                step == 0, 0.5f, m_stream));
+      }
+      CUDA_OK(download(got, dP));
+      VERIFY_CLOSE(got, ps, 1e-6, 1e-5);
+      CUDA_OK(download(got, dM));
+      VERIFY_CLOSE(got, buf, 1e-6, 1e-5);
+    }
+  }
+
+  void sumSquares_data() {
+    QTest::addColumn<qulonglong>("n");
+    QTest::newRow("n0") << qulonglong(0);
+    QTest::newRow("n1") << qulonglong(1);
+    QTest::newRow("n1000003") << qulonglong(1000003);
+    QTest::newRow("n2^25+7") << qulonglong((1u << 25) + 7);
+  }
+
+  void sumSquares() {
+    QFETCH(qulonglong, n);
+    std::mt19937 rng(kSeed + 8);
+    const Vec x = randomVec(rng, n, -3.0f, 3.0f);
+    const double ref = cpu::sumSquares(x.data(), n);
+    DBuf<float> dX;
+    DBuf<double> dResult;
+    CUDA_OK(upload(dX, x));
+    CUDA_OK(upload(dResult, std::vector<double>{123.0}));  // overwritten, not accumulated
+    CUDA_OK(cuda::sumSquares(dResult.data(), dX.data(), n, m_stream));
+    std::vector<double> got;
+    CUDA_OK(download(got, dResult));
+    // Double sums in another order: far below float precision, not bitwise equal.
+    QVERIFY2(std::fabs(got[0] - ref) <= 1e-10 * std::fabs(ref) + 1e-12,
+             qPrintable(QStringLiteral("got %1, expected %2").arg(got[0], 0, 'g', 17).arg(ref, 0, 'g', 17)));
+  }
+};
+
+QTEST_APPLESS_MAIN(TestCudaKernels)
+#include "tst_cuda_kernels.moc"
