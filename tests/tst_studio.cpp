@@ -10,6 +10,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QRandomGenerator>
 #include <QStandardPaths>
 #include <fstream>
 
@@ -236,6 +237,66 @@ class TestStudio : public QObject {
     QCOMPARE(int(replay.measuredTimeline()->data()->rows.size()), 2);
     QVERIFY(!replay.openRunFolder(dir.path() + "/no-such-run"));
     QVERIFY(replay.lastError().contains("no-such-run"));
+  }
+
+  // Many random edits, valid and invalid (layouts, schedules, mesh sizes, placements, batch shapes), then
+  // undo of all of them: the studio never crashes, every snapshot either plans or names its error, and
+  // undoing everything gives back the opened project.
+  void randomEditsNeverBreakTheStudio() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-1b-8xa100.json"));
+    const ms::RunConfig original = w.document()->config();
+    QRandomGenerator rng(7);
+    const ms::Schedule schedules[] = {ms::Schedule::GPipe, ms::Schedule::OneFOneB,
+                                      ms::Schedule::Interleaved1F1B, ms::Schedule::ZbH1};
+    int planned = 0, refused = 0;
+    for (int i = 0; i < 150; ++i) {
+      const int what = rng.bounded(8);
+      w.document()->edit(QString("random edit %1").arg(i), [&](ms::RunConfig& c) {
+        switch (what) {
+          case 0:
+            c.parallel.dp = 1 + rng.bounded(4);
+            break;
+          case 1:
+            c.parallel.tp = 1 + rng.bounded(5);
+            break;
+          case 2:
+            c.parallel.pp = 1 + rng.bounded(4);
+            c.parallel.placement.clear();
+            break;
+          case 3:
+            c.parallel.schedule = schedules[rng.bounded(4)];
+            break;
+          case 4:
+            c.parallel.microbatches = 1 + rng.bounded(16);
+            break;
+          case 5:
+            c.mesh.nodes.back().count = rng.bounded(10);
+            break;  // 0 is invalid on purpose
+          case 6:
+            c.parallel.zero = rng.bounded(5);
+            break;  // 4 is invalid on purpose
+          case 7:
+            c.training.batchSize = 8 * (1 + rng.bounded(32));
+            break;
+        }
+      });
+      if (i % 10 == 0) {
+        QVERIFY(waitForSnapshot(w));
+        const auto snap = w.snapshot();
+        QVERIFY(snap->ok() || !snap->error.isEmpty());
+        (snap->ok() ? planned : refused)++;
+        if (snap->ok()) QCOMPARE(int(w.predictedTimeline()->data()->rows.size()), snap->plan->layout.world());
+      }
+    }
+    QVERIFY2(planned > 0 && refused > 0,
+             qPrintable(QString("%1 planned, %2 refused").arg(planned).arg(refused)));
+    while (w.document()->undoStack()->canUndo()) w.document()->undoStack()->undo();
+    QVERIFY(w.document()->config() == original);
+    QVERIFY(!w.document()->isModified());
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(w.snapshot()->ok());
   }
 
   // A project that fails validation cannot run; the reason is shown, nothing starts.
