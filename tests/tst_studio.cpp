@@ -239,6 +239,39 @@ class TestStudio : public QObject {
     QVERIFY(replay.lastError().contains("no-such-run"));
   }
 
+  // Resume: a finished 4-step run continued to 8 steps from its checkpoint. The curves carry on (steps 1-4
+  // from the folder, 5-8 live), the first four losses are the first run's, the run ends ok; Resume with no
+  // run is refused with a reason.
+  void resumeContinuesTheLastRun() {
+    QTemporaryDir dir;
+    ms::RunConfig c = tinyPipeline(4);
+    c.training.evalEvery = 0;
+    const QString project = writeConfig(dir.path(), c);
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(!w.resumeRun());
+    QVERIFY2(w.lastError().contains("no run to resume"), qPrintable(w.lastError()));
+    QVERIFY(w.openProject(project));
+    QSignalSpy finished(w.engineClient(), &ms::EngineClient::finished);
+    const QString runDir = dir.path() + "/run";
+    QVERIFY2(w.startRun(runDir), qPrintable(w.lastError()));
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    QVERIFY2(finished[0][0].toBool(), qPrintable(finished[0][1].toString()));
+    const QVector<double> first = w.runData()->steps().loss;
+    QCOMPARE(first.size(), 4);
+    w.document()->edit("steps 8", [](ms::RunConfig& cfg) { cfg.training.steps = 8; });
+    QVERIFY2(w.resumeRun(), qPrintable(w.lastError()));
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 2, 120000);
+    QVERIFY2(finished[1][0].toBool(), qPrintable(finished[1][1].toString()));
+    const ms::RunData* data = w.runData();
+    QCOMPARE(data->info().startStep, 4);  // the engine resumed from the step-4 checkpoint
+    QCOMPARE(data->steps().size(), 8);
+    QCOMPARE(data->steps().step.back(), 8.0);
+    for (int i = 0; i < 4; ++i) QCOMPARE(data->steps().loss[i], first[i]);
+    QVERIFY(data->runEnd() && data->runEnd()->status == "ok" && data->runEnd()->step == 8);
+    QTRY_COMPARE_WITH_TIMEOUT(w.runView()->lossPlot()->graph(0)->dataCount(), 8, 5000);
+  }
+
   // Many random edits, valid and invalid (layouts, schedules, mesh sizes, placements, batch shapes), then
   // undo of all of them: the studio never crashes, every snapshot either plans or names its error, and
   // undoing everything gives back the opened project.

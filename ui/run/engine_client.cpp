@@ -127,9 +127,17 @@ QString EngineClient::enginePath() const {
   return candidates.isEmpty() ? QStringLiteral("meshstudio-engine") : candidates.back();
 }
 
-bool EngineClient::start(const RunConfig& config, const QString& runDir) {
+bool EngineClient::start(const RunConfig& config, const QString& runDir, bool resume) {
   if (m_process) return false;
   m_data.clear();
+  m_resumed = resume;
+  m_folderBytesAtStart = -1;
+  if (resume) {
+    // The run so far, so the curves carry on; its run_end is the previous attempt's, not this one's.
+    loadRunFolder(runDir, m_data);
+    m_data.forgetRunEnd();
+    m_folderBytesAtStart = QFileInfo(QDir(runDir).filePath(QStringLiteral("metrics.jsonl"))).size();
+  }
   m_reader = MetricsReader();
   m_stderrTail.clear();
   m_lastStderr.clear();
@@ -163,7 +171,7 @@ bool EngineClient::start(const RunConfig& config, const QString& runDir) {
                       QStringLiteral("-"),
                       QStringLiteral("--run-dir"),
                       m_runDir,
-                      QStringLiteral("--overwrite")};
+                      resume ? QStringLiteral("--resume") : QStringLiteral("--overwrite")};
   args += m_extraArgs;
   m_command = QStringList{engine} + args;
   m_data.appendLog(LogLine::Studio, QStringLiteral("info"),
@@ -323,7 +331,9 @@ void EngineClient::finalize() {
   // The end as the engine saw it: rank 0's run_end on stdout, else the one launch appended to the folder.
   std::optional<RunEndEvent> end = m_data.runEnd();
   if (!end) {
-    end = runEndInFolder(m_runDir);
+    // After a resume the folder ends with the previous attempt's run_end until this one appends its own.
+    const qint64 bytes = QFileInfo(QDir(m_runDir).filePath(QStringLiteral("metrics.jsonl"))).size();
+    if (!m_resumed || bytes > m_folderBytesAtStart) end = runEndInFolder(m_runDir);
     if (end) m_data.apply(MetricsEvent(*end));
   }
   const bool exitedOk = m_exitStatus == QProcess::NormalExit && m_exitCode == 0;

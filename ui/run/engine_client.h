@@ -53,11 +53,14 @@ class EngineClient : public QObject {
   // working directory), because the engine reads the copy in runDir. False when a run is already going (no
   // signal), or, with finished(false, reason), when the config cannot be written; a failure to start the
   // process is reported by finished() too.
-  bool start(const RunConfig& config, const QString& runDir);
-  // Asks the run to stop after its current step: SIGINT to its ranks on this host (found by their heartbeat
-  // files; one is enough, they agree on the step), so a checkpoint is saved and run_end says "interrupted";
-  // SIGINT to launch when no rank is found (it then ends mpirun's job at once, without a checkpoint). A
-  // second stop(), or the run still going kStopEscalateMs later, terminates it (SIGTERM to launch, which ends
+  bool start(const RunConfig& config, const QString& runDir) { return start(config, runDir, false); }
+  // resume: continue the run in runDir from its newest checkpoint (`train --resume`) instead of starting
+  // afresh; what the folder's metrics.jsonl holds is loaded first, so the curves carry on.
+  bool start(const RunConfig& config, const QString& runDir, bool resume);
+  bool resumed() const { return m_resumed; }
+  // Asks the run to stop after its current step: SIGINT to launch, which asks every rank (SIGUSR1 through
+  // mpirun) to finish its step and save a checkpoint; run_end then says "interrupted". A second stop(), or
+  // the run still going kStopEscalateMs later, terminates it (SIGTERM to launch, which ends
   // mpirun and its ranks, then SIGKILL).
   void stop();
   bool isRunning() const { return m_process != nullptr; }
@@ -105,6 +108,8 @@ class EngineClient : public QObject {
   QProcess::ExitStatus m_exitStatus = QProcess::NormalExit;
   int m_stopRequests = 0;
   bool m_terminated = false;
+  bool m_resumed = false;
+  qint64 m_folderBytesAtStart = -1;
 };
 
 // Replays a finished (or running) run from its folder: reads dir/metrics.jsonl with the same reader into data

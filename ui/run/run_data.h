@@ -90,6 +90,11 @@ class RunData {
   // A line from somewhere other than the stream (the engine's stderr, the studio itself).
   void appendLog(LogLine::Source source, const QString& level, const QString& message);
   void setState(RunState state, const QString& message = {});
+  // A resumed run continues these series: the previous attempt's run_end no longer describes the run.
+  void forgetRunEnd() {
+    m_runEnd.reset();
+    ++m_revision;
+  }
 
   std::uint64_t revision() const { return m_revision; }
   // Increases with every clear() (a new run): views drop everything they show and read the data anew.

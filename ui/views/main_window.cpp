@@ -222,6 +222,10 @@ void MainWindow::buildMenus() {
 
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   m_runAction = run->addAction(tr("&Run"), QKeySequence(tr("Ctrl+R")), this, [this] { startRun(); });
+  m_resumeAction =
+      run->addAction(tr("R&esume Last Run"), QKeySequence(tr("Ctrl+Shift+R")), this, [this] { resumeRun(); });
+  m_resumeAction->setStatusTip(
+      tr("Continue the last run from its newest checkpoint with the current settings"));
   m_stopAction = run->addAction(tr("&Stop"), QKeySequence(tr("Ctrl+.")), this, &MainWindow::stopRun);
   m_stopAction->setEnabled(false);
 
@@ -405,6 +409,19 @@ QString MainWindow::defaultRunDir() const {
 }
 
 bool MainWindow::startRun(const QString& runDir) {
+  return launch(runDir.isEmpty() ? defaultRunDir() : runDir, false);
+}
+
+bool MainWindow::resumeRun(const QString& runDir) {
+  const QString dir = runDir.isEmpty() ? m_lastRunDir : runDir;
+  if (dir.isEmpty()) {
+    showError(tr("Resume"), tr("no run to resume: start one, or reopen a run folder first"));
+    return false;
+  }
+  return launch(dir, true);
+}
+
+bool MainWindow::launch(const QString& dir, bool resume) {
   if (m_client->isRunning()) {
     showError(tr("Run"), tr("a run is already going; stop it first"));
     return false;
@@ -421,14 +438,15 @@ bool MainWindow::startRun(const QString& runDir) {
   m_runView->setClient(m_client);
   m_measuredRevision = 0;
   m_measured->setData(nullptr);
-  const QString dir = runDir.isEmpty() ? defaultRunDir() : runDir;
   m_lastError.clear();
-  if (!m_client->start(m_doc->config(), dir)) {
+  m_lastRunDir = QDir(dir).absolutePath();
+  if (!m_client->start(m_doc->config(), dir, resume)) {
     // The client said why through finished(false, reason) (onRunFinished shows it), unless a run is going.
     if (m_lastError.isEmpty()) showError(tr("Run"), tr("the engine client refused to start a run"));
     return false;
   }
   m_runAction->setEnabled(false);
+  m_resumeAction->setEnabled(false);
   m_stopAction->setEnabled(true);
   m_tabs->setCurrentIndex(1);
   return true;
@@ -455,6 +473,7 @@ void MainWindow::onRunData() {
 void MainWindow::onRunFinished(bool ok, const QString& message) {
   onRunData();
   m_runAction->setEnabled(true);
+  m_resumeAction->setEnabled(true);
   m_stopAction->setEnabled(false);
   if (ok) {
     m_runBanner->setText(message.isEmpty() ? tr("Finished: %1").arg(m_client->runDir()) : message);
@@ -482,6 +501,7 @@ bool MainWindow::openRunFolder(const QString& dir) {
   }
   m_replay = std::move(data);
   m_showingReplay = true;
+  m_lastRunDir = QDir(dir).absolutePath();
   m_runView->setData(m_replay.get());
   m_measuredRevision = 0;
   onRunData();

@@ -49,6 +49,9 @@ class MainWindow : public QMainWindow {
   bool openRunFolder(const QString& dir);
   // Starts the current plan on this machine; runDir empty = a new folder beside the project.
   bool startRun(const QString& runDir = QString());
+  // Continues a run from its newest checkpoint with the current config (e.g. more steps): the given folder,
+  // else the last run started or reopened here.
+  bool resumeRun(const QString& runDir = QString());
   void stopRun();
   // File > Export: config, launch.sh, slurm.sbatch (and hostfile) into a folder.
   bool exportLaunchFiles(const QString& dir);
@@ -95,6 +98,7 @@ class MainWindow : public QMainWindow {
   bool maybeSave();
   bool chooseSaveAs();
   QString defaultRunDir() const;
+  bool launch(const QString& runDir, bool resume);
 
   ProjectDocument* m_doc = nullptr;
   PlanAnalyzer* m_analyzer = nullptr;
@@ -117,6 +121,8 @@ class MainWindow : public QMainWindow {
   QMenu* m_recentMenu = nullptr;
   QAction* m_runAction = nullptr;
   QAction* m_stopAction = nullptr;
+  QAction* m_resumeAction = nullptr;
+  QString m_lastRunDir;  // the folder of the last run started or reopened (Resume continues it)
   QString m_lastError;
   quint64 m_measuredRevision = 0;
   std::function<QMessageBox::StandardButton()> m_unsavedHandler;
