@@ -3,10 +3,11 @@
 // A generator (this program re-executed as the "engine": EngineClient runs `<engine> launch CONFIG -- ...`,
 // so argv[1] == "launch" makes it one) writes a realistic stream at RATE steps/s for SECONDS: per step a step
 // line, a spans line (RANKS ranks x SPANS spans, 1F1B-like actions and layer names) and a memory line, as the
-// engine's trainer writes them. The studio side is the real path: QProcess -> EngineClient (MetricsReader,
-// RunData) -> a visible RunView under the offscreen platform, redrawing on its own timer. A 5 ms precise
-// QTimer measures the event loop's lateness (a stall = how late a tick came). The reference, measured in the
-// same run for every rate, is the same generator read by a QProcess whose consumer only discards the bytes.
+// engine's trainer writes them. The studio side is the real path: QProcess -> EngineClient (MetricsReader on
+// its parser thread, RunData) -> a visible RunView under the offscreen platform, redrawing on its own timer.
+// A 5 ms precise QTimer measures the event loop's lateness (a stall = how late a tick came). The reference,
+// measured in the same run for every rate, is the same generator read by a QProcess whose consumer only
+// discards the bytes.
 //
 // Per rate: lines/s and MB/s absorbed (over the time from start to the last byte handled), max and p99 stall,
 // whether it kept up (the generator wrote at least 95% of its schedule, so the pipe never held it back for
@@ -271,11 +272,13 @@ Result runStudio(const StreamShape& shape, const QString& self, const QString& r
   return r;
 }
 
-// The GUI-thread time of one spans line of a given size (a line is parsed whole, so this is the stall one
-// line costs), against nlohmann::json::parse of the same line alone (the DOM parse under the reader).
+// The time one spans line of a given size costs the studio (parse, check and RunData; the parse runs on
+// EngineClient's parser thread, the RunData part on the GUI thread), against nlohmann::json::parse of the
+// same line alone (the DOM parse under the reader). It bounds the lines per second one parser thread absorbs.
 void lineCostTable() {
   using Clock = std::chrono::steady_clock;
-  std::printf("\none spans line: parse + check + RunData (the stall a line costs) vs the bare JSON parse\n");
+  std::printf(
+      "\none spans line: parse + check + RunData (parser thread + GUI thread) vs the bare JSON parse\n");
   std::printf("%6s %6s %9s %12s %12s %7s\n", "ranks", "spans", "line KB", "studio ms", "json ms", "ratio");
   const std::pair<int, int> shapes[] = {{2, 24}, {8, 200}, {64, 256}, {256, 256}};
   for (const auto& [ranks, spans] : shapes) {

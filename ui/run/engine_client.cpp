@@ -67,6 +67,11 @@ std::optional<RunEndEvent> runEndInFolder(const QString& runDir) {
 }  // namespace
 
 EngineClient::EngineClient(QObject* parent) : QObject(parent) {
+  m_parseThread.setObjectName(QStringLiteral("metrics parser"));
+  m_parseContext = new QObject;
+  m_parseContext->moveToThread(&m_parseThread);
+  connect(&m_parseThread, &QThread::finished, m_parseContext, &QObject::deleteLater);
+  m_parseThread.start();
   m_notifyTimer.setSingleShot(true);
   m_notifyTimer.setInterval(kNotifyMs);
   connect(&m_notifyTimer, &QTimer::timeout, this, &EngineClient::dataChanged);
@@ -88,6 +93,13 @@ EngineClient::EngineClient(QObject* parent) : QObject(parent) {
 }
 
 EngineClient::~EngineClient() {
+  stopProcessOnDestruction();
+  // Parse jobs still queued are dropped with the thread; results already posted die with this object.
+  m_parseThread.quit();
+  m_parseThread.wait();
+}
+
+void EngineClient::stopProcessOnDestruction() {
   if (!m_process) return;
   // No signals from here on: the owner is going away. SIGINT lets the ranks save a checkpoint; SIGTERM makes
   // launch end mpirun and its ranks; SIGKILL (QProcess::kill) reaches only launch, hence last.
@@ -138,7 +150,14 @@ bool EngineClient::start(const RunConfig& config, const QString& runDir, bool re
     m_data.forgetRunEnd();
     m_folderBytesAtStart = QFileInfo(QDir(runDir).filePath(QStringLiteral("metrics.jsonl"))).size();
   }
-  m_reader = MetricsReader();
+  ++m_generation;
+  m_bytesInFlight = 0;
+  m_bytesParsed = m_linesParsed = 0;
+  m_finishPosted = false;
+  m_warnedBacklog = false;
+  // A fresh reader for this run, set on the parser thread behind any job of an earlier run.
+  QMetaObject::invokeMethod(
+      m_parseContext, [this] { m_reader = MetricsReader(); }, Qt::QueuedConnection);
   m_stderrTail.clear();
   m_lastStderr.clear();
   m_exited = false;
@@ -146,7 +165,6 @@ bool EngineClient::start(const RunConfig& config, const QString& runDir, bool re
   m_exitStatus = QProcess::NormalExit;
   m_stopRequests = 0;
   m_terminated = false;
-  m_pumpScheduled = false;
   m_runDir = QDir(runDir).absolutePath();
   m_data.setState(RunState::Starting);
 
@@ -235,30 +253,62 @@ void EngineClient::onReadyStdout() {
 }
 
 void EngineClient::pump() {
-  m_pumpScheduled = false;
   if (!m_process) return;
-  QElapsedTimer slice;
-  slice.start();
-  bool any = false;
-  // Work in bounded slices: a backlog (a fast stream, or the engine's whole output arriving at once) is
-  // parsed between other events instead of in one long freeze.
-  while (m_process->bytesAvailable() > 0) {
-    const QByteArray chunk = m_process->read(kReadChunk);
+  // Move what the pipe holds to the parser, up to kMaxBytesInFlight waiting there; the rest stays in the
+  // pipe (the engine waits) until parsed events come back and call pump() again.
+  while (m_process->bytesAvailable() > 0 && m_bytesInFlight < kMaxBytesInFlight) {
+    QByteArray chunk = m_process->read(kReadChunk);
     if (chunk.isEmpty()) break;
-    std::vector<MetricsEvent> events = m_reader.feed(chunk);
+    post(std::move(chunk), false);
+  }
+  // QProcess buffers what the pipe holds whatever we read; a stream faster than one parser thread (about
+  // 45 MB/s, bench/ui_stream) therefore grows that buffer. Said once, so a person knows why memory climbs.
+  if (!m_warnedBacklog && m_process->bytesAvailable() > kBacklogWarnBytes) {
+    m_warnedBacklog = true;
+    m_data.appendLog(
+        LogLine::Studio, QStringLiteral("warning"),
+        QStringLiteral("the engine writes metrics faster than the studio parses them; %1 MB wait")
+            .arg(m_process->bytesAvailable() >> 20));
+  }
+  if (m_exited && m_process->bytesAvailable() == 0 && !m_finishPosted) {
+    m_finishPosted = true;
+    post(QByteArray(), true);  // finalize() runs when its answer is back: everything before it was applied
+  }
+}
+
+void EngineClient::post(QByteArray bytes, bool finish) {
+  m_bytesInFlight += bytes.size();
+  const quint64 generation = m_generation;
+  QMetaObject::invokeMethod(
+      m_parseContext,
+      [this, bytes = std::move(bytes), finish, generation] {
+        std::vector<MetricsEvent> events = finish ? m_reader.finish() : m_reader.feed(bytes);
+        const qint64 lines = m_reader.linesRead(), size = bytes.size();
+        QMetaObject::invokeMethod(
+            this,
+            [this, generation, events = std::move(events), size, lines, finish]() mutable {
+              onParsed(generation, std::move(events), size, lines, finish);
+            },
+            Qt::QueuedConnection);
+      },
+      Qt::QueuedConnection);
+}
+
+void EngineClient::onParsed(quint64 generation, std::vector<MetricsEvent> events, qint64 bytes, qint64 lines,
+                            bool done) {
+  if (generation != m_generation) return;
+  m_bytesInFlight -= bytes;
+  m_bytesParsed += bytes;
+  m_linesParsed = lines;
+  if (!events.empty()) {
     m_data.apply(events);
-    any = true;
-    if (slice.elapsed() >= kSliceMs) break;
+    scheduleNotify();
   }
-  if (any) scheduleNotify();
-  if (m_process->bytesAvailable() > 0) {
-    if (!m_pumpScheduled) {
-      m_pumpScheduled = true;
-      QTimer::singleShot(0, this, &EngineClient::pump);
-    }
-  } else if (m_exited) {
+  if (done) {
     finalize();
+    return;
   }
+  if (m_process && m_process->bytesAvailable() > 0) pump();
 }
 
 void EngineClient::onReadyStderr() {
@@ -320,8 +370,6 @@ void EngineClient::scheduleNotify() {
 
 void EngineClient::finalize() {
   if (!m_process) return;
-  std::vector<MetricsEvent> tail = m_reader.finish();
-  m_data.apply(tail);
   m_process->disconnect(this);
   m_process->deleteLater();
   m_process = nullptr;

@@ -3,10 +3,11 @@
 // (launch runs mpirun with one rank per planned device and supervises it, engine/supervisor.h), reads the
 // metrics stream from its stdout through a MetricsReader into a RunData, and its stderr into the log.
 //
-// What always holds: the GUI thread parses for about kSliceMs at a time at most, plus the rest of the line in
-// hand (a line is parsed whole: about 20 ms per MB, measured by bench/ui_stream), so a backlog is worked off
-// in slices between other events and a fast stream never freezes the window; what is buffered stays bounded,
-// because QProcess drains the pipe only between slices (the engine waits on a full pipe meanwhile);
+// What always holds: the JSON is parsed on the client's own parser thread, never on the GUI thread (a spans
+// line of a many-rank run is megabytes: about 20 ms per MB, measured by bench/ui_stream); the GUI thread only
+// moves bytes to the parser and applies the parsed events to the RunData, in stream order. At most
+// kMaxBytesInFlight bytes are handed to the parser at a time (the rest waits in QProcess's buffer, which
+// grows when the engine writes faster than one parser thread parses, about 45 MB/s: a log warning says so);
 // dataChanged() is emitted at most once per kNotifyMs, never per line; finished() is emitted exactly once per
 // start(), after everything the engine wrote was read, with ok = the run finished or ended by stop(), and
 // otherwise the engine's own reason (rank 0's run_end, else the one launch appended to the run folder's
@@ -20,6 +21,7 @@
 #include <QProcess>
 #include <QString>
 #include <QStringList>
+#include <QThread>
 #include <QTimer>
 
 #include "plan/run_config.h"
@@ -32,8 +34,9 @@ namespace ms {
 class EngineClient : public QObject {
   Q_OBJECT
  public:
-  static constexpr int kNotifyMs = 50;           // dataChanged() at most this often
-  static constexpr int kSliceMs = 8;             // the longest the GUI thread parses in one go
+  static constexpr int kNotifyMs = 50;                    // dataChanged() at most this often
+  static constexpr qint64 kMaxBytesInFlight = 32 << 20;   // read but not yet parsed
+  static constexpr qint64 kBacklogWarnBytes = 256 << 20;  // buffered by QProcess: one warning in the log
   static constexpr int kStopEscalateMs = 20000;  // after stop(): SIGTERM when the run has not ended by then
   static constexpr int kKillGraceMs = 5000;      // after SIGTERM: SIGKILL
 
@@ -67,8 +70,8 @@ class EngineClient : public QObject {
 
   const RunData& data() const { return m_data; }
   // Bytes and lines of the metrics stream read so far in this run.
-  qint64 bytesReceived() const { return m_reader.bytesRead(); }
-  qint64 linesReceived() const { return m_reader.linesRead(); }
+  qint64 bytesReceived() const { return m_bytesParsed; }
+  qint64 linesReceived() const { return m_linesParsed; }
   QString runDir() const { return m_runDir; }
   // The command line of the current (or last) run, for the log and for people.
   QStringList commandLine() const { return m_command; }
@@ -90,19 +93,30 @@ class EngineClient : public QObject {
   // SIGINT to launch: a graceful stop after the current step.
   void interrupt();
   void fail(const QString& message);
+  void stopProcessOnDestruction();
 
   QString m_enginePath;
   QStringList m_extraArgs;
   QStringList m_command;
   QString m_runDir;
   QProcess* m_process = nullptr;  // non-null while a run is going (until finished() is emitted)
+  // The parser thread: a context object living there runs feed() and finish() on m_reader (touched only on
+  // that thread) in posting order and posts the events back to this object.
+  void post(QByteArray bytes, bool finish);
+  void onParsed(quint64 generation, std::vector<MetricsEvent> events, qint64 bytes, qint64 lines, bool done);
+  QThread m_parseThread;
+  QObject* m_parseContext = nullptr;
   MetricsReader m_reader;
+  quint64 m_generation = 0;    // one per start(); results of an earlier run are dropped
+  qint64 m_bytesInFlight = 0;  // posted to the parser, not yet back
+  qint64 m_bytesParsed = 0, m_linesParsed = 0;
+  bool m_finishPosted = false;
+  bool m_warnedBacklog = false;
   RunData m_data;
   QByteArray m_stderrTail;   // an unfinished stderr line
   QStringList m_lastStderr;  // the last few stderr lines, for the failure message
   QTimer m_notifyTimer;      // single shot: coalesces dataChanged()
   QTimer m_escalateTimer;    // single shot: stop() did not end the run
-  bool m_pumpScheduled = false;
   bool m_exited = false;
   int m_exitCode = 0;
   QProcess::ExitStatus m_exitStatus = QProcess::NormalExit;
