@@ -12,6 +12,7 @@
 #include <QLabel>
 #include <QRandomGenerator>
 #include <QStandardPaths>
+#include <algorithm>
 #include <fstream>
 
 #include "plan/run_config.h"
@@ -270,6 +271,53 @@ class TestStudio : public QObject {
     for (int i = 0; i < 4; ++i) QCOMPARE(data->steps().loss[i], first[i]);
     QVERIFY(data->runEnd() && data->runEnd()->status == "ok" && data->runEnd()->step == 8);
     QTRY_COMPARE_WITH_TIMEOUT(w.runView()->lossPlot()->graph(0)->dataCount(), 8, 5000);
+  }
+
+  // Calibration: after a run, the plan's predicted step uses the per-layer times the run measured. Its step
+  // time comes much closer to the measured one than the analytic model's (whose CPU figures are
+  // placeholders); a config the calibration does not fit (recompute on) keeps the analytic times and says
+  // why.
+  void calibrationFromRunPredictsThisMachine() {
+    QTemporaryDir dir;
+    ms::RunConfig c = tinyPipeline(12);
+    c.training.evalEvery = 0;
+    c.parallel.microbatches = 4;
+    c.training.batchSize = 16;
+    const QString project = writeConfig(dir.path(), c);
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(!w.calibrateFromRun());  // no run yet
+    QVERIFY(w.openProject(project));
+    QVERIFY(waitForSnapshot(w));
+    const double analytic = w.snapshot()->sim.stepTime;
+    QSignalSpy finished(w.engineClient(), &ms::EngineClient::finished);
+    QVERIFY2(w.startRun(dir.path() + "/run"), qPrintable(w.lastError()));
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    QVERIFY2(finished[0][0].toBool(), qPrintable(finished[0][1].toString()));
+    std::vector<double> steps(w.runData()->steps().stepTime.begin() + 2, w.runData()->steps().stepTime.end());
+    std::sort(steps.begin(), steps.end());
+    const double measured = steps[steps.size() / 2];
+    QVERIFY2(w.calibrateFromRun(), qPrintable(w.lastError()));
+    QTRY_VERIFY_WITH_TIMEOUT(w.snapshot()->calibrated && !w.analyzer()->busy(), 10000);
+    const double calibrated = w.snapshot()->sim.stepTime;
+    const double before = std::abs(analytic - measured) / measured,
+                 after = std::abs(calibrated - measured) / measured;
+    qInfo("measured step %.4f s; predicted: analytic %.4f s (off %.0f%%), calibrated %.4f s (off %.0f%%)",
+          measured, analytic, 100 * before, calibrated, 100 * after);
+    QVERIFY2(after < before, qPrintable(QString("calibrated %1 vs analytic %2").arg(after).arg(before)));
+    QVERIFY2(w.summaryText().contains("measured by"), qPrintable(w.summaryText()));
+    // Another microbatch size still calibrates (times scale with samples); recompute does not.
+    w.document()->edit("microbatches 2", [](ms::RunConfig& cfg) { cfg.parallel.microbatches = 2; });
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(w.snapshot()->calibrated);
+    w.document()->edit("recompute", [](ms::RunConfig& cfg) { cfg.parallel.recompute = ms::Recompute::Full; });
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(!w.snapshot()->calibrated);
+    QVERIFY2(w.snapshot()->calibrationNote.contains("recompute differs"),
+             qPrintable(w.snapshot()->calibrationNote));
+    w.document()->undoStack()->undo();
+    w.clearCalibration();
+    QTRY_VERIFY_WITH_TIMEOUT(!w.snapshot()->calibrated && !w.analyzer()->busy(), 10000);
   }
 
   // Many random edits, valid and invalid (layouts, schedules, mesh sizes, placements, batch shapes), then

@@ -14,7 +14,8 @@ bool allowsDeviceSharing(const RunConfig& config) {
   return true;
 }
 
-std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64 generation) {
+std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64 generation,
+                                                const std::optional<Calibration>& calibration) {
   QElapsedTimer timer;
   timer.start();
   auto out = std::make_shared<PlanSnapshot>();
@@ -29,7 +30,31 @@ std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64
       out->error = QString::fromStdString(plan.message());
     } else {
       out->plan = std::move(*plan);
-      out->sim = simulate(*out->plan, CostModel(*out->plan));
+      CostModel costs(*out->plan);
+      if (calibration) {
+        if (!(calibration->model == config.model))
+          out->calibrationNote =
+              QObject::tr("calibration from %1 not used: another model").arg(calibration->source);
+        else if (calibration->tp != config.parallel.tp)
+          out->calibrationNote = QObject::tr("calibration from %1 not used: it was measured at tp %2")
+                                     .arg(calibration->source)
+                                     .arg(calibration->tp);
+        else if (calibration->recompute != config.parallel.recompute)
+          out->calibrationNote =
+              QObject::tr("calibration from %1 not used: recompute differs").arg(calibration->source);
+        else {
+          // Per sample times the plan's microbatch size: a layer's time is taken as linear in its samples.
+          const double samples = out->plan->microbatchSize();
+          LayerTimes t = calibration->perSample;
+          for (auto* v : {&t.forward, &t.backwardInput, &t.backwardWeight})
+            for (double& x : *v) x *= samples;
+          const Status s = costs.setMeasuredTimes(std::move(t));
+          out->calibrated = s.isOk();
+          out->calibrationNote = s ? QObject::tr("compute times measured by %1").arg(calibration->source)
+                                   : QString::fromStdString(s.message());
+        }
+      }
+      out->sim = simulate(*out->plan, costs);
       out->memory = estimateMemory(*out->plan);
       out->timeline = timelineFromSimulation(*out->plan, out->sim);
     }
@@ -47,7 +72,13 @@ PlanAnalyzer::~PlanAnalyzer() {
   m_pool.waitForDone();
 }
 
+void PlanAnalyzer::setCalibration(std::optional<Calibration> calibration) {
+  m_calibration = std::move(calibration);
+  if (m_lastRequested) request(*m_lastRequested);
+}
+
 void PlanAnalyzer::request(const RunConfig& config) {
+  m_lastRequested = config;
   m_pending = config;
   if (!m_running) startNext();
 }
@@ -58,8 +89,8 @@ void PlanAnalyzer::startNext() {
   m_pending.reset();
   m_running = true;
   const quint64 generation = ++m_generation;
-  m_pool.start([this, config = std::move(config), generation] {
-    auto snapshot = analyzePlan(config, generation);
+  m_pool.start([this, config = std::move(config), generation, calibration = m_calibration] {
+    auto snapshot = analyzePlan(config, generation, calibration);
     // Back to the analyzer's thread. `this` is alive here: the destructor waits for the pool first; an event
     // still queued when the analyzer is destroyed is discarded by Qt with it.
     QMetaObject::invokeMethod(

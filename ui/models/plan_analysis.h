@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "plan/cost_model.h"
 #include "plan/memory_model.h"
 #include "plan/plan.h"
 #include "plan/run_config.h"
@@ -21,6 +22,18 @@
 #include "ui/models/timeline_data.h"
 
 namespace ms {
+
+// Per-layer compute times measured by a run (its spans), per sample, to replace the cost model's analytic
+// times: the prediction of a plan then uses what this machine really took. They hold for the model and the
+// tensor-parallel width they were measured with (a layer's time changes with tp); other configs keep the
+// analytic times and the snapshot says why.
+struct Calibration {
+  LayerTimes perSample;  // seconds per sample: a microbatch's time / its samples
+  ModelConfig model;
+  int tp = 1;
+  Recompute recompute = Recompute::None;  // a recomputing run's backward spans hold the recomputed forward
+  QString source;                         // the run folder, for people
+};
 
 struct PlanSnapshot {
   RunConfig config;
@@ -30,6 +43,8 @@ struct PlanSnapshot {
   std::vector<MemoryBreakdown> memory;  // per rank
   TimelineData timeline;                // predicted, from sim
   double millis = 0;                    // time the analysis took
+  bool calibrated = false;              // the compute times are a run's measurements
+  QString calibrationNote;              // from where, or why a calibration did not apply
   quint64 generation = 0;               // request counter, increasing
   bool ok() const { return plan.has_value(); }
 };
@@ -38,7 +53,8 @@ struct PlanSnapshot {
 bool allowsDeviceSharing(const RunConfig& config);
 
 // The analysis itself, synchronous (tests and the analyzer's worker call it).
-std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64 generation = 0);
+std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64 generation = 0,
+                                                const std::optional<Calibration>& calibration = std::nullopt);
 
 class PlanAnalyzer : public QObject {
   Q_OBJECT
@@ -46,6 +62,10 @@ class PlanAnalyzer : public QObject {
   explicit PlanAnalyzer(QObject* parent = nullptr);
   ~PlanAnalyzer() override;
   void request(const RunConfig& config);
+  // Later analyses use these measured times (nullopt: the analytic cost model again); re-analyses the newest
+  // config.
+  void setCalibration(std::optional<Calibration> calibration);
+  const std::optional<Calibration>& calibration() const { return m_calibration; }
   // The newest snapshot delivered (null before the first).
   std::shared_ptr<const PlanSnapshot> latest() const { return m_latest; }
   // True while an analysis runs or waits.
@@ -59,6 +79,8 @@ class PlanAnalyzer : public QObject {
   void finished(std::shared_ptr<const PlanSnapshot> snapshot);
   QThreadPool m_pool;
   std::optional<RunConfig> m_pending;
+  std::optional<RunConfig> m_lastRequested;
+  std::optional<Calibration> m_calibration;
   bool m_running = false;
   quint64 m_generation = 0;
   std::shared_ptr<const PlanSnapshot> m_latest;

@@ -23,6 +23,7 @@
 #include "plan/launch_script.h"
 #include "ui/models/chrome_trace.h"
 #include "ui/models/project_document.h"
+#include "ui/run/calibration.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
 #include "ui/views/inspector.h"
@@ -227,6 +228,10 @@ void MainWindow::buildMenus() {
   m_resumeAction->setStatusTip(
       tr("Continue the last run from its newest checkpoint with the current settings"));
   m_stopAction = run->addAction(tr("&Stop"), QKeySequence(tr("Ctrl+.")), this, &MainWindow::stopRun);
+  run->addSeparator();
+  run->addAction(tr("&Calibrate Plan from Run"), this, [this] { calibrateFromRun(); })
+      ->setStatusTip(tr("Predict with the per-layer compute times the last run measured on this machine"));
+  run->addAction(tr("Use &Analytic Costs"), this, &MainWindow::clearCalibration);
   m_stopAction->setEnabled(false);
 
   QToolBar* bar = addToolBar(tr("Main"));
@@ -392,6 +397,8 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
                      .arg(worstBubble * 100, 0, 'f', 1)
                      .arg(worstFill * 100, 0, 'f', 0);
   if (overflowing) text += tr(" %n rank(s) do not fit in memory.", nullptr, overflowing);
+  if (!snap->calibrationNote.isEmpty())
+    text += QStringLiteral(" (") + snap->calibrationNote + QStringLiteral(")");
   for (const std::string& w : snap->plan->warnings) text += QStringLiteral("\n") + QString::fromStdString(w);
   m_summary->setText(text);
   m_summary->setStyleSheet(overflowing ? QStringLiteral("color: #b00020") : QString());
@@ -440,6 +447,7 @@ bool MainWindow::launch(const QString& dir, bool resume) {
   m_measured->setData(nullptr);
   m_lastError.clear();
   m_lastRunDir = QDir(dir).absolutePath();
+  m_lastRunConfig = m_doc->config();
   if (!m_client->start(m_doc->config(), dir, resume)) {
     // The client said why through finished(false, reason) (onRunFinished shows it), unless a run is going.
     if (m_lastError.isEmpty()) showError(tr("Run"), tr("the engine client refused to start a run"));
@@ -450,6 +458,28 @@ bool MainWindow::launch(const QString& dir, bool resume) {
   m_stopAction->setEnabled(true);
   m_tabs->setCurrentIndex(1);
   return true;
+}
+
+bool MainWindow::calibrateFromRun() {
+  const RunData* data = runData();
+  if (!data || !m_lastRunConfig) {
+    showError(tr("Calibrate"), tr("no run to calibrate from: run the plan or reopen a run folder first"));
+    return false;
+  }
+  auto calibration = calibrationFromRun(*data, *m_lastRunConfig, m_lastRunDir);
+  if (!calibration) {
+    showError(tr("Calibrate"), QString::fromStdString(calibration.message()));
+    return false;
+  }
+  m_analyzer->setCalibration(std::move(*calibration));
+  statusBar()->showMessage(tr("Predictions now use the compute times measured by %1").arg(m_lastRunDir),
+                           8000);
+  return true;
+}
+
+void MainWindow::clearCalibration() {
+  m_analyzer->setCalibration(std::nullopt);
+  statusBar()->showMessage(tr("Predictions use the analytic cost model again"), 5000);
 }
 
 void MainWindow::stopRun() {
@@ -502,6 +532,9 @@ bool MainWindow::openRunFolder(const QString& dir) {
   m_replay = std::move(data);
   m_showingReplay = true;
   m_lastRunDir = QDir(dir).absolutePath();
+  m_lastRunConfig.reset();
+  if (auto runConfig = loadRunConfig(QDir(dir).filePath(QStringLiteral("config.json")).toStdString()))
+    m_lastRunConfig = *runConfig;
   m_runView->setData(m_replay.get());
   m_measuredRevision = 0;
   onRunData();

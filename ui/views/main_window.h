@@ -14,6 +14,7 @@
 #include <QString>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "ui/models/plan_analysis.h"
 
@@ -53,6 +54,9 @@ class MainWindow : public QMainWindow {
   // else the last run started or reopened here.
   bool resumeRun(const QString& runDir = QString());
   void stopRun();
+  // The plan's predictions use the compute times the last (or the reopened) run measured, until cleared.
+  bool calibrateFromRun();
+  void clearCalibration();
   // File > Export: config, launch.sh, slurm.sbatch (and hostfile) into a folder.
   bool exportLaunchFiles(const QString& dir);
   // The measured (or, without a run, the predicted) timeline as a Chrome trace JSON file.
@@ -123,6 +127,7 @@ class MainWindow : public QMainWindow {
   QAction* m_stopAction = nullptr;
   QAction* m_resumeAction = nullptr;
   QString m_lastRunDir;  // the folder of the last run started or reopened (Resume continues it)
+  std::optional<RunConfig> m_lastRunConfig;  // the config that run used (calibration needs its microbatch)
   QString m_lastError;
   quint64 m_measuredRevision = 0;
   std::function<QMessageBox::StandardButton()> m_unsavedHandler;
