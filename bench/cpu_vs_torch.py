@@ -13,7 +13,6 @@ Prints a fixed-column table and the ratio engine/torch (> 1 means the engine is 
 import argparse
 import glob
 import json
-import math
 import os
 import subprocess
 import sys
@@ -21,8 +20,8 @@ import tempfile
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+from torch_gpt import GPT
 
 V, T, C, L, H, B = 256, 128, 256, 4, 4, 16
 
@@ -35,57 +34,10 @@ def text_files():
     return sorted(glob.glob("/usr/share/common-licenses/*"))
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(C)
-        self.c_attn = nn.Linear(C, 3 * C)
-        self.c_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C)
-        self.c_fc = nn.Linear(C, 4 * C)
-        self.mlp_proj = nn.Linear(4 * C, C)
-        self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).tril())
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q = q.view(b, t, H, c // H).transpose(1, 2)
-        k = k.view(b, t, H, c // H).transpose(1, 2)
-        v = v.view(b, t, H, c // H).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // H))
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        x = x + self.c_proj(y)
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block() for _ in range(L))
-        self.ln_f = nn.LayerNorm(C)
-        # GPT-2 initialisation, as the engine's model spec: N(0, 0.02), residual projections / sqrt(2L).
-        for name, p in self.named_parameters():
-            if p.dim() >= 2:
-                std = 0.02 / math.sqrt(2 * L) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
-                nn.init.normal_(p, 0.0, std)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for blk in self.h:
-            x = blk(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head, as the engine's gpt
-        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
-
-
 def bench_torch(data, threads, warmup, steps):
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    model = GPT()
+    model = GPT(V, T, C, L, H)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

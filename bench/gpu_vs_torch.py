@@ -19,7 +19,6 @@ usage: bench/gpu_vs_torch.py [--engine build/engine/meshstudio-engine] [--batch 
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -27,57 +26,10 @@ import tempfile
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+from torch_gpt import GPT
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "RTX 4090": 165.0}
-
-
-class Block(nn.Module):
-    def __init__(self, C, H, T):
-        super().__init__()
-        self.H = H
-        self.ln_1 = nn.LayerNorm(C)
-        self.c_attn = nn.Linear(C, 3 * C)
-        self.c_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C)
-        self.c_fc = nn.Linear(C, 4 * C)
-        self.mlp_proj = nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.H, c // self.H).transpose(1, 2) for z in (q, k, v))
-        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch >= 2.0: its fused (flash) attention
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:  # older PyTorch (Debian's): the materialised softmax
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.H))
-            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
-        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, V, T, C, L, H):
-        super().__init__()
-        self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(T, C)
-        self.blocks = nn.ModuleList(Block(C, H, T) for _ in range(L))
-        self.ln_f = nn.LayerNorm(C)
-        for m in self.modules():  # GPT-2's initialisation (normal, std 0.02; zero biases)
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, std=0.02)
-            if isinstance(m, nn.Linear):
-                nn.init.zeros_(m.bias)
-
-    def forward(self, idx, targets):
-        t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
-        for b in self.blocks:
-            x = b(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied LM head
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
 def flops_per_token(n_params, L, C, T):
@@ -97,7 +49,7 @@ def run_torch(args, shape, device):
     V, T, C, L, H = shape
     torch.manual_seed(1)
     model = GPT(V, T, C, L, H).to(device)
-    n_params = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
+    n_params = model.weights_without_positions()
     fused = {"fused": True} if device.type == "cuda" else {}  # one kernel per step on GPUs (PyTorch >= 2.0)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
     dtype = torch.bfloat16
