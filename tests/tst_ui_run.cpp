@@ -20,6 +20,7 @@
 // Raw strings with an odd number of quotes confuse moc 6.4 (it loses the class), so those few are escaped.
 
 #include "plan/run_config.h"
+#include "ui/run/calibration.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/metrics_reader.h"
 #include "ui/run/run_data.h"
@@ -289,6 +290,68 @@ class TestUiRun : public QObject {
     // Both kinds happen (a digit changed still parses; a brace dropped does not).
     QVERIFY(errors > 1000);
     QVERIFY(events > 100);
+  }
+
+  // Calibration from a run's spans: per layer the median over steps (the first step left out) and ranks of
+  // its F, B and W durations, divided by the microbatch size; a layer without spans is named in the error.
+  void calibrationTakesMediansPerSample() {
+    ms::RunConfig config;  // gpt, layers 4 by default: embedding, block.0 .. block.3, head
+    config.model.layers = 1;
+    config.parallel.microbatches = 2;
+    config.training.batchSize = 8;  // microbatch of 4 samples
+    // Step s (1..4) times: embedding F 0.4 s, block.0 F 0.8 + 0.04 * s (median over steps 2-4: 0.92),
+    // block.0 B 1.2 and W 0.4, head F 0.2 and B 0.6; step 1 (left out) is 10x slower.
+    auto spansLine = [](int step) {
+      const double k = step == 1 ? 10 : 1;
+      auto span = [&](const char* a, const char* layer, double start, double len) {
+        return QString(R"({"action":"%1","mb":0,"chunk":0,"layer":"%2","start":%3,"end":%4})")
+            .arg(a, layer)
+            .arg(start)
+            .arg(start + len * k);
+      };
+      const double f0 = 0.8 + 0.04 * step;
+      return QString(R"({"v":1,"type":"spans","step":%1,"ranks":[{"rank":0,"spans":[%2,%3,%4,%5,%6,%7]}]})")
+          .arg(step)
+          .arg(span("F", "embedding", 0, 0.4), span("F", "block.0", 1, f0), span("F", "head", 3, 0.2),
+               span("B", "head", 4, 0.6), span("B", "block.0", 5, 1.2), span("W", "block.0", 7, 0.4))
+          .toUtf8();
+    };
+    MetricsReader reader;
+    RunData data;
+    QByteArray stream = R"({"v":1,"type":"run_start","name":"c","ranks":1,"steps":4,"layers":[)"
+                        R"({"name":"embedding"},{"name":"block.0"},{"name":"head"}]})"
+                        "\n";
+    for (int step = 1; step <= 4; ++step) stream += spansLine(step) + "\n";
+    auto events = reader.feed(stream);
+    data.apply(events);
+    // The embedding has no backward span here: refused, naming it.
+    auto refused = calibrationFromRun(data, config, "run");
+    QVERIFY(!refused);
+    QVERIFY2(QString::fromStdString(refused.message()).contains("embedding"), refused.message().c_str());
+    // With the embedding's B added to every step, the medians come out per sample.
+    RunData full;
+    MetricsReader again;
+    QByteArray all = R"({"v":1,"type":"run_start","name":"c","ranks":1,"steps":4,"layers":[)"
+                     R"({"name":"embedding"},{"name":"block.0"},{"name":"head"}]})"
+                     "\n";
+    for (int step = 1; step <= 4; ++step) {
+      QByteArray line = spansLine(step);
+      line.replace("]}]}", R"(,{"action":"B","mb":0,"chunk":0,"layer":"embedding","start":8,"end":8.2}]}]})");
+      all += line + "\n";
+    }
+    auto moreEvents = again.feed(all);
+    full.apply(moreEvents);
+    auto c = calibrationFromRun(full, config, "run");
+    QVERIFY2(c.isOk(), c.isOk() ? "" : c.message().c_str());
+    QCOMPARE(c->source, QString("run"));
+    QCOMPARE(c->perSample.forward.size(), std::size_t(3));
+    QVERIFY(qAbs(c->perSample.forward[0] - 0.4 / 4) < 1e-9);
+    QVERIFY(qAbs(c->perSample.forward[1] - 0.92 / 4) < 1e-9);
+    QVERIFY(qAbs(c->perSample.backwardInput[1] - 1.2 / 4) < 1e-9);
+    QVERIFY(qAbs(c->perSample.backwardWeight[1] - 0.4 / 4) < 1e-9);
+    QVERIFY(qAbs(c->perSample.backwardInput[2] - 0.6 / 4) < 1e-9);
+    QCOMPARE(c->perSample.backwardWeight[2], 0.0);  // no W: its B is the whole backward
+    QVERIFY(qAbs(c->perSample.backwardInput[0] - 0.2 / 4) < 1e-9);
   }
 
   void runDataBuildsTimelineAndBubbles() {
