@@ -94,16 +94,35 @@ class VitEmbedding final : public Layer {
   Workspace* m_ws;
 };
 
-class VitHead final : public Layer {
+// What the two classifier heads share: per-slot activations holding each microbatch's loss statistics and
+// logits, and the accessors over them (the logits of the newest slot, kept by evaluation only).
+class ClassifierHead : public Layer {
+ public:
+  ClassifierHead(const LayerSpec& spec, MemoryTracker* tracker) : Layer(spec), m_caches(tracker) {}
+  void releaseSlot(int slot) override { m_caches.release(slot); }
+  LossStats lossStats(int slot) const override {
+    const Acts* c = m_caches.find(slot);
+    return c ? c->stats : LossStats{};
+  }
+  const float* logits() const override {
+    const Acts* c = m_caches.find(m_lastSlot);
+    return c && c->logitsValid ? c->logits.data() : nullptr;
+  }
+
+ protected:
+  SlotCaches<Acts> m_caches;
+  int m_lastSlot = 0;
+};
+
+class VitHead final : public ClassifierHead {
  public:
   VitHead(const LayerSpec& spec, const LayerContext& ctx)
-      : Layer(spec),
+      : ClassifierHead(spec, ctx.tracker),
         m_C(ctx.model.width),
         m_K(ctx.model.classes),
         m_T(ctx.positions),
         m_eps(static_cast<float>(ctx.model.layerNormEps)),
         m_useFirst(ctx.model.pool == Pooling::Cls),
-        m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
     m_lnfw = bindParam(ctx.params, "ln_f.weight");
     m_lnfb = bindParam(ctx.params, "ln_f.bias");
@@ -143,24 +162,13 @@ class VitHead final : public Layer {
     cpu::layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.b.data(), c.c.data(),
                            N, m_C);
   }
-  void releaseSlot(int slot) override { m_caches.release(slot); }
-  LossStats lossStats(int slot) const override {
-    const Acts* c = m_caches.find(slot);
-    return c ? c->stats : LossStats{};
-  }
-  const float* logits() const override {
-    const Acts* c = m_caches.find(m_lastSlot);
-    return c && c->logitsValid ? c->logits.data() : nullptr;
-  }
 
  private:
   int m_C, m_K, m_T;
   float m_eps;
   bool m_useFirst;
   BoundParam m_lnfw, m_lnfb, m_w, m_b;
-  SlotCaches<Acts> m_caches;
   Workspace* m_ws;
-  int m_lastSlot = 0;
 };
 
 class MlpBlock final : public Layer {
@@ -229,13 +237,12 @@ class MlpBlock final : public Layer {
   Workspace* m_ws;
 };
 
-class MlpHead final : public Layer {
+class MlpHead final : public ClassifierHead {
  public:
   MlpHead(const LayerSpec& spec, const LayerContext& ctx)
-      : Layer(spec),
+      : ClassifierHead(spec, ctx.tracker),
         m_in(static_cast<int>(spec.params[0].shape[0])),
-        m_K(ctx.model.classes),
-        m_caches(ctx.tracker) {
+        m_K(ctx.model.classes) {
     m_w = bindParam(ctx.params, "head.weight");
     m_b = bindParam(ctx.params, "head.bias");
   }
@@ -255,21 +262,10 @@ class MlpHead final : public Layer {
     cpu::linearBackward(dx, m_w.grad(), m_b.grad(), m_caches[slot].logits.data(), x, m_w.value(), batch.B,
                         m_in, m_K);
   }
-  void releaseSlot(int slot) override { m_caches.release(slot); }
-  LossStats lossStats(int slot) const override {
-    const Acts* c = m_caches.find(slot);
-    return c ? c->stats : LossStats{};
-  }
-  const float* logits() const override {
-    const Acts* c = m_caches.find(m_lastSlot);
-    return c && c->logitsValid ? c->logits.data() : nullptr;
-  }
 
  private:
   int m_in, m_K;
   BoundParam m_w, m_b;
-  SlotCaches<Acts> m_caches;
-  int m_lastSlot = 0;
 };
 
 }  // namespace
