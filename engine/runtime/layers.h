@@ -3,6 +3,10 @@
 // gradients in a ParameterStore; what backward needs from forward it keeps in a numbered SLOT, so a pipeline
 // stage can hold several microbatches in flight (slot = the microbatch's place in the stage's window).
 //
+// Every tensor a layer touches (x, y, dy, dx, its parameters, gradients and caches) is in the memory of the
+// rank's backend (kernels/backend.h) and every op goes through that backend, so one layer runs on the CPU or
+// a GPU; a layer reads nothing from backend memory on the host except through backend.download().
+//
 // What always holds: backward(x, dy, dx, batch, slot, ...) must follow forward(x, ..., slot) of the same
 // microbatch with the same x; backward ACCUMULATES into dx and into parameter gradients (dx may be nullptr
 // for the first layer). A head's forward computes the loss and, when training, the loss gradient (scaled by
@@ -62,6 +66,16 @@ struct TensorParallel {
   bool sequence = false;
 };
 
+// A microbatch as a layer sees it: its size, the host batch (loss statistics count targets there) and its
+// tokens, targets and images in backend memory (the model uploads them once per chunk and slot).
+struct BatchView {
+  int B = 0;
+  const Batch* host = nullptr;
+  const int32_t* tokens = nullptr;   // (B, T), or nullptr
+  const int32_t* targets = nullptr;  // (B, T) or (B), or nullptr
+  const float* images = nullptr;     // (B, S*S), or nullptr
+};
+
 // Which part of a backward to run: both, or (zero-bubble schedules, Qi et al. 2024) only the input gradient
 // first and the weight gradient later.
 enum class BackwardPart { All, Input, Weight };
@@ -74,11 +88,12 @@ class Layer {
   // Floats of the output activation for a microbatch of B samples (0 for heads).
   virtual int64_t outputFloats(int B) const = 0;
   // x: the previous layer's output, or for the first layer the batch's images (nullptr for token inputs).
-  virtual void forward(const float* x, float* y, const Batch& batch, const ForwardMode& mode, int slot) = 0;
+  virtual void forward(const float* x, float* y, const BatchView& batch, const ForwardMode& mode,
+                       int slot) = 0;
   // part Input: the input gradient (and any small parameter gradients); Weight: the deferred weight gradients
   // (only after Input of the same slot). Layers that do not split do everything in Input and nothing in
   // Weight.
-  virtual void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot,
+  virtual void backward(const float* x, const float* dy, float* dx, const BatchView& batch, int slot,
                         BackwardPart part) = 0;
   // Frees what the slot keeps (activation recomputation drops it after forward and recomputes it).
   virtual void releaseSlot(int slot) = 0;
@@ -88,7 +103,7 @@ class Layer {
   // Heads: the loss of the slot's last forward.
   virtual LossStats lossStats(int /*slot*/) const { return {}; }
   // Heads: the logits of the last forward when it was not training (training overwrites them with their
-  // gradient), else nullptr. (B, T, V) for gpt, (B, classes) for classifiers.
+  // gradient), else nullptr. (B, T, V) for gpt, (B, classes) for classifiers; in backend memory.
   virtual const float* logits() const { return nullptr; }
 
  protected:
@@ -97,6 +112,7 @@ class Layer {
 
 // Everything a layer needs to bind to its parameters, account its memory and borrow scratch space.
 struct LayerContext {
+  Backend& backend;  // where tensors live and ops run (the tracker's backend)
   const ModelConfig& model;
   ParameterStore& params;
   MemoryTracker* tracker;

@@ -46,8 +46,13 @@ void MemoryTracker::resetPeak() {
   m_peakTotal = currentTotal();
 }
 
+Backend& hostBackend() {
+  static const std::unique_ptr<Backend> backend = makeCpuBackend(false);
+  return *backend;
+}
+
 Buffer::Buffer(size_t count, MemoryCategory category, MemoryTracker* tracker)
-    : m_category(category), m_tracker(tracker) {
+    : m_category(category), m_tracker(tracker), m_backend(tracker ? &tracker->backend() : &hostBackend()) {
   reserve(count);
 }
 
@@ -66,13 +71,14 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     m_size = std::exchange(o.m_size, 0);
     m_category = o.m_category;
     m_tracker = o.m_tracker;
+    m_backend = o.m_backend;
   }
   return *this;
 }
 
 void Buffer::release() {
   if (m_data) {
-    std::free(m_data);
+    m_backend->deallocate(m_data, m_size * sizeof(float));
     if (m_tracker) m_tracker->add(m_category, -static_cast<int64_t>(m_size * sizeof(float)));
   }
   m_data = nullptr;
@@ -80,7 +86,7 @@ void Buffer::release() {
 }
 
 void Buffer::zero() {
-  if (m_data) std::memset(m_data, 0, m_size * sizeof(float));
+  if (m_data) m_backend->zero(m_data, m_size * sizeof(float));
 }
 
 void Buffer::reserve(size_t count) {
@@ -90,10 +96,7 @@ void Buffer::reserve(size_t count) {
   release();
   m_category = category;
   m_tracker = tracker;
-  const size_t bytes = ((count * sizeof(float) + 63) / 64) * 64;
-  m_data = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (!m_data) throw std::bad_alloc();
-  std::memset(m_data, 0, bytes);
+  m_data = static_cast<float*>(m_backend->allocate(count * sizeof(float)));
   m_size = count;
   if (m_tracker) m_tracker->add(m_category, static_cast<int64_t>(m_size * sizeof(float)));
 }
@@ -103,7 +106,7 @@ float* Workspace::get(int slot, size_t count, bool zero) {
     m_slots.emplace_back(0, MemoryCategory::Workspace, m_tracker);
   Buffer& b = m_slots[slot];
   b.reserve(count);
-  if (zero) std::memset(b.data(), 0, count * sizeof(float));
+  if (zero) b.backend().zero(b.data(), count * sizeof(float));
   return b.data();
 }
 

@@ -106,6 +106,31 @@ void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int 
 void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst);
 void poolBackward(float* dinp, const float* dout, int B, int T, int C, bool useFirst);  // dinp (B, T, C) +=
 
+// ---- Pieces of the tensor-parallel layers (kernels/cpu/tp_ops.cpp) ----------------------------------------
+// x (rows, C): every row += row (C).
+void addRows(float* x, const float* row, size_t rows, int C);
+// y (B, T, C): y[b, t] += wpe[t].
+void addPositions(float* y, const float* wpe, int B, int T, int C);
+// Vocabulary-parallel embedding (Megatron-LM): wte holds rows [vocabStart, vocabStart + vocabCount).
+// out (N, C) = wte[tokens[n] - vocabStart] for tokens in the range, 0 elsewhere.
+void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart, int vocabCount,
+                           int N, int C);
+// dwte[tokens[n] - vocabStart] += dout[n] for tokens in the range (positions in order: deterministic).
+void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
+                            int vocabCount, int N, int C);
+// Vocabulary-parallel cross-entropy over logits (N, V) holding columns [vocabStart, vocabStart + V); the
+// caller all-reduces between the steps. 1: mx (N) = row maxima (all-reduce max).
+void rowMax(float* mx, const float* logits, int N, int V);
+// 2: sumExp (N) = sum_j exp(logits - mx); targetLogit (N) = logits[target - vocabStart] when the target is
+// in the range, else 0 (all-reduce sum of both).
+void crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
+                          const int32_t* targets, int vocabStart, int N, int V);
+// 3: losses (N) = log(sumExp) - (targetLogit - mx), 0 where target < 0; dlogits (nullable, may alias logits)
+// OVERWRITTEN with gradScale * (softmax - onehot(target)) over the rank's columns, 0 rows where target < 0.
+void crossEntropyFinish(float* losses, float* dlogits, const float* logits, const float* mx,
+                        const float* sumExp, const float* targetLogit, const int32_t* targets, int vocabStart,
+                        int N, int V, float gradScale);
+
 // ---- Optimizers and reductions over flat buffers --------------------------------------------------------
 // AdamW (Loshchilov & Hutter 2019, algorithm 2) on n values; t is the 1-based step for bias correction.
 // The gradient used is grads * gradScale (gradScale folds in clipping and accumulation averaging).

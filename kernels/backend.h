@@ -1,0 +1,188 @@
+// The backend: the one interface through which the runtime allocates tensor memory, moves it, runs every op
+// and times its work, so a layer is written once and runs on the CPU (kernels/cpu) or a GPU (kernels/cuda).
+// A rank has one backend for its life.
+//
+// What always holds:
+// - Every pointer an op or a memory call takes is BACKEND memory (from allocate()), except the explicit host
+//   side of upload() and download(). With deviceMemory() true (a GPU, or the CPU's emulated device used by
+//   tests) the host must never read or write backend memory directly; with it false backend memory is
+//   ordinary host memory.
+// - Work is ordered: each call's work happens after the work of every earlier call on the same backend (a
+//   GPU enqueues it on one stream). Calls that hand data to the host (download, sumSquares, markTime) wait
+//   for the work they depend on; the others may return before the work is done.
+// - Op semantics are those of kernels/cpu/cpu_ops.h (row-major; Conv1D linear weights; every backward
+//   ACCUMULATES into the gradients it writes; documented-nullable gradients may be nullptr), the reference
+//   every backend is tested against. Ops added here (the *Range embedding, the vocabulary-parallel
+//   cross-entropy pieces, addRows, addPositions) are documented below and in cpu_ops.h.
+// - A failure (out of memory, a CUDA error) throws DeviceFailure naming the call and the reason; a GPU
+//   context is unusable after most CUDA errors, so the rank treats it as fatal.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace ms {
+
+enum class DeviceKind { Cpu, Cuda };
+
+struct DeviceFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What the device is, for run_start and the MFU figures.
+struct DeviceInfo {
+  DeviceKind kind = DeviceKind::Cpu;
+  std::string name;            // "NVIDIA H100 80GB HBM3", or "cpu (16 threads)"
+  int index = -1;              // CUDA device ordinal (-1 on the CPU)
+  int64_t totalBytes = 0;      // device memory (0 on the CPU: not the backend's to say)
+  double peakFlopsFp32 = 0;    // dense, per second (0 when unknown)
+  double peakFlopsBf16 = 0;    // dense tensor-core bf16, per second (0 when unknown or none)
+  bool emulated = false;       // the CPU's emulated device (tests)
+};
+
+// The device's memory as the device sees it (all 0 on the CPU).
+struct DeviceMemoryInfo {
+  int64_t freeBytes = 0;      // cudaMemGetInfo
+  int64_t totalBytes = 0;     // cudaMemGetInfo
+  int64_t reservedBytes = 0;  // held by the backend's caching allocator (in use or cached for reuse)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const DeviceInfo& info() const = 0;
+  DeviceKind kind() const { return info().kind; }
+  // True when the host must not touch backend memory (see above).
+  virtual bool deviceMemory() const = 0;
+
+  // ---- memory ------------------------------------------------------------------------------------------
+  // bytes of zero-filled backend memory, 256-byte aligned (nullptr for 0 bytes). Throws DeviceFailure.
+  virtual void* allocate(size_t bytes) = 0;
+  // Gives back what allocate() returned (with the same size); nullptr is fine. Ordered after earlier work.
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+  // Host -> backend and backend -> host; both return once the data has arrived (host memory may be reused).
+  virtual void upload(void* dst, const void* hostSrc, size_t bytes) = 0;
+  virtual void download(void* hostDst, const void* src, size_t bytes) = 0;
+  // Backend -> backend (regions must not overlap).
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // rows rows of widthBytes bytes each, row r from src + r * srcPitch to dst + r * dstPitch.
+  virtual void copy2D(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t widthBytes,
+                      size_t rows) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+  // Waits for all work issued so far.
+  virtual void synchronize() = 0;
+  virtual DeviceMemoryInfo memoryInfo() = 0;
+
+  // ---- timing ------------------------------------------------------------------------------------------
+  // Spans are timed by MARKS taken in work order (a GPU records an event on its stream, so a mark is when
+  // the device reached that point, not when the host issued it); markTime() gives a mark's time in seconds
+  // on the run's clock (since the epoch), waiting for the device if needed. Marks are numbered from 0 after
+  // clearMarks(); a mark is valid until the next clearMarks().
+  virtual void setEpoch(std::chrono::steady_clock::time_point epoch) = 0;
+  virtual int mark() = 0;
+  virtual double markTime(int mark) = 0;
+  virtual void clearMarks() = 0;
+
+  // ---- linear -------------------------------------------------------------------------------------------
+  virtual void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                             int C, int OC) = 0;
+  virtual void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, int N, int C, int OC) = 0;
+  virtual void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N,
+                              int C, int OC) = 0;
+  virtual void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+
+  // ---- layer norm ---------------------------------------------------------------------------------------
+  virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                const float* bias, int N, int C, float eps) = 0;
+  virtual void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean, const float* rstd,
+                                 int N, int C) = 0;
+
+  // ---- pointwise ----------------------------------------------------------------------------------------
+  virtual void geluForward(float* out, const float* inp, size_t n) = 0;
+  virtual void geluBackward(float* dinp, const float* dout, const float* inp, size_t n) = 0;
+  virtual void reluForward(float* out, const float* inp, size_t n) = 0;
+  virtual void reluBackward(float* dinp, const float* dout, const float* inp, size_t n) = 0;
+  virtual void tanhForward(float* out, const float* inp, size_t n) = 0;
+  virtual void tanhBackward(float* dinp, const float* dout, const float* out, size_t n) = 0;
+  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
+  virtual void accumulate(float* y, const float* x, size_t n) = 0;
+  virtual void scale(float* y, float s, size_t n) = 0;
+  // x (rows, C): every row += row (C).
+  virtual void addRows(float* x, const float* row, size_t rows, int C) = 0;
+
+  // ---- attention ----------------------------------------------------------------------------------------
+  // What forward saves for backward (att) and backward's scratch, in floats: (B, H, T, T) for a backend that
+  // materialises the softmax; a fused (flash) backend may need far less.
+  virtual size_t attentionSavedFloats(int B, int T, int H) const = 0;
+  virtual size_t attentionScratchFloats(int B, int T, int H) const = 0;
+  virtual void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
+                                bool causal) = 0;
+  virtual void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                 const float* saved, const float* out, int B, int T, int C, int H,
+                                 bool causal) = 0;
+
+  // ---- embeddings ---------------------------------------------------------------------------------------
+  virtual void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                                int T, int C) = 0;
+  virtual void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                                 int T, int C) = 0;
+  // Vocabulary-parallel pieces (Megatron-LM): wte holds rows [vocabStart, vocabStart + vocabCount).
+  // out (N, C) = wte[tokens[n] - vocabStart] for tokens in the range, 0 elsewhere.
+  virtual void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+                                     int vocabCount, int N, int C) = 0;
+  // dwte[tokens[n] - vocabStart] += dout[n] for tokens in the range.
+  virtual void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
+                                      int vocabCount, int N, int C) = 0;
+  // y (B, T, C): y[b, t] += wpe[t].
+  virtual void addPositions(float* y, const float* wpe, int B, int T, int C) = 0;
+
+  // ---- loss ---------------------------------------------------------------------------------------------
+  virtual void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                   int N, int V, float gradScale) = 0;
+  virtual void argmaxRows(int32_t* out, const float* x, int N, int V) = 0;
+  // Cross-entropy over logits split by vocabulary (this rank holds columns [vocabStart, vocabStart + V) of
+  // every row); the caller all-reduces between the steps. 1: mx (N) = row maxima (then all-reduce max).
+  virtual void rowMax(float* mx, const float* logits, int N, int V) = 0;
+  // 2: sumExp (N) = sum_j exp(logits - mx); targetLogit (N) = logits[target - vocabStart] when the target is
+  // in this rank's range, else 0 (then all-reduce sum of both).
+  virtual void crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
+                                    const int32_t* targets, int vocabStart, int N, int V) = 0;
+  // 3: losses (N) = log(sumExp) - (targetLogit - mx) (0 where target < 0); dlogits (nullable, may alias
+  // logits) OVERWRITTEN with gradScale * (softmax - onehot) over this rank's columns (0 rows where target < 0).
+  virtual void crossEntropyFinish(float* losses, float* dlogits, const float* logits, const float* mx,
+                                  const float* sumExp, const float* targetLogit, const int32_t* targets,
+                                  int vocabStart, int N, int V, float gradScale) = 0;
+
+  // ---- vision transformer pieces ------------------------------------------------------------------------
+  virtual void patchify(float* patches, const float* images, int B, int S, int P) = 0;
+  virtual void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B,
+                             int NP, int C, bool cls) = 0;
+  virtual void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
+                              bool cls) = 0;
+  virtual void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst) = 0;
+  virtual void poolBackward(float* dinp, const float* dout, int B, int T, int C, bool useFirst) = 0;
+
+  // ---- optimizers and reductions ------------------------------------------------------------------------
+  virtual void adamwUpdate(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                           float beta1, float beta2, float eps, float weightDecay, int t, float gradScale) = 0;
+  virtual void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
+                         float weightDecay, bool nesterov, bool firstStep, float gradScale) = 0;
+  // Sum of squares of each of count buffers (ptrs[i], sizes[i]), added up in double; waits for the result.
+  virtual double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) = 0;
+};
+
+// The CPU backend (kernels/cpu, OpenBLAS + OpenMP). With emulateDevice, backend memory is tagged so that any
+// host access to it faults, and every call checks its pointers: a CPU-only machine then runs the runtime's
+// device code path (uploads, downloads, host staging of messages) exactly as a GPU would, which the tests
+// use. Results are bit-identical to the plain CPU backend.
+std::unique_ptr<Backend> makeCpuBackend(bool emulateDevice = false);
+
+}  // namespace ms

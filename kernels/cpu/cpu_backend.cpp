@@ -1,0 +1,242 @@
+// The CPU backend: kernels/cpu behind the Backend interface, and its emulated device (see backend.h).
+//
+// Emulation: backend memory is ordinary host memory whose address is offset by kTag (bit 62), which makes it
+// a non-canonical x86-64 / AArch64 address: a host read or write through it faults at once instead of
+// silently working, and every call translates (and checks) the pointers it is given. Pointer arithmetic on
+// tagged pointers stays consistent (the offset is a constant), so sub-buffers work as on a GPU.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace ms {
+namespace {
+
+constexpr uintptr_t kTag = uintptr_t(1) << 62;
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(bool emulate) : m_emulate(emulate) {
+    m_info.kind = DeviceKind::Cpu;
+    m_info.emulated = emulate;
+    m_info.name = "cpu (" + std::to_string(cpu::threads()) + " threads)" + (emulate ? ", emulated device" : "");
+  }
+
+  const DeviceInfo& info() const override { return m_info; }
+  bool deviceMemory() const override { return m_emulate; }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    const size_t rounded = (bytes + 255) / 256 * 256;
+    void* p = std::aligned_alloc(256, rounded);
+    if (!p)
+      throw DeviceFailure("allocate: out of host memory for " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, rounded);
+    return tag(p);
+  }
+  void deallocate(void* ptr, size_t) override {
+    if (ptr) std::free(h(ptr, "deallocate"));
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(h(dst, "upload"), host(src, "upload"), bytes);
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(host(dst, "download"), h(src, "download"), bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(h(dst, "copy"), h(src, "copy"), bytes);
+  }
+  void copy2D(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width,
+              size_t rows) override {
+    if (!rows || !width) return;
+    char* d = static_cast<char*>(h(dst, "copy2D"));
+    const char* s = static_cast<const char*>(h(src, "copy2D"));
+    for (size_t r = 0; r < rows; ++r) std::memcpy(d + r * dstPitch, s + r * srcPitch, width);
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes) std::memset(h(dst, "zero"), 0, bytes);
+  }
+  void synchronize() override {}
+  DeviceMemoryInfo memoryInfo() override { return {}; }
+
+  void setEpoch(std::chrono::steady_clock::time_point epoch) override { m_epoch = epoch; }
+  int mark() override {
+    m_marks.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch).count());
+    return static_cast<int>(m_marks.size()) - 1;
+  }
+  double markTime(int mark) override {
+    if (mark < 0 || mark >= static_cast<int>(m_marks.size()))
+      throw DeviceFailure("markTime: no mark " + std::to_string(mark));
+    return m_marks[mark];
+  }
+  void clearMarks() override { m_marks.clear(); }
+
+  void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                     int OC) override {
+    cpu::linearForward(f(out), f(inp), f(weight), f(bias), N, C, OC);
+  }
+  void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int N, int C, int OC) override {
+    cpu::linearBackward(f(dinp), f(dweight), f(dbias), f(dout), f(inp), f(weight), N, C, OC);
+  }
+  void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                      int OC) override {
+    cpu::linearForwardT(f(out), f(inp), f(weight), f(bias), N, C, OC);
+  }
+  void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int C, int OC) override {
+    cpu::linearBackwardT(f(dinp), f(dweight), f(dbias), f(dout), f(inp), f(weight), N, C, OC);
+  }
+  void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C, float eps) override {
+    cpu::layerNormForward(f(out), f(mean), f(rstd), f(inp), f(weight), f(bias), N, C, eps);
+  }
+  void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
+    cpu::layerNormBackward(f(dinp), f(dweight), f(dbias), f(dout), f(inp), f(weight), f(mean), f(rstd), N, C);
+  }
+  void geluForward(float* out, const float* inp, size_t n) override { cpu::geluForward(f(out), f(inp), n); }
+  void geluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
+    cpu::geluBackward(f(dinp), f(dout), f(inp), n);
+  }
+  void reluForward(float* out, const float* inp, size_t n) override { cpu::reluForward(f(out), f(inp), n); }
+  void reluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
+    cpu::reluBackward(f(dinp), f(dout), f(inp), n);
+  }
+  void tanhForward(float* out, const float* inp, size_t n) override { cpu::tanhForward(f(out), f(inp), n); }
+  void tanhBackward(float* dinp, const float* dout, const float* out, size_t n) override {
+    cpu::tanhBackward(f(dinp), f(dout), f(out), n);
+  }
+  void add(float* out, const float* a, const float* b, size_t n) override { cpu::add(f(out), f(a), f(b), n); }
+  void accumulate(float* y, const float* x, size_t n) override { cpu::accumulate(f(y), f(x), n); }
+  void scale(float* y, float s, size_t n) override { cpu::scale(f(y), s, n); }
+  void addRows(float* x, const float* row, size_t rows, int C) override { cpu::addRows(f(x), f(row), rows, C); }
+
+  size_t attentionSavedFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
+  size_t attentionScratchFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
+  void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
+                        bool causal) override {
+    cpu::attentionForward(f(out), f(saved), f(qkv), B, T, C, H, causal);
+  }
+  void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* saved,
+                         const float*, int B, int T, int C, int H, bool causal) override {
+    cpu::attentionBackward(f(dqkv), f(scratch), f(dout), f(qkv), f(saved), B, T, C, H, causal);
+  }
+
+  void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                        int C) override {
+    cpu::embeddingForward(f(out), f(tokens), f(wte), f(wpe), B, T, C);
+  }
+  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                         int C) override {
+    cpu::embeddingBackward(f(dwte), f(dwpe), f(dout), f(tokens), B, T, C);
+  }
+  void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+                             int vocabCount, int N, int C) override {
+    cpu::embeddingRangeForward(f(out), f(tokens), f(wte), vocabStart, vocabCount, N, C);
+  }
+  void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
+                              int vocabCount, int N, int C) override {
+    cpu::embeddingRangeBackward(f(dwte), f(dout), f(tokens), vocabStart, vocabCount, N, C);
+  }
+  void addPositions(float* y, const float* wpe, int B, int T, int C) override {
+    cpu::addPositions(f(y), f(wpe), B, T, C);
+  }
+
+  void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N,
+                           int V, float gradScale) override {
+    cpu::softmaxCrossEntropy(f(losses), f(dlogits), f(logits), f(targets), N, V, gradScale);
+  }
+  void argmaxRows(int32_t* out, const float* x, int N, int V) override { cpu::argmaxRows(f(out), f(x), N, V); }
+  void rowMax(float* mx, const float* logits, int N, int V) override { cpu::rowMax(f(mx), f(logits), N, V); }
+  void crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
+                            const int32_t* targets, int vocabStart, int N, int V) override {
+    cpu::crossEntropyPartials(f(sumExp), f(targetLogit), f(logits), f(mx), f(targets), vocabStart, N, V);
+  }
+  void crossEntropyFinish(float* losses, float* dlogits, const float* logits, const float* mx,
+                          const float* sumExp, const float* targetLogit, const int32_t* targets, int vocabStart,
+                          int N, int V, float gradScale) override {
+    cpu::crossEntropyFinish(f(losses), f(dlogits), f(logits), f(mx), f(sumExp), f(targetLogit), f(targets),
+                            vocabStart, N, V, gradScale);
+  }
+
+  void patchify(float* patches, const float* images, int B, int S, int P) override {
+    cpu::patchify(f(patches), f(images), B, S, P);
+  }
+  void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B, int NP, int C,
+                     bool cls) override {
+    cpu::tokensForward(f(out), f(x), f(clsToken), f(pos), B, NP, C, cls);
+  }
+  void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
+                      bool cls) override {
+    cpu::tokensBackward(f(dx), f(dcls), f(dpos), f(dout), B, NP, C, cls);
+  }
+  void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst) override {
+    cpu::poolForward(f(out), f(inp), B, T, C, useFirst);
+  }
+  void poolBackward(float* dinp, const float* dout, int B, int T, int C, bool useFirst) override {
+    cpu::poolBackward(f(dinp), f(dout), B, T, C, useFirst);
+  }
+
+  void adamwUpdate(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                   float beta2, float eps, float weightDecay, int t, float gradScale) override {
+    cpu::adamwUpdate(f(params), f(grads), f(m), f(v), n, lr, beta1, beta2, eps, weightDecay, t, gradScale);
+  }
+  void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
+                 float weightDecay, bool nesterov, bool firstStep, float gradScale) override {
+    cpu::sgdUpdate(f(params), f(grads), f(buf), n, lr, momentum, weightDecay, nesterov, firstStep, gradScale);
+  }
+  double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) override {
+    double s = 0;
+    for (size_t i = 0; i < count; ++i) s += cpu::sumSquares(f(ptrs[i]), sizes[i]);
+    return s;
+  }
+
+ private:
+  void* tag(void* p) const { return m_emulate ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) + kTag) : p; }
+  // Backend pointer -> host address (emulation checks that it IS a backend pointer).
+  template <typename T>
+  T* f(T* p) const {
+    if (!m_emulate || !p) return p;
+    const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+    if (!(u & kTag))
+      throw DeviceFailure("emulated device: a host pointer was passed where device memory is required");
+    return reinterpret_cast<T*>(u - kTag);
+  }
+  template <typename T>
+  T* h(T* p, const char* what) const {
+    try {
+      return f(p);
+    } catch (const DeviceFailure& e) {
+      throw DeviceFailure(std::string(what) + ": " + e.what());
+    }
+  }
+  // A host pointer (emulation checks that it is NOT a backend pointer).
+  template <typename T>
+  T* host(T* p, const char* what) const {
+    if (m_emulate && (reinterpret_cast<uintptr_t>(p) & kTag))
+      throw DeviceFailure(std::string(what) + ": emulated device: device memory was passed as host memory");
+    return p;
+  }
+
+  bool m_emulate;
+  DeviceInfo m_info;
+  std::chrono::steady_clock::time_point m_epoch = std::chrono::steady_clock::now();
+  std::vector<double> m_marks;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeCpuBackend(bool emulateDevice) {
+  return std::make_unique<CpuBackend>(emulateDevice);
+}
+
+}  // namespace ms
