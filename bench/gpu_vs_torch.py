@@ -10,9 +10,10 @@ MFU (Chowdhery et al. 2022, PaLM, appendix B): model FLOPs per token = 6 N + 6 L
 position table, L layers, C width, T context; the second term is attention's score and value products), over the
 device's dense bf16 peak (--peak-tflops, else looked up from the device name: H100 SXM 989, H200 989, A100 312).
 
-The engine's half runs `meshstudio-engine train` on a config of the same shape with "device": "cuda". While the
-engine has no CUDA training path it refuses that config; the table then says so and shows PyTorch's figures alone
-(the reference the engine must reach).
+The engine's half runs `meshstudio-engine train` on a config of the same shape with "device": "cuda", in bf16
+and in fp32. While the engine refuses bf16 (mixed precision is not implemented yet) the table says so; the fp32
+rows (PyTorch eager in fp32, no TF32, against the engine in fp32) are then the like-for-like comparison, MFU
+against the device's dense fp32 peak (--peak-fp32-tflops, else H100 SXM / H200 66.9, A100 19.5).
 
 usage: bench/gpu_vs_torch.py [--engine build/engine/meshstudio-engine] [--batch 8] [--steps 20] [--warmup 5]
        bench/gpu_vs_torch.py --device cpu --tiny      (checks the script on a machine without a GPU)
@@ -30,22 +31,23 @@ import torch
 from torch_gpt import GPT
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "RTX 4090": 165.0}
+PEAK_FP32_TFLOPS = {"H100": 66.9, "H200": 66.9, "A100": 19.5, "L40S": 91.6, "RTX 4090": 82.6}
 
 
 def flops_per_token(n_params, L, C, T):
     return 6 * n_params + 6 * L * C * T
 
 
-def peak_tflops(name, override):
+def peak_tflops(name, override, table=PEAK_BF16_TFLOPS):
     if override:
         return override
-    for key, value in PEAK_BF16_TFLOPS.items():
+    for key, value in table.items():
         if key in name:
             return value
     return float("nan")
 
 
-def run_torch(args, shape, device):
+def run_torch(args, shape, device, precision):
     V, T, C, L, H = shape
     torch.manual_seed(1)
     model = GPT(V, T, C, L, H).to(device)
@@ -60,7 +62,7 @@ def run_torch(args, shape, device):
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast(device_type=device.type, dtype=dtype):
+        with torch.autocast(device_type=device.type, dtype=dtype, enabled=precision == "bf16"):
             loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -74,16 +76,16 @@ def run_torch(args, shape, device):
     return tokens_per_s, n_params, float(loss)
 
 
-def engine_config(args, shape, run_dir):
+def engine_config(args, shape, run_dir, precision):
     V, T, C, L, H = shape
     return {
-        "version": 1, "name": "gpu-vs-torch", "seed": 1, "device": "cuda",
+        "version": 1, "name": "gpu-vs-torch", "seed": 1, "device": "cuda" if args.device == "cuda" else "cpu",
         "model": {"type": "gpt", "layers": L, "width": C, "heads": H, "vocab": V, "context": T,
                   "tie_embeddings": True},
         "data": {"kind": "tokens", "train": [os.path.join(run_dir, "train.bin")],
                  "val": [os.path.join(run_dir, "train.bin")]},
         "mesh": {"nodes": [{"name": "node0", "device": "h100-sxm-80gb", "count": 1}]},
-        "parallel": {"precision": "bf16"},
+        "parallel": {"precision": precision},
         "optimizer": {"type": "adamw", "lr": 6e-4, "betas": [0.9, 0.95], "weight_decay": 0.1},
         "training": {"steps": args.warmup + args.steps, "batch_size": args.batch, "seq_len": T,
                      "grad_clip": 1.0, "eval_batches": 1, "checkpoint_every": 0},
@@ -101,13 +103,13 @@ def write_tokens(path, count, V):
         f.write(tokens.numpy().tobytes())
 
 
-def run_engine(args, shape):
+def run_engine(args, shape, precision):
     V, T = shape[0], shape[1]
     with tempfile.TemporaryDirectory() as tmp:
         write_tokens(os.path.join(tmp, "train.bin"), (args.warmup + args.steps + 2) * args.batch * T + 1, V)
         cfg = os.path.join(tmp, "gpt.json")
         with open(cfg, "w") as f:
-            json.dump(engine_config(args, shape, tmp), f)
+            json.dump(engine_config(args, shape, tmp, precision), f)
         p = subprocess.run([args.engine, "train", cfg, "--metrics", "-", "--run-dir", os.path.join(tmp, "run"),
                             "--quiet"], capture_output=True, text=True)
         if p.returncode != 0:
@@ -125,6 +127,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="dense bf16 peak of the device")
+    ap.add_argument("--peak-fp32-tflops", type=float, default=0.0, help="dense fp32 peak of the device")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer width-64 model (script check)")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -134,19 +137,24 @@ def main():
     device = torch.device(args.device)
     shape = (256, 64, 64, 2, 2) if args.tiny else (50304, 1024, 768, 12, 12)  # V, T, C, L, H
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    peak = peak_tflops(name, args.peak_tflops)
-    torch_tps, n_params, loss = run_torch(args, shape, device)
+    peaks = {"bf16": peak_tflops(name, args.peak_tflops),
+             "fp32": peak_tflops(name, args.peak_fp32_tflops, PEAK_FP32_TFLOPS)}
+    n_params = GPT(*shape).weights_without_positions()
     fpt = flops_per_token(n_params, shape[3], shape[2], shape[1])
-    engine_tps, why = run_engine(args, shape)
-    print(f"device: {name} (dense bf16 peak {peak:.0f} TFLOP/s); GPT {n_params / 1e6:.1f}M parameters, "
-          f"{fpt / 1e9:.3f} GFLOP per token; batch {args.batch} x {shape[1]}")
-    print(f"{'':10} {'tokens/s':>12} {'MFU':>8}")
-    print(f"{'pytorch':10} {torch_tps:12.0f} {100 * torch_tps * fpt / (peak * 1e12):7.1f}%   (final loss {loss:.3f})")
-    if engine_tps is None:
-        print(f"{'engine':10} {'-':>12} {'-':>8}   refused: {why}")
-    else:
-        print(f"{'engine':10} {engine_tps:12.0f} {100 * engine_tps * fpt / (peak * 1e12):7.1f}%")
-        print(f"engine / pytorch: {engine_tps / torch_tps:.2f}x")
+    print(f"device: {name} (dense peak bf16 {peaks['bf16']:.0f}, fp32 {peaks['fp32']:.1f} TFLOP/s); "
+          f"GPT {n_params / 1e6:.1f}M parameters, {fpt / 1e9:.3f} GFLOP per token; batch {args.batch} x {shape[1]}")
+    print(f"{'':16} {'tokens/s':>12} {'MFU':>8}")
+    for precision in ("bf16", "fp32"):
+        peak = peaks[precision]
+        torch_tps, _, loss = run_torch(args, shape, device, precision)
+        print(f"{'pytorch ' + precision:16} {torch_tps:12.0f} {100 * torch_tps * fpt / (peak * 1e12):7.1f}%"
+              f"   (final loss {loss:.3f})")
+        engine_tps, why = run_engine(args, shape, precision)
+        if engine_tps is None:
+            print(f"{'engine ' + precision:16} {'-':>12} {'-':>8}   refused: {why}")
+        else:
+            print(f"{'engine ' + precision:16} {engine_tps:12.0f} {100 * engine_tps * fpt / (peak * 1e12):7.1f}%"
+                  f"   engine / pytorch: {engine_tps / torch_tps:.2f}x")
     return 0
 
 

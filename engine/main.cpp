@@ -162,8 +162,8 @@ int cmdValidate(int argc, char** argv) {
 }
 
 int cmdTrain(int argc, char** argv) {
-  Args a = parseArgs(argc, argv, 2, {"--metrics", "--run-dir", "--steps"}, {"--quiet", "--overwrite"},
-                     {"--resume"});
+  Args a = parseArgs(argc, argv, 2, {"--metrics", "--run-dir", "--steps"},
+                     {"--quiet", "--overwrite", "--emulate-device"}, {"--resume"});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1) return usageError("train needs exactly one CONFIG");
   ms::RunConfig config;
@@ -179,6 +179,7 @@ int cmdTrain(int argc, char** argv) {
   options.runDir = a.get("--run-dir");
   if (a.has("--resume")) options.resume = a.get("--resume").empty() ? "latest" : a.get("--resume");
   options.overwrite = a.has("--overwrite");
+  options.emulateDevice = a.has("--emulate-device");
   options.progress = !a.has("--quiet") && isatty(STDERR_FILENO);
   options.stopRequested = &g_stopRequested;
   std::signal(SIGINT, onSignal);

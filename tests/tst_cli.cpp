@@ -139,6 +139,51 @@ class TestCli : public QObject {
     QVERIFY(QFile::exists(tmp.path() + "/dump/outputs.safetensors"));
   }
 
+  // "device": "cuda" trains on a GPU or says why it cannot (no driver or device here), naming /device, and
+  // writes no run; --emulate-device runs the device code path on the CPU and says so once.
+  void deviceChoice() {
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    {
+      std::ofstream out(text.toStdString());
+      for (int i = 0; i < 50; ++i) out << "a device for every rank " << i << "\n";
+    }
+    QString config = tinyGpt(tmp.path(), text);
+    QFile f(config);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QString body = QString::fromUtf8(f.readAll());
+    f.close();
+    body.replace("\"seed\": 2,", "\"seed\": 2, \"device\": \"cuda\",");
+    const QString cudaConfig = tmp.path() + "/cuda.json";
+    std::ofstream(cudaConfig.toStdString()) << body.toStdString();
+    const Result r = engine({"train", cudaConfig, "--run-dir", tmp.path() + "/cuda-run", "--quiet"});
+    QVERIFY(!r.crashed);
+    if (r.code == 0) {
+      QVERIFY2(r.err.contains("device \"cuda\": training on "), qPrintable(r.err));  // a GPU machine
+    } else {
+      QCOMPARE(r.code, 1);
+      QVERIFY2(r.err.contains("/device: \"cuda\": no usable CUDA device ("), qPrintable(r.err));
+      QVERIFY(!QFile::exists(tmp.path() + "/cuda-run/metrics.jsonl"));
+      const Result e = engine({"train", cudaConfig, "--run-dir", tmp.path() + "/cuda-run", "--emulate-device"});
+      QCOMPARE(e.code, 1);
+      QVERIFY2(e.err.contains("--emulate-device emulates a device on the CPU"), qPrintable(e.err));
+    }
+    const Result emu = engine(
+        {"train", config, "--metrics", "-", "--run-dir", tmp.path() + "/emu-run", "--quiet", "--emulate-device"});
+    QVERIFY2(emu.code == 0, qPrintable(emu.err));
+    QCOMPARE(emu.err.count("the emulated device on the CPU"), 1);
+    const Result plain = engine({"train", config, "--metrics", "-", "--run-dir", tmp.path() + "/plain-run", "--quiet"});
+    QVERIFY2(plain.code == 0, qPrintable(plain.err));
+    auto losses = [](const QString& out) {
+      QStringList l;
+      for (const QString& line : out.split('\n'))
+        if (line.contains("\"type\":\"step\"")) l << line.section("\"loss\":", 1).section(',', 0, 0);
+      return l;
+    };
+    QCOMPARE(losses(emu.out).size(), 4);
+    QCOMPARE(losses(emu.out), losses(plain.out));
+  }
+
   void badDataIsNamed() {
     QTemporaryDir tmp;
     const QString config = tinyGpt(tmp.path(), tmp.path() + "/missing.txt");

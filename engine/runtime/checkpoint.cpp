@@ -68,13 +68,16 @@ Status saveCheckpoint(const std::string& dir, const RunConfig& config, const Par
   std::error_code ec;
   fs::remove_all(staging, ec);
   MS_TRY(makeDirs(staging));
+  std::vector<float> values(params.size());
+  params.backend().download(values.data(), params.values(), values.size() * sizeof(float));
   std::vector<NamedTensor> tensors;
   for (const Parameter& p : params.params())
-    tensors.push_back({p.spec.name, p.spec.shape, DType::F32, params.values() + p.offset});
+    tensors.push_back({p.spec.name, p.spec.shape, DType::F32, values.data() + p.offset});
   MS_TRY(writeSafetensors(staging + "/model.safetensors", tensors,
                           {{"format", "pt"}, {"model", toString(config.model.type)}}));
   if (optimizer) {
-    MS_TRY(writeSafetensors(staging + "/optimizer.safetensors", optimizer->stateTensors(),
+    std::vector<std::vector<float>> state;
+    MS_TRY(writeSafetensors(staging + "/optimizer.safetensors", optimizer->stateTensors(state),
                             {{"optimizer", toString(config.optimizer.type)}}));
   }
   MS_TRY(writeStateFiles(staging, config, info));
@@ -122,7 +125,7 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
                            ", the model needs " + shapeString(p.spec.shape));
     if (t.f32.size() != p.numel)
       return Status::error(file + ": tensor \"" + p.spec.name + "\" is not a float tensor");
-    std::memcpy(params.values() + p.offset, t.f32.data(), p.numel * sizeof(float));
+    params.backend().upload(params.values() + p.offset, t.f32.data(), p.numel * sizeof(float));
   }
   for (const auto& [name, t] : byName) {
     if (!params.find(name) && !isIgnorableExtra(name))
@@ -161,12 +164,13 @@ Status packRank(ParameterStore& params, Optimizer& optimizer, Communicator* dp, 
       float* dst = out.data() + total * (1 + w) + U.begin;
       const float* owned = optimizer.ownedState(static_cast<int>(w), u);
       const size_t n = params.ownedSize(u);
-      if (n == U.size) {
-        std::copy(owned, owned + n, dst);
-      } else if (dp && dp->size() > 1) {
-        MS_TRY(dp->allGather(owned, dst, n, CommType::F32));
+      Backend& be = params.backend();
+      if (n != U.size && dp && dp->size() > 1) {
+        Buffer full(U.size, MemoryCategory::Communication, params.tracker());
+        MS_TRY(dp->allGather(owned, full.data(), n, CommType::F32));
+        be.download(dst, full.data(), U.size * sizeof(float));
       } else {
-        std::copy(owned, owned + n, dst);
+        be.download(dst, owned, n * sizeof(float));
       }
     }
   }
@@ -298,7 +302,7 @@ Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Pla
         params.setUnitValues(u, unit.data());
       } else {
         const size_t b = params.ownedBegin(u), n = params.ownedSize(u);
-        std::copy(unit.begin() + b, unit.begin() + b + n, optimizer.ownedState(w, u));
+        params.backend().upload(optimizer.ownedState(w, u), unit.data() + b, n * sizeof(float));
       }
     }
   }

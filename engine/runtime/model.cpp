@@ -10,7 +10,8 @@ Model::Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs)
     : m_config(config),
       m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
       m_workspace(tracker),
-      m_tracker(tracker) {
+      m_tracker(tracker),
+      m_backend(tracker ? tracker->backend() : hostBackend()) {
   std::vector<int> all(m_spec.layers.size());
   std::iota(all.begin(), all.end(), 0);
   m_shard.chunks = {all};
@@ -26,7 +27,8 @@ Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tr
       m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
       m_shard(shard),
       m_workspace(tracker),
-      m_tracker(tracker) {
+      m_tracker(tracker),
+      m_backend(tracker ? tracker->backend() : hostBackend()) {
   m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings,
                                               shard.store, shard.dp, tracker);
   build(config, mlpInputs);
@@ -34,15 +36,50 @@ Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tr
 
 void Model::build(const RunConfig& config, int) {
   m_params->initialize(config.seed);
-  LayerContext ctx{config.model, *m_params, m_tracker, &m_workspace, m_spec.samplePositions, m_shard.tp};
+  m_batchCopies.resize(m_shard.chunks.size());
+  LayerContext ctx{m_backend, config.model, *m_params, m_tracker, &m_workspace, m_spec.samplePositions, m_shard.tp};
   m_layers.resize(m_spec.layers.size());
   m_acts.resize(m_spec.layers.size());
   for (const auto& chunk : m_shard.chunks)
     for (int l : chunk) m_layers[l] = makeLayer(m_spec.layers[l], ctx);
 }
 
-double Model::now() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_clockZero).count();
+void Model::resolveSpans() {
+  if (!m_spans) return;
+  for (Span& s : *m_spans) {
+    if (s.startMark >= 0) s.start = m_backend.markTime(s.startMark);
+    if (s.endMark >= 0) s.end = m_backend.markTime(s.endMark);
+    s.startMark = s.endMark = -1;
+  }
+}
+
+BatchView Model::view(const Batch& batch, int c, int slot, bool upload) {
+  BatchView v;
+  v.B = batch.B;
+  v.host = &batch;
+  if (!m_backend.deviceMemory()) {
+    v.tokens = batch.tokens.empty() ? nullptr : batch.tokens.data();
+    v.targets = batch.targets.empty() ? nullptr : batch.targets.data();
+    v.images = batch.images.empty() ? nullptr : batch.images.data();
+    return v;
+  }
+  auto& copies = m_batchCopies[c];
+  while (static_cast<int>(copies.size()) <= slot) copies.push_back(nullptr);
+  if (!copies[slot]) copies[slot] = std::make_unique<BatchCopy>(m_tracker);
+  BatchCopy& d = *copies[slot];
+  static_assert(sizeof(int32_t) == sizeof(float));
+  auto put = [&](Buffer& dst, const void* src, size_t n) {
+    if (n == 0) return;
+    dst.reserve(n);
+    if (upload) m_backend.upload(dst.data(), src, n * sizeof(float));
+  };
+  put(d.tokens, batch.tokens.data(), batch.tokens.size());
+  put(d.targets, batch.targets.data(), batch.targets.size());
+  put(d.images, batch.images.data(), batch.images.size());
+  v.tokens = batch.tokens.empty() ? nullptr : reinterpret_cast<const int32_t*>(d.tokens.data());
+  v.targets = batch.targets.empty() ? nullptr : reinterpret_cast<const int32_t*>(d.targets.data());
+  v.images = batch.images.empty() ? nullptr : d.images.data();
+  return v;
 }
 
 int64_t Model::chunkOutputFloats(int c, int B) const {
@@ -65,8 +102,8 @@ float* Model::output(int layer, int slot, int B) {
 }
 
 const float* Model::layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput,
-                               const Batch& batch) {
-  if (layer == 0) return batch.images.empty() ? nullptr : batch.images.data();
+                               const BatchView& batch) {
+  if (layer == 0) return batch.images;
   if (layer == firstOfChunk) return chunkInput;
   return m_acts[layer - 1][slot].data();
 }
@@ -106,14 +143,14 @@ const float* Model::forwardChunk(int c, int slot, const float* input, const Batc
                                  const ForwardMode& mode, int microbatch) {
   const auto& layers = m_shard.chunks[c];
   const int first = layers.front();
+  const BatchView v = view(batch, c, slot, true);
   for (int l : layers) {
-    const double t0 = m_spans ? now() : 0;
+    const int m0 = mark();
     acquire(l);
-    m_layers[l]->forward(layerInput(l, first, slot, input, batch), output(l, slot, batch.B), batch, mode,
-                         slot);
+    m_layers[l]->forward(layerInput(l, first, slot, input, v), output(l, slot, batch.B), v, mode, slot);
     releaseParams(l);
     if (mode.training && recomputes(l)) m_layers[l]->releaseSlot(slot);
-    if (m_spans) m_spans->push_back({'F', l, microbatch, m_shard.chunkIds[c], t0, now()});
+    addSpan('F', l, microbatch, m_shard.chunkIds[c], m0);
   }
   const int last = layers.back();
   return m_layers[last]->outputFloats(batch.B) > 0 ? m_acts[last][slot].data() : nullptr;
@@ -124,15 +161,16 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
   const auto& layers = m_shard.chunks[c];
   const int first = layers.front(), last = layers.back();
   const ForwardMode recomputeMode{true, 1.0f};
+  const BatchView v = view(batch, c, slot, false);
   for (int l = last; l >= first; --l) {
-    const double t0 = m_spans ? now() : 0;
-    const float* x = layerInput(l, first, slot, input, batch);
+    const int m0 = mark();
+    const float* x = layerInput(l, first, slot, input, v);
     acquire(l);
     ensureGrads(l);
     if (part == BackwardPart::Weight) {
-      m_layers[l]->backward(x, nullptr, nullptr, batch, slot, part);
+      m_layers[l]->backward(x, nullptr, nullptr, v, slot, part);
     } else {
-      if (recomputes(l)) m_layers[l]->forward(x, output(l, slot, batch.B), batch, recomputeMode, slot);
+      if (recomputes(l)) m_layers[l]->forward(x, output(l, slot, batch.B), v, recomputeMode, slot);
       // The gradient of layer j's output lives in workspace slot kLayerScratchSlots + j % 2 inside a chunk.
       float* dx = nullptr;
       if (l == first)
@@ -144,7 +182,7 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
                             ? dOut
                             : m_workspace.get(kLayerScratchSlots + l % 2,
                                               static_cast<size_t>(m_layers[l]->outputFloats(batch.B)), false);
-      m_layers[l]->backward(x, dy, dx, batch, slot, part);
+      m_layers[l]->backward(x, dy, dx, v, slot, part);
     }
     releaseParams(l);
     if (recomputes(l) && part != BackwardPart::Input) m_layers[l]->releaseSlot(slot);
@@ -152,9 +190,7 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
       m_layers[l]->finalizeGrads();
       startSync(l);
     }
-    if (m_spans)
-      m_spans->push_back(
-          {part == BackwardPart::Weight ? 'W' : 'B', l, microbatch, m_shard.chunkIds[c], t0, now()});
+    addSpan(part == BackwardPart::Weight ? 'W' : 'B', l, microbatch, m_shard.chunkIds[c], m0);
   }
 }
 

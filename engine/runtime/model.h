@@ -36,6 +36,9 @@ struct Span {
   int chunk = 0;
   double start = 0;
   double end = 0;
+  // Backend marks (Backend::mark) while the step runs; Model::resolveSpans() turns them into start/end.
+  int startMark = -1;
+  int endMark = -1;
 };
 
 // Which part of the model a rank runs and how (see StoreLayout for the parameter side).
@@ -98,20 +101,34 @@ class Model {
   void setSpanSink(std::vector<Span>* sink, std::chrono::steady_clock::time_point clockZero) {
     m_spans = sink;
     m_clockZero = clockZero;
+    m_backend.setEpoch(clockZero);
   }
-  double now() const;
-  // Records a span (when a sink is set) that started at t0 and ends now.
-  void addSpan(char action, int layer, int microbatch, int chunk, double t0) {
-    if (m_spans) m_spans->push_back({action, layer, microbatch, chunk, t0, now()});
+  // A backend mark when spans are recorded (the point the device reaches after the work issued so far),
+  // else -1.
+  int mark() { return m_spans ? m_backend.mark() : -1; }
+  // Records a span (when a sink is set) from startMark to now.
+  void addSpan(char action, int layer, int microbatch, int chunk, int startMark) {
+    if (m_spans) m_spans->push_back({action, layer, microbatch, chunk, 0, 0, startMark, m_backend.mark()});
   }
+  // Start of a step's spans: the sink is cleared and the backend's marks dropped.
+  void beginSpans() {
+    if (m_spans) m_spans->clear();
+    m_backend.clearMarks();
+  }
+  // Turns the sink's marks into times on the run's clock (waits for the device's work of the step).
+  void resolveSpans();
+  Backend& backend() { return m_backend; }
   // Stops (and resumes) recording, e.g. during evaluation.
   std::vector<Span>* pauseSpans() { return std::exchange(m_spans, nullptr); }
   void resumeSpans(std::vector<Span>* sink) { m_spans = sink; }
 
  private:
   void build(const RunConfig& config, int mlpInputs);
+  // The microbatch as the layers of a local chunk see it in a slot (uploaded there on a device backend).
+  BatchView view(const Batch& batch, int localChunk, int slot, bool upload);
   float* output(int layer, int slot, int B);
-  const float* layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput, const Batch& batch);
+  const float* layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput,
+                          const BatchView& batch);
   // ZeRO-3 gather / release of the units a layer reads (its own and the tied embedding).
   void acquire(int layer);
   void releaseParams(int layer);
@@ -128,6 +145,15 @@ class Model {
   Workspace m_workspace;  // layer scratch (slots below kLayerScratchSlots) and the two activation-gradient
                           // buffers the backward pass alternates between (the slots above)
   MemoryTracker* m_tracker;
+  Backend& m_backend;
+  struct BatchCopy {
+    explicit BatchCopy(MemoryTracker* t)
+        : tokens(0, MemoryCategory::Activations, t),
+          targets(0, MemoryCategory::Activations, t),
+          images(0, MemoryCategory::Activations, t) {}
+    Buffer tokens, targets, images;  // int32 tokens and targets kept in float-sized elements
+  };
+  std::vector<std::vector<std::unique_ptr<BatchCopy>>> m_batchCopies;  // (local chunks, slots)
   std::vector<Span>* m_spans = nullptr;
   std::chrono::steady_clock::time_point m_clockZero;
 };

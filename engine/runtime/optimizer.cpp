@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/cpu_ops.h"
 
 namespace ms {
 
@@ -34,7 +33,7 @@ float clipFactor(double gradNorm, double maxNorm) {
 }
 
 Optimizer::Optimizer(const OptimizerConfig& config, ParameterStore& params, MemoryTracker* tracker)
-    : m_config(config), m_params(params) {
+    : m_config(config), m_params(params), m_be(params.backend()) {
   for (size_t u = 0; u < params.units().size(); ++u) {
     const size_t n = params.ownedSize(static_cast<int>(u));
     m_m.emplace_back(n, MemoryCategory::Optimizer, tracker);
@@ -59,11 +58,11 @@ void Optimizer::step(float lr, float gradScale) {
       const size_t at = a - lo, n = b - a;
       const float wd = p.spec.decay ? static_cast<float>(m_config.weightDecay) : 0.0f;
       if (m_config.type == OptimizerType::AdamW) {
-        cpu::adamwUpdate(w0 + at, g0 + at, m_m[ui].data() + at, m_v[ui].data() + at, n, lr,
+        m_be.adamwUpdate(w0 + at, g0 + at, m_m[ui].data() + at, m_v[ui].data() + at, n, lr,
                          static_cast<float>(m_config.beta1), static_cast<float>(m_config.beta2),
                          static_cast<float>(m_config.eps), wd, static_cast<int>(m_t), gradScale);
       } else {
-        cpu::sgdUpdate(w0 + at, g0 + at, m_m[ui].data() + at, n, lr, static_cast<float>(m_config.momentum),
+        m_be.sgdUpdate(w0 + at, g0 + at, m_m[ui].data() + at, n, lr, static_cast<float>(m_config.momentum),
                        wd, m_config.nesterov, m_t == 1, gradScale);
       }
     }
@@ -79,16 +78,22 @@ float* Optimizer::ownedState(int which, int unit) {
   return which == 0 ? m_m[unit].data() : m_v[unit].data();
 }
 
-std::vector<NamedTensor> Optimizer::stateTensors() const {
+std::vector<NamedTensor> Optimizer::stateTensors(std::vector<std::vector<float>>& host) const {
   // Unsharded stores only: the owned slice is the whole unit and local tensors are full tensors.
   std::vector<NamedTensor> out;
   const auto suffixes = stateSuffixes();
+  host.assign(2 * m_m.size(), {});
+  for (size_t u = 0; u < m_m.size(); ++u)
+    for (size_t w = 0; w < suffixes.size(); ++w) {
+      const Buffer& b = w == 0 ? m_m[u] : m_v[u];
+      host[2 * u + w].resize(b.size());
+      m_be.download(host[2 * u + w].data(), b.data(), b.size() * sizeof(float));
+    }
   for (const Parameter& p : m_params.params()) {
     if (p.tiedCopy) continue;
     const size_t at = p.offset - m_params.units()[p.unit].begin;
     for (size_t w = 0; w < suffixes.size(); ++w) {
-      const Buffer& b = w == 0 ? m_m[p.unit] : m_v[p.unit];
-      out.push_back({p.spec.name + suffixes[w], p.shape, DType::F32, b.data() + at});
+      out.push_back({p.spec.name + suffixes[w], p.shape, DType::F32, host[2 * p.unit + w].data() + at});
     }
   }
   return out;
@@ -105,7 +110,7 @@ Status Optimizer::loadState(const SafetensorsData& data, int64_t stepsTaken) {
       if (t->shape != p.spec.shape || t->f32.size() != p.numel)
         return Status::error("optimizer state tensor \"" + name + "\" has the wrong shape");
       Buffer& b = w == 0 ? m_m[p.unit] : m_v[p.unit];
-      std::memcpy(b.data() + at, t->f32.data(), p.numel * sizeof(float));
+      m_be.upload(b.data() + at, t->f32.data(), p.numel * sizeof(float));
     }
   }
   m_t = stepsTaken;

@@ -43,12 +43,14 @@ class Optimizer {
   float* ownedState(int which, int unit);
 
   // Single-rank (unsharded, ZeRO 0) helpers: state as named full tensors and its restore.
-  std::vector<NamedTensor> stateTensors() const;
+  // host receives the downloaded state the tensors point into.
+  std::vector<NamedTensor> stateTensors(std::vector<std::vector<float>>& host) const;
   Status loadState(const SafetensorsData& data, int64_t stepsTaken);
 
  private:
   OptimizerConfig m_config;
   ParameterStore& m_params;
+  Backend& m_be;
   std::vector<Buffer> m_m;  // per unit: AdamW first moment, or SGD momentum buffer (owned slice)
   std::vector<Buffer> m_v;  // per unit: AdamW second moment
   int64_t m_t = 0;

@@ -295,7 +295,7 @@ Status ParameterStore::gather(int u) {
   s.fullValues = Buffer(m_units[u].size, MemoryCategory::Parameters, m_tracker);
   const size_t shard = m_units[u].size / m_layout.dp;
   if (m_layout.dp == 1 || !m_dp) {
-    std::memcpy(s.fullValues.data(), s.shardValues.data(), shard * sizeof(float));
+    backend().copy(s.fullValues.data(), s.shardValues.data(), shard * sizeof(float));
     return Status::ok();
   }
   return m_dp->allGather(s.shardValues.data(), s.fullValues.data(), shard, CommType::F32);
@@ -333,7 +333,7 @@ Status ParameterStore::startSync(int u) {
     return Status::ok();
   }
   if (m_layout.dp == 1 || !m_dp) {
-    std::memcpy(s.shardGrads.data(), g, n * sizeof(float));
+    backend().copy(s.shardGrads.data(), g, n * sizeof(float));
     return Status::ok();
   }
   auto r = m_dp->ireduceScatter(g, s.shardGrads.data(), n / m_layout.dp, CommType::F32, ReduceOp::Sum);
@@ -377,7 +377,8 @@ const float* ParameterStore::ownedGrads(int u) const {
 
 double ParameterStore::ownedGradSquares() const {
   if (m_layout.zero == 0 && m_layout.dpRank != 0) return 0.0;
-  double sum = 0;
+  std::vector<const float*> ptrs;
+  std::vector<size_t> sizes;
   for (size_t u = 0; u < m_units.size(); ++u) {
     const size_t lo = ownedBegin(static_cast<int>(u)), hi = lo + ownedSize(static_cast<int>(u));
     const float* g = ownedGrads(static_cast<int>(u));
@@ -386,10 +387,13 @@ double ParameterStore::ownedGradSquares() const {
       if (!p.countInNorm) continue;
       const size_t a = std::max(lo, p.offset - m_units[u].begin);
       const size_t b = std::min(hi, p.offset - m_units[u].begin + p.numel);
-      if (a < b) sum += cpu::sumSquares(g + (a - lo), b - a);
+      if (a < b) {
+        ptrs.push_back(g + (a - lo));
+        sizes.push_back(b - a);
+      }
     }
   }
-  return sum;
+  return backend().sumSquares(ptrs.data(), sizes.data(), ptrs.size());
 }
 
 Status ParameterStore::allGatherValues() {
@@ -405,27 +409,32 @@ Status ParameterStore::allGatherValues() {
 Status ParameterStore::unitValues(int u, std::vector<float>& out) {
   const size_t n = m_units[u].size;
   out.resize(n);
+  Backend& be = backend();
   if (m_layout.zero < 3) {
-    std::memcpy(out.data(), m_values.data() + m_units[u].begin, n * sizeof(float));
+    be.download(out.data(), m_values.data() + m_units[u].begin, n * sizeof(float));
     return Status::ok();
   }
   const size_t shard = n / m_layout.dp;
   if (m_layout.dp == 1 || !m_dp) {
-    std::memcpy(out.data(), m_storage[u]->shardValues.data(), shard * sizeof(float));
+    be.download(out.data(), m_storage[u]->shardValues.data(), shard * sizeof(float));
     return Status::ok();
   }
-  return m_dp->allGather(m_storage[u]->shardValues.data(), out.data(), shard, CommType::F32);
+  Buffer full(n, MemoryCategory::Communication, m_tracker);
+  MS_TRY(m_dp->allGather(m_storage[u]->shardValues.data(), full.data(), shard, CommType::F32));
+  be.download(out.data(), full.data(), n * sizeof(float));
+  return Status::ok();
 }
 
 void ParameterStore::setUnitValues(int u, const float* full) {
   const size_t n = m_units[u].size;
+  Backend& be = backend();
   if (m_layout.zero < 3) {
-    std::memcpy(m_values.data() + m_units[u].begin, full, n * sizeof(float));
+    be.upload(m_values.data() + m_units[u].begin, full, n * sizeof(float));
     return;
   }
   const size_t shard = n / m_layout.dp;
-  std::memcpy(m_storage[u]->shardValues.data(), full + shard * m_layout.dpRank, shard * sizeof(float));
-  if (m_storage[u]->fullValues.data()) std::memcpy(m_storage[u]->fullValues.data(), full, n * sizeof(float));
+  be.upload(m_storage[u]->shardValues.data(), full + shard * m_layout.dpRank, shard * sizeof(float));
+  if (m_storage[u]->fullValues.data()) be.upload(m_storage[u]->fullValues.data(), full, n * sizeof(float));
 }
 
 }  // namespace ms

@@ -111,7 +111,7 @@ class ParameterStore {
   int tiedUnit() const { return m_tiedUnit; }
   size_t size() const { return m_total; }
 
-  // Current pointers (valid until the unit is released or its gradients freed).
+  // Current pointers, in backend memory (valid until the unit is released or its gradients freed).
   float* value(int param);
   float* grad(int param);
   float* value(const std::string& name);
@@ -152,9 +152,13 @@ class ParameterStore {
   // ZeRO 1, 2: all-gathers the updated owned slices so every replica holds the full values (blocking).
   Status allGatherValues();
 
-  // Full-unit copy of the values (ZeRO-3: gathered over DP; collective over the DP group then).
+  // The backend the values and gradients live in (the tracker's).
+  Backend& backend() const { return m_tracker ? m_tracker->backend() : hostBackend(); }
+  MemoryTracker* tracker() const { return m_tracker; }
+
+  // Full-unit copy of the values, on the host (ZeRO-3: gathered over DP; collective over the DP group then).
   Status unitValues(int unit, std::vector<float>& out);
-  // Sets the unit's values from a full-unit array (every DP rank passes the same array).
+  // Sets the unit's values from a full-unit host array (every DP rank passes the same array).
   void setUnitValues(int unit, const float* full);
 
  private:

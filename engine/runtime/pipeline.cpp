@@ -8,9 +8,11 @@
 
 namespace ms {
 
-Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world) {
+Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* hostWorld, Communicator* tensorWorld) {
   RankGroups g;
-  g.world = world;
+  g.world = hostWorld;
+  g.tensors = tensorWorld ? tensorWorld : hostWorld;
+  Communicator* world = g.tensors;
   g.rank = world ? world->rank() : 0;
   const RankLayout& L = plan.layout;
   g.coord = L.coord(g.rank);
@@ -146,7 +148,7 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
                                  LossStats& stats) {
   const int K = m_plan.schedule.chunkCount();
   const int m = a.microbatch, k = a.chunk;
-  Communicator* world = m_groups.world;
+  Communicator* world = m_groups.tensors;
   auto inputOf = [&](int mb, int chunk) -> const float* {
     if (chunk == 0) return nullptr;
     if (m_localOf[chunk - 1] >= 0) return m_outputs.at({mb, chunk - 1});
@@ -171,7 +173,7 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
       return Status::ok();
     }
     case ActionType::RecvActivation: {
-      const double t0 = m_model.now();
+      const int t0 = m_model.mark();
       Buffer b(static_cast<size_t>(chunkOutFloats(k, m_mbs)), MemoryCategory::Communication, m_tracker);
       MS_TRY(world->recv(b.data(), b.size(), CommType::F32, peerRank(a.peer), tag(0, m, k)));
       m_recvAct[{m, k}] = std::move(b);
@@ -222,7 +224,7 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
       return Status::ok();
     }
     case ActionType::RecvGrad: {
-      const double t0 = m_model.now();
+      const int t0 = m_model.mark();
       Buffer b(static_cast<size_t>(chunkOutFloats(k - 1, m_mbs)), MemoryCategory::Communication, m_tracker);
       MS_TRY(world->recv(b.data(), b.size(), CommType::F32, peerRank(a.peer), tag(1, m, k)));
       m_recvGrad[{m, k}] = std::move(b);
@@ -259,6 +261,8 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
     }
   } catch (const CommFailure& e) {
     failed = Status::error("rank " + std::to_string(m_groups.rank) + ", " + m_activity + ": " + e.what());
+  } catch (const DeviceFailure& e) {
+    failed = Status::error("rank " + std::to_string(m_groups.rank) + ", " + m_activity + ": device: " + e.what());
   } catch (const std::out_of_range&) {
     failed = Status::error("rank " + std::to_string(m_groups.rank) + ", " + m_activity +
                            ": the schedule consumed data that was never produced (executor bug)");
@@ -267,7 +271,7 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   m_activity =
       "step " + std::to_string(step + 1) + ": finishing gradients (tied embedding, data-parallel sync)";
   setActivity(m_activity);
-  const double t0 = m_model.now();
+  const int t0 = m_model.mark();
   MS_TRY(waitSends(true));
   ParameterStore& p = m_model.params();
   // The tied embedding: the first stage's and the last stage's gradients are summed (Megatron-LM's embedding
@@ -309,7 +313,7 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
   const int64_t pieces = (S + m_mbs - 1) / m_mbs;
   const int dp = m_plan.layout.dp(), r = m_groups.coord.dp;
   const int K = m_plan.schedule.chunkCount();
-  Communicator* world = m_groups.world;
+  Communicator* world = m_groups.tensors;
   std::vector<Span>* sink = m_model.pauseSpans();
   setActivity("evaluating");
   Eval out;
@@ -349,10 +353,12 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
     }
   } catch (const CommFailure& e) {
     failed = Status::error(std::string("evaluation: ") + e.what());
+  } catch (const DeviceFailure& e) {
+    failed = Status::error(std::string("evaluation: device: ") + e.what());
   }
   m_model.resumeSpans(sink);
   MS_TRY(failed);
-  MS_TRY(reduceStats(out.stats, world));
+  MS_TRY(reduceStats(out.stats, m_groups.world));
   return out;
 }
 

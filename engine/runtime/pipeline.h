@@ -26,12 +26,15 @@ namespace ms {
 
 // The groups a rank communicates in under a plan. Created collectively by every rank of the world.
 struct RankGroups {
-  Communicator* world = nullptr;                    // null: one process
+  Communicator* world = nullptr;    // null: one process. Host memory (statistics, reports, checkpoints).
+  Communicator* tensors = nullptr;  // the world for tensors in backend memory (== world on the CPU; NCCL or
+                                    // host staging on a GPU); tp, dp and embedding are split from it
   std::unique_ptr<Communicator> tp, dp, embedding;  // embedding: the tied wte's two stages (else null)
   RankCoord coord;
   int rank = 0;
 };
-Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world);
+// tensorWorld: the communicator over the same ranks for backend memory (nullptr: world itself).
+Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world, Communicator* tensorWorld = nullptr);
 
 // Sums a LossStats over the ranks of world (in place); a no-op for a null or one-rank world.
 Status reduceStats(LossStats& stats, Communicator* world);

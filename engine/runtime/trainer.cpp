@@ -12,14 +12,12 @@
 #include <thread>
 
 #include "kernels/cpu/cpu_ops.h"
-#if defined(MESHSTUDIO_HAVE_CUDA)
-#include "kernels/cuda/cuda_info.h"
-#endif
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
 #include "plan/plan.h"
 #include "plan/simulator.h"
 #include "runtime/checkpoint.h"
+#include "runtime/device.h"
 #include "runtime/file_io.h"
 #include "runtime/heartbeat.h"
 #include "runtime/metrics.h"
@@ -54,9 +52,8 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
                          " (the vocab-parallel embedding splits the vocabulary evenly)");
   if (c.parallel.precision != Precision::Fp32)
     return Status::error(
-        "/parallel/precision: \"bf16\" needs the CUDA backend; the CPU engine trains in fp32");
-  if (c.device == DeviceChoice::Cuda)
-    return Status::error("/device: \"cuda\": this engine has no CUDA backend yet; use \"cpu\" or \"auto\"");
+        "/parallel/precision: \"bf16\" mixed precision is not implemented in the engine yet (the plan and "
+        "the studio model it); train with \"fp32\"");
   return Status::ok();
 }
 
@@ -163,15 +160,20 @@ class ProgressBar {
 
 // The plan's predictions for this run (the same figures `meshstudio-engine plan` prints), so the stream can
 // show predicted and measured side by side. Empty when the config does not make a plan.
-// What "device": "auto" finds: a CUDA device (which this engine does not train on yet), or why there is none.
-std::string autoDeviceNote() {
-#if defined(MESHSTUDIO_HAVE_CUDA)
-  const std::string why = cuda::unavailableReason();
-  if (why.empty()) return cuda::deviceName(0) + " is present, but training has no CUDA backend yet";
-  return "no usable CUDA device (" + why + ")";
-#else
-  return "this engine was built without CUDA";
-#endif
+// What trains: "kind" (cpu, cuda), the device's name, index and memory, and its peak dense FLOP/s (bf16 and
+// fp32, from the hardware catalog by name; 0 when unknown) for MFU figures.
+nlohmann::json deviceJson(const DeviceInfo& info) {
+  const DevicePeak peak = peakOfDevice(info);
+  nlohmann::json j = {{"kind", info.kind == DeviceKind::Cuda ? "cuda" : "cpu"}, {"name", info.name}};
+  if (info.kind == DeviceKind::Cuda) {
+    j["index"] = info.index;
+    j["memory_bytes"] = info.totalBytes;
+    j["peak_flops_bf16"] = peak.bf16;
+    j["peak_flops_fp32"] = peak.fp32;
+    j["catalog"] = peak.catalogKey;
+  }
+  if (info.emulated) j["emulated"] = true;
+  return j;
 }
 
 nlohmann::json predictedJson(const RunConfig& config) {
@@ -204,7 +206,9 @@ Expected<RankReports> gatherReports(const std::vector<Span>& spans, const Memory
   const int W = world ? world->size() : 1;
   int32_t most = static_cast<int32_t>(spans.size());
   if (W > 1) MS_TRY(world->allReduce(&most, &most, 1, CommType::I32, ReduceOp::Max));
-  const size_t memoryValues = 2 * (kMemoryCategories + 1);
+  // Categories (current, total, peak, total), then the device's view: used, reserved by the caching
+  // allocator, capacity (all 0 on the CPU).
+  const size_t memoryValues = 2 * (kMemoryCategories + 1) + 3;
   const size_t per = 1 + 6 * size_t(most) + memoryValues;
   std::vector<double> mine(per, 0.0);
   mine[0] = double(spans.size());
@@ -225,6 +229,10 @@ Expected<RankReports> gatherReports(const std::vector<Span>& spans, const Memory
   }
   mem[kMemoryCategories] = double(tracker.currentTotal());
   mem[2 * kMemoryCategories + 1] = double(tracker.peakTotal());
+  const DeviceMemoryInfo dev = tracker.backend().memoryInfo();
+  mem[2 * kMemoryCategories + 2] = double(dev.totalBytes - dev.freeBytes);
+  mem[2 * kMemoryCategories + 3] = double(dev.reservedBytes);
+  mem[2 * kMemoryCategories + 4] = double(dev.totalBytes);
   std::vector<double> all = mine;
   if (W > 1) {
     all.resize(per * W);
@@ -253,20 +261,45 @@ Expected<RankReports> gatherReports(const std::vector<Span>& spans, const Memory
     }
     current["total"] = static_cast<int64_t>(m[kMemoryCategories]);
     peak["total"] = static_cast<int64_t>(m[2 * kMemoryCategories + 1]);
-    out.memory.push_back({{"rank", r}, {"current", current}, {"peak", peak}});
+    nlohmann::json line = {{"rank", r}, {"current", current}, {"peak", peak}};
+    if (m[2 * kMemoryCategories + 4] > 0)
+      line["device"] = {{"used", static_cast<int64_t>(m[2 * kMemoryCategories + 2])},
+                        {"reserved", static_cast<int64_t>(m[2 * kMemoryCategories + 3])},
+                        {"total", static_cast<int64_t>(m[2 * kMemoryCategories + 4])}};
+    out.memory.push_back(line);
   }
   return out;
 }
+
+Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig& config,
+               const TrainOptions& options);
 
 }  // namespace
 
 Status train(const RunConfig& config, const TrainOptions& options) {
   Communicator* world = options.world;
+  const int W = world ? world->size() : 1;
+  MS_TRY(checkRunnable(config, W));
+  cpu::setThreads(threadsPerRank(config));
+  auto device = openDevice(config.device, localRankFromEnvironment(), options.emulateDevice);
+  MS_TRY(agree(device ? Status::ok() : device.status(), world));
+  try {
+    return trainOn(*device->backend, device->note, config, options);
+  } catch (const DeviceFailure& e) {
+    // Outside the executor (which names the action): loading, the optimizer step, checkpoints.
+    return Status::error(std::string("rank ") + std::to_string(world ? world->rank() : 0) + ": device: " +
+                         e.what());
+  }
+}
+
+namespace {
+
+Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig& config,
+               const TrainOptions& options) {
+  Communicator* world = options.world;
   const int W = world ? world->size() : 1, R = world ? world->rank() : 0;
   const bool lead = R == 0;  // rank 0 owns the run folder, the metrics stream and the checkpoints
-  MS_TRY(checkRunnable(config, W));
   const int threads = threadsPerRank(config);
-  cpu::setThreads(threads);
   const std::string runDir = runDirectory(config, options.runDir);
 
   // Where to start: a checkpoint, or afresh (refusing to mix a new run with an old run's checkpoints).
@@ -300,9 +333,12 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   // The plan says which layers, which shard of them and which action list this rank runs.
   auto plan = buildPlan(config, /*allowSharing=*/true);
   MS_TRY(agree(plan ? Status::ok() : plan.status(), world));
-  auto groups = makeRankGroups(*plan, world);
+  std::string commNote;
+  auto tensorWorld = openTensorWorld(world, backend, commNote);
+  MS_TRY(agree(tensorWorld ? Status::ok() : tensorWorld.status(), world));
+  auto groups = makeRankGroups(*plan, world, tensorWorld->get());
   if (!groups) return groups.status();
-  MemoryTracker tracker;
+  MemoryTracker tracker(&backend);
   Model model(config, modelShardOf(*plan, *groups), &tracker);
   Optimizer optimizer(config.optimizer, model.params(), &tracker);
   PipelineExecutor executor(*plan, *groups, model);
@@ -342,7 +378,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
                                 {"config", toJson(config)},
                                 {"ranks", W},
                                 {"threads_per_rank", threads},
-                                {"device", "cpu"},
+                                {"device", deviceJson(backend.info())},
                                 {"params", spec.paramCount()},
                                 {"layers", layers},
                                 {"start_step", startStep},
@@ -352,9 +388,10 @@ Status train(const RunConfig& config, const TrainOptions& options) {
                                 {"predicted", predictedJson(config)}});
   }
   if (!resumeDir.empty()) metrics.write("log", {{"level", "info"}, {"message", "resumed from " + resumeDir}});
-  if (config.device == DeviceChoice::Auto) {
-    // One line saying why "auto" trains on the CPU (no driver or device is normal on CPU machines).
-    const std::string line = "device \"auto\": " + autoDeviceNote() + "; training on the CPU";
+  // One line saying which device trains (and for "auto" on a CPU machine, why not a GPU), once; one saying
+  // how tensors travel when that is slower than it could be.
+  for (const std::string& line : {deviceNote, commNote}) {
+    if (line.empty()) continue;
     metrics.write("log", {{"level", "info"}, {"message", line}});
     if (lead) std::fprintf(stderr, "%s\n", line.c_str());
   }
@@ -408,7 +445,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
       break;
     }
     const auto t0 = Clock::now();
-    spans.clear();
+    model.beginSpans();
     tracker.resetPeak();
     model.params().zeroGrads();
     LossStats stats;
@@ -424,7 +461,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     }
     const double gradNorm = std::sqrt(*squares);
     const double lr = learningRate(config, step);
-    const double optStart = std::chrono::duration<double>(Clock::now() - clockZero).count();
+    const int optStart = model.mark();
     setActivity("step " + std::to_string(step + 1) + ": optimizer step");
     optimizer.step(static_cast<float>(lr), clipFactor(gradNorm, config.training.gradClip));
     if (Status g = model.params().allGatherValues(); !g) {
@@ -432,8 +469,8 @@ Status train(const RunConfig& config, const TrainOptions& options) {
       endReason = g.message();
       break;
     }
-    const double optEnd = std::chrono::duration<double>(Clock::now() - clockZero).count();
-    spans.push_back({'O', -1, 0, -1, optStart, optEnd});
+    model.addSpan('O', -1, 0, -1, optStart);
+    backend.synchronize();  // the step's time includes the device's work
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const double loss = stats.count ? stats.lossSum / double(stats.count) : 0.0;
     if (!std::isfinite(loss) || !std::isfinite(gradNorm)) {
@@ -454,6 +491,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
       else
         line["accuracy"] = stats.count ? double(stats.correct) / double(stats.count) : 0.0;
       metrics.write("step", line);
+      model.resolveSpans();
       auto reports = gatherReports(spans, tracker, spec, world);
       if (!reports) {
         endStatus = "error";
@@ -500,5 +538,7 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   if (endStatus == "interrupted") std::fprintf(stderr, "%s\n", endReason.c_str());
   return Status::ok();
 }
+
+}  // namespace
 
 }  // namespace ms

@@ -28,6 +28,9 @@ struct TrainOptions {
   // The run's ranks (nullptr: one process). With dp > 1 every rank runs train() with its own world; rank 0
   // alone writes the run folder, the metrics and the checkpoints.
   Communicator* world = nullptr;  // set (e.g. by SIGINT) to stop after the current step
+  // With "device": "cpu": run the device code path on the CPU's emulated device (kernels/backend.h), every
+  // tensor transfer staged through host memory as on a GPU without NCCL. For tests.
+  bool emulateDevice = false;
 };
 
 struct EvalResult {
@@ -37,7 +40,7 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-// Refuses what this engine cannot execute yet (sequence parallelism, bf16, cuda)
+// Refuses what this engine cannot execute yet (bf16)
 // and a process count that does not match the plan (worldSize = the processes started), with the field's
 // path.
 Status checkRunnable(const RunConfig& config, int worldSize = 1);

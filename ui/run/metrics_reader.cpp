@@ -64,6 +64,8 @@ class Fields {
     return v->get_ref<const std::string&>()[0];
   }
 
+  // The value under key, of any type (nullptr when absent).
+  const json* raw(const char* key) { return find(key, false); }
   const json* array(const char* key, bool required = false) {
     const json* v = find(key, required);
     if (v && !v->is_array()) return fail(key, "an array", *v), nullptr;
@@ -161,7 +163,11 @@ constexpr std::int64_t kMaxRank = 1 << 24;
 RunStartEvent readRunStart(Fields& f) {
   RunStartEvent e;
   e.name = f.string("name");
-  e.device = f.string("device");
+  // "device": {"kind", "name", ...} since the GPU backend; a plain string before.
+  if (const json* d = f.raw("device"); d && d->is_object())
+    e.device = f.nested(*d, "device").string("name");
+  else
+    e.device = f.string("device");
   e.runDir = f.string("run_dir");
   e.resumedFrom = f.string("resumed_from");
   e.ranks = static_cast<int>(f.integer("ranks", false, 0, 0, kMaxRank));

@@ -1,0 +1,58 @@
+// A communicator for tensors in device memory over a host-memory one (MPI): every message is downloaded
+// into host memory, sent or reduced there, and the result uploaded (ARCHITECTURE.md, "Communication": the
+// fallback when ranks share a GPU, which NCCL refuses, and how the CPU's emulated device exercises the device
+// path in tests). Slower than NCCL (every transfer waits for the device and crosses PCIe twice), but it runs
+// anywhere MPI does.
+//
+// What always holds: the contracts of Communicator (communicator.h) with every buffer in the backend's
+// memory; a non-blocking receive or reduction uploads its result when it is waited for (or found ready),
+// before wait()/ready() return; splits are staged too.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "runtime/communicator.h"
+
+namespace ms {
+
+class StagingCommunicator final : public Communicator {
+ public:
+  // Over `host`, which is not owned (the world) ...
+  StagingCommunicator(Communicator& host, Backend& backend);
+  // ... or owned (a split).
+  StagingCommunicator(std::unique_ptr<Communicator> host, Backend& backend);
+
+  const char* name() const override { return m_name.c_str(); }
+  const std::string& label() const override { return m_host->label(); }
+  int rank() const override { return m_host->rank(); }
+  int size() const override { return m_host->size(); }
+
+  Status allReduce(const void* send, void* recv, size_t count, CommType type, ReduceOp op) override;
+  Status reduceScatter(const void* send, void* recv, size_t recvCount, CommType type, ReduceOp op) override;
+  Status allGather(const void* send, void* recv, size_t sendCount, CommType type) override;
+  Status broadcast(void* data, size_t count, CommType type, int root) override;
+  Status send(const void* data, size_t count, CommType type, int peer, int tag) override;
+  Status recv(void* data, size_t count, CommType type, int peer, int tag) override;
+  Status barrier() override { return m_host->barrier(); }
+
+  Expected<CommRequestPtr> iallReduce(const void* send, void* recv, size_t count, CommType type,
+                                      ReduceOp op) override;
+  Expected<CommRequestPtr> ireduceScatter(const void* send, void* recv, size_t recvCount, CommType type,
+                                          ReduceOp op) override;
+  Expected<CommRequestPtr> iallGather(const void* send, void* recv, size_t sendCount, CommType type) override;
+  Expected<CommRequestPtr> ibroadcast(void* data, size_t count, CommType type, int root) override;
+  Expected<CommRequestPtr> isend(const void* data, size_t count, CommType type, int peer, int tag) override;
+  Expected<CommRequestPtr> irecv(void* data, size_t count, CommType type, int peer, int tag) override;
+
+  Expected<std::unique_ptr<Communicator>> split(int color, int key) override;
+
+ private:
+  std::unique_ptr<Communicator> m_owned;
+  Communicator* m_host;
+  Backend& m_backend;
+  std::string m_name;
+};
+
+}  // namespace ms
