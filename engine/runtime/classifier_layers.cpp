@@ -2,31 +2,39 @@
 // head (final LayerNorm, class-token or mean pooling, linear, softmax cross-entropy), after Dosovitskiy et
 // al. 2021 ("An image is worth 16x16 words", section 3.1); and the mlp's blocks (linear + activation) and
 // head. Images are (B, S*S) single-channel; patches (B, NP, P*P); tokens (B, T, C) with T = NP (+1 with cls).
-#include <algorithm>
+// All tensor work runs through the rank's Backend; the host only sees the downloaded losses and argmax (for
+// the loss statistics) and the host batch's labels.
 #include <string>
+#include <vector>
 
-#include "kernels/cpu/cpu_ops.h"
 #include "runtime/layer_impl.h"
 
 namespace ms {
 namespace {
 
 // Loss and accuracy of classifier logits (B, K) against labels (B); when training, logits become the loss
-// gradient in place (so argmax is taken first).
-LossStats classify(Buffer& logits, Buffer& losses, std::vector<int32_t>& argmax, const Batch& batch, int K,
-                   const ForwardMode& mode) {
+// gradient in place (so argmax is taken first). argmax: backend scratch of at least B floats (holds B int32).
+// The statistics are counted on the host from the downloaded losses and argmax and the host batch's labels.
+LossStats classifyLogits(Backend& be, Buffer& logits, Buffer& losses, float* argmaxScratch,
+                         const BatchView& batch, int K, const ForwardMode& mode) {
   const int B = batch.B;
   losses.reserve(B);
-  argmax.resize(B);
-  cpu::argmaxRows(argmax.data(), logits.data(), B, K);
-  cpu::softmaxCrossEntropy(losses.data(), mode.training ? logits.data() : nullptr, logits.data(),
-                           batch.targets.data(), B, K, mode.lossScale);
+  // Buffer and Workspace hold floats; int32 has the same size and alignment, so the scratch holds the labels.
+  int32_t* argmax = reinterpret_cast<int32_t*>(argmaxScratch);
+  be.argmaxRows(argmax, logits.data(), B, K);
+  be.softmaxCrossEntropy(losses.data(), mode.training ? logits.data() : nullptr, logits.data(), batch.targets,
+                         B, K, mode.lossScale);
+  std::vector<float> hostLosses(B);
+  std::vector<int32_t> hostArgmax(B);
+  be.download(hostArgmax.data(), argmax, size_t(B) * sizeof(int32_t));
+  be.download(hostLosses.data(), losses.data(), size_t(B) * sizeof(float));
+  const std::vector<int32_t>& targets = batch.host->targets;
   LossStats s;
   for (int b = 0; b < B; ++b) {
-    if (batch.targets[b] < 0) continue;
-    s.lossSum += losses[b];
+    if (targets[b] < 0) continue;
+    s.lossSum += hostLosses[b];
     s.count += 1;
-    s.correct += argmax[b] == batch.targets[b] ? 1 : 0;
+    s.correct += hostArgmax[b] == targets[b] ? 1 : 0;
   }
   return s;
 }
@@ -41,7 +49,6 @@ struct Acts {
         logits(0, MemoryCategory::Activations, t),
         losses(0, MemoryCategory::Activations, t) {}
   Buffer a, b, c, d, logits, losses;
-  std::vector<int32_t> argmax;
   LossStats stats;
   bool logitsValid = false;
 };
@@ -50,6 +57,7 @@ class VitEmbedding final : public Layer {
  public:
   VitEmbedding(const LayerSpec& spec, const LayerContext& ctx)
       : Layer(spec),
+        m_be(ctx.backend),
         m_C(ctx.model.width),
         m_S(ctx.model.imageSize),
         m_P(ctx.model.patch),
@@ -65,28 +73,29 @@ class VitEmbedding final : public Layer {
   }
   int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
 
-  void forward(const float* images, float* y, const Batch& batch, const ForwardMode&, int slot) override {
+  void forward(const float*, float* y, const BatchView& batch, const ForwardMode&, int slot) override {
     const int B = batch.B, PP = m_P * m_P;
     Buffer& patches = m_caches[slot].a;
     patches.reserve(size_t(B) * m_NP * PP);                  // (B, NP, P*P)
     float* x = m_ws->get(0, size_t(B) * m_NP * m_C, false);  // (B, NP, C)
-    cpu::patchify(patches.data(), images, B, m_S, m_P);
-    cpu::linearForward(x, patches.data(), m_w.value(), m_b.value(), B * m_NP, PP, m_C);
-    cpu::tokensForward(y, x, m_cls ? m_clsToken.value() : nullptr, m_pos.value(), B, m_NP, m_C, m_cls);
+    m_be.patchify(patches.data(), batch.images, B, m_S, m_P);
+    m_be.linearForward(x, patches.data(), m_w.value(), m_b.value(), B * m_NP, PP, m_C);
+    m_be.tokensForward(y, x, m_cls ? m_clsToken.value() : nullptr, m_pos.value(), B, m_NP, m_C, m_cls);
   }
 
-  void backward(const float*, const float* dy, float*, const Batch& batch, int slot,
+  void backward(const float*, const float* dy, float*, const BatchView& batch, int slot,
                 BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     const int B = batch.B, PP = m_P * m_P;
     float* dx = m_ws->get(0, size_t(B) * m_NP * m_C, true);  // (B, NP, C)
-    cpu::tokensBackward(dx, m_cls ? m_clsToken.grad() : nullptr, m_pos.grad(), dy, B, m_NP, m_C, m_cls);
-    cpu::linearBackward(nullptr, m_w.grad(), m_b.grad(), dx, m_caches[slot].a.data(), m_w.value(), B * m_NP,
+    m_be.tokensBackward(dx, m_cls ? m_clsToken.grad() : nullptr, m_pos.grad(), dy, B, m_NP, m_C, m_cls);
+    m_be.linearBackward(nullptr, m_w.grad(), m_b.grad(), dx, m_caches[slot].a.data(), m_w.value(), B * m_NP,
                         PP, m_C);
   }
   void releaseSlot(int slot) override { m_caches.release(slot); }
 
  private:
+  Backend& m_be;
   int m_C, m_S, m_P, m_NP, m_T;
   bool m_cls;
   BoundParam m_w, m_b, m_clsToken, m_pos;
@@ -98,7 +107,8 @@ class VitEmbedding final : public Layer {
 // logits, and the accessors over them (the logits of the newest slot, kept by evaluation only).
 class ClassifierHead : public Layer {
  public:
-  ClassifierHead(const LayerSpec& spec, MemoryTracker* tracker) : Layer(spec), m_caches(tracker) {}
+  ClassifierHead(const LayerSpec& spec, const LayerContext& ctx)
+      : Layer(spec), m_be(ctx.backend), m_ws(ctx.workspace), m_caches(ctx.tracker) {}
   void releaseSlot(int slot) override { m_caches.release(slot); }
   LossStats lossStats(int slot) const override {
     const Acts* c = m_caches.find(slot);
@@ -110,6 +120,12 @@ class ClassifierHead : public Layer {
   }
 
  protected:
+  // The loss statistics of c's logits (argmax in workspace slot 0: a forward uses no other scratch).
+  LossStats classify(Acts& c, const BatchView& batch, int K, const ForwardMode& mode) {
+    return classifyLogits(m_be, c.logits, c.losses, m_ws->get(0, size_t(batch.B), false), batch, K, mode);
+  }
+  Backend& m_be;
+  Workspace* m_ws;
   SlotCaches<Acts> m_caches;
   int m_lastSlot = 0;
 };
@@ -117,13 +133,12 @@ class ClassifierHead : public Layer {
 class VitHead final : public ClassifierHead {
  public:
   VitHead(const LayerSpec& spec, const LayerContext& ctx)
-      : ClassifierHead(spec, ctx.tracker),
+      : ClassifierHead(spec, ctx),
         m_C(ctx.model.width),
         m_K(ctx.model.classes),
         m_T(ctx.positions),
         m_eps(static_cast<float>(ctx.model.layerNormEps)),
-        m_useFirst(ctx.model.pool == Pooling::Cls),
-        m_ws(ctx.workspace) {
+        m_useFirst(ctx.model.pool == Pooling::Cls) {
     m_lnfw = bindParam(ctx.params, "ln_f.weight");
     m_lnfb = bindParam(ctx.params, "ln_f.bias");
     m_w = bindParam(ctx.params, "head.weight");
@@ -132,7 +147,7 @@ class VitHead final : public ClassifierHead {
   int64_t outputFloats(int) const override { return 0; }
 
   // Acts: a = LayerNorm output (B, T, C), b = mean (B, T), c = rstd (B, T), d = pooled (B, C).
-  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode, int slot) override {
+  void forward(const float* x, float*, const BatchView& batch, const ForwardMode& mode, int slot) override {
     const int B = batch.B, N = B * m_T;
     Acts& c = m_caches[slot];
     c.a.reserve(size_t(N) * m_C);
@@ -140,26 +155,26 @@ class VitHead final : public ClassifierHead {
     c.c.reserve(N);
     c.d.reserve(size_t(B) * m_C);
     c.logits.reserve(size_t(B) * m_K);  // (B, K)
-    cpu::layerNormForward(c.a.data(), c.b.data(), c.c.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
+    m_be.layerNormForward(c.a.data(), c.b.data(), c.c.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
                           m_eps);
-    cpu::poolForward(c.d.data(), c.a.data(), B, m_T, m_C, m_useFirst);
-    cpu::linearForward(c.logits.data(), c.d.data(), m_w.value(), m_b.value(), B, m_C, m_K);
-    c.stats = classify(c.logits, c.losses, c.argmax, batch, m_K, mode);
+    m_be.poolForward(c.d.data(), c.a.data(), B, m_T, m_C, m_useFirst);
+    m_be.linearForward(c.logits.data(), c.d.data(), m_w.value(), m_b.value(), B, m_C, m_K);
+    c.stats = classify(c, batch, m_K, mode);
     c.logitsValid = !mode.training;
     m_lastSlot = slot;
   }
 
-  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot,
+  void backward(const float* x, const float*, float* dx, const BatchView& batch, int slot,
                 BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     const int B = batch.B, N = B * m_T;
     Acts& c = m_caches[slot];
     float* dpooled = m_ws->get(0, size_t(B) * m_C, true);  // (B, C)
     float* dlnf = m_ws->get(1, size_t(N) * m_C, true);     // (B, T, C)
-    cpu::linearBackward(dpooled, m_w.grad(), m_b.grad(), c.logits.data(), c.d.data(), m_w.value(), B, m_C,
+    m_be.linearBackward(dpooled, m_w.grad(), m_b.grad(), c.logits.data(), c.d.data(), m_w.value(), B, m_C,
                         m_K);
-    cpu::poolBackward(dlnf, dpooled, B, m_T, m_C, m_useFirst);
-    cpu::layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.b.data(), c.c.data(),
+    m_be.poolBackward(dlnf, dpooled, B, m_T, m_C, m_useFirst);
+    m_be.layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.b.data(), c.c.data(),
                            N, m_C);
   }
 
@@ -168,13 +183,13 @@ class VitHead final : public ClassifierHead {
   float m_eps;
   bool m_useFirst;
   BoundParam m_lnfw, m_lnfb, m_w, m_b;
-  Workspace* m_ws;
 };
 
 class MlpBlock final : public Layer {
  public:
   MlpBlock(const LayerSpec& spec, const LayerContext& ctx, int index)
       : Layer(spec),
+        m_be(ctx.backend),
         m_in(static_cast<int>(spec.params[0].shape[0])),
         m_out(static_cast<int>(spec.params[0].shape[1])),
         m_act(ctx.model.activation),
@@ -186,25 +201,25 @@ class MlpBlock final : public Layer {
   }
   int64_t outputFloats(int B) const override { return int64_t(B) * m_out; }
 
-  void forward(const float* x, float* y, const Batch& batch, const ForwardMode&, int slot) override {
+  void forward(const float* x, float* y, const BatchView& batch, const ForwardMode&, int slot) override {
     const size_t n = size_t(batch.B) * m_out;
     Buffer& h = m_caches[slot].a;
     h.reserve(n);  // (B, out) pre-activation
-    cpu::linearForward(h.data(), x, m_w.value(), m_b.value(), batch.B, m_in, m_out);
+    m_be.linearForward(h.data(), x, m_w.value(), m_b.value(), batch.B, m_in, m_out);
     switch (m_act) {
       case Activation::Relu:
-        cpu::reluForward(y, h.data(), n);
+        m_be.reluForward(y, h.data(), n);
         break;
       case Activation::Gelu:
-        cpu::geluForward(y, h.data(), n);
+        m_be.geluForward(y, h.data(), n);
         break;
       case Activation::Tanh:
-        cpu::tanhForward(y, h.data(), n);
+        m_be.tanhForward(y, h.data(), n);
         break;
     }
   }
 
-  void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot,
+  void backward(const float* x, const float* dy, float* dx, const BatchView& batch, int slot,
                 BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     const size_t n = size_t(batch.B) * m_out;
@@ -212,24 +227,25 @@ class MlpBlock final : public Layer {
     float* dh = m_ws->get(0, n, true);  // (B, out)
     switch (m_act) {
       case Activation::Relu:
-        cpu::reluBackward(dh, dy, h.data(), n);
+        m_be.reluBackward(dh, dy, h.data(), n);
         break;
       case Activation::Gelu:
-        cpu::geluBackward(dh, dy, h.data(), n);
+        m_be.geluBackward(dh, dy, h.data(), n);
         break;
       case Activation::Tanh: {
         // tanhBackward wants the output: recompute it into scratch.
         float* y = m_ws->get(1, n, false);
-        cpu::tanhForward(y, h.data(), n);
-        cpu::tanhBackward(dh, dy, y, n);
+        m_be.tanhForward(y, h.data(), n);
+        m_be.tanhBackward(dh, dy, y, n);
         break;
       }
     }
-    cpu::linearBackward(dx, m_w.grad(), m_b.grad(), dh, x, m_w.value(), batch.B, m_in, m_out);
+    m_be.linearBackward(dx, m_w.grad(), m_b.grad(), dh, x, m_w.value(), batch.B, m_in, m_out);
   }
   void releaseSlot(int slot) override { m_caches.release(slot); }
 
  private:
+  Backend& m_be;
   int m_in, m_out;
   Activation m_act;
   BoundParam m_w, m_b;
@@ -240,26 +256,24 @@ class MlpBlock final : public Layer {
 class MlpHead final : public ClassifierHead {
  public:
   MlpHead(const LayerSpec& spec, const LayerContext& ctx)
-      : ClassifierHead(spec, ctx.tracker),
-        m_in(static_cast<int>(spec.params[0].shape[0])),
-        m_K(ctx.model.classes) {
+      : ClassifierHead(spec, ctx), m_in(static_cast<int>(spec.params[0].shape[0])), m_K(ctx.model.classes) {
     m_w = bindParam(ctx.params, "head.weight");
     m_b = bindParam(ctx.params, "head.bias");
   }
   int64_t outputFloats(int) const override { return 0; }
 
-  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode, int slot) override {
+  void forward(const float* x, float*, const BatchView& batch, const ForwardMode& mode, int slot) override {
     Acts& c = m_caches[slot];
     c.logits.reserve(size_t(batch.B) * m_K);  // (B, K)
-    cpu::linearForward(c.logits.data(), x, m_w.value(), m_b.value(), batch.B, m_in, m_K);
-    c.stats = classify(c.logits, c.losses, c.argmax, batch, m_K, mode);
+    m_be.linearForward(c.logits.data(), x, m_w.value(), m_b.value(), batch.B, m_in, m_K);
+    c.stats = classify(c, batch, m_K, mode);
     c.logitsValid = !mode.training;
     m_lastSlot = slot;
   }
-  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot,
+  void backward(const float* x, const float*, float* dx, const BatchView& batch, int slot,
                 BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
-    cpu::linearBackward(dx, m_w.grad(), m_b.grad(), m_caches[slot].logits.data(), x, m_w.value(), batch.B,
+    m_be.linearBackward(dx, m_w.grad(), m_b.grad(), m_caches[slot].logits.data(), x, m_w.value(), batch.B,
                         m_in, m_K);
   }
 

@@ -1,10 +1,10 @@
 // GPT-2's embedding (token + learned position) and head (final LayerNorm, LM head, softmax cross-entropy).
 // The LM head reads the token embedding wte (V, C) when tie_embeddings is on (GPT-2's default), else its own
 // lm_head.weight (V, C); both are stored (V, C) as in Hugging Face checkpoints, so logits = x @ W^T.
-#include <algorithm>
-#include <cmath>
+// All tensor work runs through the rank's Backend; the host only sees the losses (downloaded for the loss
+// statistics) and the host batch's targets.
+#include <vector>
 
-#include "kernels/cpu/cpu_ops.h"
 #include "runtime/layer_impl.h"
 
 namespace ms {
@@ -14,6 +14,7 @@ class GptEmbedding final : public Layer {
  public:
   GptEmbedding(const LayerSpec& spec, const LayerContext& ctx)
       : Layer(spec),
+        m_be(ctx.backend),
         m_C(ctx.model.width),
         m_T(ctx.positions),
         m_Vl(ctx.model.vocab / ctx.tp.size),
@@ -22,44 +23,35 @@ class GptEmbedding final : public Layer {
     m_wpe = bindParam(ctx.params, "wpe.weight");
   }
   int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
-  void forward(const float*, float* y, const Batch& batch, const ForwardMode&, int) override {
+  // Under tensor parallelism wte is split by vocabulary (Megatron-LM): each rank looks up the tokens in its
+  // range (0 elsewhere), the pieces are all-reduced, then the positions are added.
+  void forward(const float*, float* y, const BatchView& batch, const ForwardMode&, int) override {
     if (m_tp.size == 1) {
-      cpu::embeddingForward(y, batch.tokens.data(), m_wte.value(), m_wpe.value(), batch.B, m_T, m_C);
+      m_be.embeddingForward(y, batch.tokens, m_wte.value(), m_wpe.value(), batch.B, m_T, m_C);
       return;
     }
     const int N = batch.B * m_T, v0 = m_tp.rank * m_Vl;
-    const float* wte = m_wte.value();
-    const float* wpe = m_wpe.value();
-    for (int n = 0; n < N; ++n) {
-      float* out = y + size_t(n) * m_C;
-      const int local = batch.tokens[n] - v0;
-      if (local >= 0 && local < m_Vl)
-        std::copy(wte + size_t(local) * m_C, wte + size_t(local + 1) * m_C, out);
-      else
-        std::fill(out, out + m_C, 0.0f);
-    }
+    m_be.embeddingRangeForward(y, batch.tokens, m_wte.value(), v0, m_Vl, N, m_C);
     m_tp.allReduce(y, size_t(N) * m_C);
-    for (int n = 0; n < N; ++n) cpu::accumulate(y + size_t(n) * m_C, wpe + size_t(n % m_T) * m_C, m_C);
+    m_be.addPositions(y, m_wpe.value(), batch.B, m_T, m_C);
   }
   // No input gradient; the (cheap) weight gradient is done at once, so a split backward's weight part has
   // nothing left to do (it would need dy kept).
-  void backward(const float*, const float* dy, float*, const Batch& batch, int, BackwardPart part) override {
+  void backward(const float*, const float* dy, float*, const BatchView& batch, int,
+                BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     if (m_tp.size == 1) {
-      cpu::embeddingBackward(m_wte.grad(), m_wpe.grad(), dy, batch.tokens.data(), batch.B, m_T, m_C);
+      m_be.embeddingBackward(m_wte.grad(), m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C);
       return;
     }
     const int N = batch.B * m_T, v0 = m_tp.rank * m_Vl;
-    float* dwte = m_wte.grad();
-    for (int n = 0; n < N; ++n) {
-      const int local = batch.tokens[n] - v0;
-      if (local >= 0 && local < m_Vl) cpu::accumulate(dwte + size_t(local) * m_C, dy + size_t(n) * m_C, m_C);
-    }
-    cpu::embeddingBackward(nullptr, m_wpe.grad(), dy, batch.tokens.data(), batch.B, m_T, m_C);
+    m_be.embeddingRangeBackward(m_wte.grad(), dy, batch.tokens, v0, m_Vl, N, m_C);
+    m_be.embeddingBackward(nullptr, m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C);
   }
   void releaseSlot(int) override {}
 
  private:
+  Backend& m_be;
   int m_C, m_T, m_Vl;
   TensorParallel m_tp;
   BoundParam m_wte, m_wpe;
@@ -69,6 +61,7 @@ class GptHead final : public Layer {
  public:
   GptHead(const LayerSpec& spec, const LayerContext& ctx)
       : Layer(spec),
+        m_be(ctx.backend),
         m_C(ctx.model.width),
         m_Vl(ctx.model.vocab / ctx.tp.size),
         m_T(ctx.positions),
@@ -82,7 +75,7 @@ class GptHead final : public Layer {
   }
   int64_t outputFloats(int) const override { return 0; }
 
-  void forward(const float* x, float*, const Batch& batch, const ForwardMode& mode, int slot) override {
+  void forward(const float* x, float*, const BatchView& batch, const ForwardMode& mode, int slot) override {
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
     c.lnf.reserve(size_t(N) * m_C);  // (B, T, C)
@@ -90,38 +83,42 @@ class GptHead final : public Layer {
     c.rstd.reserve(N);
     c.logits.reserve(size_t(N) * m_Vl);  // (B, T, Vl): logits, then (training) their gradient in place
     c.losses.reserve(N);                 // (B, T)
-    cpu::layerNormForward(c.lnf.data(), c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N,
+    m_be.layerNormForward(c.lnf.data(), c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N,
                           m_C, m_eps);
-    cpu::linearForwardT(c.logits.data(), c.lnf.data(), m_w.value(), nullptr, N, m_C, m_Vl);
+    m_be.linearForwardT(c.logits.data(), c.lnf.data(), m_w.value(), nullptr, N, m_C, m_Vl);
     if (m_tp.size == 1)
-      cpu::softmaxCrossEntropy(c.losses.data(), mode.training ? c.logits.data() : nullptr, c.logits.data(),
-                               batch.targets.data(), N, m_Vl, mode.lossScale);
+      m_be.softmaxCrossEntropy(c.losses.data(), mode.training ? c.logits.data() : nullptr, c.logits.data(),
+                               batch.targets, N, m_Vl, mode.lossScale);
     else
       vocabParallelCrossEntropy(c, batch, N, mode);
+    // The statistics on the host: the losses come down, the targets are the host batch's.
+    m_losses.resize(N);
+    m_be.download(m_losses.data(), c.losses.data(), size_t(N) * sizeof(float));
+    const std::vector<int32_t>& targets = batch.host->targets;
     c.stats = {};
     for (int i = 0; i < N; ++i) {
-      if (batch.targets[i] < 0) continue;
-      c.stats.lossSum += c.losses[i];
+      if (targets[i] < 0) continue;
+      c.stats.lossSum += m_losses[i];
       c.stats.count += 1;
     }
     c.logitsValid = !mode.training;
     m_lastSlot = slot;
   }
 
-  void backward(const float* x, const float*, float* dx, const Batch& batch, int slot,
+  void backward(const float* x, const float*, float* dx, const BatchView& batch, int slot,
                 BackwardPart part) override {
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
     if (part == BackwardPart::Weight) {
-      cpu::linearBackwardT(nullptr, m_w.grad(), nullptr, c.logits.data(), c.lnf.data(), m_w.value(), N, m_C,
+      m_be.linearBackwardT(nullptr, m_w.grad(), nullptr, c.logits.data(), c.lnf.data(), m_w.value(), N, m_C,
                            m_Vl);
       return;
     }
     float* dlnf = m_ws->get(0, size_t(N) * m_C, true);  // (B, T, C)
-    cpu::linearBackwardT(dlnf, part == BackwardPart::Input ? nullptr : m_w.grad(), nullptr, c.logits.data(),
+    m_be.linearBackwardT(dlnf, part == BackwardPart::Input ? nullptr : m_w.grad(), nullptr, c.logits.data(),
                          c.lnf.data(), m_w.value(), N, m_C, m_Vl);
     m_tp.allReduce(dlnf, size_t(N) * m_C);
-    cpu::layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.mean.data(),
+    m_be.layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.mean.data(),
                            c.rstd.data(), N, m_C);
   }
 
@@ -150,48 +147,22 @@ class GptHead final : public Layer {
 
   // Cross-entropy over logits split by vocabulary: per row the global max, the sum of exp(logit - max) and
   // the target's logit are all-reduced; the gradient slice is (softmax - onehot) * lossScale.
-  void vocabParallelCrossEntropy(Cache& c, const Batch& batch, int N, const ForwardMode& mode) {
+  void vocabParallelCrossEntropy(Cache& c, const BatchView& batch, int N, const ForwardMode& mode) {
     const int V = m_Vl, v0 = m_tp.rank * m_Vl;
     float* logits = c.logits.data();
     float* row = m_ws->get(1, size_t(3) * N, false);  // max (N) | sum (N) | target logit (N)
     float* mx = row;
     float* sum = row + N;
     float* tgt = row + 2 * N;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; ++n) {
-      const float* x = logits + size_t(n) * V;
-      float m = x[0];
-      for (int j = 1; j < V; ++j) m = std::max(m, x[j]);
-      mx[n] = m;
-    }
+    m_be.rowMax(mx, logits, N, V);
     m_tp.allReduceMax(mx, N);
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; ++n) {
-      float* x = logits + size_t(n) * V;
-      const int t = batch.targets[n] - v0;
-      tgt[n] = batch.targets[n] >= 0 && t >= 0 && t < V ? x[t] : 0.0f;
-      float s = 0.0f;
-      for (int j = 0; j < V; ++j) s += std::exp(x[j] - mx[n]);
-      sum[n] = s;
-    }
+    m_be.crossEntropyPartials(sum, tgt, logits, mx, batch.targets, v0, N, V);
     m_tp.allReduce(sum, size_t(2) * N);  // sums and target logits together
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; ++n) {
-      float* x = logits + size_t(n) * V;
-      if (batch.targets[n] < 0) {
-        c.losses[n] = 0.0f;
-        if (mode.training) std::fill(x, x + V, 0.0f);
-        continue;
-      }
-      c.losses[n] = std::log(sum[n]) - (tgt[n] - mx[n]);
-      if (!mode.training) continue;
-      const float s = mode.lossScale / sum[n];
-      for (int j = 0; j < V; ++j) x[j] = std::exp(x[j] - mx[n]) * s;
-      const int t = batch.targets[n] - v0;
-      if (t >= 0 && t < V) x[t] -= mode.lossScale;
-    }
+    m_be.crossEntropyFinish(c.losses.data(), mode.training ? logits : nullptr, logits, mx, sum, tgt,
+                            batch.targets, v0, N, V, mode.lossScale);
   }
 
+  Backend& m_be;
   int m_C, m_Vl, m_T;
   float m_eps;
   TensorParallel m_tp;
@@ -199,6 +170,7 @@ class GptHead final : public Layer {
   SlotCaches<Cache> m_caches;
   Workspace* m_ws;
   int m_lastSlot = 0;
+  std::vector<float> m_losses;  // host copy of a forward's losses (N)
 };
 
 }  // namespace

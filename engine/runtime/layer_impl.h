@@ -1,5 +1,6 @@
-// Internal to the layer implementations (transformer.cpp, gpt_layers.cpp, vit_layers.cpp, mlp_layers.cpp):
-// parameter binding and the per-kind factories that makeLayer() dispatches to.
+// Internal to the layer implementations (transformer.cpp, gpt_layers.cpp, classifier_layers.cpp): parameter
+// binding and the per-kind factories that makeLayer() dispatches to. Every layer keeps ctx.backend and runs
+// all its tensor work (ops, copies, zeroing) through it; parameter values and gradients are backend memory.
 #pragma once
 
 #include <memory>

@@ -12,10 +12,10 @@
 // this rank's piece of the sequence (Ts = T/tp positions of every sample); an all-gather over the sequence
 // feeds each column-parallel linear and a reduce-scatter replaces the row-parallel all-reduce. The block's
 // input and output stay whole (the next layer, a send to another stage or the head see the same tensor as
-// without it), which costs one all-gather per block beyond Megatron's layout.
+// without it), which costs one all-gather per block beyond Megatron's layout. Every op, copy (the sequence
+// shards are strided copy2Ds) and zeroing runs through the rank's Backend; the host never touches a tensor.
 #include <string>
 
-#include "kernels/cpu/cpu_ops.h"
 #include "runtime/layer_impl.h"
 
 namespace ms {
@@ -25,6 +25,7 @@ class TransformerBlock final : public Layer {
  public:
   TransformerBlock(const LayerSpec& spec, const LayerContext& ctx, bool causal)
       : Layer(spec),
+        m_be(ctx.backend),
         m_C(ctx.model.width),
         m_H(ctx.model.heads / ctx.tp.size),
         m_Cl(ctx.model.width / ctx.tp.size),
@@ -53,32 +54,32 @@ class TransformerBlock final : public Layer {
 
   int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
 
-  void forward(const float* x, float* y, const Batch& batch, const ForwardMode&, int slot) override {
+  void forward(const float* x, float* y, const BatchView& batch, const ForwardMode&, int slot) override {
     const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T;
     Cache& c = m_caches[slot];
-    c.ensure(B, T, C, Cl, F, H);
+    c.ensure(B, T, C, Cl, F, m_be.attentionSavedFloats(B, T, H));
     if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
-    cpu::layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(),
+    m_be.layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(),
                           N, C, m_eps);
-    cpu::linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
-    cpu::attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
-    cpu::linearForward(c.res1.data(), c.atty.data(), m_projw.value(), addsBias ? m_projb.value() : nullptr, N,
+    m_be.linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
+    m_be.attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
+    m_be.linearForward(c.res1.data(), c.atty.data(), m_projw.value(), addsBias ? m_projb.value() : nullptr, N,
                        Cl, C);
     m_tp.allReduce(c.res1.data(), size_t(N) * C);
-    cpu::add(c.res1.data(), c.res1.data(), x, size_t(N) * C);
-    cpu::layerNormForward(c.ln2.data(), c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
+    m_be.add(c.res1.data(), c.res1.data(), x, size_t(N) * C);
+    m_be.layerNormForward(c.ln2.data(), c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
                           m_ln2b.value(), N, C, m_eps);
-    cpu::linearForward(c.fc.data(), c.ln2.data(), m_fcw.value(), m_fcb.value(), N, C, F);
-    cpu::geluForward(c.gelu.data(), c.fc.data(), size_t(N) * F);
-    cpu::linearForward(y, c.gelu.data(), m_fcprojw.value(), addsBias ? m_fcprojb.value() : nullptr, N, F, C);
+    m_be.linearForward(c.fc.data(), c.ln2.data(), m_fcw.value(), m_fcb.value(), N, C, F);
+    m_be.geluForward(c.gelu.data(), c.fc.data(), size_t(N) * F);
+    m_be.linearForward(y, c.gelu.data(), m_fcprojw.value(), addsBias ? m_fcprojb.value() : nullptr, N, F, C);
     m_tp.allReduce(y, size_t(N) * C);
-    cpu::add(y, y, c.res1.data(), size_t(N) * C);
+    m_be.add(y, y, c.res1.data(), size_t(N) * C);
   }
 
-  void backward(const float* x, const float* dy, float* dx, const Batch& batch, int slot,
+  void backward(const float* x, const float* dy, float* dx, const BatchView& batch, int slot,
                 BackwardPart part) override {
     const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T;
@@ -86,13 +87,13 @@ class TransformerBlock final : public Layer {
     Cache& c = m_caches[slot];
     if (part == BackwardPart::Weight) {
       // The four linears' weight gradients from the output gradients the input part kept.
-      cpu::linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.data(),
+      m_be.linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.data(),
                           m_fcprojw.value(), N, F, C);
-      cpu::linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.data(), m_fcw.value(), N,
+      m_be.linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.data(), m_fcw.value(), N,
                           C, F);
-      cpu::linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.data(),
+      m_be.linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.data(),
                           m_projw.value(), N, Cl, C);
-      cpu::linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.data(), m_qkvw.value(),
+      m_be.linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.data(), m_qkvw.value(),
                           N, C, 3 * Cl);
       for (Buffer* b : {&c.gOut, &c.gFc, &c.gProj, &c.gQkv}) b->clear();
       return;
@@ -101,20 +102,20 @@ class TransformerBlock final : public Layer {
     if (m_sp) return backwardSequenceParallel(x, dy, dx, B, c, deferWeights);
     auto wgrad = [&](const BoundParam& p) { return deferWeights ? nullptr : p.grad(); };
     // Scratch from the shared workspace (slots 0-5), zeroed where a backward accumulates into it.
-    float* dres1 = m_ws->get(0, NC, false);                       // (B, T, C)
-    float* dC = m_ws->get(1, NC, true);                           // (B, T, C), or (B, T, Cl)
-    float* dF1 = m_ws->get(2, NF, true);                          // (B, T, Fl)
-    float* dF2 = m_ws->get(3, NF, true);                          // (B, T, Fl)
-    float* dqkv = m_ws->get(4, 3 * NCl, true);                    // (B, T, 3Cl)
-    float* scratch = m_ws->get(5, size_t(B) * H * T * T, false);  // (B, Hl, T, T)
+    float* dres1 = m_ws->get(0, NC, false);     // (B, T, C)
+    float* dC = m_ws->get(1, NC, true);         // (B, T, C), or (B, T, Cl)
+    float* dF1 = m_ws->get(2, NF, true);        // (B, T, Fl)
+    float* dF2 = m_ws->get(3, NF, true);        // (B, T, Fl)
+    float* dqkv = m_ws->get(4, 3 * NCl, true);  // (B, T, 3Cl)
+    float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, H), false);
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
-    std::copy(dy, dy + NC, dres1);
-    cpu::linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
+    m_be.copy(dres1, dy, NC * sizeof(float));
+    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
                         C);
-    cpu::geluBackward(dF2, dF1, c.fc.data(), NF);
-    cpu::linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
+    m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
+    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
     m_tp.allReduce(dC, NC);
-    cpu::layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.data(), m_ln2w.value(),
+    m_be.layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.data(), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
     if (deferWeights) {
       keep(c.gOut, dy, NC);
@@ -122,20 +123,21 @@ class TransformerBlock final : public Layer {
       keep(c.gProj, dres1, NC);
     }
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
-    std::fill(dC, dC + NCl, 0.0f);
-    cpu::linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.data(), m_projw.value(), N, Cl, C);
-    cpu::attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), B, T, Cl, H, m_causal);
-    std::fill(dC, dC + NC, 0.0f);
-    cpu::linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.data(), m_qkvw.value(), N, C, 3 * Cl);
+    m_be.zero(dC, NCl * sizeof(float));
+    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.data(), m_projw.value(), N, Cl, C);
+    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.data(), B, T, Cl, H,
+                           m_causal);
+    m_be.zero(dC, NC * sizeof(float));
+    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.data(), m_qkvw.value(), N, C, 3 * Cl);
     m_tp.allReduce(dC, NC);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     if (dx) {
-      cpu::accumulate(dx, dres1, NC);
-      cpu::layerNormBackward(dx, m_ln1w.grad(), m_ln1b.grad(), dC, x, m_ln1w.value(), c.ln1Mean.data(),
+      m_be.accumulate(dx, dres1, NC);
+      m_be.layerNormBackward(dx, m_ln1w.grad(), m_ln1b.grad(), dC, x, m_ln1w.value(), c.ln1Mean.data(),
                              c.ln1Rstd.data(), N, C);
     } else {
       // First layer of the model: only the parameter gradients of LN1 are wanted.
-      cpu::layerNormBackward(dres1, m_ln1w.grad(), m_ln1b.grad(), dC, x, m_ln1w.value(), c.ln1Mean.data(),
+      m_be.layerNormBackward(dres1, m_ln1w.grad(), m_ln1b.grad(), dC, x, m_ln1w.value(), c.ln1Mean.data(),
                              c.ln1Rstd.data(), N, C);
     }
   }
@@ -152,38 +154,33 @@ class TransformerBlock final : public Layer {
   struct Cache;
 
   // ---- sequence parallelism: (B, T, C) <-> this rank's (B, Ts, C) ----
+  // A sample's piece of the sequence is one row of Ts * C floats; the whole tensor's rows are T * C apart.
   void takeShard(float* dst, const float* full, int B) const {
     const int Ts = m_T / m_tp.size;
-    const size_t row = size_t(Ts) * m_C;
-    for (int b = 0; b < B; ++b)
-      std::copy(full + (size_t(b) * m_T + size_t(m_tp.rank) * Ts) * m_C,
-                full + (size_t(b) * m_T + size_t(m_tp.rank) * Ts) * m_C + row, dst + b * row);
+    const size_t row = size_t(Ts) * m_C * sizeof(float), fullRow = size_t(m_T) * m_C * sizeof(float);
+    m_be.copy2D(dst, row, full + size_t(m_tp.rank) * Ts * m_C, fullRow, row, B);
   }
   // dst (B, T, C) = the pieces of every rank (workspace slot 5 as the rank-major staging area).
   void gatherSequence(float* dst, const float* shard, int B) const {
     const int Ts = m_T / m_tp.size;
     const size_t row = size_t(Ts) * m_C, piece = size_t(B) * row;
+    const size_t rowBytes = row * sizeof(float), fullRow = size_t(m_T) * m_C * sizeof(float);
     float* tmp = m_ws->get(5, piece * m_tp.size, false);  // (tp, B, Ts, C)
     m_tp.allGather(shard, tmp, piece);
     for (int r = 0; r < m_tp.size; ++r)
-      for (int b = 0; b < B; ++b)
-        std::copy(tmp + r * piece + b * row, tmp + r * piece + (b + 1) * row,
-                  dst + (size_t(b) * m_T + size_t(r) * Ts) * m_C);
+      m_be.copy2D(dst + size_t(r) * Ts * m_C, fullRow, tmp + r * piece, rowBytes, rowBytes, B);
   }
   // dst (B, Ts, C) = this rank's piece of the sum over ranks of full (B, T, C).
   void reduceScatterSequence(float* dst, const float* full, int B) const {
     const int Ts = m_T / m_tp.size;
     const size_t row = size_t(Ts) * m_C, piece = size_t(B) * row;
+    const size_t rowBytes = row * sizeof(float), fullRow = size_t(m_T) * m_C * sizeof(float);
     float* tmp = m_ws->get(5, piece * m_tp.size, false);
     for (int r = 0; r < m_tp.size; ++r)
-      for (int b = 0; b < B; ++b)
-        std::copy(full + (size_t(b) * m_T + size_t(r) * Ts) * m_C,
-                  full + (size_t(b) * m_T + size_t(r) * Ts) * m_C + row, tmp + r * piece + b * row);
+      m_be.copy2D(tmp + r * piece, rowBytes, full + size_t(r) * Ts * m_C, fullRow, rowBytes, B);
     m_tp.reduceScatter(tmp, dst, piece);
   }
-  void addBias(float* x, const float* bias, size_t rows) const {
-    for (size_t n = 0; n < rows; ++n) cpu::accumulate(x + n * m_C, bias, m_C);
-  }
+  void addBias(float* x, const float* bias, size_t rows) const { m_be.addRows(x, bias, rows, m_C); }
 
   // Cache under sequence parallelism: ln1, ln2 whole (the column-parallel linears' inputs), their statistics
   // and res1 for this rank's Ts positions only.
@@ -195,25 +192,25 @@ class TransformerBlock final : public Layer {
     float* lns = m_ws->get(7, NsC, false);
     float* full = m_ws->get(4, size_t(N) * C, false);
     takeShard(xs, x, B);
-    cpu::layerNormForward(lns, c.ln1Mean.data(), c.ln1Rstd.data(), xs, m_ln1w.value(), m_ln1b.value(), Ns, C,
+    m_be.layerNormForward(lns, c.ln1Mean.data(), c.ln1Rstd.data(), xs, m_ln1w.value(), m_ln1b.value(), Ns, C,
                           m_eps);
     gatherSequence(c.ln1.data(), lns, B);
-    cpu::linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
-    cpu::attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
-    cpu::linearForward(full, c.atty.data(), m_projw.value(), nullptr, N, Cl, C);
+    m_be.linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
+    m_be.attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
+    m_be.linearForward(full, c.atty.data(), m_projw.value(), nullptr, N, Cl, C);
     reduceScatterSequence(c.res1.data(), full, B);  // res1s = reduce-scatter(partial) + bias + xs
     addBias(c.res1.data(), m_projb.value(), Ns);
-    cpu::accumulate(c.res1.data(), xs, NsC);
-    cpu::layerNormForward(lns, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
+    m_be.accumulate(c.res1.data(), xs, NsC);
+    m_be.layerNormForward(lns, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
                           m_ln2b.value(), Ns, C, m_eps);
     gatherSequence(c.ln2.data(), lns, B);
-    cpu::linearForward(c.fc.data(), c.ln2.data(), m_fcw.value(), m_fcb.value(), N, C, F);
-    cpu::geluForward(c.gelu.data(), c.fc.data(), size_t(N) * F);
-    cpu::linearForward(full, c.gelu.data(), m_fcprojw.value(), nullptr, N, F, C);
+    m_be.linearForward(c.fc.data(), c.ln2.data(), m_fcw.value(), m_fcb.value(), N, C, F);
+    m_be.geluForward(c.gelu.data(), c.fc.data(), size_t(N) * F);
+    m_be.linearForward(full, c.gelu.data(), m_fcprojw.value(), nullptr, N, F, C);
     float* ys = xs;  // xs is done with
     reduceScatterSequence(ys, full, B);
     addBias(ys, m_fcprojb.value(), Ns);
-    cpu::accumulate(ys, c.res1.data(), NsC);
+    m_be.accumulate(ys, c.res1.data(), NsC);
     gatherSequence(y, ys, B);
   }
 
@@ -234,12 +231,12 @@ class TransformerBlock final : public Layer {
     // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
     // itself.
     takeShard(dres1s, dy, B);
-    cpu::linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
+    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
                         C);
-    cpu::geluBackward(dF2, dF1, c.fc.data(), NF);
-    cpu::linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
+    m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
+    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
     reduceScatterSequence(dshard, dC, B);
-    cpu::layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.data(), m_ln2w.value(),
+    m_be.layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.data(), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), Ns, C);
     gatherSequence(dfull, dres1s, B);  // the proj output's gradient, whole
     if (deferWeights) {
@@ -247,23 +244,24 @@ class TransformerBlock final : public Layer {
       keep(c.gFc, dF2, NF);
       keep(c.gProj, dfull, NC);
     }
-    std::fill(dC, dC + NCl, 0.0f);
-    cpu::linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.data(), m_projw.value(), N, Cl, C);
-    float* scratch = m_ws->get(5, size_t(B) * H * T * T, false);
-    cpu::attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), B, T, Cl, H, m_causal);
-    std::fill(dC, dC + NC, 0.0f);
-    cpu::linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.data(), m_qkvw.value(), N, C, 3 * Cl);
+    m_be.zero(dC, NCl * sizeof(float));
+    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.data(), m_projw.value(), N, Cl, C);
+    float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, H), false);
+    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.data(), B, T, Cl, H,
+                           m_causal);
+    m_be.zero(dC, NC * sizeof(float));
+    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.data(), m_qkvw.value(), N, C, 3 * Cl);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     reduceScatterSequence(dshard, dC, B);
     float* xs = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)
     takeShard(xs, x, B);
     float* dxs = dF2;
-    std::copy(dres1s, dres1s + NsC, dxs);
-    cpu::layerNormBackward(dxs, m_ln1w.grad(), m_ln1b.grad(), dshard, xs, m_ln1w.value(), c.ln1Mean.data(),
+    m_be.copy(dxs, dres1s, NsC * sizeof(float));
+    m_be.layerNormBackward(dxs, m_ln1w.grad(), m_ln1b.grad(), dshard, xs, m_ln1w.value(), c.ln1Mean.data(),
                            c.ln1Rstd.data(), Ns, C);
     if (dx) {
       gatherSequence(dfull, dxs, B);
-      cpu::accumulate(dx, dfull, NC);
+      m_be.accumulate(dx, dfull, NC);
     }
   }
 
@@ -286,16 +284,16 @@ class TransformerBlock final : public Layer {
           gFc(0, MemoryCategory::Activations, t),
           gProj(0, MemoryCategory::Activations, t),
           gQkv(0, MemoryCategory::Activations, t) {}
-    void ensure(int B, int T, int C, int Cl, int F, int H) {
+    void ensure(int B, int T, int C, int Cl, int F, size_t attSaved) {
       const size_t N = size_t(B) * T;
-      ln1.reserve(N * C);                  // (B, T, C)
-      ln1Mean.reserve(N);                  // (B, T)
-      ln1Rstd.reserve(N);                  // (B, T)
-      qkv.reserve(N * 3 * Cl);             // (B, T, 3Cl)
-      att.reserve(size_t(B) * H * T * T);  // (B, Hl, T, T)
-      atty.reserve(N * Cl);                // (B, T, Cl)
-      res1.reserve(N * C);                 // (B, T, C)
-      ln2.reserve(N * C);                  // (B, T, C)
+      ln1.reserve(N * C);       // (B, T, C)
+      ln1Mean.reserve(N);       // (B, T)
+      ln1Rstd.reserve(N);       // (B, T)
+      qkv.reserve(N * 3 * Cl);  // (B, T, 3Cl)
+      att.reserve(attSaved);    // the backend's attention state ((B, Hl, T, T) when it keeps the softmax)
+      atty.reserve(N * Cl);     // (B, T, Cl)
+      res1.reserve(N * C);      // (B, T, C)
+      ln2.reserve(N * C);       // (B, T, C)
       ln2Mean.reserve(N);
       ln2Rstd.reserve(N);
       fc.reserve(N * F);    // (B, T, Fl)
@@ -304,11 +302,12 @@ class TransformerBlock final : public Layer {
     Buffer ln1, ln1Mean, ln1Rstd, qkv, att, atty, res1, ln2, ln2Mean, ln2Rstd, fc, gelu;
     Buffer gOut, gFc, gProj, gQkv;  // split backward: output gradients of fcproj, fc, proj, qkv
   };
-  static void keep(Buffer& dst, const float* src, size_t n) {
+  void keep(Buffer& dst, const float* src, size_t n) {
     dst.reserve(n);
-    std::copy(src, src + n, dst.data());
+    m_be.copy(dst.data(), src, n * sizeof(float));
   }
 
+  Backend& m_be;
   int m_C, m_H, m_Cl, m_F, m_T;
   float m_eps;
   bool m_causal;
