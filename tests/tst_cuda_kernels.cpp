@@ -5,6 +5,7 @@
 // "+=" convention is checked, not only the fresh result. Without a CUDA device the whole suite is skipped.
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -608,6 +609,197 @@ class TestCudaKernels : public QObject {
     // Double sums in another order: far below float precision, not bitwise equal.
     QVERIFY2(std::fabs(got[0] - ref) <= 1e-10 * std::fabs(ref) + 1e-12,
              qPrintable(QStringLiteral("got %1, expected %2").arg(got[0], 0, 'g', 17).arg(ref, 0, 'g', 17)));
+    // The accumulating form adds to what is there: a norm over several buffers.
+    CUDA_OK(upload(dResult, std::vector<double>{123.0}));
+    CUDA_OK(cuda::sumSquaresAccumulate(dResult.data(), dX.data(), n, m_stream));
+    CUDA_OK(cuda::sumSquaresAccumulate(dResult.data(), dX.data(), n, m_stream));
+    CUDA_OK(download(got, dResult));
+    const double want = 123.0 + 2.0 * ref;
+    QVERIFY2(std::fabs(got[0] - want) <= 1e-10 * std::fabs(want) + 1e-12,
+             qPrintable(QStringLiteral("accumulated: got %1, expected %2")
+                            .arg(got[0], 0, 'g', 17)
+                            .arg(want, 0, 'g', 17)));
+  }
+
+  // The tensor-parallel pieces (kernels/cpu/tp_ops.cpp): bias rows, positions, the vocabulary-parallel
+  // embedding and the three cross-entropy steps; the last row is larger than one grid-stride pass.
+  void tpOps_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("V");
+    QTest::newRow("B1 T1 C7 V5") << 1 << 1 << 7 << 5;
+    QTest::newRow("B3 T5 C33 V50") << 3 << 5 << 33 << 50;
+    QTest::newRow("B4 T64 C768 V50257") << 4 << 64 << 768 << 50257;
+    QTest::newRow("B20 T1000 C1000 V3 (2e7 elements)") << 20 << 1000 << 1000 << 3;
+  }
+
+  void tpOps() {
+    QFETCH(int, B);
+    QFETCH(int, T);
+    QFETCH(int, C);
+    QFETCH(int, V);
+    const int N = B * T;
+    const size_t nc = size_t(N) * C;
+    std::mt19937 rng(kSeed + 9);
+    const Vec x = randomVec(rng, nc);
+    const Vec row = randomVec(rng, size_t(C));
+    const Vec wpe = randomVec(rng, size_t(T) * C);
+    const Ints tokens = randomTokens(rng, size_t(N), V);
+    const int vs = V / 3, vc = std::max(1, V / 2);
+    const Vec wte = randomVec(rng, size_t(vc) * C);
+    const Vec dwte0 = randomVec(rng, wte.size());
+    DBuf<float> dX, dRow, dWpe, dWte, dDwte, dOut;
+    DBuf<int32_t> dTokens;
+    CUDA_OK(upload(dX, x));
+    CUDA_OK(upload(dRow, row));
+    CUDA_OK(upload(dWpe, wpe));
+    CUDA_OK(upload(dWte, wte));
+    CUDA_OK(upload(dDwte, dwte0));
+    CUDA_OK(upload(dTokens, tokens));
+    CUDA_OK(upload(dOut, Vec(nc, 9.0f)));
+    Vec ref = x, got;
+    cpu::addRows(ref.data(), row.data(), size_t(N), C);
+    CUDA_OK(cuda::addRows(dX.data(), dRow.data(), size_t(N), C, m_stream));
+    CUDA_OK(download(got, dX));
+    VERIFY_CLOSE(got, ref, 0.0, 0.0);  // one addition: exact
+    cpu::addPositions(ref.data(), wpe.data(), B, T, C);
+    CUDA_OK(cuda::addPositions(dX.data(), dWpe.data(), B, T, C, m_stream));
+    CUDA_OK(download(got, dX));
+    VERIFY_CLOSE(got, ref, 0.0, 0.0);
+    Vec out(nc), dwte = dwte0;
+    cpu::embeddingRangeForward(out.data(), tokens.data(), wte.data(), vs, vc, N, C);
+    cpu::embeddingRangeBackward(dwte.data(), x.data(), tokens.data(), vs, vc, N, C);
+    CUDA_OK(upload(dX, x));
+    CUDA_OK(cuda::embeddingRangeForward(dOut.data(), dTokens.data(), dWte.data(), vs, vc, N, C, m_stream));
+    CUDA_OK(cuda::embeddingRangeBackward(dDwte.data(), dX.data(), dTokens.data(), vs, vc, N, C, m_stream));
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, out, 0.0, 0.0);
+    CUDA_OK(download(got, dDwte));
+    // Atomics: another summation order, whose rounding grows with the rows summed into one entry.
+    VERIFY_CLOSE(got, dwte, kAtol + 1e-6 * N, kRtol);
+
+    // Vocabulary-parallel cross-entropy over this rank's vl columns [vs, vs + vl); N rows of the same data.
+    if (nc > (size_t(1) << 22)) return;  // the loss rows need no second pass over the largest case
+    const int vl = std::max(1, V / 2);
+    const Vec logits = randomVec(rng, size_t(N) * vl, -8.0f, 8.0f);
+    Ints targets = randomTokens(rng, size_t(N), V);
+    for (int n = 1; n < N; n += 4) targets[size_t(n)] = -1;
+    Vec mx(N), sumExp(N), targetLogit(N), losses(N), dlogits(logits.size());
+    cpu::rowMax(mx.data(), logits.data(), N, vl);
+    cpu::crossEntropyPartials(sumExp.data(), targetLogit.data(), logits.data(), mx.data(), targets.data(), vs,
+                              N, vl);
+    cpu::crossEntropyFinish(losses.data(), dlogits.data(), logits.data(), mx.data(), sumExp.data(),
+                            targetLogit.data(), targets.data(), vs, N, vl, 0.25f);
+    DBuf<float> dLogits, dMx, dSum, dTarget, dLosses, dDlogits;
+    DBuf<int32_t> dTargets;
+    CUDA_OK(upload(dLogits, logits));
+    CUDA_OK(upload(dTargets, targets));
+    CUDA_OK(upload(dMx, Vec(N, 3.0f)));
+    CUDA_OK(upload(dSum, Vec(N, 3.0f)));
+    CUDA_OK(upload(dTarget, Vec(N, 3.0f)));
+    CUDA_OK(upload(dLosses, Vec(N, 3.0f)));
+    CUDA_OK(upload(dDlogits, Vec(logits.size(), 3.0f)));
+    CUDA_OK(cuda::rowMax(dMx.data(), dLogits.data(), N, vl, m_stream));
+    CUDA_OK(cuda::crossEntropyPartials(dSum.data(), dTarget.data(), dLogits.data(), dMx.data(),
+                                       dTargets.data(), vs, N, vl, m_stream));
+    CUDA_OK(cuda::crossEntropyFinish(dLosses.data(), dDlogits.data(), dLogits.data(), dMx.data(), dSum.data(),
+                                     dTarget.data(), dTargets.data(), vs, N, vl, 0.25f, m_stream));
+    CUDA_OK(download(got, dMx));
+    VERIFY_CLOSE(got, mx, 0.0, 0.0);
+    CUDA_OK(download(got, dSum));
+    VERIFY_CLOSE(got, sumExp, kAtol, kRtol);
+    CUDA_OK(download(got, dTarget));
+    VERIFY_CLOSE(got, targetLogit, 0.0, 0.0);
+    CUDA_OK(download(got, dLosses));
+    VERIFY_CLOSE(got, losses, kAtol, kRtol);
+    CUDA_OK(download(got, dDlogits));
+    VERIFY_CLOSE(got, dlogits, 1e-7, kRtol);
+    // dlogits aliasing logits.
+    CUDA_OK(cuda::crossEntropyFinish(dLosses.data(), dLogits.data(), dLogits.data(), dMx.data(), dSum.data(),
+                                     dTarget.data(), dTargets.data(), vs, N, vl, 0.25f, m_stream));
+    CUDA_OK(download(got, dLogits));
+    VERIFY_CLOSE(got, dlogits, 1e-7, kRtol);
+  }
+
+  // The vision-transformer pieces (kernels/cpu/vit.cpp).
+  void vitOps_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("S");
+    QTest::addColumn<int>("P");
+    QTest::addColumn<int>("C");
+    QTest::newRow("B1 S2 P1 C3") << 1 << 2 << 1 << 3;
+    QTest::newRow("B3 S10 P5 C33") << 3 << 10 << 5 << 33;
+    QTest::newRow("B64 S28 P7 C192") << 64 << 28 << 7 << 192;
+  }
+
+  void vitOps() {
+    QFETCH(int, B);
+    QFETCH(int, S);
+    QFETCH(int, P);
+    QFETCH(int, C);
+    const int NP = (S / P) * (S / P);
+    std::mt19937 rng(kSeed + 10);
+    const Vec images = randomVec(rng, size_t(B) * S * S);
+    Vec patches(images.size()), got;
+    cpu::patchify(patches.data(), images.data(), B, S, P);
+    DBuf<float> dImages, dPatches;
+    CUDA_OK(upload(dImages, images));
+    CUDA_OK(upload(dPatches, Vec(images.size())));
+    CUDA_OK(cuda::patchify(dPatches.data(), dImages.data(), B, S, P, m_stream));
+    CUDA_OK(download(got, dPatches));
+    VERIFY_CLOSE(got, patches, 0.0, 0.0);
+    const Vec x = randomVec(rng, size_t(B) * NP * C);
+    const Vec cls = randomVec(rng, size_t(C));
+    const Vec pos = randomVec(rng, size_t(NP + 1) * C);
+    for (const bool withCls : {true, false}) {
+      const int T = NP + (withCls ? 1 : 0);
+      const size_t n = size_t(B) * T * C;
+      const Vec dout = randomVec(rng, n);
+      const Vec dx0 = randomVec(rng, x.size()), dcls0 = randomVec(rng, cls.size());
+      const Vec dpos0 = randomVec(rng, size_t(T) * C);
+      Vec out(n), dx = dx0, dcls = dcls0, dpos = dpos0;
+      cpu::tokensForward(out.data(), x.data(), cls.data(), pos.data(), B, NP, C, withCls);
+      cpu::tokensBackward(dx.data(), dcls.data(), dpos.data(), dout.data(), B, NP, C, withCls);
+      DBuf<float> dX, dCls, dPos, dOut, dDout, dDx, dDcls, dDpos;
+      CUDA_OK(upload(dX, x));
+      CUDA_OK(upload(dCls, cls));
+      CUDA_OK(upload(dPos, pos));
+      CUDA_OK(upload(dOut, Vec(n)));
+      CUDA_OK(upload(dDout, dout));
+      CUDA_OK(upload(dDx, dx0));
+      CUDA_OK(upload(dDcls, dcls0));
+      CUDA_OK(upload(dDpos, dpos0));
+      CUDA_OK(
+          cuda::tokensForward(dOut.data(), dX.data(), dCls.data(), dPos.data(), B, NP, C, withCls, m_stream));
+      CUDA_OK(cuda::tokensBackward(dDx.data(), dDcls.data(), dDpos.data(), dDout.data(), B, NP, C, withCls,
+                                   m_stream));
+      CUDA_OK(download(got, dOut));
+      VERIFY_CLOSE(got, out, 0.0, 0.0);
+      CUDA_OK(download(got, dDx));
+      VERIFY_CLOSE(got, dx, 0.0, 0.0);
+      CUDA_OK(download(got, dDcls));
+      VERIFY_CLOSE(got, dcls, 0.0, 0.0);  // batch order, as on the CPU
+      CUDA_OK(download(got, dDpos));
+      VERIFY_CLOSE(got, dpos, 0.0, 0.0);
+      for (const bool useFirst : {true, false}) {
+        const Vec pdout = randomVec(rng, size_t(B) * C);
+        const Vec dinp0 = randomVec(rng, n);
+        Vec pooled(size_t(B) * C), dinp = dinp0;
+        cpu::poolForward(pooled.data(), out.data(), B, T, C, useFirst);
+        cpu::poolBackward(dinp.data(), pdout.data(), B, T, C, useFirst);
+        DBuf<float> dPooled, dPdout, dDinp;
+        CUDA_OK(upload(dPooled, Vec(pooled.size(), 4.0f)));
+        CUDA_OK(upload(dPdout, pdout));
+        CUDA_OK(upload(dDinp, dinp0));
+        CUDA_OK(cuda::poolForward(dPooled.data(), dOut.data(), B, T, C, useFirst, m_stream));
+        CUDA_OK(cuda::poolBackward(dDinp.data(), dPdout.data(), B, T, C, useFirst, m_stream));
+        CUDA_OK(download(got, dPooled));
+        VERIFY_CLOSE(got, pooled, kAtol, kRtol);
+        CUDA_OK(download(got, dDinp));
+        VERIFY_CLOSE(got, dinp, kAtol, kRtol);
+      }
+    }
   }
 };
 

@@ -98,3 +98,12 @@ Status columnSumAccumulate(float* out, const float* x, int N, int OC, cudaStream
 }
 
 }  // namespace ms::cuda::detail
+
+namespace ms::cuda {
+
+Status prepareGemm(cudaStream_t stream) {
+  const Expected<cublasHandle_t> handle = detail::cublasHandleFor(stream);
+  return handle ? Status::ok() : handle.status().withContext("prepareGemm");
+}
+
+}  // namespace ms::cuda

@@ -1,5 +1,5 @@
-// CUDA device discovery. The full GPU backend arrives with the CUDA issue; this file proves the CUDA build
-// path works wherever nvcc is present, and tells the engine whether a usable device exists. A missing driver
+// CUDA device discovery: tells the engine (and the GPU tests) whether a usable device exists before it makes
+// the CUDA backend (cuda_backend.h). A missing driver
 // or device (cudaErrorInsufficientDriver, cudaErrorNoDevice) is normal on CPU machines and reported as 0.
 #include "kernels/cuda/cuda_info.h"
 

@@ -11,8 +11,10 @@
 //   rank. Nothing here throws, exits or aborts.
 // - GEMMs (linear layers and the products inside attention) go through cuBLAS in fp32 or TF32, chosen by
 //   setGemmMode(). TF32 rounds the GEMM inputs to a 10-bit mantissa: expect relative errors near 1e-3.
-// - Accumulating gradients with atomics (embeddingBackward, sumSquares) is not bitwise deterministic run to
-//   run; every other op is.
+// - Accumulating gradients with atomics (embeddingBackward, embeddingRangeBackward, sumSquares) is not
+//   bitwise deterministic run to run; every other op is.
+// - Elementwise kernels are grid-stride loops over size_t indices (any element count); row kernels give a
+//   row to a block or a warp.
 // This header compiles in plain C++ translation units (it needs only the CUDA runtime API header).
 #pragma once
 
@@ -41,6 +43,10 @@ Status checkLaunch(const char* what);
 enum class GemmMode { Fp32, Tf32 };
 void setGemmMode(GemmMode mode);
 GemmMode gemmMode();
+// Creates the calling thread's cuBLAS handle for the current device now (cublasCreate allocates and
+// synchronises, which is better done at start up than inside the first step) and binds it to stream. Every
+// GEMM binds the handle to its own stream argument anyway.
+Status prepareGemm(cudaStream_t stream);
 
 // ---- Memory helpers --------------------------------------------------------------------------------------
 Status deviceAlloc(void** ptr, size_t bytes);  // *ptr = nullptr when bytes == 0
@@ -124,6 +130,9 @@ Status add(float* out, const float* a, const float* b, size_t n, cudaStream_t st
 Status accumulate(float* y, const float* x, size_t n, cudaStream_t stream);             // y += x
 Status scale(float* y, float s, size_t n, cudaStream_t stream);                         // y *= s
 
+// x (rows, C): every row += row (C).
+Status addRows(float* x, const float* row, size_t rows, int C, cudaStream_t stream);
+
 // ---- Attention (cuda_attention.cu) ----------------------------------------------------------------------
 // Same layout as ms::cpu: qkv (B, T, 3C) with [q | k | v] per position, head h owns channels [h*hs,
 // (h+1)*hs), out (B, T, C), att (B, H, T, T) softmax probabilities (0 above the diagonal when causal). A
@@ -143,6 +152,45 @@ Status embeddingForward(float* out, const int32_t* tokens, const float* wte, con
 Status embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
                          int C, cudaStream_t stream);
 
+// ---- Tensor-parallel pieces (cuda_tp.cu): the ops of kernels/cpu/tp_ops.cpp ---------------------------
+// y (B, T, C): y[b, t] += wpe[t].
+Status addPositions(float* y, const float* wpe, int B, int T, int C, cudaStream_t stream);
+// Vocabulary-parallel embedding: wte holds rows [vocabStart, vocabStart + vocabCount). out (N, C) =
+// wte[tokens[n] - vocabStart] for tokens in the range, 0 elsewhere.
+Status embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+                             int vocabCount, int N, int C, cudaStream_t stream);
+// dwte[tokens[n] - vocabStart] += dout[n] for tokens in the range. Atomic adds: not bitwise deterministic
+// (the CPU's position order is).
+Status embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
+                              int vocabCount, int N, int C, cudaStream_t stream);
+// Vocabulary-parallel cross-entropy over logits (N, V) holding columns [vocabStart, vocabStart + V); the
+// caller all-reduces between the steps. 1: mx (N) = row maxima.
+Status rowMax(float* mx, const float* logits, int N, int V, cudaStream_t stream);
+// 2: sumExp (N) = sum_j exp(logits - mx); targetLogit (N) = logits[target - vocabStart] when the target is
+// in the range, else 0.
+Status crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
+                            const int32_t* targets, int vocabStart, int N, int V, cudaStream_t stream);
+// 3: losses (N) = log(sumExp) - (targetLogit - mx), 0 where target < 0; dlogits (nullable, may alias logits)
+// OVERWRITTEN with gradScale * (softmax - onehot(target)) over the rank's columns, 0 rows where target < 0.
+Status crossEntropyFinish(float* losses, float* dlogits, const float* logits, const float* mx,
+                          const float* sumExp, const float* targetLogit, const int32_t* targets,
+                          int vocabStart, int N, int V, float gradScale, cudaStream_t stream);
+
+// ---- Vision transformer pieces (cuda_vit.cu): the ops of kernels/cpu/vit.cpp ---------------------------
+// images (B, S, S) -> patches (B, NP, P*P), NP = (S/P)^2, S divisible by P.
+Status patchify(float* patches, const float* images, int B, int S, int P, cudaStream_t stream);
+// out (B, T, C), T = NP + cls: [clsToken +] x + pos. clsToken nullable when cls is false.
+Status tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B, int NP,
+                     int C, bool cls, cudaStream_t stream);
+// dx (B, NP, C) +=, dcls (C) +=, dpos (T, C) +=, each nullable. dcls and dpos sum over the batch in batch
+// order, one thread per output element: deterministic, the CPU's order.
+Status tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C, bool cls,
+                      cudaStream_t stream);
+// out (B, C) = inp[:, 0, :] when useFirst, else the mean over T of inp (B, T, C).
+Status poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst, cudaStream_t stream);
+// dinp (B, T, C) +=.
+Status poolBackward(float* dinp, const float* dout, int B, int T, int C, bool useFirst, cudaStream_t stream);
+
 // ---- Loss (cuda_loss.cu) ---------------------------------------------------------------------------------
 // losses (N) = -log softmax(logits (N, V))[target]. dlogits nullable; if set it is OVERWRITTEN with
 // gradScale * (softmax - onehot(target)) and may alias logits. target < 0: loss 0, gradient row 0.
@@ -161,6 +209,9 @@ Status sgdUpdate(float* params, const float* grads, float* buf, size_t n, float 
 // *result (ONE double in DEVICE memory) = sum of x^2, accumulated in double. The result stays on the device
 // so that a norm over many buffers needs one copy; it is overwritten, not accumulated.
 Status sumSquares(double* result, const float* x, size_t n, cudaStream_t stream);
+// *result += sum of x^2 (the same reduction, accumulated): a norm over many buffers zeroes the double once,
+// accumulates each buffer, then copies one value back.
+Status sumSquaresAccumulate(double* result, const float* x, size_t n, cudaStream_t stream);
 
 }  // namespace ms::cuda
 

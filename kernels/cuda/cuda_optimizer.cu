@@ -55,6 +55,11 @@ Status sgdUpdate(float* params, const float* grads, float* buf, size_t n, float 
 Status sumSquares(double* result, const float* x, size_t n, cudaStream_t stream) {
   // result: one double on the device; x (n)
   MS_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(double), stream));
+  return sumSquaresAccumulate(result, x, n, stream);
+}
+
+Status sumSquaresAccumulate(double* result, const float* x, size_t n, cudaStream_t stream) {
+  // result: one double on the device, added to; x (n)
   if (n == 0) return Status::ok();
   // Fewer blocks than the elementwise kernels: each block ends in one atomic, and 1024 blocks fill the GPU.
   const unsigned grid = detail::gridFor(n) < 1024u ? detail::gridFor(n) : 1024u;

@@ -63,6 +63,11 @@ __global__ void scaleKernel(float* y, float s, size_t n) {
   MS_GRID_STRIDE(i, n) y[i] *= s;
 }
 
+// x (rows, C) += row (C) broadcast over rows; n = rows * C.
+__global__ void addRowsKernel(float* x, const float* row, int C, size_t n) {
+  MS_GRID_STRIDE(i, n) x[i] += row[i % size_t(C)];
+}
+
 #undef MS_GRID_STRIDE
 
 // Launches kernel over n elements on stream and checks the launch; n == 0 launches nothing.
@@ -102,6 +107,11 @@ Status accumulate(float* y, const float* x, size_t n, cudaStream_t stream) {
 }
 Status scale(float* y, float s, size_t n, cudaStream_t stream) {
   return launchPointwise(scaleKernel, n, stream, "scale", y, s);
+}
+Status addRows(float* x, const float* row, size_t rows, int C, cudaStream_t stream) {
+  // x (rows, C), row (C)
+  if (C <= 0) return Status::ok();
+  return launchPointwise(addRowsKernel, rows * size_t(C), stream, "addRows", x, row, C);
 }
 
 }  // namespace ms::cuda

@@ -110,6 +110,9 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(MPI_Comm co
     return Status::error(where + ": cudaSetDevice(" + std::to_string(device) + "): " + cudaText(e));
   if (const cudaError_t e = cudaStreamCreateWithFlags(&c->m_stream, cudaStreamNonBlocking); e != cudaSuccess)
     return Status::error(where + ": creating its stream: " + cudaText(e));
+  if (const cudaError_t e = cudaEventCreateWithFlags(&c->m_computeDone, cudaEventDisableTiming);
+      e != cudaSuccess)
+    return Status::error(where + ": creating its event: " + cudaText(e));
   // Every rank learns the outcome of rank 0's ncclGetUniqueId, so no rank waits in ncclCommInitRank alone.
   ncclUniqueId id{};
   int made = 1;
@@ -125,6 +128,7 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(MPI_Comm co
 NcclCommunicator::~NcclCommunicator() {
   if (m_stream) cudaStreamSynchronize(m_stream);
   if (m_comm) ncclCommDestroy(m_comm);
+  if (m_computeDone) cudaEventDestroy(m_computeDone);
   if (m_stream) cudaStreamDestroy(m_stream);
   if (m_mpi != MPI_COMM_NULL) MPI_Comm_free(&m_mpi);
 }
@@ -146,6 +150,19 @@ Status NcclCommunicator::wait(const char* what) {
   return Status::ok();
 }
 
+Status NcclCommunicator::afterCompute(const char* what) {
+  if (!m_compute) return Status::ok();
+  // cudaStreamWaitEvent waits for the event's most recent record at the time of the call, so one event
+  // serves every operation: re-recording it later does not move an earlier wait.
+  if (const cudaError_t e = cudaEventRecord(m_computeDone, m_compute); e != cudaSuccess)
+    return Status::error(std::string(what) + " on nccl communicator " + m_label +
+                         ": recording an event on the compute stream: " + cudaText(e));
+  if (const cudaError_t e = cudaStreamWaitEvent(m_stream, m_computeDone, 0); e != cudaSuccess)
+    return Status::error(std::string(what) + " on nccl communicator " + m_label +
+                         ": waiting for the compute stream: " + cudaText(e));
+  return Status::ok();
+}
+
 Expected<CommRequestPtr> NcclCommunicator::request(const char* what) {
   cudaEvent_t event = nullptr;
   if (const cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); e != cudaSuccess)
@@ -159,12 +176,14 @@ Expected<CommRequestPtr> NcclCommunicator::request(const char* what) {
 
 Expected<CommRequestPtr> NcclCommunicator::iallReduce(const void* send, void* recv, size_t count,
                                                       CommType type, ReduceOp op) {
+  MS_TRY(afterCompute("all-reduce"));
   MS_TRY(check(ncclAllReduce(send, recv, count, ncclType(type), ncclOp(op), m_comm, m_stream), "all-reduce"));
   return request("all-reduce");
 }
 
 Expected<CommRequestPtr> NcclCommunicator::ireduceScatter(const void* send, void* recv, size_t recvCount,
                                                           CommType type, ReduceOp op) {
+  MS_TRY(afterCompute("reduce-scatter"));
   MS_TRY(check(ncclReduceScatter(send, recv, recvCount, ncclType(type), ncclOp(op), m_comm, m_stream),
                "reduce-scatter"));
   return request("reduce-scatter");
@@ -172,54 +191,64 @@ Expected<CommRequestPtr> NcclCommunicator::ireduceScatter(const void* send, void
 
 Expected<CommRequestPtr> NcclCommunicator::iallGather(const void* send, void* recv, size_t sendCount,
                                                       CommType type) {
+  MS_TRY(afterCompute("all-gather"));
   MS_TRY(check(ncclAllGather(send, recv, sendCount, ncclType(type), m_comm, m_stream), "all-gather"));
   return request("all-gather");
 }
 
 Expected<CommRequestPtr> NcclCommunicator::ibroadcast(void* data, size_t count, CommType type, int root) {
+  MS_TRY(afterCompute("broadcast"));
   MS_TRY(check(ncclBroadcast(data, data, count, ncclType(type), root, m_comm, m_stream), "broadcast"));
   return request("broadcast");
 }
 
 Expected<CommRequestPtr> NcclCommunicator::isend(const void* data, size_t count, CommType type, int peer,
                                                  int tag) {
+  MS_TRY(afterCompute("send"));
   MS_TRY(check(ncclSend(data, count, ncclType(type), peer, m_comm, m_stream), "send"));
   return request(("send (tag " + std::to_string(tag) + ")").c_str());
 }
 
 Expected<CommRequestPtr> NcclCommunicator::irecv(void* data, size_t count, CommType type, int peer, int tag) {
+  MS_TRY(afterCompute("receive"));
   MS_TRY(check(ncclRecv(data, count, ncclType(type), peer, m_comm, m_stream), "receive"));
   return request(("receive (tag " + std::to_string(tag) + ")").c_str());
 }
 
 Status NcclCommunicator::allReduce(const void* send, void* recv, size_t count, CommType type, ReduceOp op) {
+  MS_TRY(afterCompute("all-reduce"));
   MS_TRY(check(ncclAllReduce(send, recv, count, ncclType(type), ncclOp(op), m_comm, m_stream), "all-reduce"));
   return wait("all-reduce");
 }
 
 Status NcclCommunicator::reduceScatter(const void* send, void* recv, size_t recvCount, CommType type,
                                        ReduceOp op) {
+  MS_TRY(afterCompute("reduce-scatter"));
   MS_TRY(check(ncclReduceScatter(send, recv, recvCount, ncclType(type), ncclOp(op), m_comm, m_stream),
                "reduce-scatter"));
   return wait("reduce-scatter");
 }
 
 Status NcclCommunicator::allGather(const void* send, void* recv, size_t sendCount, CommType type) {
+  MS_TRY(afterCompute("all-gather"));
   MS_TRY(check(ncclAllGather(send, recv, sendCount, ncclType(type), m_comm, m_stream), "all-gather"));
   return wait("all-gather");
 }
 
 Status NcclCommunicator::broadcast(void* data, size_t count, CommType type, int root) {
+  MS_TRY(afterCompute("broadcast"));
   MS_TRY(check(ncclBroadcast(data, data, count, ncclType(type), root, m_comm, m_stream), "broadcast"));
   return wait("broadcast");
 }
 
 Status NcclCommunicator::send(const void* data, size_t count, CommType type, int peer, int tag) {
+  MS_TRY(afterCompute("send"));
   MS_TRY(check(ncclSend(data, count, ncclType(type), peer, m_comm, m_stream), "send"));
   return wait(("send (tag " + std::to_string(tag) + ")").c_str());
 }
 
 Status NcclCommunicator::recv(void* data, size_t count, CommType type, int peer, int tag) {
+  MS_TRY(afterCompute("receive"));
   MS_TRY(check(ncclRecv(data, count, ncclType(type), peer, m_comm, m_stream), "receive"));
   return wait(("receive (tag " + std::to_string(tag) + ")").c_str());
 }
@@ -237,6 +266,7 @@ Expected<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int k
   auto made = create(part, m_device, m_label + "/" + std::to_string(color));
   MPI_Comm_free(&part);  // create() keeps its own duplicate
   if (!made) return made.status();
+  (*made)->setComputeStream(m_compute);
   return std::unique_ptr<Communicator>(std::move(*made));
 }
 

@@ -3,6 +3,13 @@
 // non-blocking CUDA stream, so gradient syncs and pipeline transfers overlap compute on other streams; a
 // blocking call waits for its stream; a non-blocking call returns a request holding a CUDA event.
 //
+// Ordering with compute: given the compute stream (setComputeStream, normally the backend's
+// ms::computeStream()), every operation first makes the communicator's stream wait for all the work enqueued
+// on the compute stream so far (an event recorded there, cudaStreamWaitEvent here; the host does not block),
+// so a collective reads gradients only after the kernels that wrote them. The other direction is the
+// caller's: a buffer the communicator writes may be read by compute only after wait() (or the blocking
+// call) has returned, and a buffer it uses must not be deallocated before then.
+//
 // What always holds: the ranks of an NcclCommunicator are those of the MPI communicator it was made from, in
 // the same order (the unique id is made by rank 0 and handed out with MPI_Bcast); buffers are device pointers
 // on the device given at creation; point-to-point messages between two ranks are matched in the order they
@@ -24,6 +31,7 @@
 #include "runtime/communicator.h"
 
 struct CUstream_st;
+struct CUevent_st;
 struct ncclComm;
 
 namespace ms {
@@ -42,6 +50,10 @@ class NcclCommunicator final : public Communicator {
 
   CUstream_st* stream() const { return m_stream; }
   int device() const { return m_device; }
+  // The stream whose work every later operation waits for (on this communicator's device); nullptr stops
+  // the waiting. Communicators made by split() inherit it.
+  void setComputeStream(CUstream_st* computeStream) { m_compute = computeStream; }
+  CUstream_st* computeStream() const { return m_compute; }
 
   const char* name() const override { return "nccl"; }
   const std::string& label() const override { return m_label; }
@@ -71,11 +83,14 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator() = default;
   Status check(int ncclResult, const char* what) const;  // ncclResult_t as int: nccl.h stays in the .cpp
   Status wait(const char* what);                         // the stream, synchronously
+  Status afterCompute(const char* what);                 // the stream waits for the compute stream's work
   Expected<CommRequestPtr> request(const char* what);    // an event recorded on the stream
   std::string m_label;
   MPI_Comm m_mpi = MPI_COMM_NULL;
   ncclComm* m_comm = nullptr;
   CUstream_st* m_stream = nullptr;
+  CUstream_st* m_compute = nullptr;     // not owned
+  CUevent_st* m_computeDone = nullptr;  // recorded on m_compute before each operation
   int m_device = 0;
   int m_rank = 0;
   int m_size = 1;

@@ -1,0 +1,478 @@
+// The CUDA backend; see cuda_backend.h. Plain C++ over the CUDA runtime API: every op forwards to its
+// ms::cuda function (cuda_ops.h) with the backend's compute stream, and a failed Status becomes a thrown
+// DeviceFailure.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_ops.h"
+
+namespace ms {
+namespace {
+
+constexpr size_t kAlignment = 256;  // backend.h promises 256-byte aligned allocations
+
+// FP32 lanes per SM by compute capability (the CUDA C Programming Guide's arithmetic-instruction throughput
+// table: 64 results per clock per SM for fp32 add/multiply/fma on 6.0, 7.x and 8.0, 128 on 5.x, 6.1/6.2,
+// 8.6/8.7/8.9, 9.0 and Blackwell). 0 for an architecture this table does not know (peak then stays 0).
+int fp32LanesPerSm(int major, int minor) {
+  switch (major) {
+    case 5:
+      return 128;
+    case 6:
+      return minor == 0 ? 64 : 128;
+    case 7:
+      return 64;
+    case 8:
+      return minor == 0 ? 64 : 128;
+    case 9:
+    case 10:
+    case 11:
+    case 12:
+      return 128;
+    default:
+      return 0;
+  }
+}
+
+std::string cudaText(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : m_device(device) {}
+
+  // Everything that can fail at creation; on failure the destructor releases what was made.
+  Status init() {
+    int count = 0;
+    if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+      cudaGetLastError();
+      return Status::error("no usable CUDA device: " + cudaText(e));
+    }
+    if (m_device < 0 || m_device >= count)
+      return Status::error("no CUDA device " + std::to_string(m_device) + " (" + std::to_string(count) +
+                           " present)");
+    MS_CUDA_CHECK(cudaSetDevice(m_device));
+    int pools = 0;
+    MS_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, m_device));
+    if (!pools)
+      return Status::error("the device does not support stream-ordered allocation (cudaMallocAsync)");
+    MS_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&m_pool, m_device));
+    // Keep freed memory cached in the pool for reuse instead of returning it at every synchronisation.
+    uint64_t threshold = UINT64_MAX;
+    MS_CUDA_CHECK(cudaMemPoolSetAttribute(m_pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    MS_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+    MS_CUDA_CHECK(cudaEventCreate(&m_anchor));
+    MS_CUDA_CHECK(
+        cudaMallocFromPoolAsync(reinterpret_cast<void**>(&m_sum), sizeof(double), m_pool, m_stream));
+    MS_TRY(cuda::prepareGemm(m_stream));
+    MS_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+
+    cudaDeviceProp prop{};
+    MS_CUDA_CHECK(cudaGetDeviceProperties(&prop, m_device));
+    int clockKhz = 0;  // cudaDeviceProp::clockRate is gone from recent CUDA; the attribute stays
+    MS_CUDA_CHECK(cudaDeviceGetAttribute(&clockKhz, cudaDevAttrClockRate, m_device));
+    int maxPitch = 0;
+    MS_CUDA_CHECK(cudaDeviceGetAttribute(&maxPitch, cudaDevAttrMaxPitch, m_device));
+    m_maxPitch = size_t(maxPitch);
+    m_info.kind = DeviceKind::Cuda;
+    m_info.name = prop.name;
+    m_info.index = m_device;
+    m_info.totalBytes = int64_t(prop.totalGlobalMem);
+    m_info.peakFlopsFp32 =
+        2.0 * prop.multiProcessorCount * fp32LanesPerSm(prop.major, prop.minor) * double(clockKhz) * 1e3;
+    m_info.peakFlopsBf16 = 0;  // the runtime maps device names to the hardware catalog
+    m_where = "CUDA device " + std::to_string(m_device) + " (" + m_info.name + ")";
+    return Status::ok();
+  }
+
+  ~CudaBackend() override {
+    // Errors here have nobody to report to (and the context may already be broken).
+    if (cudaSetDevice(m_device) != cudaSuccess) return;
+    if (m_stream) {
+      cudaStreamSynchronize(m_stream);
+      if (m_sum) cudaFreeAsync(m_sum, m_stream);
+      cudaStreamSynchronize(m_stream);
+    }
+    for (cudaEvent_t e : m_events) cudaEventDestroy(e);
+    if (m_anchor) cudaEventDestroy(m_anchor);
+    if (m_stream) cudaStreamDestroy(m_stream);
+    if (m_pool) cudaMemPoolTrimTo(m_pool, 0);  // give the cached memory back
+    cudaGetLastError();
+  }
+
+  cudaStream_t stream() const { return m_stream; }
+
+  const DeviceInfo& info() const override { return m_info; }
+  bool deviceMemory() const override { return true; }
+
+  // ---- memory ------------------------------------------------------------------------------------------
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    current();
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = nullptr;
+    cudaError_t e = cudaMallocFromPoolAsync(&p, rounded, m_pool, m_stream);
+    if (e == cudaErrorMemoryAllocation) {
+      // The pool's cached blocks may be free but too small or fragmented: return them to the device (after
+      // the pending frees have happened) and try once more.
+      cudaGetLastError();  // an allocation failure is not sticky; clear it
+      check(cudaStreamSynchronize(m_stream), "allocate: cudaStreamSynchronize");
+      check(cudaMemPoolTrimTo(m_pool, 0), "allocate: cudaMemPoolTrimTo");
+      p = nullptr;
+      e = cudaMallocFromPoolAsync(&p, rounded, m_pool, m_stream);
+      if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t freeBytes = 0, totalBytes = 0;
+        cudaMemGetInfo(&freeBytes, &totalBytes);
+        throw DeviceFailure(m_where + ": allocate: out of device memory: asked for " + std::to_string(bytes) +
+                            " bytes, " + std::to_string(freeBytes) + " bytes free of " +
+                            std::to_string(totalBytes) + " (" + std::to_string(reservedBytes()) +
+                            " bytes held by the caching allocator)");
+      }
+    }
+    check(e, ("allocate: cudaMallocFromPoolAsync of " + std::to_string(bytes) + " bytes").c_str());
+    if (reinterpret_cast<uintptr_t>(p) % kAlignment != 0) {
+      cudaFreeAsync(p, m_stream);
+      throw DeviceFailure(m_where + ": allocate: cudaMallocFromPoolAsync returned a pointer not aligned to " +
+                          std::to_string(kAlignment) + " bytes");
+    }
+    check(cudaMemsetAsync(p, 0, rounded, m_stream), "allocate: cudaMemsetAsync");
+    return p;
+  }
+
+  // Never throws: it runs in destructors, also while a DeviceFailure unwinds; a failure here is a broken
+  // context, which the next checked call reports.
+  void deallocate(void* ptr, size_t) override {
+    if (!ptr) return;
+    if (cudaSetDevice(m_device) != cudaSuccess || cudaFreeAsync(ptr, m_stream) != cudaSuccess)
+      cudaGetLastError();  // not left for the next op's launch check to report as its own
+  }
+
+  void upload(void* dst, const void* hostSrc, size_t bytes) override {
+    if (bytes == 0) return;
+    current();
+    run("upload", cuda::copyToDevice(dst, hostSrc, bytes, m_stream));
+  }
+  void download(void* hostDst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    current();
+    run("download", cuda::copyToHost(hostDst, src, bytes, m_stream));
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    current();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m_stream), "copy: cudaMemcpyAsync");
+  }
+  void copy2D(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t widthBytes,
+              size_t rows) override {
+    if (rows == 0 || widthBytes == 0) return;
+    current();
+    if (rows == 1 || (dstPitch == widthBytes && srcPitch == widthBytes)) {
+      check(cudaMemcpyAsync(dst, src, widthBytes * rows, cudaMemcpyDeviceToDevice, m_stream),
+            "copy2D: cudaMemcpyAsync");
+      return;
+    }
+    // cudaMemcpy2D wants pitches of at least the width and at most the device's maximum pitch; any other
+    // layout (a source pitch of 0 repeats one row) is copied row by row.
+    const auto fits = [&](size_t pitch) { return pitch >= widthBytes && pitch <= m_maxPitch; };
+    if (fits(dstPitch) && fits(srcPitch)) {
+      check(cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, widthBytes, rows, cudaMemcpyDeviceToDevice,
+                              m_stream),
+            "copy2D: cudaMemcpy2DAsync");
+      return;
+    }
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    for (size_t r = 0; r < rows; ++r)
+      check(
+          cudaMemcpyAsync(d + r * dstPitch, s + r * srcPitch, widthBytes, cudaMemcpyDeviceToDevice, m_stream),
+          "copy2D: cudaMemcpyAsync");
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes == 0) return;
+    current();
+    check(cudaMemsetAsync(dst, 0, bytes, m_stream), "zero: cudaMemsetAsync");
+  }
+  void synchronize() override {
+    current();
+    check(cudaStreamSynchronize(m_stream), "synchronize: cudaStreamSynchronize");
+  }
+  DeviceMemoryInfo memoryInfo() override {
+    current();
+    size_t freeBytes = 0, totalBytes = 0;
+    check(cudaMemGetInfo(&freeBytes, &totalBytes), "memoryInfo: cudaMemGetInfo");
+    DeviceMemoryInfo m;
+    m.freeBytes = int64_t(freeBytes);
+    m.totalBytes = int64_t(totalBytes);
+    m.reservedBytes = reservedBytes();
+    return m;
+  }
+
+  // ---- timing ------------------------------------------------------------------------------------------
+  void setEpoch(std::chrono::steady_clock::time_point epoch) override { m_epoch = epoch; }
+  int mark() override {
+    current();
+    if (!m_anchored) {
+      // An idle stream, then the anchor: its GPU time lies between the host times before recording it and
+      // after waiting for it; the midpoint is off by at most half of that (microseconds).
+      check(cudaStreamSynchronize(m_stream), "mark: cudaStreamSynchronize");
+      const double before = hostSeconds();
+      check(cudaEventRecord(m_anchor, m_stream), "mark: cudaEventRecord");
+      check(cudaEventSynchronize(m_anchor), "mark: cudaEventSynchronize");
+      m_anchorHost = 0.5 * (before + hostSeconds());
+      m_anchored = true;
+    }
+    if (m_marks == m_events.size()) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "mark: cudaEventCreate");
+      m_events.push_back(e);
+    }
+    check(cudaEventRecord(m_events[m_marks], m_stream), "mark: cudaEventRecord");
+    return int(m_marks++);
+  }
+  double markTime(int mark) override {
+    if (mark < 0 || size_t(mark) >= m_marks)
+      throw DeviceFailure(m_where + ": markTime: no mark " + std::to_string(mark));
+    current();
+    check(cudaEventSynchronize(m_events[size_t(mark)]), "markTime: cudaEventSynchronize");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, m_anchor, m_events[size_t(mark)]), "markTime: cudaEventElapsedTime");
+    return m_anchorHost + double(ms) * 1e-3;
+  }
+  void clearMarks() override {
+    m_marks = 0;  // the events stay for reuse
+    m_anchored = false;
+  }
+
+  // ---- linear -------------------------------------------------------------------------------------------
+  void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                     int OC) override {
+    op("linearForward", cuda::linearForward, out, inp, weight, bias, N, C, OC);
+  }
+  void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int N, int C, int OC) override {
+    op("linearBackward", cuda::linearBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                      int OC) override {
+    op("linearForwardT", cuda::linearForwardT, out, inp, weight, bias, N, C, OC);
+  }
+  void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int C, int OC) override {
+    op("linearBackwardT", cuda::linearBackwardT, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+
+  // ---- layer norm ---------------------------------------------------------------------------------------
+  void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C, float eps) override {
+    op("layerNormForward", cuda::layerNormForward, out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
+    op("layerNormBackward", cuda::layerNormBackward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
+       C);
+  }
+
+  // ---- pointwise ----------------------------------------------------------------------------------------
+  void geluForward(float* out, const float* inp, size_t n) override {
+    op("geluForward", cuda::geluForward, out, inp, n);
+  }
+  void geluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
+    op("geluBackward", cuda::geluBackward, dinp, dout, inp, n);
+  }
+  void reluForward(float* out, const float* inp, size_t n) override {
+    op("reluForward", cuda::reluForward, out, inp, n);
+  }
+  void reluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
+    op("reluBackward", cuda::reluBackward, dinp, dout, inp, n);
+  }
+  void tanhForward(float* out, const float* inp, size_t n) override {
+    op("tanhForward", cuda::tanhForward, out, inp, n);
+  }
+  void tanhBackward(float* dinp, const float* dout, const float* out, size_t n) override {
+    op("tanhBackward", cuda::tanhBackward, dinp, dout, out, n);
+  }
+  void add(float* out, const float* a, const float* b, size_t n) override {
+    op("add", cuda::add, out, a, b, n);
+  }
+  void accumulate(float* y, const float* x, size_t n) override {
+    op("accumulate", cuda::accumulate, y, x, n);
+  }
+  void scale(float* y, float s, size_t n) override { op("scale", cuda::scale, y, s, n); }
+  void addRows(float* x, const float* row, size_t rows, int C) override {
+    op("addRows", cuda::addRows, x, row, rows, C);
+  }
+
+  // ---- attention (materialised softmax: saved att and backward's scratch are (B, H, T, T)) --------------
+  size_t attentionSavedFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
+  size_t attentionScratchFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
+  void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
+                        bool causal) override {
+    op("attentionForward", cuda::attentionForward, out, saved, qkv, B, T, C, H, causal);
+  }
+  void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* saved,
+                         const float* /*out: unused by the materialised kernel*/, int B, int T, int C, int H,
+                         bool causal) override {
+    op("attentionBackward", cuda::attentionBackward, dqkv, scratch, dout, qkv, saved, B, T, C, H, causal);
+  }
+
+  // ---- embeddings ---------------------------------------------------------------------------------------
+  void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                        int C) override {
+    op("embeddingForward", cuda::embeddingForward, out, tokens, wte, wpe, B, T, C);
+  }
+  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                         int C) override {
+    op("embeddingBackward", cuda::embeddingBackward, dwte, dwpe, dout, tokens, B, T, C);
+  }
+  void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+                             int vocabCount, int N, int C) override {
+    op("embeddingRangeForward", cuda::embeddingRangeForward, out, tokens, wte, vocabStart, vocabCount, N, C);
+  }
+  void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
+                              int vocabCount, int N, int C) override {
+    op("embeddingRangeBackward", cuda::embeddingRangeBackward, dwte, dout, tokens, vocabStart, vocabCount, N,
+       C);
+  }
+  void addPositions(float* y, const float* wpe, int B, int T, int C) override {
+    op("addPositions", cuda::addPositions, y, wpe, B, T, C);
+  }
+
+  // ---- loss ---------------------------------------------------------------------------------------------
+  void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N,
+                           int V, float gradScale) override {
+    op("softmaxCrossEntropy", cuda::softmaxCrossEntropy, losses, dlogits, logits, targets, N, V, gradScale);
+  }
+  void argmaxRows(int32_t* out, const float* x, int N, int V) override {
+    op("argmaxRows", cuda::argmaxRows, out, x, N, V);
+  }
+  void rowMax(float* mx, const float* logits, int N, int V) override {
+    op("rowMax", cuda::rowMax, mx, logits, N, V);
+  }
+  void crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
+                            const int32_t* targets, int vocabStart, int N, int V) override {
+    op("crossEntropyPartials", cuda::crossEntropyPartials, sumExp, targetLogit, logits, mx, targets,
+       vocabStart, N, V);
+  }
+  void crossEntropyFinish(float* losses, float* dlogits, const float* logits, const float* mx,
+                          const float* sumExp, const float* targetLogit, const int32_t* targets,
+                          int vocabStart, int N, int V, float gradScale) override {
+    op("crossEntropyFinish", cuda::crossEntropyFinish, losses, dlogits, logits, mx, sumExp, targetLogit,
+       targets, vocabStart, N, V, gradScale);
+  }
+
+  // ---- vision transformer pieces ------------------------------------------------------------------------
+  void patchify(float* patches, const float* images, int B, int S, int P) override {
+    op("patchify", cuda::patchify, patches, images, B, S, P);
+  }
+  void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B, int NP,
+                     int C, bool cls) override {
+    op("tokensForward", cuda::tokensForward, out, x, clsToken, pos, B, NP, C, cls);
+  }
+  void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
+                      bool cls) override {
+    op("tokensBackward", cuda::tokensBackward, dx, dcls, dpos, dout, B, NP, C, cls);
+  }
+  void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst) override {
+    op("poolForward", cuda::poolForward, out, inp, B, T, C, useFirst);
+  }
+  void poolBackward(float* dinp, const float* dout, int B, int T, int C, bool useFirst) override {
+    op("poolBackward", cuda::poolBackward, dinp, dout, B, T, C, useFirst);
+  }
+
+  // ---- optimizers and reductions ------------------------------------------------------------------------
+  void adamwUpdate(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                   float beta2, float eps, float weightDecay, int t, float gradScale) override {
+    op("adamwUpdate", cuda::adamwUpdate, params, grads, m, v, n, lr, beta1, beta2, eps, weightDecay, t,
+       gradScale);
+  }
+  void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
+                 float weightDecay, bool nesterov, bool firstStep, float gradScale) override {
+    op("sgdUpdate", cuda::sgdUpdate, params, grads, buf, n, lr, momentum, weightDecay, nesterov, firstStep,
+       gradScale);
+  }
+  double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) override {
+    current();
+    check(cudaMemsetAsync(m_sum, 0, sizeof(double), m_stream), "sumSquares: cudaMemsetAsync");
+    for (size_t i = 0; i < count; ++i)
+      run("sumSquares", cuda::sumSquaresAccumulate(m_sum, ptrs[i], sizes[i], m_stream));
+    double result = 0.0;
+    run("sumSquares", cuda::copyToHost(&result, m_sum, sizeof result, m_stream));
+    return result;
+  }
+
+ private:
+  // Makes the backend's device current on the calling thread (cheap when it already is).
+  void current() {
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess || device != m_device)
+      check(cudaSetDevice(m_device), "cudaSetDevice");
+  }
+  [[noreturn]] void fail(const char* what, const std::string& message) const {
+    // ms::cuda messages usually start with the op's name already; do not say it twice.
+    const std::string op(what);
+    const bool named = message.compare(0, op.size(), op) == 0;
+    throw DeviceFailure(m_where + ": " + (named ? message : op + ": " + message));
+  }
+  void run(const char* what, const Status& s) const {
+    if (!s.isOk()) fail(what, s.message());
+  }
+  void check(cudaError_t e, const char* what) const {
+    if (e != cudaSuccess) fail(what, cudaText(e));
+  }
+  // One op: the device made current, fn(args..., stream), a failure thrown.
+  template <typename Fn, typename... Args>
+  void op(const char* what, Fn fn, Args... args) {
+    current();
+    run(what, fn(args..., m_stream));
+  }
+  int64_t reservedBytes() const {
+    uint64_t reserved = 0;
+    if (cudaMemPoolGetAttribute(m_pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return int64_t(reserved);
+  }
+  double hostSeconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch).count();
+  }
+
+  int m_device;
+  std::string m_where = "CUDA device";
+  DeviceInfo m_info;
+  cudaStream_t m_stream = nullptr;
+  cudaMemPool_t m_pool = nullptr;
+  size_t m_maxPitch = 0;
+  double* m_sum = nullptr;  // sumSquares' device accumulator
+  // Timing marks: m_events[0, m_marks) are this round's marks; the pool only grows.
+  std::chrono::steady_clock::time_point m_epoch = std::chrono::steady_clock::now();
+  cudaEvent_t m_anchor = nullptr;
+  bool m_anchored = false;
+  double m_anchorHost = 0.0;
+  std::vector<cudaEvent_t> m_events;
+  size_t m_marks = 0;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Backend>> makeCudaBackend(int device) {
+  auto backend = std::make_unique<CudaBackend>(device);
+  if (const Status s = backend->init(); !s.isOk())
+    return s.withContext("creating the CUDA backend on device " + std::to_string(device));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+cudaStream_t computeStream(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  return cuda ? cuda->stream() : nullptr;
+}
+
+}  // namespace ms

@@ -1,0 +1,790 @@
+// Tests of the Backend interface (kernels/backend.h). Every op is written once as a CASE that runs on a
+// backend through the interface alone (inputs uploaded, outputs downloaded) on fixed-seed data, and two
+// backends are compared output by output:
+// - TestBackendCpu (CTest tst_backend, label unit): the CPU backend against the CPU backend's emulated
+// device,
+//   bit for bit, on every case and shape; the emulation's misuse checks (a host pointer given to an op, a
+//   device pointer given as upload's or download's host side); marks, info, memory calls.
+// - TestBackendCuda (CTest tst_backend_gpu, label gpu; the same binary with the argument "gpu"): the CUDA
+//   backend against the CPU backend on the same cases (fp32 GEMMs: within atol + 1e-4 * |ref|), plus what
+//   only a GPU has: allocator zero-fill and alignment after reuse, out of memory, event marks, memoryInfo.
+//   Without a device (or a CUDA build) it skips with "no CUDA device", which CTest reports as skipped.
+// Shapes are deliberately odd (N = 7, C = 33, V = 50, T = 5, H = 3): multiples of no block size.
+#include <QtTest/QtTest>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#ifdef MESHSTUDIO_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_info.h"
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace {
+
+using Vec = std::vector<float>;
+using Ints = std::vector<int32_t>;
+
+constexpr unsigned kSeed = 20240917;
+
+// ---- One run of a case on one backend --------------------------------------------------------------------
+
+struct Output {
+  std::string name;
+  Vec f;
+  Ints i;
+  std::vector<double> d;
+};
+
+// Owns the backend memory a case allocates and collects the outputs it downloads.
+class Session {
+ public:
+  explicit Session(ms::Backend& backend) : be(backend) {}
+  ~Session() {
+    for (const auto& [p, bytes] : m_allocs) be.deallocate(p, bytes);
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  template <typename T>
+  T* alloc(size_t n) {
+    void* p = be.allocate(n * sizeof(T));
+    if (p) m_allocs.emplace_back(p, n * sizeof(T));
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  T* up(const std::vector<T>& host) {
+    T* p = alloc<T>(host.size());
+    be.upload(p, host.data(), host.size() * sizeof(T));
+    return p;
+  }
+  void out(const std::string& name, const float* p, size_t n) {
+    Output o{name, Vec(n), {}, {}};
+    be.download(o.f.data(), p, n * sizeof(float));
+    outputs.push_back(std::move(o));
+  }
+  void out(const std::string& name, const int32_t* p, size_t n) {
+    Output o{name, {}, Ints(n), {}};
+    be.download(o.i.data(), p, n * sizeof(int32_t));
+    outputs.push_back(std::move(o));
+  }
+  void value(const std::string& name, double v) { outputs.push_back(Output{name, {}, {}, {v}}); }
+
+  ms::Backend& be;
+  std::vector<Output> outputs;
+
+ private:
+  std::vector<std::pair<void*, size_t>> m_allocs;
+};
+
+// ---- Data ------------------------------------------------------------------------------------------------
+
+struct Shape {
+  const char* name;
+  int B, T, C, H, V, OC, S, P;
+  int N() const { return B * T; }
+};
+
+const Shape kShapes[] = {
+    {"tiny B1 T1 C3 H3 V2 OC1 S2 P1", 1, 1, 3, 3, 2, 1, 2, 1},
+    {"odd B1 T7 C33 H3 V50 OC5 S6 P3", 1, 7, 33, 3, 50, 5, 6, 3},
+    {"odd B3 T5 C33 H3 V50 OC7 S10 P5", 3, 5, 33, 3, 50, 7, 10, 5},
+    {"medium B2 T37 C48 H4 V257 OC65 S12 P4", 2, 37, 48, 4, 257, 65, 12, 4},
+};
+
+Vec rnd(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+Ints tokens(std::mt19937& rng, size_t n, int lo, int hi) {  // in [lo, hi]
+  std::uniform_int_distribution<int32_t> dist(lo, hi);
+  Ints v(n);
+  for (int32_t& x : v) x = dist(rng);
+  return v;
+}
+
+// ---- The cases: every Backend op, through the interface only ----------------------------------------------
+
+void memoryCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed);
+  const int rows = sh.T, C = sh.C;
+  const size_t n = size_t(sh.N()) * C;
+  const Vec x = rnd(rng, n);
+  float* a = s.up(x);
+  float* b = s.alloc<float>(n);
+  s.out("allocate is zero-filled", b, n);
+  s.be.copy(b, a, n * sizeof(float));
+  s.out("copy", b, n);
+  // (rows, C) out of a (rows, C + 3) pitch into a (rows, C + 1) pitch.
+  float* src = s.up(rnd(rng, size_t(rows) * (C + 3)));
+  float* dst = s.up(rnd(rng, size_t(rows) * (C + 1)));
+  s.be.copy2D(dst, (C + 1) * sizeof(float), src, (C + 3) * sizeof(float), C * sizeof(float), rows);
+  s.out("copy2D", dst, size_t(rows) * (C + 1));
+  // A source pitch of 0 repeats one row.
+  s.be.copy2D(dst, (C + 1) * sizeof(float), a, 0, C * sizeof(float), rows);
+  s.out("copy2D broadcast", dst, size_t(rows) * (C + 1));
+  // Equal pitches: one contiguous block.
+  s.be.copy2D(dst, C * sizeof(float), src, C * sizeof(float), C * sizeof(float), rows);
+  s.out("copy2D contiguous", dst, size_t(rows) * (C + 1));
+  if (n > 2) {
+    s.be.zero(b + 1, (n - 2) * sizeof(float));
+    s.out("zero", b, n);
+  }
+  const Ints t = tokens(rng, size_t(sh.N()), -5, 5);
+  s.out("int round trip", s.up(t), t.size());
+  s.be.synchronize();
+}
+
+void linearCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 1);
+  const int N = sh.N(), C = sh.C, OC = sh.OC;
+  float* inp = s.up(rnd(rng, size_t(N) * C));
+  float* w = s.up(rnd(rng, size_t(C) * OC));  // (C, OC), read as (OC, C) by the T variants
+  float* bias = s.up(rnd(rng, size_t(OC)));
+  float* dout = s.up(rnd(rng, size_t(N) * OC));
+  float* out = s.up(Vec(size_t(N) * OC, 7.0f));  // overwritten
+  for (const bool transposed : {false, true}) {
+    const std::string v = transposed ? "T " : "";
+    float* dinp = s.up(rnd(rng, size_t(N) * C));  // non-zero: backward accumulates
+    float* dw = s.up(rnd(rng, size_t(C) * OC));
+    float* db = s.up(rnd(rng, size_t(OC)));
+    if (transposed) {
+      s.be.linearForwardT(out, inp, w, bias, N, C, OC);
+      s.out(v + "forward", out, size_t(N) * OC);
+      s.be.linearBackwardT(dinp, dw, db, dout, inp, w, N, C, OC);
+      s.be.linearForwardT(out, inp, w, nullptr, N, C, OC);
+      s.out(v + "forward no bias", out, size_t(N) * OC);
+      s.be.linearBackwardT(nullptr, dw, nullptr, dout, inp, w, N, C, OC);
+    } else {
+      s.be.linearForward(out, inp, w, bias, N, C, OC);
+      s.out(v + "forward", out, size_t(N) * OC);
+      s.be.linearBackward(dinp, dw, db, dout, inp, w, N, C, OC);
+      s.be.linearForward(out, inp, w, nullptr, N, C, OC);
+      s.out(v + "forward no bias", out, size_t(N) * OC);
+      s.be.linearBackward(nullptr, dw, nullptr, dout, inp, w, N, C, OC);
+    }
+    s.out(v + "dinp", dinp, size_t(N) * C);
+    s.out(v + "dweight (twice)", dw, size_t(C) * OC);
+    s.out(v + "dbias", db, size_t(OC));
+  }
+}
+
+void layerNormCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 2);
+  const int N = sh.N(), C = sh.C;
+  float* inp = s.up(rnd(rng, size_t(N) * C, -2.0f, 3.0f));
+  float* w = s.up(rnd(rng, size_t(C)));
+  float* b = s.up(rnd(rng, size_t(C)));
+  float* dout = s.up(rnd(rng, size_t(N) * C));
+  float* dinp = s.up(rnd(rng, size_t(N) * C));
+  float* dw = s.up(rnd(rng, size_t(C)));
+  float* db = s.up(rnd(rng, size_t(C)));
+  float* out = s.alloc<float>(size_t(N) * C);
+  float* mean = s.alloc<float>(size_t(N));
+  float* rstd = s.alloc<float>(size_t(N));
+  s.be.layerNormForward(out, mean, rstd, inp, w, b, N, C, 1e-5f);
+  s.out("out", out, size_t(N) * C);
+  s.out("mean", mean, size_t(N));
+  s.out("rstd", rstd, size_t(N));
+  s.be.layerNormBackward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  s.be.layerNormBackward(dinp, nullptr, nullptr, dout, inp, w, mean, rstd, N, C);
+  s.out("dinp (twice)", dinp, size_t(N) * C);
+  s.out("dweight", dw, size_t(C));
+  s.out("dbias", db, size_t(C));
+}
+
+void pointwiseCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 3);
+  const size_t rows = size_t(sh.N());
+  const size_t n = rows * sh.C;
+  float* x = s.up(rnd(rng, n, -4.0f, 4.0f));
+  float* y = s.up(rnd(rng, n));
+  float* out = s.alloc<float>(n);
+  float* g = s.up(rnd(rng, n));  // accumulated into by every backward
+  s.be.geluForward(out, x, n);
+  s.out("gelu", out, n);
+  s.be.geluBackward(g, y, x, n);
+  s.out("gelu backward", g, n);
+  s.be.reluForward(out, x, n);
+  s.out("relu", out, n);
+  s.be.reluBackward(g, y, x, n);
+  s.out("relu backward", g, n);
+  s.be.tanhForward(out, x, n);
+  s.out("tanh", out, n);
+  s.be.tanhBackward(g, y, out, n);
+  s.out("tanh backward", g, n);
+  s.be.add(out, x, y, n);
+  s.out("add", out, n);
+  s.be.add(out, out, y, n);  // aliasing
+  s.out("add aliased", out, n);
+  s.be.accumulate(out, x, n);
+  s.out("accumulate", out, n);
+  s.be.scale(out, -0.37f, n);
+  s.out("scale", out, n);
+  float* row = s.up(rnd(rng, size_t(sh.C)));
+  s.be.addRows(out, row, rows, sh.C);
+  s.out("addRows", out, n);
+}
+
+void attentionCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 4);
+  const int B = sh.B, T = sh.T, C = sh.C, H = sh.H;
+  const size_t n = size_t(B) * T * C;
+  float* qkv = s.up(rnd(rng, 3 * n, -2.0f, 2.0f));
+  float* dout = s.up(rnd(rng, n));
+  for (const bool causal : {true, false}) {
+    const std::string v = causal ? "causal " : "full ";
+    float* out = s.up(Vec(n, 5.0f));
+    float* saved = s.up(Vec(s.be.attentionSavedFloats(B, T, H), 5.0f));
+    float* scratch = s.up(Vec(s.be.attentionScratchFloats(B, T, H), 5.0f));
+    float* dqkv = s.up(rnd(rng, 3 * n));
+    s.be.attentionForward(out, saved, qkv, B, T, C, H, causal);
+    s.be.attentionBackward(dqkv, scratch, dout, qkv, saved, out, B, T, C, H, causal);
+    s.out(v + "out", out, n);
+    s.out(v + "dqkv", dqkv, 3 * n);
+  }
+}
+
+void embeddingCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 5);
+  const int B = sh.B, T = sh.T, C = sh.C, V = sh.V, N = sh.N();
+  const int maxT = T + 2;
+  const Ints tok = tokens(rng, size_t(N), 0, V - 1);
+  int32_t* t = s.up(tok);
+  float* wte = s.up(rnd(rng, size_t(V) * C));
+  float* wpe = s.up(rnd(rng, size_t(maxT) * C));
+  float* dout = s.up(rnd(rng, size_t(N) * C));
+  float* out = s.alloc<float>(size_t(N) * C);
+  float* dwte = s.up(rnd(rng, size_t(V) * C));
+  float* dwpe = s.up(rnd(rng, size_t(maxT) * C));
+  s.be.embeddingForward(out, t, wte, wpe, B, T, C);
+  s.out("forward", out, size_t(N) * C);
+  s.be.embeddingBackward(dwte, dwpe, dout, t, B, T, C);
+  s.be.embeddingBackward(nullptr, dwpe, dout, t, B, T, C);
+  s.out("dwte", dwte, size_t(V) * C);
+  s.out("dwpe (twice)", dwpe, size_t(maxT) * C);
+
+  // Vocabulary-parallel: this rank holds rows [vs, vs + vc).
+  const int vs = V / 3, vc = std::max(1, V / 2);
+  float* wteLocal = s.up(rnd(rng, size_t(vc) * C));
+  float* dwteLocal = s.up(rnd(rng, size_t(vc) * C));
+  float* part = s.up(Vec(size_t(N) * C, 9.0f));  // rows out of range become 0
+  s.be.embeddingRangeForward(part, t, wteLocal, vs, vc, N, C);
+  s.out("range forward", part, size_t(N) * C);
+  s.be.embeddingRangeBackward(dwteLocal, dout, t, vs, vc, N, C);
+  s.out("range backward", dwteLocal, size_t(vc) * C);
+  s.be.addPositions(part, wpe, B, T, C);
+  s.out("addPositions", part, size_t(N) * C);
+}
+
+void lossCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 6);
+  const int N = sh.N(), V = sh.V;
+  const size_t nv = size_t(N) * V;
+  const Vec logitsHost = rnd(rng, nv, -8.0f, 8.0f);
+  Ints tg = tokens(rng, size_t(N), 0, V - 1);
+  for (size_t i = 2; i < tg.size(); i += 3) tg[i] = -1;  // ignored rows
+  float* logits = s.up(logitsHost);
+  int32_t* targets = s.up(tg);
+  float* losses = s.up(Vec(size_t(N), 3.0f));
+  float* dlogits = s.up(Vec(nv, 3.0f));  // overwritten, ignored rows included
+  s.be.softmaxCrossEntropy(losses, dlogits, logits, targets, N, V, 1.0f / float(N));
+  s.out("losses", losses, size_t(N));
+  s.out("dlogits", dlogits, nv);
+  s.be.softmaxCrossEntropy(losses, nullptr, logits, targets, N, V, 0.5f);
+  s.out("losses without dlogits", losses, size_t(N));
+  int32_t* am = s.up(Ints(size_t(N), -7));
+  s.be.argmaxRows(am, logits, N, V);
+  s.out("argmaxRows", am, size_t(N));
+  s.be.softmaxCrossEntropy(losses, logits, logits, targets, N, V, 2.0f);  // dlogits aliasing logits
+  s.out("aliased losses", losses, size_t(N));
+  s.out("aliased dlogits", logits, nv);
+}
+
+void vocabParallelLossCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 7);
+  const int N = sh.N(), V = sh.V;
+  const int vs = V / 3, vl = std::max(1, V / 2);  // this rank's columns [vs, vs + vl)
+  const size_t nv = size_t(N) * vl;
+  Ints tg = tokens(rng, size_t(N), 0, V - 1);  // some in this rank's range, some not
+  for (size_t i = 1; i < tg.size(); i += 4) tg[i] = -1;
+  int32_t* targets = s.up(tg);
+  float* logits = s.up(rnd(rng, nv, -6.0f, 6.0f));
+  float* mx = s.alloc<float>(size_t(N));
+  float* sumExp = s.alloc<float>(size_t(N));
+  float* targetLogit = s.up(Vec(size_t(N), 4.0f));
+  float* losses = s.up(Vec(size_t(N), 4.0f));
+  float* dlogits = s.up(Vec(nv, 4.0f));
+  s.be.rowMax(mx, logits, N, vl);
+  s.out("rowMax", mx, size_t(N));
+  s.be.crossEntropyPartials(sumExp, targetLogit, logits, mx, targets, vs, N, vl);
+  s.out("sumExp", sumExp, size_t(N));
+  s.out("targetLogit", targetLogit, size_t(N));
+  s.be.crossEntropyFinish(losses, dlogits, logits, mx, sumExp, targetLogit, targets, vs, N, vl, 0.25f);
+  s.out("losses", losses, size_t(N));
+  s.out("dlogits", dlogits, nv);
+  s.be.crossEntropyFinish(losses, nullptr, logits, mx, sumExp, targetLogit, targets, vs, N, vl, 0.25f);
+  s.out("losses without dlogits", losses, size_t(N));
+  s.be.crossEntropyFinish(losses, logits, logits, mx, sumExp, targetLogit, targets, vs, N, vl, 0.5f);
+  s.out("aliased dlogits", logits, nv);
+}
+
+void vitCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 8);
+  const int B = sh.B, S = sh.S, P = sh.P, C = sh.C;
+  const int G = S / P, NP = G * G;
+  float* images = s.up(rnd(rng, size_t(B) * S * S));
+  float* patches = s.alloc<float>(size_t(B) * NP * P * P);
+  s.be.patchify(patches, images, B, S, P);
+  s.out("patchify", patches, size_t(B) * NP * P * P);
+  float* x = s.up(rnd(rng, size_t(B) * NP * C));
+  float* cls = s.up(rnd(rng, size_t(C)));
+  float* pos = s.up(rnd(rng, size_t(NP + 1) * C));
+  for (const bool withCls : {true, false}) {
+    const std::string v = withCls ? "cls " : "no cls ";
+    const int T = NP + (withCls ? 1 : 0);
+    const size_t n = size_t(B) * T * C;
+    float* out = s.alloc<float>(n);
+    s.be.tokensForward(out, x, withCls ? cls : nullptr, pos, B, NP, C, withCls);
+    s.out(v + "tokensForward", out, n);
+    float* dout = s.up(rnd(rng, n));
+    float* dx = s.up(rnd(rng, size_t(B) * NP * C));
+    float* dcls = s.up(rnd(rng, size_t(C)));
+    float* dpos = s.up(rnd(rng, size_t(T) * C));
+    s.be.tokensBackward(dx, dcls, dpos, dout, B, NP, C, withCls);
+    s.be.tokensBackward(nullptr, nullptr, dpos, dout, B, NP, C, withCls);
+    s.out(v + "dx", dx, size_t(B) * NP * C);
+    s.out(v + "dcls", dcls, size_t(C));
+    s.out(v + "dpos (twice)", dpos, size_t(T) * C);
+    for (const bool useFirst : {true, false}) {
+      const std::string u = v + (useFirst ? "first " : "mean ");
+      float* pooled = s.up(Vec(size_t(B) * C, 6.0f));
+      s.be.poolForward(pooled, out, B, T, C, useFirst);
+      s.out(u + "poolForward", pooled, size_t(B) * C);
+      float* pdout = s.up(rnd(rng, size_t(B) * C));
+      float* dinp = s.up(rnd(rng, n));
+      s.be.poolBackward(dinp, pdout, B, T, C, useFirst);
+      s.out(u + "poolBackward", dinp, n);
+    }
+  }
+}
+
+void optimizerCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 9);
+  const size_t n = size_t(sh.N()) * sh.C + 3;
+  float* grads = s.up(rnd(rng, n));
+  float* p = s.up(rnd(rng, n));
+  float* m = s.up(rnd(rng, n, -0.1f, 0.1f));
+  float* v = s.up(rnd(rng, n, 0.0f, 0.01f));
+  for (int t = 1; t <= 2; ++t) s.be.adamwUpdate(p, grads, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
+  s.out("adamw params", p, n);
+  s.out("adamw m", m, n);
+  s.out("adamw v", v, n);
+  const Vec p0 = rnd(rng, n);
+  for (const auto& [momentum, nesterov] :
+       {std::pair{0.0f, false}, std::pair{0.9f, false}, std::pair{0.9f, true}}) {
+    const std::string name = momentum == 0.0f ? "sgd plain " : nesterov ? "sgd nesterov " : "sgd momentum ";
+    float* ps = s.up(p0);
+    float* buf = momentum == 0.0f ? nullptr : s.alloc<float>(n);
+    for (int step = 0; step < 2; ++step)
+      s.be.sgdUpdate(ps, grads, buf, n, 0.1f, momentum, 0.01f, nesterov, step == 0, 0.5f);
+    s.out(name + "params", ps, n);
+    if (buf) s.out(name + "buf", buf, n);
+  }
+}
+
+void sumSquaresCase(Session& s, const Shape& sh) {
+  std::mt19937 rng(kSeed + 10);
+  const size_t sizes[] = {size_t(sh.N()) * sh.C, 0, size_t(sh.C) + 5, 1};
+  const float* ptrs[4];
+  for (int i = 0; i < 4; ++i) ptrs[i] = sizes[i] ? s.up(rnd(rng, sizes[i], -3.0f, 3.0f)) : nullptr;
+  s.value("four buffers", s.be.sumSquares(ptrs, sizes, 4));
+  s.value("again (not accumulated across calls)", s.be.sumSquares(ptrs, sizes, 4));
+  s.value("one buffer", s.be.sumSquares(ptrs + 2, sizes + 2, 1));
+  s.value("none", s.be.sumSquares(ptrs, sizes, 0));
+}
+
+using CaseFn = void (*)(Session&, const Shape&);
+const struct {
+  const char* name;
+  CaseFn fn;
+} kCases[] = {
+    {"memory", memoryCase},
+    {"linear", linearCase},
+    {"layerNorm", layerNormCase},
+    {"pointwise", pointwiseCase},
+    {"attention", attentionCase},
+    {"embedding", embeddingCase},
+    {"loss", lossCase},
+    {"vocabParallelLoss", vocabParallelLossCase},
+    {"vit", vitCase},
+    {"optimizers", optimizerCase},
+    {"sumSquares", sumSquaresCase},
+};
+
+void addCaseRows() {
+  QTest::addColumn<int>("caseIndex");
+  QTest::addColumn<int>("shapeIndex");
+  for (int c = 0; c < int(std::size(kCases)); ++c)
+    for (int sh = 0; sh < int(std::size(kShapes)); ++sh)
+      QTest::addRow("%s %s", kCases[c].name, kShapes[sh].name) << c << sh;
+}
+
+std::vector<Output> runCase(ms::Backend& backend, int caseIndex, int shapeIndex) {
+  Session s(backend);
+  kCases[caseIndex].fn(s, kShapes[shapeIndex]);
+  return std::move(s.outputs);
+}
+
+// ---- Comparisons -----------------------------------------------------------------------------------------
+
+// "" when got and ref hold the same outputs bit for bit, else what differs.
+QString bitDifference(const std::vector<Output>& got, const std::vector<Output>& ref) {
+  if (got.size() != ref.size())
+    return QStringLiteral("%1 outputs, expected %2").arg(got.size()).arg(ref.size());
+  for (size_t k = 0; k < ref.size(); ++k) {
+    const Output& g = got[k];
+    const Output& r = ref[k];
+    const QString name = QString::fromStdString(r.name);
+    if (g.f.size() != r.f.size() || g.i.size() != r.i.size() || g.d.size() != r.d.size())
+      return name + QStringLiteral(": sizes differ");
+    for (size_t j = 0; j < r.f.size(); ++j)
+      if (std::memcmp(&g.f[j], &r.f[j], sizeof(float)) != 0)
+        return name + QStringLiteral(": index %1: %2, expected %3 (bitwise)")
+                          .arg(j)
+                          .arg(double(g.f[j]), 0, 'g', 9)
+                          .arg(double(r.f[j]), 0, 'g', 9);
+    if (g.i != r.i) return name + QStringLiteral(": integers differ");
+    if (std::memcmp(g.d.data(), r.d.data(), r.d.size() * sizeof(double)) != 0)
+      return name +
+             QStringLiteral(": %1, expected %2 (bitwise)").arg(g.d[0], 0, 'g', 17).arg(r.d[0], 0, 'g', 17);
+  }
+  return {};
+}
+
+// "" when every float is within rtol * |ref| + atol * max(1, max |ref| of that output), integers are equal
+// and doubles agree to 1e-9 relative; else the first difference.
+QString closeDifference(const std::vector<Output>& got, const std::vector<Output>& ref, double rtol,
+                        double atol) {
+  if (got.size() != ref.size())
+    return QStringLiteral("%1 outputs, expected %2").arg(got.size()).arg(ref.size());
+  for (size_t k = 0; k < ref.size(); ++k) {
+    const Output& g = got[k];
+    const Output& r = ref[k];
+    const QString name = QString::fromStdString(r.name);
+    if (g.f.size() != r.f.size() || g.i.size() != r.i.size() || g.d.size() != r.d.size())
+      return name + QStringLiteral(": sizes differ");
+    double scale = 1.0;
+    for (float v : r.f) scale = std::max(scale, double(std::fabs(v)));
+    for (size_t j = 0; j < r.f.size(); ++j) {
+      const double err = std::fabs(double(g.f[j]) - double(r.f[j]));
+      const double tol = rtol * std::fabs(double(r.f[j])) + atol * scale;
+      if (!(err <= tol))
+        return name + QStringLiteral(": index %1 of %2: got %3, expected %4 (|diff| %5 > %6)")
+                          .arg(j)
+                          .arg(r.f.size())
+                          .arg(double(g.f[j]), 0, 'g', 9)
+                          .arg(double(r.f[j]), 0, 'g', 9)
+                          .arg(err, 0, 'g', 3)
+                          .arg(tol, 0, 'g', 3);
+    }
+    for (size_t j = 0; j < r.i.size(); ++j)
+      if (g.i[j] != r.i[j])
+        return name + QStringLiteral(": index %1: got %2, expected %3").arg(j).arg(g.i[j]).arg(r.i[j]);
+    for (size_t j = 0; j < r.d.size(); ++j)
+      if (!(std::fabs(g.d[j] - r.d[j]) <= 1e-9 * std::fabs(r.d[j]) + 1e-12))
+        return name + QStringLiteral(": got %1, expected %2").arg(g.d[j], 0, 'g', 17).arg(r.d[j], 0, 'g', 17);
+  }
+  return {};
+}
+
+// "" when fn throws DeviceFailure whose message contains `mention`, else what happened.
+template <typename Fn>
+QString throwsDeviceFailure(Fn fn, const char* mention) {
+  try {
+    fn();
+  } catch (const ms::DeviceFailure& e) {
+    if (std::string(e.what()).find(mention) == std::string::npos)
+      return QStringLiteral("DeviceFailure \"%1\" does not mention \"%2\"").arg(e.what(), mention);
+    return {};
+  } catch (const std::exception& e) {
+    return QStringLiteral("threw another exception: %1").arg(e.what());
+  }
+  return QStringLiteral("did not throw");
+}
+
+#define VERIFY_THROWS_DEVICE_FAILURE(expr, mention)                          \
+  do {                                                                       \
+    const QString why_ = throwsDeviceFailure([&] { expr; }, mention);        \
+    QVERIFY2(why_.isEmpty(), qPrintable(QStringLiteral(#expr ": ") + why_)); \
+  } while (false)
+
+double hostSeconds(std::chrono::steady_clock::time_point epoch) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
+}
+
+}  // namespace
+
+// ---- The CPU backend and its emulated device
+// ----------------------------------------------------------------
+
+class TestBackendCpu : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void info() {
+    const auto plain = ms::makeCpuBackend(false);
+    const auto emu = ms::makeCpuBackend(true);
+    QCOMPARE(plain->kind(), ms::DeviceKind::Cpu);
+    QVERIFY(!plain->deviceMemory());
+    QVERIFY(!plain->info().emulated);
+    QVERIFY(emu->deviceMemory());
+    QVERIFY(emu->info().emulated);
+    QVERIFY(!emu->info().name.empty());
+    QCOMPARE(emu->memoryInfo().freeBytes, int64_t(0));
+    QVERIFY(plain->allocate(0) == nullptr);
+    QVERIFY(emu->allocate(0) == nullptr);
+    emu->deallocate(nullptr, 0);
+    QCOMPARE(emu->attentionSavedFloats(2, 5, 3), size_t(2 * 3 * 5 * 5));
+#ifdef MESHSTUDIO_HAVE_CUDA
+    QVERIFY(ms::computeStream(*emu) == nullptr);  // not a CUDA backend
+#endif
+  }
+
+  // Every op: the plain CPU backend and the emulated device give the same bits.
+  void emulatedMatchesPlain_data() {
+    addCaseRows();
+  }
+  void emulatedMatchesPlain() {
+    QFETCH(int, caseIndex);
+    QFETCH(int, shapeIndex);
+    const auto plain = ms::makeCpuBackend(false);
+    const auto emu = ms::makeCpuBackend(true);
+    const std::vector<Output> ref = runCase(*plain, caseIndex, shapeIndex);
+    const std::vector<Output> got = runCase(*emu, caseIndex, shapeIndex);
+    QVERIFY(!ref.empty());
+    const QString why = bitDifference(got, ref);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // The emulated device refuses host memory where device memory belongs, and device memory as host memory.
+  void emulationCatchesMisuse() {
+    const auto emu = ms::makeCpuBackend(true);
+    Vec host(8, 1.0f);
+    float* dev = static_cast<float*>(emu->allocate(8 * sizeof(float)));
+    float* dev2 = static_cast<float*>(emu->allocate(8 * sizeof(float)));
+    VERIFY_THROWS_DEVICE_FAILURE(emu->reluForward(dev, host.data(), 8), "host pointer");
+    VERIFY_THROWS_DEVICE_FAILURE(emu->reluForward(host.data(), dev, 8), "host pointer");
+    VERIFY_THROWS_DEVICE_FAILURE(emu->linearForward(dev, dev, host.data(), nullptr, 2, 2, 2), "host pointer");
+    VERIFY_THROWS_DEVICE_FAILURE(emu->upload(dev, dev2, 8 * sizeof(float)), "upload");
+    VERIFY_THROWS_DEVICE_FAILURE(emu->download(dev2, dev, 8 * sizeof(float)), "download");
+    VERIFY_THROWS_DEVICE_FAILURE(emu->upload(host.data(), host.data(), 8 * sizeof(float)), "upload");
+    VERIFY_THROWS_DEVICE_FAILURE(emu->copy(host.data(), dev, 8 * sizeof(float)), "copy");
+    VERIFY_THROWS_DEVICE_FAILURE(emu->zero(host.data(), 8 * sizeof(float)), "zero");
+    const float* ptrs[] = {host.data()};
+    const size_t sizes[] = {8};
+    VERIFY_THROWS_DEVICE_FAILURE(emu->sumSquares(ptrs, sizes, 1), "host pointer");
+    // Correct use goes through, and the plain backend takes host memory everywhere.
+    emu->upload(dev, host.data(), 8 * sizeof(float));
+    emu->reluForward(dev2, dev, 8);
+    Vec back(8);
+    emu->download(back.data(), dev2, 8 * sizeof(float));
+    QCOMPARE(back, host);
+    const auto plain = ms::makeCpuBackend(false);
+    Vec out(8);
+    plain->reluForward(out.data(), host.data(), 8);
+    QCOMPARE(out, host);
+    emu->deallocate(dev, 8 * sizeof(float));
+    emu->deallocate(dev2, 8 * sizeof(float));
+  }
+
+  void marksIncrease() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const auto epoch = std::chrono::steady_clock::now();
+      be->setEpoch(epoch);
+      be->clearMarks();
+      const int m0 = be->mark();
+      QCOMPARE(m0, 0);
+      Vec x(1 << 16, 0.5f), y(x.size());
+      float* d = static_cast<float*>(be->allocate(x.size() * sizeof(float)));
+      be->upload(d, x.data(), x.size() * sizeof(float));
+      be->geluForward(d, d, x.size());
+      const int m1 = be->mark();
+      const int m2 = be->mark();
+      QCOMPARE(m1, 1);
+      QCOMPARE(m2, 2);
+      const double t0 = be->markTime(m0), t1 = be->markTime(m1), t2 = be->markTime(m2);
+      QVERIFY(t0 >= 0.0);
+      QVERIFY2(t0 <= t1 && t1 <= t2, qPrintable(QStringLiteral("%1 %2 %3").arg(t0).arg(t1).arg(t2)));
+      QVERIFY(t2 <= hostSeconds(epoch));
+      VERIFY_THROWS_DEVICE_FAILURE(be->markTime(3), "markTime");
+      be->clearMarks();
+      QCOMPARE(be->mark(), 0);
+      be->deallocate(d, x.size() * sizeof(float));
+    }
+  }
+};
+
+// ---- The CUDA backend against the CPU backend
+// --------------------------------------------------------------
+
+class TestBackendCuda : public QObject {
+  Q_OBJECT
+
+ private:
+  std::unique_ptr<ms::Backend> m_cuda;
+  std::unique_ptr<ms::Backend> m_cpu = ms::makeCpuBackend(false);
+
+ private slots:
+  void initTestCase() {
+#ifndef MESHSTUDIO_HAVE_CUDA
+    QSKIP("no CUDA device: built without CUDA");
+#else
+    if (ms::cuda::deviceCount() == 0)
+      QSKIP(qPrintable(
+          QStringLiteral("no CUDA device: %1").arg(QString::fromStdString(ms::cuda::unavailableReason()))));
+    ms::cuda::setGemmMode(ms::cuda::GemmMode::Fp32);
+    auto made = ms::makeCudaBackend(0);
+    QVERIFY2(made.isOk(), made.isOk() ? "" : made.message().c_str());
+    m_cuda = std::move(*made);
+    qInfo("device 0: %s", m_cuda->info().name.c_str());
+#endif
+  }
+
+  void cleanupTestCase() {
+    m_cuda.reset();
+  }
+
+  void info() {
+#ifdef MESHSTUDIO_HAVE_CUDA
+    const ms::DeviceInfo& i = m_cuda->info();
+    QCOMPARE(i.kind, ms::DeviceKind::Cuda);
+    QCOMPARE(i.index, 0);
+    QVERIFY(!i.name.empty());
+    QVERIFY(i.totalBytes > 0);
+    QVERIFY2(i.peakFlopsFp32 > 1e12, qPrintable(QString::number(i.peakFlopsFp32)));  // any GPU of the catalog
+    QVERIFY(!i.emulated);
+    QVERIFY(m_cuda->deviceMemory());
+    QVERIFY(ms::computeStream(*m_cuda) != nullptr);
+    QCOMPARE(m_cuda->attentionSavedFloats(2, 5, 3), size_t(2 * 3 * 5 * 5));
+#endif
+  }
+
+  void matchesCpu_data() {
+    addCaseRows();
+  }
+  void matchesCpu() {
+    QFETCH(int, caseIndex);
+    QFETCH(int, shapeIndex);
+    const std::vector<Output> ref = runCase(*m_cpu, caseIndex, shapeIndex);
+    const std::vector<Output> got = runCase(*m_cuda, caseIndex, shapeIndex);
+    const QString why = closeDifference(got, ref, 1e-4, 1e-5);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Allocations are zero-filled and 256-byte aligned, also when the caching allocator hands back memory that
+  // was written and freed; memoryInfo sees the device and the pool.
+  void memory() {
+    const size_t n = (size_t(1) << 20) + 7;
+    const Vec ones(n, 1.0f);
+    for (int round = 0; round < 3; ++round) {
+      float* p = static_cast<float*>(m_cuda->allocate(n * sizeof(float)));
+      QVERIFY(reinterpret_cast<uintptr_t>(p) % 256 == 0);
+      Vec back(n, 5.0f);
+      m_cuda->download(back.data(), p, n * sizeof(float));
+      QVERIFY2(std::all_of(back.begin(), back.end(), [](float v) { return v == 0.0f; }),
+               qPrintable(QStringLiteral("round %1: not zero-filled").arg(round)));
+      m_cuda->upload(p, ones.data(), n * sizeof(float));  // dirty it before it goes back to the pool
+      m_cuda->deallocate(p, n * sizeof(float));
+    }
+    for (size_t bytes : {size_t(1), size_t(3), size_t(257), size_t(4099)}) {
+      void* p = m_cuda->allocate(bytes);
+      QVERIFY(reinterpret_cast<uintptr_t>(p) % 256 == 0);
+      m_cuda->deallocate(p, bytes);
+    }
+    void* held = m_cuda->allocate(size_t(64) << 20);
+    const ms::DeviceMemoryInfo mi = m_cuda->memoryInfo();
+    QVERIFY(mi.totalBytes > 0);
+    QVERIFY(mi.freeBytes > 0 && mi.freeBytes <= mi.totalBytes);
+    QVERIFY2(mi.reservedBytes >= int64_t(64) << 20, qPrintable(QString::number(mi.reservedBytes)));
+    m_cuda->deallocate(held, size_t(64) << 20);
+    m_cuda->synchronize();
+  }
+
+  // Out of memory is a DeviceFailure that says how much was asked and how much is free; the backend goes on.
+  void outOfMemory() {
+    const size_t tooMuch = size_t(m_cuda->info().totalBytes) * 2;
+    VERIFY_THROWS_DEVICE_FAILURE(m_cuda->allocate(tooMuch), std::to_string(tooMuch).c_str());
+    VERIFY_THROWS_DEVICE_FAILURE(m_cuda->allocate(tooMuch), "free");
+    const Vec x = {1.0f, -2.0f, 3.0f};
+    float* p = static_cast<float*>(m_cuda->allocate(x.size() * sizeof(float)));
+    m_cuda->upload(p, x.data(), x.size() * sizeof(float));
+    Vec back(x.size());
+    m_cuda->download(back.data(), p, x.size() * sizeof(float));
+    QCOMPARE(back, x);
+    m_cuda->deallocate(p, x.size() * sizeof(float));
+  }
+
+  // Marks are events on the stream: their times follow their order, the work between them takes time, and
+  // they sit inside the host's view of the same interval.
+  void marks() {
+    const int D = 1024;
+    const size_t dd = size_t(D) * D;
+    float* a = static_cast<float*>(m_cuda->allocate(dd * sizeof(float)));
+    float* b = static_cast<float*>(m_cuda->allocate(dd * sizeof(float)));
+    for (int round = 0; round < 2; ++round) {  // the second round reuses the events
+      const auto epoch = std::chrono::steady_clock::now();
+      m_cuda->setEpoch(epoch);
+      m_cuda->clearMarks();
+      const double before = hostSeconds(epoch);
+      std::vector<int> marks{m_cuda->mark()};
+      for (int k = 0; k < 4; ++k) {
+        for (int g = 0; g < 10; ++g) m_cuda->linearForward(b, a, a, nullptr, D, D, D);  // 2 GFLOP each
+        marks.push_back(m_cuda->mark());
+      }
+      m_cuda->synchronize();
+      const double after = hostSeconds(epoch);
+      for (size_t k = 0; k < marks.size(); ++k) QCOMPARE(marks[k], int(k));
+      std::vector<double> t;
+      for (int m : marks) t.push_back(m_cuda->markTime(m));
+      QVERIFY2(t.front() >= before - 1e-3, qPrintable(QStringLiteral("%1 < %2").arg(t.front()).arg(before)));
+      QVERIFY2(t.back() <= after + 1e-3, qPrintable(QStringLiteral("%1 > %2").arg(t.back()).arg(after)));
+      for (size_t k = 1; k < t.size(); ++k)
+        QVERIFY2(t[k] > t[k - 1], qPrintable(QStringLiteral("mark %1 at %2 s, mark %3 at %4 s")
+                                                 .arg(k - 1)
+                                                 .arg(t[k - 1], 0, 'g', 12)
+                                                 .arg(k)
+                                                 .arg(t[k], 0, 'g', 12)));
+      VERIFY_THROWS_DEVICE_FAILURE(m_cuda->markTime(int(marks.size())), "markTime");
+    }
+    m_cuda->deallocate(a, dd * sizeof(float));
+    m_cuda->deallocate(b, dd * sizeof(float));
+  }
+};
+
+// "tst_backend" runs the CPU suite; "tst_backend gpu [Qt Test arguments]" runs the CUDA suite.
+int main(int argc, char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  const bool gpu = argc > 1 && std::strcmp(argv[1], "gpu") == 0;
+  if (gpu) {
+    args.erase(args.begin() + 1);
+    TestBackendCuda suite;
+    return QTest::qExec(&suite, int(args.size()), args.data());
+  }
+  TestBackendCpu suite;
+  return QTest::qExec(&suite, int(args.size()), args.data());
+}
+
+#include "tst_backend.moc"
