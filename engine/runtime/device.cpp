@@ -116,7 +116,7 @@ Expected<std::unique_ptr<Communicator>> openTensorWorld(Communicator* world, Bac
       if (!*shared) {
         auto nccl = NcclCommunicator::create(mpi->comm(), backend.info().index, "world");
         if (!nccl) return nccl.status().withContext("creating the NCCL communicator");
-        (*nccl)->setComputeStream(cudaComputeStream(backend));
+        (*nccl)->setComputeStream(computeStream(backend));
         return std::unique_ptr<Communicator>(std::move(*nccl));
       }
       note = "ranks share a GPU, which NCCL refuses: tensors travel by MPI through host memory (slower)";
