@@ -33,6 +33,15 @@ struct DeviceFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The precision of the GEMM operands (the linear layers' and attention's matrix products). Fp32: fp32 in,
+// fp32 accumulate. Tf32 / Bf16: each operand rounded to TF32 (10-bit mantissa) or bf16 (7-bit mantissa, round
+// to nearest even) before the product, fp32 accumulation and fp32 results, as tensor cores compute them
+// (NVIDIA H100 architecture whitepaper, "Fourth-generation tensor cores"); everything outside the GEMMs stays
+// fp32. Bf16 is the engine's mixed precision ("precision": "bf16"): fp32 master weights, optimizer state,
+// gradients and activations, bf16 matrix products, as torch.autocast runs matmuls.
+enum class GemmPrecision { Fp32, Tf32, Bf16 };
+const char* toString(GemmPrecision p);
+
 // What the device is, for run_start and the MFU figures.
 struct DeviceInfo {
   DeviceKind kind = DeviceKind::Cpu;
@@ -87,6 +96,12 @@ class Backend {
   virtual int mark() = 0;
   virtual double markTime(int mark) = 0;
   virtual void clearMarks() = 0;
+
+  // ---- GEMM precision -----------------------------------------------------------------------------------
+  // Set before the first op (default Fp32). The CPU rounds the operands into scratch copies and multiplies
+  // in fp32, which gives the tensor cores' products up to the order of the fp32 sums.
+  virtual void setGemmPrecision(GemmPrecision p) = 0;
+  virtual GemmPrecision gemmPrecision() const = 0;
 
   // ---- linear -------------------------------------------------------------------------------------------
   virtual void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N,

@@ -21,6 +21,18 @@ namespace {
 
 constexpr uintptr_t kTag = uintptr_t(1) << 62;
 
+// x rounded to nearest even at `drop` fewer mantissa bits (16: bf16, 13: TF32); NaN and infinity kept.
+inline float roundMantissa(float x, int drop) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;
+  const uint32_t half = (uint32_t(1) << (drop - 1)) - 1;
+  u += half + ((u >> drop) & 1u);
+  u &= ~((uint32_t(1) << drop) - 1);
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(bool emulate) : m_emulate(emulate) {
@@ -30,6 +42,8 @@ class CpuBackend final : public Backend {
   }
 
   const DeviceInfo& info() const override { return m_info; }
+  void setGemmPrecision(GemmPrecision p) override { m_gemm = p; }
+  GemmPrecision gemmPrecision() const override { return m_gemm; }
   bool deviceMemory() const override { return m_emulate; }
 
   void* allocate(size_t bytes) override {
@@ -81,19 +95,21 @@ class CpuBackend final : public Backend {
 
   void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                      int OC) override {
-    cpu::linearForward(f(out), f(inp), f(weight), f(bias), N, C, OC);
+    cpu::linearForward(f(out), g(f(inp), size_t(N) * C, 0), g(f(weight), size_t(C) * OC, 1), f(bias), N, C, OC);
   }
   void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int N, int C, int OC) override {
-    cpu::linearBackward(f(dinp), f(dweight), f(dbias), f(dout), f(inp), f(weight), N, C, OC);
+    cpu::linearBackward(f(dinp), f(dweight), f(dbias), g(f(dout), size_t(N) * OC, 0), g(f(inp), size_t(N) * C, 1),
+                        g(f(weight), size_t(C) * OC, 2), N, C, OC);
   }
   void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                       int OC) override {
-    cpu::linearForwardT(f(out), f(inp), f(weight), f(bias), N, C, OC);
+    cpu::linearForwardT(f(out), g(f(inp), size_t(N) * C, 0), g(f(weight), size_t(OC) * C, 1), f(bias), N, C, OC);
   }
   void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int N, int C, int OC) override {
-    cpu::linearBackwardT(f(dinp), f(dweight), f(dbias), f(dout), f(inp), f(weight), N, C, OC);
+    cpu::linearBackwardT(f(dinp), f(dweight), f(dbias), g(f(dout), size_t(N) * OC, 0), g(f(inp), size_t(N) * C, 1),
+                         g(f(weight), size_t(OC) * C, 2), N, C, OC);
   }
   void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C, float eps) override {
@@ -124,11 +140,13 @@ class CpuBackend final : public Backend {
   size_t attentionScratchFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
   void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
                         bool causal) override {
-    cpu::attentionForward(f(out), f(saved), f(qkv), B, T, C, H, causal);
+    // q, k and v rounded; the probabilities multiply v unrounded (a GPU rounds them too).
+    cpu::attentionForward(f(out), f(saved), g(f(qkv), size_t(B) * T * 3 * C, 0), B, T, C, H, causal);
   }
   void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* saved,
                          const float*, int B, int T, int C, int H, bool causal) override {
-    cpu::attentionBackward(f(dqkv), f(scratch), f(dout), f(qkv), f(saved), B, T, C, H, causal);
+    cpu::attentionBackward(f(dqkv), f(scratch), g(f(dout), size_t(B) * T * C, 0),
+                           g(f(qkv), size_t(B) * T * 3 * C, 1), f(saved), B, T, C, H, causal);
   }
 
   void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
@@ -227,13 +245,38 @@ class CpuBackend final : public Backend {
     return p;
   }
 
+  // A GEMM operand in the GEMM precision: p itself for Fp32, else a rounded copy in scratch `slot`.
+  const float* g(const float* p, size_t n, int slot) {
+    if (m_gemm == GemmPrecision::Fp32 || !p) return p;
+    const int drop = m_gemm == GemmPrecision::Bf16 ? 16 : 13;
+    std::vector<float>& r = m_rounded[slot];
+    r.resize(n);
+#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
+    for (size_t i = 0; i < n; ++i) r[i] = roundMantissa(p[i], drop);
+    return r.data();
+  }
+
   bool m_emulate;
+  GemmPrecision m_gemm = GemmPrecision::Fp32;
+  std::vector<float> m_rounded[3];
   DeviceInfo m_info;
   std::chrono::steady_clock::time_point m_epoch = std::chrono::steady_clock::now();
   std::vector<double> m_marks;
 };
 
 }  // namespace
+
+const char* toString(GemmPrecision p) {
+  switch (p) {
+    case GemmPrecision::Fp32:
+      return "fp32";
+    case GemmPrecision::Tf32:
+      return "tf32";
+    case GemmPrecision::Bf16:
+      return "bf16";
+  }
+  return "?";
+}
 
 std::unique_ptr<Backend> makeCpuBackend(bool emulateDevice) {
   return std::make_unique<CpuBackend>(emulateDevice);

@@ -48,6 +48,13 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : m_device(device) {}
 
+  void setGemmPrecision(GemmPrecision p) override {
+    if (p == GemmPrecision::Bf16) throw DeviceFailure("setGemmPrecision: bf16 GEMMs are not implemented yet");
+    cuda::setGemmMode(p == GemmPrecision::Tf32 ? cuda::GemmMode::Tf32 : cuda::GemmMode::Fp32);
+    m_gemm = p;
+  }
+  GemmPrecision gemmPrecision() const override { return m_gemm; }
+
   // Everything that can fail at creation; on failure the destructor releases what was made.
   Status init() {
     int count = 0;
@@ -445,6 +452,7 @@ class CudaBackend final : public Backend {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch).count();
   }
 
+  GemmPrecision m_gemm = GemmPrecision::Fp32;
   int m_device;
   std::string m_where = "CUDA device";
   DeviceInfo m_info;
