@@ -50,10 +50,6 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
     return Status::error("/model/vocab: " + std::to_string(c.model.vocab) +
                          " is not divisible by tp = " + std::to_string(c.parallel.tp) +
                          " (the vocab-parallel embedding splits the vocabulary evenly)");
-  if (c.parallel.precision != Precision::Fp32)
-    return Status::error(
-        "/parallel/precision: \"bf16\" mixed precision is not implemented in the engine yet (the plan and "
-        "the studio model it); train with \"fp32\"");
   return Status::ok();
 }
 
@@ -162,7 +158,7 @@ class ProgressBar {
 // show predicted and measured side by side. Empty when the config does not make a plan.
 // What trains: "kind" (cpu, cuda), the device's name, index and memory, and its peak dense FLOP/s (bf16 and
 // fp32, from the hardware catalog by name; 0 when unknown) for MFU figures.
-nlohmann::json deviceJson(const DeviceInfo& info) {
+nlohmann::json deviceJson(const DeviceInfo& info, GemmPrecision gemm) {
   const DevicePeak peak = peakOfDevice(info);
   nlohmann::json j = {{"kind", info.kind == DeviceKind::Cuda ? "cuda" : "cpu"}, {"name", info.name}};
   if (info.kind == DeviceKind::Cuda) {
@@ -173,6 +169,7 @@ nlohmann::json deviceJson(const DeviceInfo& info) {
     j["catalog"] = peak.catalogKey;
   }
   if (info.emulated) j["emulated"] = true;
+  j["gemm_precision"] = toString(gemm);
   return j;
 }
 
@@ -284,6 +281,9 @@ Status train(const RunConfig& config, const TrainOptions& options) {
   auto device = openDevice(config.device, localRankFromEnvironment(), options.emulateDevice);
   MS_TRY(agree(device ? Status::ok() : device.status(), world));
   try {
+    // Mixed precision: bf16 matrix products, fp32 everything else (kernels/backend.h, GemmPrecision).
+    device->backend->setGemmPrecision(config.parallel.precision == Precision::Bf16 ? GemmPrecision::Bf16
+                                                                                   : GemmPrecision::Fp32);
     return trainOn(*device->backend, device->note, config, options);
   } catch (const DeviceFailure& e) {
     // Outside the executor (which names the action): loading, the optimizer step, checkpoints.
@@ -378,7 +378,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
                                 {"config", toJson(config)},
                                 {"ranks", W},
                                 {"threads_per_rank", threads},
-                                {"device", deviceJson(backend.info())},
+                                {"device", deviceJson(backend.info(), backend.gemmPrecision())},
                                 {"params", spec.paramCount()},
                                 {"layers", layers},
                                 {"start_step", startStep},

@@ -40,7 +40,7 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-// Refuses what this engine cannot execute yet (bf16)
+// Refuses what this engine cannot execute
 // and a process count that does not match the plan (worldSize = the processes started), with the field's
 // path.
 Status checkRunnable(const RunConfig& config, int worldSize = 1);

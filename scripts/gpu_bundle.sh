@@ -1,0 +1,50 @@
+#!/bin/sh
+# Packs what a GPU machine without Open MPI, Qt or OpenBLAS needs to run the engine, the GPU tests and
+# bench/gpu_vs_torch.py from a build made here: .gpu/bundle.tar.xz (bin/: the programs; lib/: every shared
+# library they load except the C library's and CUDA's, which the GPU machine has; about 20 MB, under the
+# device tool's 64 MiB carry limit) and .gpu/run.sh, which unpacks it into /tmp/ms-gpu once, sets the library
+# path (CUDA's included) and runs its arguments. .gpu/ is git-ignored; a GPU machine gets it as a carried path.
+#
+#   scripts/gpu_bundle.sh [BUILD_DIR]                 (default: build-gpu, configured without the studio)
+#   then on the GPU machine:  .gpu/run.sh tst_backend gpu
+#                             .gpu/run.sh tst_cuda_kernels
+#                             .gpu/run.sh meshstudio-engine train CONFIG
+#                             .gpu/run.sh python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/bin/meshstudio-engine
+#
+# Multi-rank runs need mpirun, which this does not pack (Debian's Open MPI is not relocatable as is).
+set -eu
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHSTUDIO_BUILD_UI=OFF >/dev/null
+fi
+ninja -C "$build" meshstudio-engine tst_backend tst_cuda_kernels >/dev/null
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+cp "$build/engine/meshstudio-engine" "$build/tests/tst_backend" "$build/tests/tst_cuda_kernels" "$stage/bin/"
+for exe in "$stage"/bin/*; do
+  ldd "$exe" | awk '$3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux*) ;;  # the GPU machine's own
+    libcuda.so* | libcudart.so* | libcublas*.so* | libnccl.so* | libnvidia*) ;;   # CUDA's, there too
+    *) cp -L "$lib" "$stage/lib/" ;;
+  esac
+done
+rm -rf .gpu && mkdir -p .gpu
+tar -C "$stage" -cJf .gpu/bundle.tar.xz .
+cat > .gpu/run.sh <<'RUN'
+#!/bin/sh
+# Runs its arguments with the packed programs first on the PATH, the packed libraries and CUDA's (the
+# toolkit's and PyTorch's pip wheels').
+here=/tmp/ms-gpu
+if [ ! -d "$here" ]; then mkdir -p "$here" && tar -C "$here" -xJf "$(dirname "$0")/bundle.tar.xz"; fi
+export PATH="$here/bin:$PATH"
+cudalibs=$(python3 -c "import glob, os, nvidia; d = os.path.dirname(nvidia.__path__[0]); print(':'.join(sorted(glob.glob(d + '/nvidia/**/lib', recursive=True))))" 2>/dev/null || true)
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export QT_QPA_PLATFORM=offscreen
+exec "$@"
+RUN
+chmod +x .gpu/run.sh
+du -sh .gpu
