@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -534,6 +535,158 @@ double hostSeconds(std::chrono::steady_clock::time_point epoch) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
 }
 
+// ---- GEMM precision
+// ----------------------------------------------------------------------------------------
+
+// x rounded to `drop` fewer mantissa bits (16: bf16, 13: TF32), to nearest with ties to even; infinities and
+// NaN unchanged. Written here from the definition, independently of the backends' own rounding: the dropped
+// bits are compared with half a unit of the last kept bit, and a round-up that overflows the mantissa
+// carries into the exponent (up to infinity), as the IEEE bit layout makes it.
+float roundHost(float x, int drop) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  if (((u >> 23) & 0xffu) == 0xffu) return x;
+  const uint32_t unit = uint32_t(1) << drop;  // the last kept bit
+  const uint32_t rest = u & (unit - 1);       // the dropped bits
+  uint32_t r = u - rest;                      // the magnitude truncated
+  if (rest > unit / 2 || (rest == unit / 2 && (r & unit) != 0)) r += unit;
+  std::memcpy(&x, &r, sizeof x);
+  return x;
+}
+
+Vec roundedHost(const Vec& v, int drop) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = roundHost(v[i], drop);
+  return r;
+}
+
+int droppedBits(ms::GemmPrecision p) {
+  return p == ms::GemmPrecision::Bf16 ? 16 : p == ms::GemmPrecision::Tf32 ? 13 : 0;
+}
+
+float bitsToFloat(uint32_t u) {
+  float x = 0.0f;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+uint32_t floatToBits(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// The inputs of the GEMM-precision linear case (fixed seed): the GEMM operands inp, w, dout and the rest.
+struct LinearData {
+  Vec inp, w, bias, dout, dinp0, dw0, db0;
+};
+
+LinearData linearData(const Shape& sh) {
+  std::mt19937 rng(kSeed + 11);
+  const size_t N = size_t(sh.N()), C = size_t(sh.C), OC = size_t(sh.OC);
+  LinearData d;
+  d.inp = rnd(rng, N * C);
+  d.w = rnd(rng, C * OC);  // (C, OC), read as (OC, C) by the T variants
+  d.bias = rnd(rng, OC);
+  d.dout = rnd(rng, N * OC);
+  d.dinp0 = rnd(rng, N * C);  // non-zero: backward accumulates
+  d.dw0 = rnd(rng, C * OC);
+  d.db0 = rnd(rng, OC);
+  return d;
+}
+
+// forward, dinp, dweight and dbias of one linear op (the T variants when transposed) on d. Without biasDout
+// backward is one call; with it, one call for dinp and dweight from d.dout and a second for dbias alone from
+// *biasDout (the reference: the bias gradient is no GEMM, so it reads the unrounded dout).
+std::vector<Output> runLinear(ms::Backend& be, const Shape& sh, bool transposed, const LinearData& d,
+                              const Vec* biasDout) {
+  Session s(be);
+  const int N = sh.N(), C = sh.C, OC = sh.OC;
+  float* inp = s.up(d.inp);
+  float* w = s.up(d.w);
+  float* bias = s.up(d.bias);
+  float* dout = s.up(d.dout);
+  float* dinp = s.up(d.dinp0);
+  float* dw = s.up(d.dw0);
+  float* db = s.up(d.db0);
+  float* out = s.up(Vec(size_t(N) * OC, 7.0f));
+  auto forward = transposed ? &ms::Backend::linearForwardT : &ms::Backend::linearForward;
+  auto backward = transposed ? &ms::Backend::linearBackwardT : &ms::Backend::linearBackward;
+  (be.*forward)(out, inp, w, bias, N, C, OC);
+  s.out("forward", out, size_t(N) * OC);
+  if (!biasDout) {
+    (be.*backward)(dinp, dw, db, dout, inp, w, N, C, OC);
+  } else {
+    (be.*backward)(dinp, dw, nullptr, dout, inp, w, N, C, OC);
+    (be.*backward)(nullptr, nullptr, db, s.up(*biasDout), inp, w, N, C, OC);
+  }
+  s.out("dinp", dinp, size_t(N) * C);
+  s.out("dweight", dw, size_t(C) * OC);
+  s.out("dbias", db, size_t(OC));
+  return std::move(s.outputs);
+}
+
+// The inputs of the GEMM-precision attention case: the GEMM operands qkv and dout, and the gradient's start.
+struct AttentionData {
+  Vec qkv, dout, dqkv0;
+};
+
+AttentionData attentionData(const Shape& sh) {
+  std::mt19937 rng(kSeed + 12);
+  const size_t n = size_t(sh.B) * sh.T * sh.C;
+  AttentionData d;
+  d.qkv = rnd(rng, 3 * n, -2.0f, 2.0f);
+  d.dout = rnd(rng, n);
+  d.dqkv0 = rnd(rng, 3 * n);
+  return d;
+}
+
+// out, the saved probabilities (att) and dqkv of attention forward and backward on d.
+std::vector<Output> runAttention(ms::Backend& be, const Shape& sh, bool causal, const AttentionData& d) {
+  Session s(be);
+  const int B = sh.B, T = sh.T, C = sh.C, H = sh.H;
+  const size_t n = size_t(B) * T * C;
+  const size_t savedFloats = be.attentionSavedFloats(B, T, H);
+  float* qkv = s.up(d.qkv);
+  float* dout = s.up(d.dout);
+  float* dqkv = s.up(d.dqkv0);
+  float* out = s.up(Vec(n, 5.0f));
+  float* saved = s.up(Vec(savedFloats, 5.0f));
+  float* scratch = s.up(Vec(be.attentionScratchFloats(B, T, H), 5.0f));
+  be.attentionForward(out, saved, qkv, B, T, C, H, causal);
+  be.attentionBackward(dqkv, scratch, dout, qkv, saved, out, B, T, C, H, causal);
+  s.out("out", out, n);
+  s.out("att", saved, savedFloats);
+  s.out("dqkv", dqkv, 3 * n);
+  return std::move(s.outputs);
+}
+
+// The GEMM-precision cases: 0 linear, 1 linear T, 2 causal attention, 3 bidirectional attention.
+constexpr const char* kPrecisionOps[] = {"linear", "linearT", "causal attention", "full attention"};
+
+std::vector<Output> runPrecisionOp(ms::Backend& be, int op, const Shape& sh, const LinearData& ld,
+                                   const AttentionData& ad, const Vec* biasDout = nullptr) {
+  return op < 2 ? runLinear(be, sh, op == 1, ld, biasDout) : runAttention(be, sh, op == 2, ad);
+}
+
+const Output* findOutput(const std::vector<Output>& outputs, const std::string& name) {
+  for (const Output& o : outputs)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+// max over the float outputs of max_j |got - ref| / max(1, max_j |ref|).
+double maxScaledDifference(const std::vector<Output>& got, const std::vector<Output>& ref) {
+  double worst = 0.0;
+  for (size_t k = 0; k < ref.size() && k < got.size(); ++k) {
+    double scale = 1.0;
+    for (float v : ref[k].f) scale = std::max(scale, double(std::fabs(v)));
+    for (size_t j = 0; j < ref[k].f.size() && j < got[k].f.size(); ++j)
+      worst = std::max(worst, std::fabs(double(got[k].f[j]) - double(ref[k].f[j])) / scale);
+  }
+  return worst;
+}
+
 }  // namespace
 
 // ---- The CPU backend and its emulated device
@@ -609,6 +762,118 @@ class TestBackendCpu : public QObject {
     emu->deallocate(dev2, 8 * sizeof(float));
   }
 
+  // The test's own rounding (the reference below) against hand-worked values and the definition.
+  void hostRoundingIsNearestEven() {
+    const float one = 1.0f;
+    // bf16 keeps 7 mantissa bits: the unit at 1 is 2^-7, so 1 + 2^-8 is a tie.
+    QCOMPARE(roundHost(one + std::ldexp(1.0f, -8), 16), one);  // tie, to even (down)
+    QCOMPARE(roundHost(one + 3 * std::ldexp(1.0f, -8), 16), one + std::ldexp(1.0f, -6));  // tie, to even (up)
+    QCOMPARE(roundHost(one + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20), 16), one + std::ldexp(1.0f, -7));
+    QCOMPARE(roundHost(-(one + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 16),
+             -(one + std::ldexp(1.0f, -7)));
+    QCOMPARE(roundHost(one + std::ldexp(1.0f, -9), 16), one);
+    // TF32 keeps 10: the unit at 1 is 2^-10.
+    QCOMPARE(roundHost(one + std::ldexp(1.0f, -11), 13), one);
+    QCOMPARE(roundHost(one + 3 * std::ldexp(1.0f, -11), 13), one + std::ldexp(1.0f, -9));
+    // Carry into the exponent, overflow to infinity, specials, subnormals.
+    QCOMPARE(floatToBits(roundHost(bitsToFloat(0x3fffffffu), 16)), 0x40000000u);
+    QVERIFY(std::isinf(roundHost(std::numeric_limits<float>::max(), 16)));
+    QVERIFY(std::isinf(roundHost(std::numeric_limits<float>::infinity(), 16)));
+    QVERIFY(std::isnan(roundHost(std::numeric_limits<float>::quiet_NaN(), 16)));
+    QCOMPARE(floatToBits(roundHost(-0.0f, 16)), 0x80000000u);
+    QCOMPARE(floatToBits(roundHost(bitsToFloat(0x00008000u), 16)), 0x00000000u);  // subnormal tie to even
+    QCOMPARE(floatToBits(roundHost(bitsToFloat(0x00018000u), 16)), 0x00020000u);
+    QCOMPARE(floatToBits(roundHost(bitsToFloat(0x00008001u), 16)), 0x00010000u);
+    // Random normal floats: the result has the dropped bits clear, is within half a unit, and a tie went to
+    // the even neighbour.
+    std::mt19937 rng(kSeed);
+    std::uniform_int_distribution<uint32_t> bits(0x00800000u, 0x7f7fffffu);
+    for (const int drop : {16, 13}) {
+      for (int i = 0; i < 100000; ++i) {
+        const float x = bitsToFloat(bits(rng) | (i % 2 ? 0x80000000u : 0u));
+        const float r = roundHost(x, drop);
+        const uint32_t rb = floatToBits(r);
+        if (std::isinf(r)) continue;  // rounded past the largest float
+        QVERIFY((rb & ((uint32_t(1) << drop) - 1)) == 0);
+        const double unit = std::ldexp(1.0, std::ilogb(x) - 23 + drop);
+        const double err = std::fabs(double(r) - double(x));
+        QVERIFY2(err <= unit / 2,
+                 qPrintable(QStringLiteral("%1 -> %2").arg(double(x), 0, 'g', 9).arg(double(r))));
+        if (err == unit / 2) QVERIFY(((rb >> drop) & 1u) == 0);
+      }
+    }
+  }
+
+  // Tf32 and Bf16 on the CPU backend (plain and emulated device): exactly the Fp32 ops on operands rounded on
+  // the host (the bias gradient, no GEMM, from the unrounded dout), and not the unrounded Fp32 result.
+  void gemmPrecisionEmulated_data() {
+    QTest::addColumn<int>("precision");
+    QTest::addColumn<int>("op");
+    QTest::addColumn<int>("shapeIndex");
+    for (const ms::GemmPrecision p : {ms::GemmPrecision::Bf16, ms::GemmPrecision::Tf32})
+      for (int op = 0; op < int(std::size(kPrecisionOps)); ++op)
+        for (int sh = 0; sh < int(std::size(kShapes)); ++sh)
+          QTest::addRow("%s %s %s", ms::toString(p), kPrecisionOps[op], kShapes[sh].name)
+              << int(p) << op << sh;
+  }
+  void gemmPrecisionEmulated() {
+    QFETCH(int, precision);
+    QFETCH(int, op);
+    QFETCH(int, shapeIndex);
+    const auto p = ms::GemmPrecision(precision);
+    const int drop = droppedBits(p);
+    const Shape& sh = kShapes[shapeIndex];
+    const LinearData ld = linearData(sh);
+    const AttentionData ad = attentionData(sh);
+    LinearData ldRounded = ld;
+    ldRounded.inp = roundedHost(ld.inp, drop);
+    ldRounded.w = roundedHost(ld.w, drop);
+    ldRounded.dout = roundedHost(ld.dout, drop);
+    AttentionData adRounded = ad;
+    adRounded.qkv = roundedHost(ad.qkv, drop);
+    adRounded.dout = roundedHost(ad.dout, drop);
+
+    const auto fp32 = ms::makeCpuBackend(false);
+    QCOMPARE(fp32->gemmPrecision(), ms::GemmPrecision::Fp32);
+    const std::vector<Output> ref = runPrecisionOp(*fp32, op, sh, ldRounded, adRounded, &ld.dout);
+    const std::vector<Output> unrounded = runPrecisionOp(*fp32, op, sh, ld, ad);
+    QVERIFY(!ref.empty());
+
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      be->setGemmPrecision(p);
+      QCOMPARE(be->gemmPrecision(), p);
+      const std::vector<Output> got = runPrecisionOp(*be, op, sh, ld, ad);
+      const QString why = bitDifference(got, ref);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+
+    // Rounding the operands changes every GEMM result; what is no GEMM (the bias gradient) stays fp32. With
+    // T = 1 the probabilities are exactly 1 whatever the scores.
+    std::vector<std::string> changed, same;
+    if (op < 2) {
+      changed = {"forward", "dinp", "dweight"};
+      same = {"dbias"};
+    } else {
+      changed = {"out", "dqkv"};
+      (sh.T > 1 ? changed : same).push_back("att");
+    }
+    for (const std::string& name : changed) {
+      const Output* r = findOutput(ref, name);
+      const Output* u = findOutput(unrounded, name);
+      QVERIFY(r && u);
+      QVERIFY2(!bitDifference({*r}, {*u}).isEmpty(),
+               qPrintable(QStringLiteral("%1: the same as with unrounded operands").arg(name.c_str())));
+    }
+    for (const std::string& name : same) {
+      const Output* r = findOutput(ref, name);
+      const Output* u = findOutput(unrounded, name);
+      QVERIFY(r && u);
+      const QString why = bitDifference({*r}, {*u});
+      QVERIFY2(why.isEmpty(), qPrintable(why));
+    }
+  }
+
   void marksIncrease() {
     for (const bool emulate : {false, true}) {
       const auto be = ms::makeCpuBackend(emulate);
@@ -639,6 +904,41 @@ class TestBackendCpu : public QObject {
 
 // ---- The CUDA backend against the CPU backend
 // --------------------------------------------------------------
+
+namespace {
+
+// Sets the GEMM precision of some backends for one scope and restores Fp32 after it (also when a check
+// fails and returns early). The CUDA precision is process-wide.
+struct PrecisionScope {
+  PrecisionScope(ms::GemmPrecision p, std::vector<ms::Backend*> backends) : m_backends(std::move(backends)) {
+    for (ms::Backend* b : m_backends) b->setGemmPrecision(p);
+  }
+  ~PrecisionScope() {
+    for (ms::Backend* b : m_backends) b->setGemmPrecision(ms::GemmPrecision::Fp32);
+  }
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  std::vector<ms::Backend*> m_backends;
+};
+
+// See bf16MatchesCpu.
+constexpr double kBf16AttentionAtol = 1e-2;
+
+// The rows of the cases with GEMMs (linear, attention) on every shape.
+void addGemmCaseRows() {
+  QTest::addColumn<int>("caseIndex");
+  QTest::addColumn<int>("shapeIndex");
+  for (int c = 0; c < int(std::size(kCases)); ++c) {
+    const std::string name = kCases[c].name;
+    if (name != "linear" && name != "attention") continue;
+    for (int sh = 0; sh < int(std::size(kShapes)); ++sh)
+      QTest::addRow("%s %s", kCases[c].name, kShapes[sh].name) << c << sh;
+  }
+}
+
+}  // namespace
 
 class TestBackendCuda : public QObject {
   Q_OBJECT
@@ -680,6 +980,14 @@ class TestBackendCuda : public QObject {
     QVERIFY(ms::computeStream(*m_cuda) != nullptr);
     QCOMPARE(m_cuda->attentionSavedFloats(2, 5, 3), size_t(2 * 3 * 5 * 5));
 #endif
+    {
+      PrecisionScope bf16(ms::GemmPrecision::Bf16, {m_cuda.get()});
+      QCOMPARE(m_cuda->gemmPrecision(), ms::GemmPrecision::Bf16);
+#ifdef MESHSTUDIO_HAVE_CUDA
+      QCOMPARE(ms::cuda::gemmMode(), ms::cuda::GemmMode::Bf16);
+#endif
+    }
+    QCOMPARE(m_cuda->gemmPrecision(), ms::GemmPrecision::Fp32);
   }
 
   void matchesCpu_data() {
@@ -692,6 +1000,46 @@ class TestBackendCuda : public QObject {
     const std::vector<Output> got = runCase(*m_cuda, caseIndex, shapeIndex);
     const QString why = closeDifference(got, ref, 1e-4, 1e-5);
     QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Bf16 GEMMs: the CUDA backend against the CPU backend's emulation, both in Bf16 on the cases of matchesCpu
+  // that multiply (linear, attention). Linear layers multiply identical bf16 operands (exact products in
+  // fp32) and differ only in the order of the fp32 sums: the fp32 tolerance. Attention on the GPU also
+  // rounds the probabilities and the pre-softmax gradient to bf16 before their products, which the CPU's
+  // emulation does not: each such term moves by at most 2^-8 of itself, which bounds the difference of out
+  // by 2^-8 max|v| (v in [-2, 2]: 0.8% of the output scale) and keeps that of dqkv far below (random signs);
+  // kBf16AttentionAtol allows for that, a hundred times below what a wrong operand or stride gives.
+  void bf16MatchesCpu_data() {
+    addGemmCaseRows();
+  }
+  void bf16MatchesCpu() {
+    QFETCH(int, caseIndex);
+    QFETCH(int, shapeIndex);
+    PrecisionScope bf16(ms::GemmPrecision::Bf16, {m_cuda.get(), m_cpu.get()});
+    const std::vector<Output> ref = runCase(*m_cpu, caseIndex, shapeIndex);
+    const std::vector<Output> got = runCase(*m_cuda, caseIndex, shapeIndex);
+    const bool attention = std::string(kCases[caseIndex].name) == "attention";
+    const QString why = closeDifference(got, ref, 1e-4, attention ? kBf16AttentionAtol : 1e-4);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // The mode is applied: Bf16 results differ from Fp32 ones on the same device by the size of bf16 rounding
+  // (about 1e-3 of the output scale for these inputs), far beyond the run-to-run noise of fp32 (none: the
+  // same cuBLAS kernels are deterministic).
+  void bf16DiffersFromFp32_data() {
+    addGemmCaseRows();
+  }
+  void bf16DiffersFromFp32() {
+    QFETCH(int, caseIndex);
+    QFETCH(int, shapeIndex);
+    const std::vector<Output> fp32 = runCase(*m_cuda, caseIndex, shapeIndex);
+    std::vector<Output> bf16;
+    {
+      PrecisionScope scope(ms::GemmPrecision::Bf16, {m_cuda.get()});
+      bf16 = runCase(*m_cuda, caseIndex, shapeIndex);
+    }
+    const double diff = maxScaledDifference(bf16, fp32);
+    QVERIFY2(diff > 1e-4, qPrintable(QStringLiteral("bf16 vs fp32: %1 of the output scale").arg(diff)));
   }
 
   // Allocations are zero-filled and 256-byte aligned, also when the caching allocator hands back memory that

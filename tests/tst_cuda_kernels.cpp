@@ -32,6 +32,42 @@ constexpr double kAtol = 1e-5, kRtol = 1e-4;
 constexpr double kGemmAtol = 1e-4, kGemmRtol = 1e-4;
 // TF32 rounds GEMM inputs to 10 mantissa bits (relative 2^-11 each).
 constexpr double kTf32Atol = 3e-2, kTf32Rtol = 1e-2;
+// Bf16 GEMMs against the CPU kernels on operands rounded to bf16 on the host: the same exact products, summed
+// in fp32 in another order, so the GEMM tolerance holds. Attention on the GPU also rounds the probabilities
+// and the pre-softmax gradient (the CPU reference does not), each term by at most 2^-8 of itself: out moves
+// by at most 2^-8 max|v| (v in [-2, 2]) and dqkv by less in practice (a double-precision simulation of both
+// on these shapes stays below 8e-3).
+constexpr double kBf16AttentionAtol = 2e-2, kBf16AttentionRtol = 1e-2;
+// Bf16 linear layers against the same rounded operands. Tensor cores sum bf16 products in fp32 but may
+// truncate instead of rounding inside an MMA (Fasi et al. 2021, "Numerical behavior of NVIDIA tensor cores"),
+// which drifts by up to about 2^-24 of the partial sum per 16 products: 2e-4 relative over the lm-head's
+// 50257-term sums. Wider than the fp32 GEMM tolerance, so the test also checks that the forward output is
+// far closer to the rounded-operand reference than to the unrounded one (bf16 rounding moves it ~1e-3).
+constexpr double kBf16LinearAtol = 1e-3, kBf16LinearRtol = 1e-3;
+
+// The GEMM precisions of the linear and attention tests (GemmModeScope's argument).
+const char* modeName(cuda::GemmMode m) {
+  return m == cuda::GemmMode::Bf16 ? "bf16" : m == cuda::GemmMode::Tf32 ? "tf32" : "fp32";
+}
+
+// x rounded to bf16 (8 significant bits), to nearest with ties to even, from the bit pattern; infinities
+// and NaN unchanged. Independent of the kernels' conversion (__float2bfloat16_rn), which it checks.
+float roundBf16Host(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  if (((u >> 23) & 0xffu) == 0xffu) return x;
+  const uint32_t rest = u & 0xffffu;
+  uint32_t r = u - rest;
+  if (rest > 0x8000u || (rest == 0x8000u && (r & 0x10000u) != 0)) r += 0x10000u;
+  std::memcpy(&x, &r, sizeof x);
+  return x;
+}
+
+Vec roundBf16Host(const Vec& v) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = roundBf16Host(v[i]);
+  return r;
+}
 
 Vec randomVec(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -127,20 +163,83 @@ class TestCudaKernels : public QObject {
              bad.message().c_str());
   }
 
+  // The conversion of every Bf16 GEMM operand: bit for bit the host's round to nearest even, on specials,
+  // ties, subnormals, overflow and random floats, at aligned and unaligned addresses (the kernel has a
+  // four-at-a-time path for 16-byte aligned sources).
+  void roundToBf16() {
+    std::vector<uint32_t> bits = {0x00000000u,
+                                  0x80000000u,
+                                  0x3f800000u,
+                                  0x3f808000u /* tie, to even: down */,
+                                  0x3f818000u /* tie, to even: up */,
+                                  0x3f808001u,
+                                  0x3f807fffu,
+                                  0x3fffffffu /* carry to 2 */,
+                                  0x7f7fffffu /* max float: to infinity */,
+                                  0xff7fffffu,
+                                  0x7f800000u,
+                                  0xff800000u,
+                                  0x00000001u,
+                                  0x00008000u,
+                                  0x00018000u,
+                                  0x00008001u,
+                                  0x007fffffu,
+                                  0x00800000u,
+                                  0x7f7f7fffu,
+                                  0x7fc00000u /* NaN */,
+                                  0xffc00001u /* NaN */};
+    std::mt19937 rng(kSeed + 9);
+    std::uniform_int_distribution<uint32_t> any;
+    for (int i = 0; i < 100003; ++i) bits.push_back(any(rng));
+    Vec x(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) std::memcpy(&x[i], &bits[i], sizeof(float));
+    DBuf<float> dX;
+    CUDA_OK(upload(dX, x));
+    ms::Expected<DBuf<uint16_t>> dY = DBuf<uint16_t>::create(x.size());
+    QVERIFY(dY.isOk());
+    for (const size_t offset : {size_t(0), size_t(1), size_t(3)}) {
+      const size_t n = x.size() - offset;
+      CUDA_OK(cuda::roundToBf16(dY->data(), dX.data() + offset, n, m_stream));
+      std::vector<uint16_t> got(n);
+      CUDA_OK(cuda::copyToHost(got.data(), dY->data(), n * sizeof(uint16_t), m_stream));
+      for (size_t i = 0; i < n; ++i) {
+        const float in = x[offset + i];
+        const uint32_t gotBits = uint32_t(got[i]) << 16;
+        float g = 0.0f;
+        std::memcpy(&g, &gotBits, sizeof g);
+        if (std::isnan(in)) {
+          QVERIFY2(std::isnan(g), qPrintable(QStringLiteral("NaN input %1 -> %2").arg(i).arg(got[i], 4, 16)));
+          continue;
+        }
+        const float want = roundBf16Host(in);
+        uint32_t wantBits = 0;
+        std::memcpy(&wantBits, &want, sizeof wantBits);
+        QVERIFY2(gotBits == wantBits, qPrintable(QStringLiteral("offset %1, %2: 0x%3 -> 0x%4, expected 0x%5")
+                                                     .arg(offset)
+                                                     .arg(i)
+                                                     .arg(bits[offset + i], 8, 16, QChar('0'))
+                                                     .arg(gotBits, 8, 16, QChar('0'))
+                                                     .arg(wantBits, 8, 16, QChar('0'))));
+      }
+    }
+    CUDA_OK(cuda::roundToBf16(dY->data(), dX.data(), 0, m_stream));  // nothing to do
+  }
+
   void linear_data() {
     QTest::addColumn<int>("N");
     QTest::addColumn<int>("C");
     QTest::addColumn<int>("OC");
     QTest::addColumn<bool>("transposed");
-    QTest::addColumn<bool>("tf32");
-    for (bool tf32 : {false, true}) {
-      const char* m = tf32 ? "tf32" : "fp32";
-      QTest::addRow("%s N1 C7 OC5", m) << 1 << 7 << 5 << false << tf32;
-      QTest::addRow("%s N37 C33 OC97", m) << 37 << 33 << 97 << false << tf32;
-      QTest::addRow("%s N128 C256 OC768", m) << 128 << 256 << 768 << false << tf32;
-      QTest::addRow("%s T N1 C7 OC5", m) << 1 << 7 << 5 << true << tf32;
-      QTest::addRow("%s T N37 C7 OC3", m) << 37 << 7 << 3 << true << tf32;
-      QTest::addRow("%s T lm-head N8 C64 V50257", m) << 8 << 64 << 50257 << true << tf32;
+    QTest::addColumn<int>("mode");
+    for (const cuda::GemmMode mode : {cuda::GemmMode::Fp32, cuda::GemmMode::Tf32, cuda::GemmMode::Bf16}) {
+      const char* m = modeName(mode);
+      const int md = int(mode);
+      QTest::addRow("%s N1 C7 OC5", m) << 1 << 7 << 5 << false << md;
+      QTest::addRow("%s N37 C33 OC97", m) << 37 << 33 << 97 << false << md;
+      QTest::addRow("%s N128 C256 OC768", m) << 128 << 256 << 768 << false << md;
+      QTest::addRow("%s T N1 C7 OC5", m) << 1 << 7 << 5 << true << md;
+      QTest::addRow("%s T N37 C7 OC3", m) << 37 << 7 << 3 << true << md;
+      QTest::addRow("%s T lm-head N8 C64 V50257", m) << 8 << 64 << 50257 << true << md;
     }
   }
 
@@ -149,10 +248,13 @@ class TestCudaKernels : public QObject {
     QFETCH(int, C);
     QFETCH(int, OC);
     QFETCH(bool, transposed);
-    QFETCH(bool, tf32);
-    GemmModeScope mode(tf32 ? cuda::GemmMode::Tf32 : cuda::GemmMode::Fp32);
-    const double atol = tf32 ? kTf32Atol : kGemmAtol;
-    const double rtol = tf32 ? kTf32Rtol : kGemmRtol;
+    QFETCH(int, mode);
+    const auto gemmMode = cuda::GemmMode(mode);
+    const bool tf32 = gemmMode == cuda::GemmMode::Tf32;
+    const bool bf16 = gemmMode == cuda::GemmMode::Bf16;
+    GemmModeScope scope(gemmMode);
+    const double atol = tf32 ? kTf32Atol : bf16 ? kBf16LinearAtol : kGemmAtol;
+    const double rtol = tf32 ? kTf32Rtol : bf16 ? kBf16LinearRtol : kGemmRtol;
     std::mt19937 rng(kSeed);
     const Vec inp = randomVec(rng, size_t(N) * C);      // (N, C)
     const Vec weight = randomVec(rng, size_t(C) * OC);  // (C, OC) or (OC, C)
@@ -161,12 +263,19 @@ class TestCudaKernels : public QObject {
     const Vec dinp0 = randomVec(rng, inp.size());       // non-zero starting gradients
     const Vec dweight0 = randomVec(rng, weight.size());
     const Vec dbias0 = randomVec(rng, bias.size());
+    // The reference multiplies the operands the GPU multiplies: rounded to bf16 in Bf16 mode. The bias and
+    // its gradient (a column sum of the fp32 dout) are no GEMM and stay fp32.
+    const Vec inpG = bf16 ? roundBf16Host(inp) : inp;
+    const Vec weightG = bf16 ? roundBf16Host(weight) : weight;
+    const Vec doutG = bf16 ? roundBf16Host(dout) : dout;
 
     Vec out(size_t(N) * OC), dinp = dinp0, dweight = dweight0, dbias = dbias0;
-    (transposed ? cpu::linearForwardT : cpu::linearForward)(out.data(), inp.data(), weight.data(),
+    (transposed ? cpu::linearForwardT : cpu::linearForward)(out.data(), inpG.data(), weightG.data(),
                                                             bias.data(), N, C, OC);
     (transposed ? cpu::linearBackwardT : cpu::linearBackward)(
-        dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, C, OC);
+        dinp.data(), dweight.data(), nullptr, doutG.data(), inpG.data(), weightG.data(), N, C, OC);
+    (transposed ? cpu::linearBackwardT : cpu::linearBackward)(nullptr, nullptr, dbias.data(), dout.data(),
+                                                              nullptr, nullptr, N, C, OC);
 
     DBuf<float> dInp, dWeight, dBias, dOut, dDout, dDinp, dDweight, dDbias;
     CUDA_OK(upload(dInp, inp));
@@ -186,6 +295,21 @@ class TestCudaKernels : public QObject {
     Vec got;
     CUDA_OK(download(got, dOut));
     VERIFY_CLOSE(got, out, atol, rtol);
+    if (bf16) {
+      // The operands really were rounded: the unrounded product is much further away.
+      Vec unrounded(out.size());
+      (transposed ? cpu::linearForwardT : cpu::linearForward)(unrounded.data(), inp.data(), weight.data(),
+                                                              bias.data(), N, C, OC);
+      double toRounded = 0.0, toUnrounded = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        toRounded = std::max(toRounded, std::fabs(double(got[i]) - double(out[i])));
+        toUnrounded = std::max(toUnrounded, std::fabs(double(got[i]) - double(unrounded[i])));
+      }
+      QVERIFY2(toUnrounded > 8 * toRounded,
+               qPrintable(QStringLiteral("max |diff| %1 to the bf16 reference, %2 to the fp32 one")
+                              .arg(toRounded)
+                              .arg(toUnrounded)));
+    }
     CUDA_OK(download(got, dDinp));
     VERIFY_CLOSE(got, dinp, atol, rtol);
     CUDA_OK(download(got, dDweight));
@@ -195,7 +319,7 @@ class TestCudaKernels : public QObject {
 
     // Nullable: no bias forward, only dweight backward (dinp and dbias must stay untouched).
     Vec outNoBias(out.size());
-    (transposed ? cpu::linearForwardT : cpu::linearForward)(outNoBias.data(), inp.data(), weight.data(),
+    (transposed ? cpu::linearForwardT : cpu::linearForward)(outNoBias.data(), inpG.data(), weightG.data(),
                                                             nullptr, N, C, OC);
     CUDA_OK((transposed ? cuda::linearForwardT : cuda::linearForward)(
         dOut.data(), dInp.data(), dWeight.data(), nullptr, N, C, OC, m_stream));
@@ -208,8 +332,8 @@ class TestCudaKernels : public QObject {
     CUDA_OK(download(got, dDbias));
     VERIFY_CLOSE(got, dbias, kAtol, kRtol);
     Vec dweight2 = dweight;
-    (transposed ? cpu::linearBackwardT : cpu::linearBackward)(nullptr, dweight2.data(), nullptr, dout.data(),
-                                                              inp.data(), weight.data(), N, C, OC);
+    (transposed ? cpu::linearBackwardT : cpu::linearBackward)(nullptr, dweight2.data(), nullptr, doutG.data(),
+                                                              inpG.data(), weightG.data(), N, C, OC);
     CUDA_OK(download(got, dDweight));
     VERIFY_CLOSE(got, dweight2, atol, rtol);
   }
@@ -352,13 +476,17 @@ class TestCudaKernels : public QObject {
     QTest::addColumn<int>("C");
     QTest::addColumn<int>("H");
     QTest::addColumn<bool>("causal");
-    for (bool causal : {true, false}) {
-      const char* m = causal ? "causal" : "full";
-      QTest::addRow("%s B1 T1 C6 H3", m) << 1 << 1 << 6 << 3 << causal;
-      QTest::addRow("%s B2 T37 C48 H3", m) << 2 << 37 << 48 << 3 << causal;
-      QTest::addRow("%s B3 T17 C21 H3", m) << 3 << 17 << 21 << 3 << causal;  // head size 7
-      QTest::addRow("%s B1 T64 C64 H1", m) << 1 << 64 << 64 << 1 << causal;
-      QTest::addRow("%s B2 T129 C128 H4", m) << 2 << 129 << 128 << 4 << causal;
+    QTest::addColumn<bool>("bf16");
+    for (bool bf16 : {false, true}) {
+      for (bool causal : {true, false}) {
+        const char* m = causal ? "causal" : "full";
+        const char* p = bf16 ? "bf16 " : "";
+        QTest::addRow("%s%s B1 T1 C6 H3", p, m) << 1 << 1 << 6 << 3 << causal << bf16;
+        QTest::addRow("%s%s B2 T37 C48 H3", p, m) << 2 << 37 << 48 << 3 << causal << bf16;
+        QTest::addRow("%s%s B3 T17 C21 H3", p, m) << 3 << 17 << 21 << 3 << causal << bf16;  // head size 7
+        QTest::addRow("%s%s B1 T64 C64 H1", p, m) << 1 << 64 << 64 << 1 << causal << bf16;
+        QTest::addRow("%s%s B2 T129 C128 H4", p, m) << 2 << 129 << 128 << 4 << causal << bf16;
+      }
     }
   }
 
@@ -368,14 +496,22 @@ class TestCudaKernels : public QObject {
     QFETCH(int, C);
     QFETCH(int, H);
     QFETCH(bool, causal);
+    QFETCH(bool, bf16);
+    GemmModeScope scope(bf16 ? cuda::GemmMode::Bf16 : cuda::GemmMode::Fp32);
+    // Bf16: the saved probabilities are fp32 softmax outputs of bf16 scores (exact products, fp32 sums):
+    // the GEMM tolerance; out and dqkv also see the GPU's rounding of the probabilities (see above).
+    const double atol = bf16 ? kBf16AttentionAtol : kGemmAtol;
+    const double rtol = bf16 ? kBf16AttentionRtol : kGemmRtol;
     std::mt19937 rng(kSeed + 3);
     const Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);  // (B, T, 3C)
     const Vec dout = randomVec(rng, size_t(B) * T * C);                  // (B, T, C)
     const Vec dqkv0 = randomVec(rng, qkv.size());
     const size_t attSize = size_t(B) * H * T * T;  // (B, H, T, T)
+    const Vec qkvG = bf16 ? roundBf16Host(qkv) : qkv;
+    const Vec doutG = bf16 ? roundBf16Host(dout) : dout;
     Vec out(dout.size()), att(attSize), scratch(attSize), dqkv = dqkv0;
-    cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, H, causal);
-    cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H,
+    cpu::attentionForward(out.data(), att.data(), qkvG.data(), B, T, C, H, causal);
+    cpu::attentionBackward(dqkv.data(), scratch.data(), doutG.data(), qkvG.data(), att.data(), B, T, C, H,
                            causal);
 
     DBuf<float> dQkv, dOut, dAtt, dScratch, dDout, dDqkv;
@@ -396,9 +532,9 @@ class TestCudaKernels : public QObject {
         for (int i = 0; i < T; i++)
           for (int j = i + 1; j < T; j++) QCOMPARE(got[(size_t(bh) * T + i) * T + j], 0.0f);
     CUDA_OK(download(got, dOut));
-    VERIFY_CLOSE(got, out, kGemmAtol, kGemmRtol);
+    VERIFY_CLOSE(got, out, atol, rtol);
     CUDA_OK(download(got, dDqkv));
-    VERIFY_CLOSE(got, dqkv, kGemmAtol, kGemmRtol);
+    VERIFY_CLOSE(got, dqkv, atol, rtol);
   }
 
   void embedding_data() {

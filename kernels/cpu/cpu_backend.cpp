@@ -38,7 +38,8 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(bool emulate) : m_emulate(emulate) {
     m_info.kind = DeviceKind::Cpu;
     m_info.emulated = emulate;
-    m_info.name = "cpu (" + std::to_string(cpu::threads()) + " threads)" + (emulate ? ", emulated device" : "");
+    m_info.name =
+        "cpu (" + std::to_string(cpu::threads()) + " threads)" + (emulate ? ", emulated device" : "");
   }
 
   const DeviceInfo& info() const override { return m_info; }
@@ -50,8 +51,7 @@ class CpuBackend final : public Backend {
     if (bytes == 0) return nullptr;
     const size_t rounded = (bytes + 255) / 256 * 256;
     void* p = std::aligned_alloc(256, rounded);
-    if (!p)
-      throw DeviceFailure("allocate: out of host memory for " + std::to_string(bytes) + " bytes");
+    if (!p) throw DeviceFailure("allocate: out of host memory for " + std::to_string(bytes) + " bytes");
     std::memset(p, 0, rounded);
     return tag(p);
   }
@@ -82,8 +82,7 @@ class CpuBackend final : public Backend {
 
   void setEpoch(std::chrono::steady_clock::time_point epoch) override { m_epoch = epoch; }
   int mark() override {
-    m_marks.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch).count());
+    m_marks.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - m_epoch).count());
     return static_cast<int>(m_marks.size()) - 1;
   }
   double markTime(int mark) override {
@@ -95,21 +94,27 @@ class CpuBackend final : public Backend {
 
   void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                      int OC) override {
-    cpu::linearForward(f(out), g(f(inp), size_t(N) * C, 0), g(f(weight), size_t(C) * OC, 1), f(bias), N, C, OC);
+    cpu::linearForward(f(out), g(f(inp), size_t(N) * C, 0), g(f(weight), size_t(C) * OC, 1), f(bias), N, C,
+                       OC);
   }
   void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int N, int C, int OC) override {
-    cpu::linearBackward(f(dinp), f(dweight), f(dbias), g(f(dout), size_t(N) * OC, 0), g(f(inp), size_t(N) * C, 1),
-                        g(f(weight), size_t(C) * OC, 2), N, C, OC);
+    cpu::linearBackward(f(dinp), f(dweight), nullptr, g(f(dout), size_t(N) * OC, 0),
+                        g(f(inp), size_t(N) * C, 1), g(f(weight), size_t(C) * OC, 2), N, C, OC);
+    // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
+    if (dbias) cpu::linearBackward(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
   }
   void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                       int OC) override {
-    cpu::linearForwardT(f(out), g(f(inp), size_t(N) * C, 0), g(f(weight), size_t(OC) * C, 1), f(bias), N, C, OC);
+    cpu::linearForwardT(f(out), g(f(inp), size_t(N) * C, 0), g(f(weight), size_t(OC) * C, 1), f(bias), N, C,
+                        OC);
   }
   void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int N, int C, int OC) override {
-    cpu::linearBackwardT(f(dinp), f(dweight), f(dbias), g(f(dout), size_t(N) * OC, 0), g(f(inp), size_t(N) * C, 1),
-                         g(f(weight), size_t(OC) * C, 2), N, C, OC);
+    cpu::linearBackwardT(f(dinp), f(dweight), nullptr, g(f(dout), size_t(N) * OC, 0),
+                         g(f(inp), size_t(N) * C, 1), g(f(weight), size_t(OC) * C, 2), N, C, OC);
+    // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
+    if (dbias) cpu::linearBackwardT(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
   }
   void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C, float eps) override {
@@ -134,7 +139,9 @@ class CpuBackend final : public Backend {
   void add(float* out, const float* a, const float* b, size_t n) override { cpu::add(f(out), f(a), f(b), n); }
   void accumulate(float* y, const float* x, size_t n) override { cpu::accumulate(f(y), f(x), n); }
   void scale(float* y, float s, size_t n) override { cpu::scale(f(y), s, n); }
-  void addRows(float* x, const float* row, size_t rows, int C) override { cpu::addRows(f(x), f(row), rows, C); }
+  void addRows(float* x, const float* row, size_t rows, int C) override {
+    cpu::addRows(f(x), f(row), rows, C);
+  }
 
   size_t attentionSavedFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
   size_t attentionScratchFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
@@ -173,15 +180,17 @@ class CpuBackend final : public Backend {
                            int V, float gradScale) override {
     cpu::softmaxCrossEntropy(f(losses), f(dlogits), f(logits), f(targets), N, V, gradScale);
   }
-  void argmaxRows(int32_t* out, const float* x, int N, int V) override { cpu::argmaxRows(f(out), f(x), N, V); }
+  void argmaxRows(int32_t* out, const float* x, int N, int V) override {
+    cpu::argmaxRows(f(out), f(x), N, V);
+  }
   void rowMax(float* mx, const float* logits, int N, int V) override { cpu::rowMax(f(mx), f(logits), N, V); }
   void crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
                             const int32_t* targets, int vocabStart, int N, int V) override {
     cpu::crossEntropyPartials(f(sumExp), f(targetLogit), f(logits), f(mx), f(targets), vocabStart, N, V);
   }
   void crossEntropyFinish(float* losses, float* dlogits, const float* logits, const float* mx,
-                          const float* sumExp, const float* targetLogit, const int32_t* targets, int vocabStart,
-                          int N, int V, float gradScale) override {
+                          const float* sumExp, const float* targetLogit, const int32_t* targets,
+                          int vocabStart, int N, int V, float gradScale) override {
     cpu::crossEntropyFinish(f(losses), f(dlogits), f(logits), f(mx), f(sumExp), f(targetLogit), f(targets),
                             vocabStart, N, V, gradScale);
   }
@@ -189,8 +198,8 @@ class CpuBackend final : public Backend {
   void patchify(float* patches, const float* images, int B, int S, int P) override {
     cpu::patchify(f(patches), f(images), B, S, P);
   }
-  void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B, int NP, int C,
-                     bool cls) override {
+  void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B, int NP,
+                     int C, bool cls) override {
     cpu::tokensForward(f(out), f(x), f(clsToken), f(pos), B, NP, C, cls);
   }
   void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
@@ -219,7 +228,9 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  void* tag(void* p) const { return m_emulate ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) + kTag) : p; }
+  void* tag(void* p) const {
+    return m_emulate ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) + kTag) : p;
+  }
   // Backend pointer -> host address (emulation checks that it IS a backend pointer).
   template <typename T>
   T* f(T* p) const {

@@ -5,6 +5,10 @@
 // full by the GEMMs and masked by the softmax, which writes exact zeros above the diagonal, so the products
 // that follow see zeros there. Simple and O(T^2) in memory; a fused (flash-style) kernel is future work.
 // cuBLAS is column-major: a row-major (R, K) view with row stride ld is, read column-major, its transpose.
+// In GemmMode::Bf16 every GEMM reads bf16 copies (detail::gemmOperand): qkv and dout whole, the
+// probabilities after the softmax and the pre-softmax gradient after the softmax backward, each converted
+// once per call on the stream; the scores, softmax, its backward and every result stay fp32, and the saved
+// probabilities (att) are the fp32 ones.
 #include <cmath>
 #include <string>
 
@@ -14,6 +18,9 @@ namespace ms::cuda {
 namespace {
 
 using detail::gemm;
+using detail::kSlotD;
+using detail::kSlotW;
+using detail::kSlotX;
 using detail::kWarpSize;
 
 constexpr int kRowsPerBlock = detail::kBlockSize / kWarpSize;
@@ -69,20 +76,23 @@ Status attentionForward(float* out, float* att, const float* qkv, int B, int T, 
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
   const long long TT = (long long)T * T;
+  const size_t rows = size_t(B) * H * T;
+  MS_GEMM_OPERAND(x, qkv, size_t(B) * T * C3, kSlotX, stream, "attentionForward: qkv");
   for (int b = 0; b < B; b++) {
-    const float* q = qkv + size_t(b) * T * C3;  // (T, hs) per head, row stride 3C, head stride hs
-    const float* k = q + C;
+    // q, k: (T, hs) per head, row stride 3C, head stride hs
+    const detail::GemmOperand q = x.at(size_t(b) * T * C3);
+    const detail::GemmOperand k = q.at(C);
     float* a = att + size_t(b) * H * TT;  // (H, T, T)
     // scores (T, T) = scale * q @ k^T  <=>  scores^T = scale * k (T, hs) @ q^T (hs, T)
     MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, a, T, TT, H,
                 "attentionForward: q @ k^T"));
   }
-  const size_t rows = size_t(B) * H * T;
   softmaxRowsKernel<<<rowBlocks(rows), detail::kBlockSize, 0, stream>>>(att, rows, T, causal);
   MS_TRY(checkLaunch("attentionForward: softmax"));
+  MS_GEMM_OPERAND(p, att, rows * T, kSlotD, stream, "attentionForward: att");
   for (int b = 0; b < B; b++) {
-    const float* v = qkv + size_t(b) * T * C3 + 2 * C;
-    const float* a = att + size_t(b) * H * TT;
+    const detail::GemmOperand v = x.at(size_t(b) * T * C3 + 2 * C);
+    const detail::GemmOperand a = p.at(size_t(b) * H * TT);
     float* o = out + size_t(b) * T * C;  // (T, hs) per head, row stride C
     // out = att @ v  <=>  out^T (hs, T) = v^T (hs, T) @ att^T (T, T)
     MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, C3, hs, a, T, TT, 0.0f, o, C, hs, H,
@@ -100,29 +110,37 @@ Status attentionBackward(float* dqkv, float* scratch, const float* dout, const f
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
   const long long TT = (long long)T * T;
-  for (int b = 0; b < B; b++) {
-    const float* v = qkv + size_t(b) * T * C3 + 2 * C;
-    float* dv = dqkv + size_t(b) * T * C3 + 2 * C;
-    const float* a = att + size_t(b) * H * TT;
-    float* d = scratch + size_t(b) * H * TT;
-    const float* dO = dout + size_t(b) * T * C;
-    // datt (T, T) = dout @ v^T  <=>  datt^T = v (T, hs) @ dout^T (hs, T)
-    MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, d, T, TT, H,
-                "attentionBackward: dout @ v^T"));
-    // dv += att^T @ dout  <=>  dv^T (hs, T) += dout^T (hs, T) @ att (T, T)
-    MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, a, T, TT, 1.0f, dv, C3, hs, H,
-                "attentionBackward: dv"));
-  }
   const size_t rows = size_t(B) * H * T;
+  MS_GEMM_OPERAND(x, qkv, size_t(B) * T * C3, kSlotX, stream, "attentionBackward: qkv");
+  MS_GEMM_OPERAND(dy, dout, size_t(B) * T * C, kSlotW, stream, "attentionBackward: dout");
+  {
+    MS_GEMM_OPERAND(p, att, rows * T, kSlotD, stream, "attentionBackward: att");
+    for (int b = 0; b < B; b++) {
+      const detail::GemmOperand v = x.at(size_t(b) * T * C3 + 2 * C);
+      float* dv = dqkv + size_t(b) * T * C3 + 2 * C;
+      const detail::GemmOperand a = p.at(size_t(b) * H * TT);
+      float* d = scratch + size_t(b) * H * TT;
+      const detail::GemmOperand dO = dy.at(size_t(b) * T * C);
+      // datt (T, T) = dout @ v^T  <=>  datt^T = v (T, hs) @ dout^T (hs, T)
+      MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, d, T, TT, H,
+                  "attentionBackward: dout @ v^T"));
+      // dv += att^T @ dout  <=>  dv^T (hs, T) += dout^T (hs, T) @ att (T, T)
+      MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, a, T, TT, 1.0f, dv, C3, hs, H,
+                  "attentionBackward: dv"));
+    }
+  }
   softmaxRowsBackwardKernel<<<rowBlocks(rows), detail::kBlockSize, 0, stream>>>(scratch, att, rows, T,
                                                                                 causal);
   MS_TRY(checkLaunch("attentionBackward: softmax"));
+  // The pre-softmax gradient reuses the probabilities' slot: the dv GEMMs that read those are enqueued
+  // before this conversion on the same stream.
+  MS_GEMM_OPERAND(dpre, scratch, rows * T, kSlotD, stream, "attentionBackward: dpre");
   for (int b = 0; b < B; b++) {
-    const float* q = qkv + size_t(b) * T * C3;
-    const float* k = q + C;
+    const detail::GemmOperand q = x.at(size_t(b) * T * C3);
+    const detail::GemmOperand k = q.at(C);
     float* dq = dqkv + size_t(b) * T * C3;
     float* dk = dq + C;
-    const float* d = scratch + size_t(b) * H * TT;  // dpre (H, T, T)
+    const detail::GemmOperand d = dpre.at(size_t(b) * H * TT);  // dpre (H, T, T)
     // dq += scale * dpre @ k  <=>  dq^T (hs, T) += scale * k^T (hs, T) @ dpre^T (T, T)
     MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, C3, hs, d, T, TT, 1.0f, dq, C3, hs, H,
                 "attentionBackward: dq"));

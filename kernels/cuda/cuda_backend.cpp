@@ -48,9 +48,21 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : m_device(device) {}
 
+  // Process-wide (ms::cuda::setGemmMode): every CUDA backend of the process computes in the last precision
+  // set. Bf16 converts the operands into scratch reused call after call, which is safe because every op of
+  // this backend runs on its one compute stream (cuda_ops.h).
   void setGemmPrecision(GemmPrecision p) override {
-    if (p == GemmPrecision::Bf16) throw DeviceFailure("setGemmPrecision: bf16 GEMMs are not implemented yet");
-    cuda::setGemmMode(p == GemmPrecision::Tf32 ? cuda::GemmMode::Tf32 : cuda::GemmMode::Fp32);
+    switch (p) {
+      case GemmPrecision::Fp32:
+        cuda::setGemmMode(cuda::GemmMode::Fp32);
+        break;
+      case GemmPrecision::Tf32:
+        cuda::setGemmMode(cuda::GemmMode::Tf32);
+        break;
+      case GemmPrecision::Bf16:
+        cuda::setGemmMode(cuda::GemmMode::Bf16);
+        break;
+    }
     m_gemm = p;
   }
   GemmPrecision gemmPrecision() const override { return m_gemm; }

@@ -19,7 +19,9 @@
 //   half a microsecond of resolution). Clear marks every step or so: the elapsed times are floats in ms.
 // - Every failure throws DeviceFailure naming the device, the op and the CUDA or cuBLAS error. Most CUDA
 //   errors leave the context unusable: treat one as fatal for the rank.
-// - GEMMs run in the process-wide ms::cuda::gemmMode() (fp32 by default), on the compute stream.
+// - GEMMs run in the process-wide ms::cuda::gemmMode() (fp32 by default; setGemmPrecision sets it), on the
+//   compute stream. Bf16 GEMMs convert their operands into per-thread scratch that is safe to reuse because
+//   all of the backend's ops run on that one stream (cuda_ops.h).
 // - One backend per device per process, used from one thread at a time; each call makes the backend's
 //   device current on the calling thread first.
 #pragma once

@@ -1,9 +1,14 @@
 // cuBLAS plumbing for the CUDA backend: one handle per thread and device, created lazily and bound to the
-// caller's stream on every use; the fp32/TF32 GEMM wrapper every product goes through; and the
-// deterministic column sum used for bias gradients. The handle cache is thread_local (cuBLAS handles must not
-// be used by two threads at once) and destroys its handles when the thread ends.
+// caller's stream on every use; the GEMM wrapper every product goes through (fp32, TF32, or bf16 inputs with
+// fp32 accumulation); the bf16 conversion of GEMM operands into per-thread scratch (GemmMode::Bf16, see
+// cuda_ops.h for the stream rule that makes its reuse safe); and the deterministic column sum used for bias
+// gradients. The handle and scratch caches are thread_local (cuBLAS handles must not be used by two threads
+// at once) and release what they hold when the thread ends.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -22,6 +27,94 @@ struct HandleCache {
 };
 
 thread_local HandleCache t_handles;
+
+// The bf16 copies of GEMM operands: grow-only buffers, kGemmSlots per device, plus the stream the last GEMM
+// op of this thread used on each device (a different stream synchronises the device before reuse).
+struct ScratchCache {
+  struct Buffer {
+    __nv_bfloat16* data = nullptr;
+    size_t elems = 0;
+  };
+  Buffer buffers[kMaxDevices][kGemmSlots];
+  cudaStream_t lastStream[kMaxDevices] = {};
+  bool used[kMaxDevices] = {};
+  ~ScratchCache() {
+    // Errors at thread exit have nobody left to report to; cudaFree waits for the work still reading them.
+    for (int d = 0; d < kMaxDevices; ++d)
+      for (Buffer& b : buffers[d])
+        if (b.data && cudaSetDevice(d) == cudaSuccess) cudaFree(b.data);
+    cudaGetLastError();
+  }
+};
+
+thread_local ScratchCache t_scratch;
+
+// dst[i] = src[i] rounded to bf16 (nearest even). With vec, src is 16-byte and dst 8-byte aligned: four
+// elements per load, then the tail one by one.
+__global__ void toBf16Kernel(__nv_bfloat16* dst, const float* src, size_t n, bool vec) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (vec) {
+    const size_t n4 = n / 4;
+    const float4* s4 = reinterpret_cast<const float4*>(src);
+    __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
+    for (size_t i = first; i < n4; i += stride) {
+      const float4 v = s4[i];
+      d2[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+      d2[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+    first += 4 * n4;
+  }
+  for (size_t i = first; i < n; i += stride) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+Status launchToBf16(__nv_bfloat16* dst, const float* src, size_t n, cudaStream_t stream, const char* what) {
+  if (n == 0) return Status::ok();
+  const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 8 == 0;
+  toBf16Kernel<<<gridFor(vec ? n / 4 + 1 : n), kBlockSize, 0, stream>>>(dst, src, n, vec);
+  return checkLaunch(what);
+}
+
+// Makes `b` hold at least n elements (grow-only, 1.5x at a time). The old buffer was last read on `stream`
+// (gemmOperand synchronised the device if the previous op used another one): waiting for that stream before
+// freeing it makes sure no queued GEMM still reads it (cudaFree would also wait, implicitly). On out of
+// memory the stream-ordered pool of the device (the CUDA backend's allocator, which keeps freed memory
+// cached) gives its unused memory back and the allocation is retried once at the exact size. Growth happens
+// during the first steps only, so these synchronisations do not recur.
+Status growScratch(ScratchCache::Buffer& b, size_t n, int device, cudaStream_t stream, const char* what) {
+  if (b.elems >= n) return Status::ok();
+  const size_t want = std::max(n, b.elems + b.elems / 2);
+  if (b.data) {
+    MS_TRY(cudaStatus(cudaStreamSynchronize(stream),
+                      (std::string(what) + ": bf16 GEMM scratch: cudaStreamSynchronize").c_str()));
+    const cudaError_t e = cudaFree(b.data);
+    b.data = nullptr;
+    b.elems = 0;
+    MS_TRY(cudaStatus(e, (std::string(what) + ": bf16 GEMM scratch: cudaFree").c_str()));
+  }
+  void* p = nullptr;
+  size_t got = want;
+  cudaError_t e = cudaMalloc(&p, got * sizeof(__nv_bfloat16));
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it
+    cudaMemPool_t pool = nullptr;
+    if (cudaDeviceGetMemPool(&pool, device) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess)
+      cudaMemPoolTrimTo(pool, 0);
+    cudaGetLastError();
+    got = n;
+    p = nullptr;
+    e = cudaMalloc(&p, got * sizeof(__nv_bfloat16));
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return cudaStatus(e, (std::string(what) + ": bf16 GEMM scratch: cudaMalloc of " +
+                          std::to_string(got * sizeof(__nv_bfloat16)) + " bytes")
+                             .c_str());
+  }
+  b.data = static_cast<__nv_bfloat16*>(p);
+  b.elems = got;
+  return Status::ok();
+}
 
 // Rows per block in the column sum: blockDim (32, kSumRows), each thread strides over rows.
 constexpr int kSumRows = 8;
@@ -61,15 +154,41 @@ Expected<cublasHandle_t> cublasHandleFor(cudaStream_t stream) {
   return h;
 }
 
+Expected<GemmOperand> gemmOperand(const float* src, size_t n, GemmSlot slot, cudaStream_t stream,
+                                  const char* what) {
+  if (gemmMode() != GemmMode::Bf16) return GemmOperand(src);
+  if (slot < 0 || slot >= kGemmSlots) return Status::error(std::string(what) + ": no GEMM scratch slot");
+  int device = 0;
+  MS_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices)
+    return Status::error(std::string(what) + ": bf16 GEMM scratch: device index " + std::to_string(device) +
+                         " out of range");
+  if (t_scratch.used[device] && t_scratch.lastStream[device] != stream) {
+    // Another stream than the previous GEMM op's: its GEMMs may still read the scratch (see cuda_ops.h).
+    MS_TRY(cudaStatus(cudaDeviceSynchronize(),
+                      (std::string(what) + ": bf16 GEMM scratch: cudaDeviceSynchronize").c_str()));
+  }
+  t_scratch.used[device] = true;
+  t_scratch.lastStream[device] = stream;
+  ScratchCache::Buffer& b = t_scratch.buffers[device][slot];
+  MS_TRY(growScratch(b, n, device, stream, what));
+  MS_TRY(launchToBf16(b.data, src, n, stream, what));
+  return GemmOperand::bf16Copy(b.data);
+}
+
 Status gemm(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, int m, int n, int k,
-            float alpha, const float* A, int lda, long long strideA, const float* B, int ldb,
-            long long strideB, float beta, float* C, int ldc, long long strideC, int batch,
-            const char* what) {
+            float alpha, GemmOperand A, int lda, long long strideA, GemmOperand B, int ldb, long long strideB,
+            float beta, float* C, int ldc, long long strideC, int batch, const char* what) {
   if (m <= 0 || n <= 0 || batch <= 0) return Status::ok();
+  if (A.bf16 != B.bf16)
+    return Status::error(std::string(what) + ": GEMM inputs of different types (one bf16, one fp32)");
   Expected<cublasHandle_t> handle = cublasHandleFor(stream);
   if (!handle) return handle.status().withContext(what);
   cublasHandle_t h = *handle;
-  const bool tf32 = gemmMode() == GemmMode::Tf32;
+  // bf16 inputs: fp32 accumulation (CUBLAS_COMPUTE_32F) on the tensor cores, which the default math mode
+  // allows for 16-bit inputs. fp32 inputs: TF32 only in GemmMode::Tf32.
+  const cudaDataType_t inType = A.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const bool tf32 = !A.bf16 && gemmMode() == GemmMode::Tf32;
   // The compute type alone decides the precision; the math mode is set to match so that neither depends on
   // what another caller left on this handle.
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -77,13 +196,13 @@ Status gemm(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, i
                           "cublasSetMathMode");
   if (!s) return s.withContext(what);
   if (batch == 1) {
-    s = cublasStatus(cublasGemmEx(h, opA, opB, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta,
-                                  C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT),
+    s = cublasStatus(cublasGemmEx(h, opA, opB, m, n, k, &alpha, A.data, inType, lda, B.data, inType, ldb,
+                                  &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx");
   } else {
-    s = cublasStatus(cublasGemmStridedBatchedEx(h, opA, opB, m, n, k, &alpha, A, CUDA_R_32F, lda, strideA, B,
-                                                CUDA_R_32F, ldb, strideB, &beta, C, CUDA_R_32F, ldc, strideC,
-                                                batch, compute, CUBLAS_GEMM_DEFAULT),
+    s = cublasStatus(cublasGemmStridedBatchedEx(h, opA, opB, m, n, k, &alpha, A.data, inType, lda, strideA,
+                                                B.data, inType, ldb, strideB, &beta, C, CUDA_R_32F, ldc,
+                                                strideC, batch, compute, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmStridedBatchedEx");
   }
   return s.withContext(what);
@@ -104,6 +223,11 @@ namespace ms::cuda {
 Status prepareGemm(cudaStream_t stream) {
   const Expected<cublasHandle_t> handle = detail::cublasHandleFor(stream);
   return handle ? Status::ok() : handle.status().withContext("prepareGemm");
+}
+
+Status roundToBf16(uint16_t* dst, const float* src, size_t n, cudaStream_t stream) {
+  static_assert(sizeof(__nv_bfloat16) == sizeof(uint16_t), "bf16 is 16 bits");
+  return detail::launchToBf16(reinterpret_cast<__nv_bfloat16*>(dst), src, n, stream, "roundToBf16");
 }
 
 }  // namespace ms::cuda

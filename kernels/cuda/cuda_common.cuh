@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -73,11 +74,49 @@ Status cublasStatus(cublasStatus_t status, const char* what);
 // cuBLAS handles are not safe to share between threads that use them concurrently, hence one per thread.
 Expected<cublasHandle_t> cublasHandleFor(cudaStream_t stream);
 
-// Column-major C = alpha * op(A) @ op(B) + beta * C in fp32 storage, batched with element strides, using the
-// process GemmMode. batch 1 is a plain GEMM. Callers translate row-major products (see cuda_linear.cu).
+// A GEMM input in device memory: fp32 (the caller's buffer) or bf16 (a converted copy in scratch, see
+// gemmOperand). Implicitly made from an fp32 pointer.
+struct GemmOperand {
+  const void* data = nullptr;
+  bool bf16 = false;
+
+  GemmOperand() = default;
+  GemmOperand(const float* p) : data(p) {}  // NOLINT: implicit on purpose (fp32 call sites)
+  static GemmOperand bf16Copy(const __nv_bfloat16* p) {
+    GemmOperand o;
+    o.data = p;
+    o.bf16 = true;
+    return o;
+  }
+  // The same operand `offset` ELEMENTS further on (a head's columns, a batch element), in its own type.
+  GemmOperand at(size_t offset) const {
+    GemmOperand o = *this;
+    o.data = bf16 ? static_cast<const void*>(static_cast<const __nv_bfloat16*>(data) + offset)
+                  : static_cast<const void*>(static_cast<const float*>(data) + offset);
+    return o;
+  }
+};
+
+// The bf16 scratch slots of gemmOperand: one per operand an op converts at a time. An op must not give two
+// live operands the same slot.
+enum GemmSlot : int { kSlotX = 0, kSlotW = 1, kSlotD = 2, kGemmSlots = 3 };
+
+// src (n floats, the whole buffer every strided view of the GEMMs will read) as a GEMM operand in the
+// process GemmMode: src itself for Fp32 and Tf32; for Bf16 a copy rounded to nearest even, written into the
+// calling thread's scratch `slot` for the current device by a kernel enqueued on stream. The copy is valid
+// for work enqueued on stream until the next gemmOperand call with the same slot (see the stream rule in
+// cuda_ops.h). Fails (a Status naming what) when the scratch cannot grow or the launch fails.
+Expected<GemmOperand> gemmOperand(const float* src, size_t n, GemmSlot slot, cudaStream_t stream,
+                                  const char* what);
+
+// Column-major C = alpha * op(A) @ op(B) + beta * C with fp32 C, batched with element strides (in elements
+// of each operand's type). batch 1 is a plain GEMM. fp32 A and B: CUBLAS_COMPUTE_32F, or
+// CUBLAS_COMPUTE_32F_FAST_TF32 in GemmMode::Tf32; bf16 A and B (from gemmOperand): CUDA_R_16BF inputs with
+// CUBLAS_COMPUTE_32F (fp32 accumulation). Mixed input types are an error. Callers translate row-major
+// products (see cuda_linear.cu).
 Status gemm(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, int m, int n, int k,
-            float alpha, const float* A, int lda, long long strideA, const float* B, int ldb,
-            long long strideB, float beta, float* C, int ldc, long long strideC, int batch, const char* what);
+            float alpha, GemmOperand A, int lda, long long strideA, GemmOperand B, int ldb, long long strideB,
+            float beta, float* C, int ldc, long long strideC, int batch, const char* what);
 
 // sum over rows of x (N, OC) into out (OC), out += (deterministic: one block column per output, no atomics).
 Status columnSumAccumulate(float* out, const float* x, int N, int OC, cudaStream_t stream, const char* what);
@@ -85,3 +124,14 @@ Status columnSumAccumulate(float* out, const float* x, int N, int OC, cudaStream
 }  // namespace ms::cuda::detail
 
 #define MS_CUBLAS_CHECK(expr) MS_TRY(::ms::cuda::detail::cublasStatus((expr), #expr))
+
+// Declares `GemmOperand var` = gemmOperand(args...), returning the Status from the enclosing function on
+// failure.
+#define MS_GEMM_OPERAND(var, ...)                                 \
+  ::ms::cuda::detail::GemmOperand var;                            \
+  do {                                                            \
+    ::ms::Expected<::ms::cuda::detail::GemmOperand> ms_operand_ = \
+        ::ms::cuda::detail::gemmOperand(__VA_ARGS__);             \
+    if (!ms_operand_) return ms_operand_.status();                \
+    var = *ms_operand_;                                           \
+  } while (0)

@@ -2,13 +2,19 @@
 // transpose (K, R) with leading dimension K. So every row-major product Y = X @ W is computed as the
 // column-major Y^T = W^T @ X^T on the same pointers, and the comment above each call gives the row-major
 // formula it implements. Bias forward is a separate broadcast add; bias gradients are a deterministic column
-// sum (cuda_blas.cu).
+// sum (cuda_blas.cu). In GemmMode::Bf16 every operand a call multiplies (inp, weight, dout) is first
+// converted to bf16 into its own scratch slot (detail::gemmOperand; fp32 modes use the buffers as they are),
+// on the same stream as the GEMMs that read it; results, accumulation (beta = 1 for the gradients) and the
+// bias stay fp32. The weight is converted on every call (caching it per step would save that pass).
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace ms::cuda {
 namespace {
 
 using detail::gemm;
+using detail::kSlotD;
+using detail::kSlotW;
+using detail::kSlotX;
 
 // out (N, OC) += bias (OC) broadcast over rows.
 __global__ void addBiasKernel(float* out, const float* bias, size_t N, int OC) {
@@ -30,8 +36,10 @@ Status linearForward(float* out, const float* inp, const float* weight, const fl
                      int OC, cudaStream_t stream) {
   // out (N, OC), inp (N, C), weight (C, OC), bias (OC)
   if (N <= 0 || OC <= 0) return Status::ok();
+  MS_GEMM_OPERAND(w, weight, size_t(C) * OC, kSlotW, stream, "linearForward: weight");
+  MS_GEMM_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearForward: inp");
   // out = inp @ weight  <=>  out^T (OC, N) = weight^T (OC, C) @ inp^T (C, N)
-  MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, weight, OC, 0, inp, C, 0, 0.0f, out, OC, 0, 1,
+  MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, w, OC, 0, x, C, 0, 0.0f, out, OC, 0, 1,
               "linearForward"));
   return addBias(out, bias, N, OC, stream, "linearForward: bias");
 }
@@ -40,15 +48,20 @@ Status linearBackward(float* dinp, float* dweight, float* dbias, const float* do
                       const float* weight, int N, int C, int OC, cudaStream_t stream) {
   // dinp (N, C), dweight (C, OC), dbias (OC), dout (N, OC), inp (N, C), weight (C, OC)
   if (N <= 0 || C <= 0 || OC <= 0) return Status::ok();
-  if (dinp) {
-    // dinp += dout @ weight^T  <=>  dinp^T (C, N) += weight (C, OC) @ dout^T (OC, N)
-    MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, 1.0f, weight, OC, 0, dout, OC, 0, 1.0f, dinp, C,
-                0, 1, "linearBackward: dinp"));
-  }
-  if (dweight) {
-    // dweight += inp^T @ dout  <=>  dweight^T (OC, C) += dout^T (OC, N) @ inp (N, C)
-    MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, OC,
-                0, 1, "linearBackward: dweight"));
+  if (dinp || dweight) {
+    MS_GEMM_OPERAND(dy, dout, size_t(N) * OC, kSlotD, stream, "linearBackward: dout");
+    if (dinp) {
+      MS_GEMM_OPERAND(w, weight, size_t(C) * OC, kSlotW, stream, "linearBackward: weight");
+      // dinp += dout @ weight^T  <=>  dinp^T (C, N) += weight (C, OC) @ dout^T (OC, N)
+      MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, 1.0f, w, OC, 0, dy, OC, 0, 1.0f, dinp, C, 0, 1,
+                  "linearBackward: dinp"));
+    }
+    if (dweight) {
+      MS_GEMM_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearBackward: inp");
+      // dweight += inp^T @ dout  <=>  dweight^T (OC, C) += dout^T (OC, N) @ inp (N, C)
+      MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, 1.0f, dy, OC, 0, x, C, 0, 1.0f, dweight, OC, 0,
+                  1, "linearBackward: dweight"));
+    }
   }
   if (dbias) MS_TRY(detail::columnSumAccumulate(dbias, dout, N, OC, stream, "linearBackward: dbias"));
   return Status::ok();
@@ -58,8 +71,10 @@ Status linearForwardT(float* out, const float* inp, const float* weight, const f
                       int OC, cudaStream_t stream) {
   // out (N, OC), inp (N, C), weight (OC, C), bias (OC)
   if (N <= 0 || OC <= 0) return Status::ok();
+  MS_GEMM_OPERAND(w, weight, size_t(OC) * C, kSlotW, stream, "linearForwardT: weight");
+  MS_GEMM_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearForwardT: inp");
   // out = inp @ weight^T  <=>  out^T (OC, N) = weight (OC, C) @ inp^T (C, N)
-  MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, weight, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1,
+  MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, w, C, 0, x, C, 0, 0.0f, out, OC, 0, 1,
               "linearForwardT"));
   return addBias(out, bias, N, OC, stream, "linearForwardT: bias");
 }
@@ -68,15 +83,20 @@ Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* d
                        const float* weight, int N, int C, int OC, cudaStream_t stream) {
   // dinp (N, C), dweight (OC, C), dbias (OC), dout (N, OC), inp (N, C), weight (OC, C)
   if (N <= 0 || C <= 0 || OC <= 0) return Status::ok();
-  if (dinp) {
-    // dinp += dout @ weight  <=>  dinp^T (C, N) += weight^T (C, OC) @ dout^T (OC, N)
-    MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, weight, C, 0, dout, OC, 0, 1.0f, dinp, C, 0,
-                1, "linearBackwardT: dinp"));
-  }
-  if (dweight) {
-    // dweight += dout^T @ inp  <=>  dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)
-    MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dweight, C, 0,
-                1, "linearBackwardT: dweight"));
+  if (dinp || dweight) {
+    MS_GEMM_OPERAND(dy, dout, size_t(N) * OC, kSlotD, stream, "linearBackwardT: dout");
+    if (dinp) {
+      MS_GEMM_OPERAND(w, weight, size_t(OC) * C, kSlotW, stream, "linearBackwardT: weight");
+      // dinp += dout @ weight  <=>  dinp^T (C, N) += weight^T (C, OC) @ dout^T (OC, N)
+      MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dy, OC, 0, 1.0f, dinp, C, 0, 1,
+                  "linearBackwardT: dinp"));
+    }
+    if (dweight) {
+      MS_GEMM_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearBackwardT: inp");
+      // dweight += dout^T @ inp  <=>  dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)
+      MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, x, C, 0, dy, OC, 0, 1.0f, dweight, C, 0,
+                  1, "linearBackwardT: dweight"));
+    }
   }
   if (dbias) MS_TRY(detail::columnSumAccumulate(dbias, dout, N, OC, stream, "linearBackwardT: dbias"));
   return Status::ok();

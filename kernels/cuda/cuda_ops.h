@@ -9,8 +9,9 @@
 //   (an illegal address, say) is asynchronous and surfaces at the next checked call, usually synchronize().
 //   Such errors are sticky in CUDA: the context is unusable afterwards, so treat any failure as fatal for the
 //   rank. Nothing here throws, exits or aborts.
-// - GEMMs (linear layers and the products inside attention) go through cuBLAS in fp32 or TF32, chosen by
-//   setGemmMode(). TF32 rounds the GEMM inputs to a 10-bit mantissa: expect relative errors near 1e-3.
+// - GEMMs (linear layers and the products inside attention) go through cuBLAS in fp32, TF32 or bf16, chosen
+//   by setGemmMode(). TF32 rounds the GEMM inputs to a 10-bit mantissa, bf16 to a 7-bit one: expect relative
+//   errors near 1e-3 and 1e-2 against fp32.
 // - Accumulating gradients with atomics (embeddingBackward, embeddingRangeBackward, sumSquares) is not
 //   bitwise deterministic run to run; every other op is.
 // - Elementwise kernels are grid-stride loops over size_t indices (any element count); row kernels give a
@@ -38,11 +39,27 @@ Status checkLaunch(const char* what);
 
 // ---- GEMM precision --------------------------------------------------------------------------------------
 // Fp32: CUBLAS_COMPUTE_32F, no tensor-core shortcuts. Tf32: CUBLAS_COMPUTE_32F_FAST_TF32 (inputs rounded
-// to TF32, fp32 accumulation). Process-wide, like ms::cpu::setThreads(); default Fp32. Set it once at start
-// up, before any GEMM is enqueued.
-enum class GemmMode { Fp32, Tf32 };
+// to TF32, fp32 accumulation). Bf16: every GEMM operand is converted to __nv_bfloat16 (round to nearest
+// even, roundToBf16 below) and multiplied by cuBLAS with CUDA_R_16BF inputs, CUDA_R_32F results and
+// CUBLAS_COMPUTE_32F (fp32 accumulation); accumulating GEMMs keep beta = 1 on the fp32 result, biases,
+// softmax and everything else stay fp32 (mixed precision as torch.autocast runs matmuls). Process-wide,
+// like ms::cpu::setThreads(); default Fp32. Set it once at start up, before any GEMM is enqueued.
+//
+// Bf16 scratch: the bf16 copies live in grow-only device buffers, a few operand slots per calling thread
+// and device (cudaMalloc'd; growing frees the old buffer with cudaFree, which waits for the device, so
+// growth is safe whatever is still queued). Each op converts into its slots and the GEMMs that read them are
+// enqueued right after on the same stream, so the next op's conversion (a later call) cannot overwrite a
+// copy still being read: REUSE IS SAFE BY STREAM ORDER ONLY WHEN A THREAD ENQUEUES ALL ITS GEMM OPS ON ONE
+// STREAM, which the CUDA backend guarantees (its one compute stream). As a safety net, a GEMM op issued on a
+// different stream than the previous one of the same thread and device synchronises the device before
+// reusing the scratch. The buffers are freed when the thread ends. Weights are converted on every call;
+// caching their bf16 copies once per optimizer step is a possible optimisation.
+enum class GemmMode { Fp32, Tf32, Bf16 };
 void setGemmMode(GemmMode mode);
 GemmMode gemmMode();
+// dst (n bf16 bit patterns) = src (n floats) rounded to bf16, round to nearest even (__float2bfloat16_rn;
+// NaN stays NaN, overflow rounds to infinity). Asynchronous. The conversion every Bf16 GEMM operand takes.
+Status roundToBf16(uint16_t* dst, const float* src, size_t n, cudaStream_t stream);
 // Creates the calling thread's cuBLAS handle for the current device now (cublasCreate allocates and
 // synchronises, which is better done at start up than inside the first step) and binds it to stream. Every
 // GEMM binds the handle to its own stream argument anyway.
