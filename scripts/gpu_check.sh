@@ -1,0 +1,64 @@
+#!/bin/sh
+# Every GPU check of issue 6 in one command, for a GPU machine's short lease. Here: scripts/gpu_bundle.sh; then
+# on the GPU machine, with .gpu carried, from the repository root:  scripts/gpu_check.sh
+# Logs go to $OUT (the device tool's folder) or /tmp/gpu-check; a summary is printed.
+#  1. tst_backend gpu: every Backend op on CUDA against the CPU backend (fp32 and bf16), memory, marks.
+#  2. tst_cuda_kernels: every CUDA kernel against its CPU reference.
+#  3. Parity: a small GPT trained 20 steps in fp32 on the GPU and on the CPU (the losses agree to 1e-4
+#     relative), and in bf16 on the GPU (tracks fp32 within 1%).
+#  4. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine and PyTorch eager, bf16 and fp32.
+set -u
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpu-check}
+mkdir -p "$out"
+run=.gpu/run.sh
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+$run tst_backend gpu >"$out/tst_backend_gpu.txt" 2>&1
+echo "tst_backend gpu: exit $? ($(grep -c '^FAIL' "$out/tst_backend_gpu.txt") failures)"
+$run tst_cuda_kernels >"$out/tst_cuda_kernels.txt" 2>&1
+echo "tst_cuda_kernels: exit $? ($(grep -c '^FAIL' "$out/tst_cuda_kernels.txt") failures)"
+
+work=$(mktemp -d)
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+with open(f"{work}/text.txt", "w") as f:
+    for i in range(3000):
+        f.write(f"line {i}: the GPU must train exactly what the CPU trains, {i % 13} times over.\n")
+for name, device, precision in [("cpu", "cpu", "fp32"), ("cuda", "cuda", "fp32"), ("cuda-bf16", "cuda", "bf16")]:
+    cfg = {"version": 1, "name": name, "seed": 5, "device": device,
+           "model": {"type": "gpt", "layers": 4, "width": 128, "heads": 4, "context": 128},
+           "data": {"kind": "text", "files": [f"{work}/text.txt"]},
+           "parallel": {"precision": precision},
+           "optimizer": {"type": "adamw", "lr": 0.001},
+           "training": {"steps": 20, "batch_size": 8, "seq_len": 128, "eval_batches": 2, "checkpoint_every": 0}}
+    json.dump(cfg, open(f"{work}/{name}.json", "w"))
+PY
+for name in cpu cuda cuda-bf16; do
+  $run meshstudio-engine train "$work/$name.json" --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1
+  echo "train $name: exit $?"
+  cp "$work/$name/metrics.jsonl" "$out/metrics-$name.jsonl" 2>/dev/null
+done
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def losses(name):
+    try:
+        return {j["step"]: j["loss"] for j in map(json.loads, open(f"{work}/{name}/metrics.jsonl")) if j["type"] == "step"}
+    except OSError:
+        return {}
+cpu, gpu, bf16 = losses("cpu"), losses("cuda"), losses("cuda-bf16")
+steps = sorted(set(cpu) & set(gpu))
+if steps:
+    worst = max(abs(gpu[s] - cpu[s]) / abs(cpu[s]) for s in steps)
+    print(f"fp32 GPU vs CPU over {len(steps)} steps: worst relative loss difference {worst:.2e} "
+          f"({'ok' if worst < 1e-4 else 'TOO FAR'})")
+steps = sorted(set(bf16) & set(gpu))
+if steps:
+    worst = max(abs(bf16[s] - gpu[s]) / abs(gpu[s]) for s in steps)
+    print(f"bf16 vs fp32 on the GPU: worst relative loss difference {worst:.2e} ({'ok' if worst < 1e-2 else 'TOO FAR'})")
+PY
+$run python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/bin/meshstudio-engine >"$out/bench.txt" 2>&1
+echo "bench/gpu_vs_torch.py: exit $?"
+cat "$out/bench.txt"
+rm -rf "$work"
