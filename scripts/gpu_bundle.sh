@@ -9,7 +9,7 @@
 #   then on the GPU machine:  .gpu/run.sh tst_backend gpu
 #                             .gpu/run.sh tst_cuda_kernels
 #                             .gpu/run.sh meshstudio-engine train CONFIG
-#                             .gpu/run.sh python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/bin/meshstudio-engine
+#                             .gpu/run.sh python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/wrap/meshstudio-engine
 #
 # Multi-rank runs need mpirun, which this does not pack (Debian's Open MPI is not relocatable as is).
 set -eu
@@ -28,6 +28,7 @@ for exe in "$stage"/bin/*; do
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux*) ;;  # the GPU machine's own
+    libstdc++.so* | libgcc_s.so*) ;;  # the GPU machine's are newer, and backward compatible
     libcuda.so* | libcudart.so* | libcublas*.so* | libnccl.so* | libnvidia*) ;;   # CUDA's, there too
     *) cp -L "$lib" "$stage/lib/" ;;
   esac
@@ -36,14 +37,24 @@ rm -rf .gpu && mkdir -p .gpu
 tar -C "$stage" -cJf .gpu/bundle.tar.xz .
 cat > .gpu/run.sh <<'RUN'
 #!/bin/sh
-# Runs its arguments with the packed programs first on the PATH, the packed libraries and CUDA's (the
-# toolkit's and PyTorch's pip wheels').
+# Unpacks the bundle into /tmp/ms-gpu once and runs its arguments with the packed programs first on the PATH.
+# Each packed program is reached through a wrapper that gives it (alone) the packed libraries and CUDA's (the
+# toolkit's and PyTorch's pip wheels'), so Python and PyTorch keep the machine's own libraries.
 here=/tmp/ms-gpu
-if [ ! -d "$here" ]; then mkdir -p "$here" && tar -C "$here" -xJf "$(dirname "$0")/bundle.tar.xz"; fi
-export PATH="$here/bin:$PATH"
-cudalibs=$(python3 -c "import glob, os, nvidia; d = os.path.dirname(nvidia.__path__[0]); print(':'.join(sorted(glob.glob(d + '/nvidia/**/lib', recursive=True))))" 2>/dev/null || true)
-export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ ! -d "$here/wrap" ]; then
+  mkdir -p "$here/wrap" && tar -C "$here" -xJf "$(dirname "$0")/bundle.tar.xz"
+  cudalibs=$(python3 -c "import glob, os, nvidia; d = os.path.dirname(nvidia.__path__[0]); print(':'.join(sorted(glob.glob(d + '/nvidia/**/lib', recursive=True))))" 2>/dev/null || true)
+  for exe in "$here"/bin/*; do
+    cat >"$here/wrap/$(basename "$exe")" <<WRAP
+#!/bin/sh
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:$cudalibs"
 export QT_QPA_PLATFORM=offscreen
+exec "$exe" "\$@"
+WRAP
+    chmod +x "$here/wrap/$(basename "$exe")"
+  done
+fi
+export PATH="$here/wrap:$PATH"
 exec "$@"
 RUN
 chmod +x .gpu/run.sh

@@ -58,7 +58,7 @@ if steps:
     worst = max(abs(bf16[s] - gpu[s]) / abs(gpu[s]) for s in steps)
     print(f"bf16 vs fp32 on the GPU: worst relative loss difference {worst:.2e} ({'ok' if worst < 1e-2 else 'TOO FAR'})")
 PY
-$run python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/bin/meshstudio-engine >"$out/bench.txt" 2>&1
+$run python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/wrap/meshstudio-engine >"$out/bench.txt" 2>&1
 echo "bench/gpu_vs_torch.py: exit $?"
 cat "$out/bench.txt"
 rm -rf "$work"
