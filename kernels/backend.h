@@ -45,12 +45,12 @@ const char* toString(GemmPrecision p);
 // What the device is, for run_start and the MFU figures.
 struct DeviceInfo {
   DeviceKind kind = DeviceKind::Cpu;
-  std::string name;            // "NVIDIA H100 80GB HBM3", or "cpu (16 threads)"
-  int index = -1;              // CUDA device ordinal (-1 on the CPU)
-  int64_t totalBytes = 0;      // device memory (0 on the CPU: not the backend's to say)
-  double peakFlopsFp32 = 0;    // dense, per second (0 when unknown)
-  double peakFlopsBf16 = 0;    // dense tensor-core bf16, per second (0 when unknown or none)
-  bool emulated = false;       // the CPU's emulated device (tests)
+  std::string name;          // "NVIDIA H100 80GB HBM3", or "cpu (16 threads)"
+  int index = -1;            // CUDA device ordinal (-1 on the CPU)
+  int64_t totalBytes = 0;    // device memory (0 on the CPU: not the backend's to say)
+  double peakFlopsFp32 = 0;  // dense, per second (0 when unknown)
+  double peakFlopsBf16 = 0;  // dense tensor-core bf16, per second (0 when unknown or none)
+  bool emulated = false;     // the CPU's emulated device (tests)
 };
 
 // The device's memory as the device sees it (all 0 on the CPU).
@@ -110,8 +110,8 @@ class Backend {
                               const float* weight, int N, int C, int OC) = 0;
   virtual void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N,
                               int C, int OC) = 0;
-  virtual void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+  virtual void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int N, int C, int OC) = 0;
 
   // ---- layer norm ---------------------------------------------------------------------------------------
   virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -134,10 +134,12 @@ class Backend {
   virtual void addRows(float* x, const float* row, size_t rows, int C) = 0;
 
   // ---- attention ----------------------------------------------------------------------------------------
-  // What forward saves for backward (att) and backward's scratch, in floats: (B, H, T, T) for a backend that
-  // materialises the softmax; a fused (flash) backend may need far less.
-  virtual size_t attentionSavedFloats(int B, int T, int H) const = 0;
-  virtual size_t attentionScratchFloats(int B, int T, int H) const = 0;
+  // What forward saves for backward (att) and backward's scratch, in floats, for the shapes attentionForward
+  // and attentionBackward will get (C channels, H heads): (B, H, T, T) for a backend that materialises the
+  // softmax; a fused (flash) backend needs far less, (B, H, T) each (the CUDA backend for head sizes up to
+  // 128), and backward then reads the forward's output `out`.
+  virtual size_t attentionSavedFloats(int B, int T, int C, int H) const = 0;
+  virtual size_t attentionScratchFloats(int B, int T, int C, int H) const = 0;
   virtual void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
                                 bool causal) = 0;
   virtual void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -171,7 +173,8 @@ class Backend {
   virtual void crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
                                     const int32_t* targets, int vocabStart, int N, int V) = 0;
   // 3: losses (N) = log(sumExp) - (targetLogit - mx) (0 where target < 0); dlogits (nullable, may alias
-  // logits) OVERWRITTEN with gradScale * (softmax - onehot) over this rank's columns (0 rows where target < 0).
+  // logits) OVERWRITTEN with gradScale * (softmax - onehot) over this rank's columns, 0 rows where
+  // target < 0.
   virtual void crossEntropyFinish(float* losses, float* dlogits, const float* logits, const float* mx,
                                   const float* sumExp, const float* targetLogit, const int32_t* targets,
                                   int vocabStart, int N, int V, float gradScale) = 0;
@@ -187,7 +190,8 @@ class Backend {
 
   // ---- optimizers and reductions ------------------------------------------------------------------------
   virtual void adamwUpdate(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                           float beta1, float beta2, float eps, float weightDecay, int t, float gradScale) = 0;
+                           float beta1, float beta2, float eps, float weightDecay, int t,
+                           float gradScale) = 0;
   virtual void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
                          float weightDecay, bool nesterov, bool firstStep, float gradScale) = 0;
   // Sum of squares of each of count buffers (ptrs[i], sizes[i]), added up in double; waits for the result.

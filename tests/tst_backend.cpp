@@ -1,12 +1,13 @@
 // Tests of the Backend interface (kernels/backend.h). Every op is written once as a CASE that runs on a
 // backend through the interface alone (inputs uploaded, outputs downloaded) on fixed-seed data, and two
 // backends are compared output by output:
-// - TestBackendCpu (CTest tst_backend, label unit): the CPU backend against the CPU backend's emulated
-// device,
+// - TestBackendCpu (CTest tst_backend, label unit): the CPU backend against its emulated device,
 //   bit for bit, on every case and shape; the emulation's misuse checks (a host pointer given to an op, a
-//   device pointer given as upload's or download's host side); marks, info, memory calls.
+//   device pointer given as upload's or download's host side); marks, info, memory calls; the Tf32 and Bf16
+//   GEMM precisions as the Fp32 ops on operands rounded by the test's own rounding, bit for bit.
 // - TestBackendCuda (CTest tst_backend_gpu, label gpu; the same binary with the argument "gpu"): the CUDA
-//   backend against the CPU backend on the same cases (fp32 GEMMs: within atol + 1e-4 * |ref|), plus what
+//   backend against the CPU backend on the same cases (fp32 GEMMs: within atol + 1e-4 * |ref|), in Bf16 too
+//   (linear and attention), attention on the fused kernel's shapes and past its head-size limit, plus what
 //   only a GPU has: allocator zero-fill and alignment after reuse, out of memory, event marks, memoryInfo.
 //   Without a device (or a CUDA build) it skips with "no CUDA device", which CTest reports as skipped.
 // Shapes are deliberately odd (N = 7, C = 33, V = 50, T = 5, H = 3): multiples of no block size.
@@ -247,8 +248,8 @@ void attentionCase(Session& s, const Shape& sh) {
   for (const bool causal : {true, false}) {
     const std::string v = causal ? "causal " : "full ";
     float* out = s.up(Vec(n, 5.0f));
-    float* saved = s.up(Vec(s.be.attentionSavedFloats(B, T, H), 5.0f));
-    float* scratch = s.up(Vec(s.be.attentionScratchFloats(B, T, H), 5.0f));
+    float* saved = s.up(Vec(s.be.attentionSavedFloats(B, T, C, H), 5.0f));
+    float* scratch = s.up(Vec(s.be.attentionScratchFloats(B, T, C, H), 5.0f));
     float* dqkv = s.up(rnd(rng, 3 * n));
     s.be.attentionForward(out, saved, qkv, B, T, C, H, causal);
     s.be.attentionBackward(dqkv, scratch, dout, qkv, saved, out, B, T, C, H, causal);
@@ -641,22 +642,24 @@ AttentionData attentionData(const Shape& sh) {
   return d;
 }
 
-// out, the saved probabilities (att) and dqkv of attention forward and backward on d.
-std::vector<Output> runAttention(ms::Backend& be, const Shape& sh, bool causal, const AttentionData& d) {
+// out, the saved state (att: the CPU's probabilities) when withSaved, and dqkv of attention forward and
+// backward on d.
+std::vector<Output> runAttention(ms::Backend& be, const Shape& sh, bool causal, const AttentionData& d,
+                                 bool withSaved = true) {
   Session s(be);
   const int B = sh.B, T = sh.T, C = sh.C, H = sh.H;
   const size_t n = size_t(B) * T * C;
-  const size_t savedFloats = be.attentionSavedFloats(B, T, H);
+  const size_t savedFloats = be.attentionSavedFloats(B, T, C, H);
   float* qkv = s.up(d.qkv);
   float* dout = s.up(d.dout);
   float* dqkv = s.up(d.dqkv0);
   float* out = s.up(Vec(n, 5.0f));
   float* saved = s.up(Vec(savedFloats, 5.0f));
-  float* scratch = s.up(Vec(be.attentionScratchFloats(B, T, H), 5.0f));
+  float* scratch = s.up(Vec(be.attentionScratchFloats(B, T, C, H), 5.0f));
   be.attentionForward(out, saved, qkv, B, T, C, H, causal);
   be.attentionBackward(dqkv, scratch, dout, qkv, saved, out, B, T, C, H, causal);
   s.out("out", out, n);
-  s.out("att", saved, savedFloats);
+  if (withSaved) s.out("att", saved, savedFloats);
   s.out("dqkv", dqkv, 3 * n);
   return std::move(s.outputs);
 }
@@ -709,7 +712,8 @@ class TestBackendCpu : public QObject {
     QVERIFY(plain->allocate(0) == nullptr);
     QVERIFY(emu->allocate(0) == nullptr);
     emu->deallocate(nullptr, 0);
-    QCOMPARE(emu->attentionSavedFloats(2, 5, 3), size_t(2 * 3 * 5 * 5));
+    QCOMPARE(emu->attentionSavedFloats(2, 5, 48, 3), size_t(2 * 3 * 5 * 5));
+    QCOMPARE(emu->attentionScratchFloats(2, 5, 48, 3), size_t(2 * 3 * 5 * 5));
 #ifdef MESHSTUDIO_HAVE_CUDA
     QVERIFY(ms::computeStream(*emu) == nullptr);  // not a CUDA backend
 #endif
@@ -978,7 +982,12 @@ class TestBackendCuda : public QObject {
     QVERIFY(!i.emulated);
     QVERIFY(m_cuda->deviceMemory());
     QVERIFY(ms::computeStream(*m_cuda) != nullptr);
-    QCOMPARE(m_cuda->attentionSavedFloats(2, 5, 3), size_t(2 * 3 * 5 * 5));
+    // The fused kernel up to head size 128 saves (B, H, T); larger heads materialise (B, H, T, T).
+    QCOMPARE(m_cuda->attentionSavedFloats(2, 5, 48, 3), size_t(2 * 3 * 5));
+    QCOMPARE(m_cuda->attentionScratchFloats(2, 5, 48, 3), size_t(2 * 3 * 5));
+    QCOMPARE(m_cuda->attentionSavedFloats(2, 5, 3 * 128, 3), size_t(2 * 3 * 5));
+    QCOMPARE(m_cuda->attentionSavedFloats(2, 5, 3 * 129, 3), size_t(2 * 3 * 5 * 5));
+    QCOMPARE(m_cuda->attentionScratchFloats(2, 5, 3 * 129, 3), size_t(2 * 3 * 5 * 5));
 #endif
     {
       PrecisionScope bf16(ms::GemmPrecision::Bf16, {m_cuda.get()});
@@ -998,7 +1007,45 @@ class TestBackendCuda : public QObject {
     QFETCH(int, shapeIndex);
     const std::vector<Output> ref = runCase(*m_cpu, caseIndex, shapeIndex);
     const std::vector<Output> got = runCase(*m_cuda, caseIndex, shapeIndex);
-    const QString why = closeDifference(got, ref, 1e-4, 1e-5);
+    // Attention runs the fused kernel here (head sizes <= 128): other sums, and D from dout . out.
+    const bool attention = std::string(kCases[caseIndex].name) == "attention";
+    const QString why = closeDifference(got, ref, 1e-4, attention ? 1e-4 : 1e-5);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Attention on the shapes that matter to the fused kernel (odd T: 5 inside one tile, 67 over three; head
+  // sizes 16, 64 and 128; causal and bidirectional; fp32 and bf16) and on a head size of 129, which takes the
+  // materialised path: out and dqkv against the CPU backend in the same precision.
+  void attentionMatchesCpu_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("H");
+    QTest::addColumn<bool>("causal");
+    QTest::addColumn<bool>("bf16");
+    const int shapes[][4] = {{2, 5, 48, 3},   {2, 67, 48, 3},  {2, 5, 192, 3},
+                             {1, 67, 192, 3}, {1, 67, 384, 3}, {1, 37, 387, 3}};
+    for (const bool bf16 : {false, true})
+      for (const bool causal : {true, false})
+        for (const auto& sh : shapes)
+          QTest::addRow("%s%s B%d T%d C%d H%d hs%d", bf16 ? "bf16 " : "", causal ? "causal" : "full", sh[0],
+                        sh[1], sh[2], sh[3], sh[2] / sh[3])
+              << sh[0] << sh[1] << sh[2] << sh[3] << causal << bf16;
+  }
+  void attentionMatchesCpu() {
+    QFETCH(int, B);
+    QFETCH(int, T);
+    QFETCH(int, C);
+    QFETCH(int, H);
+    QFETCH(bool, causal);
+    QFETCH(bool, bf16);
+    const Shape sh{"attention", B, T, C, H, 2, 1, 2, 1};
+    const AttentionData d = attentionData(sh);
+    const ms::GemmPrecision p = bf16 ? ms::GemmPrecision::Bf16 : ms::GemmPrecision::Fp32;
+    PrecisionScope scope(p, {m_cuda.get(), m_cpu.get()});
+    const std::vector<Output> ref = runAttention(*m_cpu, sh, causal, d, false);
+    const std::vector<Output> got = runAttention(*m_cuda, sh, causal, d, false);
+    const QString why = closeDifference(got, ref, 1e-4, bf16 ? kBf16AttentionAtol : 1e-4);
     QVERIFY2(why.isEmpty(), qPrintable(why));
   }
 

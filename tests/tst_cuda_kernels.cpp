@@ -537,6 +537,104 @@ class TestCudaKernels : public QObject {
     VERIFY_CLOSE(got, dqkv, atol, rtol);
   }
 
+  // The fused kernel against the CPU's materialised attention: out and dqkv (accumulated onto non-zero
+  // values), and the saved log-sum-exp against a double-precision host computation. Odd T (inside one
+  // 32-key tile, over several, and 8-row blocks that end past T), head sizes 2 to 128, causal and
+  // bidirectional, fp32 and bf16 operands.
+  void flashAttention_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("H");
+    QTest::addColumn<bool>("causal");
+    QTest::addColumn<bool>("bf16");
+    const int shapes[][4] = {{1, 1, 6, 3},    {2, 5, 48, 3},    {3, 17, 21, 3},
+                             {2, 37, 48, 3},  {1, 64, 64, 1},   {2, 67, 192, 3},
+                             {1, 67, 384, 3}, {2, 129, 128, 4}, {1, 200, 96, 1}};
+    for (const bool bf16 : {false, true})
+      for (const bool causal : {true, false})
+        for (const auto& sh : shapes)
+          QTest::addRow("%s%s B%d T%d C%d H%d", bf16 ? "bf16 " : "", causal ? "causal" : "full", sh[0], sh[1],
+                        sh[2], sh[3])
+              << sh[0] << sh[1] << sh[2] << sh[3] << causal << bf16;
+  }
+
+  void flashAttention() {
+    QFETCH(int, B);
+    QFETCH(int, T);
+    QFETCH(int, C);
+    QFETCH(int, H);
+    QFETCH(bool, causal);
+    QFETCH(bool, bf16);
+    GemmModeScope scope(bf16 ? cuda::GemmMode::Bf16 : cuda::GemmMode::Fp32);
+    const double atol = bf16 ? kBf16AttentionAtol : kGemmAtol;
+    const double rtol = bf16 ? kBf16AttentionRtol : kGemmRtol;
+    const int hs = C / H;
+    std::mt19937 rng(kSeed + 11);
+    const Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);  // (B, T, 3C)
+    const Vec dout = randomVec(rng, size_t(B) * T * C);                  // (B, T, C)
+    const Vec dqkv0 = randomVec(rng, qkv.size());
+    const Vec qkvG = bf16 ? roundBf16Host(qkv) : qkv;
+    const Vec doutG = bf16 ? roundBf16Host(dout) : dout;
+    const size_t attSize = size_t(B) * H * T * T;
+    Vec out(dout.size()), att(attSize), scratch(attSize), dqkv = dqkv0;
+    cpu::attentionForward(out.data(), att.data(), qkvG.data(), B, T, C, H, causal);
+    cpu::attentionBackward(dqkv.data(), scratch.data(), doutG.data(), qkvG.data(), att.data(), B, T, C, H,
+                           causal);
+    // lse (B, H, T) in double from the operands the kernel multiplies.
+    Vec lse(size_t(B) * H * T);
+    const double scale = 1.0 / std::sqrt(double(hs));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < T; ++i) {
+          const int len = causal ? i + 1 : T;
+          std::vector<double> sc(static_cast<size_t>(len));
+          double mx = -INFINITY;
+          for (int j = 0; j < len; ++j) {
+            double dotp = 0.0;
+            for (int d = 0; d < hs; ++d)
+              dotp += double(qkvG[(size_t(b) * T + i) * 3 * C + size_t(h) * hs + d]) *
+                      double(qkvG[(size_t(b) * T + j) * 3 * C + C + size_t(h) * hs + d]);
+            sc[size_t(j)] = dotp * scale;
+            mx = std::max(mx, sc[size_t(j)]);
+          }
+          double sum = 0.0;
+          for (double v : sc) sum += std::exp(v - mx);
+          lse[(size_t(b) * H + h) * T + i] = float(mx + std::log(sum));
+        }
+
+    DBuf<float> dQkv, dOut, dLse, dScratch, dDout, dDqkv;
+    CUDA_OK(upload(dQkv, qkv));
+    CUDA_OK(upload(dOut, Vec(out.size(), 5.0f)));  // overwritten
+    CUDA_OK(upload(dLse, Vec(lse.size(), 5.0f)));
+    CUDA_OK(upload(dScratch, Vec(lse.size(), 5.0f)));  // (B, H, T) is all the backward needs
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dDqkv, dqkv0));
+    CUDA_OK(cuda::flashAttentionForward(dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal, m_stream));
+    CUDA_OK(cuda::flashAttentionBackward(dDqkv.data(), dScratch.data(), dDout.data(), dQkv.data(),
+                                         dOut.data(), dLse.data(), B, T, C, H, causal, m_stream));
+    CUDA_OK(cuda::synchronize(m_stream));
+    Vec got;
+    CUDA_OK(download(got, dLse));
+    VERIFY_CLOSE(got, lse, kGemmAtol, kGemmRtol);
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, out, atol, rtol);
+    CUDA_OK(download(got, dDqkv));
+    VERIFY_CLOSE(got, dqkv, atol, rtol);
+  }
+
+  // Head sizes above the fused kernel's limit and shapes that do not split into heads are errors that name
+  // the op.
+  void flashAttentionRejects() {
+    const ms::Status big = cuda::flashAttentionForward(
+        nullptr, nullptr, nullptr, 1, 4, 3 * (cuda::kFlashAttentionMaxHeadSize + 1), 3, true, m_stream);
+    QVERIFY2(!big.isOk() && big.message().find("head size") != std::string::npos, big.message().c_str());
+    const ms::Status odd = cuda::flashAttentionBackward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                        1, 4, 7, 3, true, m_stream);
+    QVERIFY2(!odd.isOk() && odd.message().find("flashAttentionBackward") != std::string::npos,
+             odd.message().c_str());
+  }
+
   void embedding_data() {
     QTest::addColumn<int>("B");
     QTest::addColumn<int>("T");

@@ -58,7 +58,7 @@ class TransformerBlock final : public Layer {
     const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T;
     Cache& c = m_caches[slot];
-    c.ensure(B, T, C, Cl, F, m_be.attentionSavedFloats(B, T, H));
+    c.ensure(B, T, C, Cl, F, m_be.attentionSavedFloats(B, T, Cl, H));
     if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
@@ -107,7 +107,7 @@ class TransformerBlock final : public Layer {
     float* dF1 = m_ws->get(2, NF, true);        // (B, T, Fl)
     float* dF2 = m_ws->get(3, NF, true);        // (B, T, Fl)
     float* dqkv = m_ws->get(4, 3 * NCl, true);  // (B, T, 3Cl)
-    float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, H), false);
+    float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
     m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
@@ -246,7 +246,7 @@ class TransformerBlock final : public Layer {
     }
     m_be.zero(dC, NCl * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.data(), m_projw.value(), N, Cl, C);
-    float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, H), false);
+    float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.data(), B, T, Cl, H,
                            m_causal);
     m_be.zero(dC, NC * sizeof(float));

@@ -143,8 +143,8 @@ class CpuBackend final : public Backend {
     cpu::addRows(f(x), f(row), rows, C);
   }
 
-  size_t attentionSavedFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
-  size_t attentionScratchFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
+  size_t attentionSavedFloats(int B, int T, int, int H) const override { return size_t(B) * H * T * T; }
+  size_t attentionScratchFloats(int B, int T, int, int H) const override { return size_t(B) * H * T * T; }
   void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
                         bool causal) override {
     // q, k and v rounded; the probabilities multiply v unrounded (a GPU rounds them too).

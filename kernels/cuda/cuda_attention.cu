@@ -3,7 +3,8 @@
 // H heads read q, k, v in place from qkv (B, T, 3C) (head h at column offset h*hs, row stride 3C), and one
 // warp per row computes the softmax (and its backward) over att (B, H, T, T). Causal rows are computed in
 // full by the GEMMs and masked by the softmax, which writes exact zeros above the diagonal, so the products
-// that follow see zeros there. Simple and O(T^2) in memory; a fused (flash-style) kernel is future work.
+// that follow see zeros there. Simple and O(T^2) in memory; the CUDA backend uses it for head sizes the fused
+// kernel (cuda_flash_attention.cu) does not take.
 // cuBLAS is column-major: a row-major (R, K) view with row stride ld is, read column-major, its transpose.
 // In GemmMode::Bf16 every GEMM reads bf16 copies (detail::gemmOperand): qkv and dout whole, the
 // probabilities after the softmax and the pre-softmax gradient after the softmax backward, each converted

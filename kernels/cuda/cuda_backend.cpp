@@ -329,17 +329,33 @@ class CudaBackend final : public Backend {
     op("addRows", cuda::addRows, x, row, rows, C);
   }
 
-  // ---- attention (materialised softmax: saved att and backward's scratch are (B, H, T, T)) --------------
-  size_t attentionSavedFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
-  size_t attentionScratchFloats(int B, int T, int H) const override { return size_t(B) * H * T * T; }
+  // ---- attention ----------------------------------------------------------------------------------------
+  // Head sizes up to cuda::kFlashAttentionMaxHeadSize take the fused kernel: saved is the rows' log-sum-exp
+  // and backward's scratch their rowsum(dout * out), (B, H, T) each. Larger heads (and shapes the kernels
+  // reject, which then fail with their error) take the materialised softmax: (B, H, T, T) each.
+  static bool fusedAttention(int C, int H) {
+    return H > 0 && C > 0 && C % H == 0 && C / H <= cuda::kFlashAttentionMaxHeadSize;
+  }
+  size_t attentionSavedFloats(int B, int T, int C, int H) const override {
+    return fusedAttention(C, H) ? size_t(B) * H * T : size_t(B) * H * T * T;
+  }
+  size_t attentionScratchFloats(int B, int T, int C, int H) const override {
+    return fusedAttention(C, H) ? size_t(B) * H * T : size_t(B) * H * T * T;
+  }
   void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
                         bool causal) override {
-    op("attentionForward", cuda::attentionForward, out, saved, qkv, B, T, C, H, causal);
+    if (fusedAttention(C, H))
+      op("attentionForward", cuda::flashAttentionForward, out, saved, qkv, B, T, C, H, causal);
+    else
+      op("attentionForward", cuda::attentionForward, out, saved, qkv, B, T, C, H, causal);
   }
   void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* saved,
-                         const float* /*out: unused by the materialised kernel*/, int B, int T, int C, int H,
-                         bool causal) override {
-    op("attentionBackward", cuda::attentionBackward, dqkv, scratch, dout, qkv, saved, B, T, C, H, causal);
+                         const float* out, int B, int T, int C, int H, bool causal) override {
+    if (fusedAttention(C, H))
+      op("attentionBackward", cuda::flashAttentionBackward, dqkv, scratch, dout, qkv, out, saved, B, T, C, H,
+         causal);
+    else
+      op("attentionBackward", cuda::attentionBackward, dqkv, scratch, dout, qkv, saved, B, T, C, H, causal);
   }
 
   // ---- embeddings ---------------------------------------------------------------------------------------

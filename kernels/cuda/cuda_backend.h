@@ -22,6 +22,8 @@
 // - GEMMs run in the process-wide ms::cuda::gemmMode() (fp32 by default; setGemmPrecision sets it), on the
 //   compute stream. Bf16 GEMMs convert their operands into per-thread scratch that is safe to reuse because
 //   all of the backend's ops run on that one stream (cuda_ops.h).
+// - Attention with head sizes up to 128 runs the fused kernel (cuda_flash_attention.cu: nothing (T, T) is
+//   stored, forward saves (B, H, T) floats); larger heads the materialised softmax (cuda_attention.cu).
 // - One backend per device per process, used from one thread at a time; each call makes the backend's
 //   device current on the calling thread first.
 #pragma once

@@ -161,6 +161,21 @@ Status attentionForward(float* out, float* att, const float* qkv, int B, int T, 
 Status attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                          int B, int T, int C, int H, bool causal, cudaStream_t stream);
 
+// ---- Fused attention (cuda_flash_attention.cu) ----------------------------------------------------------
+// The same attention without the (B, H, T, T) matrices, FlashAttention-style (Dao et al. 2022): the forward
+// keeps an online softmax per query row and saves only the row's log-sum-exp; the backward recomputes the
+// probabilities from q, k and it. Head sizes up to kFlashAttentionMaxHeadSize; fp32 throughout, with the
+// materialised path's bf16 operand rounding in GemmMode::Bf16. Deterministic (no atomics).
+constexpr int kFlashAttentionMaxHeadSize = 128;
+// out (B, T, C); lse (B, H, T) = log sum_j exp(score_ij) over the keys row i sees.
+Status flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int H,
+                             bool causal, cudaStream_t stream);
+// dqkv (B, T, 3C) +=, from the forward's out and lse. scratch: at least B*H*T floats, contents undefined on
+// return.
+Status flashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int B, int T, int C, int H, bool causal,
+                              cudaStream_t stream);
+
 // ---- Embeddings (cuda_embedding.cu) ---------------------------------------------------------------------
 // out (B, T, C) = wte[tokens[b, t]] + wpe[t]. tokens is a device array (B, T), each in [0, V).
 Status embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
