@@ -164,15 +164,17 @@ class TestCli : public QObject {
       QCOMPARE(r.code, 1);
       QVERIFY2(r.err.contains("/device: \"cuda\": no usable CUDA device ("), qPrintable(r.err));
       QVERIFY(!QFile::exists(tmp.path() + "/cuda-run/metrics.jsonl"));
-      const Result e = engine({"train", cudaConfig, "--run-dir", tmp.path() + "/cuda-run", "--emulate-device"});
+      const Result e =
+          engine({"train", cudaConfig, "--run-dir", tmp.path() + "/cuda-run", "--emulate-device"});
       QCOMPARE(e.code, 1);
       QVERIFY2(e.err.contains("--emulate-device emulates a device on the CPU"), qPrintable(e.err));
     }
-    const Result emu = engine(
-        {"train", config, "--metrics", "-", "--run-dir", tmp.path() + "/emu-run", "--quiet", "--emulate-device"});
+    const Result emu = engine({"train", config, "--metrics", "-", "--run-dir", tmp.path() + "/emu-run",
+                               "--quiet", "--emulate-device"});
     QVERIFY2(emu.code == 0, qPrintable(emu.err));
     QCOMPARE(emu.err.count("the emulated device on the CPU"), 1);
-    const Result plain = engine({"train", config, "--metrics", "-", "--run-dir", tmp.path() + "/plain-run", "--quiet"});
+    const Result plain =
+        engine({"train", config, "--metrics", "-", "--run-dir", tmp.path() + "/plain-run", "--quiet"});
     QVERIFY2(plain.code == 0, qPrintable(plain.err));
     auto losses = [](const QString& out) {
       QStringList l;

@@ -254,18 +254,25 @@ class TestEquivalence : public QObject {
   void emulatedDeviceMatchesCpu_data() {
     QTest::addColumn<QString>("ref");
     QTest::addColumn<QString>("parallel");
-    QTest::newRow("gpt 1 rank") << "gpt" << "{}";
-    QTest::newRow("vit 1 rank") << "vit" << "{}";
-    QTest::newRow("gpt dp2 zero3 accumulation") << "gpt" << R"({"dp": 2, "zero": 3, "microbatches": 2})";
-    QTest::newRow("gpt dp2 zero1") << "gpt" << R"({"dp": 2, "zero": 1})";
-    QTest::newRow("gpt tp2 sequence parallel") << "gpt" << R"({"tp": 2, "sequence_parallel": true})";
+    QTest::newRow("gpt 1 rank") << "gpt"
+                                << "{}";
+    QTest::newRow("vit 1 rank") << "vit"
+                                << "{}";
+    QTest::newRow("gpt dp2 zero3 accumulation") << "gpt"
+                                                << R"({"dp": 2, "zero": 3, "microbatches": 2})";
+    QTest::newRow("gpt dp2 zero1") << "gpt"
+                                   << R"({"dp": 2, "zero": 1})";
+    QTest::newRow("gpt tp2 sequence parallel") << "gpt"
+                                               << R"({"tp": 2, "sequence_parallel": true})";
     QTest::newRow("gpt untied tp2 pp2 zb-h1")
-        << "gpt-untied" << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
+        << "gpt-untied"
+        << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1"})";
     QTest::newRow("gpt pp2 interleaved recompute")
         << "gpt"
         << R"({"pp": 2, "microbatches": 4, "schedule": "interleaved_1f1b", "virtual_chunks": 2,
               "recompute": "full"})";
-    QTest::newRow("vit dp2 tp2 zero2") << "vit" << R"({"dp": 2, "tp": 2, "zero": 2})";
+    QTest::newRow("vit dp2 tp2 zero2") << "vit"
+                                       << R"({"dp": 2, "tp": 2, "zero": 2})";
   }
 
   void emulatedDeviceMatchesCpu() {
@@ -281,15 +288,16 @@ class TestEquivalence : public QObject {
     const QString plain = m_tmp.path() + "/" + name + "-cpu", emulated = m_tmp.path() + "/" + name + "-emu";
     ProcessResult a = runMpi(kMpiexec, kEngine, ranks, {"train", config, "--run-dir", plain, "--quiet"});
     QVERIFY2(a.code == 0, qPrintable(a.err));
-    ProcessResult b =
-        runMpi(kMpiexec, kEngine, ranks, {"train", config, "--run-dir", emulated, "--quiet", "--emulate-device"});
+    ProcessResult b = runMpi(kMpiexec, kEngine, ranks,
+                             {"train", config, "--run-dir", emulated, "--quiet", "--emulate-device"});
     QVERIFY2(b.code == 0, qPrintable(b.err));
     QVERIFY2(b.err.contains("emulated device"), qPrintable(b.err));
     const auto l1 = metricLosses(plain + "/metrics.jsonl", "step");
     const auto l2 = metricLosses(emulated + "/metrics.jsonl", "step");
     QCOMPARE(l2.size(), size_t(kSteps));
     for (const auto& [step, loss] : l1) QCOMPARE(l2.at(step), loss);  // exactly
-    QCOMPARE(metricLosses(emulated + "/metrics.jsonl", "eval"), metricLosses(plain + "/metrics.jsonl", "eval"));
+    QCOMPARE(metricLosses(emulated + "/metrics.jsonl", "eval"),
+             metricLosses(plain + "/metrics.jsonl", "eval"));
     QCOMPARE(worstRelativeL2(ms::checkpointDirName(plain.toStdString(), kSteps) + "/model.safetensors",
                              ms::checkpointDirName(emulated.toStdString(), kSteps) + "/model.safetensors"),
              0.0);
@@ -297,7 +305,8 @@ class TestEquivalence : public QObject {
     const auto start = lastLine(emulated + "/metrics.jsonl", "run_start");
     QCOMPARE(start["device"]["emulated"].get<bool>(), true);
     QCOMPARE(static_cast<int>(lastLine(emulated + "/metrics.jsonl", "spans")["ranks"].size()), ranks);
-    const auto m1 = lastLine(plain + "/metrics.jsonl", "memory"), m2 = lastLine(emulated + "/metrics.jsonl", "memory");
+    const auto m1 = lastLine(plain + "/metrics.jsonl", "memory"),
+               m2 = lastLine(emulated + "/metrics.jsonl", "memory");
     QCOMPARE(m2["ranks"][0]["current"]["parameters"], m1["ranks"][0]["current"]["parameters"]);
     QCOMPARE(m2["ranks"][0]["current"]["optimizer"], m1["ranks"][0]["current"]["optimizer"]);
   }

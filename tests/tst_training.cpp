@@ -125,7 +125,8 @@ class TestTraining : public QObject {
         measuredPeak = std::max(measuredPeak, j["ranks"][0]["peak"]["total"].get<int64_t>());
         measuredParams = j["ranks"][0]["peak"]["parameters"].get<int64_t>();
       }
-    QVERIFY(std::abs(predicted["parameters"].get<double>() - double(measuredParams)) <= 0.01 * measuredParams);
+    QVERIFY(std::abs(predicted["parameters"].get<double>() - double(measuredParams)) <=
+            0.01 * measuredParams);
     QCOMPARE(predicted["optimizer"].get<double>(), 2 * predicted["parameters"].get<double>());
     const double ratio = predicted["total"].get<double>() / double(measuredPeak);
     QVERIFY2(ratio > 0.75 && ratio < 1.25, qPrintable(QString::number(ratio)));
@@ -210,7 +211,8 @@ class TestTraining : public QObject {
     c.parallel.dp = 2;
     QVERIFY(QString::fromStdString(checkRunnable(c).message()).contains("/parallel"));
     c.parallel.dp = 1;
-    // Sequence parallelism needs the sequence to split evenly: a vit with 16 patches and a class token has 17.
+    // Sequence parallelism needs the sequence to split evenly: a vit with 16 patches and a class token
+    // has 17.
     c.model.type = ModelType::Vit;
     c.model.imageSize = 28;
     c.model.patch = 7;

@@ -69,8 +69,8 @@ Expected<OpenedDevice> openDevice(DeviceChoice choice, int localRank, bool emula
     return out;
   }
   out.backend = std::move(*backend);
-  out.note = std::string("device \"") + (choice == DeviceChoice::Auto ? "auto" : "cuda") + "\": training on " +
-             out.backend->info().name + " (cuda:" + std::to_string(index) + ")";
+  out.note = std::string("device \"") + (choice == DeviceChoice::Auto ? "auto" : "cuda") +
+             "\": training on " + out.backend->info().name + " (cuda:" + std::to_string(index) + ")";
   return out;
 #else
   return Status::error("/device: unreachable without CUDA");
@@ -104,7 +104,8 @@ DevicePeak peakOfDevice(const DeviceInfo& info) {
   return p;
 }
 
-Expected<std::unique_ptr<Communicator>> openTensorWorld(Communicator* world, Backend& backend, std::string& note) {
+Expected<std::unique_ptr<Communicator>> openTensorWorld(Communicator* world, Backend& backend,
+                                                        std::string& note) {
   note.clear();
   if (!backend.deviceMemory() || !world) return std::unique_ptr<Communicator>();
 #if defined(MESHSTUDIO_HAVE_NCCL)

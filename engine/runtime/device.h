@@ -20,7 +20,8 @@ namespace ms {
 
 struct OpenedDevice {
   std::unique_ptr<Backend> backend;
-  std::string note;  // a line for the log ("device \"auto\": no usable CUDA device (...); training on the CPU")
+  std::string
+      note;  // a line for the log ("device \"auto\": no usable CUDA device (...); training on the CPU")
 };
 
 // localRank: this rank's index on its node (OMPI_COMM_WORLD_LOCAL_RANK). emulate: with "cpu", the CPU's
@@ -42,6 +43,7 @@ DevicePeak peakOfDevice(const DeviceInfo& info);
 // The world communicator for tensors in the backend's memory, over world (host memory, MPI). On a backend
 // without device memory that is world itself (result null). Otherwise an NCCL communicator, or the MPI one
 // with host staging; note says which and why (empty when nothing needs saying). Collective over world.
-Expected<std::unique_ptr<Communicator>> openTensorWorld(Communicator* world, Backend& backend, std::string& note);
+Expected<std::unique_ptr<Communicator>> openTensorWorld(Communicator* world, Backend& backend,
+                                                        std::string& note);
 
 }  // namespace ms

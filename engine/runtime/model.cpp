@@ -37,7 +37,8 @@ Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tr
 void Model::build(const RunConfig& config, int) {
   m_params->initialize(config.seed);
   m_batchCopies.resize(m_shard.chunks.size());
-  LayerContext ctx{m_backend, config.model, *m_params, m_tracker, &m_workspace, m_spec.samplePositions, m_shard.tp};
+  LayerContext ctx{m_backend,    config.model,           *m_params, m_tracker,
+                   &m_workspace, m_spec.samplePositions, m_shard.tp};
   m_layers.resize(m_spec.layers.size());
   m_acts.resize(m_spec.layers.size());
   for (const auto& chunk : m_shard.chunks)

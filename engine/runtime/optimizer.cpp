@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-
 namespace ms {
 
 double learningRate(const RunConfig& config, int64_t step) {

@@ -262,7 +262,8 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   } catch (const CommFailure& e) {
     failed = Status::error("rank " + std::to_string(m_groups.rank) + ", " + m_activity + ": " + e.what());
   } catch (const DeviceFailure& e) {
-    failed = Status::error("rank " + std::to_string(m_groups.rank) + ", " + m_activity + ": device: " + e.what());
+    failed =
+        Status::error("rank " + std::to_string(m_groups.rank) + ", " + m_activity + ": device: " + e.what());
   } catch (const std::out_of_range&) {
     failed = Status::error("rank " + std::to_string(m_groups.rank) + ", " + m_activity +
                            ": the schedule consumed data that was never produced (executor bug)");

@@ -34,7 +34,8 @@ struct RankGroups {
   int rank = 0;
 };
 // tensorWorld: the communicator over the same ranks for backend memory (nullptr: world itself).
-Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world, Communicator* tensorWorld = nullptr);
+Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world,
+                                    Communicator* tensorWorld = nullptr);
 
 // Sums a LossStats over the ranks of world (in place); a no-op for a null or one-rank world.
 Status reduceStats(LossStats& stats, Communicator* world);

@@ -78,7 +78,8 @@ StagingCommunicator::StagingCommunicator(std::unique_ptr<Communicator> host, Bac
       m_backend(backend),
       m_name(std::string(m_host->name()) + "+staging") {}
 
-Status StagingCommunicator::allReduce(const void* send, void* recv, size_t count, CommType type, ReduceOp op) {
+Status StagingCommunicator::allReduce(const void* send, void* recv, size_t count, CommType type,
+                                      ReduceOp op) {
   return guarded("allReduce", [&]() -> Status {
     const size_t bytes = count * commTypeSize(type);
     Bytes h(bytes);
@@ -216,7 +217,8 @@ Expected<CommRequestPtr> StagingCommunicator::isend(const void* data, size_t cou
   }
 }
 
-Expected<CommRequestPtr> StagingCommunicator::irecv(void* data, size_t count, CommType type, int peer, int tag) {
+Expected<CommRequestPtr> StagingCommunicator::irecv(void* data, size_t count, CommType type, int peer,
+                                                    int tag) {
   try {
     auto h = std::make_unique<Bytes>(count * commTypeSize(type));
     auto r = m_host->irecv(h->data(), count, type, peer, tag);

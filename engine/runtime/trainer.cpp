@@ -287,8 +287,8 @@ Status train(const RunConfig& config, const TrainOptions& options) {
     return trainOn(*device->backend, device->note, config, options);
   } catch (const DeviceFailure& e) {
     // Outside the executor (which names the action): loading, the optimizer step, checkpoints.
-    return Status::error(std::string("rank ") + std::to_string(world ? world->rank() : 0) + ": device: " +
-                         e.what());
+    return Status::error(std::string("rank ") + std::to_string(world ? world->rank() : 0) +
+                         ": device: " + e.what());
   }
 }
 

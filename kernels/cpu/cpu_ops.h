@@ -113,8 +113,8 @@ void addRows(float* x, const float* row, size_t rows, int C);
 void addPositions(float* y, const float* wpe, int B, int T, int C);
 // Vocabulary-parallel embedding (Megatron-LM): wte holds rows [vocabStart, vocabStart + vocabCount).
 // out (N, C) = wte[tokens[n] - vocabStart] for tokens in the range, 0 elsewhere.
-void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart, int vocabCount,
-                           int N, int C);
+void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+                           int vocabCount, int N, int C);
 // dwte[tokens[n] - vocabStart] += dout[n] for tokens in the range (positions in order: deterministic).
 void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
                             int vocabCount, int N, int C);

@@ -32,8 +32,8 @@ void addPositions(float* y, const float* wpe, int B, int T, int C) {
   }
 }
 
-void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart, int vocabCount,
-                           int N, int C) {
+void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+                           int vocabCount, int N, int C) {
   const bool par = size_t(N) * size_t(C) >= detail::kMinParallelWork;
 #pragma omp parallel for schedule(static) if (par)
   for (int n = 0; n < N; ++n) {
