@@ -30,6 +30,7 @@
 #include "plan_commands.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
+#include "runtime/device.h"
 #include "runtime/file_io.h"
 #include "runtime/heartbeat.h"
 #include "runtime/model.h"
@@ -232,13 +233,27 @@ int cmdEval(int argc, char** argv) {
     std::fprintf(stderr, "meshstudio-engine eval: %s\n", data.message().c_str());
     return kExitRunFailed;
   }
-  ms::Model model(config, nullptr);
-  if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params()); !s) {
-    std::fprintf(stderr, "meshstudio-engine eval: %s\n", s.message().c_str());
+  // On the config's device, like train (one process).
+  auto device = ms::openDevice(config.device, 0, false);
+  if (!device) {
+    std::fprintf(stderr, "meshstudio-engine eval: %s\n", device.message().c_str());
     return kExitRunFailed;
   }
-  const int batches = a.has("--batches") ? std::atoi(a.get("--batches").c_str()) : 0;
-  const ms::EvalResult r = ms::evaluate(model, **data, config, batches);
+  if (!device->note.empty()) std::fprintf(stderr, "%s\n", device->note.c_str());
+  ms::EvalResult r;
+  try {
+    ms::MemoryTracker tracker(device->backend.get());
+    ms::Model model(config, &tracker);
+    if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params()); !s) {
+      std::fprintf(stderr, "meshstudio-engine eval: %s\n", s.message().c_str());
+      return kExitRunFailed;
+    }
+    const int batches = a.has("--batches") ? std::atoi(a.get("--batches").c_str()) : 0;
+    r = ms::evaluate(model, **data, config, batches);
+  } catch (const ms::DeviceFailure& e) {
+    std::fprintf(stderr, "meshstudio-engine eval: device: %s\n", e.what());
+    return kExitRunFailed;
+  }
   if (a.has("--json")) {
     nlohmann::json j = {{"loss", r.loss}, {"samples", r.samples}};
     if (r.hasAccuracy) j["accuracy"] = r.accuracy;
