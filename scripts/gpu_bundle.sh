@@ -11,7 +11,11 @@
 #                             .gpu/run.sh meshstudio-engine train CONFIG
 #                             .gpu/run.sh python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/wrap/meshstudio-engine
 #
-# Multi-rank runs need mpirun, which this does not pack (Debian's Open MPI is not relocatable as is).
+#                             .gpu/run.sh mpirun --allow-run-as-root -np 2 /tmp/ms-gpu/bin/meshstudio-engine train CONFIG
+#
+# Open MPI travels too (ompi/: orterun, its and PMIx's components, help files, the libraries they load) and is
+# relocated through Open MPI's OPAL_* installation-directory variables (checked here with the system's Open MPI
+# hidden in a mount namespace: a 4-rank tp2 pp2 run trained).
 set -eu
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
@@ -33,6 +37,22 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" "$stage/lib/" ;;
   esac
 done
+# Open MPI, relocatable: the programs' libraries already include libmpi and its runtime's.
+ompi="$stage/ompi"
+mkdir -p "$ompi/bin" "$ompi/lib/openmpi3" "$ompi/lib/pmix" "$ompi/share" "$ompi/etc"
+cp -L "$(command -v orterun)" "$ompi/bin/orterun"
+cp /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so "$ompi/lib/openmpi3/"
+cp /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so "$ompi/lib/pmix/"
+cp -r /usr/share/openmpi "$ompi/share/openmpi"
+cp /etc/openmpi/* "$ompi/etc/"
+for f in "$ompi/bin/orterun" "$ompi"/lib/openmpi3/*.so "$ompi"/lib/pmix/*.so; do
+  ldd "$f" | awk '$3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | libstdc++.so* | libgcc_s.so*) ;;
+    *) [ -f "$stage/lib/$(basename "$lib")" ] || cp -L "$lib" "$stage/lib/" ;;
+  esac
+done
 rm -rf .gpu && mkdir -p .gpu
 tar -C "$stage" -cJf .gpu/bundle.tar.xz .
 cat > .gpu/run.sh <<'RUN'
@@ -44,14 +64,17 @@ here=/tmp/ms-gpu
 if [ ! -d "$here/wrap" ]; then
   mkdir -p "$here/wrap" && tar -C "$here" -xJf "$(dirname "$0")/bundle.tar.xz"
   cudalibs=$(python3 -c "import glob, os, nvidia; d = os.path.dirname(nvidia.__path__[0]); print(':'.join(sorted(glob.glob(d + '/nvidia/**/lib', recursive=True))))" 2>/dev/null || true)
-  for exe in "$here"/bin/*; do
-    cat >"$here/wrap/$(basename "$exe")" <<WRAP
-#!/bin/sh
-export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:$cudalibs"
+  env="export LD_LIBRARY_PATH=\"$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:$cudalibs\"
 export QT_QPA_PLATFORM=offscreen
-exec "$exe" "\$@"
-WRAP
-    chmod +x "$here/wrap/$(basename "$exe")"
+o=$here/ompi
+export OPAL_PREFIX=\$o OPAL_EXEC_PREFIX=\$o OPAL_BINDIR=\$o/bin OPAL_LIBDIR=\$o/lib OPAL_PKGLIBDIR=\$o/lib/openmpi3
+export OPAL_DATAROOTDIR=\$o/share OPAL_DATADIR=\$o/share OPAL_PKGDATADIR=\$o/share/openmpi OPAL_SYSCONFDIR=\$o/etc
+export PMIX_MCA_mca_base_component_path=\$o/lib/pmix PMIX_INSTALL_PREFIX=\$o"
+  for exe in "$here"/bin/* "$here/ompi/bin/orterun"; do
+    name=$(basename "$exe")
+    [ "$name" = orterun ] && name=mpirun
+    printf '#!/bin/sh\n%s\nexec "%s" "$@"\n' "$env" "$exe" >"$here/wrap/$name"
+    chmod +x "$here/wrap/$name"
   done
 fi
 export PATH="$here/wrap:$PATH"

@@ -6,7 +6,9 @@
 #  2. tst_cuda_kernels: every CUDA kernel against its CPU reference.
 #  3. Parity: a small GPT trained 20 steps in fp32 on the GPU and on the CPU (the losses agree to 1e-4
 #     relative), and in bf16 on the GPU (tracks fp32 within 1%).
-#  4. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine and PyTorch eager, bf16 and fp32.
+#  4. Ranks sharing the GPU: dp2 and pp2 (2 ranks on one GPU, MPI with host staging) match one rank's losses
+#     (1e-5 relative), with the bundle's relocated mpirun.
+#  5. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine and PyTorch eager, bf16 and fp32.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu-check}
@@ -14,9 +16,9 @@ mkdir -p "$out"
 run=.gpu/run.sh
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 $run tst_backend gpu >"$out/tst_backend_gpu.txt" 2>&1
-echo "tst_backend gpu: exit $? ($(grep -c '^FAIL' "$out/tst_backend_gpu.txt") failures)"
+echo "tst_backend gpu: exit $? ($(grep -c '^FAIL' "$out/tst_backend_gpu.txt") failures, $(grep -c '^SKIP' "$out/tst_backend_gpu.txt") skipped)"
 $run tst_cuda_kernels >"$out/tst_cuda_kernels.txt" 2>&1
-echo "tst_cuda_kernels: exit $? ($(grep -c '^FAIL' "$out/tst_cuda_kernels.txt") failures)"
+echo "tst_cuda_kernels: exit $? ($(grep -c '^FAIL' "$out/tst_cuda_kernels.txt") failures, $(grep -c '^SKIP' "$out/tst_cuda_kernels.txt") skipped)"
 
 work=$(mktemp -d)
 python3 - "$work" <<'PY'
@@ -25,17 +27,25 @@ work = sys.argv[1]
 with open(f"{work}/text.txt", "w") as f:
     for i in range(3000):
         f.write(f"line {i}: the GPU must train exactly what the CPU trains, {i % 13} times over.\n")
-for name, device, precision in [("cpu", "cpu", "fp32"), ("cuda", "cuda", "fp32"), ("cuda-bf16", "cuda", "bf16")]:
+runs = [("cpu", "cpu", "fp32", {}), ("cuda", "cuda", "fp32", {}), ("cuda-bf16", "cuda", "bf16", {}),
+        ("cuda-dp2", "cuda", "fp32", {"dp": 2}), ("cuda-pp2", "cuda", "fp32", {"pp": 2, "microbatches": 4})]
+for name, device, precision, parallel in runs:
+    ranks = parallel.get("dp", 1) * parallel.get("pp", 1)
     cfg = {"version": 1, "name": name, "seed": 5, "device": device,
+           "mesh": {"nodes": [{"name": "n0", "device": "h100-sxm-80gb", "count": ranks}]},
            "model": {"type": "gpt", "layers": 4, "width": 128, "heads": 4, "context": 128},
            "data": {"kind": "text", "files": [f"{work}/text.txt"]},
-           "parallel": {"precision": precision},
+           "parallel": dict(parallel, precision=precision),
            "optimizer": {"type": "adamw", "lr": 0.001},
            "training": {"steps": 20, "batch_size": 8, "seq_len": 128, "eval_batches": 2, "checkpoint_every": 0}}
     json.dump(cfg, open(f"{work}/{name}.json", "w"))
 PY
-for name in cpu cuda cuda-bf16; do
-  $run meshstudio-engine train "$work/$name.json" --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1
+for name in cpu cuda cuda-bf16 cuda-dp2 cuda-pp2; do
+  case $name in
+    *2) $run mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/ms-gpu/bin/meshstudio-engine train \
+          "$work/$name.json" --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1 ;;
+    *) $run meshstudio-engine train "$work/$name.json" --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1 ;;
+  esac
   echo "train $name: exit $?"
   cp "$work/$name/metrics.jsonl" "$out/metrics-$name.jsonl" 2>/dev/null
 done
@@ -57,6 +67,13 @@ steps = sorted(set(bf16) & set(gpu))
 if steps:
     worst = max(abs(bf16[s] - gpu[s]) / abs(gpu[s]) for s in steps)
     print(f"bf16 vs fp32 on the GPU: worst relative loss difference {worst:.2e} ({'ok' if worst < 1e-2 else 'TOO FAR'})")
+for name in ("cuda-dp2", "cuda-pp2"):
+    other = losses(name)
+    steps = sorted(set(other) & set(gpu))
+    if steps:
+        worst = max(abs(other[s] - gpu[s]) / abs(gpu[s]) for s in steps)
+        print(f"{name} (2 ranks on one GPU) vs 1 rank: worst relative loss difference {worst:.2e} "
+              f"({'ok' if worst < 1e-5 else 'TOO FAR'})")
 PY
 $run python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/wrap/meshstudio-engine >"$out/bench.txt" 2>&1
 echo "bench/gpu_vs_torch.py: exit $?"
