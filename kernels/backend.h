@@ -60,6 +60,19 @@ struct DeviceMemoryInfo {
   int64_t reservedBytes = 0;  // held by the backend's caching allocator (in use or cached for reuse)
 };
 
+// One tensor of a multi-tensor optimizer update (Backend::adamwUpdateSegments, sgdUpdateSegments): n
+// elements of each buffer, all backend memory, updated with the segment's own weight decay (parameters
+// differ: biases and LayerNorm weights take none). m is AdamW's first moment or SGD's momentum buffer
+// (nullable when the momentum is 0); v is AdamW's second moment (unused, and nullable, for SGD).
+struct OptimizerSegment {
+  float* params = nullptr;
+  const float* grads = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  size_t n = 0;
+  float weightDecay = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -194,6 +207,16 @@ class Backend {
                            float gradScale) = 0;
   virtual void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
                          float weightDecay, bool nesterov, bool firstStep, float gradScale) = 0;
+  // Multi-tensor forms: one update of every segment of segments[0, count) (a HOST array, free to reuse once
+  // the call returns; the buffers it points to are backend memory), with the same per-element math as the
+  // single forms (kernels/optimizer_math.h) and results identical to calling the single form on each segment
+  // with its weight decay: the CPU loops over them; a GPU updates them all in one launch or a few, which is
+  // what makes an optimizer step over many parameters cheap. Segments of 0 elements are skipped; segments
+  // must not overlap one another.
+  virtual void adamwUpdateSegments(const OptimizerSegment* segments, size_t count, float lr, float beta1,
+                                   float beta2, float eps, int t, float gradScale) = 0;
+  virtual void sgdUpdateSegments(const OptimizerSegment* segments, size_t count, float lr, float momentum,
+                                 bool nesterov, bool firstStep, float gradScale) = 0;
   // Sum of squares of each of count buffers (ptrs[i], sizes[i]), added up in double; waits for the result.
   virtual double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) = 0;
 };

@@ -28,11 +28,16 @@ struct AdamwScalars {
   float eps = 0;
 };
 
+// The decoupled weight decay factor 1 - lr * weight_decay (a tensor's own; the other scalars are per step).
+inline float adamwDecay(float lr, float weightDecay) {
+  return float(1.0 - double(lr) * double(weightDecay));
+}
+
 inline AdamwScalars adamwScalars(float lr, float beta1, float beta2, float eps, float weightDecay, int t) {
   AdamwScalars s;
   s.stepSize = float(double(lr) / (1.0 - std::pow(double(beta1), double(t))));
   s.bc2Sqrt = float(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
-  s.decay = float(1.0 - double(lr) * double(weightDecay));
+  s.decay = adamwDecay(lr, weightDecay);
   s.w1 = 1.0f - beta1;
   s.w2 = 1.0f - beta2;
   s.beta2 = beta2;

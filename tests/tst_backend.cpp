@@ -4,12 +4,16 @@
 // - TestBackendCpu (CTest tst_backend, label unit): the CPU backend against its emulated device,
 //   bit for bit, on every case and shape; the emulation's misuse checks (a host pointer given to an op, a
 //   device pointer given as upload's or download's host side); marks, info, memory calls; the Tf32 and Bf16
-//   GEMM precisions as the Fp32 ops on operands rounded by the test's own rounding, bit for bit.
+//   GEMM precisions as the Fp32 ops on operands rounded by the test's own rounding, bit for bit; the
+//   multi-tensor optimizer forms against the single forms segment by segment, bit for bit, and the CUDA
+//   launch's plan (host code).
 // - TestBackendCuda (CTest tst_backend_gpu, label gpu; the same binary with the argument "gpu"): the CUDA
 //   backend against the CPU backend on the same cases (fp32 GEMMs: within atol + 1e-4 * |ref|), in Bf16 too
 //   (linear and attention), attention on the fused kernel's shapes and past its head-size limit, plus what
-//   only a GPU has: allocator zero-fill and alignment after reuse, out of memory, event marks, memoryInfo.
-//   Without a device (or a CUDA build) it skips with "no CUDA device", which CTest reports as skipped.
+//   only a GPU has: allocator zero-fill and alignment after reuse, out of memory, event marks, memoryInfo;
+//   the multi-tensor optimizer forms (one launch) against the CPU's single forms (1e-6 relative) and the
+//   CUDA single forms (bitwise). Without a device (or a CUDA build) it skips with "no CUDA device", which
+//   CTest reports as skipped.
 // Shapes are deliberately odd (N = 7, C = 33, V = 50, T = 5, H = 3): multiples of no block size.
 #include <QtTest/QtTest>
 
@@ -690,6 +694,102 @@ double maxScaledDifference(const std::vector<Output>& got, const std::vector<Out
   return worst;
 }
 
+// ---- Multi-tensor optimizer updates -----------------------------------------------------------------------
+
+// Segments of one buffer (total floats): sizes[i] elements at offsets[i], 3 floats of padding before each
+// that no update may touch, weight decays cycling through 0, 0.1 and 0.02.
+struct SegmentLayout {
+  std::vector<size_t> offsets, sizes;
+  std::vector<float> decays;
+  size_t total = 0;
+};
+
+SegmentLayout segmentLayout(const std::vector<size_t>& sizes) {
+  const float decays[] = {0.0f, 0.1f, 0.02f};
+  SegmentLayout l;
+  size_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    at += 3;
+    l.offsets.push_back(at);
+    l.sizes.push_back(sizes[i]);
+    l.decays.push_back(decays[i % 3]);
+    at += sizes[i];
+  }
+  l.total = at + 3;
+  return l;
+}
+
+enum class SegmentOptimizer { AdamW, SgdPlain, SgdMomentum, SgdNesterov };
+const char* const kSegmentOptimizers[] = {"adamw", "sgd without momentum", "sgd momentum", "sgd nesterov"};
+
+// Two updates of every segment of l on be from fixed-seed data, a first step and a second at another
+// learning rate: with the multi-tensor form (one call per step) when multi, else with the single form
+// segment by segment. The host segment array is cleared after every call (the caller may reuse it at once).
+// Outputs the whole buffers, padding included: params, and m (AdamW's first moment or SGD's momentum buffer)
+// and v where the optimizer keeps them. SGD without momentum gives null m.
+std::vector<Output> runSegments(ms::Backend& be, const SegmentLayout& l, SegmentOptimizer opt, bool multi) {
+  Session s(be);
+  std::mt19937 rng(kSeed + 12);
+  const size_t n = l.total;
+  float* grads = s.up(rnd(rng, n));
+  float* p = s.up(rnd(rng, n));
+  float* m = s.up(rnd(rng, n, -0.1f, 0.1f));
+  float* v = s.up(rnd(rng, n, 0.0f, 0.01f));
+  const bool adamw = opt == SegmentOptimizer::AdamW;
+  const float momentum = opt == SegmentOptimizer::SgdPlain ? 0.0f : 0.9f;
+  const bool nesterov = opt == SegmentOptimizer::SgdNesterov;
+  const bool keepsM = adamw || momentum != 0.0f;
+  std::vector<ms::OptimizerSegment> segs;
+  for (int step = 0; step < 2; ++step) {
+    segs.clear();
+    for (size_t i = 0; i < l.sizes.size(); ++i) {
+      const size_t at = l.offsets[i];
+      segs.push_back(
+          {p + at, grads + at, keepsM ? m + at : nullptr, adamw ? v + at : nullptr, l.sizes[i], l.decays[i]});
+    }
+    const float lr = adamw ? (step == 0 ? 1e-3f : 3e-3f) : (step == 0 ? 0.1f : 0.05f);
+    const int t = step + 1;
+    const bool first = step == 0;
+    if (multi) {
+      if (adamw)
+        be.adamwUpdateSegments(segs.data(), segs.size(), lr, 0.9f, 0.95f, 1e-8f, t, 0.5f);
+      else
+        be.sgdUpdateSegments(segs.data(), segs.size(), lr, momentum, nesterov, first, 0.5f);
+      segs.assign(segs.size(), ms::OptimizerSegment{});
+    } else {
+      for (const ms::OptimizerSegment& g : segs) {
+        if (adamw)
+          be.adamwUpdate(g.params, g.grads, g.m, g.v, g.n, lr, 0.9f, 0.95f, 1e-8f, g.weightDecay, t, 0.5f);
+        else
+          be.sgdUpdate(g.params, g.grads, g.m, g.n, lr, momentum, g.weightDecay, nesterov, first, 0.5f);
+      }
+    }
+  }
+  s.out("params", p, n);
+  if (keepsM) s.out(adamw ? "m" : "buf", m, n);
+  if (adamw) s.out("v", v, n);
+  return std::move(s.outputs);
+}
+
+// The CPU suite's layout: 1, an empty segment, sizes past the GPU's 4096-element chunk, odd offsets.
+const std::vector<size_t> kCpuSegmentSizes = {1, 0, 7, 33, 4097, 257, 3, 12289, 2, 0, 5};
+
+// The GPU suite's layouts. "37 odd": one segment past 1M elements, one of 1, one empty, sizes around the
+// chunk (4096) and fixed-seed odd sizes. "300 small": more segments than the table's first capacity (64).
+std::vector<size_t> gpuSegmentSizes(int layout) {
+  std::mt19937 rng(kSeed + 13);
+  std::vector<size_t> sizes;
+  if (layout == 0) {
+    sizes = {1, (size_t(1) << 20) + 4099, 0, 4095, 4096, 4097, 8191, 8193, 3, 769};
+    std::uniform_int_distribution<int> dist(1, 20000);
+    while (sizes.size() < 37) sizes.push_back(size_t(dist(rng)) | 1u);
+  } else {
+    std::uniform_int_distribution<int> dist(1, 50);
+    for (int i = 0; i < 300; ++i) sizes.push_back(size_t(dist(rng)));
+  }
+  return sizes;
+}
+
 }  // namespace
 
 // ---- The CPU backend and its emulated device
@@ -735,6 +835,90 @@ class TestBackendCpu : public QObject {
     QVERIFY2(why.isEmpty(), qPrintable(why));
   }
 
+  // The multi-tensor optimizer forms give the single forms' bits segment by segment, on the plain backend
+  // and on the emulated device (kCpuSegmentSizes: sizes 1 and 0, odd sizes and offsets, padding left
+  // untouched, weight decays 0, 0.1 and 0.02), for AdamW and SGD without momentum, with momentum and
+  // Nesterov, over a first step and a second.
+  void segmentsMatchSingleForm_data() {
+    QTest::addColumn<int>("optimizer");
+    QTest::addColumn<bool>("emulate");
+    for (int o = 0; o < int(std::size(kSegmentOptimizers)); ++o)
+      for (const bool emulate : {false, true})
+        QTest::addRow("%s %s", kSegmentOptimizers[o], emulate ? "emulated device" : "plain backend")
+            << o << emulate;
+  }
+  void segmentsMatchSingleForm() {
+    QFETCH(int, optimizer);
+    QFETCH(bool, emulate);
+    const auto be = ms::makeCpuBackend(emulate);
+    const SegmentLayout l = segmentLayout(kCpuSegmentSizes);
+    const auto opt = SegmentOptimizer(optimizer);
+    const std::vector<Output> ref = runSegments(*be, l, opt, false);
+    const std::vector<Output> got = runSegments(*be, l, opt, true);
+    QCOMPARE(ref.size(), size_t(opt == SegmentOptimizer::AdamW      ? 3
+                                : opt == SegmentOptimizer::SgdPlain ? 1
+                                                                    : 2));
+    // The reference updated every segment and left the padding alone (got is compared with it below).
+    std::mt19937 rng(kSeed + 12);
+    (void)rnd(rng, l.total);           // runSegments' gradients
+    const Vec p0 = rnd(rng, l.total);  // its params before the updates
+    for (size_t i = 0; i < l.sizes.size(); ++i) {
+      for (size_t j = l.offsets[i] - 3; j < l.offsets[i]; ++j) QCOMPARE(ref[0].f[j], p0[j]);
+      size_t moved = 0;
+      for (size_t j = l.offsets[i]; j < l.offsets[i] + l.sizes[i]; ++j) moved += ref[0].f[j] != p0[j];
+      QVERIFY2(l.sizes[i] == 0 || moved > 0, qPrintable(QStringLiteral("segment %1 not updated").arg(i)));
+    }
+    const QString why = bitDifference(got, ref);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // The CUDA multi-tensor launch's plan (host code, so it runs here without a device): every block of the
+  // grid lands in the segment the kernel's search gives it (the last with firstBlock <= b) inside that
+  // segment's elements, every element is covered once, empty segments take no block, each entry carries
+  // its AdamW decay, and a huge total grows the chunk to keep the grid under 2^31 - 1 blocks.
+  void cudaSegmentPlan() {
+#ifndef MESHSTUDIO_HAVE_CUDA
+    QSKIP("built without CUDA");
+#else
+    const float lr = 3e-3f;
+    std::vector<ms::cuda::OptimizerSegmentEntry> e(7);
+    const size_t sizes[] = {0, 1, 4096, 0, 4097, 12289, 0};
+    for (size_t i = 0; i < e.size(); ++i) {
+      e[i].n = sizes[i];
+      e[i].weightDecay = i % 2 ? 0.1f : 0.0f;
+    }
+    const ms::cuda::OptimizerSegmentLaunch launch = ms::cuda::planOptimizerSegments(e.data(), e.size(), lr);
+    QCOMPARE(launch.chunk, size_t(4096));
+    QCOMPARE(launch.blocks, 1u + 1u + 2u + 4u);
+    std::vector<size_t> covered(e.size());
+    for (size_t b = 0; b < launch.blocks; ++b) {
+      size_t k = 0;
+      for (size_t i = 0; i < e.size(); ++i)
+        if (e[i].firstBlock <= b) k = i;
+      const size_t begin = (b - e[k].firstBlock) * launch.chunk;
+      QVERIFY2(begin < e[k].n, qPrintable(QStringLiteral("block %1 starts past segment %2").arg(b).arg(k)));
+      covered[k] += std::min(e[k].n - begin, launch.chunk);
+    }
+    for (size_t i = 0; i < e.size(); ++i) {
+      QCOMPARE(covered[i], sizes[i]);
+      QCOMPARE(floatToBits(e[i].decay),
+               floatToBits(float(1.0 - double(lr) * double(e[i].weightDecay))));  // adamwScalars' decay
+    }
+    // Nothing to do: no blocks.
+    std::vector<ms::cuda::OptimizerSegmentEntry> empty(3);
+    QCOMPARE(ms::cuda::planOptimizerSegments(empty.data(), empty.size(), lr).blocks, 0u);
+    // 2^44 elements in two segments: the chunk grows.
+    std::vector<ms::cuda::OptimizerSegmentEntry> huge(2);
+    huge[0].n = size_t(1) << 43;
+    huge[1].n = (size_t(1) << 43) + 1;
+    const ms::cuda::OptimizerSegmentLaunch big = ms::cuda::planOptimizerSegments(huge.data(), 2, lr);
+    QVERIFY(big.chunk > size_t(4096));
+    QVERIFY(size_t(big.blocks) < (size_t(1) << 31) - 1);
+    QCOMPARE(huge[1].firstBlock, (huge[0].n + big.chunk - 1) / big.chunk);
+    QVERIFY(size_t(big.blocks) * big.chunk >= huge[0].n + huge[1].n);
+#endif
+  }
+
   // The emulated device refuses host memory where device memory belongs, and device memory as host memory.
   void emulationCatchesMisuse() {
     const auto emu = ms::makeCpuBackend(true);
@@ -758,12 +942,28 @@ class TestBackendCpu : public QObject {
     Vec back(8);
     emu->download(back.data(), dev2, 8 * sizeof(float));
     QCOMPARE(back, host);
+    // The multi-tensor optimizer forms check every segment's pointers, and the segment array itself, before
+    // updating any segment.
+    float* dev3 = static_cast<float*>(emu->allocate(8 * sizeof(float)));
+    const ms::OptimizerSegment good{dev, dev2, dev3, dev3, 8, 0.1f};
+    const ms::OptimizerSegment hostV[] = {good, {dev, dev2, dev3, host.data(), 8, 0.0f}};
+    VERIFY_THROWS_DEVICE_FAILURE(emu->adamwUpdateSegments(hostV, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 1, 1.0f),
+                                 "host pointer");
+    const ms::OptimizerSegment hostParams[] = {good, {host.data(), dev2, dev3, nullptr, 8, 0.0f}};
+    VERIFY_THROWS_DEVICE_FAILURE(emu->sgdUpdateSegments(hostParams, 2, 0.1f, 0.9f, false, true, 1.0f),
+                                 "host pointer");
+    emu->download(back.data(), dev, 8 * sizeof(float));
+    QCOMPARE(back, host);  // the good first segment was not updated either
+    VERIFY_THROWS_DEVICE_FAILURE(emu->sgdUpdateSegments(reinterpret_cast<const ms::OptimizerSegment*>(dev), 1,
+                                                        0.1f, 0.0f, false, true, 1.0f),
+                                 "device memory was passed as host memory");
     const auto plain = ms::makeCpuBackend(false);
     Vec out(8);
     plain->reluForward(out.data(), host.data(), 8);
     QCOMPARE(out, host);
     emu->deallocate(dev, 8 * sizeof(float));
     emu->deallocate(dev2, 8 * sizeof(float));
+    emu->deallocate(dev3, 8 * sizeof(float));
   }
 
   // The test's own rounding (the reference below) against hand-worked values and the definition.
@@ -997,6 +1197,34 @@ class TestBackendCuda : public QObject {
 #endif
     }
     QCOMPARE(m_cuda->gemmPrecision(), ms::GemmPrecision::Fp32);
+  }
+
+  // The multi-tensor optimizer forms (one launch over a table uploaded through the pinned buffer) against
+  // the CPU's single forms segment by segment, on both gpuSegmentSizes layouts (37 odd sizes with one past
+  // 1M elements, one of 1 and an empty one; 300 small ones, which grow the table), padding untouched: within
+  // 1e-6 relative, 1e-7 absolute near zero (the GPU may fuse multiply-adds the CPU rounds twice); and
+  // against the CUDA single forms segment by segment, bit for bit.
+  void segmentsMatchCpu_data() {
+    QTest::addColumn<int>("optimizer");
+    QTest::addColumn<int>("layout");
+    for (int layout = 0; layout < 2; ++layout)
+      for (int o = 0; o < int(std::size(kSegmentOptimizers)); ++o)
+        QTest::addRow("%s %s", kSegmentOptimizers[o], layout == 0 ? "37 odd" : "300 small") << o << layout;
+  }
+  void segmentsMatchCpu() {
+    QFETCH(int, optimizer);
+    QFETCH(int, layout);
+    const SegmentLayout l = segmentLayout(gpuSegmentSizes(layout));
+    const auto opt = SegmentOptimizer(optimizer);
+    const std::vector<Output> ref = runSegments(*m_cpu, l, opt, false);
+    const std::vector<Output> got = runSegments(*m_cuda, l, opt, true);
+    QVERIFY(!ref.empty());
+    const QString why = closeDifference(got, ref, 1e-6, 1e-7);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    // And the CUDA single forms' bits (the same element math and scalars, backend.h's promise).
+    const std::vector<Output> single = runSegments(*m_cuda, l, opt, false);
+    const QString bits = bitDifference(got, single);
+    QVERIFY2(bits.isEmpty(), qPrintable(QStringLiteral("against the CUDA single form: ") + bits));
   }
 
   void matchesCpu_data() {

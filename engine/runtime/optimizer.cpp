@@ -42,29 +42,38 @@ Optimizer::Optimizer(const OptimizerConfig& config, ParameterStore& params, Memo
 
 void Optimizer::step(float lr, float gradScale) {
   ++m_t;
+  // Every parameter's part inside its unit's owned slice (padding between parameters is skipped), with its
+  // own weight decay, as one list: the backend updates them all in one call (one launch on a GPU).
+  m_segments.clear();
   const auto& units = m_params.units();
   for (size_t ui = 0; ui < units.size(); ++ui) {
     const int u = static_cast<int>(ui);
     const size_t lo = m_params.ownedBegin(u), hi = lo + m_params.ownedSize(u);
     float* w0 = m_params.ownedValues(u);
     const float* g0 = m_params.ownedGrads(u);
-    // Each parameter's part inside the owned slice (padding between parameters is skipped).
     for (int pi : units[ui].params) {
       const Parameter& p = m_params.params()[pi];
       const size_t pb = p.offset - units[ui].begin;
       const size_t a = std::max(lo, pb), b = std::min(hi, pb + p.numel);
       if (a >= b) continue;
-      const size_t at = a - lo, n = b - a;
-      const float wd = p.spec.decay ? static_cast<float>(m_config.weightDecay) : 0.0f;
-      if (m_config.type == OptimizerType::AdamW) {
-        m_be.adamwUpdate(w0 + at, g0 + at, m_m[ui].data() + at, m_v[ui].data() + at, n, lr,
-                         static_cast<float>(m_config.beta1), static_cast<float>(m_config.beta2),
-                         static_cast<float>(m_config.eps), wd, static_cast<int>(m_t), gradScale);
-      } else {
-        m_be.sgdUpdate(w0 + at, g0 + at, m_m[ui].data() + at, n, lr, static_cast<float>(m_config.momentum),
-                       wd, m_config.nesterov, m_t == 1, gradScale);
-      }
+      const size_t at = a - lo;
+      OptimizerSegment seg;
+      seg.params = w0 + at;
+      seg.grads = g0 + at;
+      seg.m = m_m[ui].data() + at;
+      seg.v = m_config.type == OptimizerType::AdamW ? m_v[ui].data() + at : nullptr;
+      seg.n = b - a;
+      seg.weightDecay = p.spec.decay ? static_cast<float>(m_config.weightDecay) : 0.0f;
+      m_segments.push_back(seg);
     }
+  }
+  if (m_config.type == OptimizerType::AdamW) {
+    m_be.adamwUpdateSegments(m_segments.data(), m_segments.size(), lr, static_cast<float>(m_config.beta1),
+                             static_cast<float>(m_config.beta2), static_cast<float>(m_config.eps),
+                             static_cast<int>(m_t), gradScale);
+  } else {
+    m_be.sgdUpdateSegments(m_segments.data(), m_segments.size(), lr, static_cast<float>(m_config.momentum),
+                           m_config.nesterov, m_t == 1, gradScale);
   }
 }
 

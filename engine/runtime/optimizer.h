@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "plan/run_config.h"
 #include "plan/status.h"
 #include "runtime/memory.h"
@@ -53,6 +54,7 @@ class Optimizer {
   Backend& m_be;
   std::vector<Buffer> m_m;  // per unit: AdamW first moment, or SGD momentum buffer (owned slice)
   std::vector<Buffer> m_v;  // per unit: AdamW second moment
+  std::vector<OptimizerSegment> m_segments;  // step()'s segment list, kept for its capacity
   int64_t m_t = 0;
 };
 

@@ -221,6 +221,26 @@ class CpuBackend final : public Backend {
                  float weightDecay, bool nesterov, bool firstStep, float gradScale) override {
     cpu::sgdUpdate(f(params), f(grads), f(buf), n, lr, momentum, weightDecay, nesterov, firstStep, gradScale);
   }
+  // The single forms segment by segment (bit-identical to calling them). The emulation checks every
+  // segment's pointers before it updates any, so a misuse leaves all of them untouched.
+  void adamwUpdateSegments(const OptimizerSegment* segments, size_t count, float lr, float beta1, float beta2,
+                           float eps, int t, float gradScale) override {
+    checkSegments(segments, count, "adamwUpdateSegments");
+    for (size_t i = 0; i < count; ++i) {
+      const OptimizerSegment& s = segments[i];
+      cpu::adamwUpdate(f(s.params), f(s.grads), f(s.m), f(s.v), s.n, lr, beta1, beta2, eps, s.weightDecay, t,
+                       gradScale);
+    }
+  }
+  void sgdUpdateSegments(const OptimizerSegment* segments, size_t count, float lr, float momentum,
+                         bool nesterov, bool firstStep, float gradScale) override {
+    checkSegments(segments, count, "sgdUpdateSegments");
+    for (size_t i = 0; i < count; ++i) {
+      const OptimizerSegment& s = segments[i];
+      cpu::sgdUpdate(f(s.params), f(s.grads), f(s.m), s.n, lr, momentum, s.weightDecay, nesterov, firstStep,
+                     gradScale);
+    }
+  }
   double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) override {
     double s = 0;
     for (size_t i = 0; i < count; ++i) s += cpu::sumSquares(f(ptrs[i]), sizes[i]);
@@ -246,6 +266,18 @@ class CpuBackend final : public Backend {
       return f(p);
     } catch (const DeviceFailure& e) {
       throw DeviceFailure(std::string(what) + ": " + e.what());
+    }
+  }
+  // The segment table is host memory and every pointer in it backend memory (emulation only).
+  void checkSegments(const OptimizerSegment* segments, size_t count, const char* what) const {
+    if (!m_emulate || count == 0) return;
+    host(segments, what);
+    for (size_t i = 0; i < count; ++i) {
+      const OptimizerSegment& s = segments[i];
+      h(s.params, what);
+      h(s.grads, what);
+      h(s.m, what);
+      h(s.v, what);
     }
   }
   // A host pointer (emulation checks that it is NOT a backend pointer).

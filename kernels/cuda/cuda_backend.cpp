@@ -5,9 +5,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -88,6 +90,7 @@ class CudaBackend final : public Backend {
     MS_CUDA_CHECK(cudaMemPoolSetAttribute(m_pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     MS_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     MS_CUDA_CHECK(cudaEventCreate(&m_anchor));
+    MS_CUDA_CHECK(cudaEventCreateWithFlags(&m_tableCopied, cudaEventDisableTiming));
     MS_CUDA_CHECK(
         cudaMallocFromPoolAsync(reinterpret_cast<void**>(&m_sum), sizeof(double), m_pool, m_stream));
     MS_TRY(cuda::prepareGemm(m_stream));
@@ -117,8 +120,11 @@ class CudaBackend final : public Backend {
     if (m_stream) {
       cudaStreamSynchronize(m_stream);
       if (m_sum) cudaFreeAsync(m_sum, m_stream);
+      if (m_tableDevice) cudaFreeAsync(m_tableDevice, m_stream);
       cudaStreamSynchronize(m_stream);
     }
+    if (m_tableHost) cudaFreeHost(m_tableHost);
+    if (m_tableCopied) cudaEventDestroy(m_tableCopied);
     for (cudaEvent_t e : m_events) cudaEventDestroy(e);
     if (m_anchor) cudaEventDestroy(m_anchor);
     if (m_stream) cudaStreamDestroy(m_stream);
@@ -433,6 +439,23 @@ class CudaBackend final : public Backend {
     op("sgdUpdate", cuda::sgdUpdate, params, grads, buf, n, lr, momentum, weightDecay, nesterov, firstStep,
        gradScale);
   }
+  // One launch over all the segments; the table goes up through the pinned buffer (stageSegments).
+  void adamwUpdateSegments(const OptimizerSegment* segments, size_t count, float lr, float beta1, float beta2,
+                           float eps, int t, float gradScale) override {
+    if (count == 0) return;
+    current();
+    const cuda::OptimizerSegmentLaunch launch = stageSegments("adamwUpdateSegments", segments, count, lr);
+    run("adamwUpdateSegments", cuda::adamwUpdateSegments(m_tableDevice, count, launch, lr, beta1, beta2, eps,
+                                                         t, gradScale, m_stream));
+  }
+  void sgdUpdateSegments(const OptimizerSegment* segments, size_t count, float lr, float momentum,
+                         bool nesterov, bool firstStep, float gradScale) override {
+    if (count == 0) return;
+    current();
+    const cuda::OptimizerSegmentLaunch launch = stageSegments("sgdUpdateSegments", segments, count, lr);
+    run("sgdUpdateSegments", cuda::sgdUpdateSegments(m_tableDevice, count, launch, lr, momentum, nesterov,
+                                                     firstStep, gradScale, m_stream));
+  }
   double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) override {
     current();
     check(cudaMemsetAsync(m_sum, 0, sizeof(double), m_stream), "sumSquares: cudaMemsetAsync");
@@ -468,6 +491,52 @@ class CudaBackend final : public Backend {
     current();
     run(what, fn(args..., m_stream));
   }
+  // Writes the segments into the pinned table, planned for lr, and enqueues its copy to the device table:
+  // waits first for the previous call's copy out of the pinned buffer (m_tableCopied, recorded after it),
+  // grows both tables when count exceeds their capacity (the old device table freed in stream order, after
+  // the kernels that read it), and records m_tableCopied after the new copy. Nothing is copied when every
+  // segment is empty (the launch then has no blocks).
+  cuda::OptimizerSegmentLaunch stageSegments(const char* what, const OptimizerSegment* segments, size_t count,
+                                             float lr) {
+    const std::string op(what);
+    check(cudaEventSynchronize(m_tableCopied), (op + ": cudaEventSynchronize").c_str());
+    if (count > m_tableCapacity) {
+      const size_t capacity = std::max({count, 2 * m_tableCapacity, size_t(64)});
+      const size_t bytes = capacity * sizeof(cuda::OptimizerSegmentEntry);
+      if (m_tableHost)
+        check(cudaFreeHost(std::exchange(m_tableHost, nullptr)), (op + ": cudaFreeHost").c_str());
+      if (m_tableDevice)
+        check(cudaFreeAsync(std::exchange(m_tableDevice, nullptr), m_stream),
+              (op + ": cudaFreeAsync").c_str());
+      m_tableCapacity = 0;
+      void* host = nullptr;
+      check(cudaMallocHost(&host, bytes),
+            (op + ": cudaMallocHost of " + std::to_string(bytes) + " bytes").c_str());
+      m_tableHost = static_cast<cuda::OptimizerSegmentEntry*>(host);
+      void* device = nullptr;
+      check(cudaMallocFromPoolAsync(&device, bytes, m_pool, m_stream),
+            (op + ": cudaMallocFromPoolAsync of " + std::to_string(bytes) + " bytes").c_str());
+      m_tableDevice = static_cast<cuda::OptimizerSegmentEntry*>(device);
+      m_tableCapacity = capacity;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      cuda::OptimizerSegmentEntry& e = m_tableHost[i];
+      e = cuda::OptimizerSegmentEntry{};
+      e.params = segments[i].params;
+      e.grads = segments[i].grads;
+      e.m = segments[i].m;
+      e.v = segments[i].v;
+      e.n = segments[i].n;
+      e.weightDecay = segments[i].weightDecay;
+    }
+    const cuda::OptimizerSegmentLaunch launch = cuda::planOptimizerSegments(m_tableHost, count, lr);
+    if (launch.blocks == 0) return launch;
+    check(cudaMemcpyAsync(m_tableDevice, m_tableHost, count * sizeof(cuda::OptimizerSegmentEntry),
+                          cudaMemcpyHostToDevice, m_stream),
+          (op + ": cudaMemcpyAsync").c_str());
+    check(cudaEventRecord(m_tableCopied, m_stream), (op + ": cudaEventRecord").c_str());
+    return launch;
+  }
   int64_t reservedBytes() const {
     uint64_t reserved = 0;
     if (cudaMemPoolGetAttribute(m_pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess) {
@@ -488,6 +557,12 @@ class CudaBackend final : public Backend {
   cudaMemPool_t m_pool = nullptr;
   size_t m_maxPitch = 0;
   double* m_sum = nullptr;  // sumSquares' device accumulator
+  // The multi-tensor optimizer's segment table (stageSegments): m_tableCapacity entries in pinned host memory
+  // and as many in device memory; m_tableCopied is recorded after each copy out of the pinned buffer.
+  cuda::OptimizerSegmentEntry* m_tableHost = nullptr;
+  cuda::OptimizerSegmentEntry* m_tableDevice = nullptr;
+  size_t m_tableCapacity = 0;
+  cudaEvent_t m_tableCopied = nullptr;
   // Timing marks: m_events[0, m_marks) are this round's marks; the pool only grows.
   std::chrono::steady_clock::time_point m_epoch = std::chrono::steady_clock::now();
   cudaEvent_t m_anchor = nullptr;

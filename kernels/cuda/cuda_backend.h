@@ -22,6 +22,12 @@
 // - GEMMs run in the process-wide ms::cuda::gemmMode() (fp32 by default; setGemmPrecision sets it), on the
 //   compute stream. Bf16 GEMMs convert their operands into per-thread scratch that is safe to reuse because
 //   all of the backend's ops run on that one stream (cuda_ops.h).
+// - The multi-tensor optimizer updates (adamwUpdateSegments, sgdUpdateSegments) are one kernel launch per
+//   call over a segment table in device memory. The table is written into a pinned host buffer the backend
+//   owns and reuses call after call (both grow when a call has more segments), and copied to the device
+//   asynchronously on the compute stream; an event recorded after the copy is waited for before the next
+//   call rewrites the pinned buffer, so that call may wait for the previous one's copy (long done in a
+//   training loop, where a whole step lies between them).
 // - Attention with head sizes up to 128 runs the fused kernel (cuda_flash_attention.cu: nothing (T, T) is
 //   stored, forward saves (B, H, T) floats); larger heads the materialised softmax (cuda_attention.cu).
 // - One backend per device per process, used from one thread at a time; each call makes the backend's

@@ -238,6 +238,39 @@ Status adamwUpdate(float* params, const float* grads, float* m, float* v, size_t
 // SGD with momentum as ms::cpu::sgdUpdate (PyTorch's definition). buf may be null when momentum is 0.
 Status sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
                  float weightDecay, bool nesterov, bool firstStep, float gradScale, cudaStream_t stream);
+// Multi-tensor forms (the backend's adamwUpdateSegments / sgdUpdateSegments): many tensors in ONE launch.
+// The segments are a table in DEVICE memory, each entry a tensor's buffers (device pointers), its size and
+// weight decay, plus what planOptimizerSegments fills in on the host: the AdamW decay 1 - lr * weightDecay
+// (computed as optim::adamwScalars does, so every element sees the single form's scalars) and the first block
+// of the launch that works on it. Block b of the launch updates elements [(b - firstBlock) * chunk, + chunk)
+// of the entry with the last firstBlock <= b (a binary search over the table), its threads striding through
+// the chunk; so every block has one segment and the grid covers every element once.
+struct OptimizerSegmentEntry {
+  float* params = nullptr;
+  const float* grads = nullptr;
+  float* m = nullptr;  // AdamW first moment, or SGD momentum buffer (null when the momentum is 0)
+  float* v = nullptr;  // AdamW second moment (unused by SGD)
+  size_t n = 0;        // 0 is fine (no blocks)
+  float weightDecay = 0;
+  float decay = 1;        // filled by planOptimizerSegments
+  size_t firstBlock = 0;  // filled by planOptimizerSegments
+};
+// The launch over a table: `blocks` blocks, each over `chunk` elements (or a segment's last, shorter part).
+struct OptimizerSegmentLaunch {
+  unsigned blocks = 0;  // 0: nothing to do
+  size_t chunk = 0;
+};
+// Fills decay and firstBlock of entries[0, count) (host memory) for learning rate lr, before the table is
+// copied to the device; the chunk is 4096 elements, more when the grid would pass 2^31 - 1 blocks.
+OptimizerSegmentLaunch planOptimizerSegments(OptimizerSegmentEntry* entries, size_t count, float lr);
+// AdamW over the table (DEVICE memory, count entries planned with the same lr), as adamwUpdate per entry.
+Status adamwUpdateSegments(const OptimizerSegmentEntry* table, size_t count, OptimizerSegmentLaunch launch,
+                           float lr, float beta1, float beta2, float eps, int t, float gradScale,
+                           cudaStream_t stream);
+// SGD over the table, as sgdUpdate per entry (each with its weightDecay; m unused when momentum is 0).
+Status sgdUpdateSegments(const OptimizerSegmentEntry* table, size_t count, OptimizerSegmentLaunch launch,
+                         float lr, float momentum, bool nesterov, bool firstStep, float gradScale,
+                         cudaStream_t stream);
 // *result (ONE double in DEVICE memory) = sum of x^2, accumulated in double. The result stays on the device
 // so that a norm over many buffers needs one copy; it is overwritten, not accumulated.
 Status sumSquares(double* result, const float* x, size_t n, cudaStream_t stream);
