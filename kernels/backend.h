@@ -38,9 +38,31 @@ struct DeviceFailure : std::runtime_error {
 // to nearest even) before the product, fp32 accumulation and fp32 results, as tensor cores compute them
 // (NVIDIA H100 architecture whitepaper, "Fourth-generation tensor cores"); everything outside the GEMMs stays
 // fp32. Bf16 is the engine's mixed precision ("precision": "bf16"): fp32 master weights, optimizer state,
-// gradients and activations, bf16 matrix products, as torch.autocast runs matmuls.
+// gradients, bf16 matrix products, as torch.autocast runs matmuls; the activations kept for backward that only
+// feed GEMMs are stored in bf16 (TensorIn), the others in fp32.
 enum class GemmPrecision { Fp32, Tf32, Bf16 };
 const char* toString(GemmPrecision p);
+
+// A bf16 value as stored (the top 16 bits of the fp32 bit pattern, rounded to nearest even by toBf16).
+struct bfloat16 {
+  uint16_t bits;
+};
+
+// A read-only tensor an op consumes as a GEMM operand (a linear layer's input, attention's output in its
+// backward): fp32, or bf16 rounded by toBf16. Layers in GemmPrecision::Bf16 keep such tensors in bf16 between
+// forward and backward, since the GEMMs round them to bf16 anyway: the products are the same, the memory is
+// half. Only a backend in GemmPrecision::Bf16 accepts a bf16 one (DeviceFailure otherwise). Implicit from
+// either pointer type, so fp32 call sites read as before.
+struct TensorIn {
+  const void* data = nullptr;
+  bool bf16 = false;
+  TensorIn() = default;
+  TensorIn(std::nullptr_t) {}                              // NOLINT: implicit on purpose
+  TensorIn(const float* p) : data(p) {}                    // NOLINT
+  TensorIn(const bfloat16* p) : data(p), bf16(p != nullptr) {}  // NOLINT
+  const float* f32() const { return bf16 ? nullptr : static_cast<const float*>(data); }
+  const bfloat16* b16() const { return bf16 ? static_cast<const bfloat16*>(data) : nullptr; }
+};
 
 // What the device is, for run_start and the MFU figures.
 struct DeviceInfo {
@@ -117,14 +139,17 @@ class Backend {
   virtual GemmPrecision gemmPrecision() const = 0;
 
   // ---- linear -------------------------------------------------------------------------------------------
-  virtual void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                             int C, int OC) = 0;
-  virtual void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  // inp may be bf16 (TensorIn) in GemmPrecision::Bf16.
+  virtual void linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
+                             int OC) = 0;
+  virtual void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                               const float* weight, int N, int C, int OC) = 0;
-  virtual void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N,
-                              int C, int OC) = 0;
-  virtual void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  virtual void linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
+                              int OC) = 0;
+  virtual void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                                const float* weight, int N, int C, int OC) = 0;
+  // dst (n bf16) = src (n floats) rounded to nearest even, for a tensor kept as a bf16 TensorIn.
+  virtual void toBf16(bfloat16* dst, const float* src, size_t n) = 0;
 
   // ---- layer norm ---------------------------------------------------------------------------------------
   virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -155,9 +180,9 @@ class Backend {
   virtual size_t attentionScratchFloats(int B, int T, int C, int H) const = 0;
   virtual void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
                                 bool causal) = 0;
+  // out (the forward's output) may be bf16 in GemmPrecision::Bf16.
   virtual void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                 const float* saved, const float* out, int B, int T, int C, int H,
-                                 bool causal) = 0;
+                                 const float* saved, TensorIn out, int B, int T, int C, int H, bool causal) = 0;
 
   // ---- embeddings ---------------------------------------------------------------------------------------
   virtual void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "plan/model_spec.h"
 #ifdef MESHSTUDIO_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_info.h"
@@ -581,6 +582,92 @@ uint32_t floatToBits(float x) {
   return u;
 }
 
+// Kept bf16 inputs (TensorIn): in Bf16, toBf16 rounds like the host reference, and every op taking a
+// TensorIn gives the same bits from a bf16 copy as from the fp32 tensor it was rounded from (the GEMMs round
+// fp32 operands to the same values); attention's backward from a bf16 out matches it from the fp32 out
+// rounded on the host. In Fp32 a bf16 input is refused. "" when all holds, else what failed.
+QString keptBf16InputsHold(ms::Backend& be) {
+  std::mt19937 rng(kSeed + 29);
+  const int N = 37, C = 33, OC = 50;
+  const Vec inp = rnd(rng, size_t(N) * C), w = rnd(rng, size_t(C) * OC), dout = rnd(rng, size_t(N) * OC);
+  Session s(be);
+  float* dInp = s.up(inp);
+  float* dW = s.up(w);
+  float* dDout = s.up(dout);
+  auto* kept = reinterpret_cast<ms::bfloat16*>(s.alloc<float>((inp.size() + 1) / 2));
+  be.setGemmPrecision(ms::GemmPrecision::Bf16);
+  be.toBf16(kept, dInp, inp.size());
+  std::vector<uint16_t> bits(inp.size());
+  be.download(bits.data(), kept, bits.size() * sizeof(uint16_t));
+  for (size_t i = 0; i < inp.size(); ++i)
+    if (uint32_t(bits[i]) << 16 != floatToBits(roundHost(inp[i], 16)))
+      return QStringLiteral("toBf16: index %1: 0x%2, expected the top half of 0x%3")
+          .arg(i)
+          .arg(bits[i], 0, 16)
+          .arg(floatToBits(roundHost(inp[i], 16)), 0, 16);
+  // Each op once from the fp32 input, once from the kept one; outputs start from zero.
+  auto runLinear = [&](ms::TensorIn x, bool transposed) {
+    Session r(be);
+    float* out = r.alloc<float>(size_t(N) * OC);
+    float* dinp = r.alloc<float>(size_t(N) * C);
+    float* dw = r.alloc<float>(size_t(C) * OC);
+    if (transposed) {  // w read as (OC, C)
+      be.linearForwardT(out, x, dW, nullptr, N, C, OC);
+      be.linearBackwardT(dinp, dw, nullptr, dDout, x, dW, N, C, OC);
+    } else {
+      be.linearForward(out, x, dW, nullptr, N, C, OC);
+      be.linearBackward(dinp, dw, nullptr, dDout, x, dW, N, C, OC);
+    }
+    r.out("forward", out, size_t(N) * OC);
+    r.out("dinp", dinp, size_t(N) * C);
+    r.out("dweight", dw, size_t(C) * OC);
+    return r.outputs;
+  };
+  for (const bool transposed : {false, true}) {
+    const QString why = bitDifference(runLinear(kept, transposed), runLinear(dInp, transposed));
+    if (!why.isEmpty()) return QStringLiteral("linear%1: ").arg(transposed ? "T" : "") + why;
+  }
+  // Attention: B 2, T 5, C 8, H 2, causal.
+  const int B = 2, T = 5, AC = 8, H = 2;
+  const Vec qkv = rnd(rng, size_t(B) * T * 3 * AC), adout = rnd(rng, size_t(B) * T * AC);
+  float* dQkv = s.up(qkv);
+  float* dAdout = s.up(adout);
+  float* saved = s.alloc<float>(be.attentionSavedFloats(B, T, AC, H));
+  float* out = s.alloc<float>(size_t(B) * T * AC);
+  be.attentionForward(out, saved, dQkv, B, T, AC, H, true);
+  Vec out32(size_t(B) * T * AC);
+  be.download(out32.data(), out, out32.size() * sizeof(float));
+  float* outRounded = s.up(roundedHost(out32, 16));
+  auto* outKept = reinterpret_cast<ms::bfloat16*>(s.alloc<float>((out32.size() + 1) / 2));
+  be.toBf16(outKept, out, out32.size());
+  auto runAttention = [&](ms::TensorIn o) {
+    Session r(be);
+    float* dqkv = r.alloc<float>(qkv.size());
+    float* scratch = r.alloc<float>(be.attentionScratchFloats(B, T, AC, H));
+    be.attentionBackward(dqkv, scratch, dAdout, dQkv, saved, o, B, T, AC, H, true);
+    r.out("dqkv", dqkv, qkv.size());
+    return r.outputs;
+  };
+  const QString why = bitDifference(runAttention(outKept), runAttention(outRounded));
+  if (!why.isEmpty()) return QStringLiteral("attention: ") + why;
+  // Fp32 refuses a bf16 input, naming the op.
+  be.setGemmPrecision(ms::GemmPrecision::Fp32);
+  Session r(be);
+  float* o = r.alloc<float>(size_t(N) * OC);
+  QString refused = throwsDeviceFailure([&] { be.linearForward(o, kept, dW, nullptr, N, C, OC); }, "bf16");
+  if (refused.isEmpty())
+    refused = throwsDeviceFailure(
+        [&] { be.linearBackward(nullptr, o, nullptr, dDout, kept, dW, N, C, OC); }, "linearBackward");
+  if (refused.isEmpty()) {
+    float* dqkv = r.alloc<float>(qkv.size());
+    float* scratch = r.alloc<float>(be.attentionScratchFloats(B, T, AC, H));
+    refused = throwsDeviceFailure(
+        [&] { be.attentionBackward(dqkv, scratch, dAdout, dQkv, saved, outKept, B, T, AC, H, true); },
+        "attentionBackward");
+  }
+  return refused.isEmpty() ? QString() : QStringLiteral("fp32 with a bf16 input: ") + refused;
+}
+
 // The inputs of the GEMM-precision linear case (fixed seed): the GEMM operands inp, w, dout and the rest.
 struct LinearData {
   Vec inp, w, bias, dout, dinp0, dw0, db0;
@@ -1010,6 +1097,24 @@ class TestBackendCpu : public QObject {
 
   // Tf32 and Bf16 on the CPU backend (plain and emulated device): exactly the Fp32 ops on operands rounded on
   // the host (the bias gradient, no GEMM, from the unrounded dout), and not the unrounded Fp32 result.
+  // The plan's memory model predicts fused attention for the head sizes the CUDA kernel takes.
+  void fusedAttentionRuleAgrees() {
+#ifdef MESHSTUDIO_HAVE_CUDA
+    QCOMPARE(ms::kFusedAttentionMaxHeadSize, ms::cuda::kFlashAttentionMaxHeadSize);
+#else
+    QSKIP("built without CUDA");
+#endif
+  }
+
+  // Kept bf16 inputs on the plain and the emulated CPU backend (keptBf16InputsHold).
+  void keptBf16Inputs() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = keptBf16InputsHold(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+  }
+
   void gemmPrecisionEmulated_data() {
     QTest::addColumn<int>("precision");
     QTest::addColumn<int>("op");
@@ -1188,6 +1293,10 @@ class TestBackendCuda : public QObject {
     QCOMPARE(m_cuda->attentionSavedFloats(2, 5, 3 * 128, 3), size_t(2 * 3 * 5));
     QCOMPARE(m_cuda->attentionSavedFloats(2, 5, 3 * 129, 3), size_t(2 * 3 * 5 * 5));
     QCOMPARE(m_cuda->attentionScratchFloats(2, 5, 3 * 129, 3), size_t(2 * 3 * 5 * 5));
+    {  // bf16: the fused backward's scratch also holds an fp32 copy of a kept bf16 out (B, T, C)
+      PrecisionScope bf16(ms::GemmPrecision::Bf16, {m_cuda.get()});
+      QCOMPARE(m_cuda->attentionScratchFloats(2, 5, 48, 3), size_t(2 * 3 * 5 + 2 * 5 * 48));
+    }
 #endif
     {
       PrecisionScope bf16(ms::GemmPrecision::Bf16, {m_cuda.get()});
@@ -1295,6 +1404,13 @@ class TestBackendCuda : public QObject {
     const std::vector<Output> got = runCase(*m_cuda, caseIndex, shapeIndex);
     const bool attention = std::string(kCases[caseIndex].name) == "attention";
     const QString why = closeDifference(got, ref, 1e-4, attention ? kBf16AttentionAtol : 1e-4);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Kept bf16 inputs on the GPU (keptBf16InputsHold): cuBLAS multiplies the kept copy as it is.
+  void keptBf16Inputs() {
+    const QString why = keptBf16InputsHold(*m_cuda);
+    m_cuda->setGemmPrecision(ms::GemmPrecision::Fp32);
     QVERIFY2(why.isEmpty(), qPrintable(why));
   }
 

@@ -1,8 +1,8 @@
 // Tests of the memory model against figures computed by hand from the model's shapes: the state bytes per
-// parameter (fp32 AdamW and SGD, bf16's 16 bytes per parameter of the ZeRO paper), what each ZeRO stage
+// parameter (fp32 AdamW and SGD; the engine's autocast-style bf16 costs the same), what each ZeRO stage
 // divides, the tied head's copy of wte on the last stage, the activations a schedule keeps in flight (1F1B's
 // first stage holds min(P, M) microbatches, GPipe M), recompute, tensor and sequence parallelism, uneven
-// stages, the other category and the fits flag.
+// stages, the other category and the fits flag, bf16's kept GEMM inputs and fused attention on GPUs.
 #include <QtTest>
 
 #include "test_util.h"
@@ -27,8 +27,13 @@ constexpr double kBlockParams =
     2 * kC + kC * 3 * kC + 3 * kC + kC * kC + kC + 2 * kC + kC * kF + kF + kF * kC + kC;
 constexpr double kEmbeddingParams = kV * kC + kContext * kC;  // wte + wpe
 constexpr double kHeadParams = 2 * kC;                        // ln_f; the LM head reads wte
-// A block's saved activations per sample (model_spec.cpp): T * (7C + 2F) + H * T * T + 4T floats.
-constexpr double kBlockActivationBytes = (kT * (7 * kC + 2 * kF) + kH * kT * kT + 4 * kT) * 4;
+// A block's saved activations per sample (model_spec.cpp) on the test's GPU mesh, where attention is fused
+// (head size 16) and keeps its rows' log-sum-exp: T * (7C + 2F) + H * T + 4T floats; a CPU materialises the
+// softmax, H * T * T floats instead of H * T.
+constexpr double kBlockActivationBytes = (kT * (7 * kC + 2 * kF) + kH * kT + 4 * kT) * 4;
+constexpr double kBlockActivationBytesCpu = (kT * (7 * kC + 2 * kF) + kH * kT * kT + 4 * kT) * 4;
+// Of those, bf16 keeps the GEMM-only inputs (ln_1, attention out, ln_2: T * C each; gelu out T * F) in bf16.
+constexpr double kBlockGemmInputBytes = kT * (3 * kC + kF) * 4;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 double modelParams(int layers) {
@@ -137,8 +142,9 @@ class TestMemoryModel : public QObject {
       QCOMPARE(int(ranks.size()), 4);
       const double n = modelParams(2);
       const bool bf16 = std::string(precision) == "bf16";
-      // bf16 mixed precision: 2 + 2 + 12 bytes per parameter (ZeRO, section 3.1, K = 12).
-      const double p = bf16 ? 2 : 4, g = bf16 ? 2 : 4, o = bf16 ? 12 : 8;
+      // The engine's bf16 keeps fp32 parameters (the master weights) and fp32 gradients: 4 + 4 + 8 bytes.
+      (void)bf16;
+      const double p = 4, g = 4, o = 8;
       for (const auto& m : ranks) {
         QVERIFY(near(m.parameters, p * n / paramDiv));
         QVERIFY(near(m.gradients, g * n / gradDiv));
@@ -153,14 +159,45 @@ class TestMemoryModel : public QObject {
     }
   }
 
-  // The ZeRO paper's baseline: mixed-precision AdamW costs 16 bytes per parameter.
+  // Mixed-precision AdamW costs 16 bytes per parameter, the ZeRO paper's total (2 + 2 + 12 there; 4 + 4 + 8
+  // here, the fp32 parameters being the master weights), and SGD its fp32 figures.
   void bf16SixteenBytesPerParam() {
     MAKE_PLAN(plan, 2, (json{{"parallel", {{"precision", "bf16"}}}}));
     const auto m = ms::estimateMemory(*plan).front();
     QVERIFY(near(m.parameters + m.gradients + m.optimizer, 16 * modelParams(2)));
-    const ms::StateBytes sgd =
-        ms::stateBytesPerParam(ms::Precision::Bf16, ms::OptimizerConfig{ms::OptimizerType::Sgd});
-    QCOMPARE(sgd.optimizer, 8.0);  // fp32 master + momentum
+    ms::OptimizerConfig sgdConfig{ms::OptimizerType::Sgd};
+    sgdConfig.momentum = 0.9;
+    const ms::StateBytes sgd = ms::stateBytesPerParam(ms::Precision::Bf16, sgdConfig);
+    QCOMPARE(sgd.parameter, 4.0);
+    QCOMPARE(sgd.optimizer, 4.0);  // the momentum buffer
+  }
+
+  // bf16 halves exactly the GEMM-only inputs a block and the head keep; the rest stays fp32. On a CPU mesh
+  // the softmax is materialised (H * T * T per sample), on a GPU mesh attention is fused (H * T).
+  void bf16AndFusedAttention() {
+    MAKE_PLAN(fp32, 2, (json{{"parallel", {{"microbatches", 2}}}}));
+    MAKE_PLAN(bf16, 2, (json{{"parallel", {{"microbatches", 2}, {"precision", "bf16"}}}}));
+    const double mbs = 8;
+    const double a32 = ms::estimateMemory(*fp32).front().activations;
+    const double a16 = ms::estimateMemory(*bf16).front().activations;
+    // Two blocks' GEMM inputs and the head's ln_f output (T * C), halved.
+    QVERIFY(near(a32 - a16, (2 * kBlockGemmInputBytes + kT * kC * 4) / 2 * mbs));
+    QVERIFY(ms::fusedAttention(*fp32, 0));
+
+    json cpu = baseConfig(2);
+    cpu["mesh"]["nodes"][0]["device"] = "cpu";
+    cpu["parallel"] = {{"microbatches", 2}};
+    ms::Expected<ms::RunConfig> config = ms::parseRunConfig(cpu);
+    QVERIFY2(config.isOk(), config.isOk() ? "" : config.message().c_str());
+    ms::Expected<ms::Plan> onCpu = ms::buildPlan(*config);
+    QVERIFY2(onCpu.isOk(), onCpu.isOk() ? "" : onCpu.message().c_str());
+    QVERIFY(!ms::fusedAttention(*onCpu, 0));
+    const double aCpu = ms::estimateMemory(*onCpu).front().activations;
+    QVERIFY(near(aCpu - a32, 2 * (kBlockActivationBytesCpu - kBlockActivationBytes) * mbs));
+
+    // A head size over the fused kernel's limit materialises the softmax on a GPU too.
+    MAKE_PLAN(bigHeads, 2, (json{{"model", {{"width", 512}, {"heads", 2}}}, {"parallel", {{"microbatches", 2}}}}));
+    QVERIFY(!ms::fusedAttention(*bigHeads, 0));
   }
 
   // 1F1B's first stage holds min(P, M) microbatches, GPipe's all M: with 8 layers on 4 stages the first
@@ -253,9 +290,9 @@ class TestMemoryModel : public QObject {
     QCOMPARE(other.dpBucket, 0.0);
     QCOMPARE(ms::otherBreakdown(*plan, 0, false).context, 0.0);
     // The last stage's workspace is the larger of the fp32 gradient of the logits (T * V * 4 bytes per sample)
-    // and a block's backward scratch ((5C + 2F) T + H T^2 floats per sample, F = 4C, H = 4, plus two
-    // activation-gradient buffers of T * C floats).
-    const double blockScratch = ((5 * kC + 2 * kF) * kT + kH * kT * kT) * 4 * 8 + 2.0 * kT * kC * 4 * 8;
+    // and a block's backward scratch ((5C + 2F) T + H T floats per sample with fused attention, F = 4C,
+    // H = 4, plus two activation-gradient buffers of T * C floats).
+    const double blockScratch = ((5 * kC + 2 * kF) * kT + kH * kT) * 4 * 8 + 2.0 * kT * kC * 4 * 8;
     QCOMPARE(ms::otherBreakdown(*plan, 1, true).workspace, std::max(kT * kV * 4 * 8, blockScratch));
 
     auto ranks = ms::estimateMemory(*plan);

@@ -256,6 +256,28 @@ class TestTraining : public QObject {
     QVERIFY(b.at(30) < b.at(1) - 0.5);  // it learns as fp32 does
     for (const auto& j : readLines(tmp.path() + "/bf16/metrics.jsonl"))
       if (j["type"] == "run_start") QCOMPARE(j["device"]["gemm_precision"].get<std::string>(), "bf16");
+
+    // bf16 keeps the GEMM-only activations (layer_impl.h KeptInput) in bf16: the measured activation peak
+    // drops by what the plan predicts (model_spec.cpp gemmInputBytesPerSample, halved), within 1%, and the
+    // parameter, gradient and optimizer bytes do not change (fp32 master weights and gradients).
+    auto figures = [&](const QString& run) {
+      std::map<std::string, double> f;
+      for (const auto& j : readLines(run + "/metrics.jsonl")) {
+        if (j["type"] == "run_start")
+          f["predicted"] = j["predicted"]["ranks"][0]["memory_bytes"]["activations"].get<double>();
+        if (j["type"] == "memory")
+          for (const char* k : {"activations", "parameters", "gradients", "optimizer"})
+            f[k] = std::max(f[k], j["ranks"][0]["peak"][k].get<double>());
+      }
+      return f;
+    };
+    const auto f32 = figures(tmp.path() + "/fp32"), f16 = figures(tmp.path() + "/bf16");
+    const double measuredDrop = f32.at("activations") - f16.at("activations");
+    const double predictedDrop = f32.at("predicted") - f16.at("predicted");
+    QVERIFY2(predictedDrop > 0.1 * f32.at("predicted"), qPrintable(QString::number(predictedDrop)));
+    QVERIFY2(std::abs(measuredDrop - predictedDrop) <= 0.01 * predictedDrop,
+             qPrintable(QString("activations drop: measured %1, predicted %2").arg(measuredDrop).arg(predictedDrop)));
+    for (const char* k : {"parameters", "gradients", "optimizer"}) QCOMPARE(f16.at(k), f32.at(k));
   }
 
   void learningRateSchedule() {

@@ -49,7 +49,7 @@ std::vector<double> layerFlops(const ModelSpec& spec) {
   return flops;
 }
 
-StageFigures stageFigures(const ModelSpec& spec, int pp, int V) {
+StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precision, bool fused) {
   const Partition p = balancedPartition(spec, pp, V, layerFlops(spec));
   StageFigures worst;
   for (int s = 0; s < pp; ++s) {
@@ -61,8 +61,9 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V) {
         const LayerSpec& layer = spec.layers[l];
         f.flops += layer.forwardFlopsPerSample;
         f.params += double(layer.paramCount());
-        f.activationBytes += double(layer.activationBytesPerSample);
-        f.largestLayerActivation = std::max(f.largestLayerActivation, double(layer.activationBytesPerSample));
+        const double kept = layer.keptBytesPerSample(precision, fused);
+        f.activationBytes += kept;
+        f.largestLayerActivation = std::max(f.largestLayerActivation, kept);
         f.blocks += layer.kind == LayerKind::Block ? 1 : 0;
       }
     }
@@ -113,7 +114,6 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   const ModelConfig& model = base.model;
   const ModelSpec spec = buildModelSpec(model, base.training.seqLen);
   const int L = static_cast<int>(spec.layers.size());
-  const bool bf16 = base.parallel.precision == Precision::Bf16;
   const StateBytes perParam = stateBytesPerParam(base.parallel.precision, base.optimizer);
   const int B = base.training.batchSize;
   // The slowest device sets the pace; devices per node from the first node (TP stays inside a node).
@@ -127,7 +127,10 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   }
   const DeviceSpec& device = slowest->spec;
   const double rate = device.peakFlops(base.parallel.precision) * device.achievableFraction;
-  const double elem = bf16 ? 2.0 : 4.0;
+  const double elem = 4.0;  // activations and parameters move in fp32 in both precisions
+  // Attention runs fused on GPUs for head sizes the kernel takes (memory_model.h fusedAttention).
+  const bool fused = isGpuDevice(device) && model.type != ModelType::Mlp && model.heads > 0 &&
+                     model.width % model.heads == 0 && model.width / model.heads <= kFusedAttentionMaxHeadSize;
   const int positions = spec.samplePositions;
   const int F = model.mlpRatio * model.width;
 
@@ -162,7 +165,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
           }
           for (auto [schedule, V] : schedules) {
             auto key = std::make_pair(pp, V);
-            if (!figures.count(key)) figures[key] = stageFigures(spec, pp, V);
+            if (!figures.count(key)) figures[key] = stageFigures(spec, pp, V, base.parallel.precision, fused);
             const StageFigures& st = figures[key];
             for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
               for (Recompute rc : {Recompute::None, Recompute::Full}) {
@@ -188,7 +191,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 if (zero >= 1) oBytes /= dp;
                 if (zero >= 2) gBytes /= dp;
                 if (zero >= 3) pBytes /= dp;
-                const double actScale = double(mbs) / tp * (bf16 ? 0.5 : 1.0);
+                const double actScale = double(mbs) / tp;
                 const double perMicrobatch = rc == Recompute::Full
                                                  ? st.inputBytes * actScale
                                                  : st.activationBytes * actScale;

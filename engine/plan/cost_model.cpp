@@ -11,23 +11,23 @@
 // really replicated without sequence parallelism (a few percent of a block's FLOPs).
 //
 // Communication inside compute actions (Modelled only; added to the analytic layer times, never to measured):
-//   tensor parallel (tp > 1), all-reduces over the TP group of the layer's output (b * T * C values in the
-//   compute precision), Megatron-LM (Shoeybi et al. 2019, section 3, the f/g operators):
+//   tensor parallel (tp > 1), all-reduces over the TP group of the layer's output (b * T * C fp32 values, in
+//   both precisions), Megatron-LM (Shoeybi et al. 2019, section 3, the f/g operators):
 //     transformer block: 2 in forward (after attention and after the MLP), 2 in backward
 //     mlp layer: 1 and 1 (a column/row pair needs one all-reduce each way; counted per layer)
 //     embedding: 1 in forward (vocab-parallel lookup); head: 1 in backward (the input's gradient)
 //   recompute "full" repeats the forward ones in backward. With sequence parallelism each all-reduce
 //   becomes a reduce-scatter plus an all-gather (Korthikanti et al. 2022, section 4.2.2), which costs the
 //   same under the ring formulas, so the count stands.
-//   ZeRO-3: an all-gather of the chunk's parameters (/ tp, in the compute precision) over the DP group
+//   ZeRO-3: an all-gather of the chunk's parameters (/ tp, fp32 as stored) over the DP group
 //   before each F and each B of the chunk, counted in the compute action (no prefetch overlap).
 //
 // Point-to-point: latency + bytes / bandwidth of the link between the two stages' devices; a message is the
-// chunk's last layer's outputBytesPerSample * b * precisionScale (/ tp with sequence parallelism, where the
-// activation between stages is sequence-split).
+// chunk's last layer's outputBytesPerSample * b (fp32 in both precisions: the engine's bf16 rounds GEMM
+// operands only; / tp with sequence parallelism, where the activation between stages is sequence-split).
 //
 // Gradient sync of chunk k over the DP group (once per step): bytes = params(k) / tp * gradient bytes per
-// element (stateBytesPerParam: 4 for fp32, 2 for bf16); ring all-reduce for ZeRO 0 and 1, ring
+// element (stateBytesPerParam: 4, fp32 gradients in both precisions); ring all-reduce for ZeRO 0 and 1, ring
 // reduce-scatter for ZeRO 2 and 3. A tied LM head on another stage than the embedding adds an all-reduce of
 // wte's gradient between those two stages to both chunks' syncs (Megatron's embedding group).
 //
@@ -86,10 +86,6 @@ const DeviceSpec& stageDevice(const Plan& plan, int stage) {
   return plan.mesh.devices.front().spec;
 }
 
-double precisionScale(Precision precision) {
-  return precision == Precision::Bf16 ? 0.5 : 1.0;
-}
-
 namespace {
 
 // The link between the devices of two stages' representative ranks.
@@ -130,7 +126,8 @@ bool validTime(double t) {
 
 std::vector<double> chunkMessageBytes(const Plan& plan) {
   const ParallelConfig& p = plan.config.parallel;
-  const double scale = precisionScale(p.precision) * plan.microbatchSize() / (p.sequenceParallel ? p.tp : 1);
+  // Activations travel in fp32 in both precisions (the engine's bf16 rounds GEMM operands only).
+  const double scale = plan.microbatchSize() / (p.sequenceParallel ? p.tp : 1);
   std::vector<double> bytes;
   for (const auto& chunk : plan.partition.chunks)
     bytes.push_back(chunk.empty()
@@ -147,7 +144,6 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   const int K = static_cast<int>(plan.partition.chunks.size());
   const int tp = std::max(1, p.tp), dp = std::max(1, p.dp);
   const double mbs = plan.microbatchSize();
-  const double scale = precisionScale(p.precision);
   const bool modelled = communication == Communication::Modelled;
   m_chunks = plan.partition.chunks;
   m_split = plan.schedule.splitBackward;
@@ -186,7 +182,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         const int64_t outBytes = layer.kind == LayerKind::Head && l > 0
                                      ? model.layers[static_cast<size_t>(l - 1)].outputBytesPerSample
                                      : layer.outputBytesPerSample;
-        const double t = ringAllReduceTime(double(outBytes) * mbs * scale, tp, link);
+        const double t = ringAllReduceTime(double(outBytes) * mbs, tp, link);
         m_chunkForwardComm[static_cast<size_t>(k)] += c.forward * t;
         m_chunkBackwardComm[static_cast<size_t>(k)] += (c.backward + (m_recompute ? c.forward : 0)) * t;
       }

@@ -59,12 +59,8 @@ int replicaRank(const Plan& plan, int stage);
 // That rank's device.
 const DeviceSpec& stageDevice(const Plan& plan, int stage);
 
-// Bytes per element in the step's compute precision, relative to the model spec's fp32 figures: 1 for fp32,
-// 0.5 for bf16 (activations, messages and TP collectives are held and sent in the compute precision).
-double precisionScale(Precision precision);
-
 // The point-to-point message of each chunk (K), bytes per microbatch: its last layer's output
-// (outputBytesPerSample * microbatch size * precisionScale, / tp with sequence parallelism). Chunk k's
+// (outputBytesPerSample * microbatch size, fp32 in both precisions, / tp with sequence parallelism). Chunk k's
 // activation goes to chunk k+1; chunk k+1's input gradient, the same size, comes back.
 std::vector<double> chunkMessageBytes(const Plan& plan);
 

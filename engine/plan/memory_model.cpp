@@ -45,29 +45,29 @@ TiedHead tiedHead(const Plan& plan) {
 }
 
 // One microbatch's saved activations of a layer without recompute, on one rank (see chunkActivationBytes).
-double layerActivationBytes(const Plan& plan, int l) {
+double layerActivationBytes(const Plan& plan, int l, bool fused) {
   const ParallelConfig& p = plan.config.parallel;
   const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
   const double tp = std::max(1, p.tp);
-  const double full =
-      double(layer.activationBytesPerSample) * plan.microbatchSize() * precisionScale(p.precision);
+  const double full = layer.keptBytesPerSample(p.precision, fused) * plan.microbatchSize();
   const bool transformerBlock = layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp;
   if (tp == 1 || p.sequenceParallel || !transformerBlock) return full / tp;
   // Korthikanti et al. 2022, Table 2, "tensor parallel" row: the two LayerNorm outputs and the residual
-  // (3 * T * C values) and the per-row LayerNorm statistics (4 * T) stay whole on every TP rank.
+  // (3 * T * C values) and the per-row LayerNorm statistics (4 * T) stay whole on every TP rank. The
+  // LayerNorm outputs are GEMM inputs (bf16 in bf16 precision), the rest fp32.
   const double T = plan.model.samplePositions, C = plan.config.model.width;
+  const double lnBytes = p.precision == Precision::Bf16 ? 2.0 : 4.0;
   const double replicated =
-      std::min(full, (3.0 * T * C + 4.0 * T) * 4.0 * plan.microbatchSize() * precisionScale(p.precision));
+      std::min(full, (2.0 * T * C * lnBytes + (T * C + 4.0 * T) * 4.0) * plan.microbatchSize());
   return replicated + (full - replicated) / tp;
 }
 
-// With recompute: the input of layer l kept for its re-run (whole without sequence parallelism).
+// With recompute: the input of layer l kept for its re-run (fp32; whole without sequence parallelism).
 double layerCheckpointBytes(const Plan& plan, int l) {
   if (l == 0) return 0.0;  // the model's input batch belongs to the data loader
   const ParallelConfig& p = plan.config.parallel;
   const double in = double(plan.model.layers[static_cast<size_t>(l - 1)].outputBytesPerSample);
-  return in * plan.microbatchSize() * precisionScale(p.precision) /
-         (p.sequenceParallel ? std::max(1, p.tp) : 1);
+  return in * plan.microbatchSize() / (p.sequenceParallel ? std::max(1, p.tp) : 1);
 }
 
 double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
@@ -84,13 +84,12 @@ double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
 
 }  // namespace
 
-StateBytes stateBytesPerParam(Precision precision, const OptimizerConfig& optimizer) {
+StateBytes stateBytesPerParam(Precision, const OptimizerConfig& optimizer) {
+  // The engine's bf16 is autocast-style (kernels/backend.h GemmPrecision::Bf16): the fp32 parameters are the
+  // master weights and the GEMMs round them to bf16 on the fly, gradients stay fp32 (as Megatron-LM keeps its
+  // main gradients), so both precisions cost the same per parameter: AdamW 4 + 4 + 8 = 16 bytes, the total
+  // the ZeRO paper (section 3.1) gives for mixed precision with separate bf16 copies (2 + 2 + 12).
   const bool momentum = optimizer.momentum > 0;
-  if (precision == Precision::Bf16) {
-    // ZeRO section 3.1: fp16/bf16 parameter and gradient, fp32 master copy (4) + Adam's two moments (4 + 4).
-    const double opt = optimizer.type == OptimizerType::AdamW ? 12.0 : (momentum ? 8.0 : 4.0);
-    return {2.0, 2.0, opt};
-  }
   const double opt = optimizer.type == OptimizerType::AdamW ? 8.0 : (momentum ? 4.0 : 0.0);
   return {4.0, 4.0, opt};
 }
@@ -114,12 +113,20 @@ double stageParameterCount(const Plan& plan, int stage) {
   return n;
 }
 
+bool fusedAttention(const Plan& plan, int stage) {
+  const ModelConfig& m = plan.config.model;
+  if (m.type == ModelType::Mlp || m.heads <= 0 || m.width % m.heads) return false;
+  return isGpuDevice(stageDevice(plan, stage)) && m.width / m.heads <= kFusedAttentionMaxHeadSize;
+}
+
 std::vector<double> chunkActivationBytes(const Plan& plan) {
   const bool recompute = plan.config.parallel.recompute == Recompute::Full;
   std::vector<double> bytes;
-  for (const auto& chunk : plan.partition.chunks) {
+  for (size_t k = 0; k < plan.partition.chunks.size(); ++k) {
+    const bool fused = fusedAttention(plan, plan.partition.stageOf[k]);
     double b = 0;
-    for (int l : chunk) b += recompute ? layerCheckpointBytes(plan, l) : layerActivationBytes(plan, l);
+    for (int l : plan.partition.chunks[k])
+      b += recompute ? layerCheckpointBytes(plan, l) : layerActivationBytes(plan, l, fused);
     bytes.push_back(b);
   }
   return bytes;
@@ -127,9 +134,10 @@ std::vector<double> chunkActivationBytes(const Plan& plan) {
 
 double recomputeWorkspaceBytes(const Plan& plan, int stage) {
   if (plan.config.parallel.recompute != Recompute::Full) return 0.0;
+  const bool fused = fusedAttention(plan, stage);
   double largest = 0;
   for (int l : plan.partition.layersOfStage(stage))
-    largest = std::max(largest, layerActivationBytes(plan, l));
+    largest = std::max(largest, layerActivationBytes(plan, l, fused));
   return largest;
 }
 
@@ -137,7 +145,6 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   const ParallelConfig& p = plan.config.parallel;
   const double tp = std::max(1, p.tp);
   const double mbs = plan.microbatchSize();
-  const double scale = precisionScale(p.precision);
   const int K = static_cast<int>(plan.partition.chunks.size());
   const StateBytes state = stateBytesPerParam(p.precision, plan.config.optimizer);
   OtherBytes o;
@@ -160,20 +167,24 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   // Backward workspace: the output gradient and the input gradient of the stage's largest layer output for
   // one microbatch; the stage with a gpt head also holds the fp32 gradient of its (vocab-parallel) logits.
   const double seqSplit = p.sequenceParallel ? tp : 1.0;
+  const bool fused = fusedAttention(plan, stage);
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
-    o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs * scale / seqSplit);
+    o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
     if (layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp) {
       // A transformer block's backward scratch in the runtime (engine/runtime/transformer.cpp, one shared
       // workspace): residual and LayerNorm input gradients (2 T*C), the MLP's two (T, F) gradients, the qkv
-      // gradient (T, 3C) and the attention scores' gradient (H, T, T) per sample, beside the two
-      // activation-gradient buffers above. Measured on the CPU engine: within 5% of this.
+      // gradient (T, 3C) and attention's scratch per sample, beside the two activation-gradient buffers
+      // above. Attention's scratch is the scores' gradient (H, T, T) where the softmax is materialised, the
+      // rows' (H, T) dot products where it is fused (plus, in bf16, an fp32 copy of the kept (T, C) output).
+      // Measured on the CPU engine: within 5% of this.
       const ModelConfig& m = plan.config.model;
       const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpRatio) * m.width;
-      const double floats = (5.0 * C + 2.0 * F) * T + double(m.heads) * T * T;
-      o.workspace =
-          std::max(o.workspace, floats * 4.0 * mbs * scale / tp +
-                                    2.0 * double(layer.outputBytesPerSample) * mbs * scale / seqSplit);
+      const double attention = fused ? double(m.heads) * T + (p.precision == Precision::Bf16 ? T * C : 0.0)
+                                     : double(m.heads) * T * T;
+      const double floats = (5.0 * C + 2.0 * F) * T + attention;
+      o.workspace = std::max(o.workspace, floats * 4.0 * mbs / tp +
+                                              2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
     }
     if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt)
       o.workspace = std::max(o.workspace,

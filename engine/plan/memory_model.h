@@ -45,8 +45,8 @@ double stageParameterCount(const Plan& plan, int stage);
 
 // One microbatch's saved activations of each chunk (K), in bytes on one rank, as held between its F and the
 // end of its backward:
-// - without recompute: the sum of its layers' activationBytesPerSample * microbatch size, times
-//   precisionScale (bf16 halves it), split by tensor parallelism as Korthikanti et al. 2022 ("Reducing
+// - without recompute: the sum of its layers' keptBytesPerSample (model_spec.h: bf16 GEMM inputs under bf16,
+//   the fused attention's rows on GPUs) * microbatch size, split by tensor parallelism as Korthikanti et al. 2022 ("Reducing
 //   Activation Recomputation in Large Transformer Models", section 4.2, Table 2) count it: with
 //   sequence_parallel everything / tp; without it a transformer block keeps its LayerNorm outputs and the
 //   residual (3*T*C values) and the LayerNorm statistics whole and the rest / tp (their 10 + 24/t split);
@@ -55,6 +55,8 @@ double stageParameterCount(const Plan& plan, int stage);
 //   checkpoints every transformer layer), split like the rest. The recomputed layer's full activations are a
 //   transient added once per stage (recomputeWorkspaceBytes).
 std::vector<double> chunkActivationBytes(const Plan& plan);
+// Whether the ranks of a stage run attention fused: a GPU device and a head size the fused kernel takes.
+bool fusedAttention(const Plan& plan, int stage);
 // With recompute "full": the largest full activation set of one layer of the stage for one microbatch (held
 // while that layer's backward runs); 0 without recompute.
 double recomputeWorkspaceBytes(const Plan& plan, int stage);

@@ -17,6 +17,13 @@ int64_t LayerSpec::paramCount() const {
   return n;
 }
 
+double LayerSpec::keptBytesPerSample(Precision precision, bool fusedAttention) const {
+  double bytes = double(activationBytesPerSample);
+  if (precision == Precision::Bf16) bytes -= 0.5 * double(gemmInputBytesPerSample);
+  if (fusedAttention) bytes += double(attentionRowBytesPerSample) - double(attentionMatrixBytesPerSample);
+  return bytes;
+}
+
 int64_t ModelSpec::paramCount() const {
   int64_t n = 0;
   for (const auto& l : layers) n += l.paramCount();
@@ -76,9 +83,13 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int T, bool causal) {
   const double attn = 2.0 * 2.0 * double(T) * T * C * (causal ? 0.5 : 1.0);
   l.forwardFlopsPerSample = gemm + attn;
   // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
-  // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics.
+  // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics. ln_1, attention out, ln_2 and
+  // gelu out only feed GEMMs in backward (bf16 in bf16 precision).
   const int64_t floats = T * (C + 3 * C + C + C + C + F + F) + H * int64_t(T) * T + 4 * int64_t(T);
   l.activationBytesPerSample = floats * 4;
+  l.gemmInputBytesPerSample = T * (3 * C + F) * 4;
+  l.attentionMatrixBytesPerSample = H * int64_t(T) * T * 4;
+  l.attentionRowBytesPerSample = H * int64_t(T) * 4;
   l.outputBytesPerSample = int64_t(T) * C * 4;
   return l;
 }
@@ -104,6 +115,7 @@ ModelSpec gptSpec(const ModelConfig& m, int T) {
   if (!m.tieEmbeddings) head.params.push_back(weight("lm_head.weight", {V, C}, m.initStd));
   head.forwardFlopsPerSample = 2.0 * T * C * V;
   head.activationBytesPerSample = (int64_t(T) * C + int64_t(T) * V + 2 * int64_t(T)) * 4;
+  head.gemmInputBytesPerSample = int64_t(T) * C * 4;  // ln_f out, the LM head's input
   head.outputBytesPerSample = int64_t(T) * 4;
   spec.layers.push_back(head);
   return spec;

@@ -78,14 +78,15 @@ class GptHead final : public Layer {
   void forward(const float* x, float*, const BatchView& batch, const ForwardMode& mode, int slot) override {
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
-    c.lnf.reserve(size_t(N) * m_C);  // (B, T, C)
     c.mean.reserve(N);
     c.rstd.reserve(N);
     c.logits.reserve(size_t(N) * m_Vl);  // (B, T, Vl): logits, then (training) their gradient in place
     c.losses.reserve(N);                 // (B, T)
-    m_be.layerNormForward(c.lnf.data(), c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N,
-                          m_C, m_eps);
-    m_be.linearForwardT(c.logits.data(), c.lnf.data(), m_w.value(), nullptr, N, m_C, m_Vl);
+    // lnf (B, T, C) only feeds the LM head's GEMMs: kept in bf16 in bf16 precision, staged in slot 0 (the
+    // size backward takes from it anyway).
+    float* lnf = c.lnf.target(size_t(N) * m_C, m_ws->get(0, size_t(N) * m_C, false));
+    m_be.layerNormForward(lnf, c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C, m_eps);
+    m_be.linearForwardT(c.logits.data(), c.lnf.keep(lnf), m_w.value(), nullptr, N, m_C, m_Vl);
     if (m_tp.size == 1)
       m_be.softmaxCrossEntropy(c.losses.data(), mode.training ? c.logits.data() : nullptr, c.logits.data(),
                                batch.targets, N, m_Vl, mode.lossScale);
@@ -110,13 +111,13 @@ class GptHead final : public Layer {
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
     if (part == BackwardPart::Weight) {
-      m_be.linearBackwardT(nullptr, m_w.grad(), nullptr, c.logits.data(), c.lnf.data(), m_w.value(), N, m_C,
+      m_be.linearBackwardT(nullptr, m_w.grad(), nullptr, c.logits.data(), c.lnf.in(), m_w.value(), N, m_C,
                            m_Vl);
       return;
     }
     float* dlnf = m_ws->get(0, size_t(N) * m_C, true);  // (B, T, C)
     m_be.linearBackwardT(dlnf, part == BackwardPart::Input ? nullptr : m_w.grad(), nullptr, c.logits.data(),
-                         c.lnf.data(), m_w.value(), N, m_C, m_Vl);
+                         c.lnf.in(), m_w.value(), N, m_C, m_Vl);
     m_tp.allReduce(dlnf, size_t(N) * m_C);
     m_be.layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.mean.data(),
                            c.rstd.data(), N, m_C);
@@ -135,12 +136,13 @@ class GptHead final : public Layer {
  private:
   struct Cache {
     explicit Cache(MemoryTracker* t)
-        : lnf(0, MemoryCategory::Activations, t),
+        : lnf(t),
           mean(0, MemoryCategory::Activations, t),
           rstd(0, MemoryCategory::Activations, t),
           logits(0, MemoryCategory::Activations, t),
           losses(0, MemoryCategory::Activations, t) {}
-    Buffer lnf, mean, rstd, logits, losses;
+    KeptInput lnf;
+    Buffer mean, rstd, logits, losses;
     LossStats stats;
     bool logitsValid = false;
   };

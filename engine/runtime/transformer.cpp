@@ -14,6 +14,7 @@
 // input and output stay whole (the next layer, a send to another stage or the head see the same tensor as
 // without it), which costs one all-gather per block beyond Megatron's layout. Every op, copy (the sequence
 // shards are strided copy2Ds) and zeroing runs through the rank's Backend; the host never touches a tensor.
+#include <algorithm>
 #include <string>
 
 #include "runtime/layer_impl.h"
@@ -59,22 +60,29 @@ class TransformerBlock final : public Layer {
     const int N = B * T;
     Cache& c = m_caches[slot];
     c.ensure(B, T, C, Cl, F, m_be.attentionSavedFloats(B, T, Cl, H));
-    if (m_sp) return forwardSequenceParallel(x, y, B, c);
+    // fp32 staging of the kept GEMM inputs in bf16 (slot 2: backward's dF1 has this size anyway).
+    float* tmp = m_ws->get(2, size_t(N) * std::max(C, F), false);
+    if (m_sp) return forwardSequenceParallel(x, y, B, c, tmp);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
-    m_be.layerNormForward(c.ln1.data(), c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(),
-                          N, C, m_eps);
-    m_be.linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
-    m_be.attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
-    m_be.linearForward(c.res1.data(), c.atty.data(), m_projw.value(), addsBias ? m_projb.value() : nullptr, N,
-                       Cl, C);
+    float* ln1 = c.ln1.target(size_t(N) * C, tmp);
+    m_be.layerNormForward(ln1, c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(), N, C,
+                          m_eps);
+    m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
+    float* atty = c.atty.target(size_t(N) * Cl, tmp);
+    m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
+    m_be.linearForward(c.res1.data(), c.atty.keep(atty), m_projw.value(), addsBias ? m_projb.value() : nullptr,
+                       N, Cl, C);
     m_tp.allReduce(c.res1.data(), size_t(N) * C);
     m_be.add(c.res1.data(), c.res1.data(), x, size_t(N) * C);
-    m_be.layerNormForward(c.ln2.data(), c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
+    float* ln2 = c.ln2.target(size_t(N) * C, tmp);
+    m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
                           m_ln2b.value(), N, C, m_eps);
-    m_be.linearForward(c.fc.data(), c.ln2.data(), m_fcw.value(), m_fcb.value(), N, C, F);
-    m_be.geluForward(c.gelu.data(), c.fc.data(), size_t(N) * F);
-    m_be.linearForward(y, c.gelu.data(), m_fcprojw.value(), addsBias ? m_fcprojb.value() : nullptr, N, F, C);
+    m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.value(), m_fcb.value(), N, C, F);
+    float* gelu = c.gelu.target(size_t(N) * F, tmp);
+    m_be.geluForward(gelu, c.fc.data(), size_t(N) * F);
+    m_be.linearForward(y, c.gelu.keep(gelu), m_fcprojw.value(), addsBias ? m_fcprojb.value() : nullptr, N, F,
+                       C);
     m_tp.allReduce(y, size_t(N) * C);
     m_be.add(y, y, c.res1.data(), size_t(N) * C);
   }
@@ -87,14 +95,14 @@ class TransformerBlock final : public Layer {
     Cache& c = m_caches[slot];
     if (part == BackwardPart::Weight) {
       // The four linears' weight gradients from the output gradients the input part kept.
-      m_be.linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.data(),
+      m_be.linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.in(),
                           m_fcprojw.value(), N, F, C);
-      m_be.linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.data(), m_fcw.value(), N,
-                          C, F);
-      m_be.linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.data(),
+      m_be.linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.in(), m_fcw.value(), N, C,
+                          F);
+      m_be.linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.in(),
                           m_projw.value(), N, Cl, C);
-      m_be.linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.data(), m_qkvw.value(),
-                          N, C, 3 * Cl);
+      m_be.linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.in(), m_qkvw.value(), N,
+                          C, 3 * Cl);
       for (Buffer* b : {&c.gOut, &c.gFc, &c.gProj, &c.gQkv}) b->clear();
       return;
     }
@@ -110,10 +118,10 @@ class TransformerBlock final : public Layer {
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
-    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
+    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.value(), N, F,
                         C);
     m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
-    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
+    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.value(), N, C, F);
     m_tp.allReduce(dC, NC);
     m_be.layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.data(), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
@@ -124,11 +132,11 @@ class TransformerBlock final : public Layer {
     }
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
     m_be.zero(dC, NCl * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.data(), m_projw.value(), N, Cl, C);
-    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.data(), B, T, Cl, H,
+    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.in(), m_projw.value(), N, Cl, C);
+    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H,
                            m_causal);
     m_be.zero(dC, NC * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.data(), m_qkvw.value(), N, C, 3 * Cl);
+    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.value(), N, C, 3 * Cl);
     m_tp.allReduce(dC, NC);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     if (dx) {
@@ -184,7 +192,7 @@ class TransformerBlock final : public Layer {
 
   // Cache under sequence parallelism: ln1, ln2 whole (the column-parallel linears' inputs), their statistics
   // and res1 for this rank's Ts positions only.
-  void forwardSequenceParallel(const float* x, float* y, int B, Cache& c) {
+  void forwardSequenceParallel(const float* x, float* y, int B, Cache& c, float* tmp) {
     const int T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T, Ns = N / m_tp.size;
     const size_t NsC = size_t(Ns) * C;
@@ -194,19 +202,23 @@ class TransformerBlock final : public Layer {
     takeShard(xs, x, B);
     m_be.layerNormForward(lns, c.ln1Mean.data(), c.ln1Rstd.data(), xs, m_ln1w.value(), m_ln1b.value(), Ns, C,
                           m_eps);
-    gatherSequence(c.ln1.data(), lns, B);
-    m_be.linearForward(c.qkv.data(), c.ln1.data(), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
-    m_be.attentionForward(c.atty.data(), c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
-    m_be.linearForward(full, c.atty.data(), m_projw.value(), nullptr, N, Cl, C);
+    float* ln1 = c.ln1.target(size_t(N) * C, tmp);
+    gatherSequence(ln1, lns, B);
+    m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
+    float* atty = c.atty.target(size_t(N) * Cl, tmp);
+    m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
+    m_be.linearForward(full, c.atty.keep(atty), m_projw.value(), nullptr, N, Cl, C);
     reduceScatterSequence(c.res1.data(), full, B);  // res1s = reduce-scatter(partial) + bias + xs
     addBias(c.res1.data(), m_projb.value(), Ns);
     m_be.accumulate(c.res1.data(), xs, NsC);
     m_be.layerNormForward(lns, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
                           m_ln2b.value(), Ns, C, m_eps);
-    gatherSequence(c.ln2.data(), lns, B);
-    m_be.linearForward(c.fc.data(), c.ln2.data(), m_fcw.value(), m_fcb.value(), N, C, F);
-    m_be.geluForward(c.gelu.data(), c.fc.data(), size_t(N) * F);
-    m_be.linearForward(full, c.gelu.data(), m_fcprojw.value(), nullptr, N, F, C);
+    float* ln2 = c.ln2.target(size_t(N) * C, tmp);
+    gatherSequence(ln2, lns, B);
+    m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.value(), m_fcb.value(), N, C, F);
+    float* gelu = c.gelu.target(size_t(N) * F, tmp);
+    m_be.geluForward(gelu, c.fc.data(), size_t(N) * F);
+    m_be.linearForward(full, c.gelu.keep(gelu), m_fcprojw.value(), nullptr, N, F, C);
     float* ys = xs;  // xs is done with
     reduceScatterSequence(ys, full, B);
     addBias(ys, m_fcprojb.value(), Ns);
@@ -231,10 +243,10 @@ class TransformerBlock final : public Layer {
     // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
     // itself.
     takeShard(dres1s, dy, B);
-    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.data(), m_fcprojw.value(), N, F,
+    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.value(), N, F,
                         C);
     m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
-    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.data(), m_fcw.value(), N, C, F);
+    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.value(), N, C, F);
     reduceScatterSequence(dshard, dC, B);
     m_be.layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.data(), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), Ns, C);
@@ -245,12 +257,12 @@ class TransformerBlock final : public Layer {
       keep(c.gProj, dfull, NC);
     }
     m_be.zero(dC, NCl * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.data(), m_projw.value(), N, Cl, C);
+    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.in(), m_projw.value(), N, Cl, C);
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
-    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.data(), B, T, Cl, H,
+    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H,
                            m_causal);
     m_be.zero(dC, NC * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.data(), m_qkvw.value(), N, C, 3 * Cl);
+    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.value(), N, C, 3 * Cl);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     reduceScatterSequence(dshard, dC, B);
     float* xs = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)
@@ -266,40 +278,39 @@ class TransformerBlock final : public Layer {
   }
 
   // Saved by forward for backward (activations), and by a split backward's input part for its weight part.
+  // ln1, atty, ln2 and gelu only feed GEMMs in backward: KeptInput (bf16 in bf16 precision).
   struct Cache {
     explicit Cache(MemoryTracker* t)
-        : ln1(0, MemoryCategory::Activations, t),
-          ln1Mean(0, MemoryCategory::Activations, t),
+        : ln1Mean(0, MemoryCategory::Activations, t),
           ln1Rstd(0, MemoryCategory::Activations, t),
           qkv(0, MemoryCategory::Activations, t),
           att(0, MemoryCategory::Activations, t),
-          atty(0, MemoryCategory::Activations, t),
           res1(0, MemoryCategory::Activations, t),
-          ln2(0, MemoryCategory::Activations, t),
           ln2Mean(0, MemoryCategory::Activations, t),
           ln2Rstd(0, MemoryCategory::Activations, t),
           fc(0, MemoryCategory::Activations, t),
-          gelu(0, MemoryCategory::Activations, t),
+          ln1(t),
+          atty(t),
+          ln2(t),
+          gelu(t),
           gOut(0, MemoryCategory::Activations, t),
           gFc(0, MemoryCategory::Activations, t),
           gProj(0, MemoryCategory::Activations, t),
           gQkv(0, MemoryCategory::Activations, t) {}
     void ensure(int B, int T, int C, int Cl, int F, size_t attSaved) {
       const size_t N = size_t(B) * T;
-      ln1.reserve(N * C);       // (B, T, C)
       ln1Mean.reserve(N);       // (B, T)
       ln1Rstd.reserve(N);       // (B, T)
       qkv.reserve(N * 3 * Cl);  // (B, T, 3Cl)
       att.reserve(attSaved);    // the backend's attention state ((B, Hl, T, T) when it keeps the softmax)
-      atty.reserve(N * Cl);     // (B, T, Cl)
       res1.reserve(N * C);      // (B, T, C)
-      ln2.reserve(N * C);       // (B, T, C)
       ln2Mean.reserve(N);
       ln2Rstd.reserve(N);
-      fc.reserve(N * F);    // (B, T, Fl)
-      gelu.reserve(N * F);  // (B, T, Fl)
+      fc.reserve(N * F);  // (B, T, Fl)
+      // ln1, ln2 (B, T, C), atty (B, T, Cl), gelu (B, T, Fl): sized by forward (KeptInput::target).
     }
-    Buffer ln1, ln1Mean, ln1Rstd, qkv, att, atty, res1, ln2, ln2Mean, ln2Rstd, fc, gelu;
+    Buffer ln1Mean, ln1Rstd, qkv, att, res1, ln2Mean, ln2Rstd, fc;
+    KeptInput ln1, atty, ln2, gelu;
     Buffer gOut, gFc, gProj, gQkv;  // split backward: output gradients of fcproj, fc, proj, qkv
   };
   void keep(Buffer& dst, const float* src, size_t n) {

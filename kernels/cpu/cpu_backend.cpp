@@ -92,29 +92,43 @@ class CpuBackend final : public Backend {
   }
   void clearMarks() override { m_marks.clear(); }
 
-  void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+  void linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                      int OC) override {
-    cpu::linearForward(f(out), g(f(inp), size_t(N) * C, 0), g(f(weight), size_t(C) * OC, 1), f(bias), N, C,
-                       OC);
+    cpu::linearForward(f(out), g(inp, size_t(N) * C, 0, "linearForward"), g(f(weight), size_t(C) * OC, 1),
+                       f(bias), N, C, OC);
   }
-  void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                       const float* weight, int N, int C, int OC) override {
     cpu::linearBackward(f(dinp), f(dweight), nullptr, g(f(dout), size_t(N) * OC, 0),
-                        g(f(inp), size_t(N) * C, 1), g(f(weight), size_t(C) * OC, 2), N, C, OC);
+                        dweight ? g(inp, size_t(N) * C, 1, "linearBackward") : nullptr,
+                        dinp ? g(f(weight), size_t(C) * OC, 2) : nullptr, N, C, OC);
     // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
     if (dbias) cpu::linearBackward(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
   }
-  void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+  void linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                       int OC) override {
-    cpu::linearForwardT(f(out), g(f(inp), size_t(N) * C, 0), g(f(weight), size_t(OC) * C, 1), f(bias), N, C,
-                        OC);
+    cpu::linearForwardT(f(out), g(inp, size_t(N) * C, 0, "linearForwardT"), g(f(weight), size_t(OC) * C, 1),
+                        f(bias), N, C, OC);
   }
-  void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                        const float* weight, int N, int C, int OC) override {
     cpu::linearBackwardT(f(dinp), f(dweight), nullptr, g(f(dout), size_t(N) * OC, 0),
-                         g(f(inp), size_t(N) * C, 1), g(f(weight), size_t(OC) * C, 2), N, C, OC);
+                         dweight ? g(inp, size_t(N) * C, 1, "linearBackwardT") : nullptr,
+                         dinp ? g(f(weight), size_t(OC) * C, 2) : nullptr, N, C, OC);
     // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
     if (dbias) cpu::linearBackwardT(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
+  }
+  void toBf16(bfloat16* dst, const float* src, size_t n) override {
+    if (n == 0) return;
+    uint16_t* d = reinterpret_cast<uint16_t*>(h(dst, "toBf16"));
+    const float* s = f(src);
+#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
+    for (size_t i = 0; i < n; ++i) {
+      const float r = roundMantissa(s[i], 16);
+      uint32_t u;
+      std::memcpy(&u, &r, 4);
+      d[i] = uint16_t(u >> 16);
+    }
   }
   void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C, float eps) override {
@@ -150,8 +164,10 @@ class CpuBackend final : public Backend {
     // q, k and v rounded; the probabilities multiply v unrounded (a GPU rounds them too).
     cpu::attentionForward(f(out), f(saved), g(f(qkv), size_t(B) * T * 3 * C, 0), B, T, C, H, causal);
   }
+  // The materialised backward does not read out (a bf16 one is only checked).
   void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* saved,
-                         const float*, int B, int T, int C, int H, bool causal) override {
+                         TensorIn out, int B, int T, int C, int H, bool causal) override {
+    if (out.bf16) g(out, 0, 0, "attentionBackward");
     cpu::attentionBackward(f(dqkv), f(scratch), g(f(dout), size_t(B) * T * C, 0),
                            g(f(qkv), size_t(B) * T * 3 * C, 1), f(saved), B, T, C, H, causal);
   }
@@ -296,6 +312,24 @@ class CpuBackend final : public Backend {
     r.resize(n);
 #pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
     for (size_t i = 0; i < n; ++i) r[i] = roundMantissa(p[i], drop);
+    return r.data();
+  }
+
+  // A TensorIn GEMM operand: an fp32 one as g() above; a bf16 one (only in GemmPrecision::Bf16) widened into
+  // scratch `slot`, exactly the values g() would have rounded it to.
+  const float* g(TensorIn in, size_t n, int slot, const char* what) {
+    if (!in.bf16) return g(f(in.f32()), n, slot);
+    if (m_gemm != GemmPrecision::Bf16)
+      throw DeviceFailure(std::string(what) + ": a bf16 input needs the bf16 GEMM precision (it is " +
+                          toString(m_gemm) + ")");
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(h(in.b16(), what));
+    std::vector<float>& r = m_rounded[slot];
+    r.resize(n);
+#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(p[i]) << 16;
+      std::memcpy(&r[i], &u, 4);
+    }
     return r.data();
   }
 

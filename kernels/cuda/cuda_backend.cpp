@@ -277,21 +277,24 @@ class CudaBackend final : public Backend {
   }
 
   // ---- linear -------------------------------------------------------------------------------------------
-  void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+  void linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                      int OC) override {
     op("linearForward", cuda::linearForward, out, inp, weight, bias, N, C, OC);
   }
-  void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                       const float* weight, int N, int C, int OC) override {
     op("linearBackward", cuda::linearBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  void linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+  void linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                       int OC) override {
     op("linearForwardT", cuda::linearForwardT, out, inp, weight, bias, N, C, OC);
   }
-  void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                        const float* weight, int N, int C, int OC) override {
     op("linearBackwardT", cuda::linearBackwardT, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void toBf16(bfloat16* dst, const float* src, size_t n) override {
+    op("toBf16", cuda::roundToBf16, reinterpret_cast<uint16_t*>(dst), src, n);
   }
 
   // ---- layer norm ---------------------------------------------------------------------------------------
@@ -337,8 +340,9 @@ class CudaBackend final : public Backend {
 
   // ---- attention ----------------------------------------------------------------------------------------
   // Head sizes up to cuda::kFlashAttentionMaxHeadSize take the fused kernel: saved is the rows' log-sum-exp
-  // and backward's scratch their rowsum(dout * out), (B, H, T) each. Larger heads (and shapes the kernels
-  // reject, which then fail with their error) take the materialised softmax: (B, H, T, T) each.
+  // and backward's scratch their rowsum(dout * out), (B, H, T) each, plus in bf16 an fp32 copy of a bf16 out
+  // (B, T, C). Larger heads (and shapes the kernels reject, which then fail with their error) take the
+  // materialised softmax: (B, H, T, T) each.
   static bool fusedAttention(int C, int H) {
     return H > 0 && C > 0 && C % H == 0 && C / H <= cuda::kFlashAttentionMaxHeadSize;
   }
@@ -346,7 +350,8 @@ class CudaBackend final : public Backend {
     return fusedAttention(C, H) ? size_t(B) * H * T : size_t(B) * H * T * T;
   }
   size_t attentionScratchFloats(int B, int T, int C, int H) const override {
-    return fusedAttention(C, H) ? size_t(B) * H * T : size_t(B) * H * T * T;
+    if (!fusedAttention(C, H)) return size_t(B) * H * T * T;
+    return size_t(B) * H * T + (m_gemm == GemmPrecision::Bf16 ? size_t(B) * T * C : 0);
   }
   void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
                         bool causal) override {
@@ -356,11 +361,20 @@ class CudaBackend final : public Backend {
       op("attentionForward", cuda::attentionForward, out, saved, qkv, B, T, C, H, causal);
   }
   void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* saved,
-                         const float* out, int B, int T, int C, int H, bool causal) override {
-    if (fusedAttention(C, H))
-      op("attentionBackward", cuda::flashAttentionBackward, dqkv, scratch, dout, qkv, out, saved, B, T, C, H,
-         causal);
-    else
+                         TensorIn out, int B, int T, int C, int H, bool causal) override {
+    if (out.bf16 && m_gemm != GemmPrecision::Bf16)
+      throw DeviceFailure("attentionBackward: a bf16 out needs the bf16 GEMM precision");
+    if (fusedAttention(C, H)) {
+      const float* out32 = out.f32();
+      if (out.bf16) {  // the kernel reads fp32: widen into the scratch past its (B, H, T) part
+        float* wide = scratch + size_t(B) * H * T;
+        op("attentionBackward: widen out", cuda::widenBf16, wide, reinterpret_cast<const uint16_t*>(out.data),
+           size_t(B) * T * C);
+        out32 = wide;
+      }
+      op("attentionBackward", cuda::flashAttentionBackward, dqkv, scratch, dout, qkv, out32, saved, B, T, C,
+         H, causal);
+    } else
       op("attentionBackward", cuda::attentionBackward, dqkv, scratch, dout, qkv, saved, B, T, C, H, causal);
   }
 

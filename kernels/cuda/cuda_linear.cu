@@ -5,7 +5,10 @@
 // sum (cuda_blas.cu). In GemmMode::Bf16 every operand a call multiplies (inp, weight, dout) is first
 // converted to bf16 into its own scratch slot (detail::gemmOperand; fp32 modes use the buffers as they are),
 // on the same stream as the GEMMs that read it; results, accumulation (beta = 1 for the gradients) and the
-// bias stay fp32. The weight is converted on every call (caching it per step would save that pass).
+// bias stay fp32. The weight is converted on every call (caching it per step would save that pass). An input
+// the layer already keeps in bf16 (TensorIn) is read as it is.
+#include <string>
+
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace ms::cuda {
@@ -30,21 +33,38 @@ Status addBias(float* out, const float* bias, int N, int OC, cudaStream_t stream
   return checkLaunch(what);
 }
 
+// The GEMM operand of a linear layer's input: an fp32 one as gemmOperand; a bf16 one (GemmMode::Bf16 only)
+// as it is.
+Expected<detail::GemmOperand> inputOperand(TensorIn in, size_t n, cudaStream_t stream, const char* what) {
+  if (!in.bf16) return detail::gemmOperand(in.f32(), n, kSlotX, stream, what);
+  if (gemmMode() != GemmMode::Bf16)
+    return Status::error(std::string(what) + ": a bf16 input needs the bf16 GEMM mode");
+  return detail::GemmOperand::bf16Copy(static_cast<const __nv_bfloat16*>(in.data));
+}
+
+#define MS_INPUT_OPERAND(var, ...)                                                                  \
+  ::ms::cuda::detail::GemmOperand var;                                                              \
+  do {                                                                                              \
+    ::ms::Expected<::ms::cuda::detail::GemmOperand> ms_input_ = inputOperand(__VA_ARGS__);          \
+    if (!ms_input_) return ms_input_.status();                                                      \
+    var = *ms_input_;                                                                               \
+  } while (0)
+
 }  // namespace
 
-Status linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+Status linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                      int OC, cudaStream_t stream) {
   // out (N, OC), inp (N, C), weight (C, OC), bias (OC)
   if (N <= 0 || OC <= 0) return Status::ok();
   MS_GEMM_OPERAND(w, weight, size_t(C) * OC, kSlotW, stream, "linearForward: weight");
-  MS_GEMM_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearForward: inp");
+  MS_INPUT_OPERAND(x, inp, size_t(N) * C, stream, "linearForward: inp");
   // out = inp @ weight  <=>  out^T (OC, N) = weight^T (OC, C) @ inp^T (C, N)
   MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, w, OC, 0, x, C, 0, 0.0f, out, OC, 0, 1,
               "linearForward"));
   return addBias(out, bias, N, OC, stream, "linearForward: bias");
 }
 
-Status linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+Status linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                       const float* weight, int N, int C, int OC, cudaStream_t stream) {
   // dinp (N, C), dweight (C, OC), dbias (OC), dout (N, OC), inp (N, C), weight (C, OC)
   if (N <= 0 || C <= 0 || OC <= 0) return Status::ok();
@@ -57,7 +77,7 @@ Status linearBackward(float* dinp, float* dweight, float* dbias, const float* do
                   "linearBackward: dinp"));
     }
     if (dweight) {
-      MS_GEMM_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearBackward: inp");
+      MS_INPUT_OPERAND(x, inp, size_t(N) * C, stream, "linearBackward: inp");
       // dweight += inp^T @ dout  <=>  dweight^T (OC, C) += dout^T (OC, N) @ inp (N, C)
       MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, 1.0f, dy, OC, 0, x, C, 0, 1.0f, dweight, OC, 0,
                   1, "linearBackward: dweight"));
@@ -67,19 +87,19 @@ Status linearBackward(float* dinp, float* dweight, float* dbias, const float* do
   return Status::ok();
 }
 
-Status linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+Status linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                       int OC, cudaStream_t stream) {
   // out (N, OC), inp (N, C), weight (OC, C), bias (OC)
   if (N <= 0 || OC <= 0) return Status::ok();
   MS_GEMM_OPERAND(w, weight, size_t(OC) * C, kSlotW, stream, "linearForwardT: weight");
-  MS_GEMM_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearForwardT: inp");
+  MS_INPUT_OPERAND(x, inp, size_t(N) * C, stream, "linearForwardT: inp");
   // out = inp @ weight^T  <=>  out^T (OC, N) = weight (OC, C) @ inp^T (C, N)
   MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, w, C, 0, x, C, 0, 0.0f, out, OC, 0, 1,
               "linearForwardT"));
   return addBias(out, bias, N, OC, stream, "linearForwardT: bias");
 }
 
-Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                        const float* weight, int N, int C, int OC, cudaStream_t stream) {
   // dinp (N, C), dweight (OC, C), dbias (OC), dout (N, OC), inp (N, C), weight (OC, C)
   if (N <= 0 || C <= 0 || OC <= 0) return Status::ok();
@@ -92,7 +112,7 @@ Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* d
                   "linearBackwardT: dinp"));
     }
     if (dweight) {
-      MS_GEMM_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearBackwardT: inp");
+      MS_INPUT_OPERAND(x, inp, size_t(N) * C, stream, "linearBackwardT: inp");
       // dweight += dout^T @ inp  <=>  dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)
       MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, x, C, 0, dy, OC, 0, 1.0f, dweight, C, 0,
                   1, "linearBackwardT: dweight"));

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "engine/plan/status.h"
+#include "kernels/backend.h"
 
 namespace ms::cuda {
 
@@ -60,6 +61,8 @@ GemmMode gemmMode();
 // dst (n bf16 bit patterns) = src (n floats) rounded to bf16, round to nearest even (__float2bfloat16_rn;
 // NaN stays NaN, overflow rounds to infinity). Asynchronous. The conversion every Bf16 GEMM operand takes.
 Status roundToBf16(uint16_t* dst, const float* src, size_t n, cudaStream_t stream);
+// dst (n floats) = src (n bf16 bit patterns), exactly (cuda_convert.cu). Asynchronous.
+Status widenBf16(float* dst, const uint16_t* src, size_t n, cudaStream_t stream);
 // Creates the calling thread's cuBLAS handle for the current device now (cublasCreate allocates and
 // synchronises, which is better done at start up than inside the first step) and binds it to stream. Every
 // GEMM binds the handle to its own stream argument anyway.
@@ -113,17 +116,18 @@ class DeviceBuffer {
 };
 
 // ---- Linear (cuda_linear.cu, cuBLAS) -------------------------------------------------------------------
+// inp is fp32 or, in GemmMode::Bf16 only, bf16 already rounded (ms::TensorIn; used as it is, no conversion).
 // out (N, OC) = inp (N, C) @ weight (C, OC) + bias (OC). bias nullable.
-Status linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+Status linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                      int OC, cudaStream_t stream);
 // dinp (N, C) += dout @ weight^T; dweight (C, OC) += inp^T @ dout; dbias (OC) += sum_n dout. All nullable.
-Status linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+Status linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                       const float* weight, int N, int C, int OC, cudaStream_t stream);
 // weight stored (OC, C): out (N, OC) = inp (N, C) @ weight^T + bias. bias nullable.
-Status linearForwardT(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+Status linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                       int OC, cudaStream_t stream);
 // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout. All nullable.
-Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                        const float* weight, int N, int C, int OC, cudaStream_t stream);
 
 // ---- LayerNorm over the last dimension (cuda_layernorm.cu) ----------------------------------------------
