@@ -261,8 +261,10 @@ Status NcclCommunicator::barrier() {
 
 Expected<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key) {
   MPI_Comm part = MPI_COMM_NULL;
-  if (MPI_Comm_split(m_mpi, color, key, &part) != MPI_SUCCESS)
+  // A negative color joins no group (communicator.h); MPI takes only MPI_UNDEFINED for that.
+  if (MPI_Comm_split(m_mpi, color < 0 ? MPI_UNDEFINED : color, key, &part) != MPI_SUCCESS)
     return Status::error("split of nccl communicator " + m_label + ": MPI_Comm_split failed");
+  if (part == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
   auto made = create(part, m_device, m_label + "/" + std::to_string(color));
   MPI_Comm_free(&part);  // create() keeps its own duplicate
   if (!made) return made.status();
