@@ -241,6 +241,9 @@ class TestCudaKernels : public QObject {
       QTest::addRow("%s T N37 C7 OC3", m) << 37 << 7 << 3 << true << md;
       QTest::addRow("%s T lm-head N8 C64 V50257", m) << 8 << 64 << 50257 << true << md;
     }
+    // An empty sum (C = 0): out = bias, as on the CPU (cuBLAS rejects its leading dimension of 0).
+    QTest::addRow("fp32 N5 C0 OC3") << 5 << 0 << 3 << false << int(cuda::GemmMode::Fp32);
+    QTest::addRow("fp32 T N5 C0 OC3") << 5 << 0 << 3 << true << int(cuda::GemmMode::Fp32);
   }
 
   void linear() {
