@@ -476,7 +476,8 @@ class TestCudaKernels : public QObject {
   // GELU backward far into the negative tail, where exp(-2u) overflows in fp32 (x below about -10): the
   // derivative is ~0 there, never NaN (inf * 0), as on the CPU. The random inputs above stay in [-4, 4].
   void geluTail() {
-    const Vec x = {-1000.0f, -100.0f, -20.0f, -10.5f, -10.0f, -9.0f, -3.0f, 0.0f, 3.0f, 10.0f, 100.0f, 1000.0f};
+    const Vec x = {-1000.0f, -100.0f, -20.0f, -10.5f, -10.0f, -9.0f,
+                   -3.0f,    0.0f,    3.0f,   10.0f,  100.0f, 1000.0f};
     const size_t n = x.size();
     const Vec dy(n, 1.0f), g0(n, 0.5f);
     DBuf<float> dX, dY, dOut, dG;

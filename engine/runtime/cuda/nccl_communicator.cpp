@@ -204,8 +204,8 @@ Status NcclCommunicator::enqueueReduceScatter(const void* send, void* recv, size
   if (m_rank == 0 || bytes == 0) return Status::ok();
   if (const cudaError_t e = cudaMemcpyAsync(recv, own, bytes, cudaMemcpyDeviceToDevice, m_stream);
       e != cudaSuccess)
-    return Status::error("reduce-scatter on nccl communicator " + m_label + ": moving the result: " +
-                         cudaText(e));
+    return Status::error("reduce-scatter on nccl communicator " + m_label +
+                         ": moving the result: " + cudaText(e));
   return Status::ok();
 }
 
@@ -278,7 +278,8 @@ Status NcclCommunicator::enqueueSend(const void* data, size_t count, CommType ty
   return check(ncclSend(data, count, ncclType(type), 1, (*links)->out, *stream), "send");
 }
 
-Status NcclCommunicator::enqueueRecv(void* data, size_t count, CommType type, int peer, cudaStream_t* stream) {
+Status NcclCommunicator::enqueueRecv(void* data, size_t count, CommType type, int peer,
+                                     cudaStream_t* stream) {
   Expected<PeerLinks*> links = peerLinks(peer, "receive");
   if (!links) return links.status();
   if (!(*links)->in || !(*links)->inStream)
