@@ -241,6 +241,9 @@ class TestCudaKernels : public QObject {
       QTest::addRow("%s T N37 C7 OC3", m) << 37 << 7 << 3 << true << md;
       QTest::addRow("%s T lm-head N8 C64 V50257", m) << 8 << 64 << 50257 << true << md;
     }
+    // An empty sum (C = 0): out = bias, as on the CPU (cuBLAS rejects its leading dimension of 0).
+    QTest::addRow("fp32 N5 C0 OC3") << 5 << 0 << 3 << false << int(cuda::GemmMode::Fp32);
+    QTest::addRow("fp32 T N5 C0 OC3") << 5 << 0 << 3 << true << int(cuda::GemmMode::Fp32);
   }
 
   void linear() {
@@ -468,6 +471,30 @@ class TestCudaKernels : public QObject {
     CUDA_OK(cuda::scale(dOut.data(), -0.37f, n, m_stream));
     CUDA_OK(download(got, dOut));
     VERIFY_CLOSE(got, r, 0.0, 0.0);  // the same float operations in the same order: exact
+  }
+
+  // GELU backward far into the negative tail, where exp(-2u) overflows in fp32 (x below about -10): the
+  // derivative is ~0 there, never NaN (inf * 0), as on the CPU. The random inputs above stay in [-4, 4].
+  void geluTail() {
+    const Vec x = {-1000.0f, -100.0f, -20.0f, -10.5f, -10.0f, -9.0f,
+                   -3.0f,    0.0f,    3.0f,   10.0f,  100.0f, 1000.0f};
+    const size_t n = x.size();
+    const Vec dy(n, 1.0f), g0(n, 0.5f);
+    DBuf<float> dX, dY, dOut, dG;
+    CUDA_OK(upload(dX, x));
+    CUDA_OK(upload(dY, dy));
+    CUDA_OK(upload(dOut, Vec(n)));
+    CUDA_OK(upload(dG, g0));
+    Vec ref(n), gref = g0, got;
+    cpu::geluForward(ref.data(), x.data(), n);
+    cpu::geluBackward(gref.data(), dy.data(), x.data(), n);
+    CUDA_OK(cuda::geluForward(dOut.data(), dX.data(), n, m_stream));
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, ref, kAtol, kRtol);
+    CUDA_OK(cuda::geluBackward(dG.data(), dY.data(), dX.data(), n, m_stream));
+    CUDA_OK(download(got, dG));
+    for (size_t i = 0; i < n; ++i) QVERIFY2(std::isfinite(got[i]), qPrintable(QString("x = %1").arg(x[i])));
+    VERIFY_CLOSE(got, gref, kAtol, kRtol);
   }
 
   void attention_data() {

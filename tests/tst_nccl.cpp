@@ -87,6 +87,13 @@ void collectives(ms::NcclCommunicator& c) {
     ok = true;
     for (size_t i = 0; i < n; ++i) ok &= s[i] == float(W) * value(R, i);
     expect(ok, "reduceScatter values" + at);
+    // In place: the result lands in the FIRST block on every rank (communicator.h), not at this rank's.
+    expect(c.reduceScatter(gathered.p, gathered.p, n, ms::CommType::F32, ms::ReduceOp::Sum).isOk(),
+           "in-place reduceScatter" + at);
+    auto sp = gathered.download();
+    ok = true;
+    for (size_t i = 0; i < n; ++i) ok &= sp[i] == float(W) * value(R, i);
+    expect(ok, "in-place reduceScatter values" + at);
     // Broadcast from the last rank; a ring of sends.
     DeviceFloats b(n);
     b.upload(mine);
@@ -104,6 +111,49 @@ void collectives(ms::NcclCommunicator& c) {
     for (size_t i = 0; i < n; ++i) ok &= iv[i] == value((R + W - 1) % W, i);
     expect(ok, "ring values" + at);
   }
+}
+
+// The pipeline's pattern (runtime/pipeline.cpp: sends are isend, receives blocking) between ranks 0 and 1 as
+// 1F1B runs it on two stages: rank 0 sends activations a0, a1, a2 and then receives gradient g0 while its
+// isends may still be pending; rank 1 receives a0, sends g0, then receives a1 and a2. On one NCCL
+// communicator the a1 send would sit before the g0 receive and wait for rank 1's a1 receive, which sits after
+// its g0 send: a hang. Large messages, so that no send can finish into NCCL's buffers alone.
+void pipelinePattern(ms::NcclCommunicator& c) {
+  const int R = c.rank();
+  if (R > 1) return;
+  const size_t n = size_t(1) << 22;  // 16 MiB
+  std::vector<float> host(n);
+  DeviceFloats a0(n), a1(n), a2(n), g0(n);  // DeviceFloats owns raw memory: no copies, no vector
+  DeviceFloats* act[3] = {&a0, &a1, &a2};
+  bool ok = true;
+  if (R == 0) {
+    std::vector<ms::CommRequestPtr> sends;
+    for (int m = 0; m < 3; ++m) {
+      for (size_t i = 0; i < n; ++i) host[i] = value(m, i);
+      act[m]->upload(host);
+      auto r = c.isend(act[m]->p, n, ms::CommType::F32, 1, m);
+      ok &= r.isOk();
+      if (r.isOk()) sends.push_back(std::move(*r));
+    }
+    ok &= c.recv(g0.p, n, ms::CommType::F32, 1, 100).isOk();
+    for (auto& r : sends) ok &= r->wait().isOk();
+    auto g = g0.download();
+    for (size_t i = 0; i < n; ++i) ok &= g[i] == value(7, i);
+  } else {
+    ok &= c.recv(a0.p, n, ms::CommType::F32, 0, 0).isOk();
+    for (size_t i = 0; i < n; ++i) host[i] = value(7, i);
+    g0.upload(host);
+    auto r = c.isend(g0.p, n, ms::CommType::F32, 0, 100);
+    ok &= r.isOk();
+    ok &= c.recv(a1.p, n, ms::CommType::F32, 0, 1).isOk();
+    ok &= c.recv(a2.p, n, ms::CommType::F32, 0, 2).isOk();
+    if (r.isOk()) ok &= (*r)->wait().isOk();
+    for (int m = 0; m < 3; ++m) {
+      auto a = act[m]->download();
+      for (size_t i = 0; i < n; ++i) ok &= a[i] == value(m, i);
+    }
+  }
+  expect(ok, "pipeline pattern (isend activations, blocking receive of the gradient)");
 }
 
 }  // namespace
@@ -132,9 +182,14 @@ int main(int argc, char** argv) {
     expect(c.isOk(), c.isOk() ? "" : c.message());
     if (c.isOk()) {
       collectives(**c);
+      pipelinePattern(**c);
       auto half = (*c)->split(rank % 2, rank);
       expect(half.isOk(), "split");
       if (half.isOk()) expect((*half)->size() == (size + 1 - rank % 2) / 2, "split size");
+      // A negative color joins no group (every rank outside the tied-embedding group does this).
+      auto some = (*c)->split(rank == 0 ? -1 : 0, rank);
+      expect(some.isOk(), "split with a negative color");
+      if (some.isOk()) expect(rank == 0 ? !*some : (*some && (*some)->size() == size - 1), "split -1 result");
     }
   } else if (rank == 0) {
     std::printf("%d ranks share %d GPU(s): NCCL cannot run them; the engine keeps the MPI communicator\n",

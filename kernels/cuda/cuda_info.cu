@@ -28,7 +28,10 @@ std::string unavailableReason() {
 
 std::string deviceName(int index) {
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return {};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();  // else the next kernel's checkLaunch (cudaGetLastError) reports it as its own
+    return {};
+  }
   return prop.name;
 }
 

@@ -50,12 +50,19 @@ Expected<detail::GemmOperand> inputOperand(TensorIn in, size_t n, cudaStream_t s
     var = *ms_input_;                                                                               \
   } while (0)
 
+// out (N, OC) = bias, or 0, for C = 0 (an empty sum, as on the CPU): cuBLAS rejects a leading dimension of 0.
+Status emptyProduct(float* out, const float* bias, int N, int OC, cudaStream_t stream, const char* what) {
+  MS_TRY(fillZero(out, size_t(N) * OC * sizeof(float), stream));
+  return addBias(out, bias, N, OC, stream, what);
+}
+
 }  // namespace
 
 Status linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
                      int OC, cudaStream_t stream) {
   // out (N, OC), inp (N, C), weight (C, OC), bias (OC)
   if (N <= 0 || OC <= 0) return Status::ok();
+  if (C <= 0) return emptyProduct(out, bias, N, OC, stream, "linearForward");
   MS_GEMM_OPERAND(w, weight, size_t(C) * OC, kSlotW, stream, "linearForward: weight");
   MS_INPUT_OPERAND(x, inp, size_t(N) * C, stream, "linearForward: inp");
   // out = inp @ weight  <=>  out^T (OC, N) = weight^T (OC, C) @ inp^T (C, N)
@@ -91,6 +98,7 @@ Status linearForwardT(float* out, TensorIn inp, const float* weight, const float
                       int OC, cudaStream_t stream) {
   // out (N, OC), inp (N, C), weight (OC, C), bias (OC)
   if (N <= 0 || OC <= 0) return Status::ok();
+  if (C <= 0) return emptyProduct(out, bias, N, OC, stream, "linearForwardT");
   MS_GEMM_OPERAND(w, weight, size_t(OC) * C, kSlotW, stream, "linearForwardT: weight");
   MS_INPUT_OPERAND(x, inp, size_t(N) * C, stream, "linearForwardT: inp");
   // out = inp @ weight^T  <=>  out^T (OC, N) = weight (OC, C) @ inp^T (C, N)

@@ -27,7 +27,9 @@ __global__ void geluBackwardKernel(float* dinp, const float* dout, const float* 
     // d/dx = s + 2 x s (1 - s) du/dx with s = sigmoid(2u), 1 - s = e s, e = exp(-2u).
     const float x = inp[i];
     const float u = kGeluScale * (x + kGeluCube * x * x * x);
-    const float e = expf(-2.0f * u);
+    // Clamped as the CPU's vexp clamps: below x ~ -10, exp(-2u) overflows to inf and e * s = inf * 0 would
+    // be NaN; with e finite, s underflows to ~0 and the derivative comes out as the exact ~0.
+    const float e = expf(fminf(-2.0f * u, 88.3f));
     const float s = 1.0f / (1.0f + e);
     const float local = s + 2.0f * x * s * (e * s) * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
     dinp[i] += local * dout[i];

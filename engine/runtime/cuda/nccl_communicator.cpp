@@ -126,6 +126,14 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(MPI_Comm co
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  for (auto& [peer, links] : m_peers) {
+    for (CUstream_st* stream : {links.outStream, links.inStream})
+      if (stream) cudaStreamSynchronize(stream);
+    for (ncclComm* comm : {links.out, links.in})
+      if (comm) ncclCommDestroy(comm);
+    for (CUstream_st* stream : {links.outStream, links.inStream})
+      if (stream) cudaStreamDestroy(stream);
+  }
   if (m_stream) cudaStreamSynchronize(m_stream);
   if (m_comm) ncclCommDestroy(m_comm);
   if (m_computeDone) cudaEventDestroy(m_computeDone);
@@ -144,30 +152,30 @@ Status NcclCommunicator::check(int result, const char* what) const {
   return Status::error(text);
 }
 
-Status NcclCommunicator::wait(const char* what) {
-  if (const cudaError_t e = cudaStreamSynchronize(m_stream); e != cudaSuccess)
+Status NcclCommunicator::wait(cudaStream_t stream, const char* what) {
+  if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
     return Status::error(std::string(what) + " on nccl communicator " + m_label + ": " + cudaText(e));
   return Status::ok();
 }
 
-Status NcclCommunicator::afterCompute(const char* what) {
+Status NcclCommunicator::afterCompute(cudaStream_t stream, const char* what) {
   if (!m_compute) return Status::ok();
   // cudaStreamWaitEvent waits for the event's most recent record at the time of the call, so one event
   // serves every operation: re-recording it later does not move an earlier wait.
   if (const cudaError_t e = cudaEventRecord(m_computeDone, m_compute); e != cudaSuccess)
     return Status::error(std::string(what) + " on nccl communicator " + m_label +
                          ": recording an event on the compute stream: " + cudaText(e));
-  if (const cudaError_t e = cudaStreamWaitEvent(m_stream, m_computeDone, 0); e != cudaSuccess)
+  if (const cudaError_t e = cudaStreamWaitEvent(stream, m_computeDone, 0); e != cudaSuccess)
     return Status::error(std::string(what) + " on nccl communicator " + m_label +
                          ": waiting for the compute stream: " + cudaText(e));
   return Status::ok();
 }
 
-Expected<CommRequestPtr> NcclCommunicator::request(const char* what) {
+Expected<CommRequestPtr> NcclCommunicator::request(cudaStream_t stream, const char* what) {
   cudaEvent_t event = nullptr;
   if (const cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); e != cudaSuccess)
     return Status::error(std::string(what) + ": creating an event: " + cudaText(e));
-  if (const cudaError_t e = cudaEventRecord(event, m_stream); e != cudaSuccess) {
+  if (const cudaError_t e = cudaEventRecord(event, stream); e != cudaSuccess) {
     cudaEventDestroy(event);
     return Status::error(std::string(what) + ": recording an event: " + cudaText(e));
   }
@@ -181,11 +189,29 @@ Expected<CommRequestPtr> NcclCommunicator::iallReduce(const void* send, void* re
   return request("all-reduce");
 }
 
+Status NcclCommunicator::enqueueReduceScatter(const void* send, void* recv, size_t recvCount, CommType type,
+                                              ReduceOp op) {
+  MS_TRY(afterCompute("reduce-scatter"));
+  if (send != recv)
+    return check(ncclReduceScatter(send, recv, recvCount, ncclType(type), ncclOp(op), m_comm, m_stream),
+                 "reduce-scatter");
+  // In place. NCCL's in-place form writes this rank's result over its own block (recv == send + rank *
+  // recvCount; any other overlap is a race); communicator.h wants it in the first block.
+  const size_t bytes = recvCount * commTypeSize(type);
+  char* own = static_cast<char*>(recv) + size_t(m_rank) * bytes;
+  MS_TRY(check(ncclReduceScatter(send, own, recvCount, ncclType(type), ncclOp(op), m_comm, m_stream),
+               "reduce-scatter"));
+  if (m_rank == 0 || bytes == 0) return Status::ok();
+  if (const cudaError_t e = cudaMemcpyAsync(recv, own, bytes, cudaMemcpyDeviceToDevice, m_stream);
+      e != cudaSuccess)
+    return Status::error("reduce-scatter on nccl communicator " + m_label +
+                         ": moving the result: " + cudaText(e));
+  return Status::ok();
+}
+
 Expected<CommRequestPtr> NcclCommunicator::ireduceScatter(const void* send, void* recv, size_t recvCount,
                                                           CommType type, ReduceOp op) {
-  MS_TRY(afterCompute("reduce-scatter"));
-  MS_TRY(check(ncclReduceScatter(send, recv, recvCount, ncclType(type), ncclOp(op), m_comm, m_stream),
-               "reduce-scatter"));
+  MS_TRY(enqueueReduceScatter(send, recv, recvCount, type, op));
   return request("reduce-scatter");
 }
 
@@ -202,17 +228,79 @@ Expected<CommRequestPtr> NcclCommunicator::ibroadcast(void* data, size_t count, 
   return request("broadcast");
 }
 
+Expected<NcclCommunicator::PeerLinks*> NcclCommunicator::peerLinks(int peer, const char* what) {
+  if (auto it = m_peers.find(peer); it != m_peers.end()) return &it->second;
+  const std::string where = std::string(what) + " on nccl communicator " + m_label + " (rank " +
+                            std::to_string(m_rank) + ", peer " + std::to_string(peer) + ")";
+  if (peer < 0 || peer >= m_size || peer == m_rank)
+    return Status::error(where + ": no such peer (messages to the rank itself are not supported)");
+  // The lower rank makes both unique ids (lower -> higher, then higher -> lower) and sends them; both ranks
+  // then initialise the two communicators in that order, the sender of each as its rank 0.
+  constexpr int kLinkTag = 7101;
+  struct {
+    int ok = 0;
+    ncclUniqueId ids[2];
+  } hello{};
+  const bool lower = m_rank < peer;
+  if (lower) {
+    hello.ok = ncclGetUniqueId(&hello.ids[0]) == ncclSuccess && ncclGetUniqueId(&hello.ids[1]) == ncclSuccess;
+    if (MPI_Send(&hello, sizeof hello, MPI_BYTE, peer, kLinkTag, m_mpi) != MPI_SUCCESS)
+      return Status::error(where + ": MPI_Send of the NCCL unique ids failed");
+  } else if (MPI_Recv(&hello, sizeof hello, MPI_BYTE, peer, kLinkTag, m_mpi, MPI_STATUS_IGNORE) !=
+             MPI_SUCCESS) {
+    return Status::error(where + ": MPI_Recv of the NCCL unique ids failed");
+  }
+  if (!hello.ok) return Status::error(where + ": the lower rank could not make NCCL unique ids");
+  if (const cudaError_t e = cudaSetDevice(m_device); e != cudaSuccess)
+    return Status::error(where + ": cudaSetDevice: " + cudaText(e));
+  PeerLinks& links = m_peers[peer];  // filled as far as it gets; the destructor frees what was made
+  ncclComm* up = nullptr;            // lower -> higher
+  ncclComm* down = nullptr;          // higher -> lower
+  MS_TRY(check(ncclCommInitRank(&up, 2, hello.ids[0], lower ? 0 : 1), "ncclCommInitRank (point to point)"));
+  (lower ? links.out : links.in) = up;
+  MS_TRY(check(ncclCommInitRank(&down, 2, hello.ids[1], lower ? 1 : 0), "ncclCommInitRank (point to point)"));
+  (lower ? links.in : links.out) = down;
+  for (CUstream_st** stream : {&links.outStream, &links.inStream})
+    if (const cudaError_t e = cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking); e != cudaSuccess)
+      return Status::error(where + ": creating a stream: " + cudaText(e));
+  return &links;
+}
+
+Status NcclCommunicator::enqueueSend(const void* data, size_t count, CommType type, int peer,
+                                     cudaStream_t* stream) {
+  Expected<PeerLinks*> links = peerLinks(peer, "send");
+  if (!links) return links.status();
+  if (!(*links)->out || !(*links)->outStream)
+    return Status::error("send on nccl communicator " + m_label + ": the link to rank " +
+                         std::to_string(peer) + " failed earlier");
+  *stream = (*links)->outStream;
+  MS_TRY(afterCompute(*stream, "send"));
+  return check(ncclSend(data, count, ncclType(type), 1, (*links)->out, *stream), "send");
+}
+
+Status NcclCommunicator::enqueueRecv(void* data, size_t count, CommType type, int peer,
+                                     cudaStream_t* stream) {
+  Expected<PeerLinks*> links = peerLinks(peer, "receive");
+  if (!links) return links.status();
+  if (!(*links)->in || !(*links)->inStream)
+    return Status::error("receive on nccl communicator " + m_label + ": the link from rank " +
+                         std::to_string(peer) + " failed earlier");
+  *stream = (*links)->inStream;
+  MS_TRY(afterCompute(*stream, "receive"));
+  return check(ncclRecv(data, count, ncclType(type), 0, (*links)->in, *stream), "receive");
+}
+
 Expected<CommRequestPtr> NcclCommunicator::isend(const void* data, size_t count, CommType type, int peer,
                                                  int tag) {
-  MS_TRY(afterCompute("send"));
-  MS_TRY(check(ncclSend(data, count, ncclType(type), peer, m_comm, m_stream), "send"));
-  return request(("send (tag " + std::to_string(tag) + ")").c_str());
+  cudaStream_t stream = nullptr;
+  MS_TRY(enqueueSend(data, count, type, peer, &stream));
+  return request(stream, ("send (tag " + std::to_string(tag) + ")").c_str());
 }
 
 Expected<CommRequestPtr> NcclCommunicator::irecv(void* data, size_t count, CommType type, int peer, int tag) {
-  MS_TRY(afterCompute("receive"));
-  MS_TRY(check(ncclRecv(data, count, ncclType(type), peer, m_comm, m_stream), "receive"));
-  return request(("receive (tag " + std::to_string(tag) + ")").c_str());
+  cudaStream_t stream = nullptr;
+  MS_TRY(enqueueRecv(data, count, type, peer, &stream));
+  return request(stream, ("receive (tag " + std::to_string(tag) + ")").c_str());
 }
 
 Status NcclCommunicator::allReduce(const void* send, void* recv, size_t count, CommType type, ReduceOp op) {
@@ -223,9 +311,7 @@ Status NcclCommunicator::allReduce(const void* send, void* recv, size_t count, C
 
 Status NcclCommunicator::reduceScatter(const void* send, void* recv, size_t recvCount, CommType type,
                                        ReduceOp op) {
-  MS_TRY(afterCompute("reduce-scatter"));
-  MS_TRY(check(ncclReduceScatter(send, recv, recvCount, ncclType(type), ncclOp(op), m_comm, m_stream),
-               "reduce-scatter"));
+  MS_TRY(enqueueReduceScatter(send, recv, recvCount, type, op));
   return wait("reduce-scatter");
 }
 
@@ -242,15 +328,15 @@ Status NcclCommunicator::broadcast(void* data, size_t count, CommType type, int 
 }
 
 Status NcclCommunicator::send(const void* data, size_t count, CommType type, int peer, int tag) {
-  MS_TRY(afterCompute("send"));
-  MS_TRY(check(ncclSend(data, count, ncclType(type), peer, m_comm, m_stream), "send"));
-  return wait(("send (tag " + std::to_string(tag) + ")").c_str());
+  cudaStream_t stream = nullptr;
+  MS_TRY(enqueueSend(data, count, type, peer, &stream));
+  return wait(stream, ("send (tag " + std::to_string(tag) + ")").c_str());
 }
 
 Status NcclCommunicator::recv(void* data, size_t count, CommType type, int peer, int tag) {
-  MS_TRY(afterCompute("receive"));
-  MS_TRY(check(ncclRecv(data, count, ncclType(type), peer, m_comm, m_stream), "receive"));
-  return wait(("receive (tag " + std::to_string(tag) + ")").c_str());
+  cudaStream_t stream = nullptr;
+  MS_TRY(enqueueRecv(data, count, type, peer, &stream));
+  return wait(stream, ("receive (tag " + std::to_string(tag) + ")").c_str());
 }
 
 Status NcclCommunicator::barrier() {
@@ -261,8 +347,10 @@ Status NcclCommunicator::barrier() {
 
 Expected<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key) {
   MPI_Comm part = MPI_COMM_NULL;
-  if (MPI_Comm_split(m_mpi, color, key, &part) != MPI_SUCCESS)
+  // A negative color joins no group (communicator.h); MPI takes only MPI_UNDEFINED for that.
+  if (MPI_Comm_split(m_mpi, color < 0 ? MPI_UNDEFINED : color, key, &part) != MPI_SUCCESS)
     return Status::error("split of nccl communicator " + m_label + ": MPI_Comm_split failed");
+  if (part == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
   auto made = create(part, m_device, m_label + "/" + std::to_string(color));
   MPI_Comm_free(&part);  // create() keeps its own duplicate
   if (!made) return made.status();

@@ -16,6 +16,15 @@
 // were posted (NCCL has no tags: the tag is kept only for error messages); errors come back as Status values
 // naming the operation, the communicator and the NCCL error, never as an abort.
 //
+// Point to point: NCCL runs the operations of one communicator one after the other, and a send or a receive
+// does not finish before its peer's counterpart runs. On one communicator, a pipeline stage's isend of an
+// activation followed by its receive of a gradient, against the next stage's isend of that gradient followed
+// by its receive of the activation, would wait for each other for ever. So messages do not use the group's
+// communicator: each direction between two ranks has its own two-rank NCCL communicator and stream (made the
+// first time the two ranks exchange a message, in either direction: a handshake over MPI that blocks until
+// the peer reaches its first message with this rank too), and a send waits only for earlier messages to the
+// same peer, as with MPI.
+//
 // NCCL refuses two ranks on one GPU. ranksShareDevice() tells the engine so before it creates one; it then
 // uses the MPI communicator with host staging and says so once (ARCHITECTURE.md, "Communication").
 //
@@ -25,6 +34,7 @@
 
 #include <mpi.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -80,17 +90,37 @@ class NcclCommunicator final : public Communicator {
   Expected<std::unique_ptr<Communicator>> split(int color, int key) override;
 
  private:
+  // Point-to-point traffic with one peer: a two-rank NCCL communicator and a stream per direction, the
+  // sender being NCCL rank 0 of each (see above).
+  struct PeerLinks {
+    ncclComm* out = nullptr;  // this rank -> peer
+    ncclComm* in = nullptr;   // peer -> this rank
+    CUstream_st* outStream = nullptr;
+    CUstream_st* inStream = nullptr;
+  };
+
   NcclCommunicator() = default;
   Status check(int ncclResult, const char* what) const;  // ncclResult_t as int: nccl.h stays in the .cpp
-  Status wait(const char* what);                         // the stream, synchronously
-  Status afterCompute(const char* what);                 // the stream waits for the compute stream's work
-  Expected<CommRequestPtr> request(const char* what);    // an event recorded on the stream
+  Status wait(const char* what) { return wait(m_stream, what); }
+  Status wait(CUstream_st* stream, const char* what);  // the stream, synchronously
+  Status afterCompute(const char* what) { return afterCompute(m_stream, what); }
+  Status afterCompute(CUstream_st* stream, const char* what);  // stream waits for the compute stream's work
+  Expected<CommRequestPtr> request(const char* what) { return request(m_stream, what); }
+  Expected<CommRequestPtr> request(CUstream_st* stream, const char* what);  // an event recorded on stream
+  // The links with peer, made on first use (collective with peer only).
+  Expected<PeerLinks*> peerLinks(int peer, const char* what);
+  // Enqueue one message on its link; *stream is the link's stream.
+  Status enqueueSend(const void* data, size_t count, CommType type, int peer, CUstream_st** stream);
+  Status enqueueRecv(void* data, size_t count, CommType type, int peer, CUstream_st** stream);
+  // Enqueues a reduce-scatter, with communicator.h's in-place layout (result in the first block).
+  Status enqueueReduceScatter(const void* send, void* recv, size_t recvCount, CommType type, ReduceOp op);
   std::string m_label;
   MPI_Comm m_mpi = MPI_COMM_NULL;
   ncclComm* m_comm = nullptr;
   CUstream_st* m_stream = nullptr;
   CUstream_st* m_compute = nullptr;     // not owned
   CUevent_st* m_computeDone = nullptr;  // recorded on m_compute before each operation
+  std::map<int, PeerLinks> m_peers;     // by peer rank
   int m_device = 0;
   int m_rank = 0;
   int m_size = 1;
