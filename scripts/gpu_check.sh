@@ -3,9 +3,13 @@
 # on the GPU machine, with .gpu carried, from the repository root:  scripts/gpu_check.sh
 # Logs go to $OUT (the device tool's folder) or /tmp/gpu-check; a summary is printed.
 #  1. tst_backend gpu: every Backend op on CUDA against the CPU backend (fp32 and bf16), memory, marks.
-#  2. tst_cuda_kernels: every CUDA kernel against its CPU reference.
+#  2. tst_cuda_kernels: every CUDA kernel against its CPU reference; its plain flashAttention cases again with
+#     MESHSTUDIO_FLASH_TC=0 (the scalar kernel where bf16 would take the tensor-core one).
+#  2b. bench_attention: the fused attention's scalar and tensor-core kernels and the materialised path, timed
+#     on GPT-2 124M's attention (exit 1 when tensor-core and scalar results disagree).
 #  3. Parity: a small GPT trained 20 steps in fp32 on the GPU and on the CPU (the losses agree to 1e-4
-#     relative), and in bf16 on the GPU (tracks fp32 within 1%).
+#     relative), and in bf16 on the GPU (tracks fp32 within 1%; with MESHSTUDIO_FLASH_TC=0 too, and the
+#     tensor-core attention's losses track the scalar one's within 1%).
 #  4. Ranks sharing the GPU: dp2 and pp2 (2 ranks on one GPU, MPI with host staging) match one rank's losses
 #     (1e-5 relative), with the bundle's relocated mpirun.
 #  5. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine and PyTorch eager, bf16 and fp32.
@@ -19,6 +23,11 @@ $run tst_backend gpu >"$out/tst_backend_gpu.txt" 2>&1
 echo "tst_backend gpu: exit $? ($(grep -c '^FAIL' "$out/tst_backend_gpu.txt") failures, $(grep -c '^SKIP' "$out/tst_backend_gpu.txt") skipped)"
 $run tst_cuda_kernels >"$out/tst_cuda_kernels.txt" 2>&1
 echo "tst_cuda_kernels: exit $? ($(grep -c '^FAIL' "$out/tst_cuda_kernels.txt") failures, $(grep -c '^SKIP' "$out/tst_cuda_kernels.txt") skipped)"
+MESHSTUDIO_FLASH_TC=0 $run tst_cuda_kernels flashAttention >"$out/tst_cuda_kernels_flash_scalar.txt" 2>&1
+echo "tst_cuda_kernels flashAttention, MESHSTUDIO_FLASH_TC=0: exit $? ($(grep -c '^FAIL' "$out/tst_cuda_kernels_flash_scalar.txt") failures)"
+$run bench_attention >"$out/bench_attention.txt" 2>&1
+echo "bench_attention: exit $?"
+cat "$out/bench_attention.txt"
 
 work=$(mktemp -d)
 python3 - "$work" <<'PY'
@@ -40,8 +49,10 @@ for name, device, precision, parallel in runs:
            "training": {"steps": 20, "batch_size": 8, "seq_len": 128, "eval_batches": 2, "checkpoint_every": 0}}
     json.dump(cfg, open(f"{work}/{name}.json", "w"))
 PY
-for name in cpu cuda cuda-bf16 cuda-dp2 cuda-pp2; do
+for name in cpu cuda cuda-bf16 cuda-bf16-scalar cuda-dp2 cuda-pp2; do
   case $name in
+    cuda-bf16-scalar) MESHSTUDIO_FLASH_TC=0 $run meshstudio-engine train "$work/cuda-bf16.json" \
+          --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1 ;;
     *2) $run mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/ms-gpu/bin/meshstudio-engine train \
           "$work/$name.json" --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1 ;;
     *) $run meshstudio-engine train "$work/$name.json" --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1 ;;
@@ -67,6 +78,12 @@ steps = sorted(set(bf16) & set(gpu))
 if steps:
     worst = max(abs(bf16[s] - gpu[s]) / abs(gpu[s]) for s in steps)
     print(f"bf16 vs fp32 on the GPU: worst relative loss difference {worst:.2e} ({'ok' if worst < 1e-2 else 'TOO FAR'})")
+scalar = losses("cuda-bf16-scalar")
+steps = sorted(set(bf16) & set(scalar))
+if steps:
+    worst = max(abs(bf16[s] - scalar[s]) / abs(scalar[s]) for s in steps)
+    print(f"bf16 tensor-core attention vs scalar (MESHSTUDIO_FLASH_TC=0): worst relative loss difference "
+          f"{worst:.2e} ({'ok' if worst < 1e-2 else 'TOO FAR'})")
 for name in ("cuda-dp2", "cuda-pp2"):
     other = losses(name)
     steps = sorted(set(other) & set(gpu))

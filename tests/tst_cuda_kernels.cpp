@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -138,6 +139,77 @@ class TestCudaKernels : public QObject {
   ms::Status download(std::vector<T>& dst, const DBuf<T>& src) {
     dst.resize(src.size());
     return cuda::copyToHost(dst.data(), src.data(), src.bytes(), m_stream);
+  }
+
+  // The fused attention against the CPU's materialised attention: out and dqkv (accumulated onto non-zero
+  // values), and the saved log-sum-exp against a double-precision host computation. kernel: the one to name,
+  // or nullopt for the plain entry points' choice. bf16: GemmMode::Bf16 and a CPU reference on bf16-rounded
+  // operands.
+  void flashAgainstCpu(int B, int T, int C, int H, bool causal, bool bf16,
+                       std::optional<cuda::FlashAttentionKernel> kernel) {
+    GemmModeScope scope(bf16 ? cuda::GemmMode::Bf16 : cuda::GemmMode::Fp32);
+    const double atol = bf16 ? kBf16AttentionAtol : kGemmAtol;
+    const double rtol = bf16 ? kBf16AttentionRtol : kGemmRtol;
+    const int hs = C / H;
+    std::mt19937 rng(kSeed + 11);
+    const Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);  // (B, T, 3C)
+    const Vec dout = randomVec(rng, size_t(B) * T * C);                  // (B, T, C)
+    const Vec dqkv0 = randomVec(rng, qkv.size());
+    const Vec qkvG = bf16 ? roundBf16Host(qkv) : qkv;
+    const Vec doutG = bf16 ? roundBf16Host(dout) : dout;
+    const size_t attSize = size_t(B) * H * T * T;
+    Vec out(dout.size()), att(attSize), scratch(attSize), dqkv = dqkv0;
+    cpu::attentionForward(out.data(), att.data(), qkvG.data(), B, T, C, H, causal);
+    cpu::attentionBackward(dqkv.data(), scratch.data(), doutG.data(), qkvG.data(), att.data(), B, T, C, H,
+                           causal);
+    // lse (B, H, T) in double from the operands the kernel multiplies.
+    Vec lse(size_t(B) * H * T);
+    const double scale = 1.0 / std::sqrt(double(hs));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < T; ++i) {
+          const int len = causal ? i + 1 : T;
+          std::vector<double> sc(static_cast<size_t>(len));
+          double mx = -INFINITY;
+          for (int j = 0; j < len; ++j) {
+            double dotp = 0.0;
+            for (int d = 0; d < hs; ++d)
+              dotp += double(qkvG[(size_t(b) * T + i) * 3 * C + size_t(h) * hs + d]) *
+                      double(qkvG[(size_t(b) * T + j) * 3 * C + C + size_t(h) * hs + d]);
+            sc[size_t(j)] = dotp * scale;
+            mx = std::max(mx, sc[size_t(j)]);
+          }
+          double sum = 0.0;
+          for (double v : sc) sum += std::exp(v - mx);
+          lse[(size_t(b) * H + h) * T + i] = float(mx + std::log(sum));
+        }
+
+    DBuf<float> dQkv, dOut, dLse, dScratch, dDout, dDqkv;
+    CUDA_OK(upload(dQkv, qkv));
+    CUDA_OK(upload(dOut, Vec(out.size(), 5.0f)));  // overwritten
+    CUDA_OK(upload(dLse, Vec(lse.size(), 5.0f)));
+    CUDA_OK(upload(dScratch, Vec(lse.size(), 5.0f)));  // (B, H, T) is all the backward needs
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dDqkv, dqkv0));
+    if (kernel) {
+      CUDA_OK(cuda::flashAttentionForwardWith(*kernel, dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal,
+                                              m_stream));
+      CUDA_OK(cuda::flashAttentionBackwardWith(*kernel, dDqkv.data(), dScratch.data(), dDout.data(),
+                                               dQkv.data(), dOut.data(), dLse.data(), B, T, C, H, causal,
+                                               m_stream));
+    } else {
+      CUDA_OK(cuda::flashAttentionForward(dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal, m_stream));
+      CUDA_OK(cuda::flashAttentionBackward(dDqkv.data(), dScratch.data(), dDout.data(), dQkv.data(),
+                                           dOut.data(), dLse.data(), B, T, C, H, causal, m_stream));
+    }
+    CUDA_OK(cuda::synchronize(m_stream));
+    Vec got;
+    CUDA_OK(download(got, dLse));
+    VERIFY_CLOSE(got, lse, kGemmAtol, kGemmRtol);
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, out, atol, rtol);
+    CUDA_OK(download(got, dDqkv));
+    VERIFY_CLOSE(got, dqkv, atol, rtol);
   }
 
  private slots:
@@ -564,10 +636,10 @@ class TestCudaKernels : public QObject {
     VERIFY_CLOSE(got, dqkv, atol, rtol);
   }
 
-  // The fused kernel against the CPU's materialised attention: out and dqkv (accumulated onto non-zero
-  // values), and the saved log-sum-exp against a double-precision host computation. Odd T (inside one
-  // 32-key tile, over several, and 8-row blocks that end past T), head sizes 2 to 128, causal and
-  // bidirectional, fp32 and bf16 operands.
+  // The fused attention through its plain entry points against the CPU's materialised attention (see
+  // flashAgainstCpu). Odd T (inside one 32-key tile, over several, and 8-row blocks that end past T), head
+  // sizes 2 to 128, causal and bidirectional, fp32 and bf16 operands; in bf16 the head sizes 16, 32, 64, 96
+  // and 128 take the tensor-core kernels (unless MESHSTUDIO_FLASH_TC=0), the others the scalar one.
   void flashAttention_data() {
     QTest::addColumn<int>("B");
     QTest::addColumn<int>("T");
@@ -593,61 +665,126 @@ class TestCudaKernels : public QObject {
     QFETCH(int, H);
     QFETCH(bool, causal);
     QFETCH(bool, bf16);
-    GemmModeScope scope(bf16 ? cuda::GemmMode::Bf16 : cuda::GemmMode::Fp32);
-    const double atol = bf16 ? kBf16AttentionAtol : kGemmAtol;
-    const double rtol = bf16 ? kBf16AttentionRtol : kGemmRtol;
-    const int hs = C / H;
-    std::mt19937 rng(kSeed + 11);
+    flashAgainstCpu(B, T, C, H, causal, bf16, std::nullopt);
+  }
+
+  // Each kernel named explicitly, in bf16 mode, against the same CPU reference: the tensor-core one (head
+  // sizes 16 to 128; T of one row, inside one 64-row tile, over several with a partial last one, and exact
+  // multiples; several (batch, head) pairs) and the scalar one on the same shapes.
+  void flashAttentionKernels_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("H");
+    QTest::addColumn<bool>("causal");
+    QTest::addColumn<bool>("tensorCores");
+    const int shapes[][4] = {{2, 1, 128, 2},   {2, 37, 192, 3}, {1, 100, 256, 2}, {2, 257, 128, 2},
+                             {1, 257, 256, 2}, {3, 65, 96, 3},  {1, 130, 192, 2}, {2, 64, 64, 4},
+                             {1, 128, 384, 3}, {2, 17, 256, 2}};
+    for (const bool tensorCores : {true, false})
+      for (const bool causal : {true, false})
+        for (const auto& sh : shapes)
+          QTest::addRow("%s %s B%d T%d C%d H%d", tensorCores ? "tc" : "scalar", causal ? "causal" : "full",
+                        sh[0], sh[1], sh[2], sh[3])
+              << sh[0] << sh[1] << sh[2] << sh[3] << causal << tensorCores;
+  }
+
+  void flashAttentionKernels() {
+    QFETCH(int, B);
+    QFETCH(int, T);
+    QFETCH(int, C);
+    QFETCH(int, H);
+    QFETCH(bool, causal);
+    QFETCH(bool, tensorCores);
+    flashAgainstCpu(B, T, C, H, causal, true,
+                    tensorCores ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar);
+  }
+
+  // The tensor-core kernels against the scalar ones (both bf16) on the GPT-2 124M attention with the batch
+  // cut to 2 (T 1024, C 768, H 12, causal), from the same non-zero dqkv; then the tensor-core backward run a
+  // second time must give the same bits (no atomics). Tolerances: both multiply the same bf16 operands and sum
+  // in fp32, so the scores agree to about 1e-6 relative and the log-sum-exp (formed from unrounded
+  // probabilities) to the fp32 GEMM tolerance. out and dqkv differ mainly because each kernel rounds its
+  // probabilities to bf16 relative to a different running maximum (32-key tiles against 64-key ones, then
+  // rescaled) and because a probability that moves by 1e-6 can cross a bf16 rounding boundary: every term of
+  // P V, P^T dO and dS K, dS^T Q can differ by 2^-8 of itself, the errors of distinct terms independent. Summed
+  // over a row's terms (weights adding to 1, v and dout in [-2, 2] and [-1, 1]) that is at most 2^-8 * 2 =
+  // 8e-3 and in practice far less; the bf16 attention tolerance holds with room, and a wrong mask, a missing
+  // rescale or a lost tile moves outputs by O(0.1) or more.
+  void flashAttentionTensorCoresMatchScalar() {
+    const int B = 2, T = 1024, C = 768, H = 12;
+    const bool causal = true;
+    GemmModeScope scope(cuda::GemmMode::Bf16);
+    std::mt19937 rng(kSeed + 12);
     const Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);  // (B, T, 3C)
     const Vec dout = randomVec(rng, size_t(B) * T * C);                  // (B, T, C)
     const Vec dqkv0 = randomVec(rng, qkv.size());
-    const Vec qkvG = bf16 ? roundBf16Host(qkv) : qkv;
-    const Vec doutG = bf16 ? roundBf16Host(dout) : dout;
-    const size_t attSize = size_t(B) * H * T * T;
-    Vec out(dout.size()), att(attSize), scratch(attSize), dqkv = dqkv0;
-    cpu::attentionForward(out.data(), att.data(), qkvG.data(), B, T, C, H, causal);
-    cpu::attentionBackward(dqkv.data(), scratch.data(), doutG.data(), qkvG.data(), att.data(), B, T, C, H,
-                           causal);
-    // lse (B, H, T) in double from the operands the kernel multiplies.
-    Vec lse(size_t(B) * H * T);
-    const double scale = 1.0 / std::sqrt(double(hs));
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < H; ++h)
-        for (int i = 0; i < T; ++i) {
-          const int len = causal ? i + 1 : T;
-          std::vector<double> sc(static_cast<size_t>(len));
-          double mx = -INFINITY;
-          for (int j = 0; j < len; ++j) {
-            double dotp = 0.0;
-            for (int d = 0; d < hs; ++d)
-              dotp += double(qkvG[(size_t(b) * T + i) * 3 * C + size_t(h) * hs + d]) *
-                      double(qkvG[(size_t(b) * T + j) * 3 * C + C + size_t(h) * hs + d]);
-            sc[size_t(j)] = dotp * scale;
-            mx = std::max(mx, sc[size_t(j)]);
-          }
-          double sum = 0.0;
-          for (double v : sc) sum += std::exp(v - mx);
-          lse[(size_t(b) * H + h) * T + i] = float(mx + std::log(sum));
-        }
-
-    DBuf<float> dQkv, dOut, dLse, dScratch, dDout, dDqkv;
+    const size_t lseSize = size_t(B) * H * T;  // (B, H, T)
+    DBuf<float> dQkv, dDout, dScratch;
     CUDA_OK(upload(dQkv, qkv));
-    CUDA_OK(upload(dOut, Vec(out.size(), 5.0f)));  // overwritten
-    CUDA_OK(upload(dLse, Vec(lse.size(), 5.0f)));
-    CUDA_OK(upload(dScratch, Vec(lse.size(), 5.0f)));  // (B, H, T) is all the backward needs
     CUDA_OK(upload(dDout, dout));
-    CUDA_OK(upload(dDqkv, dqkv0));
-    CUDA_OK(cuda::flashAttentionForward(dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal, m_stream));
-    CUDA_OK(cuda::flashAttentionBackward(dDqkv.data(), dScratch.data(), dDout.data(), dQkv.data(),
-                                         dOut.data(), dLse.data(), B, T, C, H, causal, m_stream));
-    CUDA_OK(cuda::synchronize(m_stream));
-    Vec got;
-    CUDA_OK(download(got, dLse));
-    VERIFY_CLOSE(got, lse, kGemmAtol, kGemmRtol);
-    CUDA_OK(download(got, dOut));
-    VERIFY_CLOSE(got, out, atol, rtol);
-    CUDA_OK(download(got, dDqkv));
-    VERIFY_CLOSE(got, dqkv, atol, rtol);
+    CUDA_OK(upload(dScratch, Vec(lseSize, 5.0f)));
+    Vec out[2], lse[2], dqkv[2];
+    for (const int tc : {0, 1}) {
+      const cuda::FlashAttentionKernel kernel =
+          tc ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar;
+      DBuf<float> dOut, dLse, dDqkv;
+      CUDA_OK(upload(dOut, Vec(dout.size(), 5.0f)));
+      CUDA_OK(upload(dLse, Vec(lseSize, 5.0f)));
+      CUDA_OK(upload(dDqkv, dqkv0));
+      CUDA_OK(cuda::flashAttentionForwardWith(kernel, dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal,
+                                              m_stream));
+      CUDA_OK(cuda::flashAttentionBackwardWith(kernel, dDqkv.data(), dScratch.data(), dDout.data(), dQkv.data(),
+                                               dOut.data(), dLse.data(), B, T, C, H, causal, m_stream));
+      CUDA_OK(download(out[tc], dOut));
+      CUDA_OK(download(lse[tc], dLse));
+      CUDA_OK(download(dqkv[tc], dDqkv));
+      if (tc) {  // determinism: the same backward again from the same start
+        CUDA_OK(cuda::copyToDevice(dDqkv.data(), dqkv0.data(), dDqkv.bytes(), m_stream));
+        CUDA_OK(cuda::flashAttentionBackwardWith(kernel, dDqkv.data(), dScratch.data(), dDout.data(),
+                                                 dQkv.data(), dOut.data(), dLse.data(), B, T, C, H, causal,
+                                                 m_stream));
+        Vec again;
+        CUDA_OK(download(again, dDqkv));
+        QVERIFY(again.size() == dqkv[tc].size());
+        QVERIFY2(std::memcmp(again.data(), dqkv[tc].data(), again.size() * sizeof(float)) == 0,
+                 "the tensor-core backward is not bitwise reproducible");
+      }
+    }
+    VERIFY_CLOSE(lse[1], lse[0], kGemmAtol, kGemmRtol);
+    VERIFY_CLOSE(out[1], out[0], kBf16AttentionAtol, kBf16AttentionRtol);
+    VERIFY_CLOSE(dqkv[1], dqkv[0], kBf16AttentionAtol, kBf16AttentionRtol);
+  }
+
+  // MESHSTUDIO_FLASH_TC: unset or 1 allow the tensor-core kernels, 0 forbids them, anything else is an error
+  // that names the variable.
+  void flashTensorCoreSwitch() {
+    const ms::Expected<bool> unset = cuda::parseFlashTensorCoreSwitch(nullptr);
+    QVERIFY(unset.isOk() && *unset);
+    const ms::Expected<bool> on = cuda::parseFlashTensorCoreSwitch("1");
+    QVERIFY(on.isOk() && *on);
+    const ms::Expected<bool> off = cuda::parseFlashTensorCoreSwitch("0");
+    QVERIFY(off.isOk() && !*off);
+    for (const char* bad : {"", "yes", "01", "true", "1 "}) {
+      const ms::Expected<bool> e = cuda::parseFlashTensorCoreSwitch(bad);
+      QVERIFY2(!e.isOk(), bad);
+      QVERIFY2(e.message().find("MESHSTUDIO_FLASH_TC") != std::string::npos, e.message().c_str());
+    }
+  }
+
+  // The tensor-core kernels named where they do not apply: errors that say why, nothing launched.
+  void flashAttentionTensorCoreRejects() {
+    const auto tc = cuda::FlashAttentionKernel::TensorCore;
+    const ms::Status odd =
+        cuda::flashAttentionForwardWith(tc, nullptr, nullptr, nullptr, 1, 4, 21, 3, true, m_stream);  // hs 7
+    QVERIFY2(!odd.isOk() && odd.message().find("head size 7") != std::string::npos, odd.message().c_str());
+    DBuf<float> dBuf;
+    CUDA_OK(upload(dBuf, Vec(64, 0.0f)));
+    const ms::Status unaligned = cuda::flashAttentionBackwardWith(tc, dBuf.data() + 1, dBuf.data(), dBuf.data(),
+                                                                  dBuf.data(), dBuf.data(), dBuf.data(), 1, 1,
+                                                                  16, 1, true, m_stream);
+    QVERIFY2(!unaligned.isOk() && unaligned.message().find("aligned") != std::string::npos,
+             unaligned.message().c_str());
   }
 
   // Head sizes above the fused kernel's limit and shapes that do not split into heads are errors that name

@@ -28,13 +28,21 @@
 // GEMMs in the materialised path (q, k, v, dout, the probabilities before P @ v and P^T @ dout, dS before
 // its products) are rounded to bf16 (nearest even) where they are loaded or formed, and every sum stays fp32,
 // which gives the materialised bf16 path's products. Head sizes up to kFlashAttentionMaxHeadSize.
+//
+// Dispatch: in GemmMode::Bf16 the public functions hand head sizes 16, 32, 64, 96 and 128 to the tensor-core
+// kernels of cuda_flash_attention_tc.cu (same contract, bf16 MMAs), unless MESHSTUDIO_FLASH_TC=0; the
+// backward's D = rowsum(dout * out) comes from flashRowDotKernel below for both.
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_flash_attention_tc.h"
 
 namespace ms::cuda {
 namespace {
@@ -328,13 +336,56 @@ dim3 flashGrid(int B, int T, int H) {
   return dim3(unsigned(B * H), unsigned((T + kWarps - 1) / kWarps));
 }
 
+// MESHSTUDIO_FLASH_TC, parsed on first use and constant afterwards: a run's kernels must not change under it.
+// (A write-once constant of the process, like its environment, not mutable state.)
+const Expected<bool>& tensorCoreSwitch() {
+  static const Expected<bool> value = parseFlashTensorCoreSwitch(std::getenv(kFlashTensorCoreEnv));
+  return value;
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Why the tensor-core kernel cannot run this call, or "" when it can.
+std::string tensorCoreObstacle(int hs, std::initializer_list<const void*> buffers) {
+  if (!detail::flashTcHeadSize(hs))
+    return "head size " + std::to_string(hs) + " is not one of 16, 32, 64, 96, 128";
+  for (const void* p : buffers)
+    if (!aligned16(p)) return "a buffer is not 16-byte aligned";
+  if (!detail::flashTcDevice()) return "the device is older than compute capability 8.0";
+  return {};
+}
+
+// The kernel the plain entry points run: TensorCore in GemmMode::Bf16 when it applies and is not switched off.
+Expected<FlashAttentionKernel> chooseKernel(int hs, std::initializer_list<const void*> buffers) {
+  const Expected<bool>& allowed = tensorCoreSwitch();
+  if (!allowed) return allowed.status();
+  if (*allowed && gemmMode() == GemmMode::Bf16 && tensorCoreObstacle(hs, buffers).empty())
+    return FlashAttentionKernel::TensorCore;
+  return FlashAttentionKernel::Scalar;
+}
+
 }  // namespace
 
-Status flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int H,
-                             bool causal, cudaStream_t stream) {
+Expected<bool> parseFlashTensorCoreSwitch(const char* value) {
+  if (value == nullptr || std::strcmp(value, "1") == 0) return true;
+  if (std::strcmp(value, "0") == 0) return false;
+  return Status::error(std::string(kFlashTensorCoreEnv) + "=\"" + value +
+                       "\": expected 0 (scalar attention kernels only) or 1 (tensor cores in bf16 mode, the "
+                       "default when unset)");
+}
+
+Status flashAttentionForwardWith(FlashAttentionKernel kernel, float* out, float* lse, const float* qkv, int B,
+                                 int T, int C, int H, bool causal, cudaStream_t stream) {
   if (B <= 0 || T <= 0 || C <= 0 || H <= 0) return Status::ok();
   MS_TRY(checkFlashShape(B, T, C, H, "flashAttentionForward"));
   const int hs = C / H;
+  if (kernel == FlashAttentionKernel::TensorCore) {
+    const std::string obstacle = tensorCoreObstacle(hs, {out, qkv});
+    if (!obstacle.empty()) return Status::error("flashAttentionForward: no tensor-core kernel: " + obstacle);
+    return detail::flashTcForward(out, lse, qkv, B, T, C, H, causal, stream);
+  }
   const float scale = 1.0f / std::sqrt(float(hs));
   const bool bf16 = gemmMode() == GemmMode::Bf16;
   flashForwardKernel<<<flashGrid(B, T, H), kThreads, sharedBytes(hs), stream>>>(out, lse, qkv, T, C, H, hs,
@@ -342,19 +393,26 @@ Status flashAttentionForward(float* out, float* lse, const float* qkv, int B, in
   return checkLaunch("flashAttentionForward");
 }
 
-Status flashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                              const float* out, const float* lse, int B, int T, int C, int H, bool causal,
-                              cudaStream_t stream) {
+Status flashAttentionBackwardWith(FlashAttentionKernel kernel, float* dqkv, float* scratch, const float* dout,
+                                  const float* qkv, const float* out, const float* lse, int B, int T, int C,
+                                  int H, bool causal, cudaStream_t stream) {
   if (B <= 0 || T <= 0 || C <= 0 || H <= 0) return Status::ok();
   MS_TRY(checkFlashShape(B, T, C, H, "flashAttentionBackward"));
   const int hs = C / H;
+  const bool tensorCores = kernel == FlashAttentionKernel::TensorCore;
+  if (tensorCores) {
+    const std::string obstacle = tensorCoreObstacle(hs, {dqkv, dout, qkv});
+    if (!obstacle.empty()) return Status::error("flashAttentionBackward: no tensor-core kernel: " + obstacle);
+  }
   const float scale = 1.0f / std::sqrt(float(hs));
-  const bool bf16 = gemmMode() == GemmMode::Bf16;
+  // The tensor-core kernels always take bf16 operands: dout is rounded in D as well.
+  const bool bf16 = tensorCores || gemmMode() == GemmMode::Bf16;
   const size_t rows = size_t(B) * H * T;
   float* D = scratch;  // (B, H, T)
   flashRowDotKernel<<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(D, dout, out, rows, T, C,
                                                                                      H, hs, bf16);
   MS_TRY(checkLaunch("flashAttentionBackward: rowsum(dout * out)"));
+  if (tensorCores) return detail::flashTcBackward(dqkv, dout, qkv, lse, D, B, T, C, H, causal, stream);
   const dim3 grid = flashGrid(B, T, H);
   flashBackwardKVKernel<<<grid, kThreads, sharedBytes(hs), stream>>>(dqkv, dout, qkv, lse, D, T, C, H, hs,
                                                                      scale, causal, bf16);
@@ -362,6 +420,25 @@ Status flashAttentionBackward(float* dqkv, float* scratch, const float* dout, co
   flashBackwardQKernel<<<grid, kThreads, sharedBytes(hs), stream>>>(dqkv, dout, qkv, lse, D, T, C, H, hs,
                                                                     scale, causal, bf16);
   return checkLaunch("flashAttentionBackward: dq");
+}
+
+Status flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int H,
+                             bool causal, cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0 || H <= 0) return Status::ok();
+  MS_TRY(checkFlashShape(B, T, C, H, "flashAttentionForward"));
+  const Expected<FlashAttentionKernel> kernel = chooseKernel(C / H, {out, qkv});
+  if (!kernel) return kernel.status().withContext("flashAttentionForward");
+  return flashAttentionForwardWith(*kernel, out, lse, qkv, B, T, C, H, causal, stream);
+}
+
+Status flashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int B, int T, int C, int H, bool causal,
+                              cudaStream_t stream) {
+  if (B <= 0 || T <= 0 || C <= 0 || H <= 0) return Status::ok();
+  MS_TRY(checkFlashShape(B, T, C, H, "flashAttentionBackward"));
+  const Expected<FlashAttentionKernel> kernel = chooseKernel(C / H, {dqkv, dout, qkv});
+  if (!kernel) return kernel.status().withContext("flashAttentionBackward");
+  return flashAttentionBackwardWith(*kernel, dqkv, scratch, dout, qkv, out, lse, B, T, C, H, causal, stream);
 }
 
 }  // namespace ms::cuda

@@ -165,12 +165,22 @@ Status attentionForward(float* out, float* att, const float* qkv, int B, int T, 
 Status attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                          int B, int T, int C, int H, bool causal, cudaStream_t stream);
 
-// ---- Fused attention (cuda_flash_attention.cu) ----------------------------------------------------------
+// ---- Fused attention (cuda_flash_attention.cu, cuda_flash_attention_tc.cu) ------------------------------
 // The same attention without the (B, H, T, T) matrices, FlashAttention-style (Dao et al. 2022): the forward
 // keeps an online softmax per query row and saves only the row's log-sum-exp; the backward recomputes the
-// probabilities from q, k and it. Head sizes up to kFlashAttentionMaxHeadSize; fp32 throughout, with the
-// materialised path's bf16 operand rounding in GemmMode::Bf16. Deterministic (no atomics).
+// probabilities from q, k and it. Head sizes up to kFlashAttentionMaxHeadSize; the materialised path's bf16
+// operand rounding in GemmMode::Bf16 (q, k, v, dout, the probabilities and dS rounded, fp32 sums), fp32
+// otherwise. Deterministic (no atomics). Two kernels:
+// - Scalar: fp32 arithmetic, a warp per row; any head size, every GemmMode.
+// - TensorCore: bf16 MMAs with fp32 accumulation (FlashAttention-2 tiling); bf16 operands ALWAYS, whatever the
+//   GemmMode; head sizes 16, 32, 64, 96 and 128, compute capability 8.0 or newer, and qkv, out,
+//   dout and dqkv 16-byte aligned (cudaMalloc's are).
+// flashAttentionForward/Backward run TensorCore in GemmMode::Bf16 when it applies, Scalar otherwise. The
+// environment variable MESHSTUDIO_FLASH_TC=0 forces Scalar (to compare the two); it is read once per process,
+// and a value other than 0 or 1 makes every call fail with a message naming it.
 constexpr int kFlashAttentionMaxHeadSize = 128;
+constexpr const char* kFlashTensorCoreEnv = "MESHSTUDIO_FLASH_TC";
+enum class FlashAttentionKernel { Scalar, TensorCore };
 // out (B, T, C); lse (B, H, T) = log sum_j exp(score_ij) over the keys row i sees.
 Status flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int H,
                              bool causal, cudaStream_t stream);
@@ -179,6 +189,17 @@ Status flashAttentionForward(float* out, float* lse, const float* qkv, int B, in
 Status flashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int C, int H, bool causal,
                               cudaStream_t stream);
+// The same with the kernel named by the caller (tests, bench/attention.cpp): an error when TensorCore does not
+// apply (head size, device, alignment). Pair a backward with the forward of the same kernel (each recomputes
+// the probabilities its own forward formed; the other's lse differs by rounding only).
+Status flashAttentionForwardWith(FlashAttentionKernel kernel, float* out, float* lse, const float* qkv, int B,
+                                 int T, int C, int H, bool causal, cudaStream_t stream);
+Status flashAttentionBackwardWith(FlashAttentionKernel kernel, float* dqkv, float* scratch, const float* dout,
+                                  const float* qkv, const float* out, const float* lse, int B, int T, int C,
+                                  int H, bool causal, cudaStream_t stream);
+// MESHSTUDIO_FLASH_TC's value (nullptr: unset) as a switch: unset or "1" allow the tensor-core kernel, "0"
+// forbids it, anything else is an error naming the variable.
+Expected<bool> parseFlashTensorCoreSwitch(const char* value);
 
 // ---- Embeddings (cuda_embedding.cu) ---------------------------------------------------------------------
 // out (B, T, C) = wte[tokens[b, t]] + wpe[t]. tokens is a device array (B, T), each in [0, V).
