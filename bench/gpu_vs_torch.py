@@ -11,9 +11,9 @@ position table, L layers, C width, T context; the second term is attention's sco
 device's dense bf16 peak (--peak-tflops, else looked up from the device name: H100 SXM 989, H200 989, A100 312).
 
 The engine's half runs `meshstudio-engine train` on a config of the same shape with "device": "cuda", in bf16
-and in fp32. While the engine refuses bf16 (mixed precision is not implemented yet) the table says so; the fp32
-rows (PyTorch eager in fp32, no TF32, against the engine in fp32) are then the like-for-like comparison, MFU
-against the device's dense fp32 peak (--peak-fp32-tflops, else H100 SXM / H200 66.9, A100 19.5).
+and in fp32. The bf16 rows (autocast against the engine's bf16) are the issue's target; the fp32 rows (PyTorch
+eager in fp32, no TF32, against the engine in fp32) compare MFU against the device's dense fp32 peak
+(--peak-fp32-tflops, else H100 SXM / H200 66.9, A100 19.5). If the engine fails a run, its row says so.
 
 usage: bench/gpu_vs_torch.py [--engine build/engine/meshstudio-engine] [--batch 8] [--steps 20] [--warmup 5]
        bench/gpu_vs_torch.py --device cpu --tiny      (checks the script on a machine without a GPU)

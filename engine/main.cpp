@@ -62,8 +62,9 @@ const char* kUsage =
     "                                     train; --resume alone continues from the run folder's newest "
     "checkpoint\n"
     "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
-    "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S]\n"
-    "                                     write one batch, its logits, loss and gradients (reference tests)\n"
+    "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S] [--emulate-device]\n"
+    "                                     write one batch, its logits, loss and gradients (reference tests),\n"
+    "                                     computed on the config's device\n"
     "  plan CONFIG [--json] [--balance] [--write FILE]\n"
     "                                     predicted memory per device, bubbles, step time, tokens/s, MFU;\n"
     "                                     --balance balances the layers over the stages first\n"
@@ -267,7 +268,7 @@ int cmdEval(int argc, char** argv) {
 
 // One batch through the model, written out for an independent reference (tests/reference/reference.py).
 int cmdDump(int argc, char** argv) {
-  Args a = parseArgs(argc, argv, 2, {"--out", "--checkpoint", "--samples", "--step"}, {});
+  Args a = parseArgs(argc, argv, 2, {"--out", "--checkpoint", "--samples", "--step"}, {"--emulate-device"});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1 || !a.has("--out")) return usageError("dump needs CONFIG and --out DIR");
   ms::RunConfig config;
@@ -279,57 +280,70 @@ int cmdDump(int argc, char** argv) {
   };
   auto data = ms::openDataSource(config);
   if (!data) return fail(data.status());
-  ms::Model model(config, nullptr);
-  if (a.has("--checkpoint")) {
-    if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params()); !s) return fail(s);
-  }
   const int samples = a.has("--samples") ? std::atoi(a.get("--samples").c_str()) : 4;
   if (samples < 1) return usageError("--samples needs a positive integer");
   const long step = a.has("--step") ? std::atol(a.get("--step").c_str()) : 0;
   if (step < 0) return usageError("--step needs a non-negative integer");
-  // The first `samples` samples of training batch `step` (0-based), as train() would draw them.
-  ms::Batch batch;
-  (*data)->trainBatch(step, config.training.batchSize, 0, std::min(samples, config.training.batchSize),
-                      batch);
-  const std::string out = a.get("--out");
-  if (ms::Status s = ms::makeDirs(out); !s) return fail(s);
-  // Logits from an evaluation forward (training overwrites them with their gradient).
-  model.forward(batch);
-  const bool isGpt = config.model.type == ms::ModelType::Gpt;
-  const int64_t rows = isGpt ? int64_t(batch.B) * batch.T : batch.B;
-  const int64_t V = isGpt ? config.model.vocab : config.model.classes;
-  std::vector<float> logits(model.head().logits(), model.head().logits() + rows * V);
-  model.params().zeroGrads();
-  const ms::LossStats stats = model.forwardBackward(batch, 1.0f / static_cast<float>(rows));
-  const float loss = static_cast<float>(stats.lossSum / double(stats.count));
+  // On the config's device and GEMM precision, like train (one process), so a GPU's logits and gradients can
+  // be compared with the CPU's and PyTorch's.
+  auto device = ms::openDevice(config.device, 0, a.has("--emulate-device"));
+  if (!device) return fail(device.status());
+  if (!device->note.empty()) std::fprintf(stderr, "%s\n", device->note.c_str());
+  ms::Backend& be = *device->backend;
+  be.setGemmPrecision(config.parallel.precision == ms::Precision::Bf16 ? ms::GemmPrecision::Bf16
+                                                                        : ms::GemmPrecision::Fp32);
+  try {
+    ms::MemoryTracker tracker(&be);
+    ms::Model model(config, &tracker);
+    if (a.has("--checkpoint")) {
+      if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params()); !s) return fail(s);
+    }
+    // The first `samples` samples of training batch `step` (0-based), as train() would draw them.
+    ms::Batch batch;
+    (*data)->trainBatch(step, config.training.batchSize, 0, std::min(samples, config.training.batchSize),
+                        batch);
+    const std::string out = a.get("--out");
+    if (ms::Status s = ms::makeDirs(out); !s) return fail(s);
+    // Logits from an evaluation forward (training overwrites them with their gradient).
+    model.forward(batch);
+    const bool isGpt = config.model.type == ms::ModelType::Gpt;
+    const int64_t rows = isGpt ? int64_t(batch.B) * batch.T : batch.B;
+    const int64_t V = isGpt ? config.model.vocab : config.model.classes;
+    std::vector<float> logits(size_t(rows * V));
+    be.download(logits.data(), model.head().logits(), logits.size() * sizeof(float));
+    model.params().zeroGrads();
+    const ms::LossStats stats = model.forwardBackward(batch, 1.0f / static_cast<float>(rows));
+    const float loss = static_cast<float>(stats.lossSum / double(stats.count));
 
-  std::vector<ms::NamedTensor> batchTensors;
-  if (isGpt) {
-    batchTensors.push_back({"tokens", {batch.B, batch.T}, ms::DType::I32, batch.tokens.data()});
-    batchTensors.push_back({"targets", {batch.B, batch.T}, ms::DType::I32, batch.targets.data()});
-  } else {
-    const int64_t side = config.model.imageSize;
-    batchTensors.push_back({"images", {batch.B, side * side}, ms::DType::F32, batch.images.data()});
-    batchTensors.push_back({"targets", {batch.B}, ms::DType::I32, batch.targets.data()});
+    std::vector<ms::NamedTensor> batchTensors;
+    if (isGpt) {
+      batchTensors.push_back({"tokens", {batch.B, batch.T}, ms::DType::I32, batch.tokens.data()});
+      batchTensors.push_back({"targets", {batch.B, batch.T}, ms::DType::I32, batch.targets.data()});
+    } else {
+      const int64_t side = config.model.imageSize;
+      batchTensors.push_back({"images", {batch.B, side * side}, ms::DType::F32, batch.images.data()});
+      batchTensors.push_back({"targets", {batch.B}, ms::DType::I32, batch.targets.data()});
+    }
+    std::vector<ms::NamedTensor> outputs;
+    outputs.push_back({"logits",
+                       isGpt ? std::vector<int64_t>{batch.B, batch.T, V} : std::vector<int64_t>{batch.B, V},
+                       ms::DType::F32, logits.data()});
+    outputs.push_back({"loss", {1}, ms::DType::F32, &loss});
+    const auto& params = model.params().params();
+    std::vector<float> grads(model.params().size());
+    be.download(grads.data(), model.params().grads(), grads.size() * sizeof(float));
+    for (const auto& p : params)
+      outputs.push_back({"grad." + p.spec.name, p.spec.shape, ms::DType::F32, grads.data() + p.offset});
+    ms::Status s =
+        ms::saveCheckpoint(out + "/checkpoint", config, model.params(), nullptr, {0, 0, config.seed});
+    if (s) s = ms::writeSafetensors(out + "/batch.safetensors", batchTensors);
+    if (s) s = ms::writeSafetensors(out + "/outputs.safetensors", outputs);
+    if (!s) return fail(s);
+    std::printf("loss %.6f over %lld targets; wrote %s\n", loss, static_cast<long long>(stats.count),
+                out.c_str());
+  } catch (const ms::DeviceFailure& e) {
+    return fail(ms::Status::error(std::string("device: ") + e.what()));
   }
-  std::vector<ms::NamedTensor> outputs;
-  outputs.push_back({"logits",
-                     isGpt ? std::vector<int64_t>{batch.B, batch.T, V} : std::vector<int64_t>{batch.B, V},
-                     ms::DType::F32, logits.data()});
-  outputs.push_back({"loss", {1}, ms::DType::F32, &loss});
-  std::vector<std::string> names;
-  for (const auto& p : model.params().params()) names.push_back("grad." + p.spec.name);
-  for (size_t i = 0; i < names.size(); ++i) {
-    const auto& p = model.params().params()[i];
-    outputs.push_back({names[i], p.spec.shape, ms::DType::F32, model.params().grads() + p.offset});
-  }
-  ms::Status s =
-      ms::saveCheckpoint(out + "/checkpoint", config, model.params(), nullptr, {0, 0, config.seed});
-  if (s) s = ms::writeSafetensors(out + "/batch.safetensors", batchTensors);
-  if (s) s = ms::writeSafetensors(out + "/outputs.safetensors", outputs);
-  if (!s) return fail(s);
-  std::printf("loss %.6f over %lld targets; wrote %s\n", loss, static_cast<long long>(stats.count),
-              out.c_str());
   return kExitOk;
 }
 

@@ -10,6 +10,9 @@
 #  3. Parity: a small GPT trained 20 steps in fp32 on the GPU and on the CPU (the losses agree to 1e-4
 #     relative), and in bf16 on the GPU (tracks fp32 within 1%; with MESHSTUDIO_FLASH_TC=0 too, and the
 #     tensor-core attention's losses track the scalar one's within 1%).
+#  3b. Gradients: `dump` (one batch's logits, loss and every parameter's gradient) on the CPU and on the GPU in
+#     fp32 from the same initial weights: per tensor ||g_gpu - g_cpu|| / ||g_cpu|| <= 1e-4; and the plan's
+#     predicted activation memory against the measured peak of the GPU runs (fp32 and bf16).
 #  4. Ranks sharing the GPU: dp2 and pp2 (2 ranks on one GPU, MPI with host staging) match one rank's losses
 #     (1e-5 relative), with the bundle's relocated mpirun.
 #  5. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine and PyTorch eager, bf16 and fp32.
@@ -60,6 +63,48 @@ for name in cpu cuda cuda-bf16 cuda-bf16-scalar cuda-dp2 cuda-pp2; do
   echo "train $name: exit $?"
   cp "$work/$name/metrics.jsonl" "$out/metrics-$name.jsonl" 2>/dev/null
 done
+for name in cpu cuda; do
+  $run meshstudio-engine dump "$work/$name.json" --out "$work/dump-$name" --samples 4 >"$out/dump-$name.txt" 2>&1
+  echo "dump $name: exit $?"
+done
+python3 - "$work" <<'PY'
+import json, struct, sys
+import numpy as np
+work = sys.argv[1]
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "F32":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=np.float32).astype(np.float64)
+    return out
+try:
+    cpu, gpu = (tensors(f"{work}/dump-{n}/outputs.safetensors") for n in ("cpu", "cuda"))
+    worst, where = 0.0, ""
+    for name, ref in cpu.items():
+        denom = max(np.linalg.norm(ref), 1e-30)
+        rel = np.linalg.norm(gpu[name] - ref) / denom
+        if rel > worst:
+            worst, where = rel, name
+    print(f"dump fp32 GPU vs CPU ({len(cpu)} tensors: logits, loss, gradients): worst relative norm difference "
+          f"{worst:.2e} in {where} ({'ok' if worst <= 1e-4 else 'TOO FAR'})")
+except (OSError, KeyError) as e:
+    print(f"dump comparison: missing output ({e})")
+for name in ("cuda", "cuda-bf16"):
+    try:
+        lines = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl")]
+    except OSError:
+        continue
+    predicted = lines[0]["predicted"]["ranks"][0]["memory_bytes"]["activations"]
+    measured = max(j["ranks"][0]["peak"]["activations"] for j in lines if j["type"] == "memory")
+    print(f"{name}: activations predicted {predicted / 2**20:.1f} MiB, measured peak {measured / 2**20:.1f} MiB "
+          f"(ratio {predicted / measured:.3f})")
+PY
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]

@@ -140,7 +140,7 @@ class TestCli : public QObject {
   }
 
   // "device": "cuda" trains on a GPU or says why it cannot (no driver or device here), naming /device, and
-  // writes no run; --emulate-device runs the device code path on the CPU and says so once.
+  // writes no run; --emulate-device runs the device code path on the CPU and says so once, for train and dump.
   void deviceChoice() {
     QTemporaryDir tmp;
     const QString text = tmp.path() + "/t.txt";
@@ -184,6 +184,19 @@ class TestCli : public QObject {
     };
     QCOMPARE(losses(emu.out).size(), 4);
     QCOMPARE(losses(emu.out), losses(plain.out));
+    // dump runs on the device too: through the emulated device its logits, loss and gradients are the plain
+    // CPU's byte for byte (the files differ if any tensor does).
+    const Result dEmu = engine({"dump", config, "--out", tmp.path() + "/dump-emu", "--emulate-device"});
+    QVERIFY2(dEmu.code == 0, qPrintable(dEmu.err));
+    const Result dPlain = engine({"dump", config, "--out", tmp.path() + "/dump-plain"});
+    QVERIFY2(dPlain.code == 0, qPrintable(dPlain.err));
+    auto bytes = [](const QString& path) {
+      QFile file(path);
+      return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+    };
+    const QByteArray a = bytes(tmp.path() + "/dump-emu/outputs.safetensors");
+    QVERIFY(a.size() > 1000);
+    QVERIFY(a == bytes(tmp.path() + "/dump-plain/outputs.safetensors"));
   }
 
   void badDataIsNamed() {
