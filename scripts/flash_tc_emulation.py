@@ -1,3 +1,8 @@
+#!/usr/bin/python3
+# A design check, not a test of the CUDA code itself (it cannot run the kernel): written with the tensor-core
+# attention kernel while no GPU was available, it mirrors that kernel's loops and must be kept in step with it
+# by hand. Run: /usr/bin/python3 scripts/flash_tc_emulation.py (about a minute; prints "FAIL" on a mismatch).
+#
 # Host emulation of kernels/cuda/cuda_flash_attention_tc.cu's loop structure (blocks, warps, chunks, lanes),
 # wmma replaced by numpy 16x16 products in fp32 on bf16 values, accumulators stored under a random
 # (lane, slot) <-> (row, col) permutation to exercise the rowOf trick. Checks against float64 attention.
