@@ -3,8 +3,8 @@
 // backward, on GPT-2 124M's attention: B 8, T 1024, C 768, H 12 (head size 64), causal, GemmMode::Bf16.
 // cudaEvent timing, the median of --iters calls after 3 warm-up calls; ratios against the scalar kernel
 // measured in the same run. The tensor-core results (out, lse, dqkv) are checked against the scalar kernel's
-// outside the timed region with tst_cuda_kernels' bf16 attention tolerance; a mismatch makes the exit status 1.
-// Without a CUDA device it says so and exits 0.
+// outside the timed region with tst_cuda_kernels' bf16 attention tolerance; a mismatch makes the exit
+// status 1. Without a CUDA device it says so and exits 0.
 //
 // usage: bench_attention [--iters N] [--batch B] [--seq T]
 // Columns: median ms per forward, per backward, their sum, the sum's speed-up over the scalar kernel (> 1:
@@ -49,8 +49,8 @@ struct Buffers {
 
 ms::Status allocate(Buffers& b, const Shape& s) {
   const size_t btc = size_t(s.B) * s.T * s.C, bht = size_t(s.B) * s.H * s.T, att = bht * s.T;
-  const std::pair<DBuf<float>*, size_t> all[] = {{&b.qkv, 3 * btc}, {&b.dout, btc},        {&b.out, btc},
-                                                 {&b.lse, bht},     {&b.dqkv, 3 * btc},    {&b.scratch, bht},
+  const std::pair<DBuf<float>*, size_t> all[] = {{&b.qkv, 3 * btc}, {&b.dout, btc},      {&b.out, btc},
+                                                 {&b.lse, bht},     {&b.dqkv, 3 * btc},  {&b.scratch, bht},
                                                  {&b.att, att},     {&b.attScratch, att}};
   for (const auto& [buf, n] : all) {
     ms::Expected<DBuf<float>> created = DBuf<float>::create(n);
@@ -119,13 +119,14 @@ ms::Status download(Vec& dst, const DBuf<float>& src, cudaStream_t stream) {
 }
 
 // Runs forward + backward once with `kernel` from dqkv = 0 and downloads out, lse and dqkv.
-ms::Status flashOnce(cuda::FlashAttentionKernel kernel, Buffers& b, const Shape& s, cudaStream_t stream, Vec& out,
-                     Vec& lse, Vec& dqkv) {
+ms::Status flashOnce(cuda::FlashAttentionKernel kernel, Buffers& b, const Shape& s, cudaStream_t stream,
+                     Vec& out, Vec& lse, Vec& dqkv) {
   MS_TRY(cuda::fillZero(b.dqkv.data(), b.dqkv.bytes(), stream));
   MS_TRY(cuda::flashAttentionForwardWith(kernel, b.out.data(), b.lse.data(), b.qkv.data(), s.B, s.T, s.C, s.H,
                                          s.causal, stream));
-  MS_TRY(cuda::flashAttentionBackwardWith(kernel, b.dqkv.data(), b.scratch.data(), b.dout.data(), b.qkv.data(),
-                                          b.out.data(), b.lse.data(), s.B, s.T, s.C, s.H, s.causal, stream));
+  MS_TRY(cuda::flashAttentionBackwardWith(kernel, b.dqkv.data(), b.scratch.data(), b.dout.data(),
+                                          b.qkv.data(), b.out.data(), b.lse.data(), s.B, s.T, s.C, s.H,
+                                          s.causal, stream));
   MS_TRY(download(out, b.out, stream));
   MS_TRY(download(lse, b.lse, stream));
   return download(dqkv, b.dqkv, stream);
@@ -160,8 +161,8 @@ int run(const Shape& s, int iters) {
   // Correctness first, outside any timed region: tensor cores against the scalar kernel.
   Vec out[2], lse[2], dqkv[2];
   for (const int tc : {0, 1}) {
-    st = flashOnce(tc ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar, b, s, stream,
-                   out[tc], lse[tc], dqkv[tc]);
+    st = flashOnce(tc ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar, b, s,
+                   stream, out[tc], lse[tc], dqkv[tc]);
     if (!st.isOk()) return fail(st);
   }
   double dOut = 0, dLse = 0, dDqkv = 0;
@@ -177,21 +178,23 @@ int run(const Shape& s, int iters) {
   auto flashPath = [&](const char* name, cuda::FlashAttentionKernel k) {
     return Path{name,
                 [&, k] {
-                  return cuda::flashAttentionForwardWith(k, b.out.data(), b.lse.data(), b.qkv.data(), s.B, s.T,
-                                                         s.C, s.H, s.causal, stream);
+                  return cuda::flashAttentionForwardWith(k, b.out.data(), b.lse.data(), b.qkv.data(), s.B,
+                                                         s.T, s.C, s.H, s.causal, stream);
                 },
                 [&, k] {
                   return cuda::flashAttentionBackwardWith(k, b.dqkv.data(), b.scratch.data(), b.dout.data(),
-                                                          b.qkv.data(), b.out.data(), b.lse.data(), s.B, s.T, s.C,
-                                                          s.H, s.causal, stream);
+                                                          b.qkv.data(), b.out.data(), b.lse.data(), s.B, s.T,
+                                                          s.C, s.H, s.causal, stream);
                 }};
   };
   const Path paths[] = {
       flashPath("flash scalar", cuda::FlashAttentionKernel::Scalar),
       flashPath("flash tensor-core", cuda::FlashAttentionKernel::TensorCore),
       {"materialised",
-       [&] { return cuda::attentionForward(b.out.data(), b.att.data(), b.qkv.data(), s.B, s.T, s.C, s.H, s.causal,
-                                           stream); },
+       [&] {
+         return cuda::attentionForward(b.out.data(), b.att.data(), b.qkv.data(), s.B, s.T, s.C, s.H, s.causal,
+                                       stream);
+       },
        [&] {
          return cuda::attentionBackward(b.dqkv.data(), b.attScratch.data(), b.dout.data(), b.qkv.data(),
                                         b.att.data(), s.B, s.T, s.C, s.H, s.causal, stream);
@@ -201,10 +204,10 @@ int run(const Shape& s, int iters) {
   const double hs = double(s.C) / s.H;
   const double forwardFlops = 4.0 * s.B * s.H * double(s.T) * s.T * hs * (s.causal ? 0.5 : 1.0);
   const double totalFlops = 3.5 * forwardFlops;
-  std::printf("bench_attention: B %d T %d C %d H %d (head size %g) %s, bf16, %s, median of %d calls\n", s.B, s.T,
-              s.C, s.H, hs, s.causal ? "causal" : "bidirectional", cuda::deviceName(0).c_str(), iters);
-  std::printf("%-18s %12s %12s %12s %10s %10s\n", "kernel", "forward ms", "backward ms", "total ms", "vs scalar",
-              "TFLOP/s");
+  std::printf("bench_attention: B %d T %d C %d H %d (head size %g) %s, bf16, %s, median of %d calls\n", s.B,
+              s.T, s.C, s.H, hs, s.causal ? "causal" : "bidirectional", cuda::deviceName(0).c_str(), iters);
+  std::printf("%-18s %12s %12s %12s %10s %10s\n", "kernel", "forward ms", "backward ms", "total ms",
+              "vs scalar", "TFLOP/s");
   double scalarTotal = 0;
   for (const Path& p : paths) {
     ms::Expected<Timing> t = timeCalls(p.forward, p.backward, iters, stream);
@@ -214,8 +217,8 @@ int run(const Shape& s, int iters) {
     std::printf("%-18s %12.3f %12.3f %12.3f %10.2f %10.1f\n", p.name, t->forwardMs, t->backwardMs, total,
                 scalarTotal / total, totalFlops / (total * 1e-3) / 1e12);
   }
-  std::printf("check, tensor-core vs scalar: max |diff| out %.3g, lse %.3g, dqkv %.3g: %s\n", dOut, dLse, dDqkv,
-              ok ? "ok" : "MISMATCH");
+  std::printf("check, tensor-core vs scalar: max |diff| out %.3g, lse %.3g, dqkv %.3g: %s\n", dOut, dLse,
+              dDqkv, ok ? "ok" : "MISMATCH");
   if (!badOut.empty()) std::printf("  out %s\n", badOut.c_str());
   if (!badLse.empty()) std::printf("  lse %s\n", badLse.c_str());
   if (!badDqkv.empty()) std::printf("  dqkv %s\n", badDqkv.c_str());

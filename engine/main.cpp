@@ -63,7 +63,8 @@ const char* kUsage =
     "checkpoint\n"
     "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
     "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S] [--emulate-device]\n"
-    "                                     write one batch, its logits, loss and gradients (reference tests),\n"
+    "                                     write one batch, its logits, loss and gradients (reference "
+    "tests),\n"
     "                                     computed on the config's device\n"
     "  plan CONFIG [--json] [--balance] [--write FILE]\n"
     "                                     predicted memory per device, bubbles, step time, tokens/s, MFU;\n"
@@ -291,7 +292,7 @@ int cmdDump(int argc, char** argv) {
   if (!device->note.empty()) std::fprintf(stderr, "%s\n", device->note.c_str());
   ms::Backend& be = *device->backend;
   be.setGemmPrecision(config.parallel.precision == ms::Precision::Bf16 ? ms::GemmPrecision::Bf16
-                                                                        : ms::GemmPrecision::Fp32);
+                                                                       : ms::GemmPrecision::Fp32);
   try {
     ms::MemoryTracker tracker(&be);
     ms::Model model(config, &tracker);

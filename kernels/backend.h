@@ -38,8 +38,8 @@ struct DeviceFailure : std::runtime_error {
 // to nearest even) before the product, fp32 accumulation and fp32 results, as tensor cores compute them
 // (NVIDIA H100 architecture whitepaper, "Fourth-generation tensor cores"); everything outside the GEMMs stays
 // fp32. Bf16 is the engine's mixed precision ("precision": "bf16"): fp32 master weights, optimizer state,
-// gradients, bf16 matrix products, as torch.autocast runs matmuls; the activations kept for backward that only
-// feed GEMMs are stored in bf16 (TensorIn), the others in fp32.
+// gradients, bf16 matrix products, as torch.autocast runs matmuls; the activations kept for backward that
+// only feed GEMMs are stored in bf16 (TensorIn), the others in fp32.
 enum class GemmPrecision { Fp32, Tf32, Bf16 };
 const char* toString(GemmPrecision p);
 
@@ -57,8 +57,8 @@ struct TensorIn {
   const void* data = nullptr;
   bool bf16 = false;
   TensorIn() = default;
-  TensorIn(std::nullptr_t) {}                              // NOLINT: implicit on purpose
-  TensorIn(const float* p) : data(p) {}                    // NOLINT
+  TensorIn(std::nullptr_t) {}                                   // NOLINT: implicit on purpose
+  TensorIn(const float* p) : data(p) {}                         // NOLINT
   TensorIn(const bfloat16* p) : data(p), bf16(p != nullptr) {}  // NOLINT
   const float* f32() const { return bf16 ? nullptr : static_cast<const float*>(data); }
   const bfloat16* b16() const { return bf16 ? static_cast<const bfloat16*>(data) : nullptr; }
@@ -182,7 +182,8 @@ class Backend {
                                 bool causal) = 0;
   // out (the forward's output) may be bf16 in GemmPrecision::Bf16.
   virtual void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                 const float* saved, TensorIn out, int B, int T, int C, int H, bool causal) = 0;
+                                 const float* saved, TensorIn out, int B, int T, int C, int H,
+                                 bool causal) = 0;
 
   // ---- embeddings ---------------------------------------------------------------------------------------
   virtual void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,

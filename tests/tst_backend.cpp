@@ -656,8 +656,8 @@ QString keptBf16InputsHold(ms::Backend& be) {
   float* o = r.alloc<float>(size_t(N) * OC);
   QString refused = throwsDeviceFailure([&] { be.linearForward(o, kept, dW, nullptr, N, C, OC); }, "bf16");
   if (refused.isEmpty())
-    refused = throwsDeviceFailure(
-        [&] { be.linearBackward(nullptr, o, nullptr, dDout, kept, dW, N, C, OC); }, "linearBackward");
+    refused = throwsDeviceFailure([&] { be.linearBackward(nullptr, o, nullptr, dDout, kept, dW, N, C, OC); },
+                                  "linearBackward");
   if (refused.isEmpty()) {
     float* dqkv = r.alloc<float>(qkv.size());
     float* scratch = r.alloc<float>(be.attentionScratchFloats(B, T, AC, H));

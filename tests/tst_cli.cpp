@@ -140,7 +140,8 @@ class TestCli : public QObject {
   }
 
   // "device": "cuda" trains on a GPU or says why it cannot (no driver or device here), naming /device, and
-  // writes no run; --emulate-device runs the device code path on the CPU and says so once, for train and dump.
+  // writes no run; --emulate-device runs the device code path on the CPU and says so once, for train and
+  // dump.
   void deviceChoice() {
     QTemporaryDir tmp;
     const QString text = tmp.path() + "/t.txt";

@@ -192,13 +192,14 @@ class TestCudaKernels : public QObject {
     CUDA_OK(upload(dDout, dout));
     CUDA_OK(upload(dDqkv, dqkv0));
     if (kernel) {
-      CUDA_OK(cuda::flashAttentionForwardWith(*kernel, dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal,
-                                              m_stream));
+      CUDA_OK(cuda::flashAttentionForwardWith(*kernel, dOut.data(), dLse.data(), dQkv.data(), B, T, C, H,
+                                              causal, m_stream));
       CUDA_OK(cuda::flashAttentionBackwardWith(*kernel, dDqkv.data(), dScratch.data(), dDout.data(),
                                                dQkv.data(), dOut.data(), dLse.data(), B, T, C, H, causal,
                                                m_stream));
     } else {
-      CUDA_OK(cuda::flashAttentionForward(dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal, m_stream));
+      CUDA_OK(
+          cuda::flashAttentionForward(dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal, m_stream));
       CUDA_OK(cuda::flashAttentionBackward(dDqkv.data(), dScratch.data(), dDout.data(), dQkv.data(),
                                            dOut.data(), dLse.data(), B, T, C, H, causal, m_stream));
     }
@@ -696,21 +697,22 @@ class TestCudaKernels : public QObject {
     QFETCH(int, H);
     QFETCH(bool, causal);
     QFETCH(bool, tensorCores);
-    flashAgainstCpu(B, T, C, H, causal, true,
-                    tensorCores ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar);
+    flashAgainstCpu(
+        B, T, C, H, causal, true,
+        tensorCores ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar);
   }
 
   // The tensor-core kernels against the scalar ones (both bf16) on the GPT-2 124M attention with the batch
   // cut to 2 (T 1024, C 768, H 12, causal), from the same non-zero dqkv; then the tensor-core backward run a
-  // second time must give the same bits (no atomics). Tolerances: both multiply the same bf16 operands and sum
-  // in fp32, so the scores agree to about 1e-6 relative and the log-sum-exp (formed from unrounded
+  // second time must give the same bits (no atomics). Tolerances: both multiply the same bf16 operands and
+  // sum in fp32, so the scores agree to about 1e-6 relative and the log-sum-exp (formed from unrounded
   // probabilities) to the fp32 GEMM tolerance. out and dqkv differ mainly because each kernel rounds its
   // probabilities to bf16 relative to a different running maximum (32-key tiles against 64-key ones, then
   // rescaled) and because a probability that moves by 1e-6 can cross a bf16 rounding boundary: every term of
-  // P V, P^T dO and dS K, dS^T Q can differ by 2^-8 of itself, the errors of distinct terms independent. Summed
-  // over a row's terms (weights adding to 1, v and dout in [-2, 2] and [-1, 1]) that is at most 2^-8 * 2 =
-  // 8e-3 and in practice far less; the bf16 attention tolerance holds with room, and a wrong mask, a missing
-  // rescale or a lost tile moves outputs by O(0.1) or more.
+  // P V, P^T dO and dS K, dS^T Q can differ by 2^-8 of itself, the errors of distinct terms independent.
+  // Summed over a row's terms (weights adding to 1, v and dout in [-2, 2] and [-1, 1]) that is at most 2^-8 *
+  // 2 = 8e-3 and in practice far less; the bf16 attention tolerance holds with room, and a wrong mask, a
+  // missing rescale or a lost tile moves outputs by O(0.1) or more.
   void flashAttentionTensorCoresMatchScalar() {
     const int B = 2, T = 1024, C = 768, H = 12;
     const bool causal = true;
@@ -732,10 +734,11 @@ class TestCudaKernels : public QObject {
       CUDA_OK(upload(dOut, Vec(dout.size(), 5.0f)));
       CUDA_OK(upload(dLse, Vec(lseSize, 5.0f)));
       CUDA_OK(upload(dDqkv, dqkv0));
-      CUDA_OK(cuda::flashAttentionForwardWith(kernel, dOut.data(), dLse.data(), dQkv.data(), B, T, C, H, causal,
-                                              m_stream));
-      CUDA_OK(cuda::flashAttentionBackwardWith(kernel, dDqkv.data(), dScratch.data(), dDout.data(), dQkv.data(),
-                                               dOut.data(), dLse.data(), B, T, C, H, causal, m_stream));
+      CUDA_OK(cuda::flashAttentionForwardWith(kernel, dOut.data(), dLse.data(), dQkv.data(), B, T, C, H,
+                                              causal, m_stream));
+      CUDA_OK(cuda::flashAttentionBackwardWith(kernel, dDqkv.data(), dScratch.data(), dDout.data(),
+                                               dQkv.data(), dOut.data(), dLse.data(), B, T, C, H, causal,
+                                               m_stream));
       CUDA_OK(download(out[tc], dOut));
       CUDA_OK(download(lse[tc], dLse));
       CUDA_OK(download(dqkv[tc], dDqkv));
@@ -780,9 +783,9 @@ class TestCudaKernels : public QObject {
     QVERIFY2(!odd.isOk() && odd.message().find("head size 7") != std::string::npos, odd.message().c_str());
     DBuf<float> dBuf;
     CUDA_OK(upload(dBuf, Vec(64, 0.0f)));
-    const ms::Status unaligned = cuda::flashAttentionBackwardWith(tc, dBuf.data() + 1, dBuf.data(), dBuf.data(),
-                                                                  dBuf.data(), dBuf.data(), dBuf.data(), 1, 1,
-                                                                  16, 1, true, m_stream);
+    const ms::Status unaligned =
+        cuda::flashAttentionBackwardWith(tc, dBuf.data() + 1, dBuf.data(), dBuf.data(), dBuf.data(),
+                                         dBuf.data(), dBuf.data(), 1, 1, 16, 1, true, m_stream);
     QVERIFY2(!unaligned.isOk() && unaligned.message().find("aligned") != std::string::npos,
              unaligned.message().c_str());
   }

@@ -196,7 +196,8 @@ class TestMemoryModel : public QObject {
     QVERIFY(near(aCpu - a32, 2 * (kBlockActivationBytesCpu - kBlockActivationBytes) * mbs));
 
     // A head size over the fused kernel's limit materialises the softmax on a GPU too.
-    MAKE_PLAN(bigHeads, 2, (json{{"model", {{"width", 512}, {"heads", 2}}}, {"parallel", {{"microbatches", 2}}}}));
+    MAKE_PLAN(bigHeads, 2,
+              (json{{"model", {{"width", 512}, {"heads", 2}}}, {"parallel", {{"microbatches", 2}}}}));
     QVERIFY(!ms::fusedAttention(*bigHeads, 0));
   }
 
@@ -289,9 +290,9 @@ class TestMemoryModel : public QObject {
     QCOMPARE(other.context, 500 * kMiB);
     QCOMPARE(other.dpBucket, 0.0);
     QCOMPARE(ms::otherBreakdown(*plan, 0, false).context, 0.0);
-    // The last stage's workspace is the larger of the fp32 gradient of the logits (T * V * 4 bytes per sample)
-    // and a block's backward scratch ((5C + 2F) T + H T floats per sample with fused attention, F = 4C,
-    // H = 4, plus two activation-gradient buffers of T * C floats).
+    // The last stage's workspace is the larger of the fp32 gradient of the logits (T * V * 4 bytes per
+    // sample) and a block's backward scratch ((5C + 2F) T + H T floats per sample with fused attention, F =
+    // 4C, H = 4, plus two activation-gradient buffers of T * C floats).
     const double blockScratch = ((5 * kC + 2 * kF) * kT + kH * kT) * 4 * 8 + 2.0 * kT * kC * 4 * 8;
     QCOMPARE(ms::otherBreakdown(*plan, 1, true).workspace, std::max(kT * kV * 4 * 8, blockScratch));
 

@@ -275,8 +275,10 @@ class TestTraining : public QObject {
     const double measuredDrop = f32.at("activations") - f16.at("activations");
     const double predictedDrop = f32.at("predicted") - f16.at("predicted");
     QVERIFY2(predictedDrop > 0.1 * f32.at("predicted"), qPrintable(QString::number(predictedDrop)));
-    QVERIFY2(std::abs(measuredDrop - predictedDrop) <= 0.01 * predictedDrop,
-             qPrintable(QString("activations drop: measured %1, predicted %2").arg(measuredDrop).arg(predictedDrop)));
+    QVERIFY2(
+        std::abs(measuredDrop - predictedDrop) <= 0.01 * predictedDrop,
+        qPrintable(
+            QString("activations drop: measured %1, predicted %2").arg(measuredDrop).arg(predictedDrop)));
     for (const char* k : {"parameters", "gradients", "optimizer"}) QCOMPARE(f16.at(k), f32.at(k));
   }
 

@@ -83,9 +83,11 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
 // get_forward_backward_func warm-up count), i.e. that many plus one chunks of 1/V of the stage each.
 double inFlight(Schedule s, int P, int V, int M) {
   switch (s) {
-    case Schedule::GPipe: return M;
+    case Schedule::GPipe:
+      return M;
     case Schedule::OneFOneB:
-    case Schedule::ZbH1: return std::min(P, M);
+    case Schedule::ZbH1:
+      return std::min(P, M);
     case Schedule::Interleaved1F1B:
       return std::min<double>(double(M) * V, 2.0 * (P - 1) + double(V - 1) * P + 1.0) / V;
   }
@@ -97,9 +99,12 @@ double inFlight(Schedule s, int P, int V, int M) {
 double pipelineFactor(Schedule s, int P, int V, int M) {
   switch (s) {
     case Schedule::GPipe:
-    case Schedule::OneFOneB: return M + P - 1.0;
-    case Schedule::Interleaved1F1B: return M + (P - 1.0) / V;
-    case Schedule::ZbH1: return M + (P - 1.0) / 3.0;
+    case Schedule::OneFOneB:
+      return M + P - 1.0;
+    case Schedule::Interleaved1F1B:
+      return M + (P - 1.0) / V;
+    case Schedule::ZbH1:
+      return M + (P - 1.0) / 3.0;
   }
   return M + P - 1.0;
 }
@@ -121,7 +126,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   double smallestMemory = slowest->spec.memoryBytes;
   int perNode = 0;
   for (const MeshDevice& d : mesh->devices) {
-    if (d.spec.peakFlops(base.parallel.precision) < slowest->spec.peakFlops(base.parallel.precision)) slowest = &d;
+    if (d.spec.peakFlops(base.parallel.precision) < slowest->spec.peakFlops(base.parallel.precision))
+      slowest = &d;
     smallestMemory = std::min(smallestMemory, d.spec.memoryBytes);
     perNode += d.node == 0 ? 1 : 0;
   }
@@ -130,7 +136,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   const double elem = 4.0;  // activations and parameters move in fp32 in both precisions
   // Attention runs fused on GPUs for head sizes the kernel takes (memory_model.h fusedAttention).
   const bool fused = isGpuDevice(device) && model.type != ModelType::Mlp && model.heads > 0 &&
-                     model.width % model.heads == 0 && model.width / model.heads <= kFusedAttentionMaxHeadSize;
+                     model.width % model.heads == 0 &&
+                     model.width / model.heads <= kFusedAttentionMaxHeadSize;
   const int positions = spec.samplePositions;
   const int F = model.mlpRatio * model.width;
 
@@ -175,8 +182,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 const double tF = st.flops * mbs / (rate * tp);
                 const double tB = 2.0 * tF + (rc == Recompute::Full ? tF : 0.0);
                 const double tpComm =
-                    tp > 1 ? 4.0 * st.blocks * ringAllReduceTime(double(mbs) * positions * model.width * elem, tp,
-                                                                 mesh->intraLink)
+                    tp > 1 ? 4.0 * st.blocks *
+                                 ringAllReduceTime(double(mbs) * positions * model.width * elem, tp,
+                                                   mesh->intraLink)
                            : 0.0;
                 const double grads = st.params / tp * 4.0;
                 const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
@@ -192,9 +200,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 if (zero >= 2) gBytes /= dp;
                 if (zero >= 3) pBytes /= dp;
                 const double actScale = double(mbs) / tp;
-                const double perMicrobatch = rc == Recompute::Full
-                                                 ? st.inputBytes * actScale
-                                                 : st.activationBytes * actScale;
+                const double perMicrobatch =
+                    rc == Recompute::Full ? st.inputBytes * actScale : st.activationBytes * actScale;
                 const double act = inFlight(schedule, pp, V, M) * perMicrobatch +
                                    (rc == Recompute::Full ? st.largestLayerActivation * actScale : 0.0);
                 const double memory = pBytes + gBytes + oBytes + act;
@@ -260,8 +267,10 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.best.empty()) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "no plan fits: the least memory any candidate needs is %.1f GiB per device, "
-                  "the smallest device has %.1f GiB", leastMemory / double(1 << 30), smallestMemory / double(1 << 30));
+    std::snprintf(buf, sizeof buf,
+                  "no plan fits: the least memory any candidate needs is %.1f GiB per device, "
+                  "the smallest device has %.1f GiB",
+                  leastMemory / double(1 << 30), smallestMemory / double(1 << 30));
     return Status::error(buf);
   }
   return result;

@@ -60,8 +60,8 @@ int replicaRank(const Plan& plan, int stage);
 const DeviceSpec& stageDevice(const Plan& plan, int stage);
 
 // The point-to-point message of each chunk (K), bytes per microbatch: its last layer's output
-// (outputBytesPerSample * microbatch size, fp32 in both precisions, / tp with sequence parallelism). Chunk k's
-// activation goes to chunk k+1; chunk k+1's input gradient, the same size, comes back.
+// (outputBytesPerSample * microbatch size, fp32 in both precisions, / tp with sequence parallelism). Chunk
+// k's activation goes to chunk k+1; chunk k+1's input gradient, the same size, comes back.
 std::vector<double> chunkMessageBytes(const Plan& plan);
 
 class CostModel {

@@ -183,8 +183,8 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       const double attention = fused ? double(m.heads) * T + (p.precision == Precision::Bf16 ? T * C : 0.0)
                                      : double(m.heads) * T * T;
       const double floats = (5.0 * C + 2.0 * F) * T + attention;
-      o.workspace = std::max(o.workspace, floats * 4.0 * mbs / tp +
-                                              2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
+      o.workspace = std::max(
+          o.workspace, floats * 4.0 * mbs / tp + 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
     }
     if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt)
       o.workspace = std::max(o.workspace,

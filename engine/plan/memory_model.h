@@ -46,10 +46,10 @@ double stageParameterCount(const Plan& plan, int stage);
 // One microbatch's saved activations of each chunk (K), in bytes on one rank, as held between its F and the
 // end of its backward:
 // - without recompute: the sum of its layers' keptBytesPerSample (model_spec.h: bf16 GEMM inputs under bf16,
-//   the fused attention's rows on GPUs) * microbatch size, split by tensor parallelism as Korthikanti et al. 2022 ("Reducing
-//   Activation Recomputation in Large Transformer Models", section 4.2, Table 2) count it: with
-//   sequence_parallel everything / tp; without it a transformer block keeps its LayerNorm outputs and the
-//   residual (3*T*C values) and the LayerNorm statistics whole and the rest / tp (their 10 + 24/t split);
+//   the fused attention's rows on GPUs) * microbatch size, split by tensor parallelism as Korthikanti et al.
+//   2022 ("Reducing Activation Recomputation in Large Transformer Models", section 4.2, Table 2) count it:
+//   with sequence_parallel everything / tp; without it a transformer block keeps its LayerNorm outputs and
+//   the residual (3*T*C values) and the LayerNorm statistics whole and the rest / tp (their 10 + 24/t split);
 //   embedding, head and mlp layers / tp (vocab- or column-parallel; their replicated parts are small).
 // - with recompute "full": only each layer's input (the previous layer's output; Megatron's full recompute
 //   checkpoints every transformer layer), split like the rest. The recomputed layer's full activations are a

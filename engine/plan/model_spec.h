@@ -32,12 +32,13 @@ struct LayerSpec {
   std::string name;
   LayerKind kind = LayerKind::Block;
   std::vector<ParamSpec> params;
-  double forwardFlopsPerSample = 0;      // multiply-adds count as 2 FLOPs; backward is about 2x forward
-  int64_t activationBytesPerSample = 0;  // fp32 bytes this layer keeps from forward for backward (all of them)
-  int64_t outputBytesPerSample = 0;      // fp32 bytes of the activation it hands to the next layer
+  double forwardFlopsPerSample = 0;  // multiply-adds count as 2 FLOPs; backward is about 2x forward
+  int64_t activationBytesPerSample =
+      0;                             // fp32 bytes this layer keeps from forward for backward (all of them)
+  int64_t outputBytesPerSample = 0;  // fp32 bytes of the activation it hands to the next layer
   // Parts of activationBytesPerSample the runtime keeps otherwise: the inputs only GEMMs read again
-  // (runtime/layer_impl.h KeptInput), bf16 under "precision": "bf16"; and attention's (H, T, T) softmax, which
-  // a device with fused attention replaces by its (H, T) row log-sum-exp (attentionRowBytesPerSample).
+  // (runtime/layer_impl.h KeptInput), bf16 under "precision": "bf16"; and attention's (H, T, T) softmax,
+  // which a device with fused attention replaces by its (H, T) row log-sum-exp (attentionRowBytesPerSample).
   int64_t gemmInputBytesPerSample = 0;
   int64_t attentionMatrixBytesPerSample = 0;
   int64_t attentionRowBytesPerSample = 0;

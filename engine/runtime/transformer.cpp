@@ -71,8 +71,8 @@ class TransformerBlock final : public Layer {
     m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
     float* atty = c.atty.target(size_t(N) * Cl, tmp);
     m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
-    m_be.linearForward(c.res1.data(), c.atty.keep(atty), m_projw.value(), addsBias ? m_projb.value() : nullptr,
-                       N, Cl, C);
+    m_be.linearForward(c.res1.data(), c.atty.keep(atty), m_projw.value(),
+                       addsBias ? m_projb.value() : nullptr, N, Cl, C);
     m_tp.allReduce(c.res1.data(), size_t(N) * C);
     m_be.add(c.res1.data(), c.res1.data(), x, size_t(N) * C);
     float* ln2 = c.ln2.target(size_t(N) * C, tmp);
@@ -118,8 +118,7 @@ class TransformerBlock final : public Layer {
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
-    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.value(), N, F,
-                        C);
+    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.value(), N, F, C);
     m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
     m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.value(), N, C, F);
     m_tp.allReduce(dC, NC);
@@ -133,8 +132,7 @@ class TransformerBlock final : public Layer {
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
     m_be.zero(dC, NCl * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.in(), m_projw.value(), N, Cl, C);
-    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H,
-                           m_causal);
+    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H, m_causal);
     m_be.zero(dC, NC * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.value(), N, C, 3 * Cl);
     m_tp.allReduce(dC, NC);
@@ -243,8 +241,7 @@ class TransformerBlock final : public Layer {
     // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
     // itself.
     takeShard(dres1s, dy, B);
-    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.value(), N, F,
-                        C);
+    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.value(), N, F, C);
     m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
     m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.value(), N, C, F);
     reduceScatterSequence(dshard, dC, B);
@@ -259,8 +256,7 @@ class TransformerBlock final : public Layer {
     m_be.zero(dC, NCl * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.in(), m_projw.value(), N, Cl, C);
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
-    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H,
-                           m_causal);
+    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H, m_causal);
     m_be.zero(dC, NC * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.value(), N, C, 3 * Cl);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);

@@ -357,7 +357,8 @@ std::string tensorCoreObstacle(int hs, std::initializer_list<const void*> buffer
   return {};
 }
 
-// The kernel the plain entry points run: TensorCore in GemmMode::Bf16 when it applies and is not switched off.
+// The kernel the plain entry points run: TensorCore in GemmMode::Bf16 when it applies and is not switched
+// off.
 Expected<FlashAttentionKernel> chooseKernel(int hs, std::initializer_list<const void*> buffers) {
   const Expected<bool>& allowed = tensorCoreSwitch();
   if (!allowed) return allowed.status();

@@ -2,10 +2,10 @@
 // bf16 MMAs with fp32 accumulation (nvcuda::wmma, 16x16x16 fragments), same layout, same numbers saved, same
 // numerical contract. The algorithm is FlashAttention-2's (Dao 2023, "FlashAttention-2: Faster Attention with
 // Better Parallelism and Work Partitioning", algorithm 1 for the forward, algorithm 2 for the backward, after
-// Dao et al. 2022, "FlashAttention", algorithm 1); the code is written for this engine. What must always hold:
-// q, k, v, dout, P (before P V and P^T dO) and dS (before its products) are rounded to bf16 (nearest even),
-// every sum is fp32, the saved log-sum-exp is the scalar kernel's, gradients ACCUMULATE into dqkv, and every
-// output element is written by one thread (no atomics: deterministic).
+// Dao et al. 2022, "FlashAttention", algorithm 1); the code is written for this engine. What must always
+// hold: q, k, v, dout, P (before P V and P^T dO) and dS (before its products) are rounded to bf16 (nearest
+// even), every sum is fp32, the saved log-sum-exp is the scalar kernel's, gradients ACCUMULATE into dqkv, and
+// every output element is written by one thread (no atomics: deterministic).
 //
 // Head sizes: the code takes any multiple of 16 up to 128 (template parameter D); 16, 32, 64, 96 and 128 are
 // instantiated (flashTcHeadSize), each costing compile time. Registers (sm_90, ptxas -v): hs 64 forward 128,
@@ -58,8 +58,8 @@
 // (a) before loading a tile (every warp is done with the previous one), (b) after loading it (visible to
 // all), (c) after the loop (the tiles become the staging area). Inside a warp, __syncwarp orders the phases
 // that hand data between lanes through the warp's own strips: MMA results stored -> lanes read them; lanes
-// write P, dS, alpha -> MMAs (and the rescale) read them; staging stored -> lanes copy it out. A warp's strips
-// are written again only after the next (a)/(b) or after a later __syncwarp of the same warp.
+// write P, dS, alpha -> MMAs (and the rescale) read them; staging stored -> lanes copy it out. A warp's
+// strips are written again only after the next (a)/(b) or after a later __syncwarp of the same warp.
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -78,10 +78,10 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kStrip = 16;               // rows per warp; the wmma tile side
-constexpr int kRows = kWarps * kStrip;   // rows a block owns
-constexpr int kCols = 64;                // rows of each tile it walks over
-constexpr int kFrag = kStrip * kStrip;   // elements of a 16x16 chunk
+constexpr int kStrip = 16;              // rows per warp; the wmma tile side
+constexpr int kRows = kWarps * kStrip;  // rows a block owns
+constexpr int kCols = 64;               // rows of each tile it walks over
+constexpr int kFrag = kStrip * kStrip;  // elements of a 16x16 chunk
 // Leading dimensions (elements) of the per-warp strips: fp32 ones a multiple of 4, bf16 ones of 8 (wmma's
 // ldm rule), each padded by 16 bytes so that consecutive rows start in different banks.
 constexpr int kLdS = kCols + 4;    // forward scores, fp32 (16, 64)
@@ -101,7 +101,8 @@ constexpr size_t align128(size_t bytes) {
   return (bytes + 127) / 128 * 128;
 }
 
-// A (64, hs) bf16 tile, its staging strips, and the shared-memory layouts of the three kernels (byte offsets).
+// A (64, hs) bf16 tile, its staging strips, and the shared-memory layouts of the three kernels (byte
+// offsets).
 template <int D>
 struct Tile {
   static constexpr int kLd = D + 8;  // bf16 row stride: 16 bytes of padding
@@ -212,8 +213,8 @@ __global__ void __launch_bounds__(kThreads)
   bf16* vS = reinterpret_cast<bf16*>(smem + L::kV);  // (64, D + 8) its values
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  float* sW = reinterpret_cast<float*>(smem + L::kS) + warp * kStrip * kLdS;  // (16, 64) this warp's scores
-  bf16* pW = reinterpret_cast<bf16*>(smem + L::kP) + warp * kStrip * kLdP;    // (16, 64) its probabilities
+  float* sW = reinterpret_cast<float*>(smem + L::kS) + warp * kStrip * kLdS;   // (16, 64) this warp's scores
+  bf16* pW = reinterpret_cast<bf16*>(smem + L::kP) + warp * kStrip * kLdP;     // (16, 64) its probabilities
   float* alphaW = reinterpret_cast<float*>(smem + L::kAlpha) + warp * kStrip;  // (16) its row factors
   float* rowTable = reinterpret_cast<float*>(smem + L::kRowTable);             // (16, 16): element (r, c) = r
 
@@ -222,11 +223,11 @@ __global__ void __launch_bounds__(kThreads)
   const int h = bh - b * H;
   const size_t C3 = size_t(3) * C;
   const float* base = qkv + size_t(b) * T * C3 + size_t(h) * D;  // q of (b, position 0, h)
-  const int i0 = blockIdx.y * kRows;                              // the block's first query
-  const int w0 = i0 + warp * kStrip;                              // the warp's first query
-  const bool warpActive = w0 < T;                                 // warp-uniform
-  const int r = lane / 2;                                         // the row this lane's pair handles
-  const int half = lane % 2;                                      // its columns: half, half + 2, ...
+  const int i0 = blockIdx.y * kRows;                             // the block's first query
+  const int w0 = i0 + warp * kStrip;                             // the warp's first query
+  const bool warpActive = w0 < T;                                // warp-uniform
+  const int r = lane / 2;                                        // the row this lane's pair handles
+  const int half = lane % 2;                                     // its columns: half, half + 2, ...
   const int i = w0 + r;
 
   for (int e = threadIdx.x; e < kFrag; e += kThreads) rowTable[e] = float(e / kStrip);
@@ -244,8 +245,8 @@ __global__ void __launch_bounds__(kThreads)
   float m = -INFINITY;  // running maximum of row i's visible scaled scores (both lanes of the pair agree)
   float l = 0.0f;       // running sum of exp(score - m), unrounded
 
-  const int keys = causal ? min(T, i0 + kRows) : T;            // block-uniform: every thread runs every barrier
-  const int warpKeys = causal ? min(T, w0 + kStrip) : T;       // keys any row of the warp sees: [0, warpKeys)
+  const int keys = causal ? min(T, i0 + kRows) : T;       // block-uniform: every thread runs every barrier
+  const int warpKeys = causal ? min(T, w0 + kStrip) : T;  // keys any row of the warp sees: [0, warpKeys)
   for (int j0 = 0; j0 < keys; j0 += kCols) {
     __syncthreads();  // (a) every warp is done with the previous K, V tile
     loadTile<D>(kS, base + C, C3, j0, T);
@@ -348,15 +349,15 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = Tile<D>::kLd;
   constexpr int kN = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* kS = reinterpret_cast<bf16*>(smem + L::kK);  // (64, D + 8) the block's keys
-  bf16* vS = reinterpret_cast<bf16*>(smem + L::kV);  // (64, D + 8) their values
-  bf16* qS = reinterpret_cast<bf16*>(smem + L::kQ);  // (64, D + 8) the query tile
-  bf16* gS = reinterpret_cast<bf16*>(smem + L::kG);  // (64, D + 8) its output gradients
+  bf16* kS = reinterpret_cast<bf16*>(smem + L::kK);        // (64, D + 8) the block's keys
+  bf16* vS = reinterpret_cast<bf16*>(smem + L::kV);        // (64, D + 8) their values
+  bf16* qS = reinterpret_cast<bf16*>(smem + L::kQ);        // (64, D + 8) the query tile
+  bf16* gS = reinterpret_cast<bf16*>(smem + L::kG);        // (64, D + 8) its output gradients
   float* lseS = reinterpret_cast<float*>(smem + L::kLse);  // (64) the tile's log-sum-exp
   float* dotS = reinterpret_cast<float*>(smem + L::kDot);  // (64) and D
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  float* sW = reinterpret_cast<float*>(smem + L::kS) + warp * kStrip * kLdC;   // (16, 16) S^T chunk
+  float* sW = reinterpret_cast<float*>(smem + L::kS) + warp * kStrip * kLdC;    // (16, 16) S^T chunk
   float* dpW = reinterpret_cast<float*>(smem + L::kDp) + warp * kStrip * kLdC;  // (16, 16) dP^T chunk
   bf16* pW = reinterpret_cast<bf16*>(smem + L::kP) + warp * kStrip * kLdCb;     // (16, 16) P^T, bf16
   bf16* dsW = reinterpret_cast<bf16*>(smem + L::kDs) + warp * kStrip * kLdCb;   // (16, 16) dS^T, bf16
@@ -395,9 +396,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // (b) the tile (and, the first time, K and V) visible
     if (!warpActive) continue;
     for (int c = 0; c < kChunks; ++c) {
-      const int q0 = iq0 + c * 16;                  // the chunk's first query
-      if (q0 >= T) break;                           // warp-uniform
-      if (causal && q0 + kStrip - 1 < w0) continue;  // every query of the chunk precedes every key of the warp
+      const int q0 = iq0 + c * 16;  // the chunk's first query
+      if (q0 >= T) break;           // warp-uniform
+      if (causal && q0 + kStrip - 1 < w0)
+        continue;  // every query of the chunk precedes every key of the warp
       Acc st, dpt;
       wmma::fill_fragment(st, 0.0f);
       wmma::fill_fragment(dpt, 0.0f);
@@ -481,15 +483,15 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = Tile<D>::kLd;
   constexpr int kN = D / 16;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* qS = reinterpret_cast<bf16*>(smem + L::kQ);  // (64, D + 8) the block's queries
-  bf16* gS = reinterpret_cast<bf16*>(smem + L::kG);  // (64, D + 8) their output gradients
-  bf16* kS = reinterpret_cast<bf16*>(smem + L::kK);  // (64, D + 8) the key tile
-  bf16* vS = reinterpret_cast<bf16*>(smem + L::kV);  // (64, D + 8) its values
+  bf16* qS = reinterpret_cast<bf16*>(smem + L::kQ);        // (64, D + 8) the block's queries
+  bf16* gS = reinterpret_cast<bf16*>(smem + L::kG);        // (64, D + 8) their output gradients
+  bf16* kS = reinterpret_cast<bf16*>(smem + L::kK);        // (64, D + 8) the key tile
+  bf16* vS = reinterpret_cast<bf16*>(smem + L::kV);        // (64, D + 8) its values
   float* lseS = reinterpret_cast<float*>(smem + L::kLse);  // (64) the block's log-sum-exp
   float* dotS = reinterpret_cast<float*>(smem + L::kDot);  // (64) and D
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  float* sW = reinterpret_cast<float*>(smem + L::kS) + warp * kStrip * kLdC;   // (16, 16) S chunk
+  float* sW = reinterpret_cast<float*>(smem + L::kS) + warp * kStrip * kLdC;    // (16, 16) S chunk
   float* dpW = reinterpret_cast<float*>(smem + L::kDp) + warp * kStrip * kLdC;  // (16, 16) dP chunk
   bf16* dsW = reinterpret_cast<bf16*>(smem + L::kDs) + warp * kStrip * kLdCb;   // (16, 16) dS, bf16
 
@@ -605,7 +607,8 @@ dim3 tcGrid(int B, int T, int H) {
 // Opts the kernel in to its dynamic shared memory (all of them need more than the 48 KB default) and
 // launches it. Setting the attribute every call is a cheap host-side operation and keeps no state here.
 template <typename Kernel, typename... Args>
-Status launch(Kernel kernel, size_t smemBytes, dim3 grid, cudaStream_t stream, const char* what, Args... args) {
+Status launch(Kernel kernel, size_t smemBytes, dim3 grid, cudaStream_t stream, const char* what,
+              Args... args) {
   MS_TRY(cudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smemBytes)),
                     what));
   kernel<<<grid, kThreads, smemBytes, stream>>>(args...);
@@ -621,14 +624,15 @@ Status forwardFor(float* out, float* lse, const float* qkv, int B, int T, int C,
 }
 
 template <int D>
-Status backwardFor(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* Dvec, int B,
-                   int T, int C, int H, bool causal, cudaStream_t stream) {
+Status backwardFor(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* Dvec,
+                   int B, int T, int C, int H, bool causal, cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(float(D));
   MS_TRY(launch(flashTcBackwardKVKernel<D>, BackwardKVSmem<D>::kBytes, tcGrid(B, T, H), stream,
                 "flashAttentionBackward: dk, dv (tensor cores)", dqkv, dout, qkv, lse, Dvec, T, C, H, scale,
                 causal));
   return launch(flashTcBackwardQKernel<D>, BackwardQSmem<D>::kBytes, tcGrid(B, T, H), stream,
-                "flashAttentionBackward: dq (tensor cores)", dqkv, dout, qkv, lse, Dvec, T, C, H, scale, causal);
+                "flashAttentionBackward: dq (tensor cores)", dqkv, dout, qkv, lse, Dvec, T, C, H, scale,
+                causal);
 }
 
 }  // namespace
@@ -656,7 +660,8 @@ Status flashTcForward(float* out, float* lse, const float* qkv, int B, int T, in
     MS_FLASH_TC_HEAD_SIZES(MS_CASE)
 #undef MS_CASE
     default:
-      return Status::error("flashAttentionForward: no tensor-core kernel for head size " + std::to_string(C / H));
+      return Status::error("flashAttentionForward: no tensor-core kernel for head size " +
+                           std::to_string(C / H));
   }
 }
 

@@ -42,12 +42,12 @@ Expected<detail::GemmOperand> inputOperand(TensorIn in, size_t n, cudaStream_t s
   return detail::GemmOperand::bf16Copy(static_cast<const __nv_bfloat16*>(in.data));
 }
 
-#define MS_INPUT_OPERAND(var, ...)                                                                  \
-  ::ms::cuda::detail::GemmOperand var;                                                              \
-  do {                                                                                              \
-    ::ms::Expected<::ms::cuda::detail::GemmOperand> ms_input_ = inputOperand(__VA_ARGS__);          \
-    if (!ms_input_) return ms_input_.status();                                                      \
-    var = *ms_input_;                                                                               \
+#define MS_INPUT_OPERAND(var, ...)                                                         \
+  ::ms::cuda::detail::GemmOperand var;                                                     \
+  do {                                                                                     \
+    ::ms::Expected<::ms::cuda::detail::GemmOperand> ms_input_ = inputOperand(__VA_ARGS__); \
+    if (!ms_input_) return ms_input_.status();                                             \
+    var = *ms_input_;                                                                      \
   } while (0)
 
 // out (N, OC) = bias, or 0, for C = 0 (an empty sum, as on the CPU): cuBLAS rejects a leading dimension of 0.
@@ -58,8 +58,8 @@ Status emptyProduct(float* out, const float* bias, int N, int OC, cudaStream_t s
 
 }  // namespace
 
-Status linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
-                     int OC, cudaStream_t stream) {
+Status linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C, int OC,
+                     cudaStream_t stream) {
   // out (N, OC), inp (N, C), weight (C, OC), bias (OC)
   if (N <= 0 || OC <= 0) return Status::ok();
   if (C <= 0) return emptyProduct(out, bias, N, OC, stream, "linearForward");
@@ -94,8 +94,8 @@ Status linearBackward(float* dinp, float* dweight, float* dbias, const float* do
   return Status::ok();
 }
 
-Status linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
-                      int OC, cudaStream_t stream) {
+Status linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C, int OC,
+                      cudaStream_t stream) {
   // out (N, OC), inp (N, C), weight (OC, C), bias (OC)
   if (N <= 0 || OC <= 0) return Status::ok();
   if (C <= 0) return emptyProduct(out, bias, N, OC, stream, "linearForwardT");

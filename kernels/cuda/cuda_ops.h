@@ -118,14 +118,14 @@ class DeviceBuffer {
 // ---- Linear (cuda_linear.cu, cuBLAS) -------------------------------------------------------------------
 // inp is fp32 or, in GemmMode::Bf16 only, bf16 already rounded (ms::TensorIn; used as it is, no conversion).
 // out (N, OC) = inp (N, C) @ weight (C, OC) + bias (OC). bias nullable.
-Status linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
-                     int OC, cudaStream_t stream);
+Status linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C, int OC,
+                     cudaStream_t stream);
 // dinp (N, C) += dout @ weight^T; dweight (C, OC) += inp^T @ dout; dbias (OC) += sum_n dout. All nullable.
 Status linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                       const float* weight, int N, int C, int OC, cudaStream_t stream);
 // weight stored (OC, C): out (N, OC) = inp (N, C) @ weight^T + bias. bias nullable.
-Status linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
-                      int OC, cudaStream_t stream);
+Status linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C, int OC,
+                      cudaStream_t stream);
 // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout. All nullable.
 Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                        const float* weight, int N, int C, int OC, cudaStream_t stream);
@@ -172,7 +172,8 @@ Status attentionBackward(float* dqkv, float* scratch, const float* dout, const f
 // operand rounding in GemmMode::Bf16 (q, k, v, dout, the probabilities and dS rounded, fp32 sums), fp32
 // otherwise. Deterministic (no atomics). Two kernels:
 // - Scalar: fp32 arithmetic, a warp per row; any head size, every GemmMode.
-// - TensorCore: bf16 MMAs with fp32 accumulation (FlashAttention-2 tiling); bf16 operands ALWAYS, whatever the
+// - TensorCore: bf16 MMAs with fp32 accumulation (FlashAttention-2 tiling); bf16 operands ALWAYS, whatever
+// the
 //   GemmMode; head sizes 16, 32, 64, 96 and 128, compute capability 8.0 or newer, and qkv, out,
 //   dout and dqkv 16-byte aligned (cudaMalloc's are).
 // flashAttentionForward/Backward run TensorCore in GemmMode::Bf16 when it applies, Scalar otherwise. The
@@ -189,9 +190,9 @@ Status flashAttentionForward(float* out, float* lse, const float* qkv, int B, in
 Status flashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int C, int H, bool causal,
                               cudaStream_t stream);
-// The same with the kernel named by the caller (tests, bench/attention.cpp): an error when TensorCore does not
-// apply (head size, device, alignment). Pair a backward with the forward of the same kernel (each recomputes
-// the probabilities its own forward formed; the other's lse differs by rounding only).
+// The same with the kernel named by the caller (tests, bench/attention.cpp): an error when TensorCore does
+// not apply (head size, device, alignment). Pair a backward with the forward of the same kernel (each
+// recomputes the probabilities its own forward formed; the other's lse differs by rounding only).
 Status flashAttentionForwardWith(FlashAttentionKernel kernel, float* out, float* lse, const float* qkv, int B,
                                  int T, int C, int H, bool causal, cudaStream_t stream);
 Status flashAttentionBackwardWith(FlashAttentionKernel kernel, float* dqkv, float* scratch, const float* dout,
