@@ -63,8 +63,11 @@ cat > .gpu/run.sh <<'RUN'
 # Each packed program is reached through a wrapper that gives it (alone) the packed libraries and CUDA's (the
 # toolkit's and PyTorch's pip wheels'), so Python and PyTorch keep the machine's own libraries.
 here=/tmp/ms-gpu
-if [ ! -d "$here/wrap" ]; then
+stamp=$(cksum <"$(dirname "$0")/bundle.tar.xz")
+if [ ! -d "$here/wrap" ] || [ "$(cat "$here/stamp" 2>/dev/null)" != "$stamp" ]; then  # new or another bundle
+  rm -rf "$here"
   mkdir -p "$here/wrap" && tar -C "$here" -xJf "$(dirname "$0")/bundle.tar.xz"
+  echo "$stamp" >"$here/stamp"
   cudalibs=$(python3 -c "import glob, os, nvidia; d = os.path.dirname(nvidia.__path__[0]); print(':'.join(sorted(glob.glob(d + '/nvidia/**/lib', recursive=True))))" 2>/dev/null || true)
   env="export LD_LIBRARY_PATH=\"$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:$cudalibs\"
 export QT_QPA_PLATFORM=offscreen

@@ -68,10 +68,9 @@ for name in cpu cuda; do
   echo "dump $name: exit $?"
 done
 python3 - "$work" <<'PY'
-import json, struct, sys
-import numpy as np
+import array, json, math, struct, sys
 work = sys.argv[1]
-def tensors(path):
+def tensors(path):  # safetensors: an 8-byte header length, a JSON header, the data (no numpy needed)
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
@@ -81,14 +80,15 @@ def tensors(path):
         if name == "__metadata__" or t["dtype"] != "F32":
             continue
         a, b = t["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], dtype=np.float32).astype(np.float64)
+        out[name] = array.array("f", data[a:b])
     return out
+def norm(v):
+    return math.sqrt(math.fsum(x * x for x in v))
 try:
     cpu, gpu = (tensors(f"{work}/dump-{n}/outputs.safetensors") for n in ("cpu", "cuda"))
     worst, where = 0.0, ""
     for name, ref in cpu.items():
-        denom = max(np.linalg.norm(ref), 1e-30)
-        rel = np.linalg.norm(gpu[name] - ref) / denom
+        rel = norm([g - r for g, r in zip(gpu[name], ref)]) / max(norm(ref), 1e-30)
         if rel > worst:
             worst, where = rel, name
     print(f"dump fp32 GPU vs CPU ({len(cpu)} tensors: logits, loss, gradients): worst relative norm difference "
