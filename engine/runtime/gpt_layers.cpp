@@ -84,7 +84,7 @@ class GptHead final : public Layer {
     c.losses.reserve(N);                 // (B, T)
     // lnf (B, T, C) only feeds the LM head's GEMMs: kept in bf16 in bf16 precision, staged in slot 0 (the
     // size backward takes from it anyway).
-    float* lnf = c.lnf.target(size_t(N) * m_C, m_ws->get(0, size_t(N) * m_C, false));
+    float* lnf = c.lnf.target(size_t(N) * m_C, *m_ws, 0);
     m_be.layerNormForward(lnf, c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
                           m_eps);
     m_be.linearForwardT(c.logits.data(), c.lnf.keep(lnf), m_w.value(), nullptr, N, m_C, m_Vl);

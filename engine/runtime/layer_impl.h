@@ -49,17 +49,18 @@ class SlotCaches {
 // A tensor forward keeps for backward that backward only multiplies (a linear layer's input, attention's
 // output): in GemmPrecision::Bf16 it is kept in bf16, since the GEMMs round it to bf16 anyway (the products
 // are unchanged, the memory half; torch.autocast likewise saves a matmul's input in the matmul's precision),
-// else in fp32. Forward writes the values into target() (the buffer itself in fp32, the caller's fp32 scratch
-// in bf16) and then calls keep(); backward reads in().
+// else in fp32. Forward writes the values into target() (the buffer itself in fp32, a workspace slot in bf16)
+// and then calls keep(); backward reads in().
 class KeptInput {
  public:
   explicit KeptInput(MemoryTracker* tracker) : m_buf(0, MemoryCategory::Activations, tracker) {}
-  // Where forward writes the n values; scratch (n floats) is used in bf16 only.
-  float* target(size_t n, float* scratch) {
+  // Where forward writes the n values: the buffer itself in fp32; in bf16 workspace slot `slot` (n floats,
+  // taken only then), the fp32 staging keep() converts from.
+  float* target(size_t n, Workspace& ws, int slot) {
     m_bf16 = m_buf.backend().gemmPrecision() == GemmPrecision::Bf16;
     m_n = n;
     m_buf.reserve(m_bf16 ? (n + 1) / 2 : n);
-    return m_bf16 ? scratch : m_buf.data();
+    return m_bf16 ? ws.get(slot, n, false) : m_buf.data();
   }
   // Stores what target() received (converting it in bf16) and returns it as a GEMM input.
   TensorIn keep(const float* written) {
@@ -67,8 +68,6 @@ class KeptInput {
     return in();
   }
   TensorIn in() const { return m_bf16 ? TensorIn(bf16Data()) : TensorIn(m_buf.data()); }
-  // Floats the kept tensor of n values takes in the current precision (the memory model's rule).
-  static size_t floatsFor(size_t n, bool bf16) { return bf16 ? (n + 1) / 2 : n; }
 
  private:
   bfloat16* bf16Data() const { return reinterpret_cast<bfloat16*>(const_cast<float*>(m_buf.data())); }

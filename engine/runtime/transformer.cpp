@@ -14,7 +14,6 @@
 // input and output stay whole (the next layer, a send to another stage or the head see the same tensor as
 // without it), which costs one all-gather per block beyond Megatron's layout. Every op, copy (the sequence
 // shards are strided copy2Ds) and zeroing runs through the rank's Backend; the host never touches a tensor.
-#include <algorithm>
 #include <string>
 
 #include "runtime/layer_impl.h"
@@ -60,26 +59,24 @@ class TransformerBlock final : public Layer {
     const int N = B * T;
     Cache& c = m_caches[slot];
     c.ensure(B, T, C, Cl, F, m_be.attentionSavedFloats(B, T, Cl, H));
-    // fp32 staging of the kept GEMM inputs in bf16 (slot 2: backward's dF1 has this size anyway).
-    float* tmp = m_ws->get(2, size_t(N) * std::max(C, F), false);
-    if (m_sp) return forwardSequenceParallel(x, y, B, c, tmp);
+    if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
-    float* ln1 = c.ln1.target(size_t(N) * C, tmp);
+    float* ln1 = c.ln1.target(size_t(N) * C, *m_ws, kKeptStaging);
     m_be.layerNormForward(ln1, c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(), N, C,
                           m_eps);
     m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
-    float* atty = c.atty.target(size_t(N) * Cl, tmp);
+    float* atty = c.atty.target(size_t(N) * Cl, *m_ws, kKeptStaging);
     m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
     m_be.linearForward(c.res1.data(), c.atty.keep(atty), m_projw.value(),
                        addsBias ? m_projb.value() : nullptr, N, Cl, C);
     m_tp.allReduce(c.res1.data(), size_t(N) * C);
     m_be.add(c.res1.data(), c.res1.data(), x, size_t(N) * C);
-    float* ln2 = c.ln2.target(size_t(N) * C, tmp);
+    float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
     m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
                           m_ln2b.value(), N, C, m_eps);
     m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.value(), m_fcb.value(), N, C, F);
-    float* gelu = c.gelu.target(size_t(N) * F, tmp);
+    float* gelu = c.gelu.target(size_t(N) * F, *m_ws, kKeptStaging);
     m_be.geluForward(gelu, c.fc.data(), size_t(N) * F);
     m_be.linearForward(y, c.gelu.keep(gelu), m_fcprojw.value(), addsBias ? m_fcprojb.value() : nullptr, N, F,
                        C);
@@ -158,6 +155,9 @@ class TransformerBlock final : public Layer {
 
  private:
   struct Cache;
+  // The workspace slot that stages a kept GEMM input in bf16 (KeptInput::target): backward's dF1 (N * Fl), so
+  // it is there anyway.
+  static constexpr int kKeptStaging = 2;
 
   // ---- sequence parallelism: (B, T, C) <-> this rank's (B, Ts, C) ----
   // A sample's piece of the sequence is one row of Ts * C floats; the whole tensor's rows are T * C apart.
@@ -190,7 +190,7 @@ class TransformerBlock final : public Layer {
 
   // Cache under sequence parallelism: ln1, ln2 whole (the column-parallel linears' inputs), their statistics
   // and res1 for this rank's Ts positions only.
-  void forwardSequenceParallel(const float* x, float* y, int B, Cache& c, float* tmp) {
+  void forwardSequenceParallel(const float* x, float* y, int B, Cache& c) {
     const int T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T, Ns = N / m_tp.size;
     const size_t NsC = size_t(Ns) * C;
@@ -200,10 +200,10 @@ class TransformerBlock final : public Layer {
     takeShard(xs, x, B);
     m_be.layerNormForward(lns, c.ln1Mean.data(), c.ln1Rstd.data(), xs, m_ln1w.value(), m_ln1b.value(), Ns, C,
                           m_eps);
-    float* ln1 = c.ln1.target(size_t(N) * C, tmp);
+    float* ln1 = c.ln1.target(size_t(N) * C, *m_ws, kKeptStaging);
     gatherSequence(ln1, lns, B);
     m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
-    float* atty = c.atty.target(size_t(N) * Cl, tmp);
+    float* atty = c.atty.target(size_t(N) * Cl, *m_ws, kKeptStaging);
     m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
     m_be.linearForward(full, c.atty.keep(atty), m_projw.value(), nullptr, N, Cl, C);
     reduceScatterSequence(c.res1.data(), full, B);  // res1s = reduce-scatter(partial) + bias + xs
@@ -211,10 +211,10 @@ class TransformerBlock final : public Layer {
     m_be.accumulate(c.res1.data(), xs, NsC);
     m_be.layerNormForward(lns, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
                           m_ln2b.value(), Ns, C, m_eps);
-    float* ln2 = c.ln2.target(size_t(N) * C, tmp);
+    float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
     gatherSequence(ln2, lns, B);
     m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.value(), m_fcb.value(), N, C, F);
-    float* gelu = c.gelu.target(size_t(N) * F, tmp);
+    float* gelu = c.gelu.target(size_t(N) * F, *m_ws, kKeptStaging);
     m_be.geluForward(gelu, c.fc.data(), size_t(N) * F);
     m_be.linearForward(full, c.gelu.keep(gelu), m_fcprojw.value(), nullptr, N, F, C);
     float* ys = xs;  // xs is done with
