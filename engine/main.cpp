@@ -33,6 +33,7 @@
 #include "runtime/device.h"
 #include "runtime/file_io.h"
 #include "runtime/heartbeat.h"
+#include "runtime/layers.h"
 #include "runtime/model.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/safetensors.h"
@@ -306,7 +307,7 @@ int cmdDump(int argc, char** argv) {
     const std::string out = a.get("--out");
     if (ms::Status s = ms::makeDirs(out); !s) return fail(s);
     // Logits from an evaluation forward (training overwrites them with their gradient).
-    model.forward(batch);
+    model.forward(batch, /*keepLogits=*/true);
     const bool isGpt = config.model.type == ms::ModelType::Gpt;
     const int64_t rows = isGpt ? int64_t(batch.B) * batch.T : batch.B;
     const int64_t V = isGpt ? config.model.vocab : config.model.classes;
@@ -506,6 +507,13 @@ int main(int argc, char** argv) {
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::printf("%s", kUsage);
     return kExitOk;
+  }
+  // The engine's environment knobs, before a command builds a model with them.
+  if (cmd == "train" || cmd == "eval" || cmd == "dump") {
+    if (ms::Expected<int64_t> rows = ms::headChunkRowsOverride(); !rows) {
+      std::fprintf(stderr, "meshstudio-engine %s: %s\n", cmd.c_str(), rows.message().c_str());
+      return kExitUsage;
+    }
   }
   try {
     if (cmd == "validate") return cmdValidate(argc, argv);

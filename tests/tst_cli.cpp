@@ -216,6 +216,27 @@ class TestCli : public QObject {
     QVERIFY2(e.err.contains("model.safetensors"), qPrintable(e.err));
   }
 
+  // A malformed MESHSTUDIO_HEAD_CHUNK_ROWS is refused by name before anything runs; a good one trains.
+  void headChunkRowsVariable() {
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    std::ofstream(text.toStdString()) << std::string(4000, 'b');
+    const QString config = tinyGpt(tmp.path(), text);
+    for (const char* bad : {"abc", "0", "-3", "12x"}) {
+      qputenv("MESHSTUDIO_HEAD_CHUNK_ROWS", bad);
+      const Result r = engine({"train", config, "--run-dir", tmp.path() + "/bad", "--quiet"});
+      QVERIFY(!r.crashed);
+      QCOMPARE(r.code, 2);
+      QVERIFY2(r.err.contains("MESHSTUDIO_HEAD_CHUNK_ROWS") && r.err.contains(QString("'%1'").arg(bad)),
+               qPrintable(r.err));
+      QVERIFY(!QFile::exists(tmp.path() + "/bad/metrics.jsonl"));
+    }
+    qputenv("MESHSTUDIO_HEAD_CHUNK_ROWS", "3");
+    const Result ok = engine({"train", config, "--run-dir", tmp.path() + "/ok", "--quiet"});
+    qunsetenv("MESHSTUDIO_HEAD_CHUNK_ROWS");
+    QCOMPARE(ok.code, 0);
+  }
+
   void badUsage_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("message");

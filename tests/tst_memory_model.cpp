@@ -34,6 +34,8 @@ constexpr double kBlockActivationBytes = (kT * (7 * kC + 2 * kF) + kH * kT + 4 *
 constexpr double kBlockActivationBytesCpu = (kT * (7 * kC + 2 * kF) + kH * kT * kT + 4 * kT) * 4;
 // Of those, bf16 keeps the GEMM-only inputs (ln_1, attention out, ln_2: T * C each; gelu out T * F) in bf16.
 constexpr double kBlockGemmInputBytes = kT * (3 * kC + kF) * 4;
+// Every layer but the head also keeps its output buffer per microbatch in flight (T * C floats per sample).
+constexpr double kOutputBytes = kT * kC * 4;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 double modelParams(int layers) {
@@ -172,7 +174,8 @@ class TestMemoryModel : public QObject {
     QCOMPARE(sgd.optimizer, 4.0);  // the momentum buffer
   }
 
-  // bf16 halves exactly the GEMM-only inputs a block and the head keep; the rest stays fp32. On a CPU mesh
+  // bf16 halves exactly the GEMM-only inputs a block keeps; the rest stays fp32 (the gpt head keeps no GEMM
+  // input: its LM head's gradients are computed in forward, fused with the loss). On a CPU mesh
   // the softmax is materialised (H * T * T per sample), on a GPU mesh attention is fused (H * T).
   void bf16AndFusedAttention() {
     MAKE_PLAN(fp32, 2, (json{{"parallel", {{"microbatches", 2}}}}));
@@ -180,8 +183,8 @@ class TestMemoryModel : public QObject {
     const double mbs = 8;
     const double a32 = ms::estimateMemory(*fp32).front().activations;
     const double a16 = ms::estimateMemory(*bf16).front().activations;
-    // Two blocks' GEMM inputs and the head's ln_f output (T * C), halved.
-    QVERIFY(near(a32 - a16, (2 * kBlockGemmInputBytes + kT * kC * 4) / 2 * mbs));
+    // Two blocks' GEMM inputs, halved.
+    QVERIFY(near(a32 - a16, 2 * kBlockGemmInputBytes / 2 * mbs));
     QVERIFY(ms::fusedAttention(*fp32, 0));
 
     json cpu = baseConfig(2);
@@ -202,7 +205,7 @@ class TestMemoryModel : public QObject {
   }
 
   // 1F1B's first stage holds min(P, M) microbatches, GPipe's all M: with 8 layers on 4 stages the first
-  // stage is [embedding, block.0], and only block.0 saves activations.
+  // stage is [embedding, block.0]: block.0's saved activations and both layers' outputs.
   void scheduleInFlight_data() {
     QTest::addColumn<int>("microbatches");
     QTest::newRow("M2") << 2;
@@ -219,12 +222,13 @@ class TestMemoryModel : public QObject {
               (json{{"parallel", {{"pp", P}, {"microbatches", microbatches}, {"schedule", "1f1b"}}}}));
     const double g = ofStage(ms::estimateMemory(*gpipe), 0).activations;
     const double f = ofStage(ms::estimateMemory(*oneFOneB), 0).activations;
-    QVERIFY(near(g, microbatches * mbs * kBlockActivationBytes));
-    QVERIFY(near(f, std::min(P, microbatches) * mbs * kBlockActivationBytes));
+    const double perSample = kBlockActivationBytes + 2 * kOutputBytes;
+    QVERIFY(near(g, microbatches * mbs * perSample));
+    QVERIFY(near(f, std::min(P, microbatches) * mbs * perSample));
     QVERIFY(near(g / f, double(microbatches) / std::min(P, microbatches)));
   }
 
-  // Recompute keeps each layer's input (T * C floats per sample) and re-runs one block at a time.
+  // Recompute keeps each block's output (T * C floats per sample) and re-runs one block at a time.
   void recompute() {
     const json parallel = {{"pp", 4}, {"microbatches", 8}};
     json withRecompute = parallel;
@@ -238,12 +242,13 @@ class TestMemoryModel : public QObject {
     const double a = ofStage(ms::estimateMemory(*full), 1).activations;
     const double b = ofStage(ms::estimateMemory(*none), 1).activations;
     QVERIFY2(near(a, kept + transient), qPrintable(QString("%1 vs %2").arg(a).arg(kept + transient)));
-    QVERIFY(near(b, 3 * 2 * kBlockActivationBytes * mbs));
+    QVERIFY(near(b, 3 * 2 * (kBlockActivationBytes + kOutputBytes) * mbs));
     QVERIFY(a < b / 4);
   }
 
-  // Tensor parallelism: with sequence parallelism every activation is split; without it a block keeps its
-  // LayerNorm outputs, the residual and the LayerNorm statistics whole (Korthikanti et al. 2022, Table 2).
+  // Tensor parallelism: with sequence parallelism a block's activations are split but for its two LayerNorm
+  // outputs; without it a block keeps its LayerNorm outputs, the residual and the LayerNorm statistics whole
+  // (Korthikanti et al. 2022, Table 2).
   void tensorParallelActivations() {
     MAKE_PLAN(tp1, 2, (json{{"parallel", {{"microbatches", 2}}}}));
     MAKE_PLAN(tp2sp, 2, (json{{"parallel", {{"microbatches", 2}, {"tp", 2}, {"sequence_parallel", true}}}}));
@@ -251,14 +256,19 @@ class TestMemoryModel : public QObject {
     const double one = ms::estimateMemory(*tp1).front().activations;
     const double sp = ms::estimateMemory(*tp2sp).front().activations;
     const double plain = ms::estimateMemory(*tp2).front().activations;
-    QVERIFY(near(sp, one / 2));
-    // pp = 1, 1F1B on one stage: one microbatch (8 samples) in flight; two blocks and the head.
+    // pp = 1, 1F1B on one stage: one microbatch (8 samples) in flight; two blocks and the head. The head
+    // keeps ln_f's input gradient (T * C), its row statistics and the losses (3 * T), whole on every TP rank.
     const double mbs = 8;
     const double replicated = 2 * (3 * kT * kC + 4 * kT) * 4 * mbs;
-    const double head = (kT * kC + kT * kV + 2 * kT) * 4 * mbs;
+    const double head = (kT * kC + 3 * kT) * 4 * mbs;
     const double blocks = 2 * kBlockActivationBytes * mbs;
-    QVERIFY(near(one, blocks + head));
-    QVERIFY(near(plain, replicated + (blocks - replicated) / 2 + head / 2));
+    // Layer outputs (embedding and two blocks) stay whole; under sequence parallelism the engine keeps the
+    // two LayerNorm outputs of a block whole too.
+    const double outputs = 3 * kOutputBytes * mbs;
+    const double lnWhole = 2 * 2 * kT * kC * 4 * mbs;
+    QVERIFY(near(one, blocks + head + outputs));
+    QVERIFY(near(sp, lnWhole + (blocks - lnWhole) / 2 + head + outputs));
+    QVERIFY(near(plain, replicated + (blocks - replicated) / 2 + head + outputs));
     QVERIFY(plain > sp && plain < one);
   }
 
@@ -275,8 +285,9 @@ class TestMemoryModel : public QObject {
     QVERIFY(near(s0.parameters, 4 * (kEmbeddingParams + kBlockParams)));
     QVERIFY(near(s1.parameters, 4 * (5 * kBlockParams + kHeadParams + kV * kC)));
     QVERIFY(s1.parameters > s0.parameters);
-    // 1F1B: stage 0 keeps 2 microbatches of one block, stage 1 one microbatch of five blocks and the head.
-    QVERIFY(near(s0.activations, 2 * 4 * kBlockActivationBytes));
+    // 1F1B: stage 0 keeps 2 microbatches of one block and two outputs, stage 1 one microbatch of five blocks
+    // and the head.
+    QVERIFY(near(s0.activations, 2 * 4 * (kBlockActivationBytes + 2 * kOutputBytes)));
     QVERIFY(s1.activations > s0.activations);
     QVERIFY(s1.total() > s0.total());
   }
@@ -290,11 +301,20 @@ class TestMemoryModel : public QObject {
     QCOMPARE(other.context, 500 * kMiB);
     QCOMPARE(other.dpBucket, 0.0);
     QCOMPARE(ms::otherBreakdown(*plan, 0, false).context, 0.0);
-    // The last stage's workspace is the larger of the fp32 gradient of the logits (T * V * 4 bytes per
-    // sample) and a block's backward scratch ((5C + 2F) T + H T floats per sample with fused attention, F =
-    // 4C, H = 4, plus two activation-gradient buffers of T * C floats).
+    // The last stage's workspace is the larger of the fused head's (ln_f's output and the input gradient,
+    // 2 T * C, and one chunk of logits: here all 8 * T rows of V, under headChunkRows' 16M floats) and a
+    // block's backward scratch ((5C + 2F) T + H T floats per sample with fused attention, F = 4C, H = 4,
+    // plus two activation-gradient buffers of T * C floats).
     const double blockScratch = ((5 * kC + 2 * kF) * kT + kH * kT) * 4 * 8 + 2.0 * kT * kC * 4 * 8;
-    QCOMPARE(ms::otherBreakdown(*plan, 1, true).workspace, std::max(kT * kV * 4 * 8, blockScratch));
+    const double headScratch = (2 * kT * kC + kT * kV) * 4 * 8;
+    QCOMPARE(ms::otherBreakdown(*plan, 1, true).workspace, std::max(headScratch, blockScratch));
+    // GPT-2's vocabulary: a chunk of 16M floats is 333 rows of 50304, rounded down to 320.
+    QCOMPARE(ms::headChunkRows(8192, 50304), int64_t(320));
+    QCOMPARE(ms::headChunkRows(8192, 25152), int64_t(640));
+    QCOMPARE(ms::headChunkRows(512, 256), int64_t(512));
+    QCOMPARE(ms::headChunkRows(100, int64_t(1) << 25), int64_t(1));
+    QCOMPARE(ms::headChunkRows(100, int64_t(1) << 18), int64_t(64));
+    QCOMPARE(ms::headChunkRows(0, 256), int64_t(0));
 
     auto ranks = ms::estimateMemory(*plan);
     for (const auto& m : ranks) {

@@ -71,27 +71,36 @@ class TestReference : public QObject {
   void matchesPyTorch_data() {
     QTest::addColumn<QString>("model");
     QTest::addColumn<bool>("images");
+    QTest::addColumn<int>("chunkRows");  // MESHSTUDIO_HEAD_CHUNK_ROWS (0: unset)
     const char* gptBase =
         "\"type\": \"gpt\", \"layers\": 2, \"width\": 48, \"heads\": 3, \"vocab\": 256, \"context\": 32";
-    QTest::newRow("gpt-tied") << QString("{%1, \"tie_embeddings\": true}").arg(gptBase) << false;
-    QTest::newRow("gpt-untied") << QString("{%1, \"tie_embeddings\": false}").arg(gptBase) << false;
+    QTest::newRow("gpt-tied") << QString("{%1, \"tie_embeddings\": true}").arg(gptBase) << false << 0;
+    QTest::newRow("gpt-untied") << QString("{%1, \"tie_embeddings\": false}").arg(gptBase) << false << 0;
+    // The fused LM head and loss over 3 * 24 = 72 rows in chunks of 5 and 7 (the last one partial).
+    QTest::newRow("gpt-tied-head-chunks")
+        << QString("{%1, \"tie_embeddings\": true}").arg(gptBase) << false << 5;
+    QTest::newRow("gpt-untied-head-chunks")
+        << QString("{%1, \"tie_embeddings\": false}").arg(gptBase) << false << 7;
     const char* vitBase = "\"type\": \"vit\", \"layers\": 2, \"width\": 32, \"heads\": 4, \"patch\": 7";
-    QTest::newRow("vit-cls") << QString("{%1, \"pool\": \"cls\"}").arg(vitBase) << true;
-    QTest::newRow("vit-mean") << QString("{%1, \"pool\": \"mean\"}").arg(vitBase) << true;
+    QTest::newRow("vit-cls") << QString("{%1, \"pool\": \"cls\"}").arg(vitBase) << true << 0;
+    QTest::newRow("vit-mean") << QString("{%1, \"pool\": \"mean\"}").arg(vitBase) << true << 0;
     QTest::newRow("mlp-gelu") << QString(
                                      "{\"type\": \"mlp\", \"hidden\": [64, 32], \"activation\": \"gelu\"}")
-                              << true;
+                              << true << 0;
   }
   void matchesPyTorch() {
     QFETCH(QString, model);
     QFETCH(bool, images);
+    QFETCH(int, chunkRows);
     if (images && !QFile::exists("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"))
       QSKIP("dataset-fashion-mnist is not installed");
     QTemporaryDir tmp;
     const QString data = dataSection(tmp.path(), images);
     const QString config = writeConfig(tmp.path(), model, data, !images);
     const QString dump = tmp.path() + "/dump";
+    if (chunkRows > 0) qputenv("MESHSTUDIO_HEAD_CHUNK_ROWS", QByteArray::number(chunkRows));
     Result e = run(kEngine, {"dump", config, "--out", dump, "--samples", "3"});
+    qunsetenv("MESHSTUDIO_HEAD_CHUNK_ROWS");
     QVERIFY2(e.code == 0, qPrintable(e.output));
     Result r = run(MS_PYTHON, {kScript, dump});
     QVERIFY2(r.code == 0, qPrintable(r.output));

@@ -130,6 +130,18 @@ class TestTraining : public QObject {
     QCOMPARE(predicted["optimizer"].get<double>(), 2 * predicted["parameters"].get<double>());
     const double ratio = predicted["total"].get<double>() / double(measuredPeak);
     QVERIFY2(ratio > 0.75 && ratio < 1.25, qPrintable(QString::number(ratio)));
+    // Activations exactly as the engine keeps them (every layer's output and saved tensors, the fused head's
+    // input gradient), to rounding.
+    int64_t measuredActivations = 0;
+    for (const auto& j : lines)
+      if (j["type"] == "memory")
+        measuredActivations =
+            std::max(measuredActivations, j["ranks"][0]["peak"]["activations"].get<int64_t>());
+    QVERIFY2(std::abs(predicted["activations"].get<double>() - double(measuredActivations)) <=
+                 0.005 * double(measuredActivations),
+             qPrintable(QString("predicted %1, measured %2")
+                            .arg(predicted["activations"].get<double>(), 0, 'f', 0)
+                            .arg(measuredActivations)));
     QVERIFY(lines.front()["predicted"]["step_time_s"].get<double>() > 0);
     QCOMPARE(spans, 40);
     QCOMPARE(memory, 40);

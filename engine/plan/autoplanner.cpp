@@ -38,7 +38,7 @@ struct StageFigures {
   double flops = 0;
   double params = 0;
   double activationBytes = 0;
-  double inputBytes = 0;  // per sample, all chunk inputs of the stage (recompute keeps only these)
+  double inputBytes = 0;  // per sample, what recompute keeps (block outputs; embedding and head whole)
   double largestLayerActivation = 0;
   int blocks = 0;
 };
@@ -55,14 +55,15 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
   for (int s = 0; s < pp; ++s) {
     StageFigures f;
     for (int k : p.chunksOfStage(s)) {
-      const int first = p.chunks[k].front();
-      f.inputBytes += first > 0 ? double(spec.layers[first - 1].outputBytesPerSample) : 0.0;
       for (int l : p.chunks[k]) {
         const LayerSpec& layer = spec.layers[l];
         f.flops += layer.forwardFlopsPerSample;
         f.params += double(layer.paramCount());
+        // Each layer's output buffer stays per microbatch (memory_model.h chunkActivationBytes).
+        const double output = layer.kind == LayerKind::Head ? 0.0 : double(layer.outputBytesPerSample);
         const double kept = layer.keptBytesPerSample(precision, fused);
-        f.activationBytes += kept;
+        f.inputBytes += layer.kind == LayerKind::Block ? output : kept + output;
+        f.activationBytes += kept + output;
         f.largestLayerActivation = std::max(f.largestLayerActivation, kept);
         f.blocks += layer.kind == LayerKind::Block ? 1 : 0;
       }

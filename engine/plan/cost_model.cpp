@@ -2,8 +2,13 @@
 //
 // Compute (per layer, per microbatch of b samples, on the device of the stage holding the layer):
 //   forward        = forwardFlopsPerSample * b / (peakFlops(precision) * achievableFraction) / tp
-//   backwardInput  = forward (+ forward again with recompute "full": the layer is re-run before its backward)
+//   backwardInput  = forward (+ forward again with recompute "full" for transformer blocks: the engine
+//   re-runs
+//                    a block before its backward; embedding and head are not recomputed)
 //   backwardWeight = forward
+// except the gpt head, whose training forward runs the LM head's backward fused with the loss
+// (runtime/gpt_layers.cpp): forward = 3x its forward FLOPs, backwardInput and backwardWeight = 0 (ln_f's
+// backward, a few T*C FLOPs, is not counted, as LayerNorms are not counted elsewhere).
 // so a whole backward is 2x forward (the usual 2:1, Narayanan et al. 2021 section 3.5) split evenly between
 // input and weight gradients for zero-bubble schedules (Qi et al. 2023, "Zero Bubble Pipeline Parallelism",
 // section 2: B and W each about one F). Dividing by tp treats all of a layer's work as split: true for the
@@ -159,8 +164,13 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const DeviceSpec& device = stageDevice(plan, stage);
     const double rate = device.peakFlops(p.precision) * device.achievableFraction;
     const double f = rate > 0 ? model.layers[l].forwardFlopsPerSample * mbs / rate / tp : 0.0;
+    const LayerSpec& layer = model.layers[l];
+    if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt) {
+      m_analytic.forward[l] = 3.0 * f;
+      continue;
+    }
     m_analytic.forward[l] = f;
-    m_analytic.backwardInput[l] = m_recompute ? 2.0 * f : f;
+    m_analytic.backwardInput[l] = m_recompute && layer.kind == LayerKind::Block ? 2.0 * f : f;
     m_analytic.backwardWeight[l] = f;
   }
   m_layers = m_analytic;

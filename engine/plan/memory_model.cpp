@@ -2,6 +2,7 @@
 #include "plan/memory_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "plan/cost_model.h"
 
@@ -44,30 +45,51 @@ TiedHead tiedHead(const Plan& plan) {
   return t;
 }
 
-// One microbatch's saved activations of a layer without recompute, on one rank (see chunkActivationBytes).
+// The layer's output buffer, kept per microbatch in flight (runtime Model: every layer's output stays until
+// the microbatch's backward, with or without recompute, and whole on every TP rank: a block under sequence
+// parallelism gathers its output). Heads hand nothing on.
+double layerOutputBytes(const Plan& plan, int l) {
+  const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+  return layer.kind == LayerKind::Head ? 0.0 : double(layer.outputBytesPerSample) * plan.microbatchSize();
+}
+
+// One microbatch's saved activations of a layer without recompute, on one rank (see chunkActivationBytes):
+// what the layer keeps for its backward and its output buffer.
 double layerActivationBytes(const Plan& plan, int l, bool fused) {
   const ParallelConfig& p = plan.config.parallel;
   const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
   const double tp = std::max(1, p.tp);
   const double full = layer.keptBytesPerSample(p.precision, fused) * plan.microbatchSize();
+  const double output = layerOutputBytes(plan, l);
   const bool transformerBlock = layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp;
-  if (tp == 1 || p.sequenceParallel || !transformerBlock) return full / tp;
-  // Korthikanti et al. 2022, Table 2, "tensor parallel" row: the two LayerNorm outputs and the residual
-  // (3 * T * C values) and the per-row LayerNorm statistics (4 * T) stay whole on every TP rank. The
-  // LayerNorm outputs are GEMM inputs (bf16 in bf16 precision), the rest fp32.
+  // The gpt head keeps whole tensors on every TP rank (the partial input gradient before its all-reduce,
+  // the row statistics, the losses).
+  if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt) return full;
+  if (tp == 1 || !transformerBlock) return full / tp + output;
+  // What stays whole on every TP rank (runtime/transformer.cpp). Without sequence parallelism, as in
+  // Korthikanti et al. 2022, Table 2, "tensor parallel" row: the two LayerNorm outputs, the residual (3 * T *
+  // C values) and the per-row LayerNorm statistics (4 * T). With it the engine still keeps the two LayerNorm
+  // outputs whole (gathered once in forward for the column-parallel linears, instead of Megatron's re-gather
+  // in backward); the rest is split. The LayerNorm outputs are GEMM inputs (bf16 in bf16 precision).
   const double T = plan.model.samplePositions, C = plan.config.model.width;
   const double lnBytes = p.precision == Precision::Bf16 ? 2.0 : 4.0;
-  const double replicated =
-      std::min(full, (2.0 * T * C * lnBytes + (T * C + 4.0 * T) * 4.0) * plan.microbatchSize());
-  return replicated + (full - replicated) / tp;
+  const double whole =
+      p.sequenceParallel ? 2.0 * T * C * lnBytes : 2.0 * T * C * lnBytes + (T * C + 4.0 * T) * 4.0;
+  const double replicated = std::min(full, whole * plan.microbatchSize());
+  return replicated + (full - replicated) / tp + output;
 }
 
-// With recompute: the input of layer l kept for its re-run (fp32; whole without sequence parallelism).
+// Recompute "full" re-runs the transformer blocks (runtime Model::recomputes); the embedding and the head
+// keep what they keep.
+bool recomputed(const Plan& plan, int l) {
+  return plan.config.parallel.recompute == Recompute::Full &&
+         plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Block;
+}
+
+// With recompute: what stays of layer l between its forward and its re-run, its output buffer (the next
+// layer's input, from which that one is re-run; the chunk's input is the received message or the batch).
 double layerCheckpointBytes(const Plan& plan, int l) {
-  if (l == 0) return 0.0;  // the model's input batch belongs to the data loader
-  const ParallelConfig& p = plan.config.parallel;
-  const double in = double(plan.model.layers[static_cast<size_t>(l - 1)].outputBytesPerSample);
-  return in * plan.microbatchSize() / (p.sequenceParallel ? std::max(1, p.tp) : 1);
+  return layerOutputBytes(plan, l);
 }
 
 double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
@@ -120,13 +142,12 @@ bool fusedAttention(const Plan& plan, int stage) {
 }
 
 std::vector<double> chunkActivationBytes(const Plan& plan) {
-  const bool recompute = plan.config.parallel.recompute == Recompute::Full;
   std::vector<double> bytes;
   for (size_t k = 0; k < plan.partition.chunks.size(); ++k) {
     const bool fused = fusedAttention(plan, plan.partition.stageOf[k]);
     double b = 0;
     for (int l : plan.partition.chunks[k])
-      b += recompute ? layerCheckpointBytes(plan, l) : layerActivationBytes(plan, l, fused);
+      b += recomputed(plan, l) ? layerCheckpointBytes(plan, l) : layerActivationBytes(plan, l, fused);
     bytes.push_back(b);
   }
   return bytes;
@@ -137,7 +158,8 @@ double recomputeWorkspaceBytes(const Plan& plan, int stage) {
   const bool fused = fusedAttention(plan, stage);
   double largest = 0;
   for (int l : plan.partition.layersOfStage(stage))
-    largest = std::max(largest, layerActivationBytes(plan, l, fused));
+    if (recomputed(plan, l))
+      largest = std::max(largest, layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l));
   return largest;
 }
 
@@ -165,7 +187,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   if (p.dp > 1) o.dpBucket = std::min(kDpBucketBytes, localParams * state.gradient);
 
   // Backward workspace: the output gradient and the input gradient of the stage's largest layer output for
-  // one microbatch; the stage with a gpt head also holds the fp32 gradient of its (vocab-parallel) logits.
+  // one microbatch; the stage with a gpt head also holds a chunk of its logits (below).
   const double seqSplit = p.sequenceParallel ? tp : 1.0;
   const bool fused = fusedAttention(plan, stage);
   for (int l : plan.partition.layersOfStage(stage)) {
@@ -186,9 +208,16 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       o.workspace = std::max(
           o.workspace, floats * 4.0 * mbs / tp + 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
     }
-    if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt)
-      o.workspace = std::max(o.workspace,
-                             double(plan.model.samplePositions) * plan.config.model.vocab * 4.0 * mbs / tp);
+    if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt) {
+      // The fused LM head and loss (runtime/gpt_layers.cpp): ln_f's output and one chunk of logits (plus
+      // three floats a row for the vocabulary-parallel loss), beside the input gradient it hands back.
+      const double rows = mbs * plan.model.samplePositions, C = plan.config.model.width;
+      const double vocabLocal = std::floor(double(plan.config.model.vocab) / tp);
+      const double chunk =
+          double(headChunkRows(static_cast<int64_t>(rows), static_cast<int64_t>(vocabLocal)));
+      const double floats = 2.0 * rows * C + chunk * vocabLocal + (tp > 1 ? 3.0 * chunk : 0.0);
+      o.workspace = std::max(o.workspace, floats * 4.0);
+    }
   }
 
   if (p.zero == 3 && p.dp > 1)

@@ -44,28 +44,31 @@ std::vector<double> chunkParameterCount(const Plan& plan);
 double stageParameterCount(const Plan& plan, int stage);
 
 // One microbatch's saved activations of each chunk (K), in bytes on one rank, as held between its F and the
-// end of its backward:
-// - without recompute: the sum of its layers' keptBytesPerSample (model_spec.h: bf16 GEMM inputs under bf16,
-//   the fused attention's rows on GPUs) * microbatch size, split by tensor parallelism as Korthikanti et al.
-//   2022 ("Reducing Activation Recomputation in Large Transformer Models", section 4.2, Table 2) count it:
-//   with sequence_parallel everything / tp; without it a transformer block keeps its LayerNorm outputs and
-//   the residual (3*T*C values) and the LayerNorm statistics whole and the rest / tp (their 10 + 24/t split);
-//   embedding, head and mlp layers / tp (vocab- or column-parallel; their replicated parts are small).
-// - with recompute "full": only each layer's input (the previous layer's output; Megatron's full recompute
-//   checkpoints every transformer layer), split like the rest. The recomputed layer's full activations are a
-//   transient added once per stage (recomputeWorkspaceBytes).
+// end of its backward, as the engine keeps them:
+// - every layer's output buffer (outputBytesPerSample, whole on every TP rank; heads have none);
+// - without recompute, beside it: the layer's keptBytesPerSample (model_spec.h: bf16 GEMM inputs under bf16,
+//   the fused attention's rows on GPUs) * microbatch size, split by tensor parallelism: without
+//   sequence_parallel a transformer block keeps its LayerNorm outputs and the residual (3*T*C values) and the
+//   LayerNorm statistics whole and the rest / tp (Korthikanti et al. 2022, "Reducing Activation
+//   Recomputation in Large Transformer Models", Table 2, their 10 + 24/t split); with sequence_parallel
+//   only the two LayerNorm outputs stay whole (the engine gathers them once in forward), the rest / tp;
+//   the gpt head keeps its (T, C) input gradient and row figures whole; embedding and other layers / tp;
+// - with recompute "full", transformer blocks keep only the output buffer (the next layer's input, from
+//   which it is re-run; Megatron's full recompute checkpoints every transformer layer) and the re-run
+//   block's activations are a transient added once per stage (recomputeWorkspaceBytes); the embedding and
+//   the head are not recomputed.
 std::vector<double> chunkActivationBytes(const Plan& plan);
 // Whether the ranks of a stage run attention fused: a GPU device and a head size the fused kernel takes.
 bool fusedAttention(const Plan& plan, int stage);
-// With recompute "full": the largest full activation set of one layer of the stage for one microbatch (held
-// while that layer's backward runs); 0 without recompute.
+// With recompute "full": the largest kept activations of one transformer block of the stage for one
+// microbatch (held while that block's backward runs); 0 without recompute.
 double recomputeWorkspaceBytes(const Plan& plan, int stage);
 
 // The parts of "other" for a stage (bytes), each explained where it is computed.
 struct OtherBytes {
   double p2pBuffers = 0;     // a send and a receive buffer of the stage's largest message
   double dpBucket = 0;       // one gradient bucket for DP sync (PyTorch DDP's 25 MiB), 0 for dp == 1
-  double workspace = 0;      // backward gradient buffers of the largest layer, the head's logits gradient
+  double workspace = 0;      // backward gradient buffers of the largest layer, the gpt head's logits chunk
   double zero3Gathered = 0;  // ZeRO-3: the largest layer's parameters, gathered whole
   double context = 0;        // the CUDA context and library handles on GPUs (500 MiB), 0 on CPUs
   double total() const { return p2pBuffers + dpBucket + workspace + zero3Gathered + context; }

@@ -1,6 +1,7 @@
 // Layer and parameter lists of the gpt, vit and mlp models; see model_spec.h.
 #include "plan/model_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ms {
@@ -22,6 +23,13 @@ double LayerSpec::keptBytesPerSample(Precision precision, bool fusedAttention) c
   if (precision == Precision::Bf16) bytes -= 0.5 * double(gemmInputBytesPerSample);
   if (fusedAttention) bytes += double(attentionRowBytesPerSample) - double(attentionMatrixBytesPerSample);
   return bytes;
+}
+
+int64_t headChunkRows(int64_t rows, int64_t vocabLocal) {
+  if (rows <= 0) return 0;
+  int64_t chunk = kHeadChunkFloats / std::max<int64_t>(1, vocabLocal);
+  if (chunk >= 64) chunk -= chunk % 64;
+  return std::clamp<int64_t>(chunk, 1, rows);
 }
 
 int64_t ModelSpec::paramCount() const {
@@ -114,8 +122,9 @@ ModelSpec gptSpec(const ModelConfig& m, int T) {
   head.params = {ones("ln_f.weight", {C}), zeros("ln_f.bias", {C})};
   if (!m.tieEmbeddings) head.params.push_back(weight("lm_head.weight", {V, C}, m.initStd));
   head.forwardFlopsPerSample = 2.0 * T * C * V;
-  head.activationBytesPerSample = (int64_t(T) * C + int64_t(T) * V + 2 * int64_t(T)) * 4;
-  head.gemmInputBytesPerSample = int64_t(T) * C * 4;  // ln_f out, the LM head's input
+  // Training fuses the LM head with the loss (headChunkRows): forward keeps ln_f's input gradient (T, C),
+  // its row statistics and the losses; the logits live one chunk at a time in the workspace.
+  head.activationBytesPerSample = (int64_t(T) * C + 3 * int64_t(T)) * 4;
   head.outputBytesPerSample = int64_t(T) * 4;
   spec.layers.push_back(head);
   return spec;

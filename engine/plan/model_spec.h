@@ -52,6 +52,15 @@ struct LayerSpec {
 // backend always materialises the softmax.
 inline constexpr int kFusedAttentionMaxHeadSize = 128;
 
+// The GPT head fuses the LM head with the softmax cross-entropy in training (runtime/gpt_layers.cpp): it
+// computes logits, loss, the logits' gradient and from it the head's input and weight gradients chunk by
+// chunk of token rows, so the (N, V) logits never exist whole and what forward keeps for backward is the
+// input gradient (N, C). The chunk holds about kHeadChunkFloats fp32 logits (64 MiB), in rows rounded down
+// to a multiple of 64 (tensor-core friendly GEMM shapes) where that leaves at least 64; the memory model
+// budgets the same workspace.
+inline constexpr int64_t kHeadChunkFloats = int64_t(1) << 24;
+int64_t headChunkRows(int64_t rows, int64_t vocabLocal);
+
 struct ModelSpec {
   std::vector<LayerSpec> layers;
   int samplePositions = 1;  // T for gpt (training.seq_len), tokens for vit, 1 for mlp

@@ -1,8 +1,12 @@
-// GPT-2's embedding (token + learned position) and head (final LayerNorm, LM head, softmax cross-entropy).
+// GPT-2's embedding (token + learned position) and head (final LayerNorm, LM head fused with the softmax
+// cross-entropy in training).
 // The LM head reads the token embedding wte (V, C) when tie_embeddings is on (GPT-2's default), else its own
 // lm_head.weight (V, C); both are stored (V, C) as in Hugging Face checkpoints, so logits = x @ W^T.
 // All tensor work runs through the rank's Backend; the host only sees the losses (downloaded for the loss
 // statistics) and the host batch's targets.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "runtime/layer_impl.h"
@@ -68,31 +72,34 @@ class GptHead final : public Layer {
         m_eps(static_cast<float>(ctx.model.layerNormEps)),
         m_tp(ctx.tp),
         m_caches(ctx.tracker),
-        m_ws(ctx.workspace) {
+        m_ws(ctx.workspace),
+        m_chunkOverride(chunkRowsOverride()) {
     m_lnfw = bindParam(ctx.params, "ln_f.weight");
     m_lnfb = bindParam(ctx.params, "ln_f.bias");
     m_w = bindParam(ctx.params, ctx.model.tieEmbeddings ? "wte.weight" : "lm_head.weight");
   }
   int64_t outputFloats(int) const override { return 0; }
+  // Training forward runs the LM head's backward (fused with the loss), so it writes the weight gradient.
+  bool gradientsInForward() const override { return true; }
 
   void forward(const float* x, float*, const BatchView& batch, const ForwardMode& mode, int slot) override {
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
     c.mean.reserve(N);
     c.rstd.reserve(N);
-    c.logits.reserve(size_t(N) * m_Vl);  // (B, T, Vl): logits, then (training) their gradient in place
-    c.losses.reserve(N);                 // (B, T)
-    // lnf (B, T, C) only feeds the LM head's GEMMs: kept in bf16 in bf16 precision, staged in slot 0 (the
-    // size backward takes from it anyway).
-    float* lnf = c.lnf.target(size_t(N) * m_C, *m_ws, 0);
+    c.losses.reserve(N);  // (B, T)
+    // lnf (B, T, C) is read only within this call: workspace slot 0.
+    float* lnf = m_ws->get(0, size_t(N) * m_C, false);
     m_be.layerNormForward(lnf, c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
                           m_eps);
-    m_be.linearForwardT(c.logits.data(), c.lnf.keep(lnf), m_w.value(), nullptr, N, m_C, m_Vl);
-    if (m_tp.size == 1)
-      m_be.softmaxCrossEntropy(c.losses.data(), mode.training ? c.logits.data() : nullptr, c.logits.data(),
-                               batch.targets, N, m_Vl, mode.lossScale);
-    else
-      vocabParallelCrossEntropy(c, batch, N, mode);
+    if (mode.keepLogits && !mode.training) {
+      c.logits.reserve(size_t(N) * m_Vl);  // (B, T, Vl), kept for logits()
+      m_be.linearForwardT(c.logits.data(), lnf, m_w.value(), nullptr, N, m_C, m_Vl);
+      crossEntropy(c.logits.data(), c.losses.data(), nullptr, batch.targets, N, 1.0f);
+    } else {
+      c.logits.clear();  // a kept evaluation's logits
+      chunkedHeadLoss(c, lnf, batch, N, mode);
+    }
     // The statistics on the host: the losses come down, the targets are the host batch's.
     m_losses.resize(N);
     m_be.download(m_losses.data(), c.losses.data(), size_t(N) * sizeof(float));
@@ -103,22 +110,18 @@ class GptHead final : public Layer {
       c.stats.lossSum += m_losses[i];
       c.stats.count += 1;
     }
-    c.logitsValid = !mode.training;
+    c.logitsValid = mode.keepLogits && !mode.training;
     m_lastSlot = slot;
   }
 
+  // The LM head's gradients were computed in forward: the input part all-reduces the (vocabulary-parallel)
+  // partial input gradients and runs ln_f's backward; the weight part has nothing left.
   void backward(const float* x, const float*, float* dx, const BatchView& batch, int slot,
                 BackwardPart part) override {
+    if (part == BackwardPart::Weight) return;
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
-    if (part == BackwardPart::Weight) {
-      m_be.linearBackwardT(nullptr, m_w.grad(), nullptr, c.logits.data(), c.lnf.in(), m_w.value(), N, m_C,
-                           m_Vl);
-      return;
-    }
-    float* dlnf = m_ws->get(0, size_t(N) * m_C, true);  // (B, T, C)
-    m_be.linearBackwardT(dlnf, part == BackwardPart::Input ? nullptr : m_w.grad(), nullptr, c.logits.data(),
-                         c.lnf.in(), m_w.value(), N, m_C, m_Vl);
+    float* dlnf = c.dlnf.data();  // (B, T, C)
     m_tp.allReduce(dlnf, size_t(N) * m_C);
     m_be.layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.mean.data(),
                            c.rstd.data(), N, m_C);
@@ -137,32 +140,70 @@ class GptHead final : public Layer {
  private:
   struct Cache {
     explicit Cache(MemoryTracker* t)
-        : lnf(t),
-          mean(0, MemoryCategory::Activations, t),
+        : mean(0, MemoryCategory::Activations, t),
           rstd(0, MemoryCategory::Activations, t),
+          dlnf(0, MemoryCategory::Activations, t),
           logits(0, MemoryCategory::Activations, t),
           losses(0, MemoryCategory::Activations, t) {}
-    KeptInput lnf;
-    Buffer mean, rstd, logits, losses;
+    Buffer mean, rstd, dlnf, logits, losses;
     LossStats stats;
     bool logitsValid = false;
   };
 
-  // Cross-entropy over logits split by vocabulary: per row the global max, the sum of exp(logit - max) and
-  // the target's logit are all-reduced; the gradient slice is (softmax - onehot) * lossScale.
-  void vocabParallelCrossEntropy(Cache& c, const BatchView& batch, int N, const ForwardMode& mode) {
-    const int V = m_Vl, v0 = m_tp.rank * m_Vl;
-    float* logits = c.logits.data();
-    float* row = m_ws->get(1, size_t(3) * N, false);  // max (N) | sum (N) | target logit (N)
+  // The LM head fused with the loss (as Liger-Kernel's fused linear cross-entropy and Wijmans et al. 2024,
+  // "Cut Your Losses in Large-Vocabulary Language Models", avoid materialising the logits): per chunk of
+  // token rows, logits = lnf W^T into the workspace, loss and (training) (softmax - onehot) * lossScale in
+  // place, then dlnf rows = dlogits W and dW += dlogits^T lnf rows. Training forward keeps dlnf (N, C)
+  // instead of the logits (N, V): at GPT-2's V = 50304, C = 768 that is 65 times less, and the workspace
+  // holds one chunk. The products are those of the unfused head up to the order of dW's fp32 sums over rows.
+  // An evaluation computes only the losses, chunk by chunk.
+  void chunkedHeadLoss(Cache& c, const float* lnf, const BatchView& batch, int N, const ForwardMode& mode) {
+    if (mode.training) {
+      c.dlnf.reserve(size_t(N) * m_C);
+      m_be.zero(c.dlnf.data(), size_t(N) * m_C * sizeof(float));  // the backward GEMMs accumulate
+    }
+    const int rows = static_cast<int>(m_chunkOverride > 0 ? std::min<int64_t>(m_chunkOverride, N)
+                                                          : headChunkRows(N, m_Vl));
+    float* logits = m_ws->get(1, size_t(rows) * m_Vl, false);  // (rows, Vl)
+    float* dw = mode.training ? m_w.grad() : nullptr;
+    for (int r0 = 0; r0 < N; r0 += rows) {
+      const int n = std::min(rows, N - r0);
+      const float* in = lnf + size_t(r0) * m_C;
+      m_be.linearForwardT(logits, in, m_w.value(), nullptr, n, m_C, m_Vl);
+      crossEntropy(logits, c.losses.data() + r0, mode.training ? logits : nullptr, batch.targets + r0, n,
+                   mode.lossScale);
+      if (!mode.training) continue;
+      m_be.linearBackwardT(c.dlnf.data() + size_t(r0) * m_C, dw, nullptr, logits, in, m_w.value(), n, m_C,
+                           m_Vl);
+    }
+  }
+
+  // Softmax cross-entropy of N rows of (vocabulary-parallel) logits; dlogits (nullable, may alias logits)
+  // overwritten with (softmax - onehot) * gradScale.
+  void crossEntropy(const float* logits, float* losses, float* dlogits, const int32_t* targets, int N,
+                    float gradScale) {
+    if (m_tp.size == 1) {
+      m_be.softmaxCrossEntropy(losses, dlogits, logits, targets, N, m_Vl, gradScale);
+      return;
+    }
+    // Split by vocabulary (Megatron-LM): per row the global max, the sum of exp(logit - max) and the
+    // target's logit are all-reduced; the gradient slice is (softmax - onehot) * gradScale.
+    const int v0 = m_tp.rank * m_Vl;
+    float* row = m_ws->get(2, size_t(3) * N, false);  // max (N) | sum (N) | target logit (N)
     float* mx = row;
     float* sum = row + N;
     float* tgt = row + 2 * N;
-    m_be.rowMax(mx, logits, N, V);
+    m_be.rowMax(mx, logits, N, m_Vl);
     m_tp.allReduceMax(mx, N);
-    m_be.crossEntropyPartials(sum, tgt, logits, mx, batch.targets, v0, N, V);
+    m_be.crossEntropyPartials(sum, tgt, logits, mx, targets, v0, N, m_Vl);
     m_tp.allReduce(sum, size_t(2) * N);  // sums and target logits together
-    m_be.crossEntropyFinish(c.losses.data(), mode.training ? logits : nullptr, logits, mx, sum, tgt,
-                            batch.targets, v0, N, V, mode.lossScale);
+    m_be.crossEntropyFinish(losses, dlogits, logits, mx, sum, tgt, targets, v0, N, m_Vl, gradScale);
+  }
+
+  static int64_t chunkRowsOverride() {
+    Expected<int64_t> rows = headChunkRowsOverride();
+    if (!rows) throw std::invalid_argument(rows.message());  // main checks it first: not reached from there
+    return *rows;
   }
 
   Backend& m_be;
@@ -172,6 +213,7 @@ class GptHead final : public Layer {
   BoundParam m_lnfw, m_lnfb, m_w;
   SlotCaches<Cache> m_caches;
   Workspace* m_ws;
+  int64_t m_chunkOverride;
   int m_lastSlot = 0;
   std::vector<float> m_losses;  // host copy of a forward's losses (N)
 };

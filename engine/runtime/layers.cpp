@@ -1,9 +1,23 @@
 // makeLayer(): picks the runtime layer for a LayerSpec; see layers.h and layer_impl.h.
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include "runtime/layer_impl.h"
 
 namespace ms {
+
+Expected<int64_t> headChunkRowsOverride() {
+  const char* v = std::getenv("MESHSTUDIO_HEAD_CHUNK_ROWS");
+  if (!v || !*v) return int64_t(0);
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end || n <= 0)
+    return Status::error(std::string("environment variable MESHSTUDIO_HEAD_CHUNK_ROWS: expected a positive "
+                                     "integer, got '") +
+                         v + "'");
+  return int64_t(n);
+}
 
 BoundParam bindParam(ParameterStore& params, const std::string& name) {
   const int i = params.indexOf(name);

@@ -29,8 +29,10 @@
 namespace ms {
 
 struct ForwardMode {
-  bool training = true;    // heads compute the loss gradient
-  float lossScale = 1.0f;  // d(total loss)/d(per-target loss): 1 / targets in the optimizer step
+  bool training = true;     // heads compute the loss gradient
+  float lossScale = 1.0f;   // d(total loss)/d(per-target loss): 1 / targets in the optimizer step
+  bool keepLogits = false;  // evaluation: the head keeps its logits whole for logits() (dump); else a gpt
+                            // head computes the loss chunk by chunk and keeps none
 };
 
 struct LossStats {
@@ -95,6 +97,9 @@ class Layer {
   // Weight.
   virtual void backward(const float* x, const float* dy, float* dx, const BatchView& batch, int slot,
                         BackwardPart part) = 0;
+  // True when a training forward already writes parameter gradients (the GPT head's LM head fused with the
+  // loss): the model makes the gradients exist before such a forward.
+  virtual bool gradientsInForward() const { return false; }
   // Frees what the slot keeps (activation recomputation drops it after forward and recomputes it).
   virtual void releaseSlot(int slot) = 0;
   // After the step's last backward of this layer: make the gradients of replicated parameters whole (under
@@ -102,8 +107,8 @@ class Layer {
   virtual void finalizeGrads() {}
   // Heads: the loss of the slot's last forward.
   virtual LossStats lossStats(int /*slot*/) const { return {}; }
-  // Heads: the logits of the last forward when it was not training (training overwrites them with their
-  // gradient), else nullptr. (B, T, V) for gpt, (B, classes) for classifiers; in backend memory.
+  // Heads: the logits of the last forward when it was an evaluation (the gpt head: with keepLogits), else
+  // nullptr. (B, T, V) for gpt, (B, classes) for classifiers; in backend memory.
   virtual const float* logits() const { return nullptr; }
 
  protected:
@@ -123,6 +128,12 @@ struct LayerContext {
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
 inline constexpr int kLayerScratchSlots = 8;
+
+// MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: rows per chunk of the GPT head's fused LM head and loss
+// instead of plan/model_spec.h headChunkRows() (tests run many chunks on small models with it; the memory
+// model assumes the default). 0 when unset; an error naming the variable when malformed (the engine's
+// commands check it before they start).
+Expected<int64_t> headChunkRowsOverride();
 
 // Builds the runtime layer for spec (the layer's parameters, and a tied head's wte, must be in ctx.params).
 std::unique_ptr<Layer> makeLayer(const LayerSpec& spec, LayerContext ctx);

@@ -148,6 +148,7 @@ const float* Model::forwardChunk(int c, int slot, const float* input, const Batc
   for (int l : layers) {
     const int m0 = mark();
     acquire(l);
+    if (mode.training && m_layers[l]->gradientsInForward()) ensureGrads(l);
     m_layers[l]->forward(layerInput(l, first, slot, input, v), output(l, slot, batch.B), v, mode, slot);
     releaseParams(l);
     if (mode.training && recomputes(l)) m_layers[l]->releaseSlot(slot);
@@ -210,8 +211,8 @@ LossStats Model::forwardBackward(const Batch& batch, float lossScale, int microb
   return headStats(0);
 }
 
-LossStats Model::forward(const Batch& batch) {
-  const ForwardMode mode{false, 1.0f};
+LossStats Model::forward(const Batch& batch, bool keepLogits) {
+  const ForwardMode mode{false, 1.0f, keepLogits};
   std::vector<Span>* sink = std::exchange(m_spans, nullptr);  // evaluation is not part of a step's spans
   forwardChunk(0, 0, nullptr, batch, mode, 0);
   m_spans = sink;

@@ -93,8 +93,8 @@ class Model {
   // ---- whole model on one rank (tests, tools) ----
   // Training: forward and backward of one microbatch; lossScale = 1 / targets in the whole optimizer step.
   LossStats forwardBackward(const Batch& batch, float lossScale, int microbatch = 0);
-  // Evaluation: forward only; the head keeps its logits (head().logits()).
-  LossStats forward(const Batch& batch);
+  // Evaluation: forward only; with keepLogits the head keeps its logits (head().logits()).
+  LossStats forward(const Batch& batch, bool keepLogits = false);
   Layer& head() { return *m_layers.back(); }
 
   // Spans go to sink (nullptr: not recorded). clockZero is the run's epoch.

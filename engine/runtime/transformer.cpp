@@ -58,7 +58,7 @@ class TransformerBlock final : public Layer {
     const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T;
     Cache& c = m_caches[slot];
-    c.ensure(B, T, C, Cl, F, m_be.attentionSavedFloats(B, T, Cl, H));
+    c.ensure(B, T, C, Cl, F, m_be.attentionSavedFloats(B, T, Cl, H), m_sp ? m_tp.size : 1);
     if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
@@ -293,15 +293,17 @@ class TransformerBlock final : public Layer {
           gFc(0, MemoryCategory::Activations, t),
           gProj(0, MemoryCategory::Activations, t),
           gQkv(0, MemoryCategory::Activations, t) {}
-    void ensure(int B, int T, int C, int Cl, int F, size_t attSaved) {
-      const size_t N = size_t(B) * T;
-      ln1Mean.reserve(N);       // (B, T)
-      ln1Rstd.reserve(N);       // (B, T)
+    // seqSplit: the TP size under sequence parallelism (the LayerNorm statistics and res1 then cover this
+    // rank's piece of the sequence only), else 1.
+    void ensure(int B, int T, int C, int Cl, int F, size_t attSaved, int seqSplit) {
+      const size_t N = size_t(B) * T, Ns = N / size_t(seqSplit);
+      ln1Mean.reserve(Ns);      // (B, T) or (B, Ts)
+      ln1Rstd.reserve(Ns);      // (B, T) or (B, Ts)
       qkv.reserve(N * 3 * Cl);  // (B, T, 3Cl)
       att.reserve(attSaved);    // the backend's attention state ((B, Hl, T, T) when it keeps the softmax)
-      res1.reserve(N * C);      // (B, T, C)
-      ln2Mean.reserve(N);
-      ln2Rstd.reserve(N);
+      res1.reserve(Ns * C);     // (B, T, C) or (B, Ts, C)
+      ln2Mean.reserve(Ns);
+      ln2Rstd.reserve(Ns);
       fc.reserve(N * F);  // (B, T, Fl)
       // ln1, ln2 (B, T, C), atty (B, T, Cl), gelu (B, T, Fl): sized by forward (KeptInput::target).
     }
