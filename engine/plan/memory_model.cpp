@@ -84,14 +84,21 @@ double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
 
 }  // namespace
 
-StateBytes stateBytesPerParam(Precision, const OptimizerConfig& optimizer) {
-  // The engine's bf16 is autocast-style (kernels/backend.h GemmPrecision::Bf16): the fp32 parameters are the
-  // master weights and the GEMMs round them to bf16 on the fly, gradients stay fp32 (as Megatron-LM keeps its
-  // main gradients), so both precisions cost the same per parameter: AdamW 4 + 4 + 8 = 16 bytes, the total
-  // the ZeRO paper (section 3.1) gives for mixed precision with separate bf16 copies (2 + 2 + 12).
+StateBytes stateBytesPerParam(Precision precision, const OptimizerConfig& optimizer) {
+  // The engine's bf16 is Megatron-LM's: fp32 parameters are the master weights the optimizer updates, a bf16
+  // copy of them is what the GEMMs multiply (runtime/parameters.h, refreshed after each update; none under
+  // ZeRO-3, see StateBytes::parameterBytes), gradients stay fp32 (Megatron-LM's main gradients). AdamW then
+  // costs 4 + 2 + 4 + 8 = 18 bytes per parameter, the figure the Megatron-LM distributed-optimizer
+  // documentation gives for bf16 parameters with fp32 gradients without the distributed optimizer
+  // (Megatron Core developer guide, "Distributed Optimizer", the table of the theoretical number of bytes
+  // per parameter; https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html).
+  // fp32 costs 4 + 4 + 8 = 16, that table's fp32 row.
+  // Unlike Megatron-LM's distributed optimizer (6 + 12/d), ZeRO-1/2 here keep the fp32 master weights whole
+  // on every replica (the all-gather after the step moves fp32), so only the moments are divided.
   const bool momentum = optimizer.momentum > 0;
   const double opt = optimizer.type == OptimizerType::AdamW ? 8.0 : (momentum ? 4.0 : 0.0);
-  return {4.0, 4.0, opt};
+  const double copy = precision == Precision::Bf16 ? 2.0 : 0.0;
+  return {4.0, copy, 4.0, opt};
 }
 
 std::vector<double> chunkParameterCount(const Plan& plan) {
@@ -219,7 +226,7 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     MemoryBreakdown& m = stages[static_cast<size_t>(s)];
     const double local = stageParameterCount(plan, s) / tp;
     m.stage = s;
-    m.parameters = local * state.parameter / (p.zero >= 3 ? dp : 1.0);
+    m.parameters = p.zero >= 3 ? local * state.parameter / dp : local * state.parameterBytes(p.zero);
     m.gradients = local * state.gradient / (p.zero >= 2 ? dp : 1.0);
     m.optimizer = local * state.optimizer / (p.zero >= 1 ? dp : 1.0);
     m.activations = (s < static_cast<int>(peaks.size()) ? peaks[static_cast<size_t>(s)] : 0.0) +

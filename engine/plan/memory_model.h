@@ -6,18 +6,19 @@
 // What always holds: every figure is >= 0 and finite; total() is the sum of the five categories; ranks of
 // one stage differ only by their device (capacity); the per-parameter state bytes follow ZeRO's accounting
 // (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
-// section 3.1 and Figure 1): mixed-precision AdamW keeps 2 + 2 + K bytes per parameter with K = 12.
+// section 3.1 and Figure 1) as the engine keeps it (stateBytesPerParam).
 //
 // The rules, and where they are approximations:
 // - Parameters of a rank: the parameters of its stage's layers / tp. Every tensor is counted as split by tp
 //   (column/row-parallel matrices and vocab-parallel embedding and head are; LayerNorm weights and the
 //   row-parallel biases are really replicated, a few C per block: under 0.1% for C >= 256). A tied LM head
 //   on another stage than the embedding holds its own copy of wte (Megatron's embedding group).
-// - Bytes per parameter: fp32: parameter 4, gradient 4, AdamW 8 (two moments), SGD 4 (momentum; 0 without);
-//   bf16 (mixed precision): parameter 2, gradient 2, AdamW 12 (fp32 master, two moments), SGD 8 (master,
-//   momentum; 4 without). Gradients are kept in the compute precision, as in ZeRO's accounting.
+// - Bytes per parameter: parameter 4 (fp32 values; the master weights in bf16), gradient 4 (fp32 in both
+//   precisions), AdamW 8 (two moments), SGD 4 (momentum; 0 without); bf16 adds 2 for the parameters' bf16
+//   working copy the GEMMs read (runtime/parameters.h), except under ZeRO-3, which keeps none.
 // - ZeRO over the DP group of size d: stage 1 divides optimizer state by d, stage 2 also gradients, stage 3
-//   also parameters (and adds the gathered working set, the stage's largest layer unsharded, to other).
+//   also the fp32 parameters (and adds the gathered working set, the stage's largest layer unsharded, to
+//   other). The bf16 working copy is never divided: every replica multiplies the whole of it.
 // - Activations: peakActivationBytes(schedule, chunkBytes) with chunkBytes from chunkActivationBytes().
 // - Other: p2p buffers, the DP bucket, backward workspace, the CUDA context (see otherBreakdown()).
 #pragma once
@@ -32,9 +33,13 @@ namespace ms {
 
 // Bytes each parameter element costs, before ZeRO sharding.
 struct StateBytes {
-  double parameter = 0;
+  double parameter = 0;  // the fp32 values (in bf16 the master weights); what ZeRO-3 shards and gathers
+  double bf16Copy = 0;   // bf16: the working copy the GEMMs read (ZeRO < 3 only; never sharded)
   double gradient = 0;
   double optimizer = 0;
+  // A rank's parameter bytes per element before ZeRO-3 divides the fp32 values: under ZeRO-3 the engine
+  // keeps no bf16 working copy (a unit's full values exist only while gathered; see runtime/parameters.h).
+  double parameterBytes(int zero) const { return parameter + (zero >= 3 ? 0.0 : bf16Copy); }
 };
 StateBytes stateBytesPerParam(Precision precision, const OptimizerConfig& optimizer);
 

@@ -87,7 +87,7 @@ class GptHead final : public Layer {
     float* lnf = c.lnf.target(size_t(N) * m_C, *m_ws, 0);
     m_be.layerNormForward(lnf, c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
                           m_eps);
-    m_be.linearForwardT(c.logits.data(), c.lnf.keep(lnf), m_w.value(), nullptr, N, m_C, m_Vl);
+    m_be.linearForwardT(c.logits.data(), c.lnf.keep(lnf), m_w.gemm(), nullptr, N, m_C, m_Vl);
     if (m_tp.size == 1)
       m_be.softmaxCrossEntropy(c.losses.data(), mode.training ? c.logits.data() : nullptr, c.logits.data(),
                                batch.targets, N, m_Vl, mode.lossScale);
@@ -112,13 +112,13 @@ class GptHead final : public Layer {
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
     if (part == BackwardPart::Weight) {
-      m_be.linearBackwardT(nullptr, m_w.grad(), nullptr, c.logits.data(), c.lnf.in(), m_w.value(), N, m_C,
+      m_be.linearBackwardT(nullptr, m_w.grad(), nullptr, c.logits.data(), c.lnf.in(), m_w.gemm(), N, m_C,
                            m_Vl);
       return;
     }
     float* dlnf = m_ws->get(0, size_t(N) * m_C, true);  // (B, T, C)
     m_be.linearBackwardT(dlnf, part == BackwardPart::Input ? nullptr : m_w.grad(), nullptr, c.logits.data(),
-                         c.lnf.in(), m_w.value(), N, m_C, m_Vl);
+                         c.lnf.in(), m_w.gemm(), N, m_C, m_Vl);
     m_tp.allReduce(dlnf, size_t(N) * m_C);
     m_be.layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.mean.data(),
                            c.rstd.data(), N, m_C);
