@@ -37,9 +37,10 @@ struct DeviceFailure : std::runtime_error {
 // fp32 accumulate. Tf32 / Bf16: each operand rounded to TF32 (10-bit mantissa) or bf16 (7-bit mantissa, round
 // to nearest even) before the product, fp32 accumulation and fp32 results, as tensor cores compute them
 // (NVIDIA H100 architecture whitepaper, "Fourth-generation tensor cores"); everything outside the GEMMs stays
-// fp32. Bf16 is the engine's mixed precision ("precision": "bf16"): fp32 master weights, optimizer state,
-// gradients, bf16 matrix products, as torch.autocast runs matmuls; the activations kept for backward that
-// only feed GEMMs are stored in bf16 (TensorIn), the others in fp32.
+// fp32. Bf16 is the engine's mixed precision ("precision": "bf16"): fp32 master weights, optimizer state and
+// gradients, bf16 matrix products, as Megatron-LM trains in bf16; the linear layers' weights are read from a
+// bf16 working copy of the parameters the parameter store refreshes once per update (TensorIn), and the
+// activations kept for backward that only feed GEMMs are stored in bf16 (TensorIn), the others in fp32.
 enum class GemmPrecision { Fp32, Tf32, Bf16 };
 const char* toString(GemmPrecision p);
 
@@ -48,11 +49,12 @@ struct bfloat16 {
   uint16_t bits;
 };
 
-// A read-only tensor an op consumes as a GEMM operand (a linear layer's input, attention's output in its
-// backward): fp32, or bf16 rounded by toBf16. Layers in GemmPrecision::Bf16 keep such tensors in bf16 between
-// forward and backward, since the GEMMs round them to bf16 anyway: the products are the same, the memory is
-// half. Only a backend in GemmPrecision::Bf16 accepts a bf16 one (DeviceFailure otherwise). Implicit from
-// either pointer type, so fp32 call sites read as before.
+// A read-only tensor an op consumes as a GEMM operand (a linear layer's input and weight, attention's output
+// in its backward): fp32, or bf16 rounded by toBf16. Layers in GemmPrecision::Bf16 keep such inputs in bf16
+// between forward and backward, and read their weights from the parameter store's bf16 working copy, since
+// the GEMMs round them to bf16 anyway: the products are the same, the memory is half and the per-call
+// conversion is gone. Only a backend in GemmPrecision::Bf16 accepts a bf16 one (DeviceFailure naming the op
+// otherwise). Implicit from either pointer type, so fp32 call sites read as before.
 struct TensorIn {
   const void* data = nullptr;
   bool bf16 = false;
@@ -139,16 +141,19 @@ class Backend {
   virtual GemmPrecision gemmPrecision() const = 0;
 
   // ---- linear -------------------------------------------------------------------------------------------
-  // inp may be bf16 (TensorIn) in GemmPrecision::Bf16.
-  virtual void linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
+  // inp and weight may be bf16 (TensorIn) in GemmPrecision::Bf16; a bf16 one in another precision throws
+  // DeviceFailure naming the op, whether or not the call reads it. A bf16 operand is used as it is, an fp32
+  // one is rounded per call (the results are the same when the bf16 one is toBf16 of the fp32 one).
+  virtual void linearForward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
                              int OC) = 0;
   virtual void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                              const float* weight, int N, int C, int OC) = 0;
-  virtual void linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
+                              TensorIn weight, int N, int C, int OC) = 0;
+  virtual void linearForwardT(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
                               int OC) = 0;
   virtual void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                               const float* weight, int N, int C, int OC) = 0;
-  // dst (n bf16) = src (n floats) rounded to nearest even, for a tensor kept as a bf16 TensorIn.
+                               TensorIn weight, int N, int C, int OC) = 0;
+  // dst (n bf16) = src (n floats) rounded to nearest even, for a tensor kept as a bf16 TensorIn (a kept
+  // input, the parameters' bf16 working copy).
   virtual void toBf16(bfloat16* dst, const float* src, size_t n) = 0;
 
   // ---- layer norm ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -668,6 +669,81 @@ QString keptBf16InputsHold(ms::Backend& be) {
   return refused.isEmpty() ? QString() : QStringLiteral("fp32 with a bf16 input: ") + refused;
 }
 
+// A parameter's bf16 working copy as the weight (TensorIn, runtime/parameters.h gemmValue): in Bf16 every
+// linear op gives the same bits from toBf16(w) as from w itself (the backend rounds an fp32 weight to the
+// same values), in both layouts, with an fp32 or a kept bf16 input, with a bias, and for input-only and
+// weight-only backward calls (zero-bubble schedules split them). In Fp32 and Tf32 a bf16 weight is refused
+// naming the op, also by a call that would not read it (no dinp). "" when all holds, else what failed.
+QString bf16WeightsHold(ms::Backend& be) {
+  std::mt19937 rng(kSeed + 31);
+  const int N = 29, C = 35, OC = 18;
+  const Vec inp = rnd(rng, size_t(N) * C), w = rnd(rng, size_t(C) * OC), bias = rnd(rng, size_t(OC)),
+            dout = rnd(rng, size_t(N) * OC), dinp0 = rnd(rng, size_t(N) * C), dw0 = rnd(rng, size_t(C) * OC);
+  Session s(be);
+  float* dInp = s.up(inp);
+  float* dW = s.up(w);
+  float* dBias = s.up(bias);
+  float* dDout = s.up(dout);
+  auto* keptW = reinterpret_cast<ms::bfloat16*>(s.alloc<float>((w.size() + 1) / 2));
+  auto* keptInp = reinterpret_cast<ms::bfloat16*>(s.alloc<float>((inp.size() + 1) / 2));
+  be.setGemmPrecision(ms::GemmPrecision::Bf16);
+  be.toBf16(keptW, dW, w.size());
+  be.toBf16(keptInp, dInp, inp.size());
+  // Forward, a full backward, then an input-only and a weight-only backward accumulating on top.
+  auto run = [&](ms::TensorIn x, ms::TensorIn weight, bool transposed) {
+    Session r(be);
+    float* out = r.alloc<float>(size_t(N) * OC);
+    float* dinp = r.up(dinp0);
+    float* dw = r.up(dw0);
+    float* db = r.alloc<float>(size_t(OC));
+    auto forward = transposed ? &ms::Backend::linearForwardT : &ms::Backend::linearForward;
+    auto backward = transposed ? &ms::Backend::linearBackwardT : &ms::Backend::linearBackward;
+    (be.*forward)(out, x, weight, dBias, N, C, OC);
+    (be.*backward)(dinp, dw, db, dDout, x, weight, N, C, OC);
+    (be.*backward)(dinp, nullptr, nullptr, dDout, x, weight, N, C, OC);
+    (be.*backward)(nullptr, dw, nullptr, dDout, x, weight, N, C, OC);
+    r.out("forward", out, size_t(N) * OC);
+    r.out("dinp", dinp, size_t(N) * C);
+    r.out("dweight", dw, size_t(C) * OC);
+    r.out("dbias", db, size_t(OC));
+    return r.outputs;
+  };
+  for (const bool transposed : {false, true})
+    for (const bool keptInput : {false, true}) {
+      const ms::TensorIn x = keptInput ? ms::TensorIn(keptInp) : ms::TensorIn(dInp);
+      const QString why = bitDifference(run(x, keptW, transposed), run(x, dW, transposed));
+      if (!why.isEmpty())
+        return QStringLiteral("linear%1 with a %2 input: ")
+                   .arg(transposed ? "T" : "", keptInput ? "bf16" : "fp32") +
+               why;
+    }
+  // Another precision refuses a bf16 weight, naming the op, whether or not the call reads the weight.
+  for (const ms::GemmPrecision p : {ms::GemmPrecision::Fp32, ms::GemmPrecision::Tf32}) {
+    be.setGemmPrecision(p);
+    Session r(be);
+    float* out = r.alloc<float>(size_t(N) * OC);
+    float* dw = r.alloc<float>(size_t(C) * OC);
+    float* dinp = r.alloc<float>(size_t(N) * C);
+    const struct {
+      const char* op;
+      std::function<void()> call;
+    } calls[] = {
+        {"linearForward", [&] { be.linearForward(out, dInp, keptW, nullptr, N, C, OC); }},
+        {"linearForwardT", [&] { be.linearForwardT(out, dInp, keptW, nullptr, N, C, OC); }},
+        {"linearBackward", [&] { be.linearBackward(dinp, nullptr, nullptr, dDout, dInp, keptW, N, C, OC); }},
+        {"linearBackwardT", [&] { be.linearBackwardT(nullptr, dw, nullptr, dDout, dInp, keptW, N, C, OC); }},
+    };
+    for (const auto& c : calls) {
+      QString refused = throwsDeviceFailure(c.call, c.op);
+      if (refused.isEmpty()) refused = throwsDeviceFailure(c.call, "weight");
+      if (!refused.isEmpty())
+        return QStringLiteral("%1 with a bf16 weight in %2: ").arg(c.op, ms::toString(p)) + refused;
+    }
+  }
+  be.setGemmPrecision(ms::GemmPrecision::Fp32);
+  return {};
+}
+
 // The inputs of the GEMM-precision linear case (fixed seed): the GEMM operands inp, w, dout and the rest.
 struct LinearData {
   Vec inp, w, bias, dout, dinp0, dw0, db0;
@@ -1115,6 +1191,16 @@ class TestBackendCpu : public QObject {
     }
   }
 
+  // A bf16 weight (the parameters' working copy) on the plain and the emulated CPU backend
+  // (bf16WeightsHold).
+  void bf16Weights() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = bf16WeightsHold(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+  }
+
   void gemmPrecisionEmulated_data() {
     QTest::addColumn<int>("precision");
     QTest::addColumn<int>("op");
@@ -1410,6 +1496,14 @@ class TestBackendCuda : public QObject {
   // Kept bf16 inputs on the GPU (keptBf16InputsHold): cuBLAS multiplies the kept copy as it is.
   void keptBf16Inputs() {
     const QString why = keptBf16InputsHold(*m_cuda);
+    m_cuda->setGemmPrecision(ms::GemmPrecision::Fp32);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // A bf16 weight on the GPU (bf16WeightsHold): cuBLAS multiplies the working copy as it is, the same bf16
+  // values the per-call conversion of the fp32 weight gives, so the same bits.
+  void bf16Weights() {
+    const QString why = bf16WeightsHold(*m_cuda);
     m_cuda->setGemmPrecision(ms::GemmPrecision::Fp32);
     QVERIFY2(why.isEmpty(), qPrintable(why));
   }

@@ -414,6 +414,86 @@ class TestCudaKernels : public QObject {
     VERIFY_CLOSE(got, dweight2, atol, rtol);
   }
 
+  // A bf16 weight (the parameter store's working copy, ms::TensorIn) is multiplied as it is: every linear op
+  // gives the same bits from roundToBf16(weight) as from the fp32 weight it converts per call (the same bf16
+  // operands reach the same cuBLAS GEMM), in both layouts and for input-only and weight-only backward calls.
+  // In fp32 mode a bf16 weight is refused naming the op and the operand, even by a call that does not read
+  // it.
+  void linearBf16Weight_data() {
+    QTest::addColumn<int>("N");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("OC");
+    QTest::addColumn<bool>("transposed");
+    QTest::newRow("N37 C33 OC97") << 37 << 33 << 97 << false;
+    QTest::newRow("N128 C256 OC768") << 128 << 256 << 768 << false;
+    QTest::newRow("T N37 C7 OC3") << 37 << 7 << 3 << true;
+    QTest::newRow("T lm-head N8 C64 V50257") << 8 << 64 << 50257 << true;
+  }
+
+  void linearBf16Weight() {
+    QFETCH(int, N);
+    QFETCH(int, C);
+    QFETCH(int, OC);
+    QFETCH(bool, transposed);
+    std::mt19937 rng(kSeed + 21);
+    const Vec inp = randomVec(rng, size_t(N) * C);      // (N, C)
+    const Vec weight = randomVec(rng, size_t(C) * OC);  // (C, OC) or (OC, C)
+    const Vec bias = randomVec(rng, size_t(OC));        // (OC)
+    const Vec dout = randomVec(rng, size_t(N) * OC);    // (N, OC)
+    const Vec dinp0 = randomVec(rng, inp.size());
+    const Vec dweight0 = randomVec(rng, weight.size());
+    DBuf<float> dInp, dWeight, dBias, dDout;
+    CUDA_OK(upload(dInp, inp));
+    CUDA_OK(upload(dWeight, weight));
+    CUDA_OK(upload(dBias, bias));
+    CUDA_OK(upload(dDout, dout));
+    ms::Expected<DBuf<uint16_t>> dW16 = DBuf<uint16_t>::create(weight.size());
+    QVERIFY(dW16.isOk());
+    CUDA_OK(cuda::roundToBf16(dW16->data(), dWeight.data(), weight.size(), m_stream));
+    const ms::TensorIn w16(reinterpret_cast<const ms::bfloat16*>(dW16->data()));
+    const auto forward = transposed ? cuda::linearForwardT : cuda::linearForward;
+    const auto backward = transposed ? cuda::linearBackwardT : cuda::linearBackward;
+
+    // forward, a full backward, then an input-only and a weight-only one accumulating on top.
+    auto run = [&](ms::TensorIn w, Vec& out, Vec& dinp, Vec& dweight) -> ms::Status {
+      DBuf<float> dOut, dDinp, dDweight, dDbias;
+      MS_TRY(upload(dOut, Vec(size_t(N) * OC, 7.0f)));
+      MS_TRY(upload(dDinp, dinp0));
+      MS_TRY(upload(dDweight, dweight0));
+      MS_TRY(upload(dDbias, Vec(size_t(OC), 0.0f)));
+      MS_TRY(forward(dOut.data(), dInp.data(), w, dBias.data(), N, C, OC, m_stream));
+      MS_TRY(backward(dDinp.data(), dDweight.data(), dDbias.data(), dDout.data(), dInp.data(), w, N, C, OC,
+                      m_stream));
+      MS_TRY(backward(dDinp.data(), nullptr, nullptr, dDout.data(), dInp.data(), w, N, C, OC, m_stream));
+      MS_TRY(backward(nullptr, dDweight.data(), nullptr, dDout.data(), dInp.data(), w, N, C, OC, m_stream));
+      MS_TRY(cuda::synchronize(m_stream));
+      MS_TRY(download(out, dOut));
+      MS_TRY(download(dinp, dDinp));
+      return download(dweight, dDweight);
+    };
+    {
+      GemmModeScope scope(cuda::GemmMode::Bf16);
+      Vec out32, dinp32, dw32, out16, dinp16, dw16;
+      CUDA_OK(run(dWeight.data(), out32, dinp32, dw32));
+      CUDA_OK(run(w16, out16, dinp16, dw16));
+      QCOMPARE(out32.size(), out16.size());
+      QVERIFY2(std::memcmp(out16.data(), out32.data(), out32.size() * sizeof(float)) == 0, "forward differs");
+      QVERIFY2(std::memcmp(dinp16.data(), dinp32.data(), dinp32.size() * sizeof(float)) == 0, "dinp differs");
+      QVERIFY2(std::memcmp(dw16.data(), dw32.data(), dw32.size() * sizeof(float)) == 0, "dweight differs");
+    }
+    // fp32 mode: refused, naming the op and the operand.
+    DBuf<float> dOut, dDweight;
+    CUDA_OK(upload(dOut, Vec(size_t(N) * OC, 0.0f)));
+    CUDA_OK(upload(dDweight, dweight0));
+    const char* name = transposed ? "linearForwardT: weight" : "linearForward: weight";
+    const ms::Status f = forward(dOut.data(), dInp.data(), w16, nullptr, N, C, OC, m_stream);
+    QVERIFY2(!f.isOk() && f.message().find(name) != std::string::npos, f.message().c_str());
+    const char* bname = transposed ? "linearBackwardT: weight" : "linearBackward: weight";
+    const ms::Status b =
+        backward(nullptr, dDweight.data(), nullptr, dDout.data(), dInp.data(), w16, N, C, OC, m_stream);
+    QVERIFY2(!b.isOk() && b.message().find(bname) != std::string::npos, b.message().c_str());
+  }
+
   void layerNorm_data() {
     QTest::addColumn<int>("N");
     QTest::addColumn<int>("C");

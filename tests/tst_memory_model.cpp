@@ -1,8 +1,8 @@
 // Tests of the memory model against figures computed by hand from the model's shapes: the state bytes per
-// parameter (fp32 AdamW and SGD; the engine's autocast-style bf16 costs the same), what each ZeRO stage
-// divides, the tied head's copy of wte on the last stage, the activations a schedule keeps in flight (1F1B's
-// first stage holds min(P, M) microbatches, GPipe M), recompute, tensor and sequence parallelism, uneven
-// stages, the other category and the fits flag, bf16's kept GEMM inputs and fused attention on GPUs.
+// parameter (fp32 AdamW and SGD; bf16 adds the parameters' 2-byte working copy below ZeRO-3), what each ZeRO
+// stage divides, the tied head's copy of wte on the last stage, the activations a schedule keeps in flight
+// (1F1B's first stage holds min(P, M) microbatches, GPipe M), recompute, tensor and sequence parallelism,
+// uneven stages, the other category and the fits flag, bf16's kept GEMM inputs and fused attention on GPUs.
 #include <QtTest>
 
 #include "test_util.h"
@@ -144,9 +144,10 @@ class TestMemoryModel : public QObject {
       QCOMPARE(int(ranks.size()), 4);
       const double n = modelParams(2);
       const bool bf16 = std::string(precision) == "bf16";
-      // The engine's bf16 keeps fp32 parameters (the master weights) and fp32 gradients: 4 + 4 + 8 bytes.
-      (void)bf16;
-      const double p = 4, g = 4, o = 8;
+      // The engine keeps fp32 parameters (in bf16 the master weights) and fp32 gradients: 4 + 4 + 8 bytes;
+      // bf16 adds the bf16 working copy the GEMMs read (2 bytes, whole on every replica) except under
+      // ZeRO-3, which keeps none: 6 / 4 ZeRO 0-2, 4 / 4 / dp ZeRO-3.
+      const double p = bf16 && zero < 3 ? 6 : 4, g = 4, o = 8;
       for (const auto& m : ranks) {
         QVERIFY(near(m.parameters, p * n / paramDiv));
         QVERIFY(near(m.gradients, g * n / gradDiv));
@@ -155,23 +156,35 @@ class TestMemoryModel : public QObject {
       // ZeRO-3 gathers the largest layer (a block, larger than wte + wpe here) whole before using it.
       QVERIFY(kBlockParams > kEmbeddingParams);
       const ms::OtherBytes other = ms::otherBreakdown(*plan, 0, true);
-      QCOMPARE(other.zero3Gathered, zero == 3 ? kBlockParams * p : 0.0);
+      QCOMPARE(other.zero3Gathered, zero == 3 ? kBlockParams * 4.0 : 0.0);  // gathered in fp32
       // One DDP bucket of 25 MiB at most.
       QCOMPARE(other.dpBucket, std::min(25 * kMiB, n * g));
     }
   }
 
-  // Mixed-precision AdamW costs 16 bytes per parameter, the ZeRO paper's total (2 + 2 + 12 there; 4 + 4 + 8
-  // here, the fp32 parameters being the master weights), and SGD its fp32 figures.
-  void bf16SixteenBytesPerParam() {
+  // Mixed-precision AdamW costs 18 bytes per parameter (fp32 master 4, bf16 working copy 2, fp32 gradient 4,
+  // moments 8), the Megatron-LM distributed-optimizer documentation's figure for bf16 parameters with fp32
+  // gradients; fp32 costs 16. ZeRO-3 keeps no working copy; SGD adds the copy to its fp32 figures.
+  void bf16EighteenBytesPerParam() {
     MAKE_PLAN(plan, 2, (json{{"parallel", {{"precision", "bf16"}}}}));
     const auto m = ms::estimateMemory(*plan).front();
-    QVERIFY(near(m.parameters + m.gradients + m.optimizer, 16 * modelParams(2)));
+    QVERIFY(near(m.parameters, 6 * modelParams(2)));
+    QVERIFY(near(m.parameters + m.gradients + m.optimizer, 18 * modelParams(2)));
+    MAKE_PLAN(fp32, 2, json::object());
+    const auto f = ms::estimateMemory(*fp32).front();
+    QVERIFY(near(f.parameters + f.gradients + f.optimizer, 16 * modelParams(2)));
+    MAKE_PLAN(zero3, 2, (json{{"parallel", {{"precision", "bf16"}, {"dp", 2}, {"zero", 3}}}}));
+    QVERIFY(near(ms::estimateMemory(*zero3).front().parameters, 4 * modelParams(2) / 2));
+
     ms::OptimizerConfig sgdConfig{ms::OptimizerType::Sgd};
     sgdConfig.momentum = 0.9;
     const ms::StateBytes sgd = ms::stateBytesPerParam(ms::Precision::Bf16, sgdConfig);
     QCOMPARE(sgd.parameter, 4.0);
+    QCOMPARE(sgd.bf16Copy, 2.0);
+    QCOMPARE(sgd.parameterBytes(0), 6.0);
+    QCOMPARE(sgd.parameterBytes(3), 4.0);
     QCOMPARE(sgd.optimizer, 4.0);  // the momentum buffer
+    QCOMPARE(ms::stateBytesPerParam(ms::Precision::Fp32, sgdConfig).bf16Copy, 0.0);
   }
 
   // bf16 halves exactly the GEMM-only inputs a block keeps; the rest stays fp32 (the gpt head keeps no GEMM

@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/checkpoint.h"
 #include "runtime/model.h"
+#include "runtime/optimizer.h"
 #include "runtime/random.h"
 #include "runtime/safetensors.h"
 
@@ -180,6 +181,124 @@ class TestModel : public QObject {
     double sq = 0;
     for (int i = 0; i < 64 * 16; ++i) sq += double(proj[i]) * proj[i];
     QVERIFY(std::abs(std::sqrt(sq / (64 * 16)) - 0.1) < 0.01);
+  }
+
+  // The bf16 working copy of the parameters (parameters.h gemmValue), on the emulated device (host access to
+  // backend memory faults, so every check goes through download as on a GPU):
+  // - a store built in Bf16 keeps it, 2 more bytes per element counted as Parameters; one built in Fp32
+  //   keeps none;
+  // - training with it gives losses bit-identical to training without it (a model built in Fp32 and then
+  //   switched to Bf16: its GEMMs round the fp32 weights per call, as before the copy existed), over
+  //   several optimizer steps, so a stale copy would show;
+  // - after an optimizer step, setUnitValues (a checkpoint load) and a write through values() (a weight
+  //   load), the copy is toBf16 of the values, refreshed eagerly (refreshBf16Copy) or lazily (gemmValue).
+  void bf16WorkingCopyFollowsValues_data() {
+    QTest::addColumn<QString>("variant");
+    for (const char* v : {"gpt-tied", "gpt-untied", "vit-cls", "mlp-gelu"}) QTest::newRow(v) << QString(v);
+  }
+  void bf16WorkingCopyFollowsValues() {
+    QFETCH(QString, variant);
+    const RunConfig c = tinyConfig(variant);
+    auto copyBe = makeCpuBackend(true), perGemmBe = makeCpuBackend(true);
+    copyBe->setGemmPrecision(GemmPrecision::Bf16);
+    MemoryTracker copyTracker(copyBe.get()), perGemmTracker(perGemmBe.get());
+    Model a(c, &copyTracker, 20), b(c, &perGemmTracker, 20);
+    perGemmBe->setGemmPrecision(GemmPrecision::Bf16);
+    ParameterStore& pa = a.params();
+    ParameterStore& pb = b.params();
+    QVERIFY(pa.keepsBf16Copy() && pa.bf16Copy());
+    QVERIFY(!pb.keepsBf16Copy() && !pb.bf16Copy());
+    const int64_t n = static_cast<int64_t>(pa.size());
+    QCOMPARE(copyTracker.current(MemoryCategory::Parameters), 6 * n);
+    QCOMPARE(perGemmTracker.current(MemoryCategory::Parameters), 4 * n);
+
+    // The copy against the values, element by element ("" when it is toBf16 of them).
+    auto copyMatches = [&]() -> QString {
+      std::vector<float> values(pa.size());
+      std::vector<uint16_t> copy(pa.size());
+      const ParameterStore& cpa = pa;  // reading must not mark anything changed
+      copyBe->download(values.data(), cpa.values(), values.size() * sizeof(float));
+      copyBe->download(copy.data(), cpa.bf16Copy(), copy.size() * sizeof(uint16_t));
+      for (size_t i = 0; i < values.size(); ++i)
+        if (copy[i] != floatToBf16(values[i]))
+          return QString("element %1: copy 0x%2, toBf16(%3) = 0x%4")
+              .arg(i)
+              .arg(copy[i], 0, 16)
+              .arg(values[i])
+              .arg(floatToBf16(values[i]), 0, 16);
+      return {};
+    };
+
+    OptimizerConfig oc;
+    oc.lr = 0.05;  // large steps: every weight's bf16 rounding changes between steps
+    oc.weightDecay = 0.1;
+    Optimizer oa(oc, pa, &copyTracker), ob(oc, pb, &perGemmTracker);
+    for (int step = 0; step < 4; ++step) {
+      const Batch batch = tinyBatch(c, 3, inputsOf(c), 100 + step);
+      const float scale = 1.0f / static_cast<float>(targetsOf(batch));
+      pa.zeroGrads();
+      pb.zeroGrads();
+      const LossStats la = a.forwardBackward(batch, scale), lb = b.forwardBackward(batch, scale);
+      QVERIFY2(la.lossSum == lb.lossSum, qPrintable(QString("step %1: loss sum %2 with the copy, %3 without")
+                                                        .arg(step)
+                                                        .arg(la.lossSum, 0, 'g', 17)
+                                                        .arg(lb.lossSum, 0, 'g', 17)));
+      QVERIFY(pa.finishSync().isOk() && pb.finishSync().isOk());
+      oa.step(static_cast<float>(oc.lr), 1.0f);
+      ob.step(static_cast<float>(oc.lr), 1.0f);
+      if (step == 1) {  // the eager refresh, as the trainer does it after the step
+        pa.refreshBf16Copy();
+        const QString why = copyMatches();
+        QVERIFY2(why.isEmpty(), qPrintable("after an optimizer step: " + why));
+      }
+    }
+    // The last step's update reaches the copy lazily: a GEMM operand of every unit converts its unit.
+    for (const Unit& u : pa.units()) {
+      const int param = u.params.front();
+      const TensorIn op = pa.gemmValue(param);
+      QVERIFY(op.bf16);
+      QCOMPARE(static_cast<const void*>(op.b16()),
+               static_cast<const void*>(pa.bf16Copy() + pa.params()[param].offset));
+    }
+    QVERIFY2(copyMatches().isEmpty(), qPrintable("after a lazy refresh: " + copyMatches()));
+
+    // setUnitValues (checkpoint load): new values for unit 0, seen by the next GEMM operand.
+    const Unit& first = pa.units().front();
+    std::vector<float> unit(first.size);
+    for (size_t i = 0; i < unit.size(); ++i) unit[i] = static_cast<float>(normalAt(5, i));
+    pa.setUnitValues(0, unit.data());
+    (void)pa.gemmValue(first.params.front());
+    QVERIFY2(copyMatches().isEmpty(), qPrintable("after setUnitValues: " + copyMatches()));
+
+    // A write through the mutable values() (loadWeights uploads so): every unit is converted again.
+    const Unit& last = pa.units().back();
+    std::vector<float> lastValues(last.size, 0.375f);
+    copyBe->upload(pa.values() + last.begin, lastValues.data(), last.size * sizeof(float));
+    pa.refreshBf16Copy();
+    QVERIFY2(copyMatches().isEmpty(), qPrintable("after a write through values(): " + copyMatches()));
+  }
+
+  // ZeRO-3 keeps no working copy (its full values exist only while gathered): GEMM operands are the fp32
+  // values, and the Parameters bytes are the fp32 shard only.
+  void bf16WorkingCopyNotKeptUnderZero3() {
+    const RunConfig c = tinyConfig("gpt-tied");
+    auto be = makeCpuBackend(true);
+    be->setGemmPrecision(GemmPrecision::Bf16);
+    MemoryTracker tracker(be.get());
+    const ModelSpec spec = buildModelSpec(c.model, c.training.seqLen, 20);
+    std::vector<int> all(spec.layers.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    StoreLayout layout;
+    layout.layers = all;
+    layout.holdsEmbedding = true;
+    layout.zero = 3;
+    ParameterStore store(spec, c.model.type, c.model.tieEmbeddings, layout, nullptr, &tracker);
+    QVERIFY(!store.keepsBf16Copy() && !store.bf16Copy());
+    QCOMPARE(tracker.current(MemoryCategory::Parameters), static_cast<int64_t>(store.size() * 4));
+    QVERIFY(store.gather(0).isOk());
+    const TensorIn op = store.gemmValue(0);
+    QVERIFY(!op.bf16);
+    QCOMPARE(static_cast<const void*>(op.f32()), static_cast<const void*>(store.readValue(0)));
   }
 
   // A file laid out like a Hugging Face GPT-2 checkpoint loads: "transformer." prefixes, the attention mask

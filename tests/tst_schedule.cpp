@@ -383,6 +383,33 @@ class TestSchedule : public QObject {
     QCOMPARE(ms::peakActivationBytes(*zb, {5, 7}), (std::vector<double>{10, 14}));
   }
 
+  // The runtime's slots keep their buffers: each chunk holds its most microbatches ever in flight. Stage 0 of
+  // the interleaved example above: chunk 0 reaches 4 in flight (F0.0 .. F3.0 before B0.0), chunk 2 reaches 2,
+  // at different times: 4 * 1 + 2 * 100 = 204 against the simultaneous 203; stage 1: chunk 1 reaches 3 (F2.1
+  // comes after chunk 3's first two backwards) and chunk 3 one: 3 * 10 + 1000. Independently: the sum over
+  // chunks of each chunk's own peak (peakActivationBytes of a one-chunk weight).
+  void slotActivationBytesHoldEachChunksMost() {
+    auto interleaved = generate(Schedule::Interleaved1F1B, 2, 2, 4);
+    QVERIFY(interleaved.isOk());
+    const std::vector<double> bytes{1, 10, 100, 1000};
+    QCOMPARE(ms::slotActivationBytes(*interleaved, bytes), (std::vector<double>{204, 1030}));
+    std::vector<double> sum(2, 0.0);
+    for (size_t k = 0; k < bytes.size(); ++k) {
+      std::vector<double> one(bytes.size(), 0.0);
+      one[k] = bytes[k];
+      const auto peaks = ms::peakActivationBytes(*interleaved, one);
+      for (size_t s = 0; s < sum.size(); ++s) sum[s] += peaks[s];
+    }
+    QCOMPARE(ms::slotActivationBytes(*interleaved, bytes), sum);
+    // One chunk per stage: the simultaneous peak. A split backward's extra bytes live from B to W.
+    auto zb = generate(Schedule::ZbH1, 2, 1, 2);
+    QVERIFY(zb.isOk());
+    QCOMPARE(ms::slotActivationBytes(*zb, {5, 7}), (std::vector<double>{10, 14}));
+    // Stage 0 runs F0 F1 B0 W0 B1 W1: 10 + 100 at B0. Stage 1 runs F0 B0 F1 B1 W0 W1: both B's extras and
+    // two slots, 14 + 2000.
+    QCOMPARE(ms::slotActivationBytes(*zb, {5, 7}, {100, 1000}), (std::vector<double>{110, 2014}));
+  }
+
   // Bubble = idle / step time of each stage, step = the last stage's end. GPipe and 1F1B: (P-1)/(M+P-1)
   // (Huang et al. 2019; Narayanan et al. 2021 section 2.2.1). Interleaved: (P-1)/(V*M+P-1), the bubble time
   // divided by V (Narayanan et al. 2021 section 2.2.2). ZB-H1 with M >= P: every stage idles P - 1 units in a

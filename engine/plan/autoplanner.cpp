@@ -195,7 +195,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 const double time = pipelineFactor(schedule, pp, V, M) * (tF + tB + tpComm) + sync;
                 // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
                 const double n = st.params / tp;
-                double pBytes = n * perParam.parameter, gBytes = n * perParam.gradient;
+                double pBytes = n * perParam.parameterBytes(zero), gBytes = n * perParam.gradient;
                 double oBytes = n * perParam.optimizer;
                 if (zero >= 1) oBytes /= dp;
                 if (zero >= 2) gBytes /= dp;

@@ -62,10 +62,10 @@ double layerActivationBytes(const Plan& plan, int l, bool fused) {
   const double full = layer.keptBytesPerSample(p.precision, fused) * plan.microbatchSize();
   const double output = layerOutputBytes(plan, l);
   const bool transformerBlock = layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp;
-  // The gpt head keeps whole tensors on every TP rank (the partial input gradient before its all-reduce,
-  // the row statistics, the losses).
-  if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt) return full;
-  if (tp == 1 || !transformerBlock) return full / tp + output;
+  // Embeddings and heads keep whole tensors on every TP rank (the gpt head its partial input gradient before
+  // the all-reduce, row statistics and losses; vit's patches and head inputs are replicated).
+  if (!transformerBlock) return full + output;
+  if (tp == 1) return full + output;
   // What stays whole on every TP rank (runtime/transformer.cpp). Without sequence parallelism, as in
   // Korthikanti et al. 2022, Table 2, "tensor parallel" row: the two LayerNorm outputs, the residual (3 * T *
   // C values) and the per-row LayerNorm statistics (4 * T). With it the engine still keeps the two LayerNorm
@@ -106,14 +106,21 @@ double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
 
 }  // namespace
 
-StateBytes stateBytesPerParam(Precision, const OptimizerConfig& optimizer) {
-  // The engine's bf16 is autocast-style (kernels/backend.h GemmPrecision::Bf16): the fp32 parameters are the
-  // master weights and the GEMMs round them to bf16 on the fly, gradients stay fp32 (as Megatron-LM keeps its
-  // main gradients), so both precisions cost the same per parameter: AdamW 4 + 4 + 8 = 16 bytes, the total
-  // the ZeRO paper (section 3.1) gives for mixed precision with separate bf16 copies (2 + 2 + 12).
+StateBytes stateBytesPerParam(Precision precision, const OptimizerConfig& optimizer) {
+  // The engine's bf16 is Megatron-LM's: fp32 parameters are the master weights the optimizer updates, a bf16
+  // copy of them is what the GEMMs multiply (runtime/parameters.h, refreshed after each update; none under
+  // ZeRO-3, see StateBytes::parameterBytes), gradients stay fp32 (Megatron-LM's main gradients). AdamW then
+  // costs 4 + 2 + 4 + 8 = 18 bytes per parameter, the figure the Megatron-LM distributed-optimizer
+  // documentation gives for bf16 parameters with fp32 gradients without the distributed optimizer
+  // (Megatron Core developer guide, "Distributed Optimizer", the table of the theoretical number of bytes
+  // per parameter; https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html).
+  // fp32 costs 4 + 4 + 8 = 16, that table's fp32 row.
+  // Unlike Megatron-LM's distributed optimizer (6 + 12/d), ZeRO-1/2 here keep the fp32 master weights whole
+  // on every replica (the all-gather after the step moves fp32), so only the moments are divided.
   const bool momentum = optimizer.momentum > 0;
   const double opt = optimizer.type == OptimizerType::AdamW ? 8.0 : (momentum ? 4.0 : 0.0);
-  return {4.0, 4.0, opt};
+  const double copy = precision == Precision::Bf16 ? 2.0 : 0.0;
+  return {4.0, copy, 4.0, opt};
 }
 
 std::vector<double> chunkParameterCount(const Plan& plan) {
@@ -153,8 +160,33 @@ std::vector<double> chunkActivationBytes(const Plan& plan) {
   return bytes;
 }
 
+std::vector<double> chunkSplitBackwardBytes(const Plan& plan) {
+  std::vector<double> bytes(plan.partition.chunks.size(), 0.0);
+  if (!plan.schedule.splitBackward) return bytes;
+  const ParallelConfig& p = plan.config.parallel;
+  const ModelConfig& m = plan.config.model;
+  const double tp = std::max(1, p.tp), T = plan.model.samplePositions, C = m.width,
+               F = double(m.mlpRatio) * C;
+  for (size_t k = 0; k < plan.partition.chunks.size(); ++k) {
+    const bool fused = fusedAttention(plan, plan.partition.stageOf[k]);
+    for (int l : plan.partition.chunks[k]) {
+      if (plan.model.layers[static_cast<size_t>(l)].kind != LayerKind::Block || m.type == ModelType::Mlp)
+        continue;
+      // runtime/transformer.cpp, split backward: the output gradients of the MLP's and attention's output
+      // projections (T * C each, whole) and of the fc and qkv projections (T * F / tp, T * 3C / tp), fp32.
+      double b = (2.0 * C + (F + 3.0 * C) / tp) * T * 4.0 * plan.microbatchSize();
+      // A recomputed block's activations, re-made in B, stay until W.
+      if (recomputed(plan, l)) b += layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l);
+      bytes[k] += b;
+    }
+  }
+  return bytes;
+}
+
 double recomputeWorkspaceBytes(const Plan& plan, int stage) {
   if (plan.config.parallel.recompute != Recompute::Full) return 0.0;
+  // With a split backward the re-made activations are held until W (chunkSplitBackwardBytes).
+  if (plan.schedule.splitBackward) return 0.0;
   const bool fused = fusedAttention(plan, stage);
   double largest = 0;
   for (int l : plan.partition.layersOfStage(stage))
@@ -240,7 +272,8 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   const int P = plan.partition.stages;
   const double tp = std::max(1, p.tp), dp = std::max(1, p.dp);
   const StateBytes state = stateBytesPerParam(p.precision, plan.config.optimizer);
-  const std::vector<double> peaks = peakActivationBytes(plan.schedule, chunkActivationBytes(plan));
+  const std::vector<double> peaks =
+      slotActivationBytes(plan.schedule, chunkActivationBytes(plan), chunkSplitBackwardBytes(plan));
 
   // Per stage, everything but the device-dependent parts.
   std::vector<MemoryBreakdown> stages(static_cast<size_t>(P));
@@ -248,7 +281,7 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     MemoryBreakdown& m = stages[static_cast<size_t>(s)];
     const double local = stageParameterCount(plan, s) / tp;
     m.stage = s;
-    m.parameters = local * state.parameter / (p.zero >= 3 ? dp : 1.0);
+    m.parameters = p.zero >= 3 ? local * state.parameter / dp : local * state.parameterBytes(p.zero);
     m.gradients = local * state.gradient / (p.zero >= 2 ? dp : 1.0);
     m.optimizer = local * state.optimizer / (p.zero >= 1 ? dp : 1.0);
     m.activations = (s < static_cast<int>(peaks.size()) ? peaks[static_cast<size_t>(s)] : 0.0) +

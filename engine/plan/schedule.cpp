@@ -2,6 +2,7 @@
 // printable forms, and the activation memory a stage's order implies. An activation of (m, k) is held from
 // F(m, k) until the action that ends the backward of (m, k): W when the backward is split, B otherwise.
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -114,11 +115,14 @@ std::string describe(const Action& a) {
 }
 
 std::vector<double> peakActivationBytes(const PipelineSchedule& schedule,
-                                        const std::vector<double>& chunkBytes) {
-  // A chunk without an entry in chunkBytes weighs nothing (the caller passes one entry per chunk).
-  auto bytesOf = [&](int k) {
-    return k >= 0 && k < static_cast<int>(chunkBytes.size()) ? chunkBytes[static_cast<size_t>(k)] : 0.0;
+                                        const std::vector<double>& chunkBytes,
+                                        const std::vector<double>& splitBytes) {
+  // A chunk without an entry weighs nothing (the caller passes one entry per chunk, or no split bytes).
+  auto entry = [](const std::vector<double>& v, int k) {
+    return k >= 0 && k < static_cast<int>(v.size()) ? v[static_cast<size_t>(k)] : 0.0;
   };
+  auto bytesOf = [&](int k) { return entry(chunkBytes, k); };
+  auto splitOf = [&](int k) { return schedule.splitBackward ? entry(splitBytes, k) : 0.0; };
   const ActionType release = schedule.splitBackward ? ActionType::BackwardWeight : ActionType::Backward;
   std::vector<double> peaks;
   peaks.reserve(schedule.actions.size());
@@ -127,8 +131,38 @@ std::vector<double> peakActivationBytes(const PipelineSchedule& schedule,
     double peak = 0.0;
     for (const Action& a : stageActions) {
       if (a.type == ActionType::Forward) held += bytesOf(a.chunk);
-      if (a.type == release) held -= bytesOf(a.chunk);
+      if (a.type == ActionType::Backward) held += splitOf(a.chunk);
+      if (a.type == release) held -= bytesOf(a.chunk) + splitOf(a.chunk);
       peak = std::max(peak, held);
+    }
+    peaks.push_back(peak);
+  }
+  return peaks;
+}
+
+std::vector<double> slotActivationBytes(const PipelineSchedule& schedule,
+                                        const std::vector<double>& chunkBytes,
+                                        const std::vector<double>& splitBytes) {
+  auto entry = [](const std::vector<double>& v, int k) {
+    return k >= 0 && k < static_cast<int>(v.size()) ? v[static_cast<size_t>(k)] : 0.0;
+  };
+  const ActionType release = schedule.splitBackward ? ActionType::BackwardWeight : ActionType::Backward;
+  std::vector<double> peaks;
+  peaks.reserve(schedule.actions.size());
+  for (const auto& stageActions : schedule.actions) {
+    std::map<int, int> inFlight, most;  // per chunk
+    double split = 0.0, slots = 0.0, peak = 0.0;
+    for (const Action& a : stageActions) {
+      if (a.type == ActionType::Forward && ++inFlight[a.chunk] > most[a.chunk]) {
+        most[a.chunk] = inFlight[a.chunk];
+        slots += entry(chunkBytes, a.chunk);
+      }
+      if (schedule.splitBackward && a.type == ActionType::Backward) split += entry(splitBytes, a.chunk);
+      if (a.type == release) {
+        --inFlight[a.chunk];
+        if (schedule.splitBackward) split -= entry(splitBytes, a.chunk);
+      }
+      peak = std::max(peak, slots + split);
     }
     peaks.push_back(peak);
   }

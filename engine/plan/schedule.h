@@ -2,8 +2,8 @@
 // the executor only walks the result). A schedule gives, for every pipeline stage, the ordered actions of one
 // training step: compute (forward, backward, or backward split into input- and weight-gradient parts),
 // point-to-point transfers of activations and their gradients between stages, and the stage's end-of-step
-// work (gradient sync of its parameters, optimizer step). Every rank of a stage (its TP and DP peers) runs the
-// same list; the engine executes it and the simulator times it, so a schedule is never written twice.
+// work (gradient sync of its parameters, optimizer step). Every rank of a stage (its TP and DP peers) runs
+// the same list; the engine executes it and the simulator times it, so a schedule is never written twice.
 //
 // Terms: P stages; the model is cut into K = P * V model chunks in model order (V virtual chunks per stage);
 // chunk k runs on stage stageOf[k]. M microbatches. F(m, k) needs F(m, k-1); B(m, k) needs F(m, k) and
@@ -57,39 +57,52 @@ struct Action {
 
 struct PipelineSchedule {
   Schedule kind = Schedule::OneFOneB;
-  int stages = 1;                   // P
-  int chunksPerStage = 1;           // V
-  int microbatches = 1;             // M
-  bool splitBackward = false;       // B computes input gradients only and W the weight gradients
-  std::vector<int> stageOf;         // (K): stage of each model chunk
+  int stages = 1;                            // P
+  int chunksPerStage = 1;                    // V
+  int microbatches = 1;                      // M
+  bool splitBackward = false;                // B computes input gradients only and W the weight gradients
+  std::vector<int> stageOf;                  // (K): stage of each model chunk
   std::vector<std::vector<Action>> actions;  // (P): the ordered actions of each stage
   int chunkCount() const { return static_cast<int>(stageOf.size()); }
 };
 
 // Generates the schedule. stageOf lists the stage of each model chunk in model order (size P*V; for V == 1 it
-// must be 0, 1, ..., P-1; for interleaved schedules chunk k must be on stage k % P). Errors (as a Status naming
-// the parameter) for combinations the kind cannot express, e.g. interleaved with V < 2 or microbatches not a
-// multiple of P for interleaved 1F1B. The orders (with their sources) are in schedule_gen.cpp: GPipe runs its
-// backwards in forward order 0..M-1; 1F1B warms up with min(P - s - 1, M) forwards on stage s; interleaved 1F1B
-// follows Megatron-LM with min((P - s - 1) * 2 + (V - 1) * P, M * V) warm-up forwards; ZB-H1 follows Qi et al.
-// 2024 and sets splitBackward. In each stage's list GradSync{chunk k} directly follows chunk k's last B (last
-// W when split) and that B's send, so the sync can overlap the compute that remains; one OptimizerStep ends it.
+// must be 0, 1, ..., P-1; for interleaved schedules chunk k must be on stage k % P). Errors (as a Status
+// naming the parameter) for combinations the kind cannot express, e.g. interleaved with V < 2 or microbatches
+// not a multiple of P for interleaved 1F1B. The orders (with their sources) are in schedule_gen.cpp: GPipe
+// runs its backwards in forward order 0..M-1; 1F1B warms up with min(P - s - 1, M) forwards on stage s;
+// interleaved 1F1B follows Megatron-LM with min((P - s - 1) * 2 + (V - 1) * P, M * V) warm-up forwards; ZB-H1
+// follows Qi et al. 2024 and sets splitBackward. In each stage's list GradSync{chunk k} directly follows
+// chunk k's last B (last W when split) and that B's send, so the sync can overlap the compute that remains;
+// one OptimizerStep ends it.
 Expected<PipelineSchedule> generateSchedule(Schedule kind, int stages, int chunksPerStage, int microbatches,
                                             const std::vector<int>& stageOf);
 
 // Proves the properties in the header comment; the error names the stage, the action and what is wrong.
 Status checkSchedule(const PipelineSchedule& schedule);
 
-// Peak, over each stage's action order, of the activation bytes the stage holds: the sum of chunkBytes[k] over
-// the (m, k) whose F is done and whose backward is not (W releases them when the backward is split, B
-// otherwise). chunkBytes (K) is one microbatch's saved activations of each chunk. Returns one value per stage.
-std::vector<double> peakActivationBytes(const PipelineSchedule& schedule, const std::vector<double>& chunkBytes);
+// Peak, over each stage's action order, of the activation bytes the stage holds: the sum of chunkBytes[k]
+// over the (m, k) whose F is done and whose backward is not (W releases them when the backward is split, B
+// otherwise). chunkBytes (K) is one microbatch's saved activations of each chunk. With a split backward,
+// splitBytes (K, optional) is what a chunk's B adds until its W (the output gradients the weight pass needs).
+// Returns one value per stage.
+std::vector<double> peakActivationBytes(const PipelineSchedule& schedule,
+                                        const std::vector<double>& chunkBytes,
+                                        const std::vector<double>& splitBytes = {});
+// What a stage's runtime holds (engine/runtime/pipeline.cpp): a chunk's microbatch slots keep their buffers
+// when freed and are reused, so each chunk holds chunkBytes[k] times the most microbatches it ever had in
+// flight, not only those in flight now; splitBytes are freed at W. The peak over each stage's action order.
+// Equal to peakActivationBytes with one chunk per stage; above it for interleaved schedules, whose chunks
+// peak at different times.
+std::vector<double> slotActivationBytes(const PipelineSchedule& schedule,
+                                        const std::vector<double>& chunkBytes,
+                                        const std::vector<double>& splitBytes = {});
 // The same with every chunk weighing 1: the number of (microbatch, chunk) activations in flight at the peak.
 std::vector<int> peakInFlight(const PipelineSchedule& schedule);
 
-// One token per action, separated by spaces, for debugging and tests: compute "F<m>.<k>" (also B, W); transfers
-// "s<m>.<k>><peer>" for a send and "r<m>.<k><<peer>" for a receive (S, R for gradients); "G<k>"; "O".
-// Example: "r0.0<0 F0.1 s0.1>2".
+// One token per action, separated by spaces, for debugging and tests: compute "F<m>.<k>" (also B, W);
+// transfers "s<m>.<k>><peer>" for a send and "r<m>.<k><<peer>" for a receive (S, R for gradients); "G<k>";
+// "O". Example: "r0.0<0 F0.1 s0.1>2".
 std::string describe(const std::vector<Action>& actions);
 // One action in words for messages: "RecvGrad(mb 3, chunk 5, from stage 3)", "GradSync(chunk 1)".
 std::string describe(const Action& action);

@@ -79,7 +79,7 @@ class VitEmbedding final : public Layer {
     patches.reserve(size_t(B) * m_NP * PP);                  // (B, NP, P*P)
     float* x = m_ws->get(0, size_t(B) * m_NP * m_C, false);  // (B, NP, C)
     m_be.patchify(patches.data(), batch.images, B, m_S, m_P);
-    m_be.linearForward(x, patches.data(), m_w.value(), m_b.value(), B * m_NP, PP, m_C);
+    m_be.linearForward(x, patches.data(), m_w.gemm(), m_b.value(), B * m_NP, PP, m_C);
     m_be.tokensForward(y, x, m_cls ? m_clsToken.value() : nullptr, m_pos.value(), B, m_NP, m_C, m_cls);
   }
 
@@ -89,7 +89,7 @@ class VitEmbedding final : public Layer {
     const int B = batch.B, PP = m_P * m_P;
     float* dx = m_ws->get(0, size_t(B) * m_NP * m_C, true);  // (B, NP, C)
     m_be.tokensBackward(dx, m_cls ? m_clsToken.grad() : nullptr, m_pos.grad(), dy, B, m_NP, m_C, m_cls);
-    m_be.linearBackward(nullptr, m_w.grad(), m_b.grad(), dx, m_caches[slot].a.data(), m_w.value(), B * m_NP,
+    m_be.linearBackward(nullptr, m_w.grad(), m_b.grad(), dx, m_caches[slot].a.data(), m_w.gemm(), B * m_NP,
                         PP, m_C);
   }
   void releaseSlot(int slot) override { m_caches.release(slot); }
@@ -158,7 +158,7 @@ class VitHead final : public ClassifierHead {
     m_be.layerNormForward(c.a.data(), c.b.data(), c.c.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
                           m_eps);
     m_be.poolForward(c.d.data(), c.a.data(), B, m_T, m_C, m_useFirst);
-    m_be.linearForward(c.logits.data(), c.d.data(), m_w.value(), m_b.value(), B, m_C, m_K);
+    m_be.linearForward(c.logits.data(), c.d.data(), m_w.gemm(), m_b.value(), B, m_C, m_K);
     c.stats = classify(c, batch, m_K, mode);
     c.logitsValid = !mode.training;
     m_lastSlot = slot;
@@ -171,7 +171,7 @@ class VitHead final : public ClassifierHead {
     Acts& c = m_caches[slot];
     float* dpooled = m_ws->get(0, size_t(B) * m_C, true);  // (B, C)
     float* dlnf = m_ws->get(1, size_t(N) * m_C, true);     // (B, T, C)
-    m_be.linearBackward(dpooled, m_w.grad(), m_b.grad(), c.logits.data(), c.d.data(), m_w.value(), B, m_C,
+    m_be.linearBackward(dpooled, m_w.grad(), m_b.grad(), c.logits.data(), c.d.data(), m_w.gemm(), B, m_C,
                         m_K);
     m_be.poolBackward(dlnf, dpooled, B, m_T, m_C, m_useFirst);
     m_be.layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.b.data(), c.c.data(),
@@ -205,7 +205,7 @@ class MlpBlock final : public Layer {
     const size_t n = size_t(batch.B) * m_out;
     Buffer& h = m_caches[slot].a;
     h.reserve(n);  // (B, out) pre-activation
-    m_be.linearForward(h.data(), x, m_w.value(), m_b.value(), batch.B, m_in, m_out);
+    m_be.linearForward(h.data(), x, m_w.gemm(), m_b.value(), batch.B, m_in, m_out);
     switch (m_act) {
       case Activation::Relu:
         m_be.reluForward(y, h.data(), n);
@@ -240,7 +240,7 @@ class MlpBlock final : public Layer {
         break;
       }
     }
-    m_be.linearBackward(dx, m_w.grad(), m_b.grad(), dh, x, m_w.value(), batch.B, m_in, m_out);
+    m_be.linearBackward(dx, m_w.grad(), m_b.grad(), dh, x, m_w.gemm(), batch.B, m_in, m_out);
   }
   void releaseSlot(int slot) override { m_caches.release(slot); }
 
@@ -265,7 +265,7 @@ class MlpHead final : public ClassifierHead {
   void forward(const float* x, float*, const BatchView& batch, const ForwardMode& mode, int slot) override {
     Acts& c = m_caches[slot];
     c.logits.reserve(size_t(batch.B) * m_K);  // (B, K)
-    m_be.linearForward(c.logits.data(), x, m_w.value(), m_b.value(), batch.B, m_in, m_K);
+    m_be.linearForward(c.logits.data(), x, m_w.gemm(), m_b.value(), batch.B, m_in, m_K);
     c.stats = classify(c, batch, m_K, mode);
     c.logitsValid = !mode.training;
     m_lastSlot = slot;
@@ -273,7 +273,7 @@ class MlpHead final : public ClassifierHead {
   void backward(const float* x, const float*, float* dx, const BatchView& batch, int slot,
                 BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
-    m_be.linearBackward(dx, m_w.grad(), m_b.grad(), m_caches[slot].logits.data(), x, m_w.value(), batch.B,
+    m_be.linearBackward(dx, m_w.grad(), m_b.grad(), m_caches[slot].logits.data(), x, m_w.gemm(), batch.B,
                         m_in, m_K);
   }
 

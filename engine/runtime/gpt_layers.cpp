@@ -94,7 +94,7 @@ class GptHead final : public Layer {
                           m_eps);
     if (mode.keepLogits && !mode.training) {
       c.logits.reserve(size_t(N) * m_Vl);  // (B, T, Vl), kept for logits()
-      m_be.linearForwardT(c.logits.data(), lnf, m_w.value(), nullptr, N, m_C, m_Vl);
+      m_be.linearForwardT(c.logits.data(), lnf, m_w.gemm(), nullptr, N, m_C, m_Vl);
       crossEntropy(c.logits.data(), c.losses.data(), nullptr, batch.targets, N, 1.0f);
     } else {
       c.logits.clear();  // a kept evaluation's logits
@@ -166,15 +166,15 @@ class GptHead final : public Layer {
                                                           : headChunkRows(N, m_Vl));
     float* logits = m_ws->get(1, size_t(rows) * m_Vl, false);  // (rows, Vl)
     float* dw = mode.training ? m_w.grad() : nullptr;
+    const TensorIn w = m_w.gemm();  // the bf16 working copy in bf16 precision
     for (int r0 = 0; r0 < N; r0 += rows) {
       const int n = std::min(rows, N - r0);
       const float* in = lnf + size_t(r0) * m_C;
-      m_be.linearForwardT(logits, in, m_w.value(), nullptr, n, m_C, m_Vl);
+      m_be.linearForwardT(logits, in, w, nullptr, n, m_C, m_Vl);
       crossEntropy(logits, c.losses.data() + r0, mode.training ? logits : nullptr, batch.targets + r0, n,
                    mode.lossScale);
       if (!mode.training) continue;
-      m_be.linearBackwardT(c.dlnf.data() + size_t(r0) * m_C, dw, nullptr, logits, in, m_w.value(), n, m_C,
-                           m_Vl);
+      m_be.linearBackwardT(c.dlnf.data() + size_t(r0) * m_C, dw, nullptr, logits, in, w, n, m_C, m_Vl);
     }
   }
 

@@ -176,6 +176,12 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   for (size_t i = 0; i < m_units.size(); ++i) m_storage.push_back(std::make_unique<UnitStorage>());
   if (L.zero < 3) {
     m_values = Buffer(m_total, MemoryCategory::Parameters, m_tracker);
+    // The bf16 working copy (see parameters.h gemmValue). ZeRO-3 keeps none: its full values are transient.
+    m_keepCopy = backend().gemmPrecision() == GemmPrecision::Bf16;
+    if (m_keepCopy) {
+      m_bf16 = Buffer(m_total / 2, MemoryCategory::Parameters, m_tracker);
+      m_copyStale.assign(m_units.size(), 1);
+    }
   } else {
     for (size_t u = 0; u < m_units.size(); ++u)
       m_storage[u]->shardValues = Buffer(m_units[u].size / L.dp, MemoryCategory::Parameters, m_tracker);
@@ -234,6 +240,11 @@ float* ParameterStore::unitValuePtr(int u) {
   return m_storage[u]->fullValues.data();
 }
 
+const float* ParameterStore::unitValuePtr(int u) const {
+  if (m_layout.zero < 3) return m_values.data() + m_units[u].begin;
+  return m_storage[u]->fullValues.data();
+}
+
 float* ParameterStore::unitGradPtr(int u) {
   if (m_layout.zero < 2) return m_grads.data() + m_units[u].begin;
   return m_storage[u]->fullGrads.data();
@@ -241,7 +252,14 @@ float* ParameterStore::unitGradPtr(int u) {
 
 float* ParameterStore::value(int i) {
   const Parameter& p = m_params[i];
+  markChanged(p.unit);
   float* base = unitValuePtr(p.unit);
+  return base ? base + (p.offset - m_units[p.unit].begin) : nullptr;
+}
+
+const float* ParameterStore::readValue(int i) const {
+  const Parameter& p = m_params[i];
+  const float* base = unitValuePtr(p.unit);
   return base ? base + (p.offset - m_units[p.unit].begin) : nullptr;
 }
 
@@ -262,7 +280,9 @@ float* ParameterStore::grad(const std::string& name) {
 }
 
 float* ParameterStore::values() {
-  return m_layout.zero < 3 ? m_values.data() : nullptr;
+  if (m_layout.zero >= 3) return nullptr;
+  markAllChanged();
+  return m_values.data();
 }
 float* ParameterStore::grads() {
   return m_layout.zero < 2 ? m_grads.data() : nullptr;
@@ -272,6 +292,44 @@ const float* ParameterStore::values() const {
 }
 const float* ParameterStore::grads() const {
   return m_layout.zero < 2 ? m_grads.data() : nullptr;
+}
+
+bfloat16* ParameterStore::bf16CopyData() const {
+  // The float buffer holds the bf16 elements two by two (the bytes are only ever read as bf16).
+  return m_keepCopy ? reinterpret_cast<bfloat16*>(const_cast<float*>(m_bf16.data())) : nullptr;
+}
+
+const bfloat16* ParameterStore::bf16Copy() const {
+  return bf16CopyData();
+}
+
+void ParameterStore::markChanged(int u) {
+  if (m_keepCopy) m_copyStale[u] = 1;
+}
+
+void ParameterStore::markAllChanged() {
+  if (m_keepCopy) std::fill(m_copyStale.begin(), m_copyStale.end(), 1);
+}
+
+void ParameterStore::refreshUnit(int u) {
+  // The whole unit, padding included (zeros), in one conversion on the backend's stream: ordered after the
+  // writes that marked it (an optimizer update, an all-gather, an upload) and before the GEMMs that read it.
+  const Unit& unit = m_units[u];
+  backend().toBf16(bf16CopyData() + unit.begin, m_values.data() + unit.begin, unit.size);
+  m_copyStale[u] = 0;
+}
+
+void ParameterStore::refreshBf16Copy() {
+  if (!m_keepCopy) return;
+  for (size_t u = 0; u < m_units.size(); ++u)
+    if (m_copyStale[u]) refreshUnit(static_cast<int>(u));
+}
+
+TensorIn ParameterStore::gemmValue(int i) {
+  if (!m_keepCopy) return TensorIn(readValue(i));
+  const Parameter& p = m_params[i];
+  if (m_copyStale[p.unit]) refreshUnit(p.unit);
+  return TensorIn(static_cast<const bfloat16*>(bf16CopyData() + p.offset));
 }
 
 void ParameterStore::zeroGrads() {
@@ -367,6 +425,7 @@ Status ParameterStore::finishSync() {
 
 float* ParameterStore::ownedValues(int u) {
   if (m_layout.zero >= 3) return m_storage[u]->shardValues.data();
+  markChanged(u);  // the optimizer writes through it
   return m_values.data() + m_units[u].begin + ownedBegin(u);
 }
 
@@ -398,6 +457,9 @@ double ParameterStore::ownedGradSquares() const {
 
 Status ParameterStore::allGatherValues() {
   if (m_layout.zero == 0 || m_layout.zero >= 3 || m_layout.dp == 1 || !m_dp) return Status::ok();
+  // The other ranks' slices arrive here: the working copy of every unit must follow, whatever was converted
+  // since the optimizer step.
+  markAllChanged();
   for (size_t u = 0; u < m_units.size(); ++u) {
     float* full = m_values.data() + m_units[u].begin;
     const size_t shard = m_units[u].size / m_layout.dp;
@@ -430,6 +492,7 @@ void ParameterStore::setUnitValues(int u, const float* full) {
   Backend& be = backend();
   if (m_layout.zero < 3) {
     be.upload(m_values.data() + m_units[u].begin, full, n * sizeof(float));
+    markChanged(u);
     return;
   }
   const size_t shard = n / m_layout.dp;

@@ -14,9 +14,15 @@
 // [r * size / dp, (r + 1) * size / dp) of every unit: the optimizer updates only that slice and keeps state
 // only for it.
 //
+// Mixed precision (GemmPrecision::Bf16) with ZeRO < 3: beside the fp32 values (the master weights the
+// optimizer updates) the store keeps a bf16 WORKING COPY of the flat values buffer, which the linear layers
+// multiply as it is (gemmValue), as Megatron-LM trains with bf16 model parameters, fp32 main parameters and
+// fp32 gradients. See gemmValue() for how the copy stays current.
+//
 // What always holds: initialisation of a parameter element depends only on (seed, parameter name, element
 // index in the FULL tensor), so any placement and sharding initialises the same model; layers read values and
-// gradients through BoundParam each time (ZeRO-3 moves them), never keep raw pointers across calls.
+// gradients through BoundParam each time (ZeRO-3 moves them), never keep raw pointers across calls; the bf16
+// working copy, when kept, equals toBf16 of the values whenever a layer reads it.
 #pragma once
 
 #include <map>
@@ -111,17 +117,46 @@ class ParameterStore {
   int tiedUnit() const { return m_tiedUnit; }
   size_t size() const { return m_total; }
 
-  // Current pointers, in backend memory (valid until the unit is released or its gradients freed).
+  // Current pointers, in backend memory (valid until the unit is released or its gradients freed). The
+  // mutable value pointers count as writes: they mark what they expose as changed for the bf16 working copy
+  // (see gemmValue), so read through readValue() where nothing is written.
   float* value(int param);
   float* grad(int param);
   float* value(const std::string& name);
   float* grad(const std::string& name);
+  const float* readValue(int param) const;
 
-  // The flat buffers (ZeRO < 3 for values, ZeRO < 2 for gradients; nullptr otherwise).
+  // The flat buffers (ZeRO < 3 for values, ZeRO < 2 for gradients; nullptr otherwise). The mutable values()
+  // marks every unit changed (see gemmValue).
   float* values();
   float* grads();
   const float* values() const;
   const float* grads() const;
+
+  // ---- the GEMM operand of a parameter: the bf16 working copy ----
+  // Whether the store keeps a bf16 working copy: decided at construction, from the backend's GEMM precision
+  // (the engine sets it before it builds the model, as kernels/backend.h asks: "set before the first op"),
+  // so nothing else has to be told and a store built for fp32 or TF32 never allocates one. Kept in
+  // GemmPrecision::Bf16 with ZeRO < 3, counted as Parameters (2 bytes per element beside the 4 of the fp32
+  // values; plan/memory_model.h predicts the same).
+  bool keepsBf16Copy() const { return m_keepCopy; }
+  // What a GEMM multiplies for a parameter: its slice of the bf16 working copy when one is kept, else its
+  // fp32 value (fp32 and TF32 runs; ZeRO-3, whose full values exist only between gather() and release(), so
+  // its GEMMs still convert the weight per call: the remaining gap, which a bf16 copy made at gather time
+  // would close).
+  // The copy is never stale: every write of the values goes through something that marks its units changed
+  // (initialize, setUnitValues, the mutable value()/values()/ownedValues() -- the optimizer step and weight
+  // loading --, allGatherValues), and a changed unit is converted (one toBf16 over the unit) when a GEMM
+  // next asks for one of its parameters, or at refreshBf16Copy(). So an optimizer step costs one pass over
+  // the flat buffer, never one per GEMM. A write through a mutable pointer kept from before the last
+  // gemmValue() of its unit is not seen: take the pointer again.
+  TensorIn gemmValue(int param);
+  // Converts every changed unit now (the trainer calls it after the optimizer step and ZeRO's all-gather, so
+  // the conversion is timed with the update rather than inside the next forward).
+  void refreshBf16Copy();
+  // The flat working copy (backend memory, size() elements; nullptr when none is kept), for checks: element
+  // i is toBf16(values()[i]) for every unit not marked changed.
+  const bfloat16* bf16Copy() const;
 
   // ---- step life cycle ----
   // Zeroes the gradients (ZeRO >= 2: drops the full gradient buffers; they are created zeroed on first use).
@@ -165,7 +200,12 @@ class ParameterStore {
   struct UnitStorage;
   void build(const ModelSpec& spec, ModelType type, bool tied);
   float* unitValuePtr(int unit);
+  const float* unitValuePtr(int unit) const;
   float* unitGradPtr(int unit);
+  bfloat16* bf16CopyData() const;
+  void refreshUnit(int unit);
+  void markChanged(int unit);
+  void markAllChanged();
 
   StoreLayout m_layout;
   Communicator* m_dp = nullptr;
@@ -178,6 +218,11 @@ class ParameterStore {
   size_t m_total = 0;
   Buffer m_values;  // flat (ZeRO < 3)
   Buffer m_grads;   // flat (ZeRO < 2)
+  // The bf16 working copy (see gemmValue): size() bf16 values in a float buffer of size() / 2 (size() is a
+  // multiple of 16), element i of the copy at byte 2 * i, so a parameter's copy starts 32-byte aligned.
+  bool m_keepCopy = false;
+  Buffer m_bf16;
+  std::vector<char> m_copyStale;  // per unit: its values changed since its copy was made
   std::vector<std::unique_ptr<UnitStorage>> m_storage;
 };
 

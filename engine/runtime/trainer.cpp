@@ -469,6 +469,9 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
       endReason = g.message();
       break;
     }
+    // bf16: the GEMMs' working copy follows the updated values here, inside the optimizer's span, rather
+    // than unit by unit in the next step's forwards (parameters.h gemmValue).
+    model.params().refreshBf16Copy();
     model.addSpan('O', -1, 0, -1, optStart);
     backend.synchronize();  // the step's time includes the device's work
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -65,20 +65,20 @@ class TransformerBlock final : public Layer {
     float* ln1 = c.ln1.target(size_t(N) * C, *m_ws, kKeptStaging);
     m_be.layerNormForward(ln1, c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(), N, C,
                           m_eps);
-    m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
+    m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.gemm(), m_qkvb.value(), N, C, 3 * Cl);
     float* atty = c.atty.target(size_t(N) * Cl, *m_ws, kKeptStaging);
     m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
-    m_be.linearForward(c.res1.data(), c.atty.keep(atty), m_projw.value(),
-                       addsBias ? m_projb.value() : nullptr, N, Cl, C);
+    m_be.linearForward(c.res1.data(), c.atty.keep(atty), m_projw.gemm(), addsBias ? m_projb.value() : nullptr,
+                       N, Cl, C);
     m_tp.allReduce(c.res1.data(), size_t(N) * C);
     m_be.add(c.res1.data(), c.res1.data(), x, size_t(N) * C);
     float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
     m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
                           m_ln2b.value(), N, C, m_eps);
-    m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.value(), m_fcb.value(), N, C, F);
+    m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.gemm(), m_fcb.value(), N, C, F);
     float* gelu = c.gelu.target(size_t(N) * F, *m_ws, kKeptStaging);
     m_be.geluForward(gelu, c.fc.data(), size_t(N) * F);
-    m_be.linearForward(y, c.gelu.keep(gelu), m_fcprojw.value(), addsBias ? m_fcprojb.value() : nullptr, N, F,
+    m_be.linearForward(y, c.gelu.keep(gelu), m_fcprojw.gemm(), addsBias ? m_fcprojb.value() : nullptr, N, F,
                        C);
     m_tp.allReduce(y, size_t(N) * C);
     m_be.add(y, y, c.res1.data(), size_t(N) * C);
@@ -93,12 +93,12 @@ class TransformerBlock final : public Layer {
     if (part == BackwardPart::Weight) {
       // The four linears' weight gradients from the output gradients the input part kept.
       m_be.linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.in(),
-                          m_fcprojw.value(), N, F, C);
-      m_be.linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.in(), m_fcw.value(), N, C,
+                          m_fcprojw.gemm(), N, F, C);
+      m_be.linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.in(), m_fcw.gemm(), N, C,
                           F);
       m_be.linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.in(),
-                          m_projw.value(), N, Cl, C);
-      m_be.linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.in(), m_qkvw.value(), N,
+                          m_projw.gemm(), N, Cl, C);
+      m_be.linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.in(), m_qkvw.gemm(), N,
                           C, 3 * Cl);
       for (Buffer* b : {&c.gOut, &c.gFc, &c.gProj, &c.gQkv}) b->clear();
       return;
@@ -115,9 +115,9 @@ class TransformerBlock final : public Layer {
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
-    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.value(), N, F, C);
+    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
     m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
-    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.value(), N, C, F);
+    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.gemm(), N, C, F);
     m_tp.allReduce(dC, NC);
     m_be.layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.data(), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
@@ -128,10 +128,10 @@ class TransformerBlock final : public Layer {
     }
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
     m_be.zero(dC, NCl * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.in(), m_projw.value(), N, Cl, C);
+    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.in(), m_projw.gemm(), N, Cl, C);
     m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H, m_causal);
     m_be.zero(dC, NC * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.value(), N, C, 3 * Cl);
+    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.gemm(), N, C, 3 * Cl);
     m_tp.allReduce(dC, NC);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     if (dx) {
@@ -202,10 +202,10 @@ class TransformerBlock final : public Layer {
                           m_eps);
     float* ln1 = c.ln1.target(size_t(N) * C, *m_ws, kKeptStaging);
     gatherSequence(ln1, lns, B);
-    m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.value(), m_qkvb.value(), N, C, 3 * Cl);
+    m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.gemm(), m_qkvb.value(), N, C, 3 * Cl);
     float* atty = c.atty.target(size_t(N) * Cl, *m_ws, kKeptStaging);
     m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
-    m_be.linearForward(full, c.atty.keep(atty), m_projw.value(), nullptr, N, Cl, C);
+    m_be.linearForward(full, c.atty.keep(atty), m_projw.gemm(), nullptr, N, Cl, C);
     reduceScatterSequence(c.res1.data(), full, B);  // res1s = reduce-scatter(partial) + bias + xs
     addBias(c.res1.data(), m_projb.value(), Ns);
     m_be.accumulate(c.res1.data(), xs, NsC);
@@ -213,10 +213,10 @@ class TransformerBlock final : public Layer {
                           m_ln2b.value(), Ns, C, m_eps);
     float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
     gatherSequence(ln2, lns, B);
-    m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.value(), m_fcb.value(), N, C, F);
+    m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.gemm(), m_fcb.value(), N, C, F);
     float* gelu = c.gelu.target(size_t(N) * F, *m_ws, kKeptStaging);
     m_be.geluForward(gelu, c.fc.data(), size_t(N) * F);
-    m_be.linearForward(full, c.gelu.keep(gelu), m_fcprojw.value(), nullptr, N, F, C);
+    m_be.linearForward(full, c.gelu.keep(gelu), m_fcprojw.gemm(), nullptr, N, F, C);
     float* ys = xs;  // xs is done with
     reduceScatterSequence(ys, full, B);
     addBias(ys, m_fcprojb.value(), Ns);
@@ -241,9 +241,9 @@ class TransformerBlock final : public Layer {
     // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
     // itself.
     takeShard(dres1s, dy, B);
-    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.value(), N, F, C);
+    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
     m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
-    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.value(), N, C, F);
+    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.gemm(), N, C, F);
     reduceScatterSequence(dshard, dC, B);
     m_be.layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.data(), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), Ns, C);
@@ -254,11 +254,11 @@ class TransformerBlock final : public Layer {
       keep(c.gProj, dfull, NC);
     }
     m_be.zero(dC, NCl * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.in(), m_projw.value(), N, Cl, C);
+    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.in(), m_projw.gemm(), N, Cl, C);
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H, m_causal);
     m_be.zero(dC, NC * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.value(), N, C, 3 * Cl);
+    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.gemm(), N, C, 3 * Cl);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     reduceScatterSequence(dshard, dC, B);
     float* xs = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)

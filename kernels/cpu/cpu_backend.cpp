@@ -92,29 +92,32 @@ class CpuBackend final : public Backend {
   }
   void clearMarks() override { m_marks.clear(); }
 
-  void linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
+  void linearForward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
                      int OC) override {
-    cpu::linearForward(f(out), g(inp, size_t(N) * C, 0, "linearForward"), g(f(weight), size_t(C) * OC, 1),
-                       f(bias), N, C, OC);
+    cpu::linearForward(f(out), g(inp, size_t(N) * C, 0, "linearForward", "input"),
+                       g(weight, size_t(C) * OC, 1, "linearForward", "weight"), f(bias), N, C, OC);
   }
   void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                      const float* weight, int N, int C, int OC) override {
+                      TensorIn weight, int N, int C, int OC) override {
+    checkBf16(weight, "linearBackward", "weight");
     cpu::linearBackward(f(dinp), f(dweight), nullptr, g(f(dout), size_t(N) * OC, 0),
-                        dweight ? g(inp, size_t(N) * C, 1, "linearBackward") : nullptr,
-                        dinp ? g(f(weight), size_t(C) * OC, 2) : nullptr, N, C, OC);
+                        dweight ? g(inp, size_t(N) * C, 1, "linearBackward", "input") : nullptr,
+                        dinp ? g(weight, size_t(C) * OC, 2, "linearBackward", "weight") : nullptr, N, C, OC);
     // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
     if (dbias) cpu::linearBackward(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
   }
-  void linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
+  void linearForwardT(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
                       int OC) override {
-    cpu::linearForwardT(f(out), g(inp, size_t(N) * C, 0, "linearForwardT"), g(f(weight), size_t(OC) * C, 1),
-                        f(bias), N, C, OC);
+    cpu::linearForwardT(f(out), g(inp, size_t(N) * C, 0, "linearForwardT", "input"),
+                        g(weight, size_t(OC) * C, 1, "linearForwardT", "weight"), f(bias), N, C, OC);
   }
   void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                       const float* weight, int N, int C, int OC) override {
+                       TensorIn weight, int N, int C, int OC) override {
+    checkBf16(weight, "linearBackwardT", "weight");
     cpu::linearBackwardT(f(dinp), f(dweight), nullptr, g(f(dout), size_t(N) * OC, 0),
-                         dweight ? g(inp, size_t(N) * C, 1, "linearBackwardT") : nullptr,
-                         dinp ? g(f(weight), size_t(OC) * C, 2) : nullptr, N, C, OC);
+                         dweight ? g(inp, size_t(N) * C, 1, "linearBackwardT", "input") : nullptr,
+                         dinp ? g(weight, size_t(OC) * C, 2, "linearBackwardT", "weight") : nullptr, N, C,
+                         OC);
     // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
     if (dbias) cpu::linearBackwardT(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
   }
@@ -183,7 +186,8 @@ class CpuBackend final : public Backend {
   // The materialised backward does not read out (a bf16 one is only checked).
   void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* saved,
                          TensorIn out, int B, int T, int C, int H, bool causal) override {
-    if (out.bf16) g(out, 0, 0, "attentionBackward");
+    checkBf16(out, "attentionBackward", "output");
+    if (out.bf16) h(out.b16(), "attentionBackward");
     cpu::attentionBackward(f(dqkv), f(scratch), g(f(dout), size_t(B) * T * C, 0),
                            g(f(qkv), size_t(B) * T * 3 * C, 1), f(saved), B, T, C, H, causal);
   }
@@ -333,13 +337,21 @@ class CpuBackend final : public Backend {
     return r.data();
   }
 
-  // A TensorIn GEMM operand: an fp32 one as g() above; a bf16 one (only in GemmPrecision::Bf16) widened into
-  // scratch `slot`, exactly the values g() would have rounded it to.
-  const float* g(TensorIn in, size_t n, int slot, const char* what) {
+  // A bf16 TensorIn is only valid in GemmPrecision::Bf16: in fp32 or TF32 its 8-bit mantissa would silently
+  // stand in for the operand the precision promises. Checked whether or not the op reads the operand, so a
+  // misuse fails the same way on every backend and for every gradient a caller asks for.
+  void checkBf16(TensorIn in, const char* what, const char* operand) const {
+    if (in.bf16 && m_gemm != GemmPrecision::Bf16)
+      throw DeviceFailure(std::string(what) + ": a bf16 " + operand +
+                          " needs the bf16 GEMM precision (it is " + toString(m_gemm) + ")");
+  }
+
+  // A TensorIn GEMM operand (a kept input, a parameter's bf16 working copy): an fp32 one as g() above; a bf16
+  // one (only in GemmPrecision::Bf16) widened into scratch `slot`, exactly the values g() would have rounded
+  // its fp32 original to.
+  const float* g(TensorIn in, size_t n, int slot, const char* what, const char* operand) {
+    checkBf16(in, what, operand);
     if (!in.bf16) return g(f(in.f32()), n, slot);
-    if (m_gemm != GemmPrecision::Bf16)
-      throw DeviceFailure(std::string(what) + ": a bf16 input needs the bf16 GEMM precision (it is " +
-                          toString(m_gemm) + ")");
     const uint16_t* p = reinterpret_cast<const uint16_t*>(h(in.b16(), what));
     std::vector<float>& r = m_rounded[slot];
     r.resize(n);

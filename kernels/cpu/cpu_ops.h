@@ -24,6 +24,9 @@ void setThreads(int n);
 int threads();
 
 // ---- Linear --------------------------------------------------------------------------------------------
+// (The Backend's forms take inp and weight as TensorIn: in GemmPrecision::Bf16 either may be bf16, a kept
+// input or the parameters' bf16 working copy, which the CPU backend widens to fp32 in scratch before calling
+// these; an fp32 one it rounds there instead, to the same values. See kernels/backend.h.)
 // out (N, OC) = inp (N, C) @ weight (C, OC) + bias (OC). bias nullable.
 void linearForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                    int OC);

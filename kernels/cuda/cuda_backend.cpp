@@ -277,20 +277,20 @@ class CudaBackend final : public Backend {
   }
 
   // ---- linear -------------------------------------------------------------------------------------------
-  void linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
+  void linearForward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
                      int OC) override {
     op("linearForward", cuda::linearForward, out, inp, weight, bias, N, C, OC);
   }
   void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                      const float* weight, int N, int C, int OC) override {
+                      TensorIn weight, int N, int C, int OC) override {
     op("linearBackward", cuda::linearBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  void linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C,
+  void linearForwardT(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
                       int OC) override {
     op("linearForwardT", cuda::linearForwardT, out, inp, weight, bias, N, C, OC);
   }
   void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                       const float* weight, int N, int C, int OC) override {
+                       TensorIn weight, int N, int C, int OC) override {
     op("linearBackwardT", cuda::linearBackwardT, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   void toBf16(bfloat16* dst, const float* src, size_t n) override {

@@ -116,19 +116,21 @@ class DeviceBuffer {
 };
 
 // ---- Linear (cuda_linear.cu, cuBLAS) -------------------------------------------------------------------
-// inp is fp32 or, in GemmMode::Bf16 only, bf16 already rounded (ms::TensorIn; used as it is, no conversion).
+// inp and weight are fp32 or, in GemmMode::Bf16 only, bf16 already rounded (ms::TensorIn; used as it is, no
+// conversion: the parameter store's bf16 working copy of a weight, a layer's kept input). A bf16 one in
+// another mode fails naming the op and the operand, whether or not the call reads it.
 // out (N, OC) = inp (N, C) @ weight (C, OC) + bias (OC). bias nullable.
-Status linearForward(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C, int OC,
+Status linearForward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C, int OC,
                      cudaStream_t stream);
 // dinp (N, C) += dout @ weight^T; dweight (C, OC) += inp^T @ dout; dbias (OC) += sum_n dout. All nullable.
 Status linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                      const float* weight, int N, int C, int OC, cudaStream_t stream);
+                      TensorIn weight, int N, int C, int OC, cudaStream_t stream);
 // weight stored (OC, C): out (N, OC) = inp (N, C) @ weight^T + bias. bias nullable.
-Status linearForwardT(float* out, TensorIn inp, const float* weight, const float* bias, int N, int C, int OC,
+Status linearForwardT(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C, int OC,
                       cudaStream_t stream);
 // dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout. All nullable.
 Status linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                       const float* weight, int N, int C, int OC, cudaStream_t stream);
+                       TensorIn weight, int N, int C, int OC, cudaStream_t stream);
 
 // ---- LayerNorm over the last dimension (cuda_layernorm.cu) ----------------------------------------------
 // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N) and rstd (N).
