@@ -37,8 +37,11 @@ std::vector<int> divisors(int n) {
 struct StageFigures {
   double flops = 0;
   double params = 0;
-  double activationBytes = 0;
-  double inputBytes = 0;  // per sample, what recompute keeps (block outputs; embedding and head whole)
+  // Saved activation bytes per sample, as the memory model counts them (memory_model.h): wholeBytes stay
+  // whole on every TP rank (layer outputs, embedding and head), blockBytes are the blocks' saved tensors
+  // (split by TP but for their replicated parts); recompute keeps only wholeBytes and re-makes one block.
+  double wholeBytes = 0;
+  double blockBytes = 0;
   double largestLayerActivation = 0;
   int blocks = 0;
 };
@@ -62,16 +65,17 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
         // Each layer's output buffer stays per microbatch (memory_model.h chunkActivationBytes).
         const double output = layer.kind == LayerKind::Head ? 0.0 : double(layer.outputBytesPerSample);
         const double kept = layer.keptBytesPerSample(precision, fused);
-        f.inputBytes += layer.kind == LayerKind::Block ? output : kept + output;
-        f.activationBytes += kept + output;
-        f.largestLayerActivation = std::max(f.largestLayerActivation, kept);
+        f.wholeBytes += layer.kind == LayerKind::Block ? output : kept + output;
+        if (layer.kind == LayerKind::Block) f.blockBytes += kept;
+        if (layer.kind == LayerKind::Block)
+          f.largestLayerActivation = std::max(f.largestLayerActivation, kept);
         f.blocks += layer.kind == LayerKind::Block ? 1 : 0;
       }
     }
     worst.flops = std::max(worst.flops, f.flops);
     worst.params = std::max(worst.params, f.params);
-    worst.activationBytes = std::max(worst.activationBytes, f.activationBytes);
-    worst.inputBytes = std::max(worst.inputBytes, f.inputBytes);
+    worst.wholeBytes = std::max(worst.wholeBytes, f.wholeBytes);
+    worst.blockBytes = std::max(worst.blockBytes, f.blockBytes);
     worst.largestLayerActivation = std::max(worst.largestLayerActivation, f.largestLayerActivation);
     worst.blocks = std::max(worst.blocks, f.blocks);
   }
@@ -200,11 +204,21 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 if (zero >= 1) oBytes /= dp;
                 if (zero >= 2) gBytes /= dp;
                 if (zero >= 3) pBytes /= dp;
-                const double actScale = double(mbs) / tp;
+                // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
+                // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
+                // statistics.
+                const double lnBytes = base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0;
+                const double T = positions, C = model.width;
+                const double replicated =
+                    tp == 1 ? 0.0
+                            : 2.0 * T * C * lnBytes +
+                                  (base.parallel.sequenceParallel ? 0.0 : (T * C + 4.0 * T) * 4.0);
+                const double blocksPart = std::min(st.blockBytes, replicated * st.blocks);
+                const double blockBytes = blocksPart + (st.blockBytes - blocksPart) / tp;
                 const double perMicrobatch =
-                    rc == Recompute::Full ? st.inputBytes * actScale : st.activationBytes * actScale;
+                    mbs * (rc == Recompute::Full ? st.wholeBytes : st.wholeBytes + blockBytes);
                 const double act = inFlight(schedule, pp, V, M) * perMicrobatch +
-                                   (rc == Recompute::Full ? st.largestLayerActivation * actScale : 0.0);
+                                   (rc == Recompute::Full ? st.largestLayerActivation * mbs / tp : 0.0);
                 const double memory = pBytes + gBytes + oBytes + act;
                 leastMemory = std::min(leastMemory, memory);
                 if (memory > 1.1 * smallestMemory) continue;
@@ -230,9 +244,12 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   std::sort(fits.begin(), fits.end(), [](const Screened& a, const Screened& b) {
     return a.time != b.time ? a.time < b.time : a.memory < b.memory;
   });
+  // The screen is an estimate: candidates the memory model then refuses do not count, up to a bound on
+  // the memory checks.
   const int toSimulate = std::max(options.simulate, options.top);
+  int checked = 0;
   for (const Screened& s : fits) {
-    if (result.simulated >= toSimulate) break;
+    if (result.simulated >= toSimulate || checked >= 20 * toSimulate) break;
     RunConfig config = base;
     config.parallel = s.parallel;
     config.parallel.placement =
@@ -240,7 +257,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
     if (!validateRunConfig(config).empty()) continue;
     auto plan = buildPlan(config);
     if (!plan) continue;
-    ++result.simulated;
+    ++checked;
     const std::vector<MemoryBreakdown> memory = estimateMemory(*plan);
     bool allFit = true;
     PlanCandidate c;
@@ -252,6 +269,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
       }
     }
     if (!allFit) continue;
+    ++result.simulated;
     const CostModel cost(*plan);
     const SimResult sim = simulate(*plan, cost);
     c.config = std::move(config);
