@@ -42,6 +42,14 @@ std::vector<std::string> stageLayers(const Plan& plan, int stage) {
   return names;
 }
 
+// "24.6%", or "n/a" for an MFU without a published peak.
+std::string percentOrNa(double fraction, bool defined) {
+  if (!defined) return "n/a";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f%%", 100.0 * fraction);
+  return text;
+}
+
 }  // namespace
 
 nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& memory, const SimResult& sim) {
@@ -61,11 +69,8 @@ nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& me
                        {"capacity_bytes", m.capacity},
                        {"bubble_fraction", sim.bubbleFraction[r]}});
   }
-  return {{"devices", devices},
-          {"step_time_s", sim.stepTime},
-          {"tokens_per_s", sim.tokensPerSecond},
-          {"mfu", sim.mfu},
-          {"fits", fits}};
+  return {{"devices", devices}, {"step_time_s", sim.stepTime},   {"tokens_per_s", sim.tokensPerSecond},
+          {"mfu", sim.mfu},     {"mfu_defined", sim.mfuDefined}, {"fits", fits}};
 }
 
 int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::string& writePath) {
@@ -115,8 +120,9 @@ int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::s
                 m["other"].get<double>() / kGiB, total / kGiB, cap / kGiB,
                 100.0 * d["bubble_fraction"].get<double>(), total > cap ? "  DOES NOT FIT" : "");
   }
-  std::printf("\nstep %.4f s, %.0f tokens/s, MFU %.1f%%, %s\n", sim.stepTime, sim.tokensPerSecond,
-              100.0 * sim.mfu,
+  // MFU is a fraction of a published peak: a device without one (the cpu placeholder) has none to state.
+  std::printf("\nstep %.4f s, %.0f tokens/s, MFU %s, %s\n", sim.stepTime, sim.tokensPerSecond,
+              percentOrNa(sim.mfu, sim.mfuDefined).c_str(),
               j["fits"].get<bool>() ? "fits in memory on every device" : "DOES NOT FIT on every device");
   return 0;
 }
@@ -144,6 +150,7 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                     {"step_time_s", c.stepTime},
                     {"tokens_per_s", c.tokensPerSecond},
                     {"mfu", c.mfu},
+                    {"mfu_defined", c.mfuDefined},
                     {"bubble_fraction", c.bubbleFraction},
                     {"peak_memory_bytes", c.peakMemoryBytes},
                     {"capacity_bytes", c.capacityBytes}});
@@ -162,15 +169,15 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                 "memory GiB");
     int i = 1;
     for (const auto& c : list)
-      std::printf(
-          "%-3d %5d %4d %4d %-17s %3d %5d %4d %4d %-5s %10.4f %12.0f %5.1f%% %6.1f%% %5.1f / %-5.1f\n", i++,
-          c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(),
-          c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
-          c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
-          c["recompute"].get<std::string>().c_str(), c["step_time_s"].get<double>(),
-          c["tokens_per_s"].get<double>(), 100.0 * c["mfu"].get<double>(),
-          100.0 * c["bubble_fraction"].get<double>(), c["peak_memory_bytes"].get<double>() / kGiB,
-          c["capacity_bytes"].get<double>() / kGiB);
+      std::printf("%-3d %5d %4d %4d %-17s %3d %5d %4d %4d %-5s %10.4f %12.0f %6s %6.1f%% %5.1f / %-5.1f\n",
+                  i++, c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(),
+                  c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
+                  c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
+                  c["recompute"].get<std::string>().c_str(), c["step_time_s"].get<double>(),
+                  c["tokens_per_s"].get<double>(),
+                  percentOrNa(c["mfu"].get<double>(), c["mfu_defined"].get<bool>()).c_str(),
+                  100.0 * c["bubble_fraction"].get<double>(), c["peak_memory_bytes"].get<double>() / kGiB,
+                  c["capacity_bytes"].get<double>() / kGiB);
     std::printf("\n%d candidates considered, %d passed the memory screen, %d simulated, in %.2f s\n",
                 result->considered, result->screenedFit, result->simulated, result->seconds);
   }

@@ -438,7 +438,10 @@ class TestUiEditing : public QObject {
     canvas.show();
     QVERIFY(QTest::qWaitForWindowExposed(&canvas));
     QCOMPARE(canvas.meshGeometry().deviceCount(), 1024);
-    QCOMPARE(canvas.scene()->items().size(), qsizetype(128 + 2));  // a node item each, legend, message
+    // A node item each and the message; the legend is a panel beside the canvas, not a scene item.
+    QCOMPARE(canvas.scene()->items().size(), qsizetype(128 + 1));
+    QVERIFY2(canvas.legendText().contains("stage 7: b43-b48 + b91-b95, head"),
+             qPrintable(canvas.legendText()));
     // dp 16, tp 8, pp 8: device 1023 holds rank 1023 (stage 7, tp 7, dp 15).
     QVERIFY2(canvas.tileLabel(1023).startsWith("rank 1023 · stage 7\ntp 7 · dp 15"),
              qPrintable(canvas.tileLabel(1023)));

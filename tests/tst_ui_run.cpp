@@ -619,7 +619,7 @@ class TestUiRun : public QObject {
     QVERIFY2(view.statusText().contains("finished ok"), qPrintable(view.statusText()));
     QVERIFY(view.logText().contains("mpirun"));  // launch's command line, from stderr
     QCOMPARE(view.memoryTable()->rowCount(), 2);
-    QVERIFY(view.memoryTable()->item(1, RunView::ColMeasuredMiB)->text().toDouble() > 0);
+    QVERIFY(view.memoryTable()->item(1, RunView::ColMeasuredMemory)->text().toDouble() > 0);
     QVERIFY(view.memoryTable()->item(0, RunView::ColPredictedBubble)->text().endsWith('%'));
     const QString plots = dir.filePath("plots");
     QVERIFY(view.savePlots(plots, "png"));

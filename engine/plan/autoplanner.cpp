@@ -277,6 +277,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
     c.stepTime = sim.stepTime;
     c.tokensPerSecond = sim.tokensPerSecond;
     c.mfu = sim.mfu;
+    c.mfuDefined = sim.mfuDefined;
     for (double b : sim.bubbleFraction) c.bubbleFraction = std::max(c.bubbleFraction, b);
     result.best.push_back(std::move(c));
   }

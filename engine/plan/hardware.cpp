@@ -39,8 +39,8 @@ std::vector<DeviceSpec> makeDeviceCatalog() {
   return {
       // This machine's CPU. Placeholders until calibration (withCalibration()) measures a GEMM: 100 GFLOP/s
       // fp32 (a few AVX2 cores), bf16 no faster (no AMX assumed), 24 GiB of RAM, 20 GB/s of DRAM bandwidth.
-      DeviceSpec{"cpu", "CPU (this machine, calibrated)", 1e11, 0, 1e11, 24 * kGibi, 20 * kGiga,
-                 kCpuFraction},
+      DeviceSpec{"cpu", "CPU (this machine, calibrated)", 1e11, 0, 1e11, 24 * kGibi, 20 * kGiga, kCpuFraction,
+                 /*publishedPeak=*/false},
       // NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), table 3, H100 SXM5: FP32 66.9 TFLOPS,
       // TF32 tensor 494.7, BF16 tensor 989.4 (dense; 1978.9 with sparsity); NVIDIA H100 datasheet: 80GB
       // HBM3, 3.35TB/s.

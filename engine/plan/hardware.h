@@ -28,6 +28,10 @@ struct DeviceSpec {
   // Fraction of peak a well-fed training step reaches on this device (the cost model's default efficiency;
   // calibration replaces it with measured per-layer times).
   double achievableFraction = 0.5;
+  // Whether the peaks are published figures (a datasheet, or a user's own type): MFU is a fraction of a
+  // published peak, so it is only stated for plans whose devices all have one. The "cpu" entry's figures are
+  // placeholders (or a GEMM measured on this machine), not a peak.
+  bool publishedPeak = true;
   double peakFlops(Precision p) const { return p == Precision::Bf16 ? peakFlopsBf16 : peakFlopsFp32; }
 };
 

@@ -135,6 +135,7 @@ SimResult simulate(const Plan& plan, const CostModel& costs) {
   result.spansByRank.resize(static_cast<size_t>(world));
   result.bubbleFraction.assign(static_cast<size_t>(world), 0.0);
   double peakSum = 0;
+  bool allPublished = true;
   for (int r = 0; r < world; ++r) {
     const int s = plan.stageOfRank(r);
     if (s < 0 || s >= P) continue;
@@ -147,6 +148,7 @@ SimResult simulate(const Plan& plan, const CostModel& costs) {
                                    ? plan.mesh.devices[static_cast<size_t>(plan.layout.deviceOf[r])].spec
                                    : stageDevice(plan, s);
     peakSum += device.peakFlops(plan.config.parallel.precision);
+    allPublished = allPublished && device.publishedPeak;
   }
 
   double forwardFlopsPerSample = 0;
@@ -157,6 +159,7 @@ SimResult simulate(const Plan& plan, const CostModel& costs) {
     result.tokensPerSecond = samples * plan.model.samplePositions / result.stepTime;
     if (peakSum > 0) result.mfu = result.modelFlopsPerStep / (result.stepTime * peakSum);
   }
+  result.mfuDefined = allPublished && peakSum > 0 && result.stepTime > 0;
   return result;
 }
 

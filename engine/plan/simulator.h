@@ -52,6 +52,9 @@ struct SimResult {
   // FLOPs = 3 * (sum of the layers' forwardFlopsPerSample) * batch_size: forward plus a 2x backward,
   // attention included, recomputation not counted (the MFU of Chowdhery et al. 2022, PaLM, appendix B).
   double mfu = 0;
+  // True when every rank's device has a published peak (DeviceSpec::publishedPeak): only then is mfu an
+  // MFU a person can compare with published runs, and only then do the studio and `plan` print it.
+  bool mfuDefined = false;
   double modelFlopsPerStep = 0;
   // Empty when every list ran to its end; else which stage is blocked on which action (a hand-edited schedule
   // that deadlocks; buildPlan's schedules never do). The figures then cover the part that ran.

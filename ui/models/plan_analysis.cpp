@@ -2,6 +2,7 @@
 #include "ui/models/plan_analysis.h"
 
 #include <QElapsedTimer>
+#include <utility>
 
 #include "plan/cost_model.h"
 
@@ -14,17 +15,41 @@ bool allowsDeviceSharing(const RunConfig& config) {
   return true;
 }
 
+QString phaseText(AnalysisPhase phase, int ranks) {
+  switch (phase) {
+    case AnalysisPhase::Validating:
+      return QObject::tr("checking the settings");
+    case AnalysisPhase::Building:
+      return QObject::tr("building the plan");
+    case AnalysisPhase::Simulating:
+      return QObject::tr("simulating one step of %n rank(s)", nullptr, ranks);
+    case AnalysisPhase::Memory:
+      return QObject::tr("estimating the memory of %n rank(s)", nullptr, ranks);
+    case AnalysisPhase::Timeline:
+      return QObject::tr("laying out the timeline");
+    case AnalysisPhase::NUM_PHASES:
+      break;
+  }
+  return {};
+}
+
 std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64 generation,
-                                                const std::optional<Calibration>& calibration) {
+                                                const std::optional<Calibration>& calibration,
+                                                const std::function<void(AnalysisPhase, int)>& progress) {
   QElapsedTimer timer;
   timer.start();
+  const auto phase = [&](AnalysisPhase p, int ranks) {
+    if (progress) progress(p, ranks);
+  };
   auto out = std::make_shared<PlanSnapshot>();
   out->config = config;
   out->generation = generation;
+  phase(AnalysisPhase::Validating, 0);
   const ConfigErrors errors = validateRunConfig(config);
   if (!errors.empty()) {
     out->error = QString::fromStdString(formatConfigErrors(errors, config.name));
   } else {
+    phase(AnalysisPhase::Building, 0);
     auto plan = buildPlan(config, allowsDeviceSharing(config));
     if (!plan) {
       out->error = QString::fromStdString(plan.message());
@@ -54,8 +79,12 @@ std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64
                                    : QString::fromStdString(s.message());
         }
       }
+      const int ranks = out->plan->layout.world();
+      phase(AnalysisPhase::Simulating, ranks);
       out->sim = simulate(*out->plan, costs);
+      phase(AnalysisPhase::Memory, ranks);
       out->memory = estimateMemory(*out->plan);
+      phase(AnalysisPhase::Timeline, ranks);
       out->timeline = timelineFromSimulation(*out->plan, out->sim);
     }
   }
@@ -65,11 +94,19 @@ std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64
 
 PlanAnalyzer::PlanAnalyzer(QObject* parent) : QObject(parent) {
   qRegisterMetaType<std::shared_ptr<const PlanSnapshot>>();
+  qRegisterMetaType<AnalysisPhase>();
   m_pool.setMaxThreadCount(1);
+  m_reaper.setMaxThreadCount(1);
 }
 
 PlanAnalyzer::~PlanAnalyzer() {
   m_pool.waitForDone();
+  m_reaper.waitForDone();
+}
+
+void PlanAnalyzer::releaseLater(std::shared_ptr<const PlanSnapshot> snapshot) {
+  if (!snapshot) return;
+  m_reaper.start([snapshot = std::move(snapshot)]() mutable { snapshot.reset(); });
 }
 
 void PlanAnalyzer::setCalibration(std::optional<Calibration> calibration) {
@@ -89,8 +126,13 @@ void PlanAnalyzer::startNext() {
   m_pending.reset();
   m_running = true;
   const quint64 generation = ++m_generation;
+  emit started(generation);
   m_pool.start([this, config = std::move(config), generation, calibration = m_calibration] {
-    auto snapshot = analyzePlan(config, generation, calibration);
+    const auto report = [this](AnalysisPhase phase, int ranks) {
+      QMetaObject::invokeMethod(
+          this, [this, phase, ranks] { emit progress(phase, ranks); }, Qt::QueuedConnection);
+    };
+    auto snapshot = analyzePlan(config, generation, calibration, report);
     // Back to the analyzer's thread. `this` is alive here: the destructor waits for the pool first; an event
     // still queued when the analyzer is destroyed is discarded by Qt with it.
     QMetaObject::invokeMethod(
@@ -100,7 +142,7 @@ void PlanAnalyzer::startNext() {
 
 void PlanAnalyzer::finished(std::shared_ptr<const PlanSnapshot> snapshot) {
   m_running = false;
-  m_latest = snapshot;
+  releaseLater(std::exchange(m_latest, snapshot));
   emit ready(snapshot);
   startNext();
 }

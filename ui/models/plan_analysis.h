@@ -5,11 +5,14 @@
 //
 // What always holds: ready() delivers snapshots in request order, each for the config it names; a snapshot
 // whose plan failed carries the error (field and reason) and no figures; the analyzer's destructor waits
-// for a running analysis, so no callback outlives it.
+// for a running analysis, so no callback outlives it. A snapshot of a 16384-rank plan holds hundreds of MB:
+// releaseLater() lets the last reference to an old one go on a worker thread, so replacing a large plan
+// never stalls the GUI thread on freeing it.
 #pragma once
 
 #include <QObject>
 #include <QThreadPool>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -52,9 +55,17 @@ struct PlanSnapshot {
 // Whether the studio lets ranks share a device for this config (the CPU engine runs several ranks per host).
 bool allowsDeviceSharing(const RunConfig& config);
 
-// The analysis itself, synchronous (tests and the analyzer's worker call it).
-std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64 generation = 0,
-                                                const std::optional<Calibration>& calibration = std::nullopt);
+// The phases of an analysis, in order, for a progress display.
+enum class AnalysisPhase { Validating, Building, Simulating, Memory, Timeline, NUM_PHASES };
+QString phaseText(AnalysisPhase phase, int ranks);  // "simulating one step of 1024 ranks"
+
+// The analysis itself, synchronous (tests and the analyzer's worker call it). `progress`, when set, is
+// called at the start of each phase with the plan's rank count (0 before it is known), on the caller's
+// thread.
+std::shared_ptr<const PlanSnapshot> analyzePlan(
+    const RunConfig& config, quint64 generation = 0,
+    const std::optional<Calibration>& calibration = std::nullopt,
+    const std::function<void(AnalysisPhase, int ranks)>& progress = {});
 
 class PlanAnalyzer : public QObject {
   Q_OBJECT
@@ -70,14 +81,20 @@ class PlanAnalyzer : public QObject {
   std::shared_ptr<const PlanSnapshot> latest() const { return m_latest; }
   // True while an analysis runs or waits.
   bool busy() const { return m_running || m_pending.has_value(); }
+  // Drops this reference to a snapshot on a worker thread (where the last reference frees it).
+  void releaseLater(std::shared_ptr<const PlanSnapshot> snapshot);
 
  signals:
   void ready(std::shared_ptr<const ms::PlanSnapshot> snapshot);
+  // An analysis of the newest request started (its generation) or moved to a phase.
+  void started(quint64 generation);
+  void progress(ms::AnalysisPhase phase, int ranks);
 
  private:
   void startNext();
   void finished(std::shared_ptr<const PlanSnapshot> snapshot);
   QThreadPool m_pool;
+  QThreadPool m_reaper;  // frees old snapshots
   std::optional<RunConfig> m_pending;
   std::optional<RunConfig> m_lastRequested;
   std::optional<Calibration> m_calibration;
@@ -89,3 +106,4 @@ class PlanAnalyzer : public QObject {
 }  // namespace ms
 
 Q_DECLARE_METATYPE(std::shared_ptr<const ms::PlanSnapshot>)
+Q_DECLARE_METATYPE(ms::AnalysisPhase)

@@ -65,6 +65,7 @@ void ProjectDocument::applyConfig(const RunConfig& config) {
   m_config = config;
   m_config.baseDir = baseDir;  // where relative paths resolve belongs to the file, not to the edit
   m_errors = validateRunConfig(m_config);
+  ++m_revision;
   emit configChanged();
 }
 
@@ -93,6 +94,7 @@ void ProjectDocument::reset(const RunConfig& config, const QString& path) {
   m_config = config;
   m_errors = validateRunConfig(m_config);
   m_undo.setClean();
+  ++m_revision;
   emit configChanged();
   emit fileChanged();
   emit modifiedChanged(false);

@@ -30,6 +30,9 @@ class ProjectDocument : public QObject {
   QString filePath() const { return m_path; }  // empty for a new, never saved project
   QString displayName() const;                 // file name, or the config's name for a new project
   bool isModified() const { return !m_undo.isClean(); }
+  // Counts every change of config() (edit, undo, redo, load, reset): a message about one state of the
+  // project (a drop placed, a plan applied) holds while the revision it was shown at is current.
+  quint64 revision() const { return m_revision; }
   QUndoStack* undoStack() { return &m_undo; }
 
   // One undoable edit: `change` is applied to a copy of config(); nothing is pushed when it changes
@@ -59,6 +62,7 @@ class ProjectDocument : public QObject {
   ConfigErrors m_errors;
   QString m_path;
   QUndoStack m_undo;
+  quint64 m_revision = 0;
 };
 
 // Built-in templates for File > New. Each returns a valid config; "gpt", "vit" and "mlp" train on this

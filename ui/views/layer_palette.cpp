@@ -17,23 +17,9 @@
 #include "ui/models/placement.h"
 #include "ui/models/plan_analysis.h"
 #include "ui/models/project_document.h"
+#include "ui/models/units.h"
 
 namespace ms {
-
-namespace {
-
-QString timeText(double seconds) {
-  if (seconds >= 1) return QStringLiteral("%1 s").arg(seconds, 0, 'f', 3);
-  return QStringLiteral("%1 ms").arg(seconds * 1e3, 0, 'f', seconds >= 1e-2 ? 1 : 3);
-}
-
-QString countText(double v) {
-  if (v >= 1e6) return QStringLiteral("%1 M").arg(v / 1e6, 0, 'f', 2);
-  if (v >= 1e3) return QStringLiteral("%1 k").arg(v / 1e3, 0, 'f', 1);
-  return QString::number(v, 'f', 0);
-}
-
-}  // namespace
 
 LayerPalette::LayerPalette(ProjectDocument* doc, QWidget* parent)
     : QWidget(parent), m_doc(doc), m_model(new LayerModel(doc, this)) {
@@ -75,11 +61,12 @@ LayerPalette::LayerPalette(ProjectDocument* doc, QWidget* parent)
   connect(m_autoPlan, &QPushButton::clicked, this, &LayerPalette::startAutoPlan);
   connect(doc, &ProjectDocument::configChanged, this, [this] {
     ++m_generation;
-    // The model says why it has no rows or no stages; otherwise the last message (a balance result) stays,
-    // unless it was such a status, which no longer holds.
+    // The model says why it has no rows or no stages. Otherwise a message about a result (a balance, an
+    // applied auto-plan) holds only for the project state it described: an undo, another edit or another
+    // project clears it.
     if (!m_model->status().isEmpty())
       setMessage(m_model->status(), true);
-    else if (m_showsStatus)
+    else if (m_showsStatus || m_messageRevision != m_doc->revision())
       setMessage(QString(), false);
     m_showsStatus = !m_model->status().isEmpty();
   });
@@ -94,6 +81,7 @@ QString LayerPalette::message() const {
 }
 
 void LayerPalette::setMessage(const QString& text, bool error) {
+  m_messageRevision = m_doc->revision();
   m_message->setText(text);
   m_message->setStyleSheet(error ? QStringLiteral("color: #d32f2f") : QString());
   m_message->setVisible(!text.isEmpty());
@@ -203,7 +191,7 @@ bool LayerPalette::applyCandidate(int i) {
                  .arg(p.pp)
                  .arg(QString::fromLatin1(toString(p.schedule)))
                  .arg(p.microbatches)
-                 .arg(timeText(c.stepTime)),
+                 .arg(formatSeconds(c.stepTime)),
              false);
   return true;
 }
@@ -224,13 +212,11 @@ QStringList LayerPalette::candidateRow(const PlanCandidate& c) {
           QString::number(p.microbatches),
           QString::number(p.zero),
           QString::fromLatin1(toString(p.recompute)),
-          timeText(c.stepTime),
-          countText(c.tokensPerSecond),
-          QStringLiteral("%1 %").arg(c.mfu * 100, 0, 'f', 1),
-          QStringLiteral("%1 %").arg(c.bubbleFraction * 100, 0, 'f', 1),
-          QStringLiteral("%1 / %2 GB")
-              .arg(c.peakMemoryBytes / 1e9, 0, 'f', 1)
-              .arg(c.capacityBytes / 1e9, 0, 'f', 1)};
+          formatSeconds(c.stepTime),
+          formatSi(c.tokensPerSecond),
+          c.mfuDefined ? formatPercent(c.mfu) : tr("n/a"),
+          formatPercent(c.bubbleFraction),
+          tr("%1 of %2").arg(formatBytes(c.peakMemoryBytes), formatBytes(c.capacityBytes))};
 }
 
 void LayerPalette::showCandidates() {

@@ -71,10 +71,10 @@ class LayerPalette : public QWidget {
   QPushButton* m_autoPlan;
   QLabel* m_message;
   std::vector<PlanCandidate> m_candidates;
-  RunConfig m_candidatesBase;  // the config the candidates were computed for
-  quint64 m_generation = 0;
-  bool m_showsStatus = false;  // the message is the layer model's status    // counts config changes: a
-                               // result for an older one is dropped
+  RunConfig m_candidatesBase;     // the config the candidates were computed for
+  quint64 m_generation = 0;       // counts config changes: a result for an older one is dropped
+  bool m_showsStatus = false;     // the message is the layer model's status
+  quint64 m_messageRevision = 0;  // the document revision the message was shown at
   QThreadPool m_pool;
 };
 

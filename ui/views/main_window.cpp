@@ -1,28 +1,37 @@
 // MainWindow; see main_window.h.
 #include "ui/views/main_window.h"
 
+#include <QAbstractSpinBox>
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDateTime>
 #include <QDir>
 #include <QDockWidget>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QInputDialog>
+#include <QKeyEvent>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenuBar>
+#include <QProgressBar>
+#include <QScreen>
 #include <QSettings>
 #include <QSplitter>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTimer>
 #include <QToolBar>
 #include <QVBoxLayout>
 
 #include "plan/launch_script.h"
 #include "ui/models/chrome_trace.h"
 #include "ui/models/project_document.h"
+#include "ui/models/units.h"
 #include "ui/run/calibration.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
@@ -30,6 +39,7 @@
 #include "ui/views/layer_palette.h"
 #include "ui/views/memory_view.h"
 #include "ui/views/mesh_canvas.h"
+#include "ui/views/mesh_panel.h"
 #include "ui/views/run_view.h"
 #include "ui/views/timeline_view.h"
 
@@ -39,18 +49,23 @@ namespace {
 
 constexpr int kMaxRecent = 8;
 const char* kRecentKey = "recentFiles";
+constexpr int kProgressTickMs = 250;
 
-QString human(double value, const char* unit) {
-  const char* prefixes[] = {"", "k", "M", "G", "T", "P"};
-  int i = 0;
-  while (std::abs(value) >= 1000 && i < 5) value /= 1000, ++i;
-  return QStringLiteral("%1 %2%3").arg(value, 0, 'f', value < 10 ? 2 : 1).arg(prefixes[i]).arg(unit);
+// The built-in examples' folder: their runs go to the user's data folder, not into the source tree.
+bool isExampleProject(const QString& path) {
+#ifdef MS_EXAMPLES_DIR
+  return !path.isEmpty() &&
+         QFileInfo(path).absoluteDir() == QDir(QStringLiteral(MS_EXAMPLES_DIR)).absolutePath();
+#else
+  Q_UNUSED(path);
+  return false;
+#endif
 }
 
-QString seconds(double s) {
-  if (s < 1e-3) return QStringLiteral("%1 us").arg(s * 1e6, 0, 'f', 1);
-  if (s < 1) return QStringLiteral("%1 ms").arg(s * 1e3, 0, 'f', 2);
-  return QStringLiteral("%1 s").arg(s, 0, 'f', 3);
+// A widget that edits text of its own (and so has an undo of its own for Ctrl+Z).
+bool editsText(QObject* o) {
+  return qobject_cast<QLineEdit*>(o) || qobject_cast<QAbstractSpinBox*>(o) || qobject_cast<QComboBox*>(o) ||
+         (o && qobject_cast<QAbstractSpinBox*>(o->parent()));
 }
 
 }  // namespace
@@ -59,9 +74,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   setObjectName(QStringLiteral("MainWindow"));
   m_doc = new ProjectDocument(this);
   m_analyzer = new PlanAnalyzer(this);
+  m_runAnalyzer = new PlanAnalyzer(this);
   m_client = new EngineClient(this);
 
-  // Plan tab: summary line, mesh canvas above, predicted timeline and memory bars below.
+  // Plan tab: summary line, the mesh (toolbar, canvas, legend) above, predicted timeline and memory bars
+  // below.
   auto* planTab = new QWidget;
   auto* planLayout = new QVBoxLayout(planTab);
   planLayout->setContentsMargins(4, 4, 4, 4);
@@ -69,20 +86,21 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_summary->setObjectName(QStringLiteral("planSummary"));
   m_summary->setWordWrap(true);
   m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  m_canvas = new MeshCanvas(m_doc);
+  auto* meshPanel = new MeshPanel(m_doc);
+  m_canvas = meshPanel->canvas();
   m_predicted = new TimelineView;
   m_predicted->setTitle(tr("Predicted step"));
   m_memory = new MemoryView;
   // Three rows sharing the full width: the timeline needs it more than anything else.
   auto* planSplit = new QSplitter(Qt::Vertical);
-  planSplit->addWidget(m_canvas);
+  planSplit->addWidget(meshPanel);
   planSplit->addWidget(m_predicted);
   planSplit->addWidget(m_memory);
   planSplit->setSizes({330, 300, 300});
   planLayout->addWidget(m_summary);
   planLayout->addWidget(planSplit, 1);
 
-  // Run tab: status banner, live plots and log, measured timeline beside the predicted one.
+  // Run tab: status banner and the Run dashboard.
   auto* runTab = new QWidget;
   auto* runLayout = new QVBoxLayout(runTab);
   runLayout->setContentsMargins(4, 4, 4, 4);
@@ -92,21 +110,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_runBanner->setTextInteractionFlags(Qt::TextSelectableByMouse);
   m_runView = new RunView(nullptr);
   m_runView->setClient(m_client);
-  m_measured = new TimelineView;
-  m_measured->setTitle(tr("Measured step (latest)"));
-  m_runPredicted = new TimelineView;
-  m_runPredicted->setTitle(tr("Predicted step"));
-  auto* timelines = new QSplitter(Qt::Vertical);
-  timelines->addWidget(m_measured);
-  timelines->addWidget(m_runPredicted);
-  auto* runSplit = new QSplitter(Qt::Horizontal);
-  runSplit->addWidget(m_runView);
-  runSplit->addWidget(timelines);
-  runSplit->setStretchFactor(0, 1);
-  runSplit->setStretchFactor(1, 1);
-  runSplit->setSizes({520, 520});
   runLayout->addWidget(m_runBanner);
-  runLayout->addWidget(runSplit, 1);
+  runLayout->addWidget(m_runView, 1);
 
   m_tabs = new QTabWidget;
   m_tabs->addTab(planTab, tr("Plan"));
@@ -114,38 +119,120 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   setCentralWidget(m_tabs);
 
   m_palette = new LayerPalette(m_doc);
-  auto* paletteDock = new QDockWidget(tr("Layers"), this);
-  paletteDock->setObjectName(QStringLiteral("layersDock"));
-  paletteDock->setWidget(m_palette);
-  addDockWidget(Qt::LeftDockWidgetArea, paletteDock);
+  m_paletteDock = new QDockWidget(tr("Layers"), this);
+  m_paletteDock->setObjectName(QStringLiteral("layersDock"));
+  m_paletteDock->setWidget(m_palette);
+  addDockWidget(Qt::LeftDockWidgetArea, m_paletteDock);
   m_inspector = new Inspector(m_doc);
-  auto* inspectorDock = new QDockWidget(tr("Inspector"), this);
-  inspectorDock->setObjectName(QStringLiteral("inspectorDock"));
-  inspectorDock->setWidget(m_inspector);
-  addDockWidget(Qt::RightDockWidgetArea, inspectorDock);
+  m_inspectorDock = new QDockWidget(tr("Inspector"), this);
+  m_inspectorDock->setObjectName(QStringLiteral("inspectorDock"));
+  m_inspectorDock->setWidget(m_inspector);
+  addDockWidget(Qt::RightDockWidgetArea, m_inspectorDock);
+
+  // The analysis' progress, shown when a re-plan takes long enough to be noticed.
+  m_progressLabel = new QLabel;
+  m_progressLabel->setObjectName(QStringLiteral("planProgress"));
+  m_progressBar = new QProgressBar;
+  m_progressBar->setRange(0, static_cast<int>(AnalysisPhase::NUM_PHASES));
+  m_progressBar->setMaximumWidth(160);
+  m_progressBar->setTextVisible(false);
+  statusBar()->addPermanentWidget(m_progressLabel);
+  statusBar()->addPermanentWidget(m_progressBar);
+  m_progressLabel->hide();
+  m_progressBar->hide();
+  m_outdatedTimer = new QTimer(this);
+  m_outdatedTimer->setSingleShot(true);
+  m_outdatedTimer->setInterval(kOutdatedAfterMs);
+  connect(m_outdatedTimer, &QTimer::timeout, this, [this] {
+    if (!m_analyzer->busy()) return;
+    if (m_outdatedReason.isEmpty()) setPlanOutdated(tr("re-planning after the last change…"));
+    m_progressLabel->show();
+    m_progressBar->show();
+    m_progressTimer->start();
+    updatePlanProgress();
+  });
+  m_progressTimer = new QTimer(this);
+  m_progressTimer->setInterval(kProgressTickMs);
+  connect(m_progressTimer, &QTimer::timeout, this, &MainWindow::updatePlanProgress);
+  connect(m_analyzer, &PlanAnalyzer::progress, this, [this](AnalysisPhase phase, int ranks) {
+    m_phase = phase;
+    m_phaseRanks = ranks;
+    if (m_progressLabel->isVisible()) updatePlanProgress();
+  });
 
   connect(m_doc, &ProjectDocument::configChanged, this, &MainWindow::onConfigChanged);
   connect(m_doc, &ProjectDocument::fileChanged, this, &MainWindow::updateTitle);
   connect(m_analyzer, &PlanAnalyzer::ready, this, &MainWindow::onSnapshot);
+  connect(m_runAnalyzer, &PlanAnalyzer::ready, this,
+          [this](std::shared_ptr<const PlanSnapshot> snapshot) { m_runView->setPlan(std::move(snapshot)); });
   connect(m_canvas, &MeshCanvas::dropRefused, this, [this](const QString& reason) {
     statusBar()->showMessage(tr("Drop refused: %1").arg(reason), 10000);
   });
-  connect(m_client, &EngineClient::dataChanged, this, &MainWindow::onRunData);
   connect(m_client, &EngineClient::finished, this, &MainWindow::onRunFinished);
   connect(m_client, &EngineClient::started, this, [this] {
     m_runBanner->setText(tr("Running: %1").arg(m_client->runDir()));
     m_runBanner->setStyleSheet(QString());
   });
+  connect(m_tabs, &QTabWidget::currentChanged, this, &MainWindow::onTabChanged);
+  // Ctrl+Z and Ctrl+Shift+Z undo and redo project edits wherever the focus is (see eventFilter).
+  qApp->installEventFilter(this);
 
   buildMenus();
-  resize(1500, 950);
+  // A default size that fits the screen it opens on (1366 x 768 laptops included).
+  QSize size(1500, 950);
+  if (const QScreen* screen = QGuiApplication::primaryScreen())
+    size = size.boundedTo(screen->availableSize() * 0.95);
+  resize(size);
   m_doc->reset(RunConfig{});  // a valid empty project until one is opened
   updateTitle();
 }
 
 MainWindow::~MainWindow() {
   // The engine client stops its run in its own destructor; the analyzer waits for its worker.
+  qApp->removeEventFilter(this);
   disconnect(m_client, nullptr, this, nullptr);
+}
+
+TimelineView* MainWindow::runPredictedTimeline() const {
+  return m_runView->predictedTimeline();
+}
+
+TimelineView* MainWindow::measuredTimeline() const {
+  return m_runView->measuredTimeline();
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+  // A focused field would take Ctrl+Z for its own text. The fields write every change to the document as it
+  // is typed (the field has committed), so the project's undo is what the person means: let the shortcut
+  // reach the Edit menu's action instead.
+  if (event->type() == QEvent::ShortcutOverride && editsText(watched)) {
+    auto* key = static_cast<QKeyEvent*>(event);
+    auto* widget = qobject_cast<QWidget*>(watched);
+    if (widget && widget->window() == this &&
+        (key->matches(QKeySequence::Undo) || key->matches(QKeySequence::Redo))) {
+      event->ignore();
+      return true;
+    }
+  }
+  return QMainWindow::eventFilter(watched, event);
+}
+
+void MainWindow::onTabChanged(int index) {
+  // The Run tab wants the width: the docks fold away while it is shown and come back on the Plan tab as they
+  // were.
+  if (index == 1) {
+    m_planDockState = saveState();
+    m_paletteDock->hide();
+    m_inspectorDock->hide();
+  } else if (!m_planDockState.isEmpty()) {
+    restoreState(m_planDockState);
+    m_planDockState.clear();
+  }
+}
+
+QString MainWindow::dialogFolder() const {
+  if (!m_doc->filePath().isEmpty()) return QFileInfo(m_doc->filePath()).absolutePath();
+  return QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
 }
 
 void MainWindow::buildMenus() {
@@ -158,7 +245,7 @@ void MainWindow::buildMenus() {
   }
   file->addAction(tr("&Open..."), QKeySequence::Open, this, [this] {
     const QString path =
-        QFileDialog::getOpenFileName(this, tr("Open project"), QString(), tr("Run configs (*.json)"));
+        QFileDialog::getOpenFileName(this, tr("Open project"), dialogFolder(), tr("Run configs (*.json)"));
     if (!path.isEmpty()) openProject(path);
   });
   m_recentMenu = file->addMenu(tr("Open &Recent"));
@@ -167,31 +254,38 @@ void MainWindow::buildMenus() {
   file->addAction(tr("Save &As..."), QKeySequence::SaveAs, this, [this] { chooseSaveAs(); });
   file->addSeparator();
   file->addAction(tr("Open Run &Folder..."), QKeySequence(tr("Ctrl+Shift+O")), this, [this] {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open run folder"));
+    const QString dir = QFileDialog::getExistingDirectory(
+        this, tr("Open run folder"), m_lastRunDir.isEmpty() ? dialogFolder() : m_lastRunDir);
     if (!dir.isEmpty()) openRunFolder(dir);
   });
   QMenu* exportMenu = file->addMenu(tr("&Export"));
   exportMenu->addAction(
       tr("Launch Files (config, mpirun, Slurm)..."), QKeySequence(tr("Ctrl+E")), this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Export into folder"));
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Export into folder"), dialogFolder());
         if (!dir.isEmpty()) exportLaunchFiles(dir);
       });
+  exportMenu->addAction(tr("Run &Dashboard (PDF, SVG, PNG)..."), this, &MainWindow::chooseDashboardExport);
   exportMenu->addAction(tr("Measured Timeline as Chrome Trace..."), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Chrome trace"), QStringLiteral("trace.json"),
-                                                      tr("Trace JSON (*.json)"));
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Chrome trace"), dialogFolder() + QStringLiteral("/trace.json"), tr("Trace JSON (*.json)"));
     if (!path.isEmpty()) exportTrace(path, true);
   });
   exportMenu->addAction(tr("Predicted Timeline as Chrome Trace..."), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(
-        this, tr("Chrome trace"), QStringLiteral("predicted.json"), tr("Trace JSON (*.json)"));
+    const QString path = QFileDialog::getSaveFileName(this, tr("Chrome trace"),
+                                                      dialogFolder() + QStringLiteral("/predicted.json"),
+                                                      tr("Trace JSON (*.json)"));
     if (!path.isEmpty()) exportTrace(path, false);
   });
   exportMenu->addAction(tr("Plots as PNG..."), this, [this] {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Save plots into folder"));
-    if (!dir.isEmpty()) exportPlots(dir, QStringLiteral("png"));
+    bool ok = false;
+    const int dpi = QInputDialog::getInt(this, tr("Plots as PNG"), tr("Resolution (dots per inch):"), 300, 72,
+                                         1200, 1, &ok);
+    if (!ok) return;
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Save plots into folder"), dialogFolder());
+    if (!dir.isEmpty()) exportPlots(dir, QStringLiteral("png"), dpi);
   });
   exportMenu->addAction(tr("Plots as PDF..."), this, [this] {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Save plots into folder"));
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Save plots into folder"), dialogFolder());
     if (!dir.isEmpty()) exportPlots(dir, QStringLiteral("pdf"));
   });
   file->addSeparator();
@@ -215,11 +309,14 @@ void MainWindow::buildMenus() {
   view->addAction(tr("&Fit All"), QKeySequence(tr("Ctrl+0")), this, [this] {
     m_canvas->fitAll();
     m_predicted->fitAll();
-    m_measured->fitAll();
-    m_runPredicted->fitAll();
+    measuredTimeline()->fitAll();
+    runPredictedTimeline()->fitAll();
   });
   view->addAction(tr("&Plan"), QKeySequence(tr("Ctrl+1")), this, [this] { m_tabs->setCurrentIndex(0); });
   view->addAction(tr("&Run"), QKeySequence(tr("Ctrl+2")), this, [this] { m_tabs->setCurrentIndex(1); });
+  view->addSeparator();
+  view->addAction(m_paletteDock->toggleViewAction());
+  view->addAction(m_inspectorDock->toggleViewAction());
 
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   m_runAction = run->addAction(tr("&Run"), QKeySequence(tr("Ctrl+R")), this, [this] { startRun(); });
@@ -332,9 +429,11 @@ bool MainWindow::saveProject() {
 }
 
 bool MainWindow::chooseSaveAs() {
-  const QString path = QFileDialog::getSaveFileName(
-      this, tr("Save project"), QString::fromStdString(m_doc->config().name) + QStringLiteral(".json"),
-      tr("Run configs (*.json)"));
+  const QString path =
+      QFileDialog::getSaveFileName(this, tr("Save project"),
+                                   dialogFolder() + QLatin1Char('/') +
+                                       QString::fromStdString(m_doc->config().name) + QStringLiteral(".json"),
+                                   tr("Run configs (*.json)"));
   return !path.isEmpty() && saveProjectAs(path);
 }
 
@@ -357,32 +456,68 @@ void MainWindow::updateTitle() {
 void MainWindow::onConfigChanged() {
   updateTitle();
   m_analyzer->request(m_doc->config());
+  m_planClock.restart();
+  m_phase = AnalysisPhase::Validating;
+  m_phaseRanks = 0;
+  if (!m_outdatedTimer->isActive() && !m_progressLabel->isVisible()) m_outdatedTimer->start();
 }
 
 QString MainWindow::summaryText() const {
   return m_summary->text();
 }
 
+QString MainWindow::planProgressText() const {
+  return m_progressLabel->isVisible() ? m_progressLabel->text() : QString();
+}
+
+void MainWindow::updatePlanProgress() {
+  m_progressLabel->setText(tr("Planning: %1 · %2")
+                               .arg(phaseText(m_phase, m_phaseRanks))
+                               .arg(formatSeconds(double(m_planClock.elapsed()) / 1e3)));
+  m_progressBar->setValue(static_cast<int>(m_phase) + 1);
+}
+
+void MainWindow::setPlanOutdated(const QString& reason) {
+  m_outdatedReason = reason;
+  m_predicted->setOutdated(reason);
+  m_memory->setOutdated(reason);
+}
+
 void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
+  const bool current = snap->config == m_doc->config();
+  if (current) {
+    // The analysis of the settings on screen: no progress to show any more.
+    m_outdatedTimer->stop();
+    m_progressTimer->stop();
+    m_progressLabel->hide();
+    m_progressBar->hide();
+  }
   m_snapshot = snap;
   m_canvas->setSnapshot(snap);
   m_palette->setSnapshot(snap);
   if (!snap->ok()) {
     m_summary->setText(tr("The plan does not build: %1").arg(snap->error));
     m_summary->setStyleSheet(QStringLiteral("color: #b00020"));
+    // The views keep the last plan that built, marked as such.
+    if (current)
+      setPlanOutdated(m_shownPlan ? tr("the current settings do not make a plan (the reason is above); this "
+                                       "is the last plan that did")
+                                  : tr("the current settings do not make a plan (the reason is above)"));
     return;
   }
+  std::shared_ptr<const PlanSnapshot> previous = std::exchange(m_shownPlan, snap);
   const SimResult& sim = snap->sim;
-  double worstBubble = 0, worstFill = 0;
+  double worstBubble = 0;
+  const MemoryBreakdown* fullest = nullptr;
   int overflowing = 0;
   for (double b : sim.bubbleFraction) worstBubble = std::max(worstBubble, b);
   for (const MemoryBreakdown& m : snap->memory) {
-    worstFill = std::max(worstFill, m.capacity > 0 ? m.total() / m.capacity : 0.0);
+    const double fill = m.capacity > 0 ? m.total() / m.capacity : 0.0;
+    if (!fullest || fill > (fullest->capacity > 0 ? fullest->total() / fullest->capacity : 0.0)) fullest = &m;
     overflowing += m.fits() ? 0 : 1;
   }
   const RunConfig& c = snap->config;
-  QString text = tr("%1: dp %2 x tp %3 x pp %4 (%5 ranks), %6, %7 microbatches. Predicted step %8, %9, MFU "
-                    "%10%, worst bubble %11%, fullest device %12% of memory.")
+  QString text = tr("%1: dp %2 x tp %3 x pp %4 (%5 ranks), %6, %7 microbatches. Predicted step %8, %9 %10")
                      .arg(QString::fromStdString(c.name))
                      .arg(c.parallel.dp)
                      .arg(c.parallel.tp)
@@ -390,12 +525,18 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
                      .arg(snap->plan->layout.world())
                      .arg(QString::fromLatin1(toString(c.parallel.schedule)))
                      .arg(c.parallel.microbatches)
-                     .arg(seconds(sim.stepTime))
-                     .arg(c.model.type == ModelType::Mlp ? human(sim.tokensPerSecond, "samples/s")
-                                                         : human(sim.tokensPerSecond, "tokens/s"))
-                     .arg(sim.mfu * 100, 0, 'f', 1)
-                     .arg(worstBubble * 100, 0, 'f', 1)
-                     .arg(worstFill * 100, 0, 'f', 0);
+                     .arg(formatSeconds(sim.stepTime))
+                     .arg(formatSi(sim.tokensPerSecond))
+                     .arg(c.model.type == ModelType::Mlp ? tr("samples/s") : tr("tokens/s"));
+  // MFU is a fraction of a published peak: a device without one (this machine's CPU) has none to state.
+  if (sim.mfuDefined) text += tr(", MFU %1").arg(formatPercent(sim.mfu));
+  text += tr(", worst bubble %1").arg(formatPercent(worstBubble));
+  if (fullest)
+    text += tr(", fullest device %1 of %2 (%3)")
+                .arg(formatBytes(fullest->total()), formatBytes(fullest->capacity),
+                     formatPercent(fullest->capacity > 0 ? fullest->total() / fullest->capacity : 0.0,
+                                   fullest->total() < 0.001 * fullest->capacity ? 2 : 0));
+  text += QLatin1Char('.');
   if (overflowing) text += tr(" %n rank(s) do not fit in memory.", nullptr, overflowing);
   if (!snap->calibrationNote.isEmpty())
     text += QStringLiteral(" (") + snap->calibrationNote + QStringLiteral(")");
@@ -404,14 +545,20 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
   m_summary->setStyleSheet(overflowing ? QStringLiteral("color: #b00020") : QString());
   const std::shared_ptr<const TimelineData> timeline(snap, &snap->timeline);
   m_predicted->setData(timeline);
-  m_runPredicted->setData(timeline);
   m_memory->setPredicted(snap->memory);
+  setPlanOutdated(current ? QString() : tr("re-planning after the last change…"));
+  // The views hold the new snapshot now; the old one is freed off the GUI thread (hundreds of MB at 16384
+  // ranks).
+  m_analyzer->releaseLater(std::move(previous));
 }
 
 QString MainWindow::defaultRunDir() const {
   const QString stamp = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
   const QString name = QString::fromStdString(m_doc->config().name) + QStringLiteral("-") + stamp;
-  if (!m_doc->filePath().isEmpty()) return QFileInfo(m_doc->filePath()).absolutePath() + "/runs/" + name;
+  const QString path = m_doc->filePath();
+  const QFileInfo folder(QFileInfo(path).absolutePath());
+  if (!path.isEmpty() && !isExampleProject(path) && folder.isWritable())
+    return folder.absoluteFilePath() + "/runs/" + name;
   return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs/") + name;
 }
 
@@ -443,11 +590,14 @@ bool MainWindow::launch(const QString& dir, bool resume) {
   m_showingReplay = false;
   m_replay.reset();
   m_runView->setClient(m_client);
-  m_measuredRevision = 0;
-  m_measured->setData(nullptr);
   m_lastError.clear();
   m_lastRunDir = QDir(dir).absolutePath();
   m_lastRunConfig = m_doc->config();
+  // The run's predictions are its own plan's: the current analysis when it is of this config.
+  if (m_snapshot && m_snapshot->config == m_doc->config())
+    m_runView->setPlan(m_snapshot);
+  else
+    m_runAnalyzer->request(m_doc->config());
   if (!m_client->start(m_doc->config(), dir, resume)) {
     // The client said why through finished(false, reason) (onRunFinished shows it), unless a run is going.
     if (m_lastError.isEmpty()) showError(tr("Run"), tr("the engine client refused to start a run"));
@@ -493,15 +643,8 @@ const RunData* MainWindow::runData() const {
   return &m_client->data();
 }
 
-void MainWindow::onRunData() {
-  const RunData* data = runData();
-  if (!data || data->revision() == m_measuredRevision) return;
-  m_measuredRevision = data->revision();
-  m_measured->setData(std::make_shared<const TimelineData>(data->timeline()));
-}
-
 void MainWindow::onRunFinished(bool ok, const QString& message) {
-  onRunData();
+  m_runView->refresh();
   m_runAction->setEnabled(true);
   m_resumeAction->setEnabled(true);
   m_stopAction->setEnabled(false);
@@ -511,6 +654,7 @@ void MainWindow::onRunFinished(bool ok, const QString& message) {
   } else {
     m_runBanner->setText(tr("The run failed: %1\n(what arrived before is kept below)").arg(message));
     m_runBanner->setStyleSheet(QStringLiteral("color: #b00020"));
+    m_runView->showLog();
     showError(tr("Run failed"), message);
   }
 }
@@ -533,11 +677,12 @@ bool MainWindow::openRunFolder(const QString& dir) {
   m_showingReplay = true;
   m_lastRunDir = QDir(dir).absolutePath();
   m_lastRunConfig.reset();
-  if (auto runConfig = loadRunConfig(QDir(dir).filePath(QStringLiteral("config.json")).toStdString()))
+  m_runView->setPlan(nullptr);
+  if (auto runConfig = loadRunConfig(QDir(dir).filePath(QStringLiteral("config.json")).toStdString())) {
     m_lastRunConfig = *runConfig;
+    m_runAnalyzer->request(*runConfig);  // the replayed run's own predictions
+  }
   m_runView->setData(m_replay.get());
-  m_measuredRevision = 0;
-  onRunData();
   m_runBanner->setText(
       s ? tr("Replay of %1").arg(dir)
         : tr("Replay of %1 (with problems: %2)").arg(dir, QString::fromStdString(s.message())));
@@ -587,21 +732,47 @@ bool MainWindow::exportTrace(const QString& path, bool measured) {
   return true;
 }
 
-bool MainWindow::exportPlots(const QString& dir, const QString& format) {
+bool MainWindow::exportPlots(const QString& dir, const QString& format, double dpi) {
   if (!QDir().mkpath(dir)) {
     showError(tr("Export plots"), tr("%1: cannot create the folder").arg(dir));
     return false;
   }
-  const bool pdf = format == QLatin1String("pdf");
-  const QString memoryFile = dir + QStringLiteral("/memory.") + format;
-  bool ok = pdf ? m_memory->savePdf(memoryFile) : m_memory->savePng(memoryFile);
-  ok = m_runView->savePlots(dir, format) && ok;
-  if (!ok) {
+  if (!m_runView->savePlots(dir, format, dpi)) {
     showError(tr("Export plots"), tr("could not write every plot into %1").arg(dir));
     return false;
   }
   statusBar()->showMessage(tr("Plots written to %1").arg(dir), 8000);
   return true;
+}
+
+bool MainWindow::exportDashboard(const QString& path, const QString& format, double dpi) {
+  if (!m_runView->exportDashboard(path, format, dpi)) {
+    showError(tr("Export dashboard"), m_runView->error());
+    return false;
+  }
+  statusBar()->showMessage(tr("Wrote %1").arg(path), 8000);
+  return true;
+}
+
+bool MainWindow::chooseDashboardExport() {
+  QString filter;
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Export the Run dashboard"), dialogFolder() + QStringLiteral("/dashboard.pdf"),
+      tr("PDF, vector (*.pdf);;SVG, vector (*.svg);;PNG image (*.png)"), &filter);
+  if (path.isEmpty()) return false;
+  QString format = QFileInfo(path).suffix().toLower();
+  if (format != QLatin1String("pdf") && format != QLatin1String("svg") && format != QLatin1String("png"))
+    format = filter.startsWith(QLatin1String("SVG"))   ? QStringLiteral("svg")
+             : filter.startsWith(QLatin1String("PNG")) ? QStringLiteral("png")
+                                                       : QStringLiteral("pdf");
+  double dpi = 300;
+  if (format == QLatin1String("png")) {
+    bool ok = false;
+    dpi = QInputDialog::getInt(this, tr("Dashboard as PNG"), tr("Resolution (dots per inch):"), 300, 72, 1200,
+                               1, &ok);
+    if (!ok) return false;
+  }
+  return exportDashboard(path, format, dpi);
 }
 
 }  // namespace ms

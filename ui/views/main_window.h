@@ -1,14 +1,20 @@
 // The studio's main window: the wiring of the project document, the plan analysis and every view. The Plan
-// tab holds the mesh canvas, the predicted timeline and the memory bars; the Run tab the live plots, the
-// measured timeline beside the predicted one and the engine's log; the layer palette and the inspector are
-// docks. Every edit goes through the ProjectDocument (undo/redo), every change of the config is re-analysed
-// off the GUI thread and the plan views redraw from the newest snapshot.
+// tab holds the mesh (toolbar, canvas, legend), the predicted timeline and the memory bars; the Run tab the
+// Run dashboard (RunView); the layer palette and the inspector are docks, folded away while the Run tab is
+// shown and back on the Plan tab. Every edit goes through the ProjectDocument (undo/redo, also with Ctrl+Z in
+// an inspector field), every change of the config is re-analysed off the GUI thread and the plan views
+// redraw from the newest snapshot.
 //
 // What always holds: nothing the person does here crashes the studio: a project that fails to load, a config
 // that fails validation, a refused drop, a malformed metrics line and an engine that dies are each shown as a
-// message, and what was there before (the open project, the received metrics) stays.
+// message, and what was there before (the open project, the received metrics) stays. The plan views never
+// pass off an old plan as the current one: while a re-plan takes longer than kOutdatedAfterMs, and whenever
+// the current settings do not plan, they are marked outdated with the reason, and the status bar shows the
+// analysis' phase and time. The window's GUI thread does no planning: a 16384-rank plan is built, simulated
+// and freed on worker threads.
 #pragma once
 
+#include <QElapsedTimer>
 #include <QMainWindow>
 #include <QMessageBox>
 #include <QString>
@@ -18,9 +24,12 @@
 
 #include "ui/models/plan_analysis.h"
 
+class QDockWidget;
 class QLabel;
 class QMenu;
+class QProgressBar;
 class QTabWidget;
+class QTimer;
 
 namespace ms {
 
@@ -61,7 +70,16 @@ class MainWindow : public QMainWindow {
   bool exportLaunchFiles(const QString& dir);
   // The measured (or, without a run, the predicted) timeline as a Chrome trace JSON file.
   bool exportTrace(const QString& path, bool measured);
-  bool exportPlots(const QString& dir, const QString& format);
+  // The Run dashboard's plots (loss, throughput, step time, memory predicted against measured), PNGs at dpi.
+  bool exportPlots(const QString& dir, const QString& format, double dpi = 0);
+  // The whole Run dashboard in one file: pdf, svg (vector) or png at dpi.
+  bool exportDashboard(const QString& path, const QString& format, double dpi = 300);
+  // Where File dialogs start: the project's folder, else the user's documents.
+  QString dialogFolder() const;
+  // Where a new run's folder goes: beside the project, unless the project is one of the built-in examples or
+  // its folder is not writable; then under the user's data folder.
+  QString defaultRunDir() const;
+  static constexpr int kOutdatedAfterMs = 150;  // a re-plan shorter than this is not worth a flicker
 
   QString lastError() const { return m_lastError; }
   ProjectDocument* document() const { return m_doc; }
@@ -73,12 +91,15 @@ class MainWindow : public QMainWindow {
   LayerPalette* layerPalette() const { return m_palette; }
   Inspector* inspector() const { return m_inspector; }
   TimelineView* predictedTimeline() const { return m_predicted; }
-  TimelineView* runPredictedTimeline() const { return m_runPredicted; }
-  TimelineView* measuredTimeline() const { return m_measured; }
+  TimelineView* runPredictedTimeline() const;
+  TimelineView* measuredTimeline() const;
   MemoryView* memoryView() const { return m_memory; }
   RunView* runView() const { return m_runView; }
   QTabWidget* tabs() const { return m_tabs; }
   QString summaryText() const;
+  // Why the plan views do not show the current settings' plan (empty when they do).
+  QString planOutdatedReason() const { return m_outdatedReason; }
+  QString planProgressText() const;
   QStringList recentFiles() const;
 
   // How unsaved changes are resolved before New/Open/close: by default a dialog; tests set an answer.
@@ -88,12 +109,16 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void buildMenus();
   void onConfigChanged();
   void onSnapshot(std::shared_ptr<const PlanSnapshot> snapshot);
-  void onRunData();
+  void setPlanOutdated(const QString& reason);  // empty: the views show the current plan
+  void updatePlanProgress();
+  void onTabChanged(int index);
+  bool chooseDashboardExport();
   void onRunFinished(bool ok, const QString& message);
   void updateTitle();
   void updateRecentMenu();
@@ -101,12 +126,13 @@ class MainWindow : public QMainWindow {
   void showError(const QString& title, const QString& message);
   bool maybeSave();
   bool chooseSaveAs();
-  QString defaultRunDir() const;
   bool launch(const QString& runDir, bool resume);
 
   ProjectDocument* m_doc = nullptr;
   PlanAnalyzer* m_analyzer = nullptr;
-  std::shared_ptr<const PlanSnapshot> m_snapshot;
+  PlanAnalyzer* m_runAnalyzer = nullptr;            // the plan of the run shown on the Run tab
+  std::shared_ptr<const PlanSnapshot> m_snapshot;   // the newest analysis (it may have failed)
+  std::shared_ptr<const PlanSnapshot> m_shownPlan;  // the newest that planned: what the plan views show
   EngineClient* m_client = nullptr;
   std::unique_ptr<RunData> m_replay;  // a reopened run folder (when no live run is shown)
   bool m_showingReplay = false;
@@ -118,9 +144,18 @@ class MainWindow : public QMainWindow {
   LayerPalette* m_palette = nullptr;
   Inspector* m_inspector = nullptr;
   TimelineView* m_predicted = nullptr;
-  TimelineView* m_runPredicted = nullptr;
-  TimelineView* m_measured = nullptr;
   MemoryView* m_memory = nullptr;
+  QDockWidget* m_paletteDock = nullptr;
+  QDockWidget* m_inspectorDock = nullptr;
+  QByteArray m_planDockState;  // the docks as they were on the Plan tab
+  QLabel* m_progressLabel = nullptr;
+  QProgressBar* m_progressBar = nullptr;
+  QTimer* m_outdatedTimer = nullptr;
+  QTimer* m_progressTimer = nullptr;
+  QElapsedTimer m_planClock;
+  AnalysisPhase m_phase = AnalysisPhase::Validating;
+  int m_phaseRanks = 0;
+  QString m_outdatedReason;
   RunView* m_runView = nullptr;
   QMenu* m_recentMenu = nullptr;
   QAction* m_runAction = nullptr;
@@ -129,7 +164,6 @@ class MainWindow : public QMainWindow {
   QString m_lastRunDir;  // the folder of the last run started or reopened (Resume continues it)
   std::optional<RunConfig> m_lastRunConfig;  // the config that run used (calibration needs its microbatch)
   QString m_lastError;
-  quint64 m_measuredRevision = 0;
   std::function<QMessageBox::StandardButton()> m_unsavedHandler;
 };
 

@@ -10,6 +10,8 @@
 #include <map>
 
 #include "qcustomplot.h"
+#include "ui/models/units.h"
+#include "ui/views/outdated_overlay.h"
 
 namespace ms {
 
@@ -18,8 +20,6 @@ namespace {
 constexpr double kBarWidth = 0.6;
 constexpr double kMeasuredOffset = 0.42;  // measured peak bar, right of the predicted stack
 constexpr double kMeasuredWidth = 0.2;
-constexpr double kMiB = 1024.0 * 1024.0;
-constexpr double kGiB = 1024.0 * kMiB;
 constexpr int kMaxLabelledBars = 16;
 const QColor kOverflow(214, 39, 40);
 
@@ -44,12 +44,6 @@ double category(const MemoryBreakdown& m, int c) {
     default:
       return m.other;
   }
-}
-
-QString formatBytes(double bytes) {
-  if (bytes >= kGiB) return QString::number(bytes / kGiB, 'f', 2) + QStringLiteral(" GiB");
-  if (bytes >= kMiB) return QString::number(bytes / kMiB, 'f', 1) + QStringLiteral(" MiB");
-  return QString::number(bytes / 1024.0, 'f', 1) + QStringLiteral(" KiB");
 }
 
 }  // namespace
@@ -117,6 +111,20 @@ MemoryView::MemoryView(QWidget* parent) : QWidget(parent) {
   m_plot->yAxis->setRange(0, 1);
   m_plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
   m_plot->xAxis->grid()->setVisible(false);
+  m_overlay = new OutdatedOverlay(this);
+  rebuild();
+}
+
+void MemoryView::setOutdated(const QString& reason) {
+  m_overlay->setReason(reason);
+}
+
+QString MemoryView::outdatedReason() const {
+  return m_overlay->reason();
+}
+
+void MemoryView::setTitle(const QString& title) {
+  m_title = title;
   rebuild();
 }
 
@@ -242,8 +250,9 @@ void MemoryView::rebuild() {
   }
   const bool capacityOnScale = maxCapacity <= 8 * top || top <= 0;
   const double scaleTop = std::max(capacityOnScale ? std::max(top, maxCapacity) : top, 1.0);
-  m_unitBytes = scaleTop >= kGiB ? kGiB : kMiB;
-  m_unitName = scaleTop >= kGiB ? QStringLiteral("GiB") : QStringLiteral("MiB");
+  const ByteUnit unit = byteUnitFor(scaleTop);
+  m_unitBytes = unit.bytes;
+  m_unitName = unit.name;
 
   QVector<double> keys(n);
   for (int i = 0; i < n; ++i) keys[i] = i;
@@ -323,9 +332,13 @@ void MemoryView::rebuild() {
     notes << tr("device capacity up to %1, above the scale").arg(formatBytes(maxCapacity));
   m_message = notes.join(QStringLiteral("; "));
   if (title) {
+    const bool measured = m_measured->dataCount() > 0;
+    const QString what = !m_title.isEmpty() ? m_title
+                         : measured         ? tr("Peak memory, predicted and measured")
+                                            : tr("Predicted peak memory");
     title->setText(!m_message.isEmpty() ? m_message
-                   : m_grouped          ? tr("Predicted peak memory per stage (the largest rank of each)")
-                                        : tr("Predicted peak memory per rank"));
+                   : m_grouped          ? tr("%1 per stage (the largest rank of each)").arg(what)
+                                        : tr("%1 per rank").arg(what));
     title->setTextColor(overflowing > 0 ? kOverflow : QColor(30, 30, 30));
   }
   m_plot->replot(QCustomPlot::rpQueuedReplot);
@@ -352,11 +365,13 @@ bool MemoryView::eventFilter(QObject* watched, QEvent* event) {
   return QWidget::eventFilter(watched, event);
 }
 
-bool MemoryView::savePng(const QString& path, int width, int height) {
+bool MemoryView::savePng(const QString& path, int width, int height, double dpi) {
   // A view never shown has no size of its own yet: export at a readable default.
   if (width <= 0) width = m_plot->width() >= 200 ? m_plot->width() : 900;
   if (height <= 0) height = m_plot->height() >= 150 ? m_plot->height() : 500;
-  return m_plot->savePng(path, width, height);
+  // The layout of a width x height screen at 96 dpi, drawn with dpi / 96 pixels per screen pixel.
+  const double scale = dpi > 0 ? dpi / 96.0 : 1.0;
+  return m_plot->savePng(path, width, height, scale, -1, dpi > 0 ? int(dpi) : -1, QCP::ruDotsPerInch);
 }
 
 bool MemoryView::savePdf(const QString& path, int width, int height) {

@@ -3,8 +3,9 @@
 // reports them. A rank that does not fit is drawn in red (outline, tick label, "does not fit") so the reason
 // a plan is refused is visible at a glance.
 //
-// What always holds: bar heights are the MemoryBreakdown categories divided by unitBytes() (MiB or GiB,
-// whichever suits the largest figure); with more than kGroupAbove ranks there is one bar per pipeline stage
+// What always holds: bar heights are the MemoryBreakdown categories divided by unitBytes() (the binary unit
+// byteUnitFor() picks for the largest figure, named in the axis label); with more than kGroupAbove ranks
+// there is one bar per pipeline stage
 // ("stage s (N ranks)": ranks of a stage differ only by device, so the bar shows the stage's largest figures
 // and its smallest capacity, and overflows when any of its ranks does); rankShownAsOverflow(r) is exactly
 // "rank r's bar is drawn red", which holds exactly for the ranks whose stage bar contains a rank that does
@@ -23,6 +24,8 @@ class QCPBars;
 class QCPGraph;
 
 namespace ms {
+
+class OutdatedOverlay;
 
 class MemoryView : public QWidget {
   Q_OBJECT
@@ -58,8 +61,16 @@ class MemoryView : public QWidget {
   // A note shown above the plot (a capacity off the scale, a measured count that does not match), or empty.
   QString message() const { return m_message; }
   static QString categoryName(Category category);
+  // The chart's title (empty: "Predicted peak memory", or "Peak memory, predicted and measured" once
+  // measured peaks are set), followed by "per rank" or "per stage".
+  void setTitle(const QString& title);
+  // Marks the figures as not the current plan's (a reason over the chart), or current (empty).
+  void setOutdated(const QString& reason);
+  QString outdatedReason() const;
 
-  bool savePng(const QString& path, int width = 0, int height = 0);
+  // The chart as a PNG: the layout of a width x height window (0: the view's own size), at dpi (0: one image
+  // pixel per screen pixel; 300: print resolution).
+  bool savePng(const QString& path, int width = 0, int height = 0, double dpi = 0);
   bool savePdf(const QString& path, int width = 0, int height = 0);
 
  protected:
@@ -89,6 +100,8 @@ class MemoryView : public QWidget {
   QString m_unitName = QStringLiteral("MiB");
   double m_unitBytes = 1024.0 * 1024.0;
   QString m_message;
+  QString m_title;
+  OutdatedOverlay* m_overlay = nullptr;
 };
 
 }  // namespace ms

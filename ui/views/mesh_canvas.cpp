@@ -1,6 +1,6 @@
-// MeshCanvas; see mesh_canvas.h. The scene holds one NodeItem per node (its box, header and tiles), a legend
-// and a message (OverlayItems); the legend and the message ignore the view's transform and follow the
-// viewport's corners, so they stay readable at any zoom. Hit tests go through MeshGeometry, never through the
+// MeshCanvas; see mesh_canvas.h. The scene holds one NodeItem per node (its box, header and tiles) and a
+// message (an OverlayItem that ignores the view's transform and follows the viewport's top-left corner, so it
+// stays readable at any zoom). Hit tests go through MeshGeometry, never through the
 // scene's items. The items are in mesh_canvas_items.h, the new-type dialog in type_dialog.h, the edits behind
 // the actions and the layer drop in mesh_canvas_edits.cpp.
 #include "ui/views/mesh_canvas.h"
@@ -25,21 +25,19 @@
 #include "ui/models/placement.h"
 #include "ui/models/plan_analysis.h"
 #include "ui/models/project_document.h"
+#include "ui/models/units.h"
 #include "ui/views/mesh_canvas_items.h"
 
 namespace ms {
 
 namespace {
 
-constexpr double kMinScale = 0.02;  // the whole 1024-device mesh fits a small window well above this
+constexpr double kMinScale = 0.005;  // the whole 16384-device mesh fits a small window above this
 constexpr double kMaxScale = 8;
-constexpr int kOverlayMargin = 10;  // viewport pixels between an overlay and the viewport's edge
+constexpr double kMaxFitScale = 1.5;  // a one-device mesh is not blown up to fill the window
+constexpr int kOverlayMargin = 10;    // viewport pixels between an overlay and the viewport's edge
 constexpr int kMessageMillis = 8000;
 const QColor kIdleColor(208, 208, 208);
-
-QString gbText(double bytes) {
-  return QString::number(bytes / 1e9, 'f', bytes >= 1e11 ? 0 : 1) + QStringLiteral(" GB");
-}
 
 std::optional<DeviceSpec> deviceSpec(const MeshConfig& mesh, const std::string& name) {
   for (const DeviceTypeConfig& t : mesh.deviceTypes)
@@ -63,16 +61,14 @@ MeshCanvas::MeshCanvas(ProjectDocument* doc, QWidget* parent)
   setDragMode(ScrollHandDrag);
   setAcceptDrops(true);
   setBackgroundBrush(QColor(232, 234, 237));
-  auto* legend = new OverlayItem;
   auto* message = new OverlayItem;
-  m_legend = legend;
   m_message = message;
-  m_scene->addItem(legend);
   m_scene->addItem(message);
   message->setVisible(false);
   m_messageTimer = new QTimer(this);
   m_messageTimer->setSingleShot(true);
-  connect(m_messageTimer, &QTimer::timeout, this, [this] { m_message->setVisible(false); });
+  connect(m_messageTimer, &QTimer::timeout, this, &MeshCanvas::hideMessage);
+  setFitMode(true);
   createActions();
   connect(doc, &ProjectDocument::configChanged, this, &MeshCanvas::rebuild);
   rebuild();
@@ -211,30 +207,47 @@ void MeshCanvas::rebuild() {
   } else {
     summary = tr("No rank layout: %1").arg(m_ranks.error);
   }
-  std::vector<OverlayItem::Swatch> swatches;
   const int pp = m_ranks.ok() ? m_ranks.layout.pp() : 0;
-  constexpr int kMaxSwatches = 16;  // more would hide the mesh; the tiles' labels say the rest
-  for (int s = 0; s < std::min(pp, kMaxSwatches); ++s)
-    swatches.push_back({stageColor(s), tr("stage %1: %2").arg(s).arg(stageLayers(s))});
-  if (pp > kMaxSwatches) swatches.push_back({Qt::white, tr("… %1 stages in all").arg(pp)});
-  swatches.push_back({kIdleColor, tr("idle")});
-  static_cast<OverlayItem*>(m_legend)->setText(
-      tr("Inter-node link: %1\nIntra-node link: %2 (on each node)\n%3\nTile colour = pipeline stage; dashed "
-         "outline = tensor-parallel group")
-          .arg(m_interText, m_intraText, summary),
-      QColor(150, 150, 150), QColor(255, 255, 255, 225), std::move(swatches));
+  QStringList plain{tr("Inter-node link: %1").arg(m_interText), tr("Intra-node link: %1").arg(m_intraText),
+                    summary};
+  QString html = QStringLiteral("<p style='margin:0'>%1<br>%2<br>%3</p><table cellspacing='2'>")
+                     .arg(plain[0].toHtmlEscaped(), plain[1].toHtmlEscaped(), summary.toHtmlEscaped());
+  const auto swatch = [&](const QColor& colour, const QString& text) {
+    plain << text;
+    html +=
+        QStringLiteral("<tr><td style='background-color:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</td><td>%2</td></tr>")
+            .arg(colour.name(), text.toHtmlEscaped());
+  };
+  for (int s = 0; s < pp; ++s) swatch(stageColor(s), tr("stage %1: %2").arg(s).arg(stageLayers(s)));
+  swatch(kIdleColor, tr("idle (no rank)"));
+  swatch(canvas_detail::kRefuseColor, tr("does not fit its memory"));
+  html += QStringLiteral("</table><p style='margin-top:4px'>%1</p>")
+              .arg(tr("Tile colour = pipeline stage; dashed outline = tensor-parallel group; a tile split in "
+                      "bands holds ranks of several stages.")
+                       .toHtmlEscaped());
+  m_legendText = plain.join('\n');
+  m_legendHtml = html;
+  emit legendChanged();
 
   const QRectF r = m_geometry.sceneRect();
-  // Room below the nodes so the legend can be scrolled off the last row.
-  m_scene->setSceneRect(r.adjusted(-40, -40, 40, 40 + m_legend->boundingRect().height()));
+  m_scene->setSceneRect(r.adjusted(-40, -40, 40, 40));
   updateActions();
   if (reshaped && !m_userZoomed) fitAll();
+  // A message about an edit holds only for the state it described (see hideMessage's callers).
+  if (m_message->isVisible() && m_doc->revision() != m_messageRevision) hideMessage();
   placeOverlays();
   viewport()->update();
 }
 
 QString MeshCanvas::nodeHeader(int node) const {
   return node >= 0 && node < m_nodeHeaders.size() ? m_nodeHeaders[node] : QString();
+}
+
+QString MeshCanvas::nodeShortName(int node) const {
+  const auto& nodes = m_doc->config().mesh.nodes;
+  return node >= 0 && node < static_cast<int>(nodes.size())
+             ? QString::fromStdString(nodes[static_cast<size_t>(node)].name)
+             : QString();
 }
 
 QString MeshCanvas::stageLayers(int stage) const {
@@ -244,6 +257,17 @@ QString MeshCanvas::stageLayers(int stage) const {
 int MeshCanvas::stageOfDevice(int device) const {
   const int rank = m_ranks.firstRank(device);
   return rank < 0 ? -1 : m_ranks.layout.coord(rank).pp;
+}
+
+std::vector<int> MeshCanvas::stagesOfDevice(int device) const {
+  std::vector<int> stages;
+  if (device < 0 || device >= static_cast<int>(m_ranks.ranksOnDevice.size())) return stages;
+  for (int r : m_ranks.ranksOnDevice[static_cast<size_t>(device)]) {
+    const int s = m_ranks.layout.coord(r).pp;
+    if (std::find(stages.begin(), stages.end(), s) == stages.end()) stages.push_back(s);
+  }
+  std::sort(stages.begin(), stages.end());
+  return stages;
 }
 
 QColor MeshCanvas::stageColor(int stage) {
@@ -277,17 +301,28 @@ QString MeshCanvas::tileLabel(int device) const {
   if (rank < 0) return tr("device %1\n%2").arg(device).arg(m_ranks.ok() ? tr("idle") : tr("no layout"));
   const auto& ranks = m_ranks.ranksOnDevice[static_cast<size_t>(device)];
   const RankCoord c = m_ranks.layout.coord(rank);
-  QString who;
-  if (ranks.size() == 1) {
-    who = tr("rank %1").arg(rank);
-  } else {
-    QStringList list;
-    for (size_t i = 0; i < std::min<size_t>(3, ranks.size()); ++i) list << QString::number(ranks[i]);
-    who = tr("ranks %1%2")
-              .arg(list.join(QStringLiteral(",")))
-              .arg(ranks.size() > 3 ? QStringLiteral("…") : QString());
+  if (ranks.size() == 1)
+    return tr("rank %1 · stage %2\ntp %3 · dp %4\n%5")
+        .arg(rank)
+        .arg(c.pp)
+        .arg(c.tp)
+        .arg(c.dp)
+        .arg(stageLayers(c.pp));
+  // Ranks sharing the device: every rank's stage is named, as the tile's bands show them.
+  QStringList list;
+  for (size_t i = 0; i < std::min<size_t>(4, ranks.size()); ++i) list << QString::number(ranks[i]);
+  const std::vector<int> stages = stagesOfDevice(device);
+  QStringList stageList, layers;
+  for (int s : stages) {
+    stageList << QString::number(s);
+    layers << stageLayers(s);
   }
-  return tr("%1 · stage %2\ntp %3 · dp %4\n%5").arg(who).arg(c.pp).arg(c.tp).arg(c.dp).arg(stageLayers(c.pp));
+  return tr("ranks %1%2 · %3 %4\n%5")
+      .arg(list.join(QStringLiteral(",")))
+      .arg(ranks.size() > 4 ? QStringLiteral("…") : QString())
+      .arg(stages.size() == 1 ? tr("stage") : tr("stages"))
+      .arg(stageList.join(QStringLiteral(",")))
+      .arg(layers.join(QStringLiteral(" | ")));
 }
 
 QString MeshCanvas::tileToolTip(int device) const {
@@ -304,7 +339,7 @@ QString MeshCanvas::tileToolTip(int device) const {
                 .arg(QString::fromStdString(spec->label))
                 .arg(spec->peakFlopsBf16 / 1e12, 0, 'g', 4)
                 .arg(spec->peakFlopsFp32 / 1e12, 0, 'g', 4)
-                .arg(gbText(spec->memoryBytes));
+                .arg(formatBytes(spec->memoryBytes));
   const int rank = m_ranks.firstRank(device);
   if (rank < 0) return text + tr("\nIdle: no rank runs here (drops are refused)");
   for (int r : m_ranks.ranksOnDevice[static_cast<size_t>(device)]) {
@@ -313,11 +348,12 @@ QString MeshCanvas::tileToolTip(int device) const {
     if (r < static_cast<int>(m_memory.size())) {
       const MemoryBreakdown& m = m_memory[static_cast<size_t>(r)];
       text += tr("\n  memory %1 of %2 (parameters %3, gradients %4, optimizer %5, activations %6, other %7)")
-                  .arg(gbText(m.total()), gbText(m.capacity), gbText(m.parameters), gbText(m.gradients),
-                       gbText(m.optimizer), gbText(m.activations), gbText(m.other));
+                  .arg(formatBytes(m.total()), formatBytes(m.capacity), formatBytes(m.parameters),
+                       formatBytes(m.gradients), formatBytes(m.optimizer), formatBytes(m.activations),
+                       formatBytes(m.other));
     }
   }
-  text += tr("\nLayers of stage %1: %2").arg(stageOfDevice(device)).arg(stageLayers(stageOfDevice(device)));
+  for (int s : stagesOfDevice(device)) text += tr("\nLayers of stage %1: %2").arg(s).arg(stageLayers(s));
   if (!deviceFits(device)) text += tr("\nDoes not fit in the device's memory");
   return text;
 }
@@ -348,10 +384,16 @@ bool MeshCanvas::refuse(const QString& reason) {
 void MeshCanvas::showMessage(const QString& text, bool error) {
   auto* message = static_cast<OverlayItem*>(m_message);
   message->setText(text, error ? kRefuseColor : QColor(56, 142, 60),
-                   error ? QColor(255, 235, 238, 240) : QColor(232, 245, 233, 240));
+                   error ? QColor(255, 235, 238, 240) : QColor(232, 245, 233, 240), font());
   message->setVisible(true);
+  m_messageRevision = m_doc->revision();
   placeOverlays();
   m_messageTimer->start(kMessageMillis);
+}
+
+void MeshCanvas::hideMessage() {
+  m_messageTimer->stop();
+  m_message->setVisible(false);
 }
 
 void MeshCanvas::selectDevice(int device) {
@@ -384,40 +426,52 @@ void MeshCanvas::setHighlight(int device) {
   updateDevice(m_highlight);
 }
 
+void MeshCanvas::setFitMode(bool fit) {
+  m_userZoomed = !fit;
+  // Fitted, the mesh is inside the viewport by construction: scroll bars could only appear and disappear as
+  // the fit rounds, each time resizing the viewport, which refits (the loop that froze the window).
+  const Qt::ScrollBarPolicy policy = fit ? Qt::ScrollBarAlwaysOff : Qt::ScrollBarAsNeeded;
+  if (horizontalScrollBarPolicy() != policy) setHorizontalScrollBarPolicy(policy);
+  if (verticalScrollBarPolicy() != policy) setVerticalScrollBarPolicy(policy);
+}
+
 void MeshCanvas::zoomIn() {
   const double s = transform().m11();
+  setFitMode(false);
   if (s * 1.25 <= kMaxScale) scale(1.25, 1.25);
-  m_userZoomed = true;
   placeOverlays();
 }
 
 void MeshCanvas::zoomOut() {
   const double s = transform().m11();
+  setFitMode(false);
   if (s * 0.8 >= kMinScale) scale(0.8, 0.8);
-  m_userZoomed = true;
   placeOverlays();
 }
 
 void MeshCanvas::fitAll() {
+  setFitMode(true);
   if (m_geometry.nodeCount() == 0) return;
-  fitInView(m_geometry.sceneRect().adjusted(-20, -20, 20, 20), Qt::KeepAspectRatio);
-  m_userZoomed = false;
+  const QRectF target = m_geometry.sceneRect().adjusted(-20, -20, 20, 20);
+  const QRect area = viewport()->rect().adjusted(2, 2, -2, -2);
+  if (area.width() < 1 || area.height() < 1) return;
+  double s = std::min(area.width() / target.width(), area.height() / target.height());
+  s = std::clamp(s, kMinScale, kMaxFitScale);
+  setTransform(QTransform::fromScale(s, s));
+  centerOn(target.center());
   placeOverlays();
 }
 
 void MeshCanvas::placeOverlays() {
-  if (!m_legend) return;
-  m_message->setPos(mapToScene(QPoint(kOverlayMargin, kOverlayMargin)));
-  const int legendHeight = int(std::ceil(m_legend->boundingRect().height()));
-  m_legend->setPos(mapToScene(QPoint(kOverlayMargin, viewport()->height() - legendHeight - kOverlayMargin)));
+  if (m_message) m_message->setPos(mapToScene(QPoint(kOverlayMargin, kOverlayMargin)));
 }
 
 void MeshCanvas::wheelEvent(QWheelEvent* event) {
   if (!(event->modifiers() & Qt::ControlModifier)) return QGraphicsView::wheelEvent(event);
   const double factor = std::pow(1.0015, event->angleDelta().y());
   const double s = transform().m11() * factor;
+  setFitMode(false);
   if (s >= kMinScale && s <= kMaxScale) scale(factor, factor);
-  m_userZoomed = true;
   placeOverlays();
   event->accept();
 }
@@ -533,7 +587,8 @@ void MeshCanvas::scrollContentsBy(int dx, int dy) {
 
 void MeshCanvas::resizeEvent(QResizeEvent* event) {
   QGraphicsView::resizeEvent(event);
-  if (!m_userZoomed) fitAll();
+  // Fitted, the view has no scroll bars (setFitMode), so this refit cannot resize the viewport again.
+  if (!m_userZoomed && event->size() != event->oldSize()) fitAll();
   placeOverlays();
 }
 

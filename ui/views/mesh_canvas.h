@@ -7,8 +7,13 @@
 // What always holds: the canvas never keeps its own copy of a setting; it redraws from
 // ProjectDocument::config() after every configChanged(), and every edit goes through the document (so it
 // is undoable); a refused edit or drop changes nothing, and says why (lastRefusal(), dropRefused() and a
-// message on the canvas). Drawing costs one QGraphicsItem per node (tiles are painted by their node, labels
-// built when painted and dropped when zoomed out), so a 1024-device mesh stays responsive.
+// message on the canvas); a message about an edit disappears when the project changes again (undo, another
+// edit, another project) or after kMessageMillis. Drawing costs one QGraphicsItem per node (tiles are
+// painted by their node at a level of detail that suits the zoom, text always in the UI font's own size),
+// so a 16384-device mesh stays responsive. While the view fits the mesh (the default, and after Fit) it has
+// no scroll bars, so a resize refits once and never starts a scroll-bar/resize loop; zooming in brings the
+// scroll bars back. The legend (links, layout, the stages' colours and layers) is text for a panel beside
+// the canvas (legendHtml(), legendChanged()), so it never covers a tile.
 #pragma once
 
 #include <QColor>
@@ -42,12 +47,22 @@ class MeshCanvas : public QGraphicsView {
   const MeshGeometry& meshGeometry() const { return m_geometry; }
   const MeshRanks& ranks() const { return m_ranks; }
   int stageOfDevice(int device) const;  // of its (first) rank; -1 when idle or without a layout
-  QString tileLabel(int device) const;  // the tile's text lines, "\n"-separated
+  // The stages of every rank on the device, increasing and distinct (several when ranks of different stages
+  // share it); empty when idle.
+  std::vector<int> stagesOfDevice(int device) const;
+  QString tileLabel(int device) const;  // the tile's text lines, "\n"-separated, most important first
   QString tileToolTip(int device) const;
   QColor tileColor(int device) const;  // the stage's colour, grey when idle
   static QColor stageColor(int stage);
-  QString stageLayers(int stage) const;  // "emb, b0-b3" (chunks joined by " + ")
-  QString nodeHeader(int node) const;    // "node000 · h100-sxm-80gb × 8 · nvlink · 450 GB/s · 3 µs"
+  QString stageLayers(int stage) const;   // "emb, b0-b3" (chunks joined by " + ")
+  QString nodeHeader(int node) const;     // "node000 · h100-sxm-80gb × 8 · nvlink · 450 GB/s · 3 µs"
+  QString nodeShortName(int node) const;  // the node's name (drawn over a zoomed-out node)
+  // The legend: the links, the rank layout, then one line per stage with its colour and layers. Plain text
+  // (for tests and tooltips) and the same as rich text with colour swatches (for the legend panel).
+  QString legendText() const { return m_legendText; }
+  QString legendHtml() const { return m_legendHtml; }
+  // True while the view shows the whole mesh (no scroll bars) rather than a zoom the person chose.
+  bool fitsView() const { return !m_userZoomed; }
   QString intraLinkText() const { return m_intraText; }  // "nvlink · 450 GB/s · 3 µs"
   QString interLinkText() const { return m_interText; }
   bool deviceFits(int device) const;  // false when the snapshot says its rank exceeds its memory
@@ -97,6 +112,7 @@ class MeshCanvas : public QGraphicsView {
 
  signals:
   void dropRefused(const QString& reason);
+  void legendChanged();
   void layersPlaced(const QString& description);
   void selectionChanged(int node, int device);
 
@@ -125,6 +141,8 @@ class MeshCanvas : public QGraphicsView {
   bool applyMesh(const QString& text, const MeshConfig& mesh);
   bool refuse(const QString& reason);
   void showMessage(const QString& text, bool error);
+  void hideMessage();
+  void setFitMode(bool fit);  // fit: no scroll bars, the mesh refitted on resize
   void setHighlight(int device);
   void placeOverlays();
   void updateDevice(int device);
@@ -139,9 +157,10 @@ class MeshCanvas : public QGraphicsView {
   QString m_intraText, m_interText;
   std::vector<MemoryBreakdown> m_memory;  // per rank, from a snapshot of the current config
   std::vector<QGraphicsItem*> m_nodeItems;
-  QGraphicsItem* m_legend = nullptr;
+  QString m_legendText, m_legendHtml;
   QGraphicsItem* m_message = nullptr;
   QTimer* m_messageTimer = nullptr;
+  quint64 m_messageRevision = 0;  // the document revision the shown message is about
   int m_highlight = -1;
   int m_selectedNode = -1;
   int m_selectedDevice = -1;

@@ -15,9 +15,31 @@ namespace ms::canvas_detail {
 
 namespace {
 
-constexpr double kTextLod = 0.45;  // below this zoom tile labels would be unreadable: not drawn
-constexpr double kHeaderLod = 0.3;
+constexpr double kOutlinedTilePx =
+    10;  // tiles narrower than this are drawn as parts of their node's aggregate
+constexpr double kRoundedTilePx = 24;  // from this width tiles get rounded, antialiased outlines
 const QColor kAcceptColor(25, 118, 210);
+const QColor kNodeFill(247, 247, 247);
+
+// Lines of text in `sceneRect`, in `font` at its own pixel size whatever the view's zoom: as many whole lines
+// as fit, each elided to the width. Returns the number of lines drawn.
+int drawLines(QPainter* p, const QRectF& sceneRect, const QStringList& lines, const QFont& font,
+              Qt::Alignment align = Qt::AlignLeft) {
+  const QFontMetricsF fm(font);
+  const QRectF r = p->worldTransform().mapRect(sceneRect);
+  const double lineHeight = fm.height();
+  const int n = std::min(static_cast<int>(lines.size()), static_cast<int>(r.height() / lineHeight));
+  if (n <= 0 || r.width() < 3 * fm.averageCharWidth()) return 0;
+  p->save();
+  p->resetTransform();
+  p->setFont(font);
+  const double top = r.top() + (r.height() - n * lineHeight) / 2;
+  for (int i = 0; i < n; ++i)
+    p->drawText(QRectF(r.left(), top + i * lineHeight, r.width(), lineHeight), align | Qt::AlignVCenter,
+                fm.elidedText(lines[i], Qt::ElideRight, r.width()));
+  p->restore();
+  return n;
+}
 
 }  // namespace
 
@@ -65,55 +87,107 @@ const std::vector<QPainterPath>& NodeItem::outlines() {
   return m_outlines;
 }
 
+void NodeItem::fillTile(QPainter* p, int device, const QRectF& r, bool rounded) const {
+  // Ranks of several stages on one device (ranks sharing a CPU): one vertical band per stage.
+  const std::vector<int> stages = m_canvas->stagesOfDevice(device);
+  if (stages.size() <= 1) {
+    p->setBrush(m_canvas->tileColor(device));
+    if (rounded)
+      p->drawRoundedRect(r, 4, 4);
+    else
+      p->drawRect(r);
+    return;
+  }
+  const QPen pen = p->pen();
+  p->setPen(Qt::NoPen);
+  const double w = r.width() / static_cast<double>(stages.size());
+  for (size_t i = 0; i < stages.size(); ++i) {
+    p->setBrush(MeshCanvas::stageColor(stages[i]));
+    p->drawRect(QRectF(r.left() + w * static_cast<double>(i), r.top(), w, r.height()));
+  }
+  p->setPen(pen);
+  p->setBrush(Qt::NoBrush);
+  if (rounded)
+    p->drawRoundedRect(r, 4, 4);
+  else
+    p->drawRect(r);
+}
+
 void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem* option, QWidget*) {
   const MeshGeometry& g = m_canvas->meshGeometry();
   const QRectF box = g.nodeRect(m_node);
   const qreal lod = option->levelOfDetailFromTransform(p->worldTransform());
+  const QSizeF tilePx = g.params().tile * lod;
   const bool nodeSelected = m_canvas->selectedNode() == m_node;
-  p->setPen(QPen(nodeSelected ? kAcceptColor : QColor(110, 110, 110), nodeSelected ? 2.5 : 1.2));
-  p->setBrush(QColor(247, 247, 247));
-  p->drawRoundedRect(box, 6, 6);
-  if (lod > kHeaderLod) {
-    QFont f = p->font();
-    f.setPointSizeF(8);
-    f.setBold(true);
-    p->setFont(f);
-    p->setPen(Qt::black);
-    const QRectF header = g.headerRect(m_node).adjusted(8, 2, -8, 0);
-    const QString text = m_canvas->nodeHeader(m_node);
-    p->drawText(header, Qt::AlignLeft | Qt::AlignVCenter,
-                p->fontMetrics().elidedText(text, Qt::ElideRight, int(header.width())));
-  }
-  // Tensor-parallel groups: a plate under their tiles, outlined after the tiles are drawn.
-  p->setPen(Qt::NoPen);
-  p->setBrush(QColor(40, 40, 40, 60));
-  for (const QPainterPath& path : outlines()) p->drawPath(path);
-  QFont small = p->font();
-  small.setBold(false);
-  small.setPointSizeF(7);
-  p->setFont(small);
   const int first = g.firstDeviceOf(m_node);
   const int count = g.devicesInNode(m_node);
-  for (int d = first; d < first + count; ++d) {
-    const QRectF r = g.tileRect(d);
-    const bool fits = m_canvas->deviceFits(d);
-    p->setPen(QPen(fits ? QColor(80, 80, 80) : kRefuseColor, fits ? 0.8 : 2.5));
-    p->setBrush(m_canvas->tileColor(d));
-    p->drawRoundedRect(r, 4, 4);
-    if (lod > kTextLod) {
+  const QFont uiFont = m_canvas->font();
+  QFont bold = uiFont;
+  bold.setBold(true);
+
+  if (tilePx.width() < kOutlinedTilePx) {
+    // Aggregate: the node as one box, its devices as adjacent colour cells (stages read as bands), no
+    // outlines; its name over the cells when a line of text fits.
+    p->setRenderHint(QPainter::Antialiasing, false);
+    p->setPen(nodeSelected ? QPen(kAcceptColor, 0) : Qt::NoPen);
+    p->setBrush(QColor(150, 150, 150));
+    p->drawRect(box);
+    p->setPen(Qt::NoPen);
+    const double gap = g.params().tileGap / 2;
+    for (int d = first; d < first + count; ++d) {
+      const QRectF r = g.tileRect(d).adjusted(-gap, -gap, gap, gap);
+      if (!m_canvas->deviceFits(d)) {
+        p->setBrush(kRefuseColor);
+        p->drawRect(r);
+        continue;
+      }
+      fillTile(p, d, r, false);
+    }
+    p->setPen(Qt::black);
+    const QStringList name{m_canvas->nodeShortName(m_node)};
+    const QRectF tiles = box.adjusted(0, g.params().nodeHeader, 0, 0);
+    const QRectF px = p->worldTransform().mapRect(tiles);
+    if (px.height() >= QFontMetricsF(uiFont).height() &&
+        px.width() >= 6 * QFontMetricsF(uiFont).averageCharWidth()) {
+      const double w = std::min(px.width(), QFontMetricsF(uiFont).horizontalAdvance(name[0]) + 6) / lod;
+      const double h = QFontMetricsF(uiFont).height() / lod;
+      const QRectF label(tiles.center().x() - w / 2, tiles.center().y() - h / 2, w, h);
+      p->setBrush(QColor(255, 255, 255, 200));
+      p->setPen(Qt::NoPen);
+      p->drawRect(label);
       p->setPen(Qt::black);
-      const QRectF inner = r.adjusted(5, 3, -5, -3);
-      const QStringList lines = m_canvas->tileLabel(d).split('\n');
-      const double lineHeight = inner.height() / std::max<qsizetype>(3, lines.size());
-      for (int i = 0; i < lines.size(); ++i)
-        p->drawText(QRectF(inner.left(), inner.top() + i * lineHeight, inner.width(), lineHeight),
-                    Qt::AlignLeft | Qt::AlignVCenter,
-                    p->fontMetrics().elidedText(lines[i], Qt::ElideRight, int(inner.width())));
+      drawLines(p, label, name, uiFont, Qt::AlignHCenter);
+    }
+  } else {
+    p->setRenderHint(QPainter::Antialiasing, tilePx.width() >= kRoundedTilePx);
+    p->setPen(QPen(nodeSelected ? kAcceptColor : QColor(110, 110, 110), nodeSelected ? 2.5 : 1.2));
+    p->setBrush(kNodeFill);
+    p->drawRoundedRect(box, 6, 6);
+    p->setPen(Qt::black);
+    const QRectF header = g.headerRect(m_node).adjusted(8, 2, -8, 0);
+    drawLines(p, header, {m_canvas->nodeHeader(m_node)}, bold);
+    // Tensor-parallel groups: a plate under their tiles, outlined after the tiles are drawn.
+    const bool detailed = tilePx.width() >= kRoundedTilePx;
+    if (detailed) {
+      p->setPen(Qt::NoPen);
+      p->setBrush(QColor(40, 40, 40, 60));
+      for (const QPainterPath& path : outlines()) p->drawPath(path);
+    }
+    for (int d = first; d < first + count; ++d) {
+      const QRectF r = g.tileRect(d);
+      const bool fits = m_canvas->deviceFits(d);
+      p->setPen(QPen(fits ? QColor(80, 80, 80) : kRefuseColor, fits ? 0.8 : 2.5));
+      fillTile(p, d, r, detailed);
+      p->setPen(Qt::black);
+      drawLines(p, r.adjusted(4, 2, -4, -2), m_canvas->tileLabel(d).split('\n'), uiFont);
+    }
+    if (detailed) {
+      p->setBrush(Qt::NoBrush);
+      p->setPen(QPen(QColor(30, 30, 30), 1.2, Qt::DashLine));
+      for (const QPainterPath& path : outlines()) p->drawPath(path);
     }
   }
   p->setBrush(Qt::NoBrush);
-  p->setPen(QPen(QColor(30, 30, 30), 1.2, Qt::DashLine));
-  for (const QPainterPath& path : outlines()) p->drawPath(path);
   const int selected = m_canvas->selectedDevice();
   if (g.nodeOfDevice(selected) == m_node) {
     p->setPen(QPen(kAcceptColor, 2.5, Qt::DotLine));
@@ -126,31 +200,16 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem* option, QWidge
   }
 }
 
-void OverlayItem::setText(const QString& text, const QColor& border, const QColor& fill,
-                          std::vector<Swatch> swatches) {
+void OverlayItem::setText(const QString& text, const QColor& border, const QColor& fill, const QFont& font) {
   prepareGeometryChange();
   m_text = text;
   m_border = border;
   m_fill = fill;
-  m_swatches = std::move(swatches);
+  m_font = font;
   const QFontMetricsF fm(m_font);
   m_textRect = fm.boundingRect(QRectF(0, 0, kWidth, 10000), Qt::TextWordWrap, m_text);
   m_textRect.moveTopLeft(QPointF(kPad, kPad));
-  // Swatches flow in rows under the text.
-  m_swatchRects.clear();
-  double x = kPad, y = m_textRect.bottom() + 4, right = m_textRect.right();
-  for (const Swatch& s : m_swatches) {
-    const double w = fm.height() + 4 + fm.horizontalAdvance(s.label) + 12;
-    if (x > kPad && x + w > kPad + kWidth) {
-      x = kPad;
-      y += fm.height() + 4;
-    }
-    m_swatchRects.push_back(QRectF(x, y, w, fm.height()));
-    x += w;
-    right = std::max(right, x);
-  }
-  const double bottom = m_swatchRects.empty() ? m_textRect.bottom() : m_swatchRects.back().bottom();
-  m_rect = QRectF(0, 0, right + kPad, bottom + kPad);
+  m_rect = QRectF(0, 0, m_textRect.right() + kPad, m_textRect.bottom() + kPad);
 }
 
 void OverlayItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) {
@@ -160,14 +219,6 @@ void OverlayItem::paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) 
   p->setFont(m_font);
   p->setPen(Qt::black);
   p->drawText(m_textRect, Qt::TextWordWrap, m_text);
-  for (size_t i = 0; i < m_swatches.size(); ++i) {
-    const QRectF r = m_swatchRects[i];
-    p->setPen(QColor(80, 80, 80));
-    p->setBrush(m_swatches[i].color);
-    p->drawRect(QRectF(r.left(), r.top() + 1, r.height() - 2, r.height() - 2));
-    p->setPen(Qt::black);
-    p->drawText(r.adjusted(r.height() + 2, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter, m_swatches[i].label);
-  }
 }
 
 QString linkText(const MeshConfig& mesh, const std::string& name) {

@@ -1,6 +1,11 @@
 // The scene items of the mesh canvas (internal to ui/views/mesh_canvas.cpp): NodeItem draws one node (its
-// box, header, device tiles and TP-group outlines), OverlayItem a box of text in viewport pixels (the legend
-// and the drop message).
+// box, header, device tiles and TP-group outlines), OverlayItem a box of text in viewport pixels (the drop
+// message).
+//
+// Level of detail (what a NodeItem draws at a zoom): text is always drawn in the UI font at its own pixel
+// size, never scaled with the view, and only the lines that fit a tile are drawn (the tooltip has them all);
+// tiles too small for a line of text are plain colour, without outlines; nodes too small for their tiles to
+// be told apart are drawn as aggregates (one box, its stages as colour bands, its name when it fits).
 //
 // What always holds: the items take no mouse buttons (hit tests go through MeshGeometry in the canvas) and
 // keep no copy of the mesh or the layout; a NodeItem reads everything from its canvas when it paints, so an
@@ -43,28 +48,25 @@ class NodeItem : public QGraphicsItem {
 
  private:
   const std::vector<QPainterPath>& outlines();
+  // A tile's fill (one band per stage when ranks of several stages share it) and, with the current pen, its
+  // outline.
+  void fillTile(QPainter* p, int device, const QRectF& r, bool rounded) const;
   const MeshCanvas* m_canvas;
   int m_node;
   bool m_outlinesDone = false;
   std::vector<QPainterPath> m_outlines;  // one per TP group with several tiles in this node
 };
 
-// Text in a box, drawn in viewport pixels at a corner of the viewport: the legend (with colour swatches
-// after its text) and the drop message.
+// Text in a box, drawn in viewport pixels at a corner of the viewport: the drop message (the legend is a
+// panel beside the canvas, so nothing lasting covers the tiles).
 class OverlayItem : public QGraphicsItem {
  public:
-  struct Swatch {
-    QColor color;
-    QString label;
-  };
   OverlayItem() {
     setFlag(ItemIgnoresTransformations);
     setAcceptedMouseButtons(Qt::NoButton);
     setZValue(10);
-    m_font.setPointSizeF(9);
   }
-  void setText(const QString& text, const QColor& border, const QColor& fill,
-               std::vector<Swatch> swatches = {});
+  void setText(const QString& text, const QColor& border, const QColor& fill, const QFont& font);
   QString text() const { return m_text; }
   QRectF boundingRect() const override { return m_rect; }
   void paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) override;
@@ -75,8 +77,6 @@ class OverlayItem : public QGraphicsItem {
   QFont m_font;
   QString m_text;
   QColor m_border, m_fill;
-  std::vector<Swatch> m_swatches;
-  std::vector<QRectF> m_swatchRects;
   QRectF m_textRect, m_rect;
 };
 

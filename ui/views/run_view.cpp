@@ -4,34 +4,63 @@
 #include <qcustomplot.h>
 
 #include <QDir>
+#include <QEvent>
 #include <QHeaderView>
 #include <QLabel>
+#include <QPdfWriter>
 #include <QPlainTextEdit>
 #include <QSplitter>
+#include <QSvgGenerator>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <cmath>
 #include <map>
 
+#include "ui/models/plan_analysis.h"
+#include "ui/models/units.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
+#include "ui/views/memory_view.h"
+#include "ui/views/timeline_view.h"
 
 namespace ms {
 
 namespace {
 
+constexpr int kTickSpacingX = 110;  // pixels between x tick labels at least ("100 k" needs ~40)
+constexpr int kTickSpacingY = 55;
+const QSize kUnshownSize(1600, 900);  // the layout an export of a never-shown dashboard uses
+
+// Tick labels with SI prefixes ("250 k", "1.50 M"), so a label never runs into its neighbour.
+class SiTicker : public QCPAxisTicker {
+ protected:
+  QString getTickLabel(double tick, const QLocale&, QChar, int) override {
+    return std::abs(tick) < 1e-12 ? QStringLiteral("0") : formatSi(tick);
+  }
+};
+
 QCustomPlot* makePlot(QWidget* parent, const QString& title, const QString& yLabel, const QString& measured,
                       const QString& second, bool secondIsPoints) {
   auto* plot = new QCustomPlot(parent);
-  plot->setMinimumSize(220, 160);
+  plot->setMinimumSize(240, 180);
   plot->plotLayout()->insertRow(0);
   plot->plotLayout()->addElement(
-      0, 0, new QCPTextElement(plot, title, QFont(plot->font().family(), 10, QFont::Bold)));
-  plot->xAxis->setLabel(QStringLiteral("step"));
-  plot->yAxis->setLabel(yLabel);
+      0, 0,
+      new QCPTextElement(plot, title,
+                         QFont(plot->font().family(), plot->font().pointSize() + 1, QFont::Bold)));
+  // The legend in a row of its own under the title: it never covers a curve.
+  plot->plotLayout()->insertRow(1);
+  plot->axisRect()->insetLayout()->take(plot->legend);
+  plot->plotLayout()->addElement(1, 0, plot->legend);
+  plot->plotLayout()->setRowStretchFactor(1, 0.001);
   plot->legend->setVisible(true);
-  plot->legend->setFont(QFont(plot->font().family(), 8));
-  plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+  plot->legend->setBorderPen(Qt::NoPen);
+  plot->legend->setMargins(QMargins(4, 0, 4, 0));
+  plot->xAxis->setLabel(QObject::tr("step"));
+  plot->yAxis->setLabel(yLabel);
+  for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) axis->setTicker(QSharedPointer<SiTicker>::create());
   plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   QCPGraph* g0 = plot->addGraph();
   g0->setName(measured);
@@ -43,21 +72,20 @@ QCustomPlot* makePlot(QWidget* parent, const QString& title, const QString& yLab
     g1->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, QColor(214, 39, 40), 6));
     g1->setPen(QPen(QColor(214, 39, 40)));
   } else {
-    QPen dashed(QColor(255, 127, 14), 1.5, Qt::DashLine);
-    g1->setPen(dashed);
+    g1->setPen(QPen(QColor(255, 127, 14), 1.5, Qt::DashLine));
   }
   return plot;
 }
 
-QString mib(double bytes) {
-  return bytes > 0 && std::isfinite(bytes) ? QString::number(bytes / (1024.0 * 1024.0), 'f', 2)
-                                           : QStringLiteral("–");
+// As many ticks as the plot's size leaves room for.
+void fitTicks(QCustomPlot* plot) {
+  const QRect r = plot->axisRect()->rect();
+  plot->xAxis->ticker()->setTickCount(std::max(2, r.width() / kTickSpacingX));
+  plot->yAxis->ticker()->setTickCount(std::max(2, r.height() / kTickSpacingY));
 }
 
 QString percent(double fraction) {
-  return fraction >= 0 && std::isfinite(fraction)
-             ? QString::number(100.0 * fraction, 'f', 1) + QLatin1Char('%')
-             : QStringLiteral("–");
+  return fraction >= 0 && std::isfinite(fraction) ? formatPercent(fraction) : QStringLiteral("–");
 }
 
 QString compact(double v) {
@@ -93,24 +121,53 @@ void RunView::Range::add(double v) {
 }
 
 RunView::RunView(QWidget* parent) : QWidget(parent) {
-  m_status = new QLabel(QStringLiteral("no run"), this);
+  m_status = new QLabel(tr("no run"), this);
+  m_status->setObjectName(QStringLiteral("runStatus"));
   m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
   m_status->setWordWrap(true);
-  m_loss = makePlot(this, QStringLiteral("Loss"), QStringLiteral("loss"), QStringLiteral("train"),
-                    QStringLiteral("eval"), true);
-  m_throughput = makePlot(this, QStringLiteral("Throughput"), QStringLiteral("tokens/s"),
-                          QStringLiteral("measured"), QStringLiteral("predicted"), false);
-  m_stepTime = makePlot(this, QStringLiteral("Step time"), QStringLiteral("seconds"),
-                        QStringLiteral("measured"), QStringLiteral("predicted"), false);
+  QFont statusFont = m_status->font();
+  statusFont.setPointSizeF(statusFont.pointSizeF() * 1.1);
+  m_status->setFont(statusFont);
+  m_loss = makePlot(this, tr("Loss"), tr("loss"), tr("train"), tr("eval"), true);
+  m_throughput = makePlot(this, tr("Throughput"), tr("tokens/s"), tr("measured"), tr("predicted"), false);
+  m_stepTime = makePlot(this, tr("Step time"), tr("seconds"), tr("measured"), tr("predicted"), false);
+  for (QCustomPlot* p : {m_loss, m_throughput, m_stepTime}) p->installEventFilter(this);
+
+  m_measured = new TimelineView(this);
+  m_measured->setTitle(tr("Measured step (latest)"));
+  m_predicted = new TimelineView(this);
+  m_predicted->setTitle(tr("Predicted step"));
+  for (TimelineView* v : {m_measured, m_predicted}) {
+    connect(v, &TimelineView::preferredHeaderWidthChanged, this, &RunView::alignTimelines);
+    // Zooming or panning one moves the other: the two are read against each other.
+    connect(v, &TimelineView::viewRangeChanged, this, [this, v](double t0, double t1) {
+      if (m_aligning) return;
+      TimelineView* other = v == m_measured ? m_predicted : m_measured;
+      if (v->followsData()) {
+        // A fit (new data, or Fit asked for): both fit the union of their steps again.
+        m_aligning = true;
+        other->fitAll();
+        m_aligning = false;
+        alignTimelines();
+        return;
+      }
+      m_aligning = true;
+      other->setViewRange(t0, t1);
+      m_aligning = false;
+    });
+  }
+
+  m_memory = new MemoryView(this);
+  m_memory->setTitle(tr("Peak memory, predicted and measured"));
   m_table = new QTableWidget(0, NUM_COLUMNS, this);
-  m_table->setHorizontalHeaderLabels({QStringLiteral("rank"), QStringLiteral("stage"),
-                                      QStringLiteral("predicted peak MiB"),
-                                      QStringLiteral("measured peak MiB"), QStringLiteral("predicted bubble"),
-                                      QStringLiteral("measured bubble")});
   m_table->verticalHeader()->setVisible(false);
   m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  m_table->setToolTip(QStringLiteral(
+  m_table->setWordWrap(false);
+  QHeaderView* header = m_table->horizontalHeader();
+  header->setSectionResizeMode(QHeaderView::Stretch);
+  header->setSectionResizeMode(ColRank, QHeaderView::ResizeToContents);
+  header->setSectionResizeMode(ColStage, QHeaderView::ResizeToContents);
+  m_table->setToolTip(tr(
       "Predicted: the plan's memory model and simulated step. Measured: the largest per-step peak the engine "
       "counted, and the bubble averaged over the last steps received (1 - F/B/W time over the pipeline "
       "window)."));
@@ -119,20 +176,32 @@ RunView::RunView(QWidget* parent) : QWidget(parent) {
   m_log->setMaximumBlockCount(static_cast<int>(RunData::kMaxLogLines));
   m_log->setLineWrapMode(QPlainTextEdit::NoWrap);
   m_log->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  m_side = new QTabWidget(this);
+  m_side->addTab(m_memory, tr("Memory"));
+  m_side->addTab(m_table, tr("Per rank"));
+  m_side->addTab(m_log, tr("Log"));
 
-  auto* charts = new QWidget(this);
-  auto* grid = new QGridLayout(charts);
-  grid->setContentsMargins(0, 0, 0, 0);
-  grid->addWidget(m_loss, 0, 0);
-  grid->addWidget(m_throughput, 0, 1);
-  grid->addWidget(m_stepTime, 1, 0);
-  grid->addWidget(m_table, 1, 1);
+  auto* plots = new QWidget(this);
+  auto* plotRow = new QHBoxLayout(plots);
+  plotRow->setContentsMargins(0, 0, 0, 0);
+  plotRow->setSpacing(4);
+  for (QCustomPlot* p : {m_loss, m_throughput, m_stepTime}) plotRow->addWidget(p, 1);
+  auto* timelines = new QSplitter(Qt::Vertical, this);
+  timelines->addWidget(m_measured);
+  timelines->addWidget(m_predicted);
+  auto* bottom = new QSplitter(Qt::Horizontal, this);
+  bottom->addWidget(timelines);
+  bottom->addWidget(m_side);
+  bottom->setStretchFactor(0, 3);
+  bottom->setStretchFactor(1, 2);
   auto* split = new QSplitter(Qt::Vertical, this);
-  split->addWidget(charts);
-  split->addWidget(m_log);
-  split->setStretchFactor(0, 3);
-  split->setStretchFactor(1, 1);
+  split->addWidget(plots);
+  split->addWidget(bottom);
+  split->setStretchFactor(0, 9);
+  split->setStretchFactor(1, 11);
+  split->setChildrenCollapsible(false);
   auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(m_status);
   layout->addWidget(split, 1);
 
@@ -165,10 +234,20 @@ void RunView::setData(const RunData* data) {
   refresh();
 }
 
+void RunView::setPlan(std::shared_ptr<const PlanSnapshot> plan) {
+  m_plan = plan && plan->ok() ? std::move(plan) : nullptr;
+  m_predicted->setData(m_plan ? std::shared_ptr<const TimelineData>(m_plan, &m_plan->timeline) : nullptr);
+  m_memory->setPredicted(m_plan ? m_plan->memory : std::vector<MemoryBreakdown>{});
+  updateMemory();
+  updateTable();
+  alignTimelines();
+}
+
 void RunView::forgetShown() {
   m_shownRevision = ~std::uint64_t(0);
   m_shownEpoch = ~std::uint64_t(0);
   m_shownGeneration = ~std::uint64_t(0);
+  m_shownTimelineRevision = ~std::uint64_t(0);
 }
 
 const RunData* RunView::data() const {
@@ -189,9 +268,35 @@ void RunView::refresh() {
   }
   updatePlots();
   updateTable();
+  updateMemory();
   updateStatus();
   updateLog();
+  // The measured timeline: replaced when a new step's spans arrived.
+  const std::uint64_t timelineRevision = d ? std::uint64_t(d->timelineStep()) ^ (generation << 32) : 0;
+  if (timelineRevision != m_shownTimelineRevision) {
+    m_shownTimelineRevision = timelineRevision;
+    m_measured->setData(d && !d->timeline().rows.empty() ? std::make_shared<const TimelineData>(d->timeline())
+                                                         : nullptr);
+    alignTimelines();
+  }
   replotAll();
+}
+
+void RunView::alignTimelines() {
+  if (m_aligning) return;
+  m_aligning = true;
+  const int width = std::max(m_measured->preferredHeaderWidth(), m_predicted->preferredHeaderWidth());
+  m_measured->setHeaderWidth(width);
+  m_predicted->setHeaderWidth(width);
+  // While neither was zoomed by hand, both show the union of their steps, so equal times line up.
+  if (m_measured->followsData() && m_predicted->followsData()) {
+    double end = 0;
+    for (TimelineView* v : {m_measured, m_predicted})
+      if (v->data()) end = std::max(end, v->data()->end);
+    if (end > 0)
+      for (TimelineView* v : {m_measured, m_predicted}) v->fitRange(0, end);
+  }
+  m_aligning = false;
 }
 
 void RunView::resetPlots() {
@@ -242,7 +347,7 @@ void RunView::updatePlots() {
     }
     m_plottedEvals = e.size();
   }
-  const QString unit = s.throughputIsTokens ? QStringLiteral("tokens/s") : QStringLiteral("samples/s");
+  const QString unit = s.throughputIsTokens ? tr("tokens/s") : tr("samples/s");
   if (unit != m_throughputUnit) {
     m_throughputUnit = unit;
     m_throughput->yAxis->setLabel(unit);
@@ -278,10 +383,25 @@ void RunView::updatePredictedLines() {
   setAxis(m_stepTime->yAxis, st.any ? st.lo : 0, st.any ? st.hi : 1, 0.05);
 }
 
+void RunView::updateMemory() {
+  const RunData* d = data();
+  std::vector<double> peaks;
+  if (d && m_memory->rankCount() > 0 && !d->memory().empty()) {
+    peaks.assign(static_cast<size_t>(m_memory->rankCount()), -1.0);
+    for (const MeasuredMemory& m : d->memory())
+      if (m.rank >= 0 && m.rank < static_cast<int>(peaks.size()))
+        peaks[static_cast<size_t>(m.rank)] = m.peak.total;
+    // A rank without a memory line yet is drawn without a measured bar.
+    for (double& p : peaks) p = std::max(p, 0.0);
+  }
+  m_memory->setMeasured(peaks);
+}
+
 void RunView::updateTable() {
   const RunData* d = data();
   struct Row {
     int stage = -1;
+    int ranks = 0;
     double predictedBytes = kNaN, measuredBytes = kNaN, predictedBubble = kNaN, measuredBubble = kNaN;
   };
   std::map<int, Row> rows;
@@ -299,10 +419,34 @@ void RunView::updateTable() {
     for (auto& [rank, r] : rows)
       if (r.stage < 0) r.stage = rank / stageWidth;
   }
-  // Filled with the header's resize-to-contents off: in that mode every changed cell re-measures every row
-  // (1.8 s for a 256-rank run's table); one measure at the end instead.
-  QHeaderView* header = m_table->horizontalHeader();
-  header->setSectionResizeMode(QHeaderView::Interactive);
+  // Many ranks: one row per stage with its largest figures (the memory view groups the same way), so the
+  // table stays readable without scrolling.
+  const bool grouped = static_cast<int>(rows.size()) > kGroupRanksAbove;
+  if (grouped) {
+    std::map<int, Row> stages;
+    const auto maxNan = [](double a, double b) {
+      return std::isnan(a) ? b : std::isnan(b) ? a : std::max(a, b);
+    };
+    for (const auto& [rank, r] : rows) {
+      Row& s = stages[r.stage];
+      s.stage = r.stage;
+      ++s.ranks;
+      s.predictedBytes = maxNan(s.predictedBytes, r.predictedBytes);
+      s.measuredBytes = maxNan(s.measuredBytes, r.measuredBytes);
+      s.predictedBubble = maxNan(s.predictedBubble, r.predictedBubble);
+      s.measuredBubble = maxNan(s.measuredBubble, r.measuredBubble);
+    }
+    rows = std::move(stages);
+  }
+  double largest = 0;
+  for (const auto& [key, r] : rows)
+    for (double b : {r.predictedBytes, r.measuredBytes})
+      if (std::isfinite(b)) largest = std::max(largest, b);
+  const ByteUnit unit = byteUnitFor(largest);
+  m_table->setHorizontalHeaderLabels({grouped ? tr("stage (ranks)") : tr("rank"), tr("stage"),
+                                      tr("predicted %1").arg(unit.name), tr("measured %1").arg(unit.name),
+                                      tr("predicted bubble"), tr("measured bubble")});
+  m_table->setColumnHidden(ColStage, grouped);
   m_table->setUpdatesEnabled(false);
   m_table->setRowCount(static_cast<int>(rows.size()));
   int i = 0;
@@ -315,60 +459,63 @@ void RunView::updateTable() {
     }
     if (item->text() != text) item->setText(text);
   };
-  for (const auto& [rank, r] : rows) {
-    set(i, ColRank, QString::number(rank));
+  for (const auto& [key, r] : rows) {
+    set(i, ColRank, grouped ? tr("%1 (%2)").arg(key).arg(r.ranks) : QString::number(key));
     set(i, ColStage, QString::number(r.stage));
-    set(i, ColPredictedMiB, mib(r.predictedBytes));
-    set(i, ColMeasuredMiB, mib(r.measuredBytes));
+    set(i, ColPredictedMemory, formatBytesIn(r.predictedBytes, unit));
+    set(i, ColMeasuredMemory, formatBytesIn(r.measuredBytes, unit));
     set(i, ColPredictedBubble, percent(r.predictedBubble));
     set(i, ColMeasuredBubble, percent(r.measuredBubble));
     ++i;
   }
   m_table->setUpdatesEnabled(true);
-  header->setSectionResizeMode(QHeaderView::ResizeToContents);
 }
 
 void RunView::updateStatus() {
   const RunData* d = data();
   QString text;
   if (!d) {
-    text = QStringLiteral("no run");
+    text = tr("no run");
   } else {
     const RunInfo& info = d->info();
     const StepSeries& s = d->steps();
     const QString name = info.name.isEmpty() ? QString() : info.name + QStringLiteral(": ");
     const QString lastLoss = s.size() ? compact(s.loss.back()) : QString();
+    const QString unit = s.throughputIsTokens ? tr("tokens/s") : tr("samples/s");
     switch (d->state()) {
       case RunState::Idle:
-        text = QStringLiteral("no run");
+        text = tr("no run");
         break;
       case RunState::Starting:
-        text = QStringLiteral("starting the engine…");
+        text = tr("starting the engine…");
         break;
       case RunState::Running:
-        text = name + QStringLiteral("running · step %1 of %2").arg(d->lastStep()).arg(info.steps);
-        if (s.size())
-          text += QStringLiteral(" · loss %1 · %2 %3")
-                      .arg(lastLoss, compact(s.throughput.back()),
-                           s.throughputIsTokens ? QStringLiteral("tokens/s") : QStringLiteral("samples/s"));
+        text = name + tr("running · step %1 of %2").arg(d->lastStep()).arg(info.steps);
+        if (s.size()) {
+          text += tr(" · loss %1 · %2 %3").arg(lastLoss, formatSi(s.throughput.back()), unit);
+          const double predicted = info.predictedThroughput();
+          if (std::isfinite(predicted) && predicted > 0)
+            text += tr(" (predicted %1)").arg(formatSi(predicted));
+          if (std::isfinite(s.stepTime.back()))
+            text += tr(" · %1 per step").arg(formatSeconds(s.stepTime.back()));
+        }
         break;
       case RunState::Finished:
-        text = name + QStringLiteral("finished ok · %1 steps").arg(d->lastStep());
-        if (s.size()) text += QStringLiteral(" · final loss ") + lastLoss;
-        if (d->evals().size()) text += QStringLiteral(" · eval loss ") + compact(d->evals().loss.back());
+        text = name + tr("finished ok · %1 steps").arg(d->lastStep());
+        if (s.size()) text += tr(" · final loss ") + lastLoss;
+        if (d->evals().size()) text += tr(" · eval loss ") + compact(d->evals().loss.back());
         break;
       case RunState::Interrupted:
-        text = name + QStringLiteral("stopped: ") + d->stateMessage();
+        text = name + tr("stopped: ") + d->stateMessage();
         break;
       case RunState::Failed:
-        text = name + QStringLiteral("failed: ") + d->stateMessage();
+        text = name + tr("failed: ") + d->stateMessage();
         break;
       case RunState::Incomplete:
-        text = name + QStringLiteral("incomplete: ") + d->stateMessage();
+        text = name + tr("incomplete: ") + d->stateMessage();
         break;
     }
-    if (d->errorTotal() > 0)
-      text += QStringLiteral(" · %1 malformed metrics line(s), see the log").arg(d->errorTotal());
+    if (d->errorTotal() > 0) text += tr(" · %1 malformed metrics line(s), see the log").arg(d->errorTotal());
   }
   if (m_status->text() != text) m_status->setText(text);
 }
@@ -402,6 +549,10 @@ void RunView::updateLog() {
   m_shownLog = d->logTotal();
 }
 
+void RunView::showLog() {
+  m_side->setCurrentIndex(LogTab);
+}
+
 void RunView::replotAll() {
   if (!isVisible()) return;  // showEvent replots
   for (QCustomPlot* p : {m_loss, m_throughput, m_stepTime}) p->replot(QCustomPlot::rpQueuedReplot);
@@ -413,6 +564,15 @@ void RunView::showEvent(QShowEvent* event) {
   for (QCustomPlot* p : {m_loss, m_throughput, m_stepTime}) p->replot(QCustomPlot::rpQueuedReplot);
 }
 
+bool RunView::eventFilter(QObject* watched, QEvent* event) {
+  if (event->type() == QEvent::Resize)
+    if (auto* plot = qobject_cast<QCustomPlot*>(watched)) {
+      plot->plotLayout()->update(QCPLayoutElement::upLayout);
+      fitTicks(plot);
+    }
+  return QWidget::eventFilter(watched, event);
+}
+
 QString RunView::statusText() const {
   return m_status->text();
 }
@@ -421,21 +581,117 @@ QString RunView::logText() const {
   return m_log->toPlainText();
 }
 
-bool RunView::savePlots(const QString& dir, const QString& format) {
+bool RunView::savePlots(const QString& dir, const QString& format, double dpi) {
   const QString f = format.toLower();
   if (f != QLatin1String("png") && f != QLatin1String("pdf")) return false;
   if (!QDir().mkpath(dir)) return false;
   refresh();
   bool ok = true;
-  const std::pair<const char*, QCustomPlot*> plots[] = {
-      {"loss", m_loss}, {"throughput", m_throughput}, {"step_time", m_stepTime}};
+  const std::pair<const char*, QCustomPlot*> plots[] = {{"loss", m_loss},
+                                                        {"throughput", m_throughput},
+                                                        {"step_time", m_stepTime},
+                                                        {"memory", m_memory->plot()}};
+  const double scale = dpi > 0 ? dpi / 96.0 : 1.0;
   for (const auto& [name, plot] : plots) {
     // A hidden view has no laid-out size: export at a fixed one.
     const bool sized = plot->isVisible() && plot->width() >= 200 && plot->height() >= 150;
     const int w = sized ? plot->width() : 800, h = sized ? plot->height() : 500;
     const QString file = QDir(dir).filePath(QString::fromLatin1(name) + QLatin1Char('.') + f);
-    ok &= f == QLatin1String("png") ? plot->savePng(file, w, h) : plot->savePdf(file, w, h);
+    if (!sized) fitTicks(plot);
+    ok &= f == QLatin1String("png")
+              ? plot->savePng(file, w, h, scale, -1, dpi > 0 ? int(dpi) : -1, QCP::ruDotsPerInch)
+              : plot->savePdf(file, w, h);
   }
+  return ok;
+}
+
+void RunView::paintDashboard(QCPPainter& p, bool vector) {
+  // Everything as the widgets draw themselves, then the plots and the timelines again on top through their
+  // own painters: vectors for PDF and SVG, and at the painter's resolution for PNG (a widget's own paint of a
+  // QCustomPlot is its screen-resolution pixmap).
+  render(&p, QPoint(), QRegion(), QWidget::DrawChildren);
+  const auto placed = [&](QWidget* w) {
+    return w->isVisible() || !isVisible() ? QRect(w->mapTo(this, QPoint(0, 0)), w->size()) : QRect();
+  };
+  std::vector<QCustomPlot*> plots{m_loss, m_throughput, m_stepTime};
+  if (m_side->currentWidget() == m_memory) plots.push_back(m_memory->plot());
+  for (QCustomPlot* plot : plots) {
+    const QRect r = placed(plot);
+    if (r.isEmpty()) continue;
+    p.save();
+    p.fillRect(r, Qt::white);
+    p.translate(r.topLeft());
+    p.setMode(QCPPainter::pmVectorized, vector);
+    p.setMode(QCPPainter::pmNoCaching, true);
+    plot->toPainter(&p, r.width(), r.height());
+    p.restore();
+  }
+  for (TimelineView* t : {m_measured, m_predicted}) {
+    const QRect r = placed(t);
+    if (r.isEmpty()) continue;
+    p.save();
+    p.translate(r.topLeft());
+    p.setClipRect(QRect(QPoint(0, 0), r.size()));
+    t->paintTo(p, r.size());
+    p.restore();
+  }
+}
+
+bool RunView::exportDashboard(const QString& path, const QString& format, double dpi) {
+  m_error.clear();
+  const QString f = format.toLower();
+  if (f != QLatin1String("pdf") && f != QLatin1String("svg") && f != QLatin1String("png")) {
+    m_error = tr("%1: unknown format \"%2\" (pdf, svg or png)").arg(path, format);
+    return false;
+  }
+  if (!isVisible()) {
+    // Never shown: lay it out at a typical window's size so the panels have their on-screen proportions.
+    resize(kUnshownSize);
+    ensurePolished();
+    layout()->activate();
+  }
+  refresh();
+  for (QCustomPlot* plot : {m_loss, m_throughput, m_stepTime, m_memory->plot()}) fitTicks(plot);
+  const QSize size = this->size();
+  bool ok = false;
+  if (f == QLatin1String("png")) {
+    const double scale = dpi > 0 ? dpi / 96.0 : 1.0;
+    QImage image((QSizeF(size) * scale).toSize(), QImage::Format_ARGB32_Premultiplied);
+    image.fill(Qt::white);
+    image.setDotsPerMeterX(int(std::lround(dpi / 0.0254)));
+    image.setDotsPerMeterY(int(std::lround(dpi / 0.0254)));
+    QCPPainter p(&image);
+    p.setRenderHint(QPainter::Antialiasing);
+    p.scale(scale, scale);
+    paintDashboard(p, false);
+    p.end();
+    ok = image.save(path, "PNG");
+  } else if (f == QLatin1String("pdf")) {
+    QPdfWriter writer(path);
+    writer.setResolution(96);  // one PDF unit per screen pixel: the layout keeps its proportions
+    writer.setPageMargins(QMarginsF(0, 0, 0, 0));
+    writer.setPageSize(QPageSize(QSizeF(size.width() * 72.0 / 96.0, size.height() * 72.0 / 96.0),
+                                 QPageSize::Point, QString(), QPageSize::ExactMatch));
+    writer.setCreator(QStringLiteral("MeshStudio"));
+    QCPPainter p;
+    if (p.begin(&writer)) {
+      paintDashboard(p, true);
+      ok = p.end();
+    }
+  } else {
+    QSvgGenerator svg;
+    svg.setFileName(path);
+    svg.setSize(size);
+    svg.setViewBox(QRect(QPoint(0, 0), size));
+    svg.setTitle(tr("MeshStudio run dashboard"));
+    QCPPainter p;
+    if (p.begin(&svg)) {
+      paintDashboard(p, true);
+      ok = p.end();
+    }
+  }
+  if (ok && !QFileInfo(path).isFile()) ok = false;
+  if (!ok) m_error = tr("%1: cannot write the file").arg(path);
   return ok;
 }
 

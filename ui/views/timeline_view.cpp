@@ -1,9 +1,11 @@
 // The timeline view; see timeline_view.h.
 #include "ui/views/timeline_view.h"
 
+#include <QContextMenuEvent>
 #include <QFontMetrics>
 #include <QHelpEvent>
 #include <QKeyEvent>
+#include <QMenu>
 #include <QMouseEvent>
 #include <QPainter>
 #include <QToolTip>
@@ -20,6 +22,9 @@ constexpr double kHitTolerancePx = 2.0;
 const QColor kHeaderBackground(243, 244, 246);
 const QColor kGridLine(229, 231, 235);
 const QColor kAxisText(55, 65, 81);
+const QColor kGroupBackground(229, 231, 235);
+const QColor kOutdatedBackground(254, 243, 199);
+const QColor kOutdatedText(146, 64, 14);
 
 // F, B and W take their microbatch's hue; the other kinds have one colour each.
 bool runsMicrobatchWork(SpanKind kind) {
@@ -112,16 +117,71 @@ void TimelineView::setData(std::shared_ptr<const TimelineData> data) {
   const bool first = !m_data;
   m_data = std::move(data);
   m_labelCache.clear();
-  m_rowHeaders.clear();
   rebuildIndex();
-  m_layout.setRowCount(m_data ? static_cast<int>(m_data->rows.size()) : 0);
-  m_layout.scrollTo(m_layout.scrollY(), height());
+  rebuildGroups();
   m_axis.setMaxSpan(dataMaxSpan());
   if (first || m_followData) {
     fitAll();
   } else {
     update();
   }
+}
+
+void TimelineView::rebuildGroups() {
+  m_groups = m_data ? TimelineGroups(*m_data, m_expandedStages) : TimelineGroups();
+  m_rowHeaders.clear();
+  m_layout.setRowCount(m_groups.displayRowCount());
+  m_layout.scrollTo(m_layout.scrollY(), height());
+  // The labels column fits its widest label with its bubble (the first rows stand for the rest: a stage's
+  // ranks are labelled alike, and measuring 16384 labels would cost more than it tells).
+  const QFontMetrics fm(font());
+  int widest = fm.horizontalAdvance(m_title) + 12;
+  const int n = std::min(displayRowCount(), 512);
+  for (int i = 0; i < n; ++i) {
+    const RowHeaderText& h = rowHeader(i);
+    widest = std::max(widest, h.labelWidth + (h.bubbleWidth > 0 ? h.bubbleWidth + 10 : 0) + 16);
+  }
+  const int w = std::clamp(widest, kMinHeaderWidth, kMaxHeaderWidth);
+  m_rowHeaders.clear();  // laid out again at the width the column gets
+  if (w != m_preferredHeaderWidth) {
+    m_preferredHeaderWidth = w;
+    emit preferredHeaderWidthChanged(w);
+  }
+  update();
+}
+
+void TimelineView::setStageExpanded(int stage, bool expanded) {
+  if (expanded == isStageExpanded(stage)) return;
+  if (expanded)
+    m_expandedStages.insert(stage);
+  else
+    m_expandedStages.erase(stage);
+  rebuildGroups();
+}
+
+void TimelineView::setAllExpanded(bool expanded) {
+  m_expandedStages.clear();
+  if (expanded)
+    for (const TimelineGroup& g : m_groups.groups()) m_expandedStages.insert(g.stage);
+  rebuildGroups();
+}
+
+int TimelineView::headerWidth() const {
+  return m_fixedHeaderWidth > 0 ? m_fixedHeaderWidth : m_preferredHeaderWidth;
+}
+
+void TimelineView::setHeaderWidth(int pixels) {
+  pixels = pixels > 0 ? std::max(pixels, kMinHeaderWidth) : 0;
+  if (pixels == m_fixedHeaderWidth) return;
+  m_fixedHeaderWidth = pixels;
+  m_rowHeaders.clear();
+  update();
+}
+
+void TimelineView::setOutdated(const QString& reason) {
+  if (reason == m_outdated) return;
+  m_outdated = reason;
+  update();
 }
 
 void TimelineView::setTitle(const QString& title) {
@@ -176,7 +236,7 @@ const TimelineView::RowIndex& TimelineView::rowIndex(int r) const {
 
 TimeAxis TimelineView::axisFor(int widgetWidth) const {
   TimeAxis a = m_axis;
-  a.setPixels(kRowHeaderWidth, widgetWidth - kRowHeaderWidth - kRightPad);
+  a.setPixels(headerWidth(), widgetWidth - headerWidth() - kRightPad);
   return a;
 }
 
@@ -195,13 +255,23 @@ void TimelineView::applyAxis(const TimeAxis& axis) {
 }
 
 void TimelineView::fitAll() {
-  TimeAxis a = m_axis;
   if (m_data && m_data->end > m_data->begin)
-    a.fit(m_data->begin, m_data->end, 0.02);
+    fitRange(m_data->begin, m_data->end);
+  else
+    fitRange(0, 0);
+}
+
+void TimelineView::fitRange(double begin, double end) {
+  TimeAxis a = m_axis;
+  if (end > begin)
+    a.fit(begin, end, 0.02);
   else
     a.fit(0, 1e-3);
-  applyAxis(a);
+  const bool changed = a.t0() != m_axis.t0() || a.t1() != m_axis.t1();
+  m_axis = a;
   m_followData = true;
+  update();
+  if (changed) emit viewRangeChanged(m_axis.t0(), m_axis.t1());
 }
 
 void TimelineView::zoomIn() {
@@ -236,9 +306,11 @@ std::optional<TimelineView::Hit> TimelineView::spanAt(QPoint pos) const {
   const TimeAxis axis = timeAxis();
   const RowLayout layout = layoutFor(height());
   if (pos.x() < axis.x0() || pos.x() > axis.x0() + axis.width()) return std::nullopt;
-  const int row = layout.rowAt(pos.y());
+  const int displayRow = layout.rowAt(pos.y());
   const int lane = layout.laneAt(pos.y());
-  if (row < 0 || lane < 0 || row >= static_cast<int>(m_index.size())) return std::nullopt;
+  if (displayRow < 0 || lane < 0 || displayRow >= displayRowCount()) return std::nullopt;
+  const int row = m_groups.displayRows()[static_cast<std::size_t>(displayRow)].dataRow;
+  if (row < 0 || row >= static_cast<int>(m_index.size())) return std::nullopt;
   const std::vector<TimelineSpan>& spans = m_data->rows[row].spans;
   const LaneIndex& index = rowIndex(row).lanes[lane];
   // Pixel centres: the pixel column x covers [x, x + 1).
@@ -258,7 +330,7 @@ std::optional<TimelineView::Hit> TimelineView::spanAt(QPoint pos) const {
     }
   }
   if (!best) return std::nullopt;
-  return Hit{row, lane, *best, spans[*best]};
+  return Hit{row, displayRow, lane, *best, spans[*best]};
 }
 
 QString TimelineView::toolTipText(const Hit& hit) const {
@@ -276,6 +348,26 @@ QString TimelineView::toolTipText(const Hit& hit) const {
               .arg(formatDuration(s.start), formatDuration(s.end - s.start));
   if (m_data && hit.row >= 0 && hit.row < static_cast<int>(m_data->rows.size()))
     text += QLatin1Char('\n') + m_data->rows[hit.row].label;
+  if (hit.displayRow >= 0 && hit.displayRow < displayRowCount()) {
+    const TimelineDisplayRow& d = m_groups.displayRows()[static_cast<std::size_t>(hit.displayRow)];
+    if (d.header)
+      text += tr("\n(the last of stage %1's %2 ranks to finish; click the stage to list them all)")
+                  .arg(m_groups.groups()[static_cast<std::size_t>(d.group)].stage)
+                  .arg(m_groups.groups()[static_cast<std::size_t>(d.group)].rows.size());
+  }
+  return text;
+}
+
+QString TimelineView::displayRowText(int displayRow) const {
+  if (displayRow < 0 || displayRow >= displayRowCount()) return {};
+  const TimelineDisplayRow& d = m_groups.displayRows()[static_cast<std::size_t>(displayRow)];
+  if (!d.header) return rowHeaderText(d.dataRow);
+  const TimelineGroup& g = m_groups.groups()[static_cast<std::size_t>(d.group)];
+  QString text = tr("stage %1 · %2 ranks").arg(g.stage).arg(g.rows.size());
+  if (g.bubbleMax >= 0) {
+    const int lo = qRound(100 * g.bubbleMin), hi = qRound(100 * g.bubbleMax);
+    text += lo == hi ? tr(" — bubble %1%").arg(lo) : tr(" — bubble %1-%2%").arg(lo).arg(hi);
+  }
   return text;
 }
 
@@ -295,6 +387,13 @@ QImage TimelineView::render(QSize size) const {
   return image;
 }
 
+void TimelineView::paintTo(QPainter& p, QSize size) const {
+  p.save();
+  p.setFont(font());
+  paint(p, size, axisFor(size.width()), layoutFor(size.height()));
+  p.restore();
+}
+
 void TimelineView::paintEvent(QPaintEvent*) {
   QPainter p(this);
   paint(p, size(), timeAxis(), layoutFor(height()));
@@ -302,7 +401,8 @@ void TimelineView::paintEvent(QPaintEvent*) {
 
 void TimelineView::paint(QPainter& p, QSize size, const TimeAxis& axis, const RowLayout& layout) const {
   p.fillRect(QRect(QPoint(0, 0), size), backgroundColor());
-  p.fillRect(QRect(0, 0, kRowHeaderWidth, size.height()), kHeaderBackground);
+  const int headerW = headerWidth();
+  p.fillRect(QRect(0, 0, headerW, size.height()), kHeaderBackground);
   if (!m_data || m_data->rows.empty()) {
     p.setPen(kAxisText);
     p.drawText(
@@ -317,27 +417,42 @@ void TimelineView::paint(QPainter& p, QSize size, const TimeAxis& axis, const Ro
                        size.height() - layout.headerHeight());
   const QFontMetrics fm(p.font());
   std::vector<float> acc;  // scratch for paintLane, reused by every lane
-  for (int r = first; r <= last; ++r) {
+  for (int r = first; r <= last && r < displayRowCount(); ++r) {
     const int top = layout.yOfRow(r);
+    const TimelineDisplayRow& d = m_groups.displayRows()[static_cast<std::size_t>(r)];
     // Row header: the label (elided) on the left, the bubble on the right where it is always whole.
-    p.setClipRect(QRect(0, layout.headerHeight(), kRowHeaderWidth, size.height()));
-    const TimelineRow& row = m_data->rows[r];
+    p.setClipRect(QRect(0, layout.headerHeight(), headerW, size.height()));
+    if (d.header) p.fillRect(QRect(0, top, headerW, layout.rowHeight()), kGroupBackground);
+    const TimelineRow& row = m_data->rows[static_cast<std::size_t>(d.dataRow)];
     const RowHeaderText& header = rowHeader(r);
     const double textTop = top + (layout.rowHeight() - fm.height()) / 2.0;
     p.setPen(kAxisText);
-    p.drawStaticText(QPointF(6, textTop), header.label);
+    p.drawStaticText(QPointF(d.member ? 18 : 6, textTop), header.label);
     if (header.bubbleWidth > 0) {
-      p.setPen(row.bubbleFraction >= 0.25 ? QColor(180, 83, 9) : kAxisText);
-      p.drawStaticText(QPointF(kRowHeaderWidth - 8 - header.bubbleWidth, textTop), header.bubble);
+      const double worst =
+          d.header ? m_groups.groups()[static_cast<std::size_t>(d.group)].bubbleMax : row.bubbleFraction;
+      p.setPen(worst >= 0.25 ? QColor(180, 83, 9) : kAxisText);
+      p.drawStaticText(QPointF(headerW - 8 - header.bubbleWidth, textTop), header.bubble);
     }
     p.setClipRect(QRect(0, layout.headerHeight(), size.width(), size.height()));
     p.fillRect(QRect(0, top + layout.rowHeight() - 1, size.width(), 1), kGridLine);
     p.setClipRect(timeArea);
-    const RowIndex& index = rowIndex(r);
+    const RowIndex& index = rowIndex(d.dataRow);
     for (int lane = 0; lane < 2; ++lane)
       paintLane(p, row, index.lanes[lane], index.multiChunk, axis, layout.lane(r, lane), acc);
   }
   p.setClipping(false);
+  if (!m_outdated.isEmpty()) {
+    // Washed out, with the reason on a band over the rows: still readable, plainly not the current plan.
+    p.fillRect(QRect(0, layout.headerHeight(), size.width(), size.height() - layout.headerHeight()),
+               QColor(255, 255, 255, 150));
+    const QString text = tr("Outdated: %1").arg(m_outdated);
+    const QRect band(0, layout.headerHeight(), size.width(), fm.height() + 8);
+    p.fillRect(band, kOutdatedBackground);
+    p.setPen(kOutdatedText);
+    p.drawText(band.adjusted(8, 0, -8, 0), Qt::AlignVCenter | Qt::AlignLeft,
+               fm.elidedText(text, Qt::ElideRight, band.width() - 16));
+  }
   // A scroll indicator when the rows do not all fit.
   const int viewport = size.height() - layout.headerHeight();
   if (layout.contentHeight() > viewport && viewport > 0) {
@@ -427,18 +542,31 @@ void TimelineView::paintLane(QPainter& p, const TimelineRow& row, const LaneInde
   }
 }
 
-const TimelineView::RowHeaderText& TimelineView::rowHeader(int r) const {
-  if (m_rowHeaders.size() != m_data->rows.size()) m_rowHeaders.assign(m_data->rows.size(), {});
-  RowHeaderText& h = m_rowHeaders[static_cast<std::size_t>(r)];
+const TimelineView::RowHeaderText& TimelineView::rowHeader(int displayRow) const {
+  if (m_rowHeaders.size() != m_groups.displayRows().size())
+    m_rowHeaders.assign(m_groups.displayRows().size(), {});
+  RowHeaderText& h = m_rowHeaders[static_cast<std::size_t>(displayRow)];
   if (h.ready) return h;
-  const TimelineRow& row = m_data->rows[static_cast<std::size_t>(r)];
+  const TimelineDisplayRow& d = m_groups.displayRows()[static_cast<std::size_t>(displayRow)];
+  const TimelineRow& row = m_data->rows[static_cast<std::size_t>(d.dataRow)];
   const QFontMetrics fm(font());
-  const QString bubble =
-      row.bubbleFraction >= 0 ? tr("bubble %1%").arg(qRound(100 * row.bubbleFraction)) : QString();
+  QString label, bubble;
+  if (d.header) {
+    const TimelineGroup& g = m_groups.groups()[static_cast<std::size_t>(d.group)];
+    label = QStringLiteral("%1 ").arg(isStageExpanded(g.stage) ? QChar(0x25BE) : QChar(0x25B8)) +
+            tr("stage %1 · %2 ranks").arg(g.stage).arg(g.rows.size());
+    if (g.bubbleMax >= 0) {
+      const int lo = qRound(100 * g.bubbleMin), hi = qRound(100 * g.bubbleMax);
+      bubble = lo == hi ? tr("bubble %1%").arg(lo) : tr("bubble %1-%2%").arg(lo).arg(hi);
+    }
+  } else {
+    label = row.label.isEmpty() ? tr("rank %1").arg(row.rank) : row.label;
+    if (row.bubbleFraction >= 0) bubble = tr("bubble %1%").arg(qRound(100 * row.bubbleFraction));
+  }
   h.bubbleWidth = bubble.isEmpty() ? 0 : fm.horizontalAdvance(bubble);
-  const int labelWidth = kRowHeaderWidth - 14 - (h.bubbleWidth > 0 ? h.bubbleWidth + 8 : 0);
-  h.label.setText(fm.elidedText(row.label.isEmpty() ? tr("rank %1").arg(row.rank) : row.label, Qt::ElideRight,
-                                labelWidth));
+  h.labelWidth = fm.horizontalAdvance(label) + (d.member ? 12 : 0);
+  const int room = headerWidth() - 14 - (d.member ? 12 : 0) - (h.bubbleWidth > 0 ? h.bubbleWidth + 8 : 0);
+  h.label.setText(fm.elidedText(label, Qt::ElideRight, std::max(room, 10)));
   h.bubble.setText(bubble);
   for (QStaticText* t : {&h.label, &h.bubble}) {
     t->setTextFormat(Qt::PlainText);
@@ -467,8 +595,8 @@ void TimelineView::paintAxis(QPainter& p, QSize size, const TimeAxis& axis) cons
   p.setPen(kAxisText);
   const QFontMetrics fm(p.font());
   if (!m_title.isEmpty())
-    p.drawText(QRect(6, 0, kRowHeaderWidth - 10, kAxisHeight), Qt::AlignVCenter | Qt::AlignLeft,
-               fm.elidedText(m_title, Qt::ElideRight, kRowHeaderWidth - 10));
+    p.drawText(QRect(6, 0, headerWidth() - 10, kAxisHeight), Qt::AlignVCenter | Qt::AlignLeft,
+               fm.elidedText(m_title, Qt::ElideRight, headerWidth() - 10));
   const TimeTicks ticks = timeTicks(axis, 90);
   p.setClipRect(QRect(static_cast<int>(axis.x0()) - 40, 0, static_cast<int>(axis.width()) + 40 + kRightPad,
                       kAxisHeight));
@@ -509,6 +637,19 @@ void TimelineView::wheelEvent(QWheelEvent* event) {
 }
 
 void TimelineView::mousePressEvent(QMouseEvent* event) {
+  // A click on a stage's header lists its ranks, or hides them again.
+  const QPoint pos = event->position().toPoint();
+  const int displayRow = layoutFor(height()).rowAt(pos.y());
+  if (event->button() == Qt::LeftButton && pos.x() < headerWidth() && displayRow >= 0 &&
+      displayRow < displayRowCount()) {
+    const TimelineDisplayRow& d = m_groups.displayRows()[static_cast<std::size_t>(displayRow)];
+    if (d.header) {
+      const int stage = m_groups.groups()[static_cast<std::size_t>(d.group)].stage;
+      setStageExpanded(stage, !isStageExpanded(stage));
+      event->accept();
+      return;
+    }
+  }
   if (event->button() == Qt::LeftButton) {
     m_dragging = true;
     m_lastDragPos = event->position().toPoint();
@@ -572,8 +713,22 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
   event->accept();
 }
 
+void TimelineView::contextMenuEvent(QContextMenuEvent* event) {
+  QMenu menu(this);
+  if (m_groups.grouping()) {
+    menu.addAction(tr("List Every Rank"), this, [this] { setAllExpanded(true); });
+    menu.addAction(tr("One Row per Stage"), this, [this] { setAllExpanded(false); });
+    menu.addSeparator();
+  }
+  menu.addAction(tr("Fit Step"), this, &TimelineView::fitAll);
+  menu.exec(event->globalPos());
+}
+
 void TimelineView::changeEvent(QEvent* event) {
-  if (event->type() == QEvent::FontChange) m_labelCache.clear(), m_rowHeaders.clear();
+  if (event->type() == QEvent::FontChange) {
+    m_labelCache.clear();
+    rebuildGroups();
+  }
   QWidget::changeEvent(event);
 }
 
