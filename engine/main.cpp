@@ -10,7 +10,8 @@
 //   export CONFIG --out DIR         config, launch.sh, slurm.sbatch (and hostfile) for headless runs
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config, 130 (kExitInterrupted) train or
-// launch stopped on request after saving a checkpoint. This file is the only place that
+// launch stopped on request after saving a checkpoint (a rank that launch stops, by SIGUSR1, exits 0 after its
+// checkpoint, so that mpirun has nothing to report; launch then exits 130). This file is the only place that
 // turns errors into exit codes.
 #include <unistd.h>
 
@@ -46,10 +47,12 @@ constexpr int kExitOk = 0;
 constexpr int kExitRunFailed = 1;
 constexpr int kExitUsage = 2;
 
-// The one flag a signal handler may touch; train() polls it between steps.
+// What a signal handler may touch: the flag train() polls between steps, and which signal set it.
 std::atomic<bool> g_stopRequested{false};
+std::atomic<int> g_stopSignal{0};
 
-void onSignal(int) {
+void onSignal(int sig) {
+  g_stopSignal.store(sig);
   g_stopRequested.store(true);
 }
 
@@ -220,7 +223,11 @@ int cmdTrain(int argc, char** argv) {
     std::fprintf(stderr, "meshstudio-engine train: %s%s\n", who.c_str(), s.message().c_str());
     return kExitRunFailed;
   }
-  return g_stopRequested.load() ? ms::kExitInterrupted : kExitOk;
+  // Stopped by launch (SIGUSR1, which mpirun forwards to every rank): the checkpoint is saved and run_end
+  // says "interrupted", so the rank ends with 0 and mpirun has no failure to report; launch itself exits with
+  // kExitInterrupted. Stopped by a person's Ctrl-C or SIGTERM: kExitInterrupted here.
+  if (!g_stopRequested.load()) return kExitOk;
+  return g_stopSignal.load() == SIGUSR1 ? kExitOk : ms::kExitInterrupted;
 }
 
 int cmdEval(int argc, char** argv) {

@@ -23,6 +23,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -304,24 +305,30 @@ RankFailure parseMpirunFailure(const std::vector<std::string>& lines) {
   return f;
 }
 
-Status appendRunEnd(const std::string& path, const std::string& status, const std::string& reason) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::ok();
-  // The last line and the last step line, reading backwards from the end in growing chunks.
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  std::string tail;
+namespace {
+
+// The end of a metrics stream: its last line and last step line (null when none), its clock.
+struct StreamTail {
   nlohmann::json last, lastStep;
   double lastT = -1;  // the stream's clock, when its lines carry one
   bool endsWithNewline = true;
+};
+
+// Reads backwards from the end in growing chunks until a step line (or the start) is found.
+std::optional<StreamTail> readTail(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  std::string tail;
+  StreamTail t;
   for (std::streamoff chunk = 1 << 16;; chunk *= 4) {
     const std::streamoff from = std::max<std::streamoff>(0, size - chunk);
     tail.assign(static_cast<size_t>(size - from), '\0');
     in.seekg(from);
     in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
-    endsWithNewline = tail.empty() || tail.back() == '\n';
-    last = lastStep = nlohmann::json();
-    lastT = -1;
+    t = StreamTail{};
+    t.endsWithNewline = tail.empty() || tail.back() == '\n';
     std::istringstream lines(tail);
     std::string line;
     bool first = from > 0;  // the chunk's first line may be cut
@@ -329,16 +336,33 @@ Status appendRunEnd(const std::string& path, const std::string& status, const st
       if (std::exchange(first, false) || line.empty()) continue;
       nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
-        last = nlohmann::json();
+        t.last = nlohmann::json();
         continue;
       }
-      if (j.value("type", "") == "step") lastStep = j;
-      if (j.contains("t") && j["t"].is_number()) lastT = j["t"].get<double>();
-      last = std::move(j);
+      if (j.value("type", "") == "step") t.lastStep = j;
+      if (j.contains("t") && j["t"].is_number()) t.lastT = j["t"].get<double>();
+      t.last = std::move(j);
     }
-    if (!lastStep.is_null() || from == 0) break;
+    if (!t.lastStep.is_null() || from == 0) break;
   }
-  in.close();
+  return t;
+}
+
+}  // namespace
+
+std::string lastRunEndStatus(const std::string& path) {
+  const auto t = readTail(path);
+  if (!t || !t->last.is_object() || t->last.value("type", "") != "run_end") return {};
+  return t->last.value("status", "");
+}
+
+Status appendRunEnd(const std::string& path, const std::string& status, const std::string& reason) {
+  const auto tail = readTail(path);
+  if (!tail) return Status::ok();
+  const nlohmann::json& last = tail->last;
+  const nlohmann::json& lastStep = tail->lastStep;
+  const double lastT = tail->lastT;
+  const bool endsWithNewline = tail->endsWithNewline;
   if (last.is_object() && last.value("type", "") == "run_end") {
     const std::string was = last.value("status", "");
     // A rank's own "ok" stands; so does any run_end when the run was only interrupted. A rank's "error"
@@ -476,14 +500,18 @@ Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
   close(errFd);
 
   const bool succeeded = WIFEXITED(childStatus) && WEXITSTATUS(childStatus) == 0;
-  if (reason.empty() && succeeded) return Status::ok();
-  // Stopped on request and every rank ended cleanly (train exits with kExitInterrupted after saving its
-  // checkpoint and writing run_end "interrupted" itself): nothing failed.
+  // Stopped on request and every rank ended cleanly: ranks stopped by our SIGUSR1 save their checkpoint,
+  // write run_end "interrupted" and exit 0 (so mpirun reports no failure); a rank stopped by a signal of its
+  // own exits with kExitInterrupted. Nothing failed either way; the stream says whether the run was cut short
+  // or had just finished when the request came.
   if (reason.empty() && userSignal && userSignals == 1 && WIFEXITED(childStatus) &&
-      WEXITSTATUS(childStatus) == kExitInterrupted) {
-    if (interrupted) *interrupted = true;
+      (succeeded || WEXITSTATUS(childStatus) == kExitInterrupted)) {
+    const bool cut = !succeeded || options.metricsFiles.empty() ||
+                     supervisor_detail::lastRunEndStatus(options.metricsFiles.front()) != "ok";
+    if (interrupted) *interrupted = cut;
     return Status::ok();
   }
+  if (reason.empty() && succeeded) return Status::ok();
   if (reason.empty() && userSignal) {
     const char* name = userSignal == SIGINT ? "SIGINT" : userSignal == SIGTERM ? "SIGTERM" : "SIGHUP";
     reason = std::string("stopped by ") + name + "; mpirun " + describeExit(childStatus);

@@ -62,6 +62,8 @@ RankFailure parseMpirunFailure(const std::vector<std::string>& lines);
 // Appends {"type": "run_end", "status", "reason", "step"} to a metrics file unless its last line is a
 // run_end with status "ok"; step is the last step line's "step". A file that does not exist is left alone.
 Status appendRunEnd(const std::string& path, const std::string& status, const std::string& reason);
+// The status of the metrics file's last line when it is a run_end ("ok", "interrupted", "error"), else "".
+std::string lastRunEndStatus(const std::string& path);
 
 }  // namespace supervisor_detail
 

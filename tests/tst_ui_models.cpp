@@ -321,9 +321,10 @@ class TestUiModels : public QObject {
     // 8 devices: 4 x 2 tiles; node box 440 x 140.
     QTest::newRow("8 per node, second tile row")
         << std::vector<int>{8} << 0 << 6 << QRectF(225, 85, 100, 50) << QRectF(0, 0, 440, 140);
-    // A set width of 3 node columns: node 4 is row 1, column 1 (boxes of a 1-device mesh: 110 x 80).
-    QTest::newRow("set width") << std::vector<int>{1, 1, 1, 1, 1} << 3 << 4 << QRectF(145, 135, 100, 50)
-                               << QRectF(140, 110, 110, 80);
+    // A set width of 3 node columns: node 4 is row 1, column 1 (boxes of a 1-device mesh are minNodeWidth
+    // wide, so the header fits: 300 x 80, the tile at the box's left).
+    QTest::newRow("set width") << std::vector<int>{1, 1, 1, 1, 1} << 3 << 4 << QRectF(335, 135, 100, 50)
+                               << QRectF(330, 110, 300, 80);
     // Uneven nodes: every box has room for the largest (8: 4 x 2).
     QTest::newRow("uneven") << std::vector<int>{8, 3} << 0 << 10 << QRectF(695, 25, 100, 50)
                             << QRectF(470, 0, 440, 140);

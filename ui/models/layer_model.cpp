@@ -6,6 +6,9 @@
 #include <QLocale>
 #include <QMimeData>
 #include <algorithm>
+#include <iterator>
+#include <map>
+#include <set>
 
 #include "plan/cost_model.h"
 #include "plan/model_spec.h"
@@ -75,6 +78,12 @@ void LayerModel::rebuild() {
   const auto placement = layerPlacement(config);
   if (!placement) m_status = tr("No placement: %1").arg(QString::fromStdString(placement.message()));
   m_rows.reserve(spec.layers.size());
+  // The placement numbers chunks across the whole model; a stage's chunks are shown as 0, 1, ... within it
+  // (Megatron's virtual pipeline rank), which is what a person reads off an interleaved schedule.
+  std::map<int, std::set<int>> chunksOfStage;
+  if (placement)
+    for (size_t i = 0; i < placement->stageOfLayer.size(); ++i)
+      chunksOfStage[placement->stageOfLayer[i]].insert(placement->chunkOfLayer[i]);
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
     Row row;
@@ -84,7 +93,8 @@ void LayerModel::rebuild() {
     row.mib = double(l.activationBytesPerSample) / (1024.0 * 1024.0);
     if (placement) {
       row.stage = placement->stageOfLayer[i];
-      row.chunk = placement->chunkOfLayer[i];
+      const std::set<int>& chunks = chunksOfStage[row.stage];
+      row.chunk = static_cast<int>(std::distance(chunks.begin(), chunks.find(placement->chunkOfLayer[i])));
     }
     m_rows.push_back(row);
   }

@@ -33,7 +33,7 @@ class LayerModel : public QAbstractTableModel {
   enum Role {
     LayerIndexRole = Qt::UserRole,  // int: the layer's index in the model
     StageRole,                      // int: its stage, -1 when unknown
-    ChunkRole,                      // int: its chunk, -1 when unknown
+    ChunkRole,                      // int: its chunk within its stage (0, 1, ...), -1 when unknown
     ParamCountRole,                 // qlonglong
   };
 

@@ -26,6 +26,9 @@ struct MeshGeometryParams {
   double nodeGap = 24;     // between node boxes
   int nodeColumns = 0;     // node boxes per row; 0 = ceil(sqrt(nodes))
   int tileColumns = 0;     // tiles per row inside a node; 0 = automatic (see tileColumnsFor)
+  // A node box is at least this wide, so a one- or two-device node has room for its header ("node0 · cpu × 1
+  // · shm · 10 GB/s · 1 µs"); its tiles stay at the left.
+  double minNodeWidth = 300;
 };
 
 class MeshGeometry {

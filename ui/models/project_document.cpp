@@ -126,6 +126,9 @@ QList<ProjectTemplate> projectTemplates() {
       {QStringLiteral("gpt3"), QObject::tr("GPT-3 175B (planning only)"),
        QObject::tr(
            "GPT-3 175B on 1024 H100s in 128 nodes: plan, predict and export; too large to run here.")},
+      {QStringLiteral("gpt3-16k"), QObject::tr("GPT-3 175B on 16384 H100s (planning only)"),
+       QObject::tr("GPT-3 175B on 2048 nodes of 8 H100s (dp 128 x tp 8 x pp 16, interleaved): a cluster-scale "
+                   "plan to explore; too large to run here.")},
   };
 }
 
@@ -136,6 +139,7 @@ Expected<RunConfig> templateConfig(const QString& key) {
       {QStringLiteral("mlp"), QStringLiteral(":/examples/mlp-fashion.json")},
       {QStringLiteral("gpt1b"), QStringLiteral(":/examples/gpt-1b-8xa100.json")},
       {QStringLiteral("gpt3"), QStringLiteral(":/examples/gpt3-175b-plan.json")},
+      {QStringLiteral("gpt3-16k"), QStringLiteral(":/examples/gpt3-175b-16k.json")},
   };
   if (!files.contains(key)) return Status::error("unknown project template \"" + key.toStdString() + "\"");
   QFile f(files[key]);

@@ -66,7 +66,8 @@ class ProjectDocument : public QObject {
 };
 
 // Built-in templates for File > New. Each returns a valid config; "gpt", "vit" and "mlp" train on this
-// machine's CPUs in a few minutes, "gpt3" is a planning-only GPT-3 175B on 1024 A100s.
+// machine's CPUs in a few minutes, "gpt1b", "gpt3" and "gpt3-16k" are planning-only GPTs on 8, 1024 and
+// 16384 GPUs.
 struct ProjectTemplate {
   QString key;
   QString title;

@@ -280,11 +280,16 @@ void MemoryView::rebuild() {
   // Tick labels: every bar when few, else every k-th; red ones (drawn as items) for bars that overflow.
   const int every = n <= kMaxLabelledBars ? 1 : (n + kMaxLabelledBars - 1) / kMaxLabelledBars;
   const int labelGap = m_plot->xAxis->tickLengthOut() + m_plot->xAxis->tickLabelPadding() + 1;
+  const bool compactTicks = m_grouped && n > 8;
+  bool sameRanks = true;
+  for (const Bar& b : m_barData) sameRanks = sameRanks && b.ranks.size() == m_barData.front().ranks.size();
   int overflowing = 0;
   for (int i = 0; i < n; ++i) {
     const Bar& b = m_barData[i];
-    // Stage labels on two lines so neighbours do not run into each other.
-    const QString text = barLabel(i).replace(QStringLiteral(" ("), QStringLiteral("\n("));
+    // Stage labels on two lines so neighbours do not run into each other; many stages: the number alone (the
+    // axis label says the rest).
+    const QString text = compactTicks ? QString::number(b.figures.stage)
+                                      : barLabel(i).replace(QStringLiteral(" ("), QStringLiteral("\n("));
     if (!b.overflow) {
       ticker->addTick(i, i % every == 0 ? text : QString());
       continue;
@@ -321,7 +326,10 @@ void MemoryView::rebuild() {
   }
   m_plot->xAxis->setTicker(ticker);
   m_plot->xAxis->setRange(-0.6, n - 1 + 0.7);
-  m_plot->xAxis->setLabel(m_grouped ? tr("pipeline stage (ranks grouped)") : tr("rank"));
+  m_plot->xAxis->setLabel(!m_grouped  ? tr("rank")
+                          : sameRanks ? tr("pipeline stage (%1 ranks each, the largest figures shown)")
+                                            .arg(m_barData.front().ranks.size())
+                                      : tr("pipeline stage (ranks grouped, the largest figures shown)"));
   m_plot->yAxis->setLabel(tr("memory (%1)").arg(m_unitName));
   m_plot->yAxis->setRange(0, scaleTop / m_unitBytes * 1.12);
 
@@ -336,9 +344,9 @@ void MemoryView::rebuild() {
     const QString what = !m_title.isEmpty() ? m_title
                          : measured         ? tr("Peak memory, predicted and measured")
                                             : tr("Predicted peak memory");
-    title->setText(!m_message.isEmpty() ? m_message
-                   : m_grouped          ? tr("%1 per stage (the largest rank of each)").arg(what)
-                                        : tr("%1 per rank").arg(what));
+    QString text = m_grouped ? tr("%1 per stage").arg(what) : tr("%1 per rank").arg(what);
+    if (!m_message.isEmpty()) text += QStringLiteral(" · ") + m_message;
+    title->setText(text);
     title->setTextColor(overflowing > 0 ? kOverflow : QColor(30, 30, 30));
   }
   m_plot->replot(QCustomPlot::rpQueuedReplot);

@@ -194,11 +194,13 @@ RunView::RunView(QWidget* parent) : QWidget(parent) {
   bottom->addWidget(m_side);
   bottom->setStretchFactor(0, 3);
   bottom->setStretchFactor(1, 2);
+  bottom->setSizes({3000, 2000});  // proportions: the timelines get the width
   auto* split = new QSplitter(Qt::Vertical, this);
   split->addWidget(plots);
   split->addWidget(bottom);
   split->setStretchFactor(0, 9);
   split->setStretchFactor(1, 11);
+  split->setSizes({900, 1100});
   split->setChildrenCollapsible(false);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
