@@ -1,12 +1,14 @@
-// bench_ui_edit_latency: how long after an edit the studio's plan views show the new plan, for plans from 1
-// to 1024 ranks. An edit (microbatches toggled between two valid values) goes through the real MainWindow:
-// the document pushes the undo command, the PlanAnalyzer re-plans and re-simulates off the GUI thread, the
-// snapshot reaches the canvas, palette, timeline and memory views, and the window repaints.
-//
-// Printed per example: the median and worst edit-to-painted time and their ratio to the 100 ms target, the
-// longest stretch the GUI thread was busy in one event (what a person feels as a stall), and the reference
-// measured in the same run: the analysis alone (analyzePlan on the same configs, synchronously).
-// Run: QT_QPA_PLATFORM=offscreen build/bench/bench_ui_edit_latency [--edits N]
+// bench_ui_edit_latency: how the studio answers on every template, from 1 to 16384 ranks, through the real
+// MainWindow (1600 x 1000, offscreen or a real X server):
+//   open:  File > New with the template until the window has painted its plan (first paint);
+//   edit:  an edit (microbatches toggled between two valid values) until the window has painted the new plan;
+//   stall: the longest the GUI thread was busy in one go meanwhile: the edit call itself (the document, the
+//          canvas, the inspector and the layer table react synchronously), each event, each repaint. This is
+//          what a person feels: the window answers within a stall.
+// Each figure is printed with its ratio to a budget: 100 ms for a stall (the issue's "window answering within
+// 100 ms"), and, as the reference measured in the same run, analyzePlan alone on the same config (the part
+// that runs off the GUI thread, which open and edit wait for).
+// Run: QT_QPA_PLATFORM=offscreen build/bench/bench_ui_edit_latency [--edits N] [--only KEY]
 #include <QApplication>
 #include <QElapsedTimer>
 #include <algorithm>
@@ -19,6 +21,8 @@
 
 namespace {
 
+constexpr double kStallBudgetMs = 100;
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -28,77 +32,109 @@ double worst(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
 }
 
+double elapsedMs(const QElapsedTimer& t) {
+  return double(t.nsecsElapsed()) / 1e6;
+}
+
+// Runs the event loop in short slices until done() holds; returns the longest slice (a stall).
+template <class Done>
+double pumpUntil(Done done) {
+  double longest = 0;
+  while (!done()) {
+    QElapsedTimer slice;
+    slice.start();
+    QApplication::processEvents(QEventLoop::AllEvents, 5);
+    longest = std::max(longest, elapsedMs(slice));
+  }
+  return longest;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
-  int edits = 20;
-  for (int i = 1; i + 1 < argc; ++i)
+  int edits = 10;
+  QString only;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (QString(argv[i]) == "--edits") edits = std::max(2, QString(argv[i + 1]).toInt());
-  const char* examples[] = {"gpt-fortunes.json", "gpt-1b-8xa100.json", "gpt3-175b-plan.json"};
-  std::printf("%-22s %6s %8s | %9s %9s %7s | %10s %9s | %11s %6s\n", "example", "ranks", "spans", "median ms",
-              "worst ms", "/100ms", "GUI stall", "paint ms", "analysis ms", "share");
-  for (const char* name : examples) {
+    if (QString(argv[i]) == "--only") only = QString(argv[i + 1]);
+  }
+  std::printf("%-9s %6s %9s | %9s %9s | %9s %9s | %9s %7s | %11s\n", "template", "ranks", "spans", "open ms",
+              "edit ms", "worst ms", "paint ms", "stall ms", "/100ms", "analysis ms");
+  double worstStallAll = 0;
+  for (const ms::ProjectTemplate& t : ms::projectTemplates()) {
+    if (!only.isEmpty() && t.key != only) continue;
     ms::MainWindow w;
     w.resize(1600, 1000);
     w.show();
-    const QString path = QStringLiteral(MS_SOURCE_DIR "/resources/examples/") + name;
-    if (!w.openProject(path)) {
-      std::fprintf(stderr, "%s: %s\n", name, qPrintable(w.lastError()));
-      return 1;
-    }
     auto settled = [&] {
       return w.snapshot() && !w.analyzer()->busy() && w.snapshot()->config == w.document()->config();
     };
-    while (!settled()) QApplication::processEvents(QEventLoop::AllEvents, 10);
+    QApplication::processEvents();
+    // Open: the template's config through File > New, until its plan is painted.
+    QElapsedTimer open;
+    open.start();
+    QElapsedTimer call;
+    call.start();
+    if (!w.newProject(t.key)) {
+      std::fprintf(stderr, "%s: %s\n", qPrintable(t.key), qPrintable(w.lastError()));
+      return 1;
+    }
+    double stall = elapsedMs(call);
+    stall = std::max(stall, pumpUntil(settled));
+    QElapsedTimer paint;
+    paint.start();
+    w.repaint();
+    stall = std::max(stall, elapsedMs(paint));
+    const double openMs = elapsedMs(open);
+
     const int base = w.document()->config().parallel.microbatches;
     // Two values that are both valid: the base and half of it (or double it when it is odd).
     const int other = base % 2 == 0 ? base / 2 : base * 2;
-    std::vector<double> total, analysis, stall, reference, paints;
+    std::vector<double> total, paints, reference;
     std::vector<ms::RunConfig> configs;
     for (int e = 0; e < edits; ++e) {
       const int value = e % 2 == 0 ? other : base;
-      QElapsedTimer t;
-      t.start();
+      QElapsedTimer edit;
+      edit.start();
+      QElapsedTimer editCall;
+      editCall.start();
       w.document()->edit("microbatches", [value](ms::RunConfig& c) { c.parallel.microbatches = value; });
-      double longest = 0;
-      while (!settled()) {
-        QElapsedTimer slice;
-        slice.start();
-        QApplication::processEvents(QEventLoop::AllEvents, 5);
-        longest = std::max(longest, double(slice.nsecsElapsed()) / 1e6);
-      }
-      QElapsedTimer paint;
-      paint.start();
+      stall = std::max(stall, elapsedMs(editCall));
+      stall = std::max(stall, pumpUntil(settled));
+      QElapsedTimer repaint;
+      repaint.start();
       w.repaint();  // the frame that shows the edit, painted synchronously
-      const double painted = double(paint.nsecsElapsed()) / 1e6;
-      longest = std::max(longest, painted);
-      paints.push_back(painted);
-      total.push_back(double(t.nsecsElapsed()) / 1e6);
-      analysis.push_back(w.snapshot()->millis);
-      stall.push_back(longest);
+      paints.push_back(elapsedMs(repaint));
+      stall = std::max(stall, paints.back());
+      total.push_back(elapsedMs(edit));
       configs.push_back(w.document()->config());
     }
-    for (const ms::RunConfig& c : configs) {
-      QElapsedTimer t;
-      t.start();
-      auto s = ms::analyzePlan(c);
-      reference.push_back(double(t.nsecsElapsed()) / 1e6);
+    // The reference: the analysis alone, synchronously, on the same configs (a few: a 16384-rank plan takes
+    // seconds).
+    for (size_t i = 0; i < std::min<size_t>(configs.size(), 3); ++i) {
+      QElapsedTimer a;
+      a.start();
+      auto s = ms::analyzePlan(configs[i]);
+      reference.push_back(elapsedMs(a));
       if (!s->ok()) {
-        std::fprintf(stderr, "%s: %s\n", name, qPrintable(s->error));
+        std::fprintf(stderr, "%s: %s\n", qPrintable(t.key), qPrintable(s->error));
         return 1;
       }
     }
     const auto snap = w.snapshot();
-    std::printf("%-22s %6d %8zu | %9.1f %9.1f %7.2f | %10.1f %9.1f | %11.1f %5.0f%%\n", name,
-                snap->plan->layout.world(), snap->timeline.spanCount(), median(total), worst(total),
-                median(total) / 100.0, worst(stall), median(paints), median(reference),
-                100.0 * median(reference) / median(total));
+    worstStallAll = std::max(worstStallAll, stall);
+    std::printf("%-9s %6d %9zu | %9.0f %9.0f | %9.0f %9.1f | %9.1f %7.2f | %11.0f\n", qPrintable(t.key),
+                snap->plan->layout.world(), snap->timeline.spanCount(), openMs, median(total), worst(total),
+                median(paints), stall, stall / kStallBudgetMs, median(reference));
   }
   std::printf(
-      "\nmedian: edit to painted window; /100ms: against the issue's 100 ms target; GUI stall: the longest\n"
-      "single event on the GUI thread during the edits (analysis runs off it); paint: the repaint of the\n"
-      "whole window showing the edit; analysis: analyzePlan alone, synchronously, on the same configs (the\n"
-      "reference); share: analysis / edit-to-painted.\n");
+      "\nopen: File > New until the plan is painted; edit: median edit-to-painted (worst beside it); paint: "
+      "the\n"
+      "repaint of the whole window showing the edit; stall: the longest the GUI thread was busy in one go\n"
+      "(edit calls, events, repaints), /100ms its ratio to the budget; analysis: analyzePlan alone on the\n"
+      "same configs (the reference: off the GUI thread, what open and edit wait for).\n"
+      "worst stall over every template: %.1f ms (%.2f of the budget)\n",
+      worstStallAll, worstStallAll / kStallBudgetMs);
   return 0;
 }

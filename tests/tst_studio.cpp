@@ -6,12 +6,16 @@
 #include <QtTest>
 
 #include <qcustomplot.h>
+#include <QDockWidget>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
 #include <QRandomGenerator>
+#include <QRegularExpression>
+#include <QSpinBox>
 #include <QStandardPaths>
+#include <QTabWidget>
 #include <algorithm>
 #include <fstream>
 
@@ -19,8 +23,11 @@
 #include "ui/models/project_document.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
+#include "ui/views/inspector.h"
+#include "ui/views/layer_palette.h"
 #include "ui/views/main_window.h"
 #include "ui/views/memory_view.h"
+#include "ui/views/mesh_canvas.h"
 #include "ui/views/run_view.h"
 #include "ui/views/timeline_view.h"
 
@@ -227,8 +234,38 @@ class TestStudio : public QObject {
       QVERIFY2(forwards >= 2 && backwards >= 2, qPrintable(row.label));
     }
     QVERIFY(w.exportTrace(dir.path() + "/measured.json", true));
-    QVERIFY(w.exportPlots(dir.path() + "/plots", "png"));
+    QVERIFY(w.exportPlots(dir.path() + "/plots", "png", 192));
     QVERIFY(QFileInfo(dir.path() + "/plots/memory.png").size() > 1000);
+    // The run's memory chart is the prediction against the measured peaks, on one scale.
+    QTRY_COMPARE_WITH_TIMEOUT(w.runView()->memoryView()->measuredBars()->dataCount(), 2, 5000);
+    QCOMPARE(w.runView()->memoryView()->rankCount(), 2);
+    // The dashboard as it is on screen, in one file: PNG at 192 dpi is twice the screen's pixels.
+    w.tabs()->setCurrentIndex(1);
+    QTRY_VERIFY_WITH_TIMEOUT(w.runView()->isVisible(), 5000);
+    const QString png = dir.path() + "/dashboard.png";
+    QVERIFY2(w.exportDashboard(png, "png", 192), qPrintable(w.lastError()));
+    const QImage image(png);
+    QCOMPARE(image.size(), w.runView()->size() * 2);
+    QVERIFY(std::abs(image.dotsPerMeterX() - 192 / 0.0254) < 2);
+    // The train loss curve's blue is in it, where the loss plot is on screen.
+    const QRect loss(w.runView()->lossPlot()->mapTo(w.runView(), QPoint(0, 0)) * 2,
+                     w.runView()->lossPlot()->size() * 2);
+    int blue = 0;
+    for (int y = loss.top(); y < loss.bottom(); y += 2)
+      for (int x = loss.left(); x < loss.right(); x += 2)
+        blue += QColor(image.pixel(x, y)) == QColor(31, 119, 180);
+    QVERIFY2(blue > 10, qPrintable(QString("%1 curve pixels").arg(blue)));
+    const QString pdf = dir.path() + "/dashboard.pdf", svg = dir.path() + "/dashboard.svg";
+    QVERIFY(w.exportDashboard(pdf, "pdf"));
+    QVERIFY(w.exportDashboard(svg, "svg"));
+    QFile pdfFile(pdf), svgFile(svg);
+    QVERIFY(pdfFile.open(QIODevice::ReadOnly) && svgFile.open(QIODevice::ReadOnly));
+    QVERIFY(pdfFile.read(5) == "%PDF-");
+    const QByteArray svgText = svgFile.readAll();
+    QVERIFY(svgText.contains("<svg") && svgText.contains("<path"));  // vector, not one embedded image
+    QVERIFY2(svgText.contains("Loss") && svgText.contains("Measured step"), "the panels' text is text");
+    QVERIFY(!w.exportDashboard(dir.path() + "/dashboard.bmp", "bmp"));
+    QVERIFY(w.lastError().contains("unknown format"));
 
     // Replay in a fresh window: the same steps, the same measured timeline shape.
     ms::MainWindow replay;
@@ -378,6 +415,199 @@ class TestStudio : public QObject {
     QVERIFY(!w.document()->isModified());
     QVERIFY(waitForSnapshot(w));
     QVERIFY(w.snapshot()->ok());
+  }
+
+  // While a re-plan is under way (held here, so no timing is involved) the plan views say they show the
+  // previous plan and the status bar shows the analysis' phase; an edit that does not plan keeps the last
+  // plan that did, marked; both clear when the current plan arrives.
+  void planViewsMarkedOutdated() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-1b-8xa100.json"));
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(w.planOutdatedReason().isEmpty());
+    w.analyzer()->setPaused(true);
+    w.document()->edit("microbatches 16", [](ms::RunConfig& c) { c.parallel.microbatches = 16; });
+    QTRY_VERIFY_WITH_TIMEOUT(!w.planOutdatedReason().isEmpty(), 10000);
+    QVERIFY2(w.planOutdatedReason().contains("re-planning"), qPrintable(w.planOutdatedReason()));
+    QCOMPARE(w.predictedTimeline()->outdatedReason(), w.planOutdatedReason());
+    QCOMPARE(w.memoryView()->outdatedReason(), w.planOutdatedReason());
+    QVERIFY2(w.planProgressText().startsWith("Planning: "), qPrintable(w.planProgressText()));
+    w.analyzer()->setPaused(false);
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(w.planOutdatedReason().isEmpty());
+    QVERIFY(w.predictedTimeline()->outdatedReason().isEmpty());
+    QVERIFY(w.memoryView()->outdatedReason().isEmpty());
+    QVERIFY(w.planProgressText().isEmpty());
+    QCOMPARE(w.snapshot()->config.parallel.microbatches, 16);
+
+    w.document()->edit("tp 3", [](ms::RunConfig& c) { c.parallel.tp = 3; });
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(!w.snapshot()->ok());
+    QVERIFY2(w.planOutdatedReason().contains("do not make a plan"), qPrintable(w.planOutdatedReason()));
+    QCOMPARE(int(w.predictedTimeline()->data()->rows.size()), 8);  // the last plan that built, marked
+    QCOMPARE(w.predictedTimeline()->outdatedReason(), w.planOutdatedReason());
+    w.document()->undoStack()->undo();
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(w.planOutdatedReason().isEmpty());
+  }
+
+  // Messages about an edit (a drop placed, an auto-plan applied) hold for the state they describe: undo and
+  // a new project take them away.
+  void transientMessagesExpire() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-1b-8xa100.json"));
+    QVERIFY(waitForSnapshot(w));
+    ms::MeshCanvas* canvas = w.meshCanvas();
+    // block.3 (layer 4) onto stage 1 (rank 4's device).
+    QVERIFY(canvas->dropLayers(4, 4, 4));
+    QVERIFY(canvas->messageVisible());
+    QVERIFY2(canvas->messageText().startsWith("Place layers block.3 on stage 1"),
+             qPrintable(canvas->messageText()));
+    w.document()->undoStack()->undo();
+    QVERIFY(!canvas->messageVisible());
+
+    QVERIFY(w.layerPalette()->computeAutoPlan());
+    QVERIFY(w.layerPalette()->applyCandidate(0));
+    QVERIFY2(w.layerPalette()->message().startsWith("Applied dp"), qPrintable(w.layerPalette()->message()));
+    w.document()->undoStack()->undo();
+    QVERIFY2(w.layerPalette()->message().isEmpty(), qPrintable(w.layerPalette()->message()));
+    w.document()->undoStack()->redo();
+    QVERIFY(w.layerPalette()->message().isEmpty());  // the message was about the apply, not about its redo
+
+    QVERIFY(canvas->dropLayers(4, 4, 4));
+    QVERIFY(canvas->messageVisible());
+    w.setUnsavedChangesHandler([] { return QMessageBox::Discard; });
+    QVERIFY(w.newProject("gpt"));
+    QVERIFY(!canvas->messageVisible());
+  }
+
+  // Memory is in binary units everywhere (never decimal GB or MB), with the unit in the text or its label;
+  // MFU is stated only where the devices have a published peak.
+  void oneUnitConvention() {
+    // A figure in decimal units ("80.0 GB"); names such as "A100 80GB" and link speeds ("50 GB/s") are not.
+    static const QRegularExpression decimal(QStringLiteral("\\d\\s(GB|MB|KB|kB|TB)\\b(?!/s)"));
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-1b-8xa100.json"));
+    QVERIFY(waitForSnapshot(w));
+    QStringList texts{w.summaryText(), w.memoryView()->plot()->yAxis->label()};
+    for (int d = 0; d < 8; ++d) texts << w.meshCanvas()->tileToolTip(d);
+    QVERIFY(w.layerPalette()->computeAutoPlan());
+    for (const ms::PlanCandidate& c : w.layerPalette()->autoPlanCandidates())
+      texts << ms::LayerPalette::candidateRow(c).join(" ");
+    for (const QString& t : texts) QVERIFY2(!decimal.match(t).hasMatch(), qPrintable(t));
+    QVERIFY2(w.summaryText().contains(QRegularExpression("\\d GiB of 74.5 GiB")),
+             qPrintable(w.summaryText()));
+    QVERIFY2(w.meshCanvas()->tileToolTip(0).contains("of 74.5 GiB"),
+             qPrintable(w.meshCanvas()->tileToolTip(0)));
+    QCOMPARE(w.memoryView()->plot()->yAxis->label(), QString("memory (GiB)"));
+    QVERIFY2(w.summaryText().contains("MFU "), qPrintable(w.summaryText()));  // A100s: a datasheet peak
+
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-fortunes.json"));
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY2(!w.summaryText().contains("MFU"), qPrintable(w.summaryText()));  // the CPU has no published peak
+    QVERIFY2(
+        w.summaryText().contains(QRegularExpression("fullest device \\d+ MiB of 24.0 GiB \\(0.\\d\\d%\\)")),
+        qPrintable(w.summaryText()));
+  }
+
+  // The mesh shows exactly the ranks the plan has: pp 2 on a one-device mesh does not plan, so no tile claims
+  // a rank (it used to read "ranks 0,1 · stage 0" beside a legend listing stage 1) and the legend says why.
+  void meshShowsOnlyTheRanksThePlanHas() {
+    ms::RunConfig c = tinyPipeline(2);
+    c.mesh.nodes = {ms::NodeConfig{"node0", "cpu", 1}};
+    ms::MainWindow w;
+    w.show();
+    w.document()->reset(c);
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(!w.snapshot()->ok());
+    QVERIFY2(w.meshCanvas()->tileLabel(0).contains("no layout"), qPrintable(w.meshCanvas()->tileLabel(0)));
+    QVERIFY(w.meshCanvas()->stagesOfDevice(0).empty());
+    QVERIFY2(w.meshCanvas()->legendText().contains("No rank layout"),
+             qPrintable(w.meshCanvas()->legendText()));
+    QVERIFY(!w.meshCanvas()->legendText().contains("stage 1"));
+    // One device more and both stages are there, a rank each.
+    w.document()->edit("a second device", [](ms::RunConfig& cfg) { cfg.mesh.nodes[0].count = 2; });
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY(w.snapshot()->ok());
+    QVERIFY2(w.meshCanvas()->tileLabel(1).startsWith("rank 1 · stage 1"),
+             qPrintable(w.meshCanvas()->tileLabel(1)));
+    QVERIFY(w.meshCanvas()->legendText().contains("stage 1: b1, head"));
+  }
+
+  // Ctrl+Z with the focus in an inspector field undoes the project edit (the field wrote it as it was typed),
+  // not only the field's text; Ctrl+Shift+Z redoes it.
+  void undoFromAFocusedField() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowActive(&w));
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-1b-8xa100.json"));
+    auto* spin = qobject_cast<QSpinBox*>(w.inspector()->editorFor("/parallel/microbatches"));
+    QVERIFY(spin);
+    spin->setFocus();
+    QTRY_VERIFY(spin->hasFocus());
+    spin->selectAll();
+    QTest::keyClicks(spin, "12");
+    QCOMPARE(w.document()->config().parallel.microbatches, 12);
+    QVERIFY(w.document()->isModified());
+    QTest::keySequence(&w, QKeySequence::Undo);
+    QVERIFY2(w.document()->config().parallel.microbatches == 8,
+             qPrintable(QString::number(w.document()->config().parallel.microbatches)));
+    QCOMPARE(spin->value(), 8);
+    QVERIFY(!w.document()->isModified());
+    QTest::keySequence(&w, QKeySequence::Redo);
+    QCOMPARE(w.document()->config().parallel.microbatches, 12);
+  }
+
+  // Runs of the built-in examples go to the user's data folder, never into the source tree; a project of
+  // one's own keeps its runs beside it; file dialogs start in the project's folder.
+  void runFoldersAndDialogs() {
+    QTemporaryDir dir;
+    ms::MainWindow w;
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-fortunes.json"));
+    const QString data = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
+    QVERIFY2(w.defaultRunDir().startsWith(data + "/runs/gpt-fortunes-"), qPrintable(w.defaultRunDir()));
+    QVERIFY(!w.defaultRunDir().startsWith(MS_SOURCE_DIR));
+    QCOMPARE(w.dialogFolder(), QFileInfo(MS_SOURCE_DIR "/resources/examples").absoluteFilePath());
+    QVERIFY(w.saveProjectAs(dir.path() + "/mine.json"));
+    QVERIFY2(w.defaultRunDir().startsWith(dir.path() + "/runs/gpt-fortunes-"), qPrintable(w.defaultRunDir()));
+    QCOMPARE(w.dialogFolder(), dir.path());
+  }
+
+  // The Run tab takes the width: the docks fold away while it is shown and come back as they were.
+  void runTabFoldsThePanels() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    auto* layers = w.findChild<QDockWidget*>("layersDock");
+    auto* inspector = w.findChild<QDockWidget*>("inspectorDock");
+    QVERIFY(layers && inspector);
+    inspector->hide();  // the person closed one of them
+    w.tabs()->setCurrentIndex(1);
+    QVERIFY(!layers->isVisible() && !inspector->isVisible());
+    w.tabs()->setCurrentIndex(0);
+    QVERIFY(layers->isVisible());
+    QVERIFY(!inspector->isVisible());  // as it was
+  }
+
+  // Tiles are readable at every template's default zoom: text in the UI font (never smaller), as many lines
+  // as fit, or none (node names and tooltips then) when a whole cluster is in view.
+  void meshTextReadableAtDefaultZoom() {
+    ms::MainWindow w;
+    w.resize(1366, 768);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    for (const ms::ProjectTemplate& t : ms::projectTemplates()) {
+      QVERIFY(w.newProject(t.key));
+      QVERIFY(waitForSnapshot(w));
+      QVERIFY2(w.meshCanvas()->fitsView(), qPrintable(t.key));
+      const int devices = w.meshCanvas()->meshGeometry().deviceCount();
+      const int lines = w.meshCanvas()->tileLinesShown();
+      if (devices <= 8) QVERIFY2(lines >= 2, qPrintable(t.key + QString(": %1 lines").arg(lines)));
+      if (devices >= 1024) QCOMPARE(lines, 0);
+    }
   }
 
   // A project that fails validation cannot run; the reason is shown, nothing starts.

@@ -15,6 +15,7 @@
 #include "ui/models/mesh_model.h"
 #include "ui/models/placement.h"
 #include "ui/models/project_document.h"
+#include "ui/models/units.h"
 
 using ms::LayerModel;
 using ms::MeshGeometry;
@@ -303,6 +304,51 @@ class TestUiModels : public QObject {
     one.nodes = {{"solo", "cpu", 1}};
     QVERIFY(!ms::removeDevice(one, 0).isOk());
     QVERIFY(!ms::removeNode(one, 0).isOk());
+  }
+
+  // One convention for every figure: memory in binary units with three significant digits, counts with
+  // SI prefixes, durations in s, ms or µs; unknown figures as a dash, never "nan".
+  void unitsFormat_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<double>("value");
+    QTest::addColumn<QString>("text");
+    constexpr double kKiB = 1024, kMiB = 1024 * kKiB, kGiB = 1024 * kMiB;
+    QTest::newRow("bytes: 80 GB datasheet") << "bytes" << 80e9 << "74.5 GiB";
+    QTest::newRow("bytes: 24 GiB") << "bytes" << 24 * kGiB << "24.0 GiB";
+    QTest::newRow("bytes: 114 MiB") << "bytes" << 114.2 * kMiB << "114 MiB";
+    QTest::newRow("bytes: 1023.9 MiB rounds up a unit") << "bytes" << 1023.9 * kMiB << "1.00 GiB";
+    QTest::newRow("bytes: 2.9 TiB") << "bytes" << 2.9 * 1024 * kGiB << "2.90 TiB";
+    QTest::newRow("bytes: under a KiB") << "bytes" << 512.0 << "0.50 KiB";
+    QTest::newRow("bytes: nan") << "bytes" << std::nan("") << "–";
+    QTest::newRow("bytes: negative") << "bytes" << -1.0 << "–";
+    QTest::newRow("si: tokens/s") << "si" << 234340.0 << "234 k";
+    QTest::newRow("si: millions") << "si" << 2926926.0 << "2.93 M";
+    QTest::newRow("si: small integer") << "si" << 812.0 << "812";
+    QTest::newRow("si: fraction") << "si" << 0.25 << "0.25";
+    QTest::newRow("si: rounds into the next prefix") << "si" << 999600.0 << "1.00 M";
+    QTest::newRow("seconds: step") << "seconds" << 13.4238 << "13.4 s";
+    QTest::newRow("seconds: ms") << "seconds" << 0.156 << "156 ms";
+    QTest::newRow("seconds: µs") << "seconds" << 35e-6 << "35.0 µs";
+    QTest::newRow("percent") << "percent" << 0.246 << "24.6%";
+  }
+
+  void unitsFormat() {
+    QFETCH(QString, kind);
+    QFETCH(double, value);
+    QFETCH(QString, text);
+    const QString got = kind == "bytes"     ? ms::formatBytes(value)
+                        : kind == "si"      ? ms::formatSi(value)
+                        : kind == "seconds" ? ms::formatSeconds(value)
+                                            : ms::formatPercent(value);
+    QCOMPARE(got, text);
+  }
+
+  void byteUnitChoice() {
+    QCOMPARE(ms::byteUnitFor(500).name, QString("KiB"));
+    QCOMPARE(ms::byteUnitFor(3.0 * 1024 * 1024).name, QString("MiB"));
+    QCOMPARE(ms::byteUnitFor(80e9).name, QString("GiB"));
+    QCOMPARE(ms::byteUnitFor(80e9).bytes, 1024.0 * 1024 * 1024);
+    QCOMPARE(ms::formatBytesIn(1.5 * 1024 * 1024 * 1024, ms::byteUnitFor(80e9), 2), QString("1.50"));
   }
 
   void meshGeometryTiles_data() {

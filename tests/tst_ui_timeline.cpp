@@ -18,6 +18,7 @@
 #include "ui/models/chrome_trace.h"
 #include "ui/models/plan_analysis.h"
 #include "ui/models/time_axis.h"
+#include "ui/models/timeline_groups.h"
 #include "ui/views/memory_view.h"
 #include "ui/views/timeline_view.h"
 
@@ -56,6 +57,22 @@ std::shared_ptr<TimelineData> handBuilt() {
   d->rows[1].bubbleFraction = 0.25;
   d->rows[1].spans = {span(0, 1 * kMs, SpanKind::Recv, 0),
                       span(1 * kMs, 2 * kMs, SpanKind::Forward, 0, 0, 2)};
+  d->updateExtent();
+  return d;
+}
+
+// Two stages of four ranks: the ranks of a stage run F then B; rank r's B ends at (3 + r % 4) ms, so the
+// last rank of each stage finishes last; bubbles 10%, 20%, 30%, 40% within a stage.
+std::shared_ptr<TimelineData> twoStagesOfFour() {
+  auto d = std::make_shared<TimelineData>();
+  d->rows.resize(8);
+  for (int r = 0; r < 8; ++r) {
+    ms::TimelineRow& row = d->rows[static_cast<size_t>(r)];
+    row.rank = r, row.stage = r / 4, row.bubbleFraction = 0.1 * (1 + r % 4);
+    row.label = QString("rank %1 · stage %2").arg(r).arg(r / 4);
+    row.spans = {span(0, 1 * kMs, SpanKind::Forward, 0),
+                 span(2 * kMs, (3 + r % 4) * kMs, SpanKind::Backward, 0)};
+  }
   d->updateExtent();
   return d;
 }
@@ -342,6 +359,102 @@ class TestUiTimeline : public QObject {
   }
 
   // ---- TimelineView ----
+  // ---- Grouping by stage ----
+  void groupsByStage() {
+    const auto d = twoStagesOfFour();
+    const ms::TimelineGroups collapsed(*d, {});
+    QVERIFY(collapsed.grouping());
+    QCOMPARE(collapsed.groups().size(), std::size_t(2));
+    QCOMPARE(collapsed.displayRowCount(), 2);  // one row per stage
+    for (int g = 0; g < 2; ++g) {
+      const ms::TimelineGroup& group = collapsed.groups()[static_cast<size_t>(g)];
+      QCOMPARE(group.stage, g);
+      QCOMPARE(group.rows, (std::vector<int>{4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3}));
+      QCOMPARE(group.representative, 4 * g + 3);  // the last to finish
+      QCOMPARE(group.bubbleMin, 0.1);
+      QCOMPARE(group.bubbleMax, 0.4);
+      QVERIFY(collapsed.displayRows()[static_cast<size_t>(g)].header);
+    }
+    QCOMPARE(collapsed.displayRowOf(5), 1);  // rank 5 is drawn by stage 1's header while collapsed
+    const ms::TimelineGroups expanded(*d, {1});
+    QCOMPARE(expanded.displayRowCount(), 2 + 4);  // stage 0's header, stage 1's header and its four ranks
+    QVERIFY(expanded.displayRows()[1].header);
+    for (int i = 0; i < 4; ++i) {
+      QCOMPARE(expanded.displayRows()[static_cast<size_t>(2 + i)].dataRow, 4 + i);
+      QVERIFY(expanded.displayRows()[static_cast<size_t>(2 + i)].member);
+    }
+    QCOMPARE(expanded.displayRowOf(5), 3);
+    // One rank per stage: nothing to group, the rows are shown as they are.
+    const ms::TimelineGroups plain(*handBuilt(), {});
+    QVERIFY(!plain.grouping());
+    QCOMPARE(plain.displayRowCount(), 2);
+    QCOMPARE(plain.displayRows()[1].dataRow, 1);
+    QVERIFY(!plain.displayRows()[1].header);
+  }
+
+  void viewExpandsAStageOnClick() {
+    TimelineView v;
+    v.resize(1000, 400);
+    v.setData(twoStagesOfFour());
+    QCOMPARE(v.rowLayout().rowCount(), 2);
+    QCOMPARE(v.displayRowText(1), QString("stage 1 · 4 ranks — bubble 10-40%"));
+    // The header row draws its representative: a hit on its B at 5.5 ms is rank 7's (it alone runs that
+    // late).
+    const auto hit = v.spanAt(pointAt(v, 5.5 * kMs, 1, 0));
+    QVERIFY(hit);
+    QCOMPARE(hit->row, 7);
+    QCOMPARE(hit->displayRow, 1);
+    QVERIFY2(v.toolTipText(*hit).contains("the last of stage 1's 4 ranks"), qPrintable(v.toolTipText(*hit)));
+    // A click on stage 1's label lists its ranks; a second click hides them.
+    const QPoint header(20, v.rowLayout().yOfRow(1) + v.rowLayout().rowHeight() / 2);
+    QTest::mouseClick(&v, Qt::LeftButton, Qt::NoModifier, header);
+    QVERIFY(v.isStageExpanded(1));
+    QCOMPARE(v.rowLayout().rowCount(), 6);
+    QCOMPARE(v.displayRowText(2), QString("rank 4 · stage 1 — bubble 10%"));
+    const auto member = v.spanAt(pointAt(v, 2.5 * kMs, 2, 0));
+    QVERIFY(member && member->row == 4 && member->span.kind == SpanKind::Backward);
+    QTest::mouseClick(&v, Qt::LeftButton, Qt::NoModifier, header);
+    QVERIFY(!v.isStageExpanded(1));
+    QCOMPARE(v.rowLayout().rowCount(), 2);
+    // The expansion survives new data (a measured timeline is replaced every step).
+    v.setStageExpanded(0, true);
+    v.setData(twoStagesOfFour());
+    QCOMPARE(v.rowLayout().rowCount(), 6);
+    v.setAllExpanded(false);
+    QCOMPARE(v.rowLayout().rowCount(), 2);
+  }
+
+  void labelsColumnFitsItsLabels() {
+    TimelineView v;
+    v.resize(1000, 200);
+    v.setData(handBuilt());
+    const int own = v.headerWidth();
+    QVERIFY(own >= TimelineView::kMinHeaderWidth && own <= TimelineView::kMaxHeaderWidth);
+    QCOMPARE(v.timeAxis().x0(), double(own));
+    // A width set from outside (a pair of views sharing a time axis) moves the time area with it.
+    v.setHeaderWidth(own + 40);
+    QCOMPARE(v.headerWidth(), own + 40);
+    QCOMPARE(v.timeAxis().x0(), double(own + 40));
+    v.setHeaderWidth(0);
+    QCOMPARE(v.headerWidth(), own);
+  }
+
+  void outdatedIsDrawnAndKept() {
+    TimelineView v;
+    v.resize(600, 200);
+    v.setData(handBuilt());
+    const QImage current = v.render(v.size());
+    v.setOutdated("re-planning");
+    QCOMPARE(v.outdatedReason(), QString("re-planning"));
+    const QImage outdated = v.render(v.size());
+    // The wash lightens the spans (F0 of rank 0 mid-span) and the band is drawn at the top of the rows.
+    const QPoint f0 = pointAt(v, 0.5 * kMs, 0, 0);
+    QVERIFY(QColor(outdated.pixel(f0)).lightness() > QColor(current.pixel(f0)).lightness());
+    QCOMPARE(QColor(outdated.pixel(v.width() - 20, v.rowLayout().headerHeight() + 2)), QColor(254, 243, 199));
+    v.setOutdated(QString());
+    QCOMPARE(v.render(v.size()), current);
+  }
+
   void hitTest() {
     TimelineView v;
     v.resize(1000, 200);

@@ -60,8 +60,8 @@ int MeshGeometry::localIndex(int device) const {
 
 QSizeF MeshGeometry::nodeSize() const {
   const MeshGeometryParams& p = m_params;
-  const double w = std::max(p.minNodeWidth,
-                            2 * p.nodePadding + m_tileColumns * p.tile.width() + (m_tileColumns - 1) * p.tileGap);
+  const double w = std::max(
+      p.minNodeWidth, 2 * p.nodePadding + m_tileColumns * p.tile.width() + (m_tileColumns - 1) * p.tileGap);
   const double h =
       p.nodeHeader + 2 * p.nodePadding + m_tileRows * p.tile.height() + (m_tileRows - 1) * p.tileGap;
   return {w, h};

@@ -186,7 +186,9 @@ MeshRanks MeshRanks::compute(const RunConfig& config) {
     out.error = QString::fromStdString(mesh.message());
     return out;
   }
-  auto layout = layoutRanks(config.parallel, *mesh, allowsDeviceSharing(config));
+  // No sharing: the config's validation refuses more ranks than devices, so a mapping of several ranks to one
+  // device would show a layout no plan has.
+  auto layout = layoutRanks(config.parallel, *mesh, /*allowSharing=*/false);
   if (!layout) {
     out.error = QString::fromStdString(layout.message());
     return out;

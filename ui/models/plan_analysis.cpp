@@ -140,7 +140,16 @@ void PlanAnalyzer::startNext() {
   });
 }
 
+void PlanAnalyzer::setPaused(bool paused) {
+  m_paused = paused;
+  if (!paused && m_held) finished(std::exchange(m_held, nullptr));
+}
+
 void PlanAnalyzer::finished(std::shared_ptr<const PlanSnapshot> snapshot) {
+  if (m_paused) {
+    m_held = std::move(snapshot);
+    return;
+  }
   m_running = false;
   releaseLater(std::exchange(m_latest, snapshot));
   emit ready(snapshot);

@@ -83,6 +83,9 @@ class PlanAnalyzer : public QObject {
   bool busy() const { return m_running || m_pending.has_value(); }
   // Drops this reference to a snapshot on a worker thread (where the last reference frees it).
   void releaseLater(std::shared_ptr<const PlanSnapshot> snapshot);
+  // Holds finished analyses (busy() stays true) until unpaused, then delivers them: lets a test see the
+  // studio while a re-plan is under way without depending on how long one takes.
+  void setPaused(bool paused);
 
  signals:
   void ready(std::shared_ptr<const ms::PlanSnapshot> snapshot);
@@ -99,6 +102,8 @@ class PlanAnalyzer : public QObject {
   std::optional<RunConfig> m_lastRequested;
   std::optional<Calibration> m_calibration;
   bool m_running = false;
+  bool m_paused = false;
+  std::shared_ptr<const PlanSnapshot> m_held;  // finished while paused
   quint64 m_generation = 0;
   std::shared_ptr<const PlanSnapshot> m_latest;
 };

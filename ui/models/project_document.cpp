@@ -127,8 +127,9 @@ QList<ProjectTemplate> projectTemplates() {
        QObject::tr(
            "GPT-3 175B on 1024 H100s in 128 nodes: plan, predict and export; too large to run here.")},
       {QStringLiteral("gpt3-16k"), QObject::tr("GPT-3 175B on 16384 H100s (planning only)"),
-       QObject::tr("GPT-3 175B on 2048 nodes of 8 H100s (dp 128 x tp 8 x pp 16, interleaved): a cluster-scale "
-                   "plan to explore; too large to run here.")},
+       QObject::tr(
+           "GPT-3 175B on 2048 nodes of 8 H100s (dp 128 x tp 8 x pp 16, interleaved): a cluster-scale "
+           "plan to explore; too large to run here.")},
   };
 }
 

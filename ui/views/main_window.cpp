@@ -531,11 +531,15 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
   // MFU is a fraction of a published peak: a device without one (this machine's CPU) has none to state.
   if (sim.mfuDefined) text += tr(", MFU %1").arg(formatPercent(sim.mfu));
   text += tr(", worst bubble %1").arg(formatPercent(worstBubble));
-  if (fullest)
+  if (fullest) {
+    // Enough decimals that a small model on a large device does not read as "0%".
+    const double fill = fullest->capacity > 0 ? fullest->total() / fullest->capacity : 0.0;
     text += tr(", fullest device %1 of %2 (%3)")
                 .arg(formatBytes(fullest->total()), formatBytes(fullest->capacity),
-                     formatPercent(fullest->capacity > 0 ? fullest->total() / fullest->capacity : 0.0,
-                                   fullest->total() < 0.001 * fullest->capacity ? 2 : 0));
+                     formatPercent(fill, fill < 0.01  ? 2
+                                         : fill < 0.1 ? 1
+                                                      : 0));
+  }
   text += QLatin1Char('.');
   if (overflowing) text += tr(" %n rank(s) do not fit in memory.", nullptr, overflowing);
   if (!snap->calibrationNote.isEmpty())

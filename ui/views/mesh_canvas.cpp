@@ -243,6 +243,15 @@ QString MeshCanvas::nodeHeader(int node) const {
   return node >= 0 && node < m_nodeHeaders.size() ? m_nodeHeaders[node] : QString();
 }
 
+int MeshCanvas::tileLinesShown() const {
+  const double scale = transform().m11();
+  const QSizeF tile = m_geometry.params().tile;
+  if (tile.width() * scale < canvas_detail::kOutlinedTilePx) return 0;
+  const QSizeF text((tile.width() - 2 * canvas_detail::kTileTextMarginX) * scale,
+                    (tile.height() - 2 * canvas_detail::kTileTextMarginY) * scale);
+  return canvas_detail::linesThatFit(text, font(), 3);
+}
+
 QString MeshCanvas::nodeShortName(int node) const {
   const auto& nodes = m_doc->config().mesh.nodes;
   return node >= 0 && node < static_cast<int>(nodes.size())

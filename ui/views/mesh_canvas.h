@@ -63,6 +63,9 @@ class MeshCanvas : public QGraphicsView {
   QString legendHtml() const { return m_legendHtml; }
   // True while the view shows the whole mesh (no scroll bars) rather than a zoom the person chose.
   bool fitsView() const { return !m_userZoomed; }
+  // How many lines of a tile's label are drawn at the current zoom (text is drawn in the UI font at its own
+  // size, so a line that would be smaller is left out, never shrunk); 0 when tiles are too small for text.
+  int tileLinesShown() const;
   QString intraLinkText() const { return m_intraText; }  // "nvlink · 450 GB/s · 3 µs"
   QString interLinkText() const { return m_interText; }
   bool deviceFits(int device) const;  // false when the snapshot says its rank exceeds its memory

@@ -15,8 +15,6 @@ namespace ms::canvas_detail {
 
 namespace {
 
-constexpr double kOutlinedTilePx =
-    10;  // tiles narrower than this are drawn as parts of their node's aggregate
 constexpr double kRoundedTilePx = 24;  // from this width tiles get rounded, antialiased outlines
 const QColor kAcceptColor(25, 118, 210);
 const QColor kNodeFill(247, 247, 247);
@@ -28,8 +26,8 @@ int drawLines(QPainter* p, const QRectF& sceneRect, const QStringList& lines, co
   const QFontMetricsF fm(font);
   const QRectF r = p->worldTransform().mapRect(sceneRect);
   const double lineHeight = fm.height();
-  const int n = std::min(static_cast<int>(lines.size()), static_cast<int>(r.height() / lineHeight));
-  if (n <= 0 || r.width() < 3 * fm.averageCharWidth()) return 0;
+  const int n = linesThatFit(r.size(), font, static_cast<int>(lines.size()));
+  if (n <= 0) return 0;
   p->save();
   p->resetTransform();
   p->setFont(font);
@@ -42,6 +40,12 @@ int drawLines(QPainter* p, const QRectF& sceneRect, const QStringList& lines, co
 }
 
 }  // namespace
+
+int linesThatFit(QSizeF pixels, const QFont& font, int available) {
+  const QFontMetricsF fm(font);
+  if (pixels.width() < 3 * fm.averageCharWidth()) return 0;
+  return std::clamp(static_cast<int>(pixels.height() / fm.height()), 0, available);
+}
 
 QRectF NodeItem::boundingRect() const {
   return m_canvas->meshGeometry().nodeRect(m_node).adjusted(-6, -6, 6, 6);
@@ -179,7 +183,8 @@ void NodeItem::paint(QPainter* p, const QStyleOptionGraphicsItem* option, QWidge
       p->setPen(QPen(fits ? QColor(80, 80, 80) : kRefuseColor, fits ? 0.8 : 2.5));
       fillTile(p, d, r, detailed);
       p->setPen(Qt::black);
-      drawLines(p, r.adjusted(4, 2, -4, -2), m_canvas->tileLabel(d).split('\n'), uiFont);
+      drawLines(p, r.adjusted(kTileTextMarginX, kTileTextMarginY, -kTileTextMarginX, -kTileTextMarginY),
+                m_canvas->tileLabel(d).split('\n'), uiFont);
     }
     if (detailed) {
       p->setBrush(Qt::NoBrush);

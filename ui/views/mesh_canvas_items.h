@@ -17,6 +17,7 @@
 #include <QGraphicsItem>
 #include <QPainterPath>
 #include <QRectF>
+#include <QSizeF>
 #include <QString>
 #include <string>
 #include <vector>
@@ -31,6 +32,14 @@ namespace canvas_detail {
 
 // Over-capacity tiles, a drag over a device that holds no stage, and the border of a refusal message.
 inline const QColor kRefuseColor(211, 47, 47);
+// Tiles narrower than this (pixels) are drawn as parts of their node's aggregate, without text.
+inline constexpr double kOutlinedTilePx = 10;
+// The tile's text area inside its rectangle (scene units).
+inline constexpr double kTileTextMarginX = 4, kTileTextMarginY = 2;
+
+// How many of `available` lines of text in `font` (at its own pixel size) fit a rectangle of `pixels`: 0 when
+// not even three characters fit across it.
+int linesThatFit(QSizeF pixels, const QFont& font, int available);
 
 // "nvlink · 450 GB/s · 3 µs", resolved like buildMesh (the config's own types first, then the catalog).
 QString linkText(const MeshConfig& mesh, const std::string& name);
