@@ -77,6 +77,12 @@ int takeScreenshots(const QString& dir, const QString& sourceDir) {
   ok = save(w.predictedTimeline(), dir + "/timeline.png") && ok;
   ok = save(w.memoryView(), dir + "/memory.png") && ok;
 
+  // A cluster: GPT-3 175B on 16384 H100s, stage 1 listed rank by rank in the timeline.
+  if (!w.newProject(QStringLiteral("gpt3-16k")) || !waitFor([&] { return planReady(w); }, 120000)) return 1;
+  w.predictedTimeline()->setStageExpanded(1, true);
+  settle(500);
+  ok = save(&w, dir + "/plan-16k.png") && ok;
+
   // A live run: 2 pipeline stages on this machine's CPUs.
   QTemporaryDir work;
   RunConfig run;
@@ -119,7 +125,10 @@ int takeScreenshots(const QString& dir, const QString& sourceDir) {
   w.tabs()->setCurrentIndex(1);
   settle(300);
   ok = save(&w, dir + "/run.png") && ok;
-  return ok ? 0 : 1;
+  // The dashboard exported as it is on screen (File > Export > Run Dashboard): vector PDF.
+  const bool pdf = w.exportDashboard(dir + "/run-dashboard.pdf", QStringLiteral("pdf"));
+  std::fprintf(stderr, "%s %s\n", pdf ? "wrote" : "FAILED to write", qPrintable(dir + "/run-dashboard.pdf"));
+  return ok && pdf ? 0 : 1;
 }
 
 }  // namespace ms

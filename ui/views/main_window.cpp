@@ -413,6 +413,10 @@ bool MainWindow::newProject(const QString& templateKey) {
   }
   m_doc->reset(*config);
   m_lastError.clear();
+  // A message about the previous project ("Opened ...") does not describe this one.
+  for (const ProjectTemplate& t : projectTemplates())
+    if (t.key == templateKey)
+      statusBar()->showMessage(tr("New project from the template %1").arg(t.title), 5000);
   return true;
 }
 

@@ -32,12 +32,31 @@ constexpr int kTickSpacingX = 110;  // pixels between x tick labels at least ("1
 constexpr int kTickSpacingY = 55;
 const QSize kUnshownSize(1600, 900);  // the layout an export of a never-shown dashboard uses
 
-// Tick labels with SI prefixes ("250 k", "1.50 M"), so a label never runs into its neighbour.
+// Tick labels with one SI prefix per axis (chosen by the range) and as many decimals as the tick step needs,
+// so labels are short and alike ("20 k", "40 k"; "4.5", "5.0"; "0.025", "0.050").
 class SiTicker : public QCPAxisTicker {
  protected:
-  QString getTickLabel(double tick, const QLocale&, QChar, int) override {
-    return std::abs(tick) < 1e-12 ? QStringLiteral("0") : formatSi(tick);
+  double getTickStep(const QCPRange& range) override {
+    m_step = QCPAxisTicker::getTickStep(range);
+    m_magnitude = std::max(std::abs(range.lower), std::abs(range.upper));
+    return m_step;
   }
+  QString getTickLabel(double tick, const QLocale&, QChar, int) override {
+    static const char* prefixes[] = {"", " k", " M", " G", " T"};
+    int p = 0;
+    double scale = 1;
+    while (p < 4 && m_magnitude / scale >= 1000) scale *= 1000, ++p;
+    const double step = m_step / scale;
+    int decimals = 0;
+    while (decimals < 6 && step > 0 &&
+           std::abs(step * std::pow(10.0, decimals) - std::round(step * std::pow(10.0, decimals))) > 1e-6)
+      ++decimals;
+    if (std::abs(tick) < m_step * 1e-6) return QStringLiteral("0");
+    return QString::number(tick / scale, 'f', decimals) + QString::fromLatin1(prefixes[p]);
+  }
+
+ private:
+  double m_step = 1, m_magnitude = 1;
 };
 
 QCustomPlot* makePlot(QWidget* parent, const QString& title, const QString& yLabel, const QString& measured,
