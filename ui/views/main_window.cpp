@@ -47,20 +47,7 @@ namespace ms {
 
 namespace {
 
-constexpr int kMaxRecent = 8;
-const char* kRecentKey = "recentFiles";
 constexpr int kProgressTickMs = 250;
-
-// The built-in examples' folder: their runs go to the user's data folder, not into the source tree.
-bool isExampleProject(const QString& path) {
-#ifdef MS_EXAMPLES_DIR
-  return !path.isEmpty() &&
-         QFileInfo(path).absoluteDir() == QDir(QStringLiteral(MS_EXAMPLES_DIR)).absolutePath();
-#else
-  Q_UNUSED(path);
-  return false;
-#endif
-}
 
 // A widget that edits text of its own (and so has an undo of its own for Ctrl+Z).
 bool editsText(QObject* o) {
@@ -230,11 +217,6 @@ void MainWindow::onTabChanged(int index) {
   }
 }
 
-QString MainWindow::dialogFolder() const {
-  if (!m_doc->filePath().isEmpty()) return QFileInfo(m_doc->filePath()).absolutePath();
-  return QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
-}
-
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   QMenu* newMenu = file->addMenu(tr("&New"));
@@ -340,43 +322,9 @@ void MainWindow::buildMenus() {
   bar->addAction(m_stopAction);
 }
 
-QStringList MainWindow::recentFiles() const {
-  return QSettings().value(kRecentKey).toStringList();
-}
-
-void MainWindow::addRecent(const QString& path) {
-  QStringList list = recentFiles();
-  list.removeAll(path);
-  list.prepend(path);
-  while (list.size() > kMaxRecent) list.removeLast();
-  QSettings().setValue(kRecentKey, list);
-  updateRecentMenu();
-}
-
-void MainWindow::updateRecentMenu() {
-  m_recentMenu->clear();
-  const QStringList list = recentFiles();
-  for (const QString& path : list) m_recentMenu->addAction(path, this, [this, path] { openProject(path); });
-  m_recentMenu->setEnabled(!list.isEmpty());
-}
-
 void MainWindow::showError(const QString& title, const QString& message) {
   m_lastError = message;
   statusBar()->showMessage(title + QStringLiteral(": ") + message.section('\n', 0, 0), 15000);
-}
-
-bool MainWindow::maybeSave() {
-  if (!m_doc->isModified()) return true;
-  QMessageBox::StandardButton answer;
-  if (m_unsavedHandler) {
-    answer = m_unsavedHandler();
-  } else {
-    answer = QMessageBox::question(this, tr("Unsaved changes"),
-                                   tr("%1 has unsaved changes. Save them first?").arg(m_doc->displayName()),
-                                   QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
-  }
-  if (answer == QMessageBox::Save) return saveProject();
-  return answer == QMessageBox::Discard;
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
@@ -386,70 +334,6 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   }
   if (m_client->isRunning()) m_client->stop();
   event->accept();
-}
-
-bool MainWindow::openProject(const QString& path) {
-  if (!maybeSave()) return false;
-  const Status s = m_doc->load(path);
-  if (!s) {
-    const QString message = QString::fromStdString(s.message());
-    m_summary->setText(tr("Cannot open %1:\n%2").arg(QFileInfo(path).fileName(), message));
-    m_summary->setStyleSheet(QStringLiteral("color: #b00020"));
-    showError(tr("Project failed to open"), message);
-    return false;
-  }
-  m_lastError.clear();
-  addRecent(QFileInfo(path).absoluteFilePath());
-  statusBar()->showMessage(tr("Opened %1").arg(path), 5000);
-  return true;
-}
-
-bool MainWindow::newProject(const QString& templateKey) {
-  if (!maybeSave()) return false;
-  auto config = templateConfig(templateKey);
-  if (!config) {
-    showError(tr("New project"), QString::fromStdString(config.message()));
-    return false;
-  }
-  m_doc->reset(*config);
-  m_lastError.clear();
-  // A message about the previous project ("Opened ...") does not describe this one.
-  for (const ProjectTemplate& t : projectTemplates())
-    if (t.key == templateKey)
-      statusBar()->showMessage(tr("New project from the template %1").arg(t.title), 5000);
-  return true;
-}
-
-bool MainWindow::saveProject() {
-  if (m_doc->filePath().isEmpty()) return chooseSaveAs();
-  const Status s = m_doc->save();
-  if (!s) {
-    showError(tr("Save failed"), QString::fromStdString(s.message()));
-    QMessageBox::warning(this, tr("Save failed"), QString::fromStdString(s.message()));
-    return false;
-  }
-  statusBar()->showMessage(tr("Saved %1").arg(m_doc->filePath()), 5000);
-  return true;
-}
-
-bool MainWindow::chooseSaveAs() {
-  const QString path =
-      QFileDialog::getSaveFileName(this, tr("Save project"),
-                                   dialogFolder() + QLatin1Char('/') +
-                                       QString::fromStdString(m_doc->config().name) + QStringLiteral(".json"),
-                                   tr("Run configs (*.json)"));
-  return !path.isEmpty() && saveProjectAs(path);
-}
-
-bool MainWindow::saveProjectAs(const QString& path) {
-  const Status s = m_doc->save(path);
-  if (!s) {
-    showError(tr("Save failed"), QString::fromStdString(s.message()));
-    return false;
-  }
-  addRecent(m_doc->filePath());
-  statusBar()->showMessage(tr("Saved %1").arg(m_doc->filePath()), 5000);
-  return true;
 }
 
 void MainWindow::updateTitle() {
@@ -558,229 +442,6 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
   // The views hold the new snapshot now; the old one is freed off the GUI thread (hundreds of MB at 16384
   // ranks).
   m_analyzer->releaseLater(std::move(previous));
-}
-
-QString MainWindow::defaultRunDir() const {
-  const QString stamp = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
-  const QString name = QString::fromStdString(m_doc->config().name) + QStringLiteral("-") + stamp;
-  const QString path = m_doc->filePath();
-  const QFileInfo folder(QFileInfo(path).absolutePath());
-  if (!path.isEmpty() && !isExampleProject(path) && folder.isWritable())
-    return folder.absoluteFilePath() + "/runs/" + name;
-  return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs/") + name;
-}
-
-bool MainWindow::startRun(const QString& runDir) {
-  return launch(runDir.isEmpty() ? defaultRunDir() : runDir, false);
-}
-
-bool MainWindow::resumeRun(const QString& runDir) {
-  const QString dir = runDir.isEmpty() ? m_lastRunDir : runDir;
-  if (dir.isEmpty()) {
-    showError(tr("Resume"), tr("no run to resume: start one, or reopen a run folder first"));
-    return false;
-  }
-  return launch(dir, true);
-}
-
-bool MainWindow::launch(const QString& dir, bool resume) {
-  if (m_client->isRunning()) {
-    showError(tr("Run"), tr("a run is already going; stop it first"));
-    return false;
-  }
-  if (!m_doc->errors().empty()) {
-    const QString message = QString::fromStdString(formatConfigErrors(m_doc->errors(), m_doc->config().name));
-    showError(tr("Cannot run"), message);
-    m_runBanner->setText(tr("Cannot run: the project fails validation:\n%1").arg(message));
-    m_runBanner->setStyleSheet(QStringLiteral("color: #b00020"));
-    return false;
-  }
-  m_showingReplay = false;
-  m_replay.reset();
-  m_runView->setClient(m_client);
-  m_lastError.clear();
-  m_lastRunDir = QDir(dir).absolutePath();
-  m_lastRunConfig = m_doc->config();
-  // The run's predictions are its own plan's: the current analysis when it is of this config.
-  if (m_snapshot && m_snapshot->config == m_doc->config())
-    m_runView->setPlan(m_snapshot);
-  else
-    m_runAnalyzer->request(m_doc->config());
-  if (!m_client->start(m_doc->config(), dir, resume)) {
-    // The client said why through finished(false, reason) (onRunFinished shows it), unless a run is going.
-    if (m_lastError.isEmpty()) showError(tr("Run"), tr("the engine client refused to start a run"));
-    return false;
-  }
-  m_runAction->setEnabled(false);
-  m_resumeAction->setEnabled(false);
-  m_stopAction->setEnabled(true);
-  m_tabs->setCurrentIndex(1);
-  return true;
-}
-
-bool MainWindow::calibrateFromRun() {
-  const RunData* data = runData();
-  if (!data || !m_lastRunConfig) {
-    showError(tr("Calibrate"), tr("no run to calibrate from: run the plan or reopen a run folder first"));
-    return false;
-  }
-  auto calibration = calibrationFromRun(*data, *m_lastRunConfig, m_lastRunDir);
-  if (!calibration) {
-    showError(tr("Calibrate"), QString::fromStdString(calibration.message()));
-    return false;
-  }
-  m_analyzer->setCalibration(std::move(*calibration));
-  statusBar()->showMessage(tr("Predictions now use the compute times measured by %1").arg(m_lastRunDir),
-                           8000);
-  return true;
-}
-
-void MainWindow::clearCalibration() {
-  m_analyzer->setCalibration(std::nullopt);
-  statusBar()->showMessage(tr("Predictions use the analytic cost model again"), 5000);
-}
-
-void MainWindow::stopRun() {
-  if (!m_client->isRunning()) return;
-  m_client->stop();
-  m_runBanner->setText(tr("Stopping after the current step..."));
-}
-
-const RunData* MainWindow::runData() const {
-  if (m_showingReplay && m_replay) return m_replay.get();
-  return &m_client->data();
-}
-
-void MainWindow::onRunFinished(bool ok, const QString& message) {
-  m_runView->refresh();
-  m_runAction->setEnabled(true);
-  m_resumeAction->setEnabled(true);
-  m_stopAction->setEnabled(false);
-  if (ok) {
-    m_runBanner->setText(message.isEmpty() ? tr("Finished: %1").arg(m_client->runDir()) : message);
-    m_runBanner->setStyleSheet(QStringLiteral("color: #1b5e20"));
-  } else {
-    m_runBanner->setText(tr("The run failed: %1\n(what arrived before is kept below)").arg(message));
-    m_runBanner->setStyleSheet(QStringLiteral("color: #b00020"));
-    m_runView->showLog();
-    showError(tr("Run failed"), message);
-  }
-}
-
-bool MainWindow::openRunFolder(const QString& dir) {
-  if (m_client->isRunning()) {
-    showError(tr("Open run"), tr("stop the current run first"));
-    return false;
-  }
-  auto data = std::make_unique<RunData>();
-  const Status s = loadRunFolder(dir, *data);
-  const bool any = data->steps().size() > 0 || data->info().known;
-  if (!s && !any) {
-    showError(tr("Open run"), QString::fromStdString(s.message()));
-    m_runBanner->setText(tr("Cannot replay %1: %2").arg(dir, QString::fromStdString(s.message())));
-    m_runBanner->setStyleSheet(QStringLiteral("color: #b00020"));
-    return false;
-  }
-  m_replay = std::move(data);
-  m_showingReplay = true;
-  m_lastRunDir = QDir(dir).absolutePath();
-  m_lastRunConfig.reset();
-  m_runView->setPlan(nullptr);
-  if (auto runConfig = loadRunConfig(QDir(dir).filePath(QStringLiteral("config.json")).toStdString())) {
-    m_lastRunConfig = *runConfig;
-    m_runAnalyzer->request(*runConfig);  // the replayed run's own predictions
-  }
-  m_runView->setData(m_replay.get());
-  m_runBanner->setText(
-      s ? tr("Replay of %1").arg(dir)
-        : tr("Replay of %1 (with problems: %2)").arg(dir, QString::fromStdString(s.message())));
-  m_runBanner->setStyleSheet(s ? QString() : QStringLiteral("color: #b00020"));
-  m_tabs->setCurrentIndex(1);
-  return true;
-}
-
-bool MainWindow::exportLaunchFiles(const QString& dir) {
-  if (!m_doc->errors().empty()) {
-    showError(tr("Export"),
-              QString::fromStdString(formatConfigErrors(m_doc->errors(), m_doc->config().name)));
-    return false;
-  }
-  const Status s = exportRun(m_doc->config(), dir.toStdString());
-  if (!s) {
-    showError(tr("Export"), QString::fromStdString(s.message()));
-    return false;
-  }
-  statusBar()->showMessage(tr("Exported config.json, launch.sh and slurm.sbatch to %1").arg(dir), 8000);
-  return true;
-}
-
-bool MainWindow::exportTrace(const QString& path, bool measured) {
-  TimelineData timeline;
-  if (measured) {
-    const RunData* data = runData();
-    if (!data || data->timeline().rows.empty()) {
-      showError(tr("Export trace"), tr("no measured spans yet: run the plan or open a run folder"));
-      return false;
-    }
-    timeline = data->timeline();
-  } else {
-    if (!m_snapshot || !m_snapshot->ok()) {
-      showError(tr("Export trace"), tr("the plan does not build, so there is no predicted timeline"));
-      return false;
-    }
-    timeline = m_snapshot->timeline;
-  }
-  QFile f(path);
-  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate) ||
-      f.write(chromeTraceJson(timeline, QString::fromStdString(m_doc->config().name))) < 0) {
-    showError(tr("Export trace"), tr("%1: %2").arg(path, f.errorString()));
-    return false;
-  }
-  statusBar()->showMessage(tr("Wrote %1 (open it in ui.perfetto.dev)").arg(path), 8000);
-  return true;
-}
-
-bool MainWindow::exportPlots(const QString& dir, const QString& format, double dpi) {
-  if (!QDir().mkpath(dir)) {
-    showError(tr("Export plots"), tr("%1: cannot create the folder").arg(dir));
-    return false;
-  }
-  if (!m_runView->savePlots(dir, format, dpi)) {
-    showError(tr("Export plots"), tr("could not write every plot into %1").arg(dir));
-    return false;
-  }
-  statusBar()->showMessage(tr("Plots written to %1").arg(dir), 8000);
-  return true;
-}
-
-bool MainWindow::exportDashboard(const QString& path, const QString& format, double dpi) {
-  if (!m_runView->exportDashboard(path, format, dpi)) {
-    showError(tr("Export dashboard"), m_runView->error());
-    return false;
-  }
-  statusBar()->showMessage(tr("Wrote %1").arg(path), 8000);
-  return true;
-}
-
-bool MainWindow::chooseDashboardExport() {
-  QString filter;
-  const QString path = QFileDialog::getSaveFileName(
-      this, tr("Export the Run dashboard"), dialogFolder() + QStringLiteral("/dashboard.pdf"),
-      tr("PDF, vector (*.pdf);;SVG, vector (*.svg);;PNG image (*.png)"), &filter);
-  if (path.isEmpty()) return false;
-  QString format = QFileInfo(path).suffix().toLower();
-  if (format != QLatin1String("pdf") && format != QLatin1String("svg") && format != QLatin1String("png"))
-    format = filter.startsWith(QLatin1String("SVG"))   ? QStringLiteral("svg")
-             : filter.startsWith(QLatin1String("PNG")) ? QStringLiteral("png")
-                                                       : QStringLiteral("pdf");
-  double dpi = 300;
-  if (format == QLatin1String("png")) {
-    bool ok = false;
-    dpi = QInputDialog::getInt(this, tr("Dashboard as PNG"), tr("Resolution (dots per inch):"), 300, 72, 1200,
-                               1, &ok);
-    if (!ok) return false;
-  }
-  return exportDashboard(path, format, dpi);
 }
 
 }  // namespace ms

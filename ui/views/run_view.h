@@ -112,6 +112,7 @@ class RunView : public QWidget {
   void replotAll();
   void alignTimelines();  // one time range and one labels width for the measured and the predicted view
   void paintDashboard(QCPPainter& p, bool vector);
+  static void fitTicks(QCustomPlot* plot);  // as many ticks as the plot's size leaves room for
   const RunData* data() const;
 
   QPointer<EngineClient> m_client;
