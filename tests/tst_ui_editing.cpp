@@ -6,6 +6,8 @@
 // and the GPT-3 175B example (1024 devices) drawn and edited.
 #include <QtTest>
 
+#include <QDoubleSpinBox>
+
 #include <QAction>
 #include <QComboBox>
 #include <QImage>
@@ -17,14 +19,17 @@
 #include <QTableView>
 #include <QTemporaryDir>
 
+#include "plan/hardware.h"
 #include "plan/plan.h"
 #include "test_util.h"
 #include "ui/models/layer_model.h"
 #include "ui/models/placement.h"
 #include "ui/models/project_document.h"
+#include "ui/models/units.h"
 #include "ui/views/inspector.h"
 #include "ui/views/layer_palette.h"
 #include "ui/views/mesh_canvas.h"
+#include "ui/views/type_dialog.h"
 
 using ms::LayerModel;
 using ms::LayerPalette;
@@ -425,6 +430,23 @@ class TestUiEditing : public QObject {
     QCOMPARE(fresh.config(), doc.config());
     QCOMPARE(stagesOf(fresh.config()), (std::vector<int>{0, 0, 1, 1, 1, 1}));
     QCOMPARE(fresh.config().mesh.deviceTypes.size(), size_t(1));
+  }
+
+  // The new-device-type form asks for memory in GiB like every other memory figure in the studio, and stores
+  // the config's datasheet unit (memory_gb, 10^9 bytes).
+  void deviceTypeFormUsesGiB() {
+    ms::MeshConfig mesh;
+    mesh.nodes = {{"node0", "cpu", 1}};
+    ms::TypeDialog dialog(mesh, true, nullptr);
+    const QList<QDoubleSpinBox*> spins = dialog.findChildren<QDoubleSpinBox*>();
+    QDoubleSpinBox* memory = nullptr;
+    for (QDoubleSpinBox* s : spins)
+      if (s->toolTip().contains("GiB")) memory = s;
+    QVERIFY(memory);
+    QCOMPARE(memory->value(), 74.51);  // 80 GB, the usual datasheet figure, in GiB
+    memory->setValue(64);
+    QVERIFY(std::abs(dialog.deviceType().memoryGb - 64 * 1.073741824) < 1e-9);
+    QCOMPARE(ms::formatBytes(ms::toDeviceSpec(dialog.deviceType()).memoryBytes), QString("64.0 GiB"));
   }
 
   void gpt3ExampleStaysUsable() {

@@ -11,6 +11,10 @@
 
 namespace ms {
 
+namespace {
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+}  // namespace
+
 TypeDialog::TypeDialog(const MeshConfig& mesh, bool device, QWidget* parent)
     : QDialog(parent), m_mesh(mesh), m_device(device) {
   setWindowTitle(device ? tr("New device type") : tr("New link type"));
@@ -30,7 +34,10 @@ TypeDialog::TypeDialog(const MeshConfig& mesh, bool device, QWidget* parent)
     form->addRow(tr("Label"), m_label);
     m_a = number(tr("Peak TFLOP/s fp32"), 20, 1e6, 2);
     m_b = number(tr("Peak TFLOP/s bf16"), 300, 1e6, 2);
-    m_c = number(tr("Memory GB"), 80, 1e6, 1);
+    // The studio states memory in GiB; the config keeps its datasheet unit (memory_gb, 10^9 bytes).
+    m_c = number(tr("Memory GiB"), 80e9 / kBytesPerGiB, 1e6, 2);
+    m_c->setToolTip(
+        tr("Device memory in GiB (2^30 bytes); saved as memory_gb in 10^9 bytes (80 GB = 74.51 GiB)"));
     m_d = number(tr("Memory bandwidth GB/s"), 2000, 1e7, 0);
   } else {
     m_a = number(tr("Bandwidth GB/s per direction"), 100, 1e6, 2);
@@ -57,7 +64,7 @@ DeviceTypeConfig TypeDialog::deviceType() const {
   t.label = m_label->text().trimmed().toStdString();
   t.peakTflopsFp32 = m_a->value();
   t.peakTflopsBf16 = m_b->value();
-  t.memoryGb = m_c->value();
+  t.memoryGb = m_c->value() * kBytesPerGiB / 1e9;
   t.memoryBandwidthGbs = m_d->value();
   return t;
 }
