@@ -10,9 +10,9 @@
 //   export CONFIG --out DIR         config, launch.sh, slurm.sbatch (and hostfile) for headless runs
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config, 130 (kExitInterrupted) train or
-// launch stopped on request after saving a checkpoint (a rank that launch stops, by SIGUSR1, exits 0 after its
-// checkpoint, so that mpirun has nothing to report; launch then exits 130). This file is the only place that
-// turns errors into exit codes.
+// launch stopped on request after saving a checkpoint (a rank that launch stops, by SIGUSR1, exits 0 after
+// its checkpoint, so that mpirun has nothing to report; launch then exits 130). This file is the only place
+// that turns errors into exit codes.
 #include <unistd.h>
 
 #include <atomic>
@@ -62,9 +62,12 @@ const char* kUsage =
     "commands:\n"
     "  validate CONFIG...                 check run configs (exit 2 if any is invalid)\n"
     "  train CONFIG [--metrics FILE|-] [--run-dir DIR] [--resume [CHECKPOINT]] [--overwrite]\n"
-    "               [--steps N] [--quiet]\n"
+    "               [--steps N] [--stop-after STEP] [--quiet]\n"
     "                                     train; --resume alone continues from the run folder's newest "
-    "checkpoint\n"
+    "checkpoint;\n"
+    "                                     --steps N sets training.steps; --stop-after STEP keeps the "
+    "config's\n"
+    "                                     schedule and stops after STEP with a checkpoint\n"
     "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
     "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S] [--emulate-device]\n"
     "                                     write one batch, its logits, loss and gradients (reference "
@@ -169,7 +172,7 @@ int cmdValidate(int argc, char** argv) {
 }
 
 int cmdTrain(int argc, char** argv) {
-  Args a = parseArgs(argc, argv, 2, {"--metrics", "--run-dir", "--steps"},
+  Args a = parseArgs(argc, argv, 2, {"--metrics", "--run-dir", "--steps", "--stop-after"},
                      {"--quiet", "--overwrite", "--emulate-device"}, {"--resume"});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1) return usageError("train needs exactly one CONFIG");
@@ -182,6 +185,12 @@ int cmdTrain(int argc, char** argv) {
     config.training.steps = static_cast<int>(steps);
   }
   ms::TrainOptions options;
+  if (a.has("--stop-after")) {
+    char* end = nullptr;
+    const long stopAfter = std::strtol(a.get("--stop-after").c_str(), &end, 10);
+    if (!end || *end || stopAfter < 1) return usageError("--stop-after needs a positive integer (a step)");
+    options.stopAfter = stopAfter;
+  }
   options.metricsSink = a.get("--metrics");
   options.runDir = a.get("--run-dir");
   if (a.has("--resume")) options.resume = a.get("--resume").empty() ? "latest" : a.get("--resume");

@@ -444,6 +444,12 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
       endReason = "stopped by request after step " + std::to_string(step);
       break;
     }
+    // Every rank reaches the same step: no agreement needed.
+    if (options.stopAfter > 0 && step >= options.stopAfter) {
+      endStatus = "interrupted";
+      endReason = "stopped after step " + std::to_string(step) + " as asked (--stop-after)";
+      break;
+    }
     const auto t0 = Clock::now();
     model.beginSpans();
     tracker.resetPeak();

@@ -24,10 +24,13 @@ struct TrainOptions {
   std::string resume;       // "" none, "latest" the run folder's newest checkpoint, or a checkpoint dir
   bool overwrite = false;   // allow starting afresh in a run folder that already holds checkpoints
   bool progress = false;    // draw a progress bar on stderr
-  const std::atomic<bool>* stopRequested = nullptr;
+  const std::atomic<bool>* stopRequested = nullptr;  // set (e.g. by SIGINT) to stop after the current step
+  // > 0: stop after this step as a requested stop does (checkpoint, run_end "interrupted"), the learning-rate
+  // schedule staying the config's (training.steps long): the first steps of a long run, as they will be.
+  int64_t stopAfter = 0;
   // The run's ranks (nullptr: one process). With dp > 1 every rank runs train() with its own world; rank 0
   // alone writes the run folder, the metrics and the checkpoints.
-  Communicator* world = nullptr;  // set (e.g. by SIGINT) to stop after the current step
+  Communicator* world = nullptr;
   // With "device": "cpu": run the device code path on the CPU's emulated device (kernels/backend.h), every
   // tensor transfer staged through host memory as on a GPU without NCCL. For tests.
   bool emulateDevice = false;
