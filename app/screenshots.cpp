@@ -100,7 +100,7 @@ int takeScreenshots(const QString& dir, const QString& sourceDir) {
   run.training.steps = 120;
   run.training.batchSize = 16;
   run.training.seqLen = 64;
-  run.training.warmupSteps = 10;
+  run.training.warmupSteps = 60;  // as the examples: no early loss spike (tst_examples)
   run.training.evalEvery = 20;
   run.training.evalBatches = 8;
   run.training.checkpointEvery = 0;
