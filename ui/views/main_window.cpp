@@ -6,10 +6,8 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QComboBox>
-#include <QDateTime>
 #include <QDir>
 #include <QDockWidget>
-#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QInputDialog>
@@ -19,20 +17,15 @@
 #include <QMenuBar>
 #include <QProgressBar>
 #include <QScreen>
-#include <QSettings>
 #include <QSplitter>
-#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTimer>
 #include <QToolBar>
 #include <QVBoxLayout>
 
-#include "plan/launch_script.h"
-#include "ui/models/chrome_trace.h"
 #include "ui/models/project_document.h"
 #include "ui/models/units.h"
-#include "ui/run/calibration.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
 #include "ui/views/inspector.h"
