@@ -139,6 +139,67 @@ class TestCli : public QObject {
     QVERIFY(QFile::exists(tmp.path() + "/dump/outputs.safetensors"));
   }
 
+  // train --stop-after STEP runs the first STEP steps of the config's run as they are in the whole run (same
+  // learning-rate schedule, unlike --steps, which shortens it), ends with run_end "interrupted", exit 0 and a
+  // checkpoint, and --resume goes on to the end as if never stopped.
+  void stopAfterKeepsTheSchedule() {
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    {
+      std::ofstream out(text.toStdString());
+      for (int i = 0; i < 100; ++i) out << "to be or not to be, that is the question " << i << "\n";
+    }
+    const QString config = tinyGpt(tmp.path(), text);  // 4 steps, cosine decay from step 1
+    const QString whole = tmp.path() + "/whole.jsonl", part = tmp.path() + "/part.jsonl";
+    const Result w =
+        engine({"train", config, "--metrics", whole, "--run-dir", tmp.path() + "/whole", "--quiet"});
+    QVERIFY2(w.code == 0, qPrintable(w.err));
+    const Result p = engine({"train", config, "--stop-after", "2", "--metrics", part, "--run-dir",
+                             tmp.path() + "/part", "--quiet"});
+    QVERIFY2(p.code == 0, qPrintable(p.err));
+    QVERIFY2(p.err.contains("stopped after step 2 as asked (--stop-after)"), qPrintable(p.err));
+    QVERIFY(QFile::exists(tmp.path() + "/part/checkpoints/step-00000002/model.safetensors"));
+    const Result shortened =
+        engine({"train", config, "--steps", "2", "--metrics", tmp.path() + "/steps.jsonl", "--run-dir",
+                tmp.path() + "/steps", "--quiet"});
+    QVERIFY2(shortened.code == 0, qPrintable(shortened.err));
+    const Result resumed = engine(
+        {"train", config, "--resume", "--metrics", part, "--run-dir", tmp.path() + "/part", "--quiet"});
+    QVERIFY2(resumed.code == 0, qPrintable(resumed.err));
+
+    const auto records = [](const QString& path, const QString& type) {
+      QList<QJsonObject> out;
+      QFile f(path);
+      if (!f.open(QIODevice::ReadOnly)) return out;
+      for (const QByteArray& line : f.readAll().split('\n')) {
+        const QJsonObject o = QJsonDocument::fromJson(line).object();
+        if (o.value("type").toString() == type) out << o;
+      }
+      return out;
+    };
+    const QList<QJsonObject> wholeSteps = records(whole, "step"), partSteps = records(part, "step");
+    QCOMPARE(wholeSteps.size(), 4);
+    QCOMPARE(partSteps.size(), 4);  // 2 before the stop, 2 after --resume (the stream is appended to)
+    for (int i = 0; i < 4; ++i) {
+      QCOMPARE(partSteps[i].value("step").toInt(), i + 1);
+      QCOMPARE(partSteps[i].value("lr").toDouble(), wholeSteps[i].value("lr").toDouble());
+      QCOMPARE(partSteps[i].value("loss").toDouble(), wholeSteps[i].value("loss").toDouble());
+    }
+    const QList<QJsonObject> ends = records(part, "run_end");
+    QCOMPARE(ends.size(), 2);
+    QCOMPARE(ends[0].value("status").toString(), QString("interrupted"));
+    QCOMPARE(ends[0].value("step").toInt(), 2);
+    QCOMPARE(ends[1].value("status").toString(), QString("ok"));
+    // --steps 2 is another schedule: its second step's learning rate is the floor, the whole run's is not.
+    const QList<QJsonObject> shortSteps = records(tmp.path() + "/steps.jsonl", "step");
+    QCOMPARE(shortSteps.size(), 2);
+    QVERIFY(shortSteps[1].value("lr").toDouble() < wholeSteps[1].value("lr").toDouble());
+
+    const Result zero = engine({"train", config, "--stop-after", "0", "--run-dir", tmp.path() + "/zero"});
+    QCOMPARE(zero.code, 2);
+    QVERIFY2(zero.err.contains("--stop-after needs a positive integer"), qPrintable(zero.err));
+  }
+
   // "device": "cuda" trains on a GPU or says why it cannot (no driver or device here), naming /device, and
   // writes no run; --emulate-device runs the device code path on the CPU and says so once, for train and
   // dump.

@@ -2,13 +2,14 @@
 // example as it ships (model, data, optimizer, its learning-rate schedule: `train --stop-after` keeps the
 // config's schedule and stops early), and the loss must fall without a spike.
 //
-// A spike is a step that gives back more than half of what training has won so far: loss_t - min_{s<t} loss_s
-// > max(0.5 * (loss_1 - min_{s<t} loss_s), kFloor). Measured rises over the first 60 steps (batch-to-batch
-// noise) are 0.12 (gpt-fortunes), 0.34 (mlp-fashion, of a 1.7 descent) and 0.25 (vit-fashion); the default
-// project's spike this test was written against was 2.19 at step 19 (5.88 after 3.69, of a 1.83 descent:
-// allowed 0.92), with an identical spike in PyTorch on the same batches (tests/reference/train_reference.py),
-// so the cure was the example's warm-up (30 -> 100 steps), not the engine. kFloor keeps the first steps, when
-// little is won yet, from failing on noise.
+// A spike is a step whose loss is more than kMaxRise above the lowest loss of the steps before it.
+// Batch-to-batch noise, measured as that rise over the first 60 steps with seeds 1-5 (seed 1 ships):
+// gpt-fortunes 0.12-0.23, vit-fashion 0.11-0.25, mlp-fashion 0.27-0.60 (momentum SGD is bumpy around steps
+// 30-45; 0.34 with seed 1). Another seed stands for another machine (a different thread count sums in another
+// order), so kMaxRise clears them all. The default project's spike that this test was written against
+// rose 2.19 (5.88 at step 19 after 3.69, warm-up 30 steps): PyTorch on the same weights and batches spikes
+// identically (tests/reference/train_reference.py), and so does bench/torch_gpt.py's model with PyTorch's own
+// initialisation and batches, so the cure was the example's warm-up (30 -> 100 steps), not the engine.
 #include <QtTest>
 
 #include <QProcess>
@@ -21,7 +22,7 @@
 namespace {
 
 const QString kEngine = QStringLiteral(MS_ENGINE_EXE);
-constexpr double kFloor = 0.3;  // nats
+constexpr double kMaxRise = 0.75;  // nats; see above
 constexpr int kSteps = 60;
 
 struct Step {
@@ -58,32 +59,34 @@ class TestExamples : public QObject {
     QTemporaryDir dir;
     const QString metrics = dir.filePath("metrics.jsonl");
     QProcess p;
-    p.start(kEngine, {"train", QStringLiteral(MS_SOURCE_DIR "/resources/examples/") + example, "--stop-after",
-                      QString::number(kSteps), "--metrics", metrics, "--run-dir", dir.filePath("run"), "--quiet"});
+    p.start(kEngine,
+            {"train", QStringLiteral(MS_SOURCE_DIR "/resources/examples/") + example, "--stop-after",
+             QString::number(kSteps), "--metrics", metrics, "--run-dir", dir.filePath("run"), "--quiet"});
     QVERIFY2(p.waitForFinished(300000), "the engine did not finish in 5 minutes");
-    QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0, p.readAllStandardError().constData());
+    QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,
+             p.readAllStandardError().constData());
     const std::vector<Step> steps = readSteps(metrics);
     QCOMPARE(int(steps.size()), kSteps);
     double best = steps.front().loss, worstRise = 0;
     int worstAt = 0;
     for (size_t i = 1; i < steps.size(); ++i) {
-      const double won = steps.front().loss - best;
       const double rise = steps[i].loss - best;
-      QVERIFY2(rise <= std::max(0.5 * won, kFloor),
-               qPrintable(QString("%1: step %2's loss %3 is %4 above the best so far (%5), giving back more than "
-                                  "half of the %6 won")
+      QVERIFY2(rise <= kMaxRise,
+               qPrintable(QString("%1: step %2's loss %3 is %4 above the lowest before it (%5); "
+                                  "batch noise stays under %6")
                               .arg(example)
                               .arg(steps[i].step)
                               .arg(steps[i].loss)
                               .arg(rise)
                               .arg(best)
-                              .arg(won)));
+                              .arg(kMaxRise)));
       if (rise > worstRise) worstRise = rise, worstAt = steps[i].step;
       best = std::min(best, steps[i].loss);
     }
     // And it learns: the loss falls by at least a fifth over the first steps.
-    QVERIFY2(best < 0.8 * steps.front().loss,
-             qPrintable(QString("%1: from %2 only down to %3").arg(example).arg(steps.front().loss).arg(best)));
+    QVERIFY2(
+        best < 0.8 * steps.front().loss,
+        qPrintable(QString("%1: from %2 only down to %3").arg(example).arg(steps.front().loss).arg(best)));
     qInfo("%s: loss %.3f -> %.3f, worst rise %.3f at step %d", qPrintable(example), steps.front().loss, best,
           worstRise, worstAt);
   }
