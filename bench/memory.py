@@ -5,7 +5,9 @@ Each plan is trained for a few steps under mpirun; the stream's run_start line c
 per rank (memory_bytes by category, from plan/memory_model) and its memory lines the tracking allocator's
 peak per category (engine/runtime/memory.h). The table prints both per rank and the ratio of the totals.
 Categories differ slightly: the prediction's "other" (workspace and communication buffers) is compared with
-the measured workspace + communication.
+the measured workspace + communication. The last column is the model states (parameters + gradients +
+optimizer) held at the end of a step, measured / predicted: above 1 only by the parameter store's padding
+(each parameter to 16 floats, each unit to 16 * dp).
 
 Usage: python3 bench/memory.py [--engine build/engine/meshstudio-engine] [--out results.json]
 """
@@ -26,6 +28,13 @@ PLANS = [
     ("pp2 1f1b m4", {"pp": 2, "microbatches": 4}),
     ("pp2 zb-h1 m4", {"pp": 2, "microbatches": 4, "schedule": "zb_h1"}),
     ("pp2 1f1b m4 recompute", {"pp": 2, "microbatches": 4, "recompute": "full"}),
+    # bf16 mixed precision (plan/model_state.h): bf16 working parameters, fp32 gradients, fp32 master
+    # weights with the moments as optimizer state, sharded from ZeRO-1 on.
+    ("bf16 1 rank", {"precision": "bf16"}),
+    ("bf16 dp2 zero1", {"dp": 2, "zero": 1, "precision": "bf16"}),
+    ("bf16 dp2 zero2", {"dp": 2, "zero": 2, "precision": "bf16"}),
+    ("bf16 dp2 zero3", {"dp": 2, "zero": 3, "precision": "bf16"}),
+    ("bf16 tp2 pp2", {"tp": 2, "pp": 2, "microbatches": 2, "precision": "bf16"}),
 ]
 
 
@@ -58,8 +67,8 @@ def main():
         with open(text, "w") as f:
             for i in range(4000):
                 f.write(f"line {i}: memory is predicted per rank and measured by the tracking allocator.\n")
-        print(f"{'plan':24s} {'rank':>4s} {'predicted MB':>12s} {'measured MB':>12s} {'ratio':>6s}   "
-              "(params / grads / optimizer / activations / other, predicted -> measured, MB)")
+        print(f"{'plan':24s} {'rank':>4s} {'predicted MB':>12s} {'measured MB':>12s} {'ratio':>6s} "
+              f"{'states':>6s}   (params / grads / optimizer / activations / other, predicted -> measured, MB)")
         for name, parallel in PLANS:
             ranks = parallel.get("dp", 1) * parallel.get("tp", 1) * parallel.get("pp", 1)
             path = os.path.join(tmp, name.replace(" ", "_") + ".json")
@@ -87,8 +96,11 @@ def main():
                 parts = [f"{pm[a] / 1e6:.2f}->{mm[b] / 1e6:.2f}" for a, b in cats]
                 parts.append(f"{pm['other'] / 1e6:.2f}->{(mm['workspace'] + mm['communication']) / 1e6:.2f}")
                 ratio = mm["total"] / pm["total"] if pm["total"] else float("nan")
-                print(f"{name:24s} {r:4d} {pm['total'] / 1e6:12.2f} {mm['total'] / 1e6:12.2f} {ratio:6.2f}   "
-                      + " / ".join(parts))
+                cur = measured[r]["current"]
+                states_p = pm["parameters"] + pm["gradients"] + pm["optimizer"]
+                states_m = cur["parameters"] + cur["gradients"] + cur["optimizer"]
+                print(f"{name:24s} {r:4d} {pm['total'] / 1e6:12.2f} {mm['total'] / 1e6:12.2f} {ratio:6.2f} "
+                      f"{states_m / states_p:6.3f}   " + " / ".join(parts))
                 results.append({"plan": name, "rank": r, "predicted": pm, "measured_peak": mm})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

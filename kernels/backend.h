@@ -37,10 +37,10 @@ struct DeviceFailure : std::runtime_error {
 // fp32 accumulate. Tf32 / Bf16: each operand rounded to TF32 (10-bit mantissa) or bf16 (7-bit mantissa, round
 // to nearest even) before the product, fp32 accumulation and fp32 results, as tensor cores compute them
 // (NVIDIA H100 architecture whitepaper, "Fourth-generation tensor cores"); everything outside the GEMMs stays
-// fp32. Bf16 is the engine's mixed precision ("precision": "bf16"): fp32 master weights, optimizer state and
-// gradients, bf16 matrix products, as Megatron-LM trains in bf16; the linear layers' weights are read from a
-// bf16 working copy of the parameters the parameter store refreshes once per update (TensorIn), and the
-// activations kept for backward that only feed GEMMs are stored in bf16 (TensorIn), the others in fp32.
+// fp32. Bf16 is the engine's mixed precision ("precision": "bf16"): every op reads the parameter store's bf16
+// working parameters (TensorIn; runtime/parameters.h), the optimizer updates fp32 master weights, gradients
+// stay fp32, as Megatron-LM trains in bf16; the activations kept for backward that only feed GEMMs are stored
+// in bf16 (TensorIn), the others in fp32.
 enum class GemmPrecision { Fp32, Tf32, Bf16 };
 const char* toString(GemmPrecision p);
 
@@ -54,7 +54,10 @@ struct bfloat16 {
 // between forward and backward, and read their weights from the parameter store's bf16 working copy, since
 // the GEMMs round them to bf16 anyway: the products are the same, the memory is half and the per-call
 // conversion is gone. Only a backend in GemmPrecision::Bf16 accepts a bf16 one (DeviceFailure naming the op
-// otherwise). Implicit from either pointer type, so fp32 call sites read as before.
+// otherwise). Implicit from either pointer type, so fp32 call sites read as before. Every PARAMETER an op
+// reads (weights, biases, LayerNorm weights, embedding tables, positions) is a TensorIn too: in mixed
+// precision the parameter store's working parameters are bf16 (runtime/parameters.h), and the op widens
+// them exactly (bf16 -> fp32 is exact) and computes in fp32 as before.
 struct TensorIn {
   const void* data = nullptr;
   bool bf16 = false;
@@ -144,11 +147,11 @@ class Backend {
   // inp and weight may be bf16 (TensorIn) in GemmPrecision::Bf16; a bf16 one in another precision throws
   // DeviceFailure naming the op, whether or not the call reads it. A bf16 operand is used as it is, an fp32
   // one is rounded per call (the results are the same when the bf16 one is toBf16 of the fp32 one).
-  virtual void linearForward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
+  virtual void linearForward(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                              int OC) = 0;
   virtual void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                               TensorIn weight, int N, int C, int OC) = 0;
-  virtual void linearForwardT(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
+  virtual void linearForwardT(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                               int OC) = 0;
   virtual void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                                TensorIn weight, int N, int C, int OC) = 0;
@@ -157,10 +160,10 @@ class Backend {
   virtual void toBf16(bfloat16* dst, const float* src, size_t n) = 0;
 
   // ---- layer norm ---------------------------------------------------------------------------------------
-  virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                const float* bias, int N, int C, float eps) = 0;
+  virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp, TensorIn weight,
+                                TensorIn bias, int N, int C, float eps) = 0;
   virtual void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, const float* mean, const float* rstd,
+                                 const float* inp, TensorIn weight, const float* mean, const float* rstd,
                                  int N, int C) = 0;
 
   // ---- pointwise ----------------------------------------------------------------------------------------
@@ -174,7 +177,7 @@ class Backend {
   virtual void accumulate(float* y, const float* x, size_t n) = 0;
   virtual void scale(float* y, float s, size_t n) = 0;
   // x (rows, C): every row += row (C).
-  virtual void addRows(float* x, const float* row, size_t rows, int C) = 0;
+  virtual void addRows(float* x, TensorIn row, size_t rows, int C) = 0;
 
   // ---- attention ----------------------------------------------------------------------------------------
   // What forward saves for backward (att) and backward's scratch, in floats, for the shapes attentionForward
@@ -191,19 +194,19 @@ class Backend {
                                  bool causal) = 0;
 
   // ---- embeddings ---------------------------------------------------------------------------------------
-  virtual void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                                int T, int C) = 0;
+  virtual void embeddingForward(float* out, const int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T,
+                                int C) = 0;
   virtual void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                                  int T, int C) = 0;
   // Vocabulary-parallel pieces (Megatron-LM): wte holds rows [vocabStart, vocabStart + vocabCount).
   // out (N, C) = wte[tokens[n] - vocabStart] for tokens in the range, 0 elsewhere.
-  virtual void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+  virtual void embeddingRangeForward(float* out, const int32_t* tokens, TensorIn wte, int vocabStart,
                                      int vocabCount, int N, int C) = 0;
   // dwte[tokens[n] - vocabStart] += dout[n] for tokens in the range.
   virtual void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
                                       int vocabCount, int N, int C) = 0;
   // y (B, T, C): y[b, t] += wpe[t].
-  virtual void addPositions(float* y, const float* wpe, int B, int T, int C) = 0;
+  virtual void addPositions(float* y, TensorIn wpe, int B, int T, int C) = 0;
 
   // ---- loss ---------------------------------------------------------------------------------------------
   virtual void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
@@ -225,8 +228,8 @@ class Backend {
 
   // ---- vision transformer pieces ------------------------------------------------------------------------
   virtual void patchify(float* patches, const float* images, int B, int S, int P) = 0;
-  virtual void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B,
-                             int NP, int C, bool cls) = 0;
+  virtual void tokensForward(float* out, const float* x, TensorIn clsToken, TensorIn pos, int B, int NP,
+                             int C, bool cls) = 0;
   virtual void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
                               bool cls) = 0;
   virtual void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst) = 0;

@@ -669,7 +669,7 @@ QString keptBf16InputsHold(ms::Backend& be) {
   return refused.isEmpty() ? QString() : QStringLiteral("fp32 with a bf16 input: ") + refused;
 }
 
-// A parameter's bf16 working copy as the weight (TensorIn, runtime/parameters.h gemmValue): in Bf16 every
+// A parameter's bf16 working value as the weight (TensorIn, runtime/parameters.h weight()): in Bf16 every
 // linear op gives the same bits from toBf16(w) as from w itself (the backend rounds an fp32 weight to the
 // same values), in both layouts, with an fp32 or a kept bf16 input, with a bias, and for input-only and
 // weight-only backward calls (zero-bubble schedules split them). In Fp32 and Tf32 a bf16 weight is refused

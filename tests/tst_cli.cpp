@@ -319,6 +319,51 @@ class TestCli : public QObject {
     QVERIFY2(r.err.contains(message), qPrintable(r.err));
   }
 
+  // `plan` on a 7.5B GPT over dp 64 (the ZeRO paper's example) prints the published bytes per parameter for
+  // every ZeRO stage: the ZeRO paper's 16, 4 + 12/d, 2 + 14/d, 16/d with bf16 gradients and Megatron Core's
+  // distributed-optimizer 18, 6 + 12/d (2 + 16/d, 18/d) with fp32 ones (plan/model_state.h). The same
+  // figures as scripts/zero_table.py, which docs/plan-model.md quotes.
+  void planShowsPublishedZeroBytes() {
+    QFile file(MS_SOURCE_DIR "/scripts/configs/gpt-7.5b-64xa100.json");
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    QJsonObject config = QJsonDocument::fromJson(file.readAll()).object();
+    // GPT-2 layout, 36 blocks of width 4096, vocabulary 51200, 2048 positions, tied embeddings.
+    const double L = 36, h = 4096, V = 51200, T = 2048, d = 64;
+    const double psi = L * (12 * h * h + 13 * h) + V * h + T * h + 2 * h;
+    const double zeroPaper[4] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};
+    const double megatron[4] = {18, 6 + 12 / d, 2 + 16 / d, 18 / d};
+    QTemporaryDir tmp;
+    for (const char* grads : {"bf16", "fp32"})
+      for (int zero = 0; zero <= 3; ++zero) {
+        QJsonObject parallel = config["parallel"].toObject();
+        parallel["zero"] = zero;
+        parallel["grad_precision"] = grads;
+        config["parallel"] = parallel;
+        const QString path = tmp.path() + QString("/%1-%2.json").arg(grads).arg(zero);
+        QFile out(path);
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write(QJsonDocument(config).toJson());
+        out.close();
+        const Result r = engine({"plan", path, "--json"});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+        const QJsonArray devices = j["devices"].toArray();
+        QCOMPARE(devices.size(), 64);
+        for (const auto& dev : devices) {
+          const QJsonObject m = dev.toObject()["memory_bytes"].toObject();
+          const double perParam =
+              (m["parameters"].toDouble() + m["gradients"].toDouble() + m["optimizer"].toDouble()) / psi;
+          const double want = std::string(grads) == "bf16" ? zeroPaper[zero] : megatron[zero];
+          QVERIFY2(std::abs(perParam - want) < 1e-9 * want,
+                   qPrintable(QString("%1 gradients, ZeRO-%2: %3 bytes per parameter, published %4")
+                                  .arg(grads)
+                                  .arg(zero)
+                                  .arg(perParam, 0, 'g', 12)
+                                  .arg(want, 0, 'g', 12)));
+        }
+      }
+  }
+
   // plan --json has the documented shape and agrees with the table; --balance --write saves a placement that
   // validates.
   void planCommand() {

@@ -357,7 +357,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["model"].size(), size_t(10));  // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));    // kind, train, val
     QCOMPARE(j["mesh"].size(), size_t(5));    // nodes, links, and the (empty) lists of own types
-    QCOMPARE(j["parallel"].size(), size_t(11));
+    QCOMPARE(j["parallel"].size(), size_t(12));
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(13));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));

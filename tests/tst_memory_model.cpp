@@ -1,5 +1,5 @@
 // Tests of the memory model against figures computed by hand from the model's shapes: the state bytes per
-// parameter (fp32 AdamW and SGD; bf16 adds the parameters' 2-byte working copy below ZeRO-3), what each ZeRO
+// parameter (plan/model_state.h, with the ZeRO and Megatron tables written out), what each ZeRO
 // stage divides, the tied head's copy of wte on the last stage, the activations a schedule keeps in flight
 // (1F1B's first stage holds min(P, M) microbatches, GPipe M), recompute, tensor and sequence parallelism,
 // uneven stages, the other category and the fits flag, bf16's kept GEMM inputs and fused attention on GPUs.
@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "plan/memory_model.h"
+#include "plan/model_state.h"
 #include "plan/plan.h"
 
 using nlohmann::json;
@@ -40,6 +41,13 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 double modelParams(int layers) {
   return kEmbeddingParams + layers * kBlockParams + kHeadParams;
+}
+
+// A block as one rank of a TP group of tp holds it (model_spec.h shardSpecOf): the q|k|v and fc weights and
+// biases and the two projection weights split; the LayerNorms (4C) and the projections' biases (2C) whole.
+double blockLocal(int tp) {
+  const double split = kC * 3 * kC + 3 * kC + kC * kC + kC * kF + kF + kF * kC;
+  return split / tp + 6 * kC;
 }
 
 json baseConfig(int layers) {
@@ -78,7 +86,8 @@ class TestMemoryModel : public QObject {
 
  private slots:
   // fp32: parameter 4, gradient 4, AdamW 8, SGD with momentum 4, without 0 bytes per parameter; a stage
-  // holds its layers' parameters / tp; the last stage holds a copy of the tied wte.
+  // holds its layers' parameters as its TP rank does (split ones / tp, replicated ones whole: wte is
+  // vocabulary-parallel, wpe and the LayerNorms replicated); the last stage holds a copy of the tied wte.
   void fp32States_data() {
     QTest::addColumn<int>("pp");
     QTest::addColumn<int>("tp");
@@ -89,7 +98,8 @@ class TestMemoryModel : public QObject {
     QTest::addColumn<double>("optimizerBytesPerParam");
     const double all = modelParams(2);
     QTest::newRow("pp1 adamw") << 1 << 1 << "adamw" << 0.9 << 0 << all << 8.0;
-    QTest::newRow("pp1 tp2 adamw") << 1 << 2 << "adamw" << 0.9 << 0 << all / 2 << 8.0;
+    QTest::newRow("pp1 tp2 adamw") << 1 << 2 << "adamw" << 0.9 << 0
+                                   << kV * kC / 2 + kContext * kC + 2 * blockLocal(2) + kHeadParams << 8.0;
     QTest::newRow("pp1 sgd momentum") << 1 << 1 << "sgd" << 0.9 << 0 << all << 4.0;
     QTest::newRow("pp1 sgd plain") << 1 << 1 << "sgd" << 0.0 << 0 << all << 0.0;
     // Four layers in two stages: [embedding, block.0], [block.1, head + wte copy].
@@ -97,7 +107,7 @@ class TestMemoryModel : public QObject {
     QTest::newRow("pp2 stage1") << 2 << 1 << "adamw" << 0.9 << 1 << kBlockParams + kHeadParams + kV * kC
                                 << 8.0;
     QTest::newRow("pp2 tp2 stage1") << 2 << 2 << "adamw" << 0.9 << 1
-                                    << (kBlockParams + kHeadParams + kV * kC) / 2 << 8.0;
+                                    << blockLocal(2) + kHeadParams + kV * kC / 2 << 8.0;
   }
   void fp32States() {
     QFETCH(int, pp);
@@ -144,47 +154,94 @@ class TestMemoryModel : public QObject {
       QCOMPARE(int(ranks.size()), 4);
       const double n = modelParams(2);
       const bool bf16 = std::string(precision) == "bf16";
-      // The engine keeps fp32 parameters (in bf16 the master weights) and fp32 gradients: 4 + 4 + 8 bytes;
-      // bf16 adds the bf16 working copy the GEMMs read (2 bytes, whole on every replica) except under
-      // ZeRO-3, which keeps none: 6 / 4 ZeRO 0-2, 4 / 4 / dp ZeRO-3.
-      const double p = bf16 && zero < 3 ? 6 : 4, g = 4, o = 8;
+      // fp32: values 4, gradients 4, moments 8, the values being what the optimizer updates. bf16 (fp32
+      // gradients, the default): bf16 working parameters 2, fp32 gradients 4, and the optimizer state is the
+      // fp32 master 4 + moments 8 (plan/model_state.h).
+      const double p = bf16 ? 2 : 4, g = 4, o = bf16 ? 12 : 8;
       for (const auto& m : ranks) {
         QVERIFY(near(m.parameters, p * n / paramDiv));
         QVERIFY(near(m.gradients, g * n / gradDiv));
         QVERIFY(near(m.optimizer, o * n / optDiv));
       }
-      // ZeRO-3 gathers the largest layer (a block, larger than wte + wpe here) whole before using it.
+      // ZeRO-3 gathers the largest layer (a block, larger than wte + wpe here) whole before using it, in the
+      // working precision.
       QVERIFY(kBlockParams > kEmbeddingParams);
       const ms::OtherBytes other = ms::otherBreakdown(*plan, 0, true);
-      QCOMPARE(other.zero3Gathered, zero == 3 ? kBlockParams * 4.0 : 0.0);  // gathered in fp32
+      QCOMPARE(other.zero3Gathered, zero == 3 ? kBlockParams * p : 0.0);
       // One DDP bucket of 25 MiB at most.
       QCOMPARE(other.dpBucket, std::min(25 * kMiB, n * g));
     }
   }
 
-  // Mixed-precision AdamW costs 18 bytes per parameter (fp32 master 4, bf16 working copy 2, fp32 gradient 4,
-  // moments 8), the Megatron-LM distributed-optimizer documentation's figure for bf16 parameters with fp32
-  // gradients; fp32 costs 16. ZeRO-3 keeps no working copy; SGD adds the copy to its fp32 figures.
+  // The published tables, written out, for d = 1, 2, 8, 64 (plan/model_state.h):
+  // - ZeRO (Rajbhandari et al. 2020, Figure 1 and sections 5.1-5.3: mixed precision with 2-byte gradients
+  //   and K = 12 bytes of optimizer state): 16, 4 + 12/d, 2 + 14/d, 16/d for stages 0-3;
+  // - Megatron Core's distributed optimizer (bf16 parameters, fp32 gradients): 18 without it, 6 + 12/d with
+  //   it (ZeRO-1's sharding), and 2 + 16/d, 18/d carrying the same rule to stages 2 and 3;
+  // - fp32: 16, 8 + 8/d, 4 + 12/d, 16/d.
+  void publishedBytesPerParameter_data() {
+    QTest::addColumn<int>("dp");
+    for (int d : {1, 2, 8, 64}) QTest::newRow(qPrintable(QString("d%1").arg(d))) << d;
+  }
+  void publishedBytesPerParameter() {
+    QFETCH(int, dp);
+    const double d = dp;
+    const ms::OptimizerConfig adam;
+    auto total = [&](ms::Precision precision, ms::GradPrecision grads, int zero) {
+      return ms::modelStateBytes(ms::modelStateLayout(precision, grads, adam, zero), dp).total();
+    };
+    const double zeroPaper[4] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};
+    const double megatron[4] = {18, 6 + 12 / d, 2 + 16 / d, 18 / d};
+    const double fp32[4] = {16, 8 + 8 / d, 4 + 12 / d, 16 / d};
+    for (int zero = 0; zero <= 3; ++zero) {
+      QCOMPARE(total(ms::Precision::Bf16, ms::GradPrecision::Bf16, zero), zeroPaper[zero]);
+      QCOMPARE(total(ms::Precision::Bf16, ms::GradPrecision::Fp32, zero), megatron[zero]);
+      QCOMPARE(total(ms::Precision::Fp32, ms::GradPrecision::Fp32, zero), fp32[zero]);
+    }
+    // The categories: bf16 working parameters 2 (sharded by ZeRO-3), gradients 2 or 4 (by ZeRO-2), the fp32
+    // master 4 and the moments 8 as optimizer state (by ZeRO-1).
+    const ms::ModelStateBytes z1 =
+        ms::modelStateBytes(ms::modelStateLayout(ms::Precision::Bf16, ms::GradPrecision::Bf16, adam, 1), dp);
+    QCOMPARE(z1.parameters, 2.0);
+    QCOMPARE(z1.gradients, 2.0);
+    QCOMPARE(z1.optimizer, 12 / d);
+    // SGD with momentum: master 4 + momentum 4; without momentum only the master.
+    ms::OptimizerConfig sgd{ms::OptimizerType::Sgd};
+    sgd.momentum = 0.9;
+    QCOMPARE(
+        ms::modelStateBytes(ms::modelStateLayout(ms::Precision::Bf16, ms::GradPrecision::Fp32, sgd, 1), dp)
+            .optimizer,
+        8 / d);
+    sgd.momentum = 0;
+    QCOMPARE(
+        ms::modelStateBytes(ms::modelStateLayout(ms::Precision::Fp32, ms::GradPrecision::Fp32, sgd, 0), dp)
+            .optimizer,
+        0.0);
+  }
+
+  // The memory model applies those figures to the plan's parameter counts: bf16 with fp32 gradients is 18
+  // bytes per parameter without ZeRO, fp32 16; grad_precision bf16 needs precision bf16.
   void bf16EighteenBytesPerParam() {
     MAKE_PLAN(plan, 2, (json{{"parallel", {{"precision", "bf16"}}}}));
     const auto m = ms::estimateMemory(*plan).front();
-    QVERIFY(near(m.parameters, 6 * modelParams(2)));
+    QVERIFY(near(m.parameters, 2 * modelParams(2)));
+    QVERIFY(near(m.optimizer, 12 * modelParams(2)));
     QVERIFY(near(m.parameters + m.gradients + m.optimizer, 18 * modelParams(2)));
+    MAKE_PLAN(bf16Grads, 2, (json{{"parallel", {{"precision", "bf16"}, {"grad_precision", "bf16"}}}}));
+    const auto g = ms::estimateMemory(*bf16Grads).front();
+    QVERIFY(near(g.gradients, 2 * modelParams(2)));
     MAKE_PLAN(fp32, 2, json::object());
     const auto f = ms::estimateMemory(*fp32).front();
     QVERIFY(near(f.parameters + f.gradients + f.optimizer, 16 * modelParams(2)));
     MAKE_PLAN(zero3, 2, (json{{"parallel", {{"precision", "bf16"}, {"dp", 2}, {"zero", 3}}}}));
-    QVERIFY(near(ms::estimateMemory(*zero3).front().parameters, 4 * modelParams(2) / 2));
+    QVERIFY(near(ms::estimateMemory(*zero3).front().parameters, 2 * modelParams(2) / 2));
 
-    ms::OptimizerConfig sgdConfig{ms::OptimizerType::Sgd};
-    sgdConfig.momentum = 0.9;
-    const ms::StateBytes sgd = ms::stateBytesPerParam(ms::Precision::Bf16, sgdConfig);
-    QCOMPARE(sgd.parameter, 4.0);
-    QCOMPARE(sgd.bf16Copy, 2.0);
-    QCOMPARE(sgd.parameterBytes(0), 6.0);
-    QCOMPARE(sgd.parameterBytes(3), 4.0);
-    QCOMPARE(sgd.optimizer, 4.0);  // the momentum buffer
-    QCOMPARE(ms::stateBytesPerParam(ms::Precision::Fp32, sgdConfig).bf16Copy, 0.0);
+    json bad = baseConfig(2);
+    bad["parallel"] = {{"grad_precision", "bf16"}};
+    ms::Expected<ms::RunConfig> refused = ms::parseRunConfig(bad);
+    QVERIFY(!refused.isOk());
+    QVERIFY2(refused.message().find("/parallel/grad_precision") != std::string::npos,
+             refused.message().c_str());
   }
 
   // bf16 halves exactly the GEMM-only inputs a block keeps; the rest stays fp32 (the gpt head keeps no GEMM

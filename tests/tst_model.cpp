@@ -183,104 +183,117 @@ class TestModel : public QObject {
     QVERIFY(std::abs(std::sqrt(sq / (64 * 16)) - 0.1) < 0.01);
   }
 
-  // The bf16 working copy of the parameters (parameters.h gemmValue), on the emulated device (host access to
+  // Mixed precision's model states (parameters.h, plan/model_state.h), on the emulated device (host access to
   // backend memory faults, so every check goes through download as on a GPU):
-  // - a store built in Bf16 keeps it, 2 more bytes per element counted as Parameters; one built in Fp32
-  //   keeps none;
-  // - training with it gives losses bit-identical to training without it (a model built in Fp32 and then
-  //   switched to Bf16: its GEMMs round the fp32 weights per call, as before the copy existed), over
-  //   several optimizer steps, so a stale copy would show;
-  // - after an optimizer step, setUnitValues (a checkpoint load) and a write through values() (a weight
-  //   load), the copy is toBf16 of the values, refreshed eagerly (refreshBf16Copy) or lazily (gemmValue).
-  void bf16WorkingCopyFollowsValues_data() {
+  // - a store built in Bf16 keeps bf16 working parameters (2 bytes per element, Parameters) and fp32 master
+  //   weights (4, Optimizer); one built in Fp32 keeps fp32 values only;
+  // - initialised alike, the master equals the fp32 store's values and the working parameters are their
+  //   toBf16;
+  // - every op reads the working parameters (GEMM weights, biases, LayerNorm weights, embedding tables,
+  //   positions): a forward-backward gives bit for bit the losses and gradients of the fp32 store holding
+  //   the same bf16-rounded values in the same GEMM precision;
+  // - after every optimizer step (finishUpdate) and a checkpoint load (setUnitValues) the working parameters
+  //   are toBf16 of the master.
+  void mixedPrecisionStore_data() {
     QTest::addColumn<QString>("variant");
     for (const char* v : {"gpt-tied", "gpt-untied", "vit-cls", "mlp-gelu"}) QTest::newRow(v) << QString(v);
   }
-  void bf16WorkingCopyFollowsValues() {
+  void mixedPrecisionStore() {
     QFETCH(QString, variant);
     const RunConfig c = tinyConfig(variant);
-    auto copyBe = makeCpuBackend(true), perGemmBe = makeCpuBackend(true);
-    copyBe->setGemmPrecision(GemmPrecision::Bf16);
-    MemoryTracker copyTracker(copyBe.get()), perGemmTracker(perGemmBe.get());
-    Model a(c, &copyTracker, 20), b(c, &perGemmTracker, 20);
-    perGemmBe->setGemmPrecision(GemmPrecision::Bf16);
+    auto mixedBe = makeCpuBackend(true), fp32Be = makeCpuBackend(true);
+    mixedBe->setGemmPrecision(GemmPrecision::Bf16);
+    MemoryTracker mixedTracker(mixedBe.get()), fp32Tracker(fp32Be.get());
+    Model a(c, &mixedTracker, 20), b(c, &fp32Tracker, 20);
+    fp32Be->setGemmPrecision(GemmPrecision::Bf16);  // after construction: b keeps fp32 values
     ParameterStore& pa = a.params();
     ParameterStore& pb = b.params();
-    QVERIFY(pa.keepsBf16Copy() && pa.bf16Copy());
-    QVERIFY(!pb.keepsBf16Copy() && !pb.bf16Copy());
+    QVERIFY(pa.mixed() && !pb.mixed());
+    QVERIFY(!pa.values() && pb.values());
     const int64_t n = static_cast<int64_t>(pa.size());
-    QCOMPARE(copyTracker.current(MemoryCategory::Parameters), 6 * n);
-    QCOMPARE(perGemmTracker.current(MemoryCategory::Parameters), 4 * n);
+    QCOMPARE(mixedTracker.current(MemoryCategory::Parameters), 2 * n);
+    QCOMPARE(mixedTracker.current(MemoryCategory::Optimizer), 4 * n);
+    QCOMPARE(fp32Tracker.current(MemoryCategory::Parameters), 4 * n);
+    QCOMPARE(fp32Tracker.current(MemoryCategory::Optimizer), int64_t(0));
 
-    // The copy against the values, element by element ("" when it is toBf16 of them).
-    auto copyMatches = [&]() -> QString {
-      std::vector<float> values(pa.size());
-      std::vector<uint16_t> copy(pa.size());
-      const ParameterStore& cpa = pa;  // reading must not mark anything changed
-      copyBe->download(values.data(), cpa.values(), values.size() * sizeof(float));
-      copyBe->download(copy.data(), cpa.bf16Copy(), copy.size() * sizeof(uint16_t));
-      for (size_t i = 0; i < values.size(); ++i)
-        if (copy[i] != floatToBf16(values[i]))
-          return QString("element %1: copy 0x%2, toBf16(%3) = 0x%4")
-              .arg(i)
-              .arg(copy[i], 0, 16)
-              .arg(values[i])
-              .arg(floatToBf16(values[i]), 0, 16);
+    // Every unit's master (unitValues) against the working parameters (weight()), element by element.
+    auto workingMatchesMaster = [&]() -> QString {
+      std::vector<float> master;
+      for (size_t u = 0; u < pa.units().size(); ++u) {
+        const Unit& U = pa.units()[u];
+        if (!pa.unitValues(static_cast<int>(u), master).isOk()) return "unitValues failed";
+        for (int pi : U.params) {
+          const Parameter& p = pa.params()[pi];
+          const TensorIn w = pa.weight(pi);
+          if (!w.bf16) return QString("%1 is not bf16").arg(QString::fromStdString(p.spec.name));
+          std::vector<uint16_t> work(p.numel);
+          mixedBe->download(work.data(), w.data, p.numel * sizeof(uint16_t));
+          for (size_t i = 0; i < p.numel; ++i) {
+            const float m = master[p.offset - U.begin + i];
+            if (work[i] != floatToBf16(m))
+              return QString("%1[%2]: working 0x%3, toBf16(%4) = 0x%5")
+                  .arg(QString::fromStdString(p.spec.name))
+                  .arg(i)
+                  .arg(work[i], 0, 16)
+                  .arg(m)
+                  .arg(floatToBf16(m), 0, 16);
+          }
+        }
+      }
       return {};
     };
+    // Initialised alike: the master is the fp32 store's values.
+    std::vector<float> ua, ub;
+    for (size_t u = 0; u < pa.units().size(); ++u) {
+      QVERIFY(pa.unitValues(static_cast<int>(u), ua).isOk() && pb.unitValues(static_cast<int>(u), ub).isOk());
+      QVERIFY(ua == ub);
+    }
+    QVERIFY2(workingMatchesMaster().isEmpty(), qPrintable("after initialize: " + workingMatchesMaster()));
 
     OptimizerConfig oc;
     oc.lr = 0.05;  // large steps: every weight's bf16 rounding changes between steps
     oc.weightDecay = 0.1;
-    Optimizer oa(oc, pa, &copyTracker), ob(oc, pb, &perGemmTracker);
+    Optimizer oa(oc, pa, &mixedTracker);
+    std::vector<float> unit, gradsA(pa.size()), gradsB(pb.size());
     for (int step = 0; step < 4; ++step) {
+      // The fp32 store takes the rounded master values: then every op must read the same numbers.
+      for (size_t u = 0; u < pa.units().size(); ++u) {
+        QVERIFY(pa.unitValues(static_cast<int>(u), unit).isOk());
+        for (float& x : unit) x = bf16ToFloat(floatToBf16(x));
+        pb.setUnitValues(static_cast<int>(u), unit.data());
+      }
       const Batch batch = tinyBatch(c, 3, inputsOf(c), 100 + step);
       const float scale = 1.0f / static_cast<float>(targetsOf(batch));
       pa.zeroGrads();
       pb.zeroGrads();
       const LossStats la = a.forwardBackward(batch, scale), lb = b.forwardBackward(batch, scale);
-      QVERIFY2(la.lossSum == lb.lossSum, qPrintable(QString("step %1: loss sum %2 with the copy, %3 without")
+      QVERIFY2(la.lossSum == lb.lossSum, qPrintable(QString("step %1: loss sum %2 mixed, %3 fp32 rounded")
                                                         .arg(step)
                                                         .arg(la.lossSum, 0, 'g', 17)
                                                         .arg(lb.lossSum, 0, 'g', 17)));
       QVERIFY(pa.finishSync().isOk() && pb.finishSync().isOk());
+      mixedBe->download(gradsA.data(), pa.grads(), gradsA.size() * sizeof(float));
+      fp32Be->download(gradsB.data(), pb.grads(), gradsB.size() * sizeof(float));
+      QVERIFY2(gradsA == gradsB, qPrintable(QString("step %1: gradients differ").arg(step)));
       oa.step(static_cast<float>(oc.lr), 1.0f);
-      ob.step(static_cast<float>(oc.lr), 1.0f);
-      if (step == 1) {  // the eager refresh, as the trainer does it after the step
-        pa.refreshBf16Copy();
-        const QString why = copyMatches();
-        QVERIFY2(why.isEmpty(), qPrintable("after an optimizer step: " + why));
-      }
+      QVERIFY(pa.finishUpdate().isOk());
+      const QString why = workingMatchesMaster();
+      QVERIFY2(why.isEmpty(), qPrintable(QString("after optimizer step %1: ").arg(step) + why));
     }
-    // The last step's update reaches the copy lazily: a GEMM operand of every unit converts its unit.
-    for (const Unit& u : pa.units()) {
-      const int param = u.params.front();
-      const TensorIn op = pa.gemmValue(param);
-      QVERIFY(op.bf16);
-      QCOMPARE(static_cast<const void*>(op.b16()),
-               static_cast<const void*>(pa.bf16Copy() + pa.params()[param].offset));
-    }
-    QVERIFY2(copyMatches().isEmpty(), qPrintable("after a lazy refresh: " + copyMatches()));
 
-    // setUnitValues (checkpoint load): new values for unit 0, seen by the next GEMM operand.
+    // setUnitValues (checkpoint load): master and working parameters of unit 0.
     const Unit& first = pa.units().front();
-    std::vector<float> unit(first.size);
-    for (size_t i = 0; i < unit.size(); ++i) unit[i] = static_cast<float>(normalAt(5, i));
-    pa.setUnitValues(0, unit.data());
-    (void)pa.gemmValue(first.params.front());
-    QVERIFY2(copyMatches().isEmpty(), qPrintable("after setUnitValues: " + copyMatches()));
-
-    // A write through the mutable values() (loadWeights uploads so): every unit is converted again.
-    const Unit& last = pa.units().back();
-    std::vector<float> lastValues(last.size, 0.375f);
-    copyBe->upload(pa.values() + last.begin, lastValues.data(), last.size * sizeof(float));
-    pa.refreshBf16Copy();
-    QVERIFY2(copyMatches().isEmpty(), qPrintable("after a write through values(): " + copyMatches()));
+    std::vector<float> values(first.size);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(normalAt(5, i));
+    pa.setUnitValues(0, values.data());
+    QVERIFY(pa.unitValues(0, unit).isOk());
+    QVERIFY(unit == values);
+    QVERIFY2(workingMatchesMaster().isEmpty(), qPrintable("after setUnitValues: " + workingMatchesMaster()));
   }
 
-  // ZeRO-3 keeps no working copy (its full values exist only while gathered): GEMM operands are the fp32
-  // values, and the Parameters bytes are the fp32 shard only.
-  void bf16WorkingCopyNotKeptUnderZero3() {
+  // ZeRO-3 in mixed precision keeps a bf16 shard of the working parameters (2 bytes per element / dp) and
+  // gathers a unit's bf16 working parameters whole for its use (2 bytes per element until release()).
+  void mixedPrecisionZero3GathersBf16() {
     const RunConfig c = tinyConfig("gpt-tied");
     auto be = makeCpuBackend(true);
     be->setGemmPrecision(GemmPrecision::Bf16);
@@ -293,12 +306,25 @@ class TestModel : public QObject {
     layout.holdsEmbedding = true;
     layout.zero = 3;
     ParameterStore store(spec, c.model.type, c.model.tieEmbeddings, layout, nullptr, &tracker);
-    QVERIFY(!store.keepsBf16Copy() && !store.bf16Copy());
-    QCOMPARE(tracker.current(MemoryCategory::Parameters), static_cast<int64_t>(store.size() * 4));
+    store.initialize(7);
+    QVERIFY(store.mixed());
+    const int64_t n = static_cast<int64_t>(store.size());
+    QCOMPARE(tracker.current(MemoryCategory::Parameters), 2 * n);
+    QCOMPARE(tracker.current(MemoryCategory::Optimizer), 4 * n);
+    QVERIFY(!store.weight(0).data);  // not gathered
     QVERIFY(store.gather(0).isOk());
-    const TensorIn op = store.gemmValue(0);
-    QVERIFY(!op.bf16);
-    QCOMPARE(static_cast<const void*>(op.f32()), static_cast<const void*>(store.readValue(0)));
+    const TensorIn op = store.weight(0);
+    QVERIFY(op.bf16 && op.data);
+    QCOMPARE(tracker.current(MemoryCategory::Parameters),
+             2 * n + 2 * static_cast<int64_t>(store.units()[0].size));
+    std::vector<float> master;
+    QVERIFY(store.unitValues(0, master).isOk());
+    const Parameter& p = store.params()[0];
+    std::vector<uint16_t> work(p.numel);
+    be->download(work.data(), op.data, p.numel * sizeof(uint16_t));
+    for (size_t i = 0; i < p.numel; ++i) QCOMPARE(work[i], floatToBf16(master[p.offset + i]));
+    store.release(0);
+    QCOMPARE(tracker.current(MemoryCategory::Parameters), 2 * n);
   }
 
   // A file laid out like a Hugging Face GPT-2 checkpoint loads: "transformer." prefixes, the attention mask

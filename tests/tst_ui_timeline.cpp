@@ -688,6 +688,18 @@ class TestUiTimeline : public QObject {
     QCOMPARE(m.unitName(), QString("MiB"));  // a 0.8M-parameter model
     QVERIFY(m.barToolTip(1).contains("stage 1"));
     QCOMPARE(m.barLabel(0), QString("rank 0"));
+    // The model states' arithmetic (plan/model_state.h), here for bf16 with fp32 gradients, dp 64, ZeRO-1.
+    ms::ParallelConfig mixed;
+    mixed.precision = ms::Precision::Bf16;
+    mixed.dp = 64;
+    mixed.zero = 1;
+    m.setModelStates(ms::modelStateText(mixed, ms::OptimizerConfig{}));
+    const QString tip = m.barToolTip(0);
+    QVERIFY2(tip.contains("parameters: ") && tip.contains("(2 B bf16 working parameters per parameter)"),
+             qPrintable(tip));
+    QVERIFY2(tip.contains("(4 B fp32 gradients per parameter)"), qPrintable(tip));
+    QVERIFY2(tip.contains("12 B fp32 master + AdamW moments / 64 ranks (ZeRO-1) = 0.1875 B per parameter"),
+             qPrintable(tip));
     QCOMPARE(m.rankShownAsOverflow(7), false);  // out of range: not a crash
 
     // Measured peaks beside the bars; a wrong count is refused with a message; empty clears.

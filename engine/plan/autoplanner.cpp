@@ -11,6 +11,7 @@
 #include "plan/hardware.h"
 #include "plan/memory_model.h"
 #include "plan/model_spec.h"
+#include "plan/model_state.h"
 #include "plan/partition.h"
 #include "plan/plan.h"
 #include "plan/simulator.h"
@@ -124,7 +125,6 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   const ModelConfig& model = base.model;
   const ModelSpec spec = buildModelSpec(model, base.training.seqLen);
   const int L = static_cast<int>(spec.layers.size());
-  const StateBytes perParam = stateBytesPerParam(base.parallel.precision, base.optimizer);
   const int B = base.training.batchSize;
   // The slowest device sets the pace; devices per node from the first node (TP stays inside a node).
   const MeshDevice* slowest = &mesh->devices.front();
@@ -191,19 +191,23 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                                  ringAllReduceTime(double(mbs) * positions * model.width * elem, tp,
                                                    mesh->intraLink)
                            : 0.0;
-                const double grads = st.params / tp * 4.0;
+                const ModelStateLayout states = modelStateLayout(
+                    base.parallel.precision, base.parallel.gradPrecision, base.optimizer, zero);
+                const double grads = st.params / tp * states.gradientBytes;
                 const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
                 double sync = ringAllReduceTime(grads, dp, dpLink);
                 // ZeRO-3 gathers the stage's parameters before every forward and backward.
-                if (zero == 3) sync += 2.0 * M * ringAllGatherTime(st.params / tp * elem, dp, dpLink);
+                if (zero == 3)
+                  sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, dp, dpLink);
                 const double time = pipelineFactor(schedule, pp, V, M) * (tF + tB + tpComm) + sync;
                 // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
                 const double n = st.params / tp;
-                double pBytes = n * perParam.parameterBytes(zero), gBytes = n * perParam.gradient;
-                double oBytes = n * perParam.optimizer;
-                if (zero >= 1) oBytes /= dp;
-                if (zero >= 2) gBytes /= dp;
-                if (zero >= 3) pBytes /= dp;
+                const ModelStateBytes perParam =
+                    modelStateBytes(modelStateLayout(base.parallel.precision, base.parallel.gradPrecision,
+                                                     base.optimizer, zero),
+                                    dp);
+                const double pBytes = n * perParam.parameters, gBytes = n * perParam.gradients,
+                             oBytes = n * perParam.optimizer;
                 // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
                 // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
                 // statistics.

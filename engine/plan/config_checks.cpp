@@ -233,6 +233,11 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
               ") must be divisible by dp * microbatches = " + std::to_string(split),
           {"/parallel/dp", "/parallel/microbatches"});
   }
+  if (p.gradPrecision == GradPrecision::Bf16 && p.precision != Precision::Bf16)
+    add(out, "/parallel/grad_precision",
+        "bf16 gradients need \"precision\": \"bf16\" (an fp32 run keeps fp32 gradients), got precision " +
+            inQuotes(toString(p.precision)),
+        {"/parallel/precision"});
   const std::string schedule = inQuotes(toString(p.schedule));
   const std::vector<std::string> bySchedule = {"/parallel/schedule"};
   if (p.schedule == Schedule::Interleaved1F1B) {

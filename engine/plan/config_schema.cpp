@@ -398,6 +398,10 @@ void addParallel(std::vector<Field>& t) {
           .aka({"activation_checkpointing", "checkpoint_activations", "recomputation"}));
   t.push_back(enumField(p, "precision", kPrecisionNames, MS_REF(parallel.precision), "Compute precision.")
                   .aka({"dtype", "mixed_precision"}));
+  t.push_back(enumField(p, "grad_precision", kGradPrecisionNames, MS_REF(parallel.gradPrecision),
+                        "Gradients under bf16: fp32 (Megatron's main gradients) or bf16 (half the memory and "
+                        "reduce traffic).")
+                  .aka({"gradient_precision", "grad_dtype", "grad_reduce_dtype"}));
   t.push_back(boolField(p, "sequence_parallel", MS_REF(parallel.sequenceParallel),
                         "Shard activations outside the tensor-parallel regions along the sequence.")
                   .aka({"sp", "seq_parallel"}));

@@ -69,6 +69,8 @@ inline constexpr EnumName<Recompute> kRecomputeNames[] = {{Recompute::None, "non
                                                           {Recompute::Full, "full"}};
 inline constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::Fp32, "fp32"},
                                                           {Precision::Bf16, "bf16"}};
+inline constexpr EnumName<GradPrecision> kGradPrecisionNames[] = {{GradPrecision::Fp32, "fp32"},
+                                                                  {GradPrecision::Bf16, "bf16"}};
 inline constexpr EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::AdamW, "adamw"},
                                                                   {OptimizerType::Sgd, "sgd"}};
 inline constexpr EnumName<LrSchedule> kLrScheduleNames[] = {

@@ -24,7 +24,7 @@
 //   recompute "full" repeats the forward ones in backward. With sequence parallelism each all-reduce
 //   becomes a reduce-scatter plus an all-gather (Korthikanti et al. 2022, section 4.2.2), which costs the
 //   same under the ring formulas, so the count stands.
-//   ZeRO-3: an all-gather of the chunk's parameters (/ tp, fp32 as stored) over the DP group
+//   ZeRO-3: an all-gather of the chunk's working parameters (/ tp, bf16 in mixed precision) over the DP group
 //   before each F and each B of the chunk, counted in the compute action (no prefetch overlap).
 //
 // Point-to-point: latency + bytes / bandwidth of the link between the two stages' devices; a message is the
@@ -32,13 +32,14 @@
 // operands only; / tp with sequence parallelism, where the activation between stages is sequence-split).
 //
 // Gradient sync of chunk k over the DP group (once per step): bytes = params(k) / tp * gradient bytes per
-// element (stateBytesPerParam: 4, fp32 gradients in both precisions); ring all-reduce for ZeRO 0 and 1, ring
+// element (plan/model_state.h: 4 for fp32 gradients, 2 for bf16 ones); ring all-reduce for ZeRO 0 and 1, ring
 // reduce-scatter for ZeRO 2 and 3. A tied LM head on another stage than the embedding adds an all-reduce of
 // wte's gradient between those two stages to both chunks' syncs (Megatron's embedding group).
 //
 // Optimizer step of a stage: every state byte of its parameter shard read once, (parameter + gradient +
-// optimizer bytes per element) * params / tp / (dp with ZeRO >= 1) / memoryBandwidth (16 bytes per parameter
-// for AdamW, a memory-bound pass), plus for ZeRO 1 and 2 the all-gather of the updated parameters over the
+// optimizer bytes per element, and in mixed precision the bf16 working copy written) * params / tp / (dp with
+// ZeRO >= 1) / memoryBandwidth (a memory-bound pass), plus for ZeRO 1 and 2 the all-gather of the updated
+// working parameters (bf16 in mixed precision) over the
 // DP group (ZeRO-3 keeps them sharded and gathers before use instead).
 #include "plan/cost_model.h"
 
@@ -46,6 +47,7 @@
 #include <cmath>
 
 #include "plan/memory_model.h"
+#include "plan/model_state.h"
 
 namespace ms {
 
@@ -176,8 +178,9 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   m_layers = m_analytic;
 
   // Communication inside compute actions, per chunk.
-  const std::vector<double> params = chunkParameterCount(plan);
-  const StateBytes state = stateBytesPerParam(p.precision, plan.config.optimizer);
+  const std::vector<double> params = chunkLocalParameterCount(plan);  // as one TP rank holds them
+  const ModelStateLayout state =
+      modelStateLayout(p.precision, p.gradPrecision, plan.config.optimizer, p.zero);
   m_chunkForwardComm.assign(static_cast<size_t>(K), 0.0);
   m_chunkBackwardComm.assign(static_cast<size_t>(K), 0.0);
   for (int k = 0; k < K && modelled; ++k) {
@@ -199,8 +202,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     }
     if (p.zero == 3 && dp > 1) {
       const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
-      const double gather =
-          ringAllGatherTime(params[static_cast<size_t>(k)] / tp * state.parameter, dp, link);
+      const double gather = ringAllGatherTime(params[static_cast<size_t>(k)] * state.workingBytes, dp, link);
       m_chunkForwardComm[static_cast<size_t>(k)] += gather;
       m_chunkBackwardComm[static_cast<size_t>(k)] += gather;
     }
@@ -238,7 +240,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   for (int k = 0; k < K && modelled; ++k) {
     const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
     const int rank = replicaRank(plan, stage);
-    const double bytes = params[static_cast<size_t>(k)] / tp * state.gradient;
+    const double bytes = params[static_cast<size_t>(k)] * state.gradientBytes;
     const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
     m_gradSync[static_cast<size_t>(k)] =
         p.zero <= 1 ? ringAllReduceTime(bytes, dp, link) : ringReduceScatterTime(bytes, dp, link);
@@ -248,21 +250,24 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       const int b = plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(embeddingLayer)])];
       const double wte = double(plan.config.model.vocab) * plan.config.model.width;
       m_gradSync[static_cast<size_t>(k)] +=
-          ringAllReduceTime(wte / tp * state.gradient, 2, stageLink(plan, a, b));
+          ringAllReduceTime(wte / tp * state.gradientBytes, 2, stageLink(plan, a, b));
     }
   }
 
   // Optimizer step per stage.
   m_optimizer.assign(static_cast<size_t>(plan.partition.stages), 0.0);
   for (int s = 0; s < plan.partition.stages; ++s) {
-    const double local = stageParameterCount(plan, s) / tp;
+    const double local = stageLocalParameterCount(plan, s);
     const double shard = p.zero >= 1 ? local / dp : local;
     const DeviceSpec& device = stageDevice(plan, s);
-    double t = device.memoryBandwidth > 0
-                   ? shard * (state.parameter + state.gradient + state.optimizer) / device.memoryBandwidth
-                   : 0.0;
+    // Read: gradient, master (mixed) or parameter, moments; written: master or parameter, moments, and in
+    // mixed precision the bf16 working copy.
+    const double bytes = state.gradientBytes +
+                         (state.mixed ? state.masterBytes + state.workingBytes : state.workingBytes) +
+                         state.momentBytes;
+    double t = device.memoryBandwidth > 0 ? shard * bytes / device.memoryBandwidth : 0.0;
     if (modelled && (p.zero == 1 || p.zero == 2))
-      t += ringAllGatherTime(local * state.parameter, dp,
+      t += ringAllGatherTime(local * state.workingBytes, dp,
                              groupLink(plan, plan.layout.dpGroup(replicaRank(plan, s))));
     m_optimizer[static_cast<size_t>(s)] = t;
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "plan/cost_model.h"
+#include "plan/model_state.h"
 
 namespace ms {
 
@@ -92,36 +93,22 @@ double layerCheckpointBytes(const Plan& plan, int l) {
   return layerOutputBytes(plan, l);
 }
 
+// The largest layer of the stage as one TP rank holds it.
 double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
+  const int tp = std::max(1, plan.config.parallel.tp);
   double largest = 0;
   for (int k : plan.partition.chunksOfStage(stage))
     for (int l : plan.partition.chunks[static_cast<size_t>(k)]) {
-      double n = double(plan.model.layers[static_cast<size_t>(l)].paramCount());
+      double n =
+          double(plan.model.layers[static_cast<size_t>(l)].localParamCount(tp));
       if (k == tied.headChunk && plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Head)
-        n += tied.copyParams;
+        n += tied.copyParams / tp;
       largest = std::max(largest, n);
     }
   return largest;
 }
 
 }  // namespace
-
-StateBytes stateBytesPerParam(Precision precision, const OptimizerConfig& optimizer) {
-  // The engine's bf16 is Megatron-LM's: fp32 parameters are the master weights the optimizer updates, a bf16
-  // copy of them is what the GEMMs multiply (runtime/parameters.h, refreshed after each update; none under
-  // ZeRO-3, see StateBytes::parameterBytes), gradients stay fp32 (Megatron-LM's main gradients). AdamW then
-  // costs 4 + 2 + 4 + 8 = 18 bytes per parameter, the figure the Megatron-LM distributed-optimizer
-  // documentation gives for bf16 parameters with fp32 gradients without the distributed optimizer
-  // (Megatron Core developer guide, "Distributed Optimizer", the table of the theoretical number of bytes
-  // per parameter; https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html).
-  // fp32 costs 4 + 4 + 8 = 16, that table's fp32 row.
-  // Unlike Megatron-LM's distributed optimizer (6 + 12/d), ZeRO-1/2 here keep the fp32 master weights whole
-  // on every replica (the all-gather after the step moves fp32), so only the moments are divided.
-  const bool momentum = optimizer.momentum > 0;
-  const double opt = optimizer.type == OptimizerType::AdamW ? 8.0 : (momentum ? 4.0 : 0.0);
-  const double copy = precision == Precision::Bf16 ? 2.0 : 0.0;
-  return {4.0, copy, 4.0, opt};
-}
 
 std::vector<double> chunkParameterCount(const Plan& plan) {
   std::vector<double> counts;
@@ -133,6 +120,26 @@ std::vector<double> chunkParameterCount(const Plan& plan) {
   const TiedHead tied = tiedHead(plan);
   if (tied.headChunk >= 0) counts[static_cast<size_t>(tied.headChunk)] += tied.copyParams;
   return counts;
+}
+
+std::vector<double> chunkLocalParameterCount(const Plan& plan) {
+  const int tp = std::max(1, plan.config.parallel.tp);
+  std::vector<double> counts;
+  for (const auto& chunk : plan.partition.chunks) {
+    double n = 0;
+    for (int l : chunk) n += double(plan.model.layers[static_cast<size_t>(l)].localParamCount(tp));
+    counts.push_back(n);
+  }
+  const TiedHead tied = tiedHead(plan);  // wte is vocabulary-parallel
+  if (tied.headChunk >= 0) counts[static_cast<size_t>(tied.headChunk)] += tied.copyParams / tp;
+  return counts;
+}
+
+double stageLocalParameterCount(const Plan& plan, int stage) {
+  const std::vector<double> counts = chunkLocalParameterCount(plan);
+  double n = 0;
+  for (int k : plan.partition.chunksOfStage(stage)) n += counts[static_cast<size_t>(k)];
+  return n;
 }
 
 double stageParameterCount(const Plan& plan, int stage) {
@@ -200,7 +207,8 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   const double tp = std::max(1, p.tp);
   const double mbs = plan.microbatchSize();
   const int K = static_cast<int>(plan.partition.chunks.size());
-  const StateBytes state = stateBytesPerParam(p.precision, plan.config.optimizer);
+  const ModelStateLayout state =
+      modelStateLayout(p.precision, p.gradPrecision, plan.config.optimizer, p.zero);
   OtherBytes o;
 
   // A send and a receive buffer of the largest message the stage's chunks send or receive.
@@ -215,8 +223,8 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   o.p2pBuffers = 2.0 * largest;
 
   // One DP bucket (never more than the rank's gradients).
-  const double localParams = stageParameterCount(plan, stage) / tp;
-  if (p.dp > 1) o.dpBucket = std::min(kDpBucketBytes, localParams * state.gradient);
+  const double localParams = stageLocalParameterCount(plan, stage);
+  if (p.dp > 1) o.dpBucket = std::min(kDpBucketBytes, localParams * state.gradientBytes);
 
   // Backward workspace: the output gradient and the input gradient of the stage's largest layer output for
   // one microbatch; the stage with a gpt head also holds a chunk of its logits (below).
@@ -253,7 +261,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   }
 
   if (p.zero == 3 && p.dp > 1)
-    o.zero3Gathered = largestLayerParams(plan, stage, tiedHead(plan)) / tp * state.parameter;
+    o.zero3Gathered = largestLayerParams(plan, stage, tiedHead(plan)) * state.workingBytes;
   if (gpu) o.context = kCudaContextBytes;
   return o;
 }
@@ -270,8 +278,7 @@ bool isGpuDevice(const DeviceSpec& device) {
 std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   const ParallelConfig& p = plan.config.parallel;
   const int P = plan.partition.stages;
-  const double tp = std::max(1, p.tp), dp = std::max(1, p.dp);
-  const StateBytes state = stateBytesPerParam(p.precision, plan.config.optimizer);
+  const ModelStateBytes state = modelStateBytes(p, plan.config.optimizer);
   const std::vector<double> peaks =
       slotActivationBytes(plan.schedule, chunkActivationBytes(plan), chunkSplitBackwardBytes(plan));
 
@@ -279,11 +286,11 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   std::vector<MemoryBreakdown> stages(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
     MemoryBreakdown& m = stages[static_cast<size_t>(s)];
-    const double local = stageParameterCount(plan, s) / tp;
+    const double local = stageLocalParameterCount(plan, s);
     m.stage = s;
-    m.parameters = p.zero >= 3 ? local * state.parameter / dp : local * state.parameterBytes(p.zero);
-    m.gradients = local * state.gradient / (p.zero >= 2 ? dp : 1.0);
-    m.optimizer = local * state.optimizer / (p.zero >= 1 ? dp : 1.0);
+    m.parameters = local * state.parameters;
+    m.gradients = local * state.gradients;
+    m.optimizer = local * state.optimizer;
     m.activations = (s < static_cast<int>(peaks.size()) ? peaks[static_cast<size_t>(s)] : 0.0) +
                     recomputeWorkspaceBytes(plan, s);
   }

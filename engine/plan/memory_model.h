@@ -6,19 +6,17 @@
 // What always holds: every figure is >= 0 and finite; total() is the sum of the five categories; ranks of
 // one stage differ only by their device (capacity); the per-parameter state bytes follow ZeRO's accounting
 // (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
-// section 3.1 and Figure 1) as the engine keeps it (stateBytesPerParam).
+// sections 3.1 and 5.1-5.3) as the engine keeps it (plan/model_state.h).
 //
 // The rules, and where they are approximations:
-// - Parameters of a rank: the parameters of its stage's layers / tp. Every tensor is counted as split by tp
-//   (column/row-parallel matrices and vocab-parallel embedding and head are; LayerNorm weights and the
-//   row-parallel biases are really replicated, a few C per block: under 0.1% for C >= 256). A tied LM head
-//   on another stage than the embedding holds its own copy of wte (Megatron's embedding group).
-// - Bytes per parameter: parameter 4 (fp32 values; the master weights in bf16), gradient 4 (fp32 in both
-//   precisions), AdamW 8 (two moments), SGD 4 (momentum; 0 without); bf16 adds 2 for the parameters' bf16
-//   working copy the GEMMs read (runtime/parameters.h), except under ZeRO-3, which keeps none.
-// - ZeRO over the DP group of size d: stage 1 divides optimizer state by d, stage 2 also gradients, stage 3
-//   also the fp32 parameters (and adds the gathered working set, the stage's largest layer unsharded, to
-//   other). The bf16 working copy is never divided: every replica multiplies the whole of it.
+// - Parameters of a rank: the parameters of its stage's layers as its TP rank holds them (column/row-parallel
+//   matrices and the vocab-parallel embedding and head / tp; LayerNorm weights, row-parallel biases and
+//   positions whole). A tied LM head on another stage than the embedding holds its own copy of wte
+//   (Megatron's embedding group).
+// - Bytes per parameter: plan/model_state.h (modelStateBytes), the one place the engine's parameter store
+//   allocates by: fp32 4 + 4 + moments; bf16 mixed precision 2 (working) + 4 or 2 (gradients) + 4 (fp32
+//   master) + moments, ZeRO stage 1 sharding the master and moments over dp, 2 also the gradients, 3 also
+//   the working parameters (and adding the gathered working set, the stage's largest layer whole, to other).
 // - Activations: slotActivationBytes(schedule, chunkBytes, splitBytes) (schedule.h: each chunk holds the
 //   buffers of the most microbatches it ever had in flight) with chunkActivationBytes() and
 //   chunkSplitBackwardBytes().
@@ -33,22 +31,14 @@
 
 namespace ms {
 
-// Bytes each parameter element costs, before ZeRO sharding.
-struct StateBytes {
-  double parameter = 0;  // the fp32 values (in bf16 the master weights); what ZeRO-3 shards and gathers
-  double bf16Copy = 0;   // bf16: the working copy the GEMMs read (ZeRO < 3 only; never sharded)
-  double gradient = 0;
-  double optimizer = 0;
-  // A rank's parameter bytes per element before ZeRO-3 divides the fp32 values: under ZeRO-3 the engine
-  // keeps no bf16 working copy (a unit's full values exist only while gathered; see runtime/parameters.h).
-  double parameterBytes(int zero) const { return parameter + (zero >= 3 ? 0.0 : bf16Copy); }
-};
-StateBytes stateBytesPerParam(Precision precision, const OptimizerConfig& optimizer);
-
 // Parameter elements of each chunk (K), unsplit by tp, a tied head's copy of wte included (see above).
 std::vector<double> chunkParameterCount(const Plan& plan);
 // Parameter elements of a stage (sum over its chunks), unsplit by tp.
 double stageParameterCount(const Plan& plan, int stage);
+// The same as one rank of the stage's TP group holds them: split parameters / tp, replicated ones (LayerNorm
+// weights, row-parallel biases, positions) whole (model_spec.h shardSpecOf, what the parameter store keeps).
+std::vector<double> chunkLocalParameterCount(const Plan& plan);
+double stageLocalParameterCount(const Plan& plan, int stage);
 
 // One microbatch's saved activations of each chunk (K), in bytes on one rank, as held between its F and the
 // end of its backward, as the engine keeps them:
@@ -80,7 +70,7 @@ struct OtherBytes {
   double p2pBuffers = 0;     // a send and a receive buffer of the stage's largest message
   double dpBucket = 0;       // one gradient bucket for DP sync (PyTorch DDP's 25 MiB), 0 for dp == 1
   double workspace = 0;      // backward gradient buffers of the largest layer, the gpt head's logits chunk
-  double zero3Gathered = 0;  // ZeRO-3: the largest layer's parameters, gathered whole
+  double zero3Gathered = 0;  // ZeRO-3: the largest layer's working parameters, gathered whole
   double context = 0;        // the CUDA context and library handles on GPUs (500 MiB), 0 on CPUs
   double total() const { return p2pBuffers + dpBucket + workspace + zero3Gathered + context; }
 };

@@ -18,6 +18,35 @@ int64_t LayerSpec::paramCount() const {
   return n;
 }
 
+int64_t LayerSpec::localParamCount(int tp) const {
+  return paramCount() - splitParamCount + splitParamCount / std::max(1, tp);
+}
+
+namespace {
+bool endsWith(const std::string& s, const char* suffix) {
+  const size_t n = std::char_traits<char>::length(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+}  // namespace
+
+ShardSpec shardSpecOf(const ParamSpec& p, ModelType type) {
+  if (type == ModelType::Mlp) return {};
+  const std::string& n = p.name;
+  if (n.rfind("h.", 0) == 0) {
+    // Column-parallel (output features split): q|k|v projection (three parts) and the MLP's first linear.
+    if (endsWith(n, ".attn.c_attn.weight")) return {1, 3};
+    if (endsWith(n, ".attn.c_attn.bias")) return {0, 3};
+    if (endsWith(n, ".mlp.c_fc.weight")) return {1, 1};
+    if (endsWith(n, ".mlp.c_fc.bias")) return {0, 1};
+    // Row-parallel (input features split); their biases stay whole.
+    if (endsWith(n, ".attn.c_proj.weight") || endsWith(n, ".mlp.c_proj.weight")) return {0, 1};
+    return {};
+  }
+  // Vocab-parallel embedding and LM head (rows are vocabulary entries).
+  if (type == ModelType::Gpt && (n == "wte.weight" || n == "lm_head.weight")) return {0, 1};
+  return {};
+}
+
 double LayerSpec::keptBytesPerSample(Precision precision, bool fusedAttention) const {
   double bytes = double(activationBytesPerSample);
   if (precision == Precision::Bf16) bytes -= 0.5 * double(gemmInputBytesPerSample);
@@ -190,15 +219,25 @@ ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
 }  // namespace
 
 ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
+  ModelSpec spec;
   switch (model.type) {
     case ModelType::Gpt:
-      return gptSpec(model, seqLen);
+      spec = gptSpec(model, seqLen);
+      break;
     case ModelType::Vit:
-      return vitSpec(model);
+      spec = vitSpec(model);
+      break;
     case ModelType::Mlp:
-      return mlpSpec(model, mlpInputs);
+      spec = mlpSpec(model, mlpInputs);
+      break;
   }
-  return {};
+  // Which elements tensor parallelism splits, once (the memory and cost models ask per plan and stage).
+  for (LayerSpec& layer : spec.layers) {
+    layer.splitParamCount = 0;
+    for (const ParamSpec& p : layer.params)
+      if (shardSpecOf(p, model.type).sharded()) layer.splitParamCount += p.numel();
+  }
+  return spec;
 }
 
 std::vector<std::string> modelLayerNames(const ModelConfig& model) {

@@ -28,6 +28,20 @@ struct ParamSpec {
   int64_t numel() const;
 };
 
+// Which dimension of a parameter is split over the TP group (Megatron-LM, Shoeybi et al. 2019, section 3):
+// dim < 0 replicated. The dimension consists of `parts` equal parts (3 for the fused q|k|v projection), each
+// split into tp equal pieces; rank t keeps piece t of every part, in part order.
+struct ShardSpec {
+  int dim = -1;
+  int parts = 1;
+  bool sharded() const { return dim >= 0; }
+};
+// The TP sharding of a parameter of the model (by its name and the model type): column-parallel q|k|v and
+// MLP fc (weights and biases), row-parallel projections (weights; their biases stay whole), vocab-parallel
+// gpt wte and lm_head; everything else (LayerNorms, positions, row-parallel biases, vit's patch embedding
+// and head) replicated.
+ShardSpec shardSpecOf(const ParamSpec& param, ModelType type);
+
 struct LayerSpec {
   std::string name;
   LayerKind kind = LayerKind::Block;
@@ -43,6 +57,10 @@ struct LayerSpec {
   int64_t attentionMatrixBytesPerSample = 0;
   int64_t attentionRowBytesPerSample = 0;
   int64_t paramCount() const;
+  // Elements of the parameters tensor parallelism splits (shardSpecOf; set by buildModelSpec).
+  int64_t splitParamCount = 0;
+  // The elements one rank of a TP group of tp holds: split parameters / tp, replicated ones whole.
+  int64_t localParamCount(int tp) const;
   // The bytes kept per sample for this precision and attention implementation.
   double keptBytesPerSample(Precision precision, bool fusedAttention) const;
 };

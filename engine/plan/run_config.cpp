@@ -46,6 +46,9 @@ const char* toString(Recompute v) {
 const char* toString(Precision v) {
   return enumName(kPrecisionNames, v);
 }
+const char* toString(GradPrecision v) {
+  return enumName(kGradPrecisionNames, v);
+}
 const char* toString(OptimizerType v) {
   return enumName(kOptimizerTypeNames, v);
 }

@@ -25,6 +25,8 @@ enum class DataKind { Text, Tokens, FashionMnist };
 enum class Schedule { GPipe, OneFOneB, Interleaved1F1B, ZbH1 };
 enum class Recompute { None, Full };
 enum class Precision { Fp32, Bf16 };
+// The precision gradients are kept and reduced in under bf16 mixed precision (fp32 runs keep fp32).
+enum class GradPrecision { Fp32, Bf16 };
 enum class OptimizerType { AdamW, Sgd };
 enum class LrSchedule { Constant, Cosine, Linear };
 enum class DeviceChoice { Auto, Cpu, Cuda };
@@ -122,10 +124,11 @@ struct ParallelConfig {
                           // with gradients summed (this is also gradient accumulation on one rank)
   int virtualChunks = 1;  // "virtual_chunks": chunks per stage for interleaved_1f1b
   int zero = 0;           // "zero": ZeRO stage 0-3 over the DP group
-  Recompute recompute = Recompute::None;  // "recompute": "none" | "full"
-  Precision precision = Precision::Fp32;  // "precision": "fp32" | "bf16"
-  bool sequenceParallel = false;          // "sequence_parallel"
-  std::vector<ChunkPlacement> placement;  // "placement": empty = even split over pp stages
+  Recompute recompute = Recompute::None;              // "recompute": "none" | "full"
+  Precision precision = Precision::Fp32;              // "precision": "fp32" | "bf16"
+  GradPrecision gradPrecision = GradPrecision::Fp32;  // "grad_precision": "fp32" | "bf16" (bf16 runs only)
+  bool sequenceParallel = false;                      // "sequence_parallel"
+  std::vector<ChunkPlacement> placement;              // "placement": empty = even split over pp stages
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -218,6 +221,7 @@ const char* toString(DataKind v);
 const char* toString(Schedule v);
 const char* toString(Recompute v);
 const char* toString(Precision v);
+const char* toString(GradPrecision v);
 const char* toString(OptimizerType v);
 const char* toString(LrSchedule v);
 const char* toString(DeviceChoice v);

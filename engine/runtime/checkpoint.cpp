@@ -1,6 +1,7 @@
 // Checkpoint directories; see checkpoint.h.
 #include "runtime/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -68,8 +69,13 @@ Status saveCheckpoint(const std::string& dir, const RunConfig& config, const Par
   std::error_code ec;
   fs::remove_all(staging, ec);
   MS_TRY(makeDirs(staging));
-  std::vector<float> values(params.size());
-  params.backend().download(values.data(), params.values(), values.size() * sizeof(float));
+  // The fp32 values (mixed precision: the master weights), unit by unit (an unsharded store: nothing here is
+  // collective).
+  std::vector<float> values(params.size()), unit;
+  for (size_t u = 0; u < params.units().size(); ++u) {
+    MS_TRY(const_cast<ParameterStore&>(params).unitValues(static_cast<int>(u), unit));
+    std::copy(unit.begin(), unit.end(), values.begin() + params.units()[u].begin);
+  }
   std::vector<NamedTensor> tensors;
   for (const Parameter& p : params.params())
     tensors.push_back({p.spec.name, p.spec.shape, DType::F32, values.data() + p.offset});
@@ -116,6 +122,9 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
   if (!data) return data.status();
   std::map<std::string, const LoadedTensor*> byName;
   for (const auto& [name, t] : data->tensors) byName[stripPrefix(name)] = &t;
+  // Checked whole before anything is written; then set unit by unit (mixed precision: master weights and
+  // their bf16 working copy).
+  std::vector<float> values(params.size(), 0.0f);
   for (const Parameter& p : params.params()) {
     auto it = byName.find(p.spec.name);
     if (it == byName.end()) return Status::error(file + ": no tensor \"" + p.spec.name + "\"");
@@ -125,12 +134,14 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
                            ", the model needs " + shapeString(p.spec.shape));
     if (t.f32.size() != p.numel)
       return Status::error(file + ": tensor \"" + p.spec.name + "\" is not a float tensor");
-    params.backend().upload(params.values() + p.offset, t.f32.data(), p.numel * sizeof(float));
+    std::copy(t.f32.begin(), t.f32.end(), values.begin() + p.offset);
   }
   for (const auto& [name, t] : byName) {
     if (!params.find(name) && !isIgnorableExtra(name))
       return Status::error(file + ": tensor \"" + name + "\" is not a parameter of this model");
   }
+  for (size_t u = 0; u < params.units().size(); ++u)
+    params.setUnitValues(static_cast<int>(u), values.data() + params.units()[u].begin);
   return Status::ok();
 }
 

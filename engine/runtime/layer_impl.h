@@ -12,14 +12,14 @@
 namespace ms {
 
 // A parameter of a layer: resolved to its current value and gradient pointers at each use (ZeRO-3 gathers and
-// frees a unit's values; ZeRO-2 creates its gradients per step). A layer only reads values: value() for the
-// fp32 uses (LayerNorm weights, biases, embedding lookups), gemm() for a GEMM operand (a linear weight, the
-// LM head's wte), which is the store's bf16 working copy in bf16 precision (ParameterStore::gemmValue).
+// frees a unit's values; ZeRO-2 creates its gradients per step). A layer only reads the working value
+// (ParameterStore::weight: fp32, or bf16 in mixed precision), which every op takes as a TensorIn; value()
+// and gemm() name the same thing at the call sites of non-GEMM and GEMM uses.
 struct BoundParam {
   ParameterStore* store = nullptr;
   int index = -1;
-  const float* value() const { return store->readValue(index); }
-  TensorIn gemm() const { return store->gemmValue(index); }
+  TensorIn value() const { return store->weight(index); }
+  TensorIn gemm() const { return store->weight(index); }
   float* grad() const { return store->grad(index); }
   const Parameter& info() const { return store->params()[index]; }
 };

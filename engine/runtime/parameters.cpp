@@ -7,15 +7,11 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/random.h"
+#include "runtime/safetensors.h"
 
 namespace ms {
 
 namespace {
-
-bool endsWith(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
 
 size_t roundUp(size_t n, size_t m) {
   return (n + m - 1) / m * m;
@@ -49,24 +45,6 @@ void forEachShardElement(const std::vector<int64_t>& shape, const ShardSpec& sha
 
 }  // namespace
 
-ShardSpec shardSpecOf(const ParamSpec& p, ModelType type) {
-  if (type == ModelType::Mlp) return {};
-  const std::string& n = p.name;
-  if (n.rfind("h.", 0) == 0) {
-    // Column-parallel (output features split): q|k|v projection (three parts) and the MLP's first linear.
-    if (endsWith(n, ".attn.c_attn.weight")) return {1, 3};
-    if (endsWith(n, ".attn.c_attn.bias")) return {0, 3};
-    if (endsWith(n, ".mlp.c_fc.weight")) return {1, 1};
-    if (endsWith(n, ".mlp.c_fc.bias")) return {0, 1};
-    // Row-parallel (input features split); their biases stay whole.
-    if (endsWith(n, ".attn.c_proj.weight") || endsWith(n, ".mlp.c_proj.weight")) return {0, 1};
-    return {};
-  }
-  // Vocab-parallel embedding and LM head (rows are vocabulary entries).
-  if (type == ModelType::Gpt && (n == "wte.weight" || n == "lm_head.weight")) return {0, 1};
-  return {};
-}
-
 std::vector<int64_t> localShape(const std::vector<int64_t>& full, const ShardSpec& shard, int tp) {
   std::vector<int64_t> s = full;
   if (shard.sharded()) s[shard.dim] /= tp;
@@ -85,8 +63,8 @@ void insertShard(const float* local, float* full, const std::vector<int64_t>& sh
 
 // Per-unit storage that ZeRO moves around.
 struct ParameterStore::UnitStorage {
-  Buffer fullValues;   // ZeRO-3, while gathered
-  Buffer shardValues;  // ZeRO-3: the owned slice
+  Buffer fullValues;   // ZeRO-3, while gathered: fp32, or bf16 working parameters in mixed precision
+  Buffer shardValues;  // ZeRO-3: the owned slice of the values (fp32), or of the bf16 working parameters
   Buffer fullGrads;    // ZeRO >= 2, from the first backward of the step to the end of its sync
   Buffer shardGrads;   // ZeRO >= 2: the owned slice of the reduced gradients
   CommRequestPtr pending;
@@ -170,23 +148,28 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   for (size_t u = 0; u < m_units.size(); ++u)
     if (m_units[u].layer >= 0) m_unitOfLayer[m_units[u].layer] = static_cast<int>(u);
   for (size_t i = 0; i < m_params.size(); ++i) m_index[m_params[i].spec.name] = static_cast<int>(i);
-  const size_t at = plan.total;
-  m_total = at;
+  m_total = plan.total;
+  // What to keep where: plan/model_state.h, which the memory model predicts from. The moments are the
+  // Optimizer's; gradients are fp32 here.
+  const Precision precision =
+      backend().gemmPrecision() == GemmPrecision::Bf16 ? Precision::Bf16 : Precision::Fp32;
+  m_state = modelStateLayout(precision, GradPrecision::Fp32, OptimizerConfig{}, L.zero);
+  // A buffer of n elements of `bytes` bytes each, in floats (bf16 pairs share a float; n is a multiple of
+  // 16).
+  auto floatsOf = [](size_t n, double bytes) { return bytes == 2.0 ? n / 2 : n; };
   m_storage.clear();
   for (size_t i = 0; i < m_units.size(); ++i) m_storage.push_back(std::make_unique<UnitStorage>());
-  if (L.zero < 3) {
-    m_values = Buffer(m_total, MemoryCategory::Parameters, m_tracker);
-    // The bf16 working copy (see parameters.h gemmValue). ZeRO-3 keeps none: its full values are transient.
-    m_keepCopy = backend().gemmPrecision() == GemmPrecision::Bf16;
-    if (m_keepCopy) {
-      m_bf16 = Buffer(m_total / 2, MemoryCategory::Parameters, m_tracker);
-      m_copyStale.assign(m_units.size(), 1);
-    }
+  if (!m_state.shardWorking) {
+    m_values = Buffer(floatsOf(m_total, m_state.workingBytes), MemoryCategory::Parameters, m_tracker);
   } else {
     for (size_t u = 0; u < m_units.size(); ++u)
-      m_storage[u]->shardValues = Buffer(m_units[u].size / L.dp, MemoryCategory::Parameters, m_tracker);
+      m_storage[u]->shardValues = Buffer(floatsOf(m_units[u].size / L.dp, m_state.workingBytes),
+                                         MemoryCategory::Parameters, m_tracker);
   }
-  if (L.zero < 2) {
+  if (m_state.mixed)
+    m_master =
+        Buffer(m_state.shardOptimizer ? m_total / L.dp : m_total, MemoryCategory::Optimizer, m_tracker);
+  if (!m_state.shardGradients) {
     m_grads = Buffer(m_total, MemoryCategory::Gradients, m_tracker);
   } else {
     for (size_t u = 0; u < m_units.size(); ++u)
@@ -236,13 +219,25 @@ int ParameterStore::unitOfLayer(int layer) const {
 }
 
 float* ParameterStore::unitValuePtr(int u) {
+  if (m_state.mixed) return nullptr;
   if (m_layout.zero < 3) return m_values.data() + m_units[u].begin;
   return m_storage[u]->fullValues.data();
 }
 
 const float* ParameterStore::unitValuePtr(int u) const {
-  if (m_layout.zero < 3) return m_values.data() + m_units[u].begin;
-  return m_storage[u]->fullValues.data();
+  return const_cast<ParameterStore*>(this)->unitValuePtr(u);
+}
+
+bfloat16* ParameterStore::unitWorkPtr(int u) const {
+  // The float buffers hold the bf16 elements two by two (the bytes are only ever read as bf16).
+  const Buffer& b = m_state.shardWorking ? m_storage[u]->fullValues : m_values;
+  if (!b.data()) return nullptr;
+  bfloat16* base = reinterpret_cast<bfloat16*>(const_cast<float*>(b.data()));
+  return m_state.shardWorking ? base : base + m_units[u].begin;
+}
+
+float* ParameterStore::masterOwned(int u) {
+  return m_master.data() + (m_state.shardOptimizer ? m_units[u].begin / m_layout.dp : m_units[u].begin);
 }
 
 float* ParameterStore::unitGradPtr(int u) {
@@ -250,9 +245,15 @@ float* ParameterStore::unitGradPtr(int u) {
   return m_storage[u]->fullGrads.data();
 }
 
+TensorIn ParameterStore::weight(int i) const {
+  const Parameter& p = m_params[i];
+  if (!m_state.mixed) return TensorIn(readValue(i));
+  const bfloat16* base = unitWorkPtr(p.unit);
+  return base ? TensorIn(base + (p.offset - m_units[p.unit].begin)) : TensorIn();
+}
+
 float* ParameterStore::value(int i) {
   const Parameter& p = m_params[i];
-  markChanged(p.unit);
   float* base = unitValuePtr(p.unit);
   return base ? base + (p.offset - m_units[p.unit].begin) : nullptr;
 }
@@ -280,56 +281,16 @@ float* ParameterStore::grad(const std::string& name) {
 }
 
 float* ParameterStore::values() {
-  if (m_layout.zero >= 3) return nullptr;
-  markAllChanged();
-  return m_values.data();
+  return m_layout.zero < 3 && !m_state.mixed ? m_values.data() : nullptr;
 }
 float* ParameterStore::grads() {
   return m_layout.zero < 2 ? m_grads.data() : nullptr;
 }
 const float* ParameterStore::values() const {
-  return m_layout.zero < 3 ? m_values.data() : nullptr;
+  return m_layout.zero < 3 && !m_state.mixed ? m_values.data() : nullptr;
 }
 const float* ParameterStore::grads() const {
   return m_layout.zero < 2 ? m_grads.data() : nullptr;
-}
-
-bfloat16* ParameterStore::bf16CopyData() const {
-  // The float buffer holds the bf16 elements two by two (the bytes are only ever read as bf16).
-  return m_keepCopy ? reinterpret_cast<bfloat16*>(const_cast<float*>(m_bf16.data())) : nullptr;
-}
-
-const bfloat16* ParameterStore::bf16Copy() const {
-  return bf16CopyData();
-}
-
-void ParameterStore::markChanged(int u) {
-  if (m_keepCopy) m_copyStale[u] = 1;
-}
-
-void ParameterStore::markAllChanged() {
-  if (m_keepCopy) std::fill(m_copyStale.begin(), m_copyStale.end(), 1);
-}
-
-void ParameterStore::refreshUnit(int u) {
-  // The whole unit, padding included (zeros), in one conversion on the backend's stream: ordered after the
-  // writes that marked it (an optimizer update, an all-gather, an upload) and before the GEMMs that read it.
-  const Unit& unit = m_units[u];
-  backend().toBf16(bf16CopyData() + unit.begin, m_values.data() + unit.begin, unit.size);
-  m_copyStale[u] = 0;
-}
-
-void ParameterStore::refreshBf16Copy() {
-  if (!m_keepCopy) return;
-  for (size_t u = 0; u < m_units.size(); ++u)
-    if (m_copyStale[u]) refreshUnit(static_cast<int>(u));
-}
-
-TensorIn ParameterStore::gemmValue(int i) {
-  if (!m_keepCopy) return TensorIn(readValue(i));
-  const Parameter& p = m_params[i];
-  if (m_copyStale[p.unit]) refreshUnit(p.unit);
-  return TensorIn(static_cast<const bfloat16*>(bf16CopyData() + p.offset));
 }
 
 void ParameterStore::zeroGrads() {
@@ -350,8 +311,10 @@ Status ParameterStore::gather(int u) {
   if (m_layout.zero < 3) return Status::ok();
   UnitStorage& s = *m_storage[u];
   if (s.fullValues.data()) return Status::ok();
-  s.fullValues = Buffer(m_units[u].size, MemoryCategory::Parameters, m_tracker);
-  const size_t shard = m_units[u].size / m_layout.dp;
+  // In floats: bf16 working parameters move as pairs of bf16 (a shard is a multiple of 16 elements).
+  const size_t unitFloats = m_state.mixed ? m_units[u].size / 2 : m_units[u].size;
+  const size_t shard = unitFloats / m_layout.dp;
+  s.fullValues = Buffer(unitFloats, MemoryCategory::Parameters, m_tracker);
   if (m_layout.dp == 1 || !m_dp) {
     backend().copy(s.fullValues.data(), s.shardValues.data(), shard * sizeof(float));
     return Status::ok();
@@ -424,8 +387,8 @@ Status ParameterStore::finishSync() {
 }
 
 float* ParameterStore::ownedValues(int u) {
+  if (m_state.mixed) return masterOwned(u);
   if (m_layout.zero >= 3) return m_storage[u]->shardValues.data();
-  markChanged(u);  // the optimizer writes through it
   return m_values.data() + m_units[u].begin + ownedBegin(u);
 }
 
@@ -455,15 +418,26 @@ double ParameterStore::ownedGradSquares() const {
   return backend().sumSquares(ptrs.data(), sizes.data(), ptrs.size());
 }
 
-Status ParameterStore::allGatherValues() {
-  if (m_layout.zero == 0 || m_layout.zero >= 3 || m_layout.dp == 1 || !m_dp) return Status::ok();
-  // The other ranks' slices arrive here: the working copy of every unit must follow, whatever was converted
-  // since the optimizer step.
-  markAllChanged();
-  for (size_t u = 0; u < m_units.size(); ++u) {
-    float* full = m_values.data() + m_units[u].begin;
-    const size_t shard = m_units[u].size / m_layout.dp;
-    MS_TRY(m_dp->allGather(full + shard * m_layout.dpRank, full, shard, CommType::F32));
+Status ParameterStore::finishUpdate() {
+  const bool gatherSlices = m_layout.zero >= 1 && m_layout.zero < 3 && m_layout.dp > 1 && m_dp;
+  for (size_t ui = 0; ui < m_units.size(); ++ui) {
+    const int u = static_cast<int>(ui);
+    const size_t n = ownedSize(u);
+    float* full;   // the unit's working parameters, in floats
+    size_t shard;  // the owned slice, in floats
+    if (m_state.mixed) {
+      // Round the updated master slice into the working parameters (the slice's place in the flat buffer,
+      // or the ZeRO-3 shard).
+      bfloat16* work = m_state.shardWorking ? reinterpret_cast<bfloat16*>(m_storage[u]->shardValues.data())
+                                            : unitWorkPtr(u) + ownedBegin(u);
+      backend().toBf16(work, masterOwned(u), n);
+      full = m_state.shardWorking ? nullptr : reinterpret_cast<float*>(unitWorkPtr(u));
+      shard = n / 2;
+    } else {
+      full = m_layout.zero < 3 ? m_values.data() + m_units[u].begin : nullptr;
+      shard = n;
+    }
+    if (gatherSlices) MS_TRY(m_dp->allGather(full + shard * m_layout.dpRank, full, shard, CommType::F32));
   }
   return Status::ok();
 }
@@ -472,17 +446,22 @@ Status ParameterStore::unitValues(int u, std::vector<float>& out) {
   const size_t n = m_units[u].size;
   out.resize(n);
   Backend& be = backend();
-  if (m_layout.zero < 3) {
-    be.download(out.data(), m_values.data() + m_units[u].begin, n * sizeof(float));
+  // What holds the fp32 values: the flat values, the ZeRO-3 shard, or in mixed precision the master.
+  const bool sharded = m_state.mixed ? m_state.shardOptimizer : m_layout.zero >= 3;
+  const float* owned = m_state.mixed        ? masterOwned(u)
+                       : m_layout.zero >= 3 ? m_storage[u]->shardValues.data()
+                                            : m_values.data() + m_units[u].begin;
+  if (!sharded) {
+    be.download(out.data(), owned, n * sizeof(float));
     return Status::ok();
   }
   const size_t shard = n / m_layout.dp;
   if (m_layout.dp == 1 || !m_dp) {
-    be.download(out.data(), m_storage[u]->shardValues.data(), shard * sizeof(float));
+    be.download(out.data(), owned, shard * sizeof(float));
     return Status::ok();
   }
   Buffer full(n, MemoryCategory::Communication, m_tracker);
-  MS_TRY(m_dp->allGather(m_storage[u]->shardValues.data(), full.data(), shard, CommType::F32));
+  MS_TRY(m_dp->allGather(owned, full.data(), shard, CommType::F32));
   be.download(out.data(), full.data(), n * sizeof(float));
   return Status::ok();
 }
@@ -490,14 +469,28 @@ Status ParameterStore::unitValues(int u, std::vector<float>& out) {
 void ParameterStore::setUnitValues(int u, const float* full) {
   const size_t n = m_units[u].size;
   Backend& be = backend();
-  if (m_layout.zero < 3) {
-    be.upload(m_values.data() + m_units[u].begin, full, n * sizeof(float));
-    markChanged(u);
+  UnitStorage& s = *m_storage[u];
+  if (!m_state.mixed) {
+    if (m_layout.zero < 3) {
+      be.upload(m_values.data() + m_units[u].begin, full, n * sizeof(float));
+      return;
+    }
+    const size_t shard = n / m_layout.dp;
+    be.upload(s.shardValues.data(), full + shard * m_layout.dpRank, shard * sizeof(float));
+    if (s.fullValues.data()) be.upload(s.fullValues.data(), full, n * sizeof(float));
+    return;
+  }
+  // Mixed precision: the master's owned slice, and the working parameters rounded as finishUpdate rounds.
+  be.upload(masterOwned(u), full + ownedBegin(u), ownedSize(u) * sizeof(float));
+  std::vector<uint16_t> work(n);
+  for (size_t i = 0; i < n; ++i) work[i] = floatToBf16(full[i]);
+  if (!m_state.shardWorking) {
+    be.upload(unitWorkPtr(u), work.data(), n * sizeof(uint16_t));
     return;
   }
   const size_t shard = n / m_layout.dp;
-  be.upload(m_storage[u]->shardValues.data(), full + shard * m_layout.dpRank, shard * sizeof(float));
-  if (m_storage[u]->fullValues.data()) be.upload(m_storage[u]->fullValues.data(), full, n * sizeof(float));
+  be.upload(s.shardValues.data(), work.data() + shard * m_layout.dpRank, shard * sizeof(uint16_t));
+  if (s.fullValues.data()) be.upload(s.fullValues.data(), work.data(), n * sizeof(uint16_t));
 }
 
 }  // namespace ms

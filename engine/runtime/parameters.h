@@ -14,15 +14,20 @@
 // [r * size / dp, (r + 1) * size / dp) of every unit: the optimizer updates only that slice and keeps state
 // only for it.
 //
-// Mixed precision (GemmPrecision::Bf16) with ZeRO < 3: beside the fp32 values (the master weights the
-// optimizer updates) the store keeps a bf16 WORKING COPY of the flat values buffer, which the linear layers
-// multiply as it is (gemmValue), as Megatron-LM trains with bf16 model parameters, fp32 main parameters and
-// fp32 gradients. See gemmValue() for how the copy stays current.
+// Model states (plan/model_state.h, the one place their arithmetic lives: the store allocates by
+// modelStateLayout, the memory model predicts by modelStateBytes): in fp32 the values are both what the
+// layers read and what the optimizer updates. In MIXED PRECISION (the backend's GEMM precision is Bf16,
+// "precision": "bf16") the layers read bf16 WORKING parameters (weight()), and the optimizer updates fp32
+// MASTER weights, kept apart as optimizer state (MemoryCategory::Optimizer): whole under ZeRO 0, only the
+// owned slice of every unit from ZeRO 1 on (Rajbhandari et al. 2020, section 5.1; Megatron Core's distributed
+// optimizer). After the step, finishUpdate() rounds the updated master slice into the working parameters and
+// all-gathers them in bf16 (ZeRO 1-2); ZeRO-3 keeps a bf16 shard of the working parameters and gathers it per
+// use. Gradients are fp32 (Megatron's main gradients).
 //
 // What always holds: initialisation of a parameter element depends only on (seed, parameter name, element
 // index in the FULL tensor), so any placement and sharding initialises the same model; layers read values and
-// gradients through BoundParam each time (ZeRO-3 moves them), never keep raw pointers across calls; the bf16
-// working copy, when kept, equals toBf16 of the values whenever a layer reads it.
+// gradients through BoundParam each time (ZeRO-3 moves them), never keep raw pointers across calls; in mixed
+// precision the working parameters are toBf16 of the master weights whenever a layer reads them.
 #pragma once
 
 #include <map>
@@ -31,23 +36,14 @@
 #include <vector>
 
 #include "plan/model_spec.h"
+#include "plan/model_state.h"
 #include "plan/status.h"
 #include "runtime/communicator.h"
 #include "runtime/memory.h"
 
 namespace ms {
 
-// Which dimension of a parameter is split over the TP group: dim < 0 replicated. The dimension consists of
-// `parts` equal parts (3 for the fused q|k|v projection), each split into tp equal pieces; rank t keeps piece
-// t of every part, in part order.
-struct ShardSpec {
-  int dim = -1;
-  int parts = 1;
-  bool sharded() const { return dim >= 0; }
-};
-
-// The TP sharding of a parameter of the model (by its name and the model type).
-ShardSpec shardSpecOf(const ParamSpec& param, ModelType type);
+// ShardSpec and shardSpecOf (the TP sharding of each parameter) live in plan/model_spec.h.
 // Shape of the local piece.
 std::vector<int64_t> localShape(const std::vector<int64_t>& full, const ShardSpec& shard, int tp);
 // Copies piece tpRank of full into local (local has the local shape's size), or back.
@@ -117,46 +113,29 @@ class ParameterStore {
   int tiedUnit() const { return m_tiedUnit; }
   size_t size() const { return m_total; }
 
-  // Current pointers, in backend memory (valid until the unit is released or its gradients freed). The
-  // mutable value pointers count as writes: they mark what they expose as changed for the bf16 working copy
-  // (see gemmValue), so read through readValue() where nothing is written.
+  // How the store keeps its model states (decided at construction from the backend's GEMM precision: the
+  // engine sets it before it builds the model, as kernels/backend.h asks).
+  const ModelStateLayout& stateLayout() const { return m_state; }
+  bool mixed() const { return m_state.mixed; }
+
+  // A parameter's WORKING value, what every layer reads (GEMM operand, bias, LayerNorm weight, embedding
+  // table): bf16 in mixed precision, else fp32. Backend memory; under ZeRO-3 valid from gather() to
+  // release().
+  TensorIn weight(int param) const;
+
+  // fp32 runs only (nullptr in mixed precision, which keeps no fp32 copy of the working parameters): the
+  // values, by parameter or flat (ZeRO < 3).
   float* value(int param);
-  float* grad(int param);
   float* value(const std::string& name);
-  float* grad(const std::string& name);
   const float* readValue(int param) const;
-
-  // The flat buffers (ZeRO < 3 for values, ZeRO < 2 for gradients; nullptr otherwise). The mutable values()
-  // marks every unit changed (see gemmValue).
   float* values();
-  float* grads();
   const float* values() const;
-  const float* grads() const;
 
-  // ---- the GEMM operand of a parameter: the bf16 working copy ----
-  // Whether the store keeps a bf16 working copy: decided at construction, from the backend's GEMM precision
-  // (the engine sets it before it builds the model, as kernels/backend.h asks: "set before the first op"),
-  // so nothing else has to be told and a store built for fp32 or TF32 never allocates one. Kept in
-  // GemmPrecision::Bf16 with ZeRO < 3, counted as Parameters (2 bytes per element beside the 4 of the fp32
-  // values; plan/memory_model.h predicts the same).
-  bool keepsBf16Copy() const { return m_keepCopy; }
-  // What a GEMM multiplies for a parameter: its slice of the bf16 working copy when one is kept, else its
-  // fp32 value (fp32 and TF32 runs; ZeRO-3, whose full values exist only between gather() and release(), so
-  // its GEMMs still convert the weight per call: the remaining gap, which a bf16 copy made at gather time
-  // would close).
-  // The copy is never stale: every write of the values goes through something that marks its units changed
-  // (initialize, setUnitValues, the mutable value()/values()/ownedValues() -- the optimizer step and weight
-  // loading --, allGatherValues), and a changed unit is converted (one toBf16 over the unit) when a GEMM
-  // next asks for one of its parameters, or at refreshBf16Copy(). So an optimizer step costs one pass over
-  // the flat buffer, never one per GEMM. A write through a mutable pointer kept from before the last
-  // gemmValue() of its unit is not seen: take the pointer again.
-  TensorIn gemmValue(int param);
-  // Converts every changed unit now (the trainer calls it after the optimizer step and ZeRO's all-gather, so
-  // the conversion is timed with the update rather than inside the next forward).
-  void refreshBf16Copy();
-  // The flat working copy (backend memory, size() elements; nullptr when none is kept), for checks: element
-  // i is toBf16(values()[i]) for every unit not marked changed.
-  const bfloat16* bf16Copy() const;
+  // Gradients (fp32), by parameter or flat (ZeRO < 2; nullptr otherwise); valid until freed.
+  float* grad(int param);
+  float* grad(const std::string& name);
+  float* grads();
+  const float* grads() const;
 
   // ---- step life cycle ----
   // Zeroes the gradients (ZeRO >= 2: drops the full gradient buffers; they are created zeroed on first use).
@@ -179,21 +158,27 @@ class ParameterStore {
   // ---- what the optimizer sees: the owned slice of each unit ----
   size_t ownedBegin(int unit) const;  // relative to the unit's begin
   size_t ownedSize(int unit) const;
-  float* ownedValues(int unit);             // the owned slice of the values (the shard under ZeRO-3)
+  // The owned slice of what the optimizer updates: the fp32 values (the shard under ZeRO-3), or in mixed
+  // precision the fp32 master weights.
+  float* ownedValues(int unit);
   const float* ownedGrads(int unit) const;  // after finishSync: the owned slice of the synced gradients
   // Sum of squares of the owned gradients of parameters counted in the norm (ZeRO 0: only DP rank 0 counts,
   // all replicas hold the same sums).
   double ownedGradSquares() const;
-  // ZeRO 1, 2: all-gathers the updated owned slices so every replica holds the full values (blocking).
-  Status allGatherValues();
+  // After the optimizer step (blocking): the working parameters follow the update. Mixed precision rounds
+  // each owned master slice into the working parameters (toBf16); ZeRO 1 and 2 then all-gather the owned
+  // slices (bf16 in mixed precision) so every replica holds the whole working parameters.
+  Status finishUpdate();
 
   // The backend the values and gradients live in (the tracker's).
   Backend& backend() const { return m_tracker ? m_tracker->backend() : hostBackend(); }
   MemoryTracker* tracker() const { return m_tracker; }
 
-  // Full-unit copy of the values, on the host (ZeRO-3: gathered over DP; collective over the DP group then).
+  // Full-unit copy of the fp32 values (mixed precision: the master weights), on the host. Collective over the
+  // DP group where they are sharded (ZeRO-3; ZeRO >= 1 in mixed precision): every DP rank calls it.
   Status unitValues(int unit, std::vector<float>& out);
-  // Sets the unit's values from a full-unit host array (every DP rank passes the same array).
+  // Sets the unit's values (mixed precision: master weights and their bf16 working copy) from a full-unit
+  // host array (every DP rank passes the same array).
   void setUnitValues(int unit, const float* full);
 
  private:
@@ -202,12 +187,12 @@ class ParameterStore {
   float* unitValuePtr(int unit);
   const float* unitValuePtr(int unit) const;
   float* unitGradPtr(int unit);
-  bfloat16* bf16CopyData() const;
-  void refreshUnit(int unit);
-  void markChanged(int unit);
-  void markAllChanged();
+  bfloat16* unitWorkPtr(
+      int unit) const;           // mixed: the unit's bf16 working parameters (nullptr if not gathered)
+  float* masterOwned(int unit);  // mixed: the owned slice of the unit's master weights
 
   StoreLayout m_layout;
+  ModelStateLayout m_state;
   Communicator* m_dp = nullptr;
   MemoryTracker* m_tracker = nullptr;
   std::vector<Parameter> m_params;
@@ -216,13 +201,11 @@ class ParameterStore {
   std::vector<int> m_unitOfLayer;
   int m_tiedUnit = -1;
   size_t m_total = 0;
-  Buffer m_values;  // flat (ZeRO < 3)
+  // The flat values (ZeRO < 3): fp32, or in mixed precision the bf16 working parameters (size() bf16 values
+  // in a float buffer of size() / 2; size() is a multiple of 16, so every parameter starts 32-byte aligned).
+  Buffer m_values;
   Buffer m_grads;   // flat (ZeRO < 2)
-  // The bf16 working copy (see gemmValue): size() bf16 values in a float buffer of size() / 2 (size() is a
-  // multiple of 16), element i of the copy at byte 2 * i, so a parameter's copy starts 32-byte aligned.
-  bool m_keepCopy = false;
-  Buffer m_bf16;
-  std::vector<char> m_copyStale;  // per unit: its values changed since its copy was made
+  Buffer m_master;  // mixed: fp32 master weights, flat over the owned slices (size() / dp from ZeRO 1 on)
   std::vector<std::unique_ptr<UnitStorage>> m_storage;
 };
 

@@ -44,6 +44,11 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
           " positions does not split evenly over tp = " + std::to_string(c.parallel.tp) +
           " ranks; choose a sequence length (or image patches) divisible by tp, or turn it off");
   }
+  // Planned (plan/model_state.h) but not yet executed: the engine keeps and reduces fp32 gradients.
+  if (c.parallel.gradPrecision == GradPrecision::Bf16)
+    return Status::error(
+        "/parallel/grad_precision: the engine does not yet keep or reduce gradients in bf16 (the studio and "
+        "`plan` predict it); train with \"grad_precision\": \"fp32\"");
   if (c.parallel.tp > 1 && c.model.type == ModelType::Mlp)
     return Status::error("/parallel/tp: the mlp model has no tensor-parallel layers; use tp = 1");
   if (c.parallel.tp > 1 && c.model.type == ModelType::Gpt && c.model.vocab % c.parallel.tp != 0)
@@ -470,14 +475,11 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
     const int optStart = model.mark();
     setActivity("step " + std::to_string(step + 1) + ": optimizer step");
     optimizer.step(static_cast<float>(lr), clipFactor(gradNorm, config.training.gradClip));
-    if (Status g = model.params().allGatherValues(); !g) {
+    if (Status g = model.params().finishUpdate(); !g) {
       endStatus = "error";
       endReason = g.message();
       break;
     }
-    // bf16: the GEMMs' working copy follows the updated values here, inside the optimizer's span, rather
-    // than unit by unit in the next step's forwards (parameters.h gemmValue).
-    model.params().refreshBf16Copy();
     model.addSpan('O', -1, 0, -1, optStart);
     backend.synchronize();  // the step's time includes the device's work
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -186,7 +186,7 @@ class TransformerBlock final : public Layer {
       m_be.copy2D(tmp + r * piece, rowBytes, full + size_t(r) * Ts * m_C, fullRow, rowBytes, B);
     m_tp.reduceScatter(tmp, dst, piece);
   }
-  void addBias(float* x, const float* bias, size_t rows) const { m_be.addRows(x, bias, rows, m_C); }
+  void addBias(float* x, TensorIn bias, size_t rows) const { m_be.addRows(x, bias, rows, m_C); }
 
   // Cache under sequence parallelism: ln1, ln2 whole (the column-parallel linears' inputs), their statistics
   // and res1 for this rank's Ts positions only.

@@ -92,10 +92,11 @@ class CpuBackend final : public Backend {
   }
   void clearMarks() override { m_marks.clear(); }
 
-  void linearForward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
+  void linearForward(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                      int OC) override {
     cpu::linearForward(f(out), g(inp, size_t(N) * C, 0, "linearForward", "input"),
-                       g(weight, size_t(C) * OC, 1, "linearForward", "weight"), f(bias), N, C, OC);
+                       g(weight, size_t(C) * OC, 1, "linearForward", "weight"),
+                       pv(bias, size_t(OC), 0, "linearForward", "bias"), N, C, OC);
   }
   void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                       TensorIn weight, int N, int C, int OC) override {
@@ -106,10 +107,11 @@ class CpuBackend final : public Backend {
     // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
     if (dbias) cpu::linearBackward(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
   }
-  void linearForwardT(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
+  void linearForwardT(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                       int OC) override {
     cpu::linearForwardT(f(out), g(inp, size_t(N) * C, 0, "linearForwardT", "input"),
-                        g(weight, size_t(OC) * C, 1, "linearForwardT", "weight"), f(bias), N, C, OC);
+                        g(weight, size_t(OC) * C, 1, "linearForwardT", "weight"),
+                        pv(bias, size_t(OC), 0, "linearForwardT", "bias"), N, C, OC);
   }
   void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                        TensorIn weight, int N, int C, int OC) override {
@@ -133,13 +135,16 @@ class CpuBackend final : public Backend {
       d[i] = uint16_t(u >> 16);
     }
   }
-  void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int N, int C, float eps) override {
-    cpu::layerNormForward(f(out), f(mean), f(rstd), f(inp), f(weight), f(bias), N, C, eps);
+  void layerNormForward(float* out, float* mean, float* rstd, const float* inp, TensorIn weight,
+                        TensorIn bias, int N, int C, float eps) override {
+    cpu::layerNormForward(f(out), f(mean), f(rstd), f(inp),
+                          pv(weight, size_t(C), 0, "layerNormForward", "weight"),
+                          pv(bias, size_t(C), 1, "layerNormForward", "bias"), N, C, eps);
   }
   void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
-    cpu::layerNormBackward(f(dinp), f(dweight), f(dbias), f(dout), f(inp), f(weight), f(mean), f(rstd), N, C);
+                         TensorIn weight, const float* mean, const float* rstd, int N, int C) override {
+    cpu::layerNormBackward(f(dinp), f(dweight), f(dbias), f(dout), f(inp),
+                           pv(weight, size_t(C), 0, "layerNormBackward", "weight"), f(mean), f(rstd), N, C);
   }
   void geluForward(float* out, const float* inp, size_t n) override {
     cpu::geluForward(f(out), f(inp), n);
@@ -168,8 +173,8 @@ class CpuBackend final : public Backend {
   void scale(float* y, float s, size_t n) override {
     cpu::scale(f(y), s, n);
   }
-  void addRows(float* x, const float* row, size_t rows, int C) override {
-    cpu::addRows(f(x), f(row), rows, C);
+  void addRows(float* x, TensorIn row, size_t rows, int C) override {
+    cpu::addRows(f(x), pv(row, size_t(C), 0, "addRows", "row"), rows, C);
   }
 
   size_t attentionSavedFloats(int B, int T, int, int H) const override {
@@ -192,24 +197,32 @@ class CpuBackend final : public Backend {
                            g(f(qkv), size_t(B) * T * 3 * C, 1), f(saved), B, T, C, H, causal);
   }
 
-  void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+  void embeddingForward(float* out, const int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T,
                         int C) override {
-    cpu::embeddingForward(f(out), f(tokens), f(wte), f(wpe), B, T, C);
+    // A bf16 table is widened up to the largest token the batch names (the op takes no vocabulary size).
+    const int32_t* tok = f(tokens);
+    size_t rows = 0;
+    if (wte.bf16)
+      for (size_t n = 0; n < size_t(B) * size_t(T); ++n) rows = std::max(rows, size_t(tok[n]) + 1);
+    cpu::embeddingForward(f(out), tok, pv(wte, rows * size_t(C), 0, "embeddingForward", "wte"),
+                          pv(wpe, size_t(T) * C, 1, "embeddingForward", "wpe"), B, T, C);
   }
   void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
                          int C) override {
     cpu::embeddingBackward(f(dwte), f(dwpe), f(dout), f(tokens), B, T, C);
   }
-  void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
-                             int vocabCount, int N, int C) override {
-    cpu::embeddingRangeForward(f(out), f(tokens), f(wte), vocabStart, vocabCount, N, C);
+  void embeddingRangeForward(float* out, const int32_t* tokens, TensorIn wte, int vocabStart, int vocabCount,
+                             int N, int C) override {
+    cpu::embeddingRangeForward(f(out), f(tokens),
+                               pv(wte, size_t(vocabCount) * C, 0, "embeddingRangeForward", "wte"), vocabStart,
+                               vocabCount, N, C);
   }
   void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
                               int vocabCount, int N, int C) override {
     cpu::embeddingRangeBackward(f(dwte), f(dout), f(tokens), vocabStart, vocabCount, N, C);
   }
-  void addPositions(float* y, const float* wpe, int B, int T, int C) override {
-    cpu::addPositions(f(y), f(wpe), B, T, C);
+  void addPositions(float* y, TensorIn wpe, int B, int T, int C) override {
+    cpu::addPositions(f(y), pv(wpe, size_t(T) * C, 0, "addPositions", "wpe"), B, T, C);
   }
 
   void softmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N,
@@ -236,9 +249,11 @@ class CpuBackend final : public Backend {
   void patchify(float* patches, const float* images, int B, int S, int P) override {
     cpu::patchify(f(patches), f(images), B, S, P);
   }
-  void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B, int NP,
-                     int C, bool cls) override {
-    cpu::tokensForward(f(out), f(x), f(clsToken), f(pos), B, NP, C, cls);
+  void tokensForward(float* out, const float* x, TensorIn clsToken, TensorIn pos, int B, int NP, int C,
+                     bool cls) override {
+    cpu::tokensForward(f(out), f(x), pv(clsToken, size_t(C), 0, "tokensForward", "cls token"),
+                       pv(pos, size_t(NP + (cls ? 1 : 0)) * C, 1, "tokensForward", "positions"), B, NP, C,
+                       cls);
   }
   void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
                       bool cls) override {
@@ -363,9 +378,26 @@ class CpuBackend final : public Backend {
     return r.data();
   }
 
+  // A parameter an op reads (TensorIn): an fp32 one as it is; a bf16 one (mixed precision's working
+  // parameters, only in GemmPrecision::Bf16) widened exactly into parameter scratch `slot`.
+  const float* pv(TensorIn in, size_t n, int slot, const char* what, const char* operand) {
+    checkBf16(in, what, operand);
+    if (!in.bf16) return f(in.f32());
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(h(in.b16(), what));
+    std::vector<float>& r = m_params[slot];
+    r.resize(n);
+#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(p[i]) << 16;
+      std::memcpy(&r[i], &u, 4);
+    }
+    return r.data();
+  }
+
   bool m_emulate;
   GemmPrecision m_gemm = GemmPrecision::Fp32;
   std::vector<float> m_rounded[3];
+  std::vector<float> m_params[2];
   DeviceInfo m_info;
   std::chrono::steady_clock::time_point m_epoch = std::chrono::steady_clock::now();
   std::vector<double> m_marks;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,6 +122,8 @@ class CudaBackend final : public Backend {
       cudaStreamSynchronize(m_stream);
       if (m_sum) cudaFreeAsync(m_sum, m_stream);
       if (m_tableDevice) cudaFreeAsync(m_tableDevice, m_stream);
+      for (float* p : m_paramScratch)
+        if (p) cudaFreeAsync(p, m_stream);
       cudaStreamSynchronize(m_stream);
     }
     if (m_tableHost) cudaFreeHost(m_tableHost);
@@ -277,17 +280,19 @@ class CudaBackend final : public Backend {
   }
 
   // ---- linear -------------------------------------------------------------------------------------------
-  void linearForward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
+  void linearForward(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                      int OC) override {
-    op("linearForward", cuda::linearForward, out, inp, weight, bias, N, C, OC);
+    op("linearForward", cuda::linearForward, out, inp, weight, pv(bias, size_t(OC), 0, "linearForward"), N, C,
+       OC);
   }
   void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                       TensorIn weight, int N, int C, int OC) override {
     op("linearBackward", cuda::linearBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  void linearForwardT(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int C,
+  void linearForwardT(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                       int OC) override {
-    op("linearForwardT", cuda::linearForwardT, out, inp, weight, bias, N, C, OC);
+    op("linearForwardT", cuda::linearForwardT, out, inp, weight, pv(bias, size_t(OC), 0, "linearForwardT"), N,
+       C, OC);
   }
   void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                        TensorIn weight, int N, int C, int OC) override {
@@ -298,14 +303,15 @@ class CudaBackend final : public Backend {
   }
 
   // ---- layer norm ---------------------------------------------------------------------------------------
-  void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int N, int C, float eps) override {
-    op("layerNormForward", cuda::layerNormForward, out, mean, rstd, inp, weight, bias, N, C, eps);
+  void layerNormForward(float* out, float* mean, float* rstd, const float* inp, TensorIn weight,
+                        TensorIn bias, int N, int C, float eps) override {
+    op("layerNormForward", cuda::layerNormForward, out, mean, rstd, inp,
+       pv(weight, size_t(C), 0, "layerNormForward"), pv(bias, size_t(C), 1, "layerNormForward"), N, C, eps);
   }
   void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
-    op("layerNormBackward", cuda::layerNormBackward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
-       C);
+                         TensorIn weight, const float* mean, const float* rstd, int N, int C) override {
+    op("layerNormBackward", cuda::layerNormBackward, dinp, dweight, dbias, dout, inp,
+       pv(weight, size_t(C), 0, "layerNormBackward"), mean, rstd, N, C);
   }
 
   // ---- pointwise ----------------------------------------------------------------------------------------
@@ -334,8 +340,8 @@ class CudaBackend final : public Backend {
     op("accumulate", cuda::accumulate, y, x, n);
   }
   void scale(float* y, float s, size_t n) override { op("scale", cuda::scale, y, s, n); }
-  void addRows(float* x, const float* row, size_t rows, int C) override {
-    op("addRows", cuda::addRows, x, row, rows, C);
+  void addRows(float* x, TensorIn row, size_t rows, int C) override {
+    op("addRows", cuda::addRows, x, pv(row, size_t(C), 0, "addRows"), rows, C);
   }
 
   // ---- attention ----------------------------------------------------------------------------------------
@@ -379,25 +385,50 @@ class CudaBackend final : public Backend {
   }
 
   // ---- embeddings ---------------------------------------------------------------------------------------
-  void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+  void embeddingForward(float* out, const int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T,
                         int C) override {
-    op("embeddingForward", cuda::embeddingForward, out, tokens, wte, wpe, B, T, C);
+    if (!wte.bf16 && !wpe.bf16) {
+      op("embeddingForward", cuda::embeddingForward, out, tokens, wte.f32(), wpe.f32(), B, T, C);
+      return;
+    }
+    // Mixed precision: the token rows (the whole vocabulary as one range), then the positions; out = wte +
+    // wpe rounds once either way.
+    embeddingRangeForward(out, tokens, wte, 0, std::numeric_limits<int>::max(), B * T, C);
+    addPositions(out, wpe, B, T, C);
   }
   void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
                          int C) override {
     op("embeddingBackward", cuda::embeddingBackward, dwte, dwpe, dout, tokens, B, T, C);
   }
-  void embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
-                             int vocabCount, int N, int C) override {
-    op("embeddingRangeForward", cuda::embeddingRangeForward, out, tokens, wte, vocabStart, vocabCount, N, C);
+  void embeddingRangeForward(float* out, const int32_t* tokens, TensorIn wte, int vocabStart, int vocabCount,
+                             int N, int C) override {
+    checkBf16(wte, "embeddingRangeForward");
+    if (wte.bf16)
+      op("embeddingRangeForward",
+         static_cast<Status (*)(float*, const int32_t*, const uint16_t*, int, int, int, int, cudaStream_t)>(
+             cuda::embeddingRangeForward),
+         out, tokens, reinterpret_cast<const uint16_t*>(wte.data), vocabStart, vocabCount, N, C);
+    else
+      op("embeddingRangeForward",
+         static_cast<Status (*)(float*, const int32_t*, const float*, int, int, int, int, cudaStream_t)>(
+             cuda::embeddingRangeForward),
+         out, tokens, wte.f32(), vocabStart, vocabCount, N, C);
   }
   void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
                               int vocabCount, int N, int C) override {
     op("embeddingRangeBackward", cuda::embeddingRangeBackward, dwte, dout, tokens, vocabStart, vocabCount, N,
        C);
   }
-  void addPositions(float* y, const float* wpe, int B, int T, int C) override {
-    op("addPositions", cuda::addPositions, y, wpe, B, T, C);
+  void addPositions(float* y, TensorIn wpe, int B, int T, int C) override {
+    checkBf16(wpe, "addPositions");
+    if (wpe.bf16)
+      op("addPositions",
+         static_cast<Status (*)(float*, const uint16_t*, int, int, int, cudaStream_t)>(cuda::addPositions), y,
+         reinterpret_cast<const uint16_t*>(wpe.data), B, T, C);
+    else
+      op("addPositions",
+         static_cast<Status (*)(float*, const float*, int, int, int, cudaStream_t)>(cuda::addPositions), y,
+         wpe.f32(), B, T, C);
   }
 
   // ---- loss ---------------------------------------------------------------------------------------------
@@ -427,9 +458,10 @@ class CudaBackend final : public Backend {
   void patchify(float* patches, const float* images, int B, int S, int P) override {
     op("patchify", cuda::patchify, patches, images, B, S, P);
   }
-  void tokensForward(float* out, const float* x, const float* clsToken, const float* pos, int B, int NP,
-                     int C, bool cls) override {
-    op("tokensForward", cuda::tokensForward, out, x, clsToken, pos, B, NP, C, cls);
+  void tokensForward(float* out, const float* x, TensorIn clsToken, TensorIn pos, int B, int NP, int C,
+                     bool cls) override {
+    op("tokensForward", cuda::tokensForward, out, x, pv(clsToken, size_t(C), 0, "tokensForward"),
+       pv(pos, size_t(NP + (cls ? 1 : 0)) * C, 1, "tokensForward"), B, NP, C, cls);
   }
   void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
                       bool cls) override {
@@ -498,6 +530,34 @@ class CudaBackend final : public Backend {
   }
   void check(cudaError_t e, const char* what) const {
     if (e != cudaSuccess) fail(what, cudaText(e));
+  }
+  // A bf16 TensorIn is only valid in GemmPrecision::Bf16 (as on the CPU).
+  void checkBf16(TensorIn in, const char* what) const {
+    if (in.bf16 && m_gemm != GemmPrecision::Bf16)
+      fail(what, std::string("a bf16 operand needs the bf16 GEMM precision (it is ") +
+                     (m_gemm == GemmPrecision::Tf32 ? "tf32" : "fp32") + ")");
+  }
+  // A parameter vector an op reads (a bias, LayerNorm weights, a row, ViT tokens): an fp32 one as it is; a
+  // bf16 one (mixed precision's working parameters) widened exactly into device scratch `slot`, which grows
+  // to the largest vector asked for (a few rows of C floats: small beside the model's buffers). Embedding
+  // tables are read as bf16 by their kernels instead, never widened whole.
+  const float* pv(TensorIn in, size_t n, int slot, const char* what) {
+    checkBf16(in, what);
+    if (!in.bf16) return in.f32();
+    current();
+    if (n > m_paramCapacity[slot]) {
+      if (m_paramScratch[slot])
+        check(cudaFreeAsync(std::exchange(m_paramScratch[slot], nullptr), m_stream),
+              "parameter scratch: cudaFreeAsync");
+      m_paramCapacity[slot] = 0;
+      void* p = nullptr;
+      check(cudaMallocFromPoolAsync(&p, n * sizeof(float), m_pool, m_stream),
+            "parameter scratch: cudaMallocFromPoolAsync");
+      m_paramScratch[slot] = static_cast<float*>(p);
+      m_paramCapacity[slot] = n;
+    }
+    run(what, cuda::widenBf16(m_paramScratch[slot], reinterpret_cast<const uint16_t*>(in.data), n, m_stream));
+    return m_paramScratch[slot];
   }
   // One op: the device made current, fn(args..., stream), a failure thrown.
   template <typename Fn, typename... Args>
@@ -570,7 +630,9 @@ class CudaBackend final : public Backend {
   cudaStream_t m_stream = nullptr;
   cudaMemPool_t m_pool = nullptr;
   size_t m_maxPitch = 0;
-  double* m_sum = nullptr;  // sumSquares' device accumulator
+  double* m_sum = nullptr;                        // sumSquares' device accumulator
+  float* m_paramScratch[2] = {nullptr, nullptr};  // pv()'s widened parameter vectors
+  size_t m_paramCapacity[2] = {0, 0};
   // The multi-tensor optimizer's segment table (stageSegments): m_tableCapacity entries in pinned host memory
   // and as many in device memory; m_tableCopied is recorded after each copy out of the pinned buffer.
   cuda::OptimizerSegmentEntry* m_tableHost = nullptr;

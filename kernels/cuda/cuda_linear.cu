@@ -6,9 +6,9 @@
 // converted to bf16 into its own scratch slot (detail::gemmOperand; fp32 modes use the buffers as they are),
 // on the same stream as the GEMMs that read it; results, accumulation (beta = 1 for the gradients) and the
 // bias stay fp32. A bf16 operand (TensorIn: an input the layer keeps in bf16, a weight from the parameter
-// store's bf16 working copy, refreshed once per optimizer step) is read as it is, which saves the full pass
-// over every weight that converting it would cost twice per microbatch (forward and input gradient); only
-// ZeRO-3, which keeps no working copy, still hands fp32 weights here.
+// store's bf16 working parameters, rounded from the master once per optimizer step) is read as it is, which
+// saves the full pass over every weight that converting it would cost twice per microbatch (forward and
+// input gradient).
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"

@@ -215,9 +215,13 @@ Status embeddingBackward(float* dwte, float* dwpe, const float* dout, const int3
 // ---- Tensor-parallel pieces (cuda_tp.cu): the ops of kernels/cpu/tp_ops.cpp ---------------------------
 // y (B, T, C): y[b, t] += wpe[t].
 Status addPositions(float* y, const float* wpe, int B, int T, int C, cudaStream_t stream);
+// The same with a bf16 table (mixed precision's working parameters), widened exactly.
+Status addPositions(float* y, const uint16_t* wpe, int B, int T, int C, cudaStream_t stream);
 // Vocabulary-parallel embedding: wte holds rows [vocabStart, vocabStart + vocabCount). out (N, C) =
 // wte[tokens[n] - vocabStart] for tokens in the range, 0 elsewhere.
 Status embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+                             int vocabCount, int N, int C, cudaStream_t stream);
+Status embeddingRangeForward(float* out, const int32_t* tokens, const uint16_t* wte, int vocabStart,
                              int vocabCount, int N, int C, cudaStream_t stream);
 // dwte[tokens[n] - vocabStart] += dout[n] for tokens in the range. Atomic adds: not bitwise deterministic
 // (the CPU's position order is).

@@ -19,23 +19,33 @@ unsigned rowGrid(int N) {
   return unsigned(N < kMaxRowBlocks ? N : kMaxRowBlocks);
 }
 
+// A table element as fp32: as it is, or a bf16 one (mixed precision's working parameters) widened exactly.
+__device__ inline float widen(float x) {
+  return x;
+}
+__device__ inline float widen(uint16_t b) {
+  return __uint_as_float(uint32_t(b) << 16);
+}
+
 // y (B*T, C) += wpe[(bt % T)]; n = B*T*C
-__global__ void addPositionsKernel(float* y, const float* wpe, int T, int C, size_t n) {
+template <typename E>
+__global__ void addPositionsKernel(float* y, const E* wpe, int T, int C, size_t n) {
   MS_GRID_STRIDE(i, n) {
     const size_t bt = i / size_t(C);
     const size_t c = i % size_t(C);
-    y[i] += wpe[(bt % size_t(T)) * size_t(C) + c];
+    y[i] += widen(wpe[(bt % size_t(T)) * size_t(C) + c]);
   }
 }
 
 // out (N, C) = wte[tokens[n] - vocabStart] in range, else 0; n = N*C
-__global__ void embeddingRangeForwardKernel(float* out, const int32_t* tokens, const float* wte,
-                                            int vocabStart, int vocabCount, int C, size_t n) {
+template <typename E>
+__global__ void embeddingRangeForwardKernel(float* out, const int32_t* tokens, const E* wte, int vocabStart,
+                                            int vocabCount, int C, size_t n) {
   MS_GRID_STRIDE(i, n) {
     const size_t row = i / size_t(C);
     const size_t c = i % size_t(C);
     const int local = tokens[row] - vocabStart;
-    out[i] = local >= 0 && local < vocabCount ? wte[size_t(local) * size_t(C) + c] : 0.0f;
+    out[i] = local >= 0 && local < vocabCount ? widen(wte[size_t(local) * size_t(C) + c]) : 0.0f;
   }
 }
 
@@ -109,7 +119,8 @@ __global__ void crossEntropyGradKernel(float* dlogits, const float* logits, cons
 
 }  // namespace
 
-Status addPositions(float* y, const float* wpe, int B, int T, int C, cudaStream_t stream) {
+template <typename E>
+Status addPositionsOf(float* y, const E* wpe, int B, int T, int C, cudaStream_t stream) {
   // y (B, T, C), wpe (maxT, C)
   if (B <= 0 || T <= 0 || C <= 0) return Status::ok();
   const size_t n = size_t(B) * size_t(T) * size_t(C);
@@ -117,14 +128,31 @@ Status addPositions(float* y, const float* wpe, int B, int T, int C, cudaStream_
   return checkLaunch("addPositions");
 }
 
-Status embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
-                             int vocabCount, int N, int C, cudaStream_t stream) {
+Status addPositions(float* y, const float* wpe, int B, int T, int C, cudaStream_t stream) {
+  return addPositionsOf(y, wpe, B, T, C, stream);
+}
+Status addPositions(float* y, const uint16_t* wpe, int B, int T, int C, cudaStream_t stream) {
+  return addPositionsOf(y, wpe, B, T, C, stream);
+}
+
+template <typename E>
+Status embeddingRangeForwardOf(float* out, const int32_t* tokens, const E* wte, int vocabStart,
+                               int vocabCount, int N, int C, cudaStream_t stream) {
   // out (N, C), tokens (N), wte (vocabCount, C)
   if (N <= 0 || C <= 0) return Status::ok();
   const size_t n = size_t(N) * size_t(C);
   embeddingRangeForwardKernel<<<detail::gridFor(n), detail::kBlockSize, 0, stream>>>(
       out, tokens, wte, vocabStart, vocabCount, C, n);
   return checkLaunch("embeddingRangeForward");
+}
+
+Status embeddingRangeForward(float* out, const int32_t* tokens, const float* wte, int vocabStart,
+                             int vocabCount, int N, int C, cudaStream_t stream) {
+  return embeddingRangeForwardOf(out, tokens, wte, vocabStart, vocabCount, N, C, stream);
+}
+Status embeddingRangeForward(float* out, const int32_t* tokens, const uint16_t* wte, int vocabStart,
+                             int vocabCount, int N, int C, cudaStream_t stream) {
+  return embeddingRangeForwardOf(out, tokens, wte, vocabStart, vocabCount, N, C, stream);
 }
 
 Status embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,

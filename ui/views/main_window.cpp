@@ -430,6 +430,7 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
   m_summary->setStyleSheet(overflowing ? QStringLiteral("color: #b00020") : QString());
   const std::shared_ptr<const TimelineData> timeline(snap, &snap->timeline);
   m_predicted->setData(timeline);
+  m_memory->setModelStates(modelStateText(snap->plan->config.parallel, snap->plan->config.optimizer));
   m_memory->setPredicted(snap->memory);
   setPlanOutdated(current ? QString() : tr("re-planning after the last change…"));
   // The views hold the new snapshot now; the old one is freed off the GUI thread (hundreds of MB at 16384

@@ -152,12 +152,22 @@ QString MemoryView::barToolTip(int bar) const {
                                  .arg(b.ranks.front())
                                  .arg(b.ranks.back())
                            : tr("rank %1 · stage %2").arg(b.figures.rank).arg(b.figures.stage);
-  for (int c = 0; c < NUM_CATEGORIES; ++c)
+  for (int c = 0; c < NUM_CATEGORIES; ++c) {
     text += QStringLiteral("\n%1: %2").arg(categoryName(Category(c)), formatBytes(category(b.figures, c)));
+    const std::string& perParam = c == Parameters  ? m_states.parameters
+                                  : c == Gradients ? m_states.gradients
+                                  : c == Optimizer ? m_states.optimizer
+                                                   : std::string();
+    if (!perParam.empty()) text += tr(" (%1 per parameter)").arg(QString::fromStdString(perParam));
+  }
   text += tr("\ntotal %1 of %2").arg(formatBytes(b.figures.total()), formatBytes(b.figures.capacity));
   if (b.overflow) text += tr(" — does not fit");
   if (b.measured >= 0) text += tr("\nmeasured peak %1").arg(formatBytes(b.measured));
   return text;
+}
+
+void MemoryView::setModelStates(const ModelStateText& text) {
+  m_states = text;
 }
 
 void MemoryView::setPredicted(const std::vector<MemoryBreakdown>& memory) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "plan/memory_model.h"
+#include "plan/model_state.h"
 
 class QCustomPlot;
 class QCPBars;
@@ -56,8 +57,12 @@ class MemoryView : public QWidget {
   QString unitName() const { return m_unitName; }
   double unitBytes() const { return m_unitBytes; }
   bool rankShownAsOverflow(int rank) const;
-  // The text a tooltip shows for a bar: every category, the total, the capacity and the measured peak.
+  // The text a tooltip shows for a bar: every category (the model states with their bytes-per-parameter
+  // arithmetic, once setModelStates gave it), the total, the capacity and the measured peak.
   QString barToolTip(int bar) const;
+  // The plan's bytes per parameter of each model-state category (plan/model_state.h modelStateText), for the
+  // tooltips: "2 B bf16 working parameters", "4 B fp32 master + 8 B AdamW moments / 64 ranks (ZeRO-1)...".
+  void setModelStates(const ModelStateText& text);
   // A note shown above the plot (a capacity off the scale, a measured count that does not match), or empty.
   QString message() const { return m_message; }
   static QString categoryName(Category category);
@@ -100,6 +105,7 @@ class MemoryView : public QWidget {
   QString m_unitName = QStringLiteral("MiB");
   double m_unitBytes = 1024.0 * 1024.0;
   QString m_message;
+  ModelStateText m_states;
   QString m_title;
   OutdatedOverlay* m_overlay = nullptr;
 };

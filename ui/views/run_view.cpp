@@ -255,6 +255,9 @@ void RunView::setData(const RunData* data) {
 void RunView::setPlan(std::shared_ptr<const PlanSnapshot> plan) {
   m_plan = plan && plan->ok() ? std::move(plan) : nullptr;
   m_predicted->setData(m_plan ? std::shared_ptr<const TimelineData>(m_plan, &m_plan->timeline) : nullptr);
+  m_memory->setModelStates(m_plan && m_plan->plan
+                               ? modelStateText(m_plan->plan->config.parallel, m_plan->plan->config.optimizer)
+                               : ModelStateText{});
   m_memory->setPredicted(m_plan ? m_plan->memory : std::vector<MemoryBreakdown>{});
   updateMemory();
   updateTable();

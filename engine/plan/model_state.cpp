@@ -1,0 +1,67 @@
+// Model-state bytes per parameter; see model_state.h for the rules and their sources.
+#include "plan/model_state.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ms {
+
+ModelStateLayout modelStateLayout(Precision precision, GradPrecision gradPrecision,
+                                  const OptimizerConfig& optimizer, int zero) {
+  ModelStateLayout l;
+  l.mixed = precision == Precision::Bf16;
+  l.workingBytes = l.mixed ? 2.0 : 4.0;
+  l.gradientBytes = l.mixed && gradPrecision == GradPrecision::Bf16 ? 2.0 : 4.0;
+  l.masterBytes = l.mixed ? 4.0 : 0.0;
+  // AdamW: the two moments (exp_avg, exp_avg_sq); SGD: the momentum buffer, none without momentum.
+  l.momentBytes = optimizer.type == OptimizerType::AdamW ? 8.0 : (optimizer.momentum > 0 ? 4.0 : 0.0);
+  l.shardOptimizer = zero >= 1;
+  l.shardGradients = zero >= 2;
+  l.shardWorking = zero >= 3;
+  return l;
+}
+
+ModelStateBytes modelStateBytes(const ModelStateLayout& l, int dp) {
+  const double d = std::max(1, dp);
+  ModelStateBytes b;
+  b.parameters = l.workingBytes / (l.shardWorking ? d : 1.0);
+  b.gradients = l.gradientBytes / (l.shardGradients ? d : 1.0);
+  b.optimizer = (l.masterBytes + l.momentBytes) / (l.shardOptimizer ? d : 1.0);
+  return b;
+}
+
+ModelStateBytes modelStateBytes(const ParallelConfig& p, const OptimizerConfig& optimizer) {
+  return modelStateBytes(modelStateLayout(p.precision, p.gradPrecision, optimizer, p.zero), p.dp);
+}
+
+namespace {
+
+std::string part(double bytes, const char* what, bool sharded, int dp, const char* zeroFrom) {
+  char buf[160];
+  if (bytes <= 0) return "0 B";
+  if (sharded && dp > 1)
+    std::snprintf(buf, sizeof buf, "%g B %s / %d ranks (ZeRO-%s) = %.4g B", bytes, what, dp, zeroFrom,
+                  bytes / dp);
+  else
+    std::snprintf(buf, sizeof buf, "%g B %s", bytes, what);
+  return buf;
+}
+
+}  // namespace
+
+ModelStateText modelStateText(const ParallelConfig& p, const OptimizerConfig& optimizer) {
+  const ModelStateLayout l = modelStateLayout(p.precision, p.gradPrecision, optimizer, p.zero);
+  ModelStateText t;
+  t.parameters = part(l.workingBytes, l.mixed ? "bf16 working parameters" : "fp32 parameters", l.shardWorking,
+                      p.dp, "3");
+  t.gradients = part(l.gradientBytes, l.gradientBytes == 2 ? "bf16 gradients" : "fp32 gradients",
+                     l.shardGradients, p.dp, "2");
+  std::string what = l.mixed ? "fp32 master" : "";
+  if (l.momentBytes > 0)
+    what += std::string(what.empty() ? "" : " + ") +
+            (optimizer.type == OptimizerType::AdamW ? "AdamW moments" : "SGD momentum");
+  t.optimizer = part(l.masterBytes + l.momentBytes, what.c_str(), l.shardOptimizer, p.dp, "1");
+  return t;
+}
+
+}  // namespace ms
