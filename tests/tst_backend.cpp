@@ -744,6 +744,111 @@ QString bf16WeightsHold(ms::Backend& be) {
   return {};
 }
 
+// Mixed precision's working parameters (runtime/parameters.h) as every op that reads a parameter gets them:
+// a bf16 bias, LayerNorm weight, row, embedding table, position table or class token gives the same bits as
+// the fp32 tensor holding the same (widened) values, in GemmPrecision::Bf16; another precision refuses a
+// bf16 parameter, naming the op.
+QString bf16ParametersHold(ms::Backend& be) {
+  std::mt19937 rng(kSeed + 37);
+  const int B = 2, T = 6, C = 24, V = 17, OC = 10, N = B * T, NP = 5;
+  Session s(be);
+  // One table per parameter: fp32 values, their bf16 rounding, and the fp32 tensor of the rounded values.
+  struct Param {
+    float* wide = nullptr;
+    ms::bfloat16* half = nullptr;
+  };
+  auto param = [&](size_t n) {
+    const Vec host = rnd(rng, n);
+    float* f = s.up(host);
+    Param p;
+    p.half = reinterpret_cast<ms::bfloat16*>(s.alloc<float>((n + 1) / 2));
+    be.setGemmPrecision(ms::GemmPrecision::Bf16);
+    be.toBf16(p.half, f, n);
+    std::vector<uint16_t> bits(n);
+    be.download(bits.data(), p.half, n * sizeof(uint16_t));
+    Vec wide(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(bits[i]) << 16;
+      std::memcpy(&wide[i], &u, 4);
+    }
+    p.wide = s.up(wide);
+    return p;
+  };
+  const Param bias = param(OC), lnw = param(C), lnb = param(C), row = param(C), wte = param(size_t(V) * C),
+              wpe = param(size_t(T) * C), cls = param(C), pos = param(size_t(NP + 1) * C);
+  const Vec inp = rnd(rng, size_t(N) * C), w = rnd(rng, size_t(C) * OC), dout = rnd(rng, size_t(N) * C),
+            patches = rnd(rng, size_t(B) * NP * C);
+  Ints tokens(N);
+  for (int i = 0; i < N; ++i) tokens[i] = int32_t(rng() % V);
+  float* dInp = s.up(inp);
+  float* dW = s.up(w);
+  float* dDout = s.up(dout);
+  float* dPatches = s.up(patches);
+  int32_t* dTokens = s.up(tokens);
+  auto run = [&](bool half) {
+    auto pick = [&](const Param& p) { return half ? ms::TensorIn(p.half) : ms::TensorIn(p.wide); };
+    Session r(be);
+    float* lin = r.alloc<float>(size_t(N) * OC);
+    float* linT = r.alloc<float>(size_t(N) * OC);
+    float* ln = r.alloc<float>(size_t(N) * C);
+    float* mean = r.alloc<float>(size_t(N));
+    float* rstd = r.alloc<float>(size_t(N));
+    float* dln = r.alloc<float>(size_t(N) * C);
+    float* dlnw = r.alloc<float>(size_t(C));
+    float* dlnb = r.alloc<float>(size_t(C));
+    float* rows = r.up(inp);
+    float* emb = r.alloc<float>(size_t(N) * C);
+    float* range = r.alloc<float>(size_t(N) * C);
+    float* positions = r.up(inp);
+    float* tok = r.alloc<float>(size_t(B) * (NP + 1) * C);
+    be.linearForward(lin, dInp, dW, pick(bias), N, C, OC);
+    be.linearForwardT(linT, dInp, dW, pick(bias), N, C, OC);
+    be.layerNormForward(ln, mean, rstd, dInp, pick(lnw), pick(lnb), N, C, 1e-5f);
+    be.layerNormBackward(dln, dlnw, dlnb, dDout, dInp, pick(lnw), mean, rstd, N, C);
+    be.addRows(rows, pick(row), size_t(N), C);
+    be.embeddingForward(emb, dTokens, pick(wte), pick(wpe), B, T, C);
+    be.embeddingRangeForward(range, dTokens, pick(wte), 3, V - 5, N, C);
+    be.addPositions(positions, pick(wpe), B, T, C);
+    be.tokensForward(tok, dPatches, pick(cls), pick(pos), B, NP, C, true);
+    r.out("linearForward", lin, size_t(N) * OC);
+    r.out("linearForwardT", linT, size_t(N) * OC);
+    r.out("layerNormForward", ln, size_t(N) * C);
+    r.out("layerNormBackward dinp", dln, size_t(N) * C);
+    r.out("layerNormBackward dweight", dlnw, size_t(C));
+    r.out("addRows", rows, size_t(N) * C);
+    r.out("embeddingForward", emb, size_t(N) * C);
+    r.out("embeddingRangeForward", range, size_t(N) * C);
+    r.out("addPositions", positions, size_t(N) * C);
+    r.out("tokensForward", tok, size_t(B) * (NP + 1) * C);
+    return r.outputs;
+  };
+  be.setGemmPrecision(ms::GemmPrecision::Bf16);
+  const QString why = bitDifference(run(true), run(false));
+  if (!why.isEmpty()) return QStringLiteral("bf16 parameters: ") + why;
+  be.setGemmPrecision(ms::GemmPrecision::Fp32);
+  Session r(be);
+  float* ln = r.alloc<float>(size_t(N) * C);
+  float* mean = r.alloc<float>(size_t(N));
+  float* rstd = r.alloc<float>(size_t(N));
+  float* emb = r.alloc<float>(size_t(N) * C);
+  const struct {
+    const char* op;
+    std::function<void()> call;
+  } calls[] = {
+      {"layerNormForward",
+       [&] { be.layerNormForward(ln, mean, rstd, dInp, lnw.half, lnb.wide, N, C, 1e-5f); }},
+      {"embeddingForward", [&] { be.embeddingForward(emb, dTokens, wte.half, wpe.wide, B, T, C); }},
+      {"embeddingRangeForward", [&] { be.embeddingRangeForward(emb, dTokens, wte.half, 0, V, N, C); }},
+      {"addPositions", [&] { be.addPositions(emb, wpe.half, B, T, C); }},
+      {"addRows", [&] { be.addRows(emb, row.half, size_t(N), C); }},
+  };
+  for (const auto& c : calls) {
+    const QString refused = throwsDeviceFailure(c.call, c.op);
+    if (!refused.isEmpty()) return QStringLiteral("%1 with a bf16 parameter in fp32: ").arg(c.op) + refused;
+  }
+  return {};
+}
+
 // The inputs of the GEMM-precision linear case (fixed seed): the GEMM operands inp, w, dout and the rest.
 struct LinearData {
   Vec inp, w, bias, dout, dinp0, dw0, db0;
@@ -1201,6 +1306,15 @@ class TestBackendCpu : public QObject {
     }
   }
 
+  // Mixed precision's bf16 parameters read by every op (bf16ParametersHold), plain and emulated.
+  void bf16Parameters() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = bf16ParametersHold(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+  }
+
   void gemmPrecisionEmulated_data() {
     QTest::addColumn<int>("precision");
     QTest::addColumn<int>("op");
@@ -1497,6 +1611,13 @@ class TestBackendCuda : public QObject {
   void keptBf16Inputs() {
     const QString why = keptBf16InputsHold(*m_cuda);
     m_cuda->setGemmPrecision(ms::GemmPrecision::Fp32);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Mixed precision's bf16 parameters on the GPU (bf16ParametersHold): the bf16 embedding kernels and the
+  // widened parameter vectors give the bits of the fp32 path.
+  void bf16Parameters() {
+    const QString why = bf16ParametersHold(*m_cuda);
     QVERIFY2(why.isEmpty(), qPrintable(why));
   }
 
