@@ -202,10 +202,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 const double time = pipelineFactor(schedule, pp, V, M) * (tF + tB + tpComm) + sync;
                 // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
                 const double n = st.params / tp;
-                const ModelStateBytes perParam =
-                    modelStateBytes(modelStateLayout(base.parallel.precision, base.parallel.gradPrecision,
-                                                     base.optimizer, zero),
-                                    dp);
+                const ModelStateBytes perParam = modelStateBytes(states, dp);
                 const double pBytes = n * perParam.parameters, gBytes = n * perParam.gradients,
                              oBytes = n * perParam.optimizer;
                 // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two

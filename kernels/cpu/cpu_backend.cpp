@@ -367,15 +367,7 @@ class CpuBackend final : public Backend {
   const float* g(TensorIn in, size_t n, int slot, const char* what, const char* operand) {
     checkBf16(in, what, operand);
     if (!in.bf16) return g(f(in.f32()), n, slot);
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(h(in.b16(), what));
-    std::vector<float>& r = m_rounded[slot];
-    r.resize(n);
-#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t u = uint32_t(p[i]) << 16;
-      std::memcpy(&r[i], &u, 4);
-    }
-    return r.data();
+    return widen(in, n, m_rounded[slot], what);
   }
 
   // A parameter an op reads (TensorIn): an fp32 one as it is; a bf16 one (mixed precision's working
@@ -383,8 +375,12 @@ class CpuBackend final : public Backend {
   const float* pv(TensorIn in, size_t n, int slot, const char* what, const char* operand) {
     checkBf16(in, what, operand);
     if (!in.bf16) return f(in.f32());
+    return widen(in, n, m_params[slot], what);
+  }
+
+  // n elements of a bf16 TensorIn widened exactly (bf16 -> fp32 appends zero mantissa bits) into r.
+  const float* widen(TensorIn in, size_t n, std::vector<float>& r, const char* what) {
     const uint16_t* p = reinterpret_cast<const uint16_t*>(h(in.b16(), what));
-    std::vector<float>& r = m_params[slot];
     r.resize(n);
 #pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
     for (size_t i = 0; i < n; ++i) {
