@@ -348,8 +348,15 @@ int cmdDump(int argc, char** argv) {
                        ms::DType::F32, logits.data()});
     outputs.push_back({"loss", {1}, ms::DType::F32, &loss});
     const auto& params = model.params().params();
+    // The gradients as kept (bf16 ones, "grad_precision": "bf16", widened exactly).
     std::vector<float> grads(model.params().size());
-    be.download(grads.data(), model.params().grads(), grads.size() * sizeof(float));
+    if (model.params().gradType() == ms::CommType::BF16) {
+      std::vector<uint16_t> bits(grads.size());
+      be.download(bits.data(), model.params().gradBits(), bits.size() * sizeof(uint16_t));
+      for (size_t i = 0; i < bits.size(); ++i) grads[i] = ms::bf16ToFloat(bits[i]);
+    } else {
+      be.download(grads.data(), model.params().grads(), grads.size() * sizeof(float));
+    }
     for (const auto& p : params)
       outputs.push_back({"grad." + p.spec.name, p.spec.shape, ms::DType::F32, grads.data() + p.offset});
     ms::Status s =

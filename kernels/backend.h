@@ -39,8 +39,8 @@ struct DeviceFailure : std::runtime_error {
 // (NVIDIA H100 architecture whitepaper, "Fourth-generation tensor cores"); everything outside the GEMMs stays
 // fp32. Bf16 is the engine's mixed precision ("precision": "bf16"): every op reads the parameter store's bf16
 // working parameters (TensorIn; runtime/parameters.h), the optimizer updates fp32 master weights, gradients
-// stay fp32, as Megatron-LM trains in bf16; the activations kept for backward that only feed GEMMs are stored
-// in bf16 (TensorIn), the others in fp32.
+// are fp32 as Megatron-LM keeps them or bf16 ("grad_precision": "bf16", GradOut); the activations kept for
+// backward that only feed GEMMs are stored in bf16 (TensorIn), the others in fp32.
 enum class GemmPrecision { Fp32, Tf32, Bf16 };
 const char* toString(GemmPrecision p);
 
@@ -67,6 +67,33 @@ struct TensorIn {
   TensorIn(const bfloat16* p) : data(p), bf16(p != nullptr) {}  // NOLINT
   const float* f32() const { return bf16 ? nullptr : static_cast<const float*>(data); }
   const bfloat16* b16() const { return bf16 ? static_cast<const bfloat16*>(data) : nullptr; }
+  // The tensor from element i on (bf16 or fp32 elements).
+  TensorIn at(size_t i) const {
+    if (!data) return {};
+    return bf16 ? TensorIn(b16() + i) : TensorIn(f32() + i);
+  }
+};
+
+// A parameter GRADIENT an op accumulates into (+=): fp32, or bf16 when gradients are kept in bf16
+// ("grad_precision": "bf16", only in GemmPrecision::Bf16, DeviceFailure naming the op otherwise). A bf16 one
+// gets the op's contribution computed in fp32, added to its widened value and rounded once to nearest even,
+// as a GEMM with a bf16 output and beta = 1 does (cublasGemmEx's fp32 compute type). Implicit from either
+// pointer type, so fp32 call sites read as before; empty (nullptr) means the op computes no such gradient.
+struct GradOut {
+  void* data = nullptr;
+  bool bf16 = false;
+  GradOut() = default;
+  GradOut(std::nullptr_t) {}                             // NOLINT: implicit on purpose
+  GradOut(float* p) : data(p) {}                         // NOLINT
+  GradOut(bfloat16* p) : data(p), bf16(p != nullptr) {}  // NOLINT
+  explicit operator bool() const { return data != nullptr; }
+  float* f32() const { return bf16 ? nullptr : static_cast<float*>(data); }
+  bfloat16* b16() const { return bf16 ? static_cast<bfloat16*>(data) : nullptr; }
+  // The gradient at element offset i (bf16 or fp32 elements).
+  GradOut at(size_t i) const {
+    if (!data) return {};
+    return bf16 ? GradOut(b16() + i) : GradOut(f32() + i);
+  }
 };
 
 // What the device is, for run_start and the MFU figures.
@@ -93,7 +120,7 @@ struct DeviceMemoryInfo {
 // (nullable when the momentum is 0); v is AdamW's second moment (unused, and nullable, for SGD).
 struct OptimizerSegment {
   float* params = nullptr;
-  const float* grads = nullptr;
+  TensorIn grads;  // fp32, or bf16 gradients ("grad_precision": "bf16"), widened exactly as they are read
   float* m = nullptr;
   float* v = nullptr;
   size_t n = 0;
@@ -149,11 +176,11 @@ class Backend {
   // one is rounded per call (the results are the same when the bf16 one is toBf16 of the fp32 one).
   virtual void linearForward(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                              int OC) = 0;
-  virtual void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+  virtual void linearBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
                               TensorIn weight, int N, int C, int OC) = 0;
   virtual void linearForwardT(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                               int OC) = 0;
-  virtual void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+  virtual void linearBackwardT(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
                                TensorIn weight, int N, int C, int OC) = 0;
   // dst (n bf16) = src (n floats) rounded to nearest even, for a tensor kept as a bf16 TensorIn (a kept
   // input, the parameters' bf16 working copy).
@@ -162,7 +189,7 @@ class Backend {
   // ---- layer norm ---------------------------------------------------------------------------------------
   virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp, TensorIn weight,
                                 TensorIn bias, int N, int C, float eps) = 0;
-  virtual void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+  virtual void layerNormBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout,
                                  const float* inp, TensorIn weight, const float* mean, const float* rstd,
                                  int N, int C) = 0;
 
@@ -196,14 +223,15 @@ class Backend {
   // ---- embeddings ---------------------------------------------------------------------------------------
   virtual void embeddingForward(float* out, const int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T,
                                 int C) = 0;
-  virtual void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                                 int T, int C) = 0;
+  // dwte has V rows (tokens < V).
+  virtual void embeddingBackward(GradOut dwte, GradOut dwpe, const float* dout, const int32_t* tokens, int B,
+                                 int T, int C, int V) = 0;
   // Vocabulary-parallel pieces (Megatron-LM): wte holds rows [vocabStart, vocabStart + vocabCount).
   // out (N, C) = wte[tokens[n] - vocabStart] for tokens in the range, 0 elsewhere.
   virtual void embeddingRangeForward(float* out, const int32_t* tokens, TensorIn wte, int vocabStart,
                                      int vocabCount, int N, int C) = 0;
   // dwte[tokens[n] - vocabStart] += dout[n] for tokens in the range.
-  virtual void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
+  virtual void embeddingRangeBackward(GradOut dwte, const float* dout, const int32_t* tokens, int vocabStart,
                                       int vocabCount, int N, int C) = 0;
   // y (B, T, C): y[b, t] += wpe[t].
   virtual void addPositions(float* y, TensorIn wpe, int B, int T, int C) = 0;
@@ -230,7 +258,7 @@ class Backend {
   virtual void patchify(float* patches, const float* images, int B, int S, int P) = 0;
   virtual void tokensForward(float* out, const float* x, TensorIn clsToken, TensorIn pos, int B, int NP,
                              int C, bool cls) = 0;
-  virtual void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
+  virtual void tokensBackward(float* dx, GradOut dcls, GradOut dpos, const float* dout, int B, int NP, int C,
                               bool cls) = 0;
   virtual void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst) = 0;
   virtual void poolBackward(float* dinp, const float* dout, int B, int T, int C, bool useFirst) = 0;
@@ -251,8 +279,9 @@ class Backend {
                                    float beta2, float eps, int t, float gradScale) = 0;
   virtual void sgdUpdateSegments(const OptimizerSegment* segments, size_t count, float lr, float momentum,
                                  bool nesterov, bool firstStep, float gradScale) = 0;
-  // Sum of squares of each of count buffers (ptrs[i], sizes[i]), added up in double; waits for the result.
-  virtual double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) = 0;
+  // Sum of squares of each of count buffers (ptrs[i], sizes[i]; fp32, or bf16 gradients widened exactly),
+  // added up in double; waits for the result.
+  virtual double sumSquares(const TensorIn* ptrs, const size_t* sizes, size_t count) = 0;
 };
 
 // The CPU backend (kernels/cpu, OpenBLAS + OpenMP). With emulateDevice, backend memory is tagged so that any

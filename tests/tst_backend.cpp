@@ -278,8 +278,8 @@ void embeddingCase(Session& s, const Shape& sh) {
   float* dwpe = s.up(rnd(rng, size_t(maxT) * C));
   s.be.embeddingForward(out, t, wte, wpe, B, T, C);
   s.out("forward", out, size_t(N) * C);
-  s.be.embeddingBackward(dwte, dwpe, dout, t, B, T, C);
-  s.be.embeddingBackward(nullptr, dwpe, dout, t, B, T, C);
+  s.be.embeddingBackward(dwte, dwpe, dout, t, B, T, C, V);
+  s.be.embeddingBackward(nullptr, dwpe, dout, t, B, T, C, V);
   s.out("dwte", dwte, size_t(V) * C);
   s.out("dwpe (twice)", dwpe, size_t(maxT) * C);
 
@@ -415,7 +415,7 @@ void optimizerCase(Session& s, const Shape& sh) {
 void sumSquaresCase(Session& s, const Shape& sh) {
   std::mt19937 rng(kSeed + 10);
   const size_t sizes[] = {size_t(sh.N()) * sh.C, 0, size_t(sh.C) + 5, 1};
-  const float* ptrs[4];
+  ms::TensorIn ptrs[4];
   for (int i = 0; i < 4; ++i) ptrs[i] = sizes[i] ? s.up(rnd(rng, sizes[i], -3.0f, 3.0f)) : nullptr;
   s.value("four buffers", s.be.sumSquares(ptrs, sizes, 4));
   s.value("again (not accumulated across calls)", s.be.sumSquares(ptrs, sizes, 4));
@@ -849,6 +849,135 @@ QString bf16ParametersHold(ms::Backend& be) {
   return {};
 }
 
+// bf16 GRADIENTS ("grad_precision": "bf16", kernels/backend.h GradOut): every op that accumulates into a
+// parameter gradient, given a bf16 one, leaves exactly toBf16(g + contribution), where the same op given the
+// widened fp32 gradient leaves g + contribution (one rounding per op); the optimizer and the norm read bf16
+// gradients as their widened values. In fp32 a bf16 gradient is refused.
+QString bf16GradientsHold(ms::Backend& be) {
+  std::mt19937 rng(kSeed + 41);
+  const int B = 2, T = 6, C = 24, V = 17, OC = 10, N = B * T, NP = 5;
+  be.setGemmPrecision(ms::GemmPrecision::Bf16);
+  Session s(be);
+  const Vec inp = rnd(rng, size_t(N) * C), w = rnd(rng, size_t(C) * OC), dout = rnd(rng, size_t(N) * OC),
+            dlnOut = rnd(rng, size_t(N) * C), demb = rnd(rng, size_t(N) * C),
+            dtok = rnd(rng, size_t(B) * (NP + 1) * C);
+  Ints tokens(N);
+  for (int i = 0; i < N; ++i) tokens[i] = int32_t(rng() % V);
+  float* dInp = s.up(inp);
+  float* dW = s.up(w);
+  float* dDout = s.up(dout);
+  float* dLnOut = s.up(dlnOut);
+  float* dEmb = s.up(demb);
+  float* dTok = s.up(dtok);
+  int32_t* dTokens = s.up(tokens);
+  float* mean = s.alloc<float>(size_t(N));
+  float* rstd = s.alloc<float>(size_t(N));
+  float* ln = s.alloc<float>(size_t(N) * C);
+  const Vec lnw = rnd(rng, size_t(C));
+  float* dLnw = s.up(lnw);
+  be.layerNormForward(ln, mean, rstd, dInp, dLnw, dLnw, N, C, 1e-5f);
+  // The gradients' sizes, in the order the ops below take them.
+  const size_t sizes[] = {size_t(C) * OC, size_t(OC), size_t(C) * OC, size_t(OC), size_t(C), size_t(C),
+                          size_t(V) * C,  size_t(T) * C, size_t(V - 5) * C, size_t(C), size_t(NP + 1) * C};
+  constexpr int kGrads = 11;
+  // Initial gradients: random values already in bf16 (the first accumulation starts from them).
+  std::vector<Vec> init(kGrads);
+  for (int k = 0; k < kGrads; ++k) {
+    init[k] = rnd(rng, sizes[k]);
+    for (float& x : init[k]) {
+      uint32_t u;
+      std::memcpy(&u, &x, 4);
+      u &= 0xffff0000u;
+      std::memcpy(&x, &u, 4);
+    }
+  }
+  auto run = [&](bool half) {
+    Session r(be);
+    std::vector<ms::GradOut> g(kGrads);
+    std::vector<void*> raw(kGrads);
+    for (int k = 0; k < kGrads; ++k) {
+      if (half) {
+        std::vector<uint16_t> bits(sizes[k]);
+        for (size_t i = 0; i < sizes[k]; ++i) {
+          uint32_t u;
+          std::memcpy(&u, &init[k][i], 4);
+          bits[i] = uint16_t(u >> 16);
+        }
+        auto* p = reinterpret_cast<ms::bfloat16*>(r.up(bits));
+        g[k] = p;
+        raw[k] = p;
+      } else {
+        float* p = r.up(init[k]);
+        g[k] = p;
+        raw[k] = p;
+      }
+    }
+    float* dx = r.alloc<float>(size_t(N) * C);
+    be.linearBackward(nullptr, g[0], g[1], dDout, dInp, dW, N, C, OC);
+    be.linearBackwardT(nullptr, g[2], g[3], dDout, dInp, dW, N, C, OC);
+    be.layerNormBackward(dx, g[4], g[5], dLnOut, dInp, dLnw, mean, rstd, N, C);
+    be.embeddingBackward(g[6], g[7], dEmb, dTokens, B, T, C, V);
+    be.embeddingRangeBackward(g[8], dEmb, dTokens, 3, V - 5, N, C);
+    be.tokensBackward(r.alloc<float>(size_t(B) * NP * C), g[9], g[10], dTok, B, NP, C, true);
+    // Every gradient as bf16 bits: the bf16 run's as kept, the fp32 run's rounded once at the end.
+    for (int k = 0; k < kGrads; ++k) {
+      std::vector<uint16_t> bits(sizes[k]);
+      if (half) {
+        be.download(bits.data(), raw[k], sizes[k] * sizeof(uint16_t));
+      } else {
+        auto* rounded = reinterpret_cast<ms::bfloat16*>(r.alloc<uint16_t>(sizes[k]));
+        be.toBf16(rounded, static_cast<float*>(raw[k]), sizes[k]);
+        be.download(bits.data(), rounded, sizes[k] * sizeof(uint16_t));
+      }
+      Output o{"gradient " + std::to_string(k), Vec(sizes[k]), {}, {}};
+      for (size_t i = 0; i < sizes[k]; ++i) {
+        const uint32_t u = uint32_t(bits[i]) << 16;
+        std::memcpy(&o.f[i], &u, 4);
+      }
+      r.outputs.push_back(std::move(o));
+    }
+    // The norm and an AdamW step read the (bf16 or widened) initial gradients of gradient 6 (the table).
+    ms::TensorIn read = half ? ms::TensorIn(reinterpret_cast<const ms::bfloat16*>(r.up([&] {
+                                 std::vector<uint16_t> bits(sizes[6]);
+                                 for (size_t i = 0; i < sizes[6]; ++i) {
+                                   uint32_t u;
+                                   std::memcpy(&u, &init[6][i], 4);
+                                   bits[i] = uint16_t(u >> 16);
+                                 }
+                                 return bits;
+                               }())))
+                             : ms::TensorIn(r.up(init[6]));
+    const size_t n = sizes[6];
+    r.value("sumSquares", be.sumSquares(&read, &n, 1));
+    std::mt19937 prng(kSeed + 43);
+    float* params = r.up(rnd(prng, n));
+    float* m = r.alloc<float>(n);
+    float* v = r.alloc<float>(n);
+    ms::OptimizerSegment seg;
+    seg.params = params;
+    seg.grads = read;
+    seg.m = m;
+    seg.v = v;
+    seg.n = n;
+    seg.weightDecay = 0.1f;
+    be.adamwUpdateSegments(&seg, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 1, 0.5f);
+    r.out("adamw params", params, n);
+    r.out("adamw v", v, n);
+    return r.outputs;
+  };
+  const auto half = run(true), wide = run(false);
+  const QString why = bitDifference(half, wide);
+  if (!why.isEmpty()) return QStringLiteral("bf16 gradients: ") + why;
+  // The accumulation did happen (the rounded sums are not the initial values).
+  if (half[0].f == init[0]) return QStringLiteral("bf16 gradients: linearBackward left dweight unchanged");
+  be.setGemmPrecision(ms::GemmPrecision::Fp32);
+  auto* bad = reinterpret_cast<ms::bfloat16*>(s.alloc<uint16_t>(size_t(C) * OC));
+  const QString refused = throwsDeviceFailure(
+      [&] { be.linearBackward(nullptr, bad, nullptr, dDout, dInp, dW, N, C, OC); }, "linearBackward");
+  if (!refused.isEmpty()) return QStringLiteral("a bf16 gradient in fp32: ") + refused;
+  return {};
+}
+
 // The inputs of the GEMM-precision linear case (fixed seed): the GEMM operands inp, w, dout and the rest.
 struct LinearData {
   Vec inp, w, bias, dout, dinp0, dw0, db0;
@@ -1027,9 +1156,10 @@ std::vector<Output> runSegments(ms::Backend& be, const SegmentLayout& l, Segment
     } else {
       for (const ms::OptimizerSegment& g : segs) {
         if (adamw)
-          be.adamwUpdate(g.params, g.grads, g.m, g.v, g.n, lr, 0.9f, 0.95f, 1e-8f, g.weightDecay, t, 0.5f);
+          be.adamwUpdate(g.params, g.grads.f32(), g.m, g.v, g.n, lr, 0.9f, 0.95f, 1e-8f, g.weightDecay, t,
+                         0.5f);
         else
-          be.sgdUpdate(g.params, g.grads, g.m, g.n, lr, momentum, g.weightDecay, nesterov, first, 0.5f);
+          be.sgdUpdate(g.params, g.grads.f32(), g.m, g.n, lr, momentum, g.weightDecay, nesterov, first, 0.5f);
       }
     }
   }
@@ -1201,7 +1331,7 @@ class TestBackendCpu : public QObject {
     VERIFY_THROWS_DEVICE_FAILURE(emu->upload(host.data(), host.data(), 8 * sizeof(float)), "upload");
     VERIFY_THROWS_DEVICE_FAILURE(emu->copy(host.data(), dev, 8 * sizeof(float)), "copy");
     VERIFY_THROWS_DEVICE_FAILURE(emu->zero(host.data(), 8 * sizeof(float)), "zero");
-    const float* ptrs[] = {host.data()};
+    const ms::TensorIn ptrs[] = {host.data()};
     const size_t sizes[] = {8};
     VERIFY_THROWS_DEVICE_FAILURE(emu->sumSquares(ptrs, sizes, 1), "host pointer");
     // Correct use goes through, and the plain backend takes host memory everywhere.
@@ -1311,6 +1441,15 @@ class TestBackendCpu : public QObject {
     for (const bool emulate : {false, true}) {
       const auto be = ms::makeCpuBackend(emulate);
       const QString why = bf16ParametersHold(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+  }
+
+  // bf16 gradients accumulated, read by the norm and the optimizer (bf16GradientsHold), plain and emulated.
+  void bf16Gradients() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = bf16GradientsHold(*be);
       QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
     }
   }
@@ -1618,6 +1757,13 @@ class TestBackendCuda : public QObject {
   // widened parameter vectors give the bits of the fp32 path.
   void bf16Parameters() {
     const QString why = bf16ParametersHold(*m_cuda);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // bf16 gradients on the GPU (bf16GradientsHold): widened into scratch, accumulated, rounded back; the
+  // optimizer's segment kernel and the norm read bf16.
+  void bf16Gradients() {
+    const QString why = bf16GradientsHold(*m_cuda);
     QVERIFY2(why.isEmpty(), qPrintable(why));
   }
 

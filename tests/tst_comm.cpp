@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -63,6 +64,7 @@ void withType(CommType type, F&& f) {
     case CommType::I32: f(Tag<int32_t>{}); break;
     case CommType::I64: f(Tag<int64_t>{}); break;
     case CommType::U8: f(Tag<uint8_t>{}); break;
+    case CommType::BF16: break;  // its own test (bf16Reductions): no arithmetic type stands for it
   }
 }
 
@@ -228,6 +230,68 @@ class TestComm : public QObject {
         for (size_t i = 0; i < count; ++i) checks.equal(data, i, value<T>(root, i), "broadcast");
       }
     });
+    MS_AGREE(checks);
+  }
+
+  // bf16 (gradients with "grad_precision": "bf16"): sums of small integers are exact in bf16, so every
+  // collective has one right answer whatever the order MPI adds in; one element checks the rounding itself:
+  // rank 0 gives 1, rank 1 gives 1.5 * 2^-8 (three quarters of bf16's ulp at 1, 2^-7), the others 0, so the
+  // sum must round to nearest, 1 + 2^-7 (truncation would give 1); another gives rank 1 exactly half an ulp,
+  // 2^-8, which ties to even, 1. Max and min, reduce-scatter, all-gather, the non-blocking all-reduce and a
+  // point-to-point message carry the bits unchanged.
+  void bf16Reductions() {
+    Checks checks;
+    auto bits = [](float f) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      return uint16_t(u >> 16);  // every value used is exact in bf16
+    };
+    auto wide = [](uint16_t b) {
+      const uint32_t u = uint32_t(b) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    };
+    const int R = size(), me = rank();
+    const size_t n = 1000;
+    std::vector<uint16_t> send(n + 2), recv(n + 2);
+    for (size_t i = 0; i < n; ++i) send[i] = bits(float(value<int32_t>(me, i)));
+    send[n] = bits(me == 0 ? 1.0f : me == 1 ? 1.5f / 256.0f : 0.0f);
+    send[n + 1] = bits(me == 0 ? 1.0f : me == 1 ? 1.0f / 256.0f : 0.0f);
+    for (ReduceOp op : kOps) {
+      checks.ok(m_world.allReduce(send.data(), recv.data(), n + 2, CommType::BF16, op), "bf16 allReduce");
+      for (size_t i = 0; i < n; ++i)
+        checks.expect(wide(recv[i]) == float(reduced<int32_t>(op, R, i)),
+                      std::string("bf16 allReduce ") + toString(op) + " element " + std::to_string(i));
+    }
+    checks.ok(m_world.allReduce(send.data(), recv.data(), n + 2, CommType::BF16, ReduceOp::Sum), "allReduce");
+    checks.expect(wide(recv[n]) == 1.0f + 1.0f / 128.0f,
+                  "1 + 0.75 ulp rounds to 1 + 2^-7, got " + std::to_string(wide(recv[n])));
+    checks.expect(wide(recv[n + 1]) == 1.0f, "1 + 0.5 ulp ties to even (1), got " +
+                                                 std::to_string(wide(recv[n + 1])));
+    // Non-blocking, in place.
+    std::vector<uint16_t> inPlace(send);
+    auto req = m_world.iallReduce(inPlace.data(), inPlace.data(), n, CommType::BF16, ReduceOp::Sum);
+    checks.ok(req.status(), "bf16 iallReduce");
+    if (req) checks.ok((*req)->wait(), "bf16 iallReduce wait");
+    for (size_t i = 0; i < n; ++i)
+      checks.expect(inPlace[i] == recv[i], "bf16 iallReduce element " + std::to_string(i));
+    // Reduce-scatter of R blocks of m elements.
+    const size_t m = 37;
+    std::vector<uint16_t> blocks(m * R), mine(m);
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = bits(float(value<int32_t>(me, i)));
+    checks.ok(m_world.reduceScatter(blocks.data(), mine.data(), m, CommType::BF16, ReduceOp::Sum),
+              "bf16 reduceScatter");
+    for (size_t i = 0; i < m; ++i)
+      checks.expect(wide(mine[i]) == float(reduced<int32_t>(ReduceOp::Sum, R, me * m + i)),
+                    "bf16 reduceScatter element " + std::to_string(i));
+    // All-gather moves the bits.
+    std::vector<uint16_t> all(m * R);
+    checks.ok(m_world.allGather(mine.data(), all.data(), m, CommType::BF16), "bf16 allGather");
+    for (int r = 0; r < R; ++r)
+      for (size_t i = 0; i < m; ++i)
+        checks.expect(wide(all[r * m + i]) == float(reduced<int32_t>(ReduceOp::Sum, R, r * m + i)),
+                      "bf16 allGather element " + std::to_string(r * m + i));
     MS_AGREE(checks);
   }
 

@@ -309,6 +309,58 @@ class TestTraining : public QObject {
     }
   }
 
+  // bf16 gradients ("grad_precision": "bf16", ZeRO's fp16 gradients): the loss tracks the fp32-gradient
+  // bf16 run without being identical (the gradients are really rounded), the gradient buffer is half the
+  // bytes (measured and predicted), nothing else changes, and the ZeRO stages on one rank agree bit for bit
+  // (the owned gradient shard is the whole reduced buffer, in bf16 too).
+  void bf16GradientsTrack() {
+    QTemporaryDir tmp;
+    RunConfig c = textConfig(tmp.path());
+    c.training.steps = 20;
+    c.training.evalEvery = 0;
+    c.parallel.precision = Precision::Bf16;
+    QVERIFY(runTrain(c, tmp.path() + "/fp32grads").isOk());
+    c.parallel.gradPrecision = GradPrecision::Bf16;
+    QVERIFY(runTrain(c, tmp.path() + "/bf16grads").isOk());
+    const auto a = stepLosses(tmp.path() + "/fp32grads/metrics.jsonl");
+    const auto b = stepLosses(tmp.path() + "/bf16grads/metrics.jsonl");
+    QCOMPARE(b.size(), size_t(20));
+    double worst = 0;
+    for (const auto& [step, loss] : a) worst = std::max(worst, std::abs(b.at(step) - loss) / std::abs(loss));
+    QVERIFY2(worst < 0.01, qPrintable(QString("worst relative loss difference %1").arg(worst)));
+    QVERIFY2(worst > 0, "bf16 gradients gave exactly the fp32-gradient losses: nothing was rounded");
+    QVERIFY(b.at(20) < b.at(1) - 0.5);
+    auto figures = [&](const QString& run) {
+      std::map<std::string, double> f;
+      for (const auto& j : readLines(run + "/metrics.jsonl")) {
+        if (j["type"] == "run_start")
+          for (const char* k : {"parameters", "gradients", "optimizer"})
+            f[std::string("predicted ") + k] = j["predicted"]["ranks"][0]["memory_bytes"][k].get<double>();
+        if (j["type"] == "memory")
+          for (const char* k : {"parameters", "gradients", "optimizer"})
+            f[k] = std::max(f[k], j["ranks"][0]["peak"][k].get<double>());
+      }
+      return f;
+    };
+    const auto f32 = figures(tmp.path() + "/fp32grads"), f16 = figures(tmp.path() + "/bf16grads");
+    QCOMPARE(f16.at("gradients"), 0.5 * f32.at("gradients"));
+    QCOMPARE(f16.at("predicted gradients"), 0.5 * f32.at("predicted gradients"));
+    QCOMPARE(f16.at("parameters"), f32.at("parameters"));
+    QCOMPARE(f16.at("optimizer"), f32.at("optimizer"));
+    for (int zero : {2, 3}) {
+      c.parallel.zero = zero;
+      const QString dir = tmp.path() + QString("/zero%1").arg(zero);
+      QVERIFY(runTrain(c, dir).isOk());
+      const auto z = stepLosses(dir + "/metrics.jsonl");
+      for (const auto& [step, loss] : b)
+        QVERIFY2(z.at(step) == loss, qPrintable(QString("ZeRO-%1 step %2: %3 vs %4")
+                                                    .arg(zero)
+                                                    .arg(step)
+                                                    .arg(z.at(step), 0, 'g', 17)
+                                                    .arg(loss, 0, 'g', 17)));
+    }
+  }
+
   // On one rank the ZeRO stages keep the same numbers in different places (mixed precision: the whole
   // master, its only owned slice, a bf16 shard of the working parameters gathered per use), so every loss
   // must be bit-identical across them. A working copy not refreshed after a step, or gathered stale, would

@@ -17,7 +17,9 @@ namespace ms {
 
 // Element types on the wire. Not safetensors' DType (engine/runtime/safetensors.h): that one describes
 // stored tensors (BF16, F16) and lacks F64 and I64.
-enum class CommType { F32, F64, I32, I64, U8 };
+// BF16: bf16 values (the top half of an fp32's bits; gradients with "grad_precision": "bf16"); a reduction
+// adds each pair exactly in fp32 and rounds the sum to nearest even, as NCCL's bf16 reductions do.
+enum class CommType { F32, F64, I32, I64, U8, BF16 };
 enum class ReduceOp { Sum, Max, Min };
 
 size_t commTypeSize(CommType type);

@@ -45,12 +45,12 @@ class GptEmbedding final : public Layer {
                 BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     if (m_tp.size == 1) {
-      m_be.embeddingBackward(m_wte.grad(), m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C);
+      m_be.embeddingBackward(m_wte.grad(), m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C, m_Vl);
       return;
     }
     const int N = batch.B * m_T, v0 = m_tp.rank * m_Vl;
     m_be.embeddingRangeBackward(m_wte.grad(), dy, batch.tokens, v0, m_Vl, N, m_C);
-    m_be.embeddingBackward(nullptr, m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C);
+    m_be.embeddingBackward(nullptr, m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C, m_Vl);
   }
   void releaseSlot(int) override {}
 
@@ -165,7 +165,7 @@ class GptHead final : public Layer {
     const int rows = static_cast<int>(m_chunkOverride > 0 ? std::min<int64_t>(m_chunkOverride, N)
                                                           : headChunkRows(N, m_Vl));
     float* logits = m_ws->get(1, size_t(rows) * m_Vl, false);  // (rows, Vl)
-    float* dw = mode.training ? m_w.grad() : nullptr;
+    const GradOut dw = mode.training ? m_w.grad() : GradOut();
     const TensorIn w = m_w.gemm();  // the bf16 working copy in bf16 precision
     for (int r0 = 0; r0 < N; r0 += rows) {
       const int n = std::min(rows, N - r0);

@@ -20,7 +20,7 @@ struct BoundParam {
   int index = -1;
   TensorIn value() const { return store->weight(index); }
   TensorIn gemm() const { return store->weight(index); }
-  float* grad() const { return store->grad(index); }
+  GradOut grad() const { return store->gradOut(index); }  // fp32 or bf16 ("grad_precision")
   const Parameter& info() const { return store->params()[index]; }
 };
 // The store must hold the parameter (the ModelSpec and the layers are built from the same names; a miss is a

@@ -31,6 +31,12 @@ void TensorParallel::allReduce(float* x, size_t n) const {
   if (!s) throw CommFailure("tensor-parallel all-reduce: " + s.message());
 }
 
+void TensorParallel::allReduce(GradOut g, size_t n) const {
+  if (!comm || size == 1 || !g) return;
+  Status s = comm->allReduce(g.data, g.data, n, g.bf16 ? CommType::BF16 : CommType::F32, ReduceOp::Sum);
+  if (!s) throw CommFailure("tensor-parallel all-reduce of a gradient: " + s.message());
+}
+
 void TensorParallel::allGather(const float* send, float* recv, size_t n) const {
   Status s = comm->allGather(send, recv, n, CommType::F32);
   if (!s) throw CommFailure("tensor-parallel all-gather: " + s.message());

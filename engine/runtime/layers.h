@@ -59,6 +59,8 @@ struct TensorParallel {
   int rank = 0;
   // Sums x over the group in place (the g operator of the paper's figure 3 forward, f's backward).
   void allReduce(float* x, size_t n) const;
+  // Sums a parameter gradient over the group in place, in its precision (fp32 or bf16).
+  void allReduce(GradOut g, size_t n) const;
   void allReduceMax(float* x, size_t n) const;
   // recv (size, n) = every rank's send (n); recv (n) = the sum of block `rank` of send (size, n).
   void allGather(const float* send, float* recv, size_t n) const;

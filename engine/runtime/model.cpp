@@ -18,7 +18,9 @@ Model::Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs)
   m_shard.chunkIds = {0};
   m_shard.store.layers = all;
   m_shard.store.holdsEmbedding = true;
-  m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings, tracker);
+  m_shard.store.gradPrecision = config.parallel.gradPrecision;
+  m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings, tracker,
+                                              config.parallel.gradPrecision);
   build(config, mlpInputs);
 }
 
@@ -29,8 +31,9 @@ Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tr
       m_workspace(tracker),
       m_tracker(tracker),
       m_backend(tracker ? tracker->backend() : hostBackend()) {
+  m_shard.store.gradPrecision = config.parallel.gradPrecision;
   m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings,
-                                              shard.store, shard.dp, tracker);
+                                              m_shard.store, shard.dp, tracker);
   build(config, mlpInputs);
 }
 

@@ -5,6 +5,7 @@
 #include "runtime/mpi_communicator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -22,6 +23,8 @@ size_t commTypeSize(CommType type) {
       return 8;
     case CommType::U8:
       return 1;
+    case CommType::BF16:
+      return 2;
   }
   return 0;
 }
@@ -38,6 +41,8 @@ const char* toString(CommType type) {
       return "i64";
     case CommType::U8:
       return "u8";
+    case CommType::BF16:
+      return "bf16";
   }
   return "?";
 }
@@ -76,11 +81,59 @@ MPI_Datatype mpiType(CommType type) {
       return MPI_INT64_T;
     case CommType::U8:
       return MPI_UINT8_T;
+    case CommType::BF16:
+      return MPI_UINT16_T;  // the bits; reductions go through bf16Op
   }
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op mpiOp(ReduceOp op) {
+// bf16 reductions (MPI has no bf16 type): user-defined ops over MPI_UINT16_T that widen each pair exactly,
+// combine in fp32 and round to nearest even, as NCCL's bf16 sum does per step. Created on first use (after
+// MPI_Init) and kept for the process.
+float widenBf16(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t roundBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return uint16_t((u >> 16) | ((u & 0xffffu) ? 0x40u : 0u));
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+template <ReduceOp Op>
+void bf16Reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = widenBf16(a[i]), y = widenBf16(b[i]);
+    const float r = Op == ReduceOp::Sum ? x + y : Op == ReduceOp::Max ? std::max(x, y) : std::min(x, y);
+    b[i] = roundBf16(r);
+  }
+}
+template <ReduceOp Op>
+MPI_Op bf16Op() {
+  static const MPI_Op op = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&bf16Reduce<Op>, 1, &o);
+    return o;
+  }();
+  return op;
+}
+
+MPI_Op mpiOp(ReduceOp op, CommType type) {
+  if (type == CommType::BF16) {
+    switch (op) {
+      case ReduceOp::Sum:
+        return bf16Op<ReduceOp::Sum>();
+      case ReduceOp::Max:
+        return bf16Op<ReduceOp::Max>();
+      case ReduceOp::Min:
+        return bf16Op<ReduceOp::Min>();
+    }
+  }
   switch (op) {
     case ReduceOp::Sum:
       return MPI_SUM;
@@ -283,7 +336,7 @@ Status MpiCommunicator::allReduce(const void* send, void* recv, size_t count, Co
   const size_t es = commTypeSize(type);
   for (const Chunk& c : Chunks(count, m_maxCount)) {
     const void* s = send == recv ? MPI_IN_PLACE : at(send, c.offset, es);
-    const int rc = MPI_Allreduce(s, at(recv, c.offset, es), c.count, mpiType(type), mpiOp(op), m_comm);
+    const int rc = MPI_Allreduce(s, at(recv, c.offset, es), c.count, mpiType(type), mpiOp(op, type), m_comm);
     if (rc != MPI_SUCCESS) return fail("allReduce", rc);
   }
   return Status::ok();
@@ -294,7 +347,7 @@ Status MpiCommunicator::reduceScatter(const void* send, void* recv, size_t recvC
   MS_TRY(checkBlockCount("reduceScatter", recvCount));
   const void* s = send == recv ? MPI_IN_PLACE : send;
   const int rc =
-      MPI_Reduce_scatter_block(s, recv, static_cast<int>(recvCount), mpiType(type), mpiOp(op), m_comm);
+      MPI_Reduce_scatter_block(s, recv, static_cast<int>(recvCount), mpiType(type), mpiOp(op, type), m_comm);
   return rc == MPI_SUCCESS ? Status::ok() : fail("reduceScatter", rc);
 }
 
@@ -355,7 +408,7 @@ Expected<CommRequestPtr> MpiCommunicator::iallReduce(const void* send, void* rec
   for (const Chunk& c : Chunks(count, m_maxCount)) {
     const void* s = send == recv ? MPI_IN_PLACE : at(send, c.offset, es);
     MPI_Request r;
-    const int rc = MPI_Iallreduce(s, at(recv, c.offset, es), c.count, mpiType(type), mpiOp(op), m_comm, &r);
+    const int rc = MPI_Iallreduce(s, at(recv, c.offset, es), c.count, mpiType(type), mpiOp(op, type), m_comm, &r);
     if (rc != MPI_SUCCESS) return fail("iallReduce", rc);
     request->add(r);
   }
@@ -368,7 +421,7 @@ Expected<CommRequestPtr> MpiCommunicator::ireduceScatter(const void* send, void*
   const void* s = send == recv ? MPI_IN_PLACE : send;
   MPI_Request r;
   const int rc =
-      MPI_Ireduce_scatter_block(s, recv, static_cast<int>(recvCount), mpiType(type), mpiOp(op), m_comm, &r);
+      MPI_Ireduce_scatter_block(s, recv, static_cast<int>(recvCount), mpiType(type), mpiOp(op, type), m_comm, &r);
   if (rc != MPI_SUCCESS) return fail("ireduceScatter", rc);
   auto request = std::make_unique<MpiRequest>("ireduceScatter", m_label, m_rank, m_size, mpiType(type));
   request->add(r);

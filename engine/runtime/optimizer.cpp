@@ -50,7 +50,7 @@ void Optimizer::step(float lr, float gradScale) {
     const int u = static_cast<int>(ui);
     const size_t lo = m_params.ownedBegin(u), hi = lo + m_params.ownedSize(u);
     float* w0 = m_params.ownedValues(u);
-    const float* g0 = m_params.ownedGrads(u);
+    const TensorIn g0 = m_params.ownedGrads(u);
     for (int pi : units[ui].params) {
       const Parameter& p = m_params.params()[pi];
       const size_t pb = p.offset - units[ui].begin;
@@ -59,7 +59,7 @@ void Optimizer::step(float lr, float gradScale) {
       const size_t at = a - lo;
       OptimizerSegment seg;
       seg.params = w0 + at;
-      seg.grads = g0 + at;
+      seg.grads = g0.at(at);
       seg.m = m_m[ui].data() + at;
       seg.v = m_config.type == OptimizerType::AdamW ? m_v[ui].data() + at : nullptr;
       seg.n = b - a;

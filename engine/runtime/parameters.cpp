@@ -71,10 +71,12 @@ struct ParameterStore::UnitStorage {
   bool started = false;
 };
 
-ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied, MemoryTracker* tracker)
+ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied, MemoryTracker* tracker,
+                               GradPrecision gradPrecision)
     : m_tracker(tracker) {
   for (size_t i = 0; i < spec.layers.size(); ++i) m_layout.layers.push_back(static_cast<int>(i));
   m_layout.holdsEmbedding = true;
+  m_layout.gradPrecision = gradPrecision;
   build(spec, type, tied);
 }
 
@@ -150,10 +152,12 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   for (size_t i = 0; i < m_params.size(); ++i) m_index[m_params[i].spec.name] = static_cast<int>(i);
   m_total = plan.total;
   // What to keep where: plan/model_state.h, which the memory model predicts from. The moments are the
-  // Optimizer's; gradients are fp32 here.
+  // Optimizer's.
   const Precision precision =
       backend().gemmPrecision() == GemmPrecision::Bf16 ? Precision::Bf16 : Precision::Fp32;
-  m_state = modelStateLayout(precision, GradPrecision::Fp32, OptimizerConfig{}, L.zero);
+  if (L.gradPrecision == GradPrecision::Bf16 && precision != Precision::Bf16)
+    throw std::invalid_argument("ParameterStore: bf16 gradients need bf16 mixed precision");
+  m_state = modelStateLayout(precision, L.gradPrecision, OptimizerConfig{}, L.zero);
   // A buffer of n elements of `bytes` bytes each, in floats (bf16 pairs share a float; n is a multiple of
   // 16).
   auto floatsOf = [](size_t n, double bytes) { return bytes == 2.0 ? n / 2 : n; };
@@ -170,10 +174,11 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
     m_master =
         Buffer(m_state.shardOptimizer ? m_total / L.dp : m_total, MemoryCategory::Optimizer, m_tracker);
   if (!m_state.shardGradients) {
-    m_grads = Buffer(m_total, MemoryCategory::Gradients, m_tracker);
+    m_grads = Buffer(floatsOf(m_total, m_state.gradientBytes), MemoryCategory::Gradients, m_tracker);
   } else {
     for (size_t u = 0; u < m_units.size(); ++u)
-      m_storage[u]->shardGrads = Buffer(m_units[u].size / L.dp, MemoryCategory::Gradients, m_tracker);
+      m_storage[u]->shardGrads = Buffer(floatsOf(m_units[u].size / L.dp, m_state.gradientBytes),
+                                        MemoryCategory::Gradients, m_tracker);
   }
 }
 
@@ -240,9 +245,11 @@ float* ParameterStore::masterOwned(int u) {
   return m_master.data() + (m_state.shardOptimizer ? m_units[u].begin / m_layout.dp : m_units[u].begin);
 }
 
-float* ParameterStore::unitGradPtr(int u) {
-  if (m_layout.zero < 2) return m_grads.data() + m_units[u].begin;
-  return m_storage[u]->fullGrads.data();
+GradOut ParameterStore::unitGrad(int u) {
+  float* base = m_layout.zero < 2 ? m_grads.data() : m_storage[u]->fullGrads.data();
+  if (!base) return {};
+  const GradOut g = m_state.gradientBytes == 2.0 ? GradOut(reinterpret_cast<bfloat16*>(base)) : GradOut(base);
+  return m_layout.zero < 2 ? g.at(m_units[u].begin) : g;
 }
 
 TensorIn ParameterStore::weight(int i) const {
@@ -264,10 +271,13 @@ const float* ParameterStore::readValue(int i) const {
   return base ? base + (p.offset - m_units[p.unit].begin) : nullptr;
 }
 
-float* ParameterStore::grad(int i) {
+GradOut ParameterStore::gradOut(int i) {
   const Parameter& p = m_params[i];
-  float* base = unitGradPtr(p.unit);
-  return base ? base + (p.offset - m_units[p.unit].begin) : nullptr;
+  return unitGrad(p.unit).at(p.offset - m_units[p.unit].begin);
+}
+
+float* ParameterStore::grad(int i) {
+  return gradOut(i).f32();
 }
 
 float* ParameterStore::value(const std::string& name) {
@@ -284,13 +294,13 @@ float* ParameterStore::values() {
   return m_layout.zero < 3 && !m_state.mixed ? m_values.data() : nullptr;
 }
 float* ParameterStore::grads() {
-  return m_layout.zero < 2 ? m_grads.data() : nullptr;
+  return m_layout.zero < 2 && m_state.gradientBytes == 4.0 ? m_grads.data() : nullptr;
 }
 const float* ParameterStore::values() const {
   return m_layout.zero < 3 && !m_state.mixed ? m_values.data() : nullptr;
 }
 const float* ParameterStore::grads() const {
-  return m_layout.zero < 2 ? m_grads.data() : nullptr;
+  return m_layout.zero < 2 && m_state.gradientBytes == 4.0 ? m_grads.data() : nullptr;
 }
 
 void ParameterStore::zeroGrads() {
@@ -304,7 +314,9 @@ void ParameterStore::zeroGrads() {
 void ParameterStore::ensureGrads(int u) {
   if (m_layout.zero < 2) return;
   UnitStorage& s = *m_storage[u];
-  if (!s.fullGrads.data()) s.fullGrads = Buffer(m_units[u].size, MemoryCategory::Gradients, m_tracker);
+  if (!s.fullGrads.data())
+    s.fullGrads = Buffer(m_state.gradientBytes == 2.0 ? m_units[u].size / 2 : m_units[u].size,
+                         MemoryCategory::Gradients, m_tracker);
 }
 
 Status ParameterStore::gather(int u) {
@@ -344,20 +356,22 @@ Status ParameterStore::startSync(int u) {
   if (s.started) return Status::ok();
   s.started = true;
   ensureGrads(u);
+  // In elements of the gradient type (bf16 gradients reduce in bf16).
   const size_t n = m_units[u].size;
-  float* g = unitGradPtr(u);
+  void* g = unitGrad(u).data;
+  const CommType type = gradType();
   if (m_layout.zero < 2) {
     if (m_layout.dp == 1 || !m_dp) return Status::ok();
-    auto r = m_dp->iallReduce(g, g, n, CommType::F32, ReduceOp::Sum);
+    auto r = m_dp->iallReduce(g, g, n, type, ReduceOp::Sum);
     if (!r) return r.status();
     s.pending = std::move(*r);
     return Status::ok();
   }
   if (m_layout.dp == 1 || !m_dp) {
-    backend().copy(s.shardGrads.data(), g, n * sizeof(float));
+    backend().copy(s.shardGrads.data(), g, n * commTypeSize(type));
     return Status::ok();
   }
-  auto r = m_dp->ireduceScatter(g, s.shardGrads.data(), n / m_layout.dp, CommType::F32, ReduceOp::Sum);
+  auto r = m_dp->ireduceScatter(g, s.shardGrads.data(), n / m_layout.dp, type, ReduceOp::Sum);
   if (!r) return r.status();
   s.pending = std::move(*r);
   return Status::ok();
@@ -392,25 +406,28 @@ float* ParameterStore::ownedValues(int u) {
   return m_values.data() + m_units[u].begin + ownedBegin(u);
 }
 
-const float* ParameterStore::ownedGrads(int u) const {
-  if (m_layout.zero >= 2) return m_storage[u]->shardGrads.data();
-  return m_grads.data() + m_units[u].begin + ownedBegin(u);
+TensorIn ParameterStore::ownedGrads(int u) const {
+  const bool bf16 = m_state.gradientBytes == 2.0;
+  const float* base = m_layout.zero >= 2 ? m_storage[u]->shardGrads.data() : m_grads.data();
+  const size_t at = m_layout.zero >= 2 ? 0 : m_units[u].begin + ownedBegin(u);
+  if (bf16) return TensorIn(reinterpret_cast<const bfloat16*>(base) + at);
+  return TensorIn(base + at);
 }
 
 double ParameterStore::ownedGradSquares() const {
   if (m_layout.zero == 0 && m_layout.dpRank != 0) return 0.0;
-  std::vector<const float*> ptrs;
+  std::vector<TensorIn> ptrs;
   std::vector<size_t> sizes;
   for (size_t u = 0; u < m_units.size(); ++u) {
     const size_t lo = ownedBegin(static_cast<int>(u)), hi = lo + ownedSize(static_cast<int>(u));
-    const float* g = ownedGrads(static_cast<int>(u));
+    const TensorIn g = ownedGrads(static_cast<int>(u));
     for (int pi : m_units[u].params) {
       const Parameter& p = m_params[pi];
       if (!p.countInNorm) continue;
       const size_t a = std::max(lo, p.offset - m_units[u].begin);
       const size_t b = std::min(hi, p.offset - m_units[u].begin + p.numel);
       if (a < b) {
-        ptrs.push_back(g + (a - lo));
+        ptrs.push_back(g.at(a - lo));
         sizes.push_back(b - a);
       }
     }

@@ -22,7 +22,10 @@
 // owned slice of every unit from ZeRO 1 on (Rajbhandari et al. 2020, section 5.1; Megatron Core's distributed
 // optimizer). After the step, finishUpdate() rounds the updated master slice into the working parameters and
 // all-gathers them in bf16 (ZeRO 1-2); ZeRO-3 keeps a bf16 shard of the working parameters and gathers it per
-// use. Gradients are fp32 (Megatron's main gradients).
+// use. Gradients are fp32 (Megatron's main gradients) or, with "grad_precision": "bf16", bf16 (ZeRO's fp16
+// gradients): the ops accumulate into them rounding once per op, and the data-parallel reduction (all-reduce
+// or reduce-scatter), the tied embedding's sum and sequence parallelism's LayerNorm sums run in bf16, which
+// halves their traffic; the optimizer and the gradient norm widen them exactly as they read them.
 //
 // What always holds: initialisation of a parameter element depends only on (seed, parameter name, element
 // index in the FULL tensor), so any placement and sharding initialises the same model; layers read values and
@@ -78,6 +81,7 @@ struct StoreLayout {
   int tp = 1, tpRank = 0;
   int dp = 1, dpRank = 0;
   int zero = 0;
+  GradPrecision gradPrecision = GradPrecision::Fp32;  // bf16 needs the backend's Bf16 GEMM precision
   bool holdsEmbedding = false;  // (tied gpt) the embedding layer is held: this rank's wte is the original
 };
 
@@ -94,7 +98,8 @@ StorePlan planStore(const ModelSpec& spec, ModelType type, bool tied, const Stor
 class ParameterStore {
  public:
   // Everything on one rank, no sharding (single-process runs and tools).
-  ParameterStore(const ModelSpec& spec, ModelType type, bool tied, MemoryTracker* tracker);
+  ParameterStore(const ModelSpec& spec, ModelType type, bool tied, MemoryTracker* tracker,
+                 GradPrecision gradPrecision = GradPrecision::Fp32);
   // A rank's share. dpComm: the data-parallel group (needed for ZeRO >= 1; may be null when dp == 1).
   ParameterStore(const ModelSpec& spec, ModelType type, bool tied, const StoreLayout& layout,
                  Communicator* dpComm, MemoryTracker* tracker);
@@ -131,11 +136,18 @@ class ParameterStore {
   float* values();
   const float* values() const;
 
-  // Gradients (fp32), by parameter or flat (ZeRO < 2; nullptr otherwise); valid until freed.
+  // A parameter's gradient as the ops accumulate into it: fp32, or bf16 with "grad_precision": "bf16".
+  // Backend memory; under ZeRO >= 2 valid from ensureGrads() to the end of the step's sync.
+  GradOut gradOut(int param);
+  // The element type gradients travel in (F32 or BF16).
+  CommType gradType() const { return m_state.gradientBytes == 2.0 ? CommType::BF16 : CommType::F32; }
+  // fp32 gradients only (nullptr with bf16 gradients), by parameter or flat (ZeRO < 2; nullptr otherwise).
   float* grad(int param);
   float* grad(const std::string& name);
   float* grads();
   const float* grads() const;
+  // The flat gradients as kept (ZeRO < 2; nullptr otherwise): size() elements of gradType().
+  const void* gradBits() const { return m_layout.zero < 2 ? m_grads.data() : nullptr; }
 
   // ---- step life cycle ----
   // Zeroes the gradients (ZeRO >= 2: drops the full gradient buffers; they are created zeroed on first use).
@@ -161,7 +173,8 @@ class ParameterStore {
   // The owned slice of what the optimizer updates: the fp32 values (the shard under ZeRO-3), or in mixed
   // precision the fp32 master weights.
   float* ownedValues(int unit);
-  const float* ownedGrads(int unit) const;  // after finishSync: the owned slice of the synced gradients
+  // After finishSync: the owned slice of the synced gradients (fp32, or bf16).
+  TensorIn ownedGrads(int unit) const;
   // Sum of squares of the owned gradients of parameters counted in the norm (ZeRO 0: only DP rank 0 counts,
   // all replicas hold the same sums).
   double ownedGradSquares() const;
@@ -186,7 +199,7 @@ class ParameterStore {
   void build(const ModelSpec& spec, ModelType type, bool tied);
   float* unitValuePtr(int unit);
   const float* unitValuePtr(int unit) const;
-  float* unitGradPtr(int unit);
+  GradOut unitGrad(int unit);  // the unit's full gradients (null when not allocated)
   bfloat16* unitWorkPtr(
       int unit) const;           // mixed: the unit's bf16 working parameters (nullptr if not gathered)
   float* masterOwned(int unit);  // mixed: the owned slice of the unit's master weights
@@ -204,7 +217,7 @@ class ParameterStore {
   // The flat values (ZeRO < 3): fp32, or in mixed precision the bf16 working parameters (size() bf16 values
   // in a float buffer of size() / 2; size() is a multiple of 16, so every parameter starts 32-byte aligned).
   Buffer m_values;
-  Buffer m_grads;   // flat (ZeRO < 2)
+  Buffer m_grads;   // flat (ZeRO < 2); bf16 gradients two to a float, as the bf16 values
   Buffer m_master;  // mixed: fp32 master weights, flat over the owned slices (size() / dp from ZeRO 1 on)
   std::vector<std::unique_ptr<UnitStorage>> m_storage;
 };

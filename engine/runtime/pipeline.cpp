@@ -280,8 +280,8 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   if (m_groups.embedding && p.tiedUnit() >= 0) {
     const int wte = p.indexOf("wte.weight");
     p.ensureGrads(p.tiedUnit());
-    MS_TRY(m_groups.embedding->allReduce(p.grad(wte), p.grad(wte), p.params()[wte].numel, CommType::F32,
-                                         ReduceOp::Sum));
+    void* g = p.gradOut(wte).data;
+    MS_TRY(m_groups.embedding->allReduce(g, g, p.params()[wte].numel, p.gradType(), ReduceOp::Sum));
   }
   MS_TRY(p.finishSync());
   m_model.addSpan('G', -1, 0, -1, t0);

@@ -44,11 +44,6 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
           " positions does not split evenly over tp = " + std::to_string(c.parallel.tp) +
           " ranks; choose a sequence length (or image patches) divisible by tp, or turn it off");
   }
-  // Planned (plan/model_state.h) but not yet executed: the engine keeps and reduces fp32 gradients.
-  if (c.parallel.gradPrecision == GradPrecision::Bf16)
-    return Status::error(
-        "/parallel/grad_precision: the engine does not yet keep or reduce gradients in bf16 (the studio and "
-        "`plan` predict it); train with \"grad_precision\": \"fp32\"");
   if (c.parallel.tp > 1 && c.model.type == ModelType::Mlp)
     return Status::error("/parallel/tp: the mlp model has no tensor-parallel layers; use tp = 1");
   if (c.parallel.tp > 1 && c.model.type == ModelType::Gpt && c.model.vocab % c.parallel.tp != 0)

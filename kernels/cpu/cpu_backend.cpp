@@ -98,14 +98,19 @@ class CpuBackend final : public Backend {
                        g(weight, size_t(C) * OC, 1, "linearForward", "weight"),
                        pv(bias, size_t(OC), 0, "linearForward", "bias"), N, C, OC);
   }
-  void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+  void linearBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
                       TensorIn weight, int N, int C, int OC) override {
     checkBf16(weight, "linearBackward", "weight");
-    cpu::linearBackward(f(dinp), f(dweight), nullptr, g(f(dout), size_t(N) * OC, 0),
-                        dweight ? g(inp, size_t(N) * C, 1, "linearBackward", "input") : nullptr,
-                        dinp ? g(weight, size_t(C) * OC, 2, "linearBackward", "weight") : nullptr, N, C, OC);
+    const size_t nw = size_t(C) * OC;
+    float* dw = gw(dweight, nw, 0, "linearBackward", "weight gradient");
+    float* db = gw(dbias, size_t(OC), 1, "linearBackward", "bias gradient");
+    cpu::linearBackward(f(dinp), dw, nullptr, g(f(dout), size_t(N) * OC, 0),
+                        dw ? g(inp, size_t(N) * C, 1, "linearBackward", "input") : nullptr,
+                        dinp ? g(weight, nw, 2, "linearBackward", "weight") : nullptr, N, C, OC);
     // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
-    if (dbias) cpu::linearBackward(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
+    if (db) cpu::linearBackward(nullptr, nullptr, db, f(dout), nullptr, nullptr, N, C, OC);
+    gradDone(dweight, nw, 0, "linearBackward");
+    gradDone(dbias, size_t(OC), 1, "linearBackward");
   }
   void linearForwardT(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                       int OC) override {
@@ -113,27 +118,23 @@ class CpuBackend final : public Backend {
                         g(weight, size_t(OC) * C, 1, "linearForwardT", "weight"),
                         pv(bias, size_t(OC), 0, "linearForwardT", "bias"), N, C, OC);
   }
-  void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+  void linearBackwardT(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
                        TensorIn weight, int N, int C, int OC) override {
     checkBf16(weight, "linearBackwardT", "weight");
-    cpu::linearBackwardT(f(dinp), f(dweight), nullptr, g(f(dout), size_t(N) * OC, 0),
-                         dweight ? g(inp, size_t(N) * C, 1, "linearBackwardT", "input") : nullptr,
-                         dinp ? g(weight, size_t(OC) * C, 2, "linearBackwardT", "weight") : nullptr, N, C,
-                         OC);
+    const size_t nw = size_t(OC) * C;
+    float* dw = gw(dweight, nw, 0, "linearBackwardT", "weight gradient");
+    float* db = gw(dbias, size_t(OC), 1, "linearBackwardT", "bias gradient");
+    cpu::linearBackwardT(f(dinp), dw, nullptr, g(f(dout), size_t(N) * OC, 0),
+                         dw ? g(inp, size_t(N) * C, 1, "linearBackwardT", "input") : nullptr,
+                         dinp ? g(weight, nw, 2, "linearBackwardT", "weight") : nullptr, N, C, OC);
     // The bias gradient is a column sum, not a GEMM: fp32 dout in every precision.
-    if (dbias) cpu::linearBackwardT(nullptr, nullptr, f(dbias), f(dout), nullptr, nullptr, N, C, OC);
+    if (db) cpu::linearBackwardT(nullptr, nullptr, db, f(dout), nullptr, nullptr, N, C, OC);
+    gradDone(dweight, nw, 0, "linearBackwardT");
+    gradDone(dbias, size_t(OC), 1, "linearBackwardT");
   }
   void toBf16(bfloat16* dst, const float* src, size_t n) override {
     if (n == 0) return;
-    uint16_t* d = reinterpret_cast<uint16_t*>(h(dst, "toBf16"));
-    const float* s = f(src);
-#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
-    for (size_t i = 0; i < n; ++i) {
-      const float r = roundMantissa(s[i], 16);
-      uint32_t u;
-      std::memcpy(&u, &r, 4);
-      d[i] = uint16_t(u >> 16);
-    }
+    roundInto(reinterpret_cast<uint16_t*>(h(dst, "toBf16")), f(src), n);
   }
   void layerNormForward(float* out, float* mean, float* rstd, const float* inp, TensorIn weight,
                         TensorIn bias, int N, int C, float eps) override {
@@ -141,10 +142,14 @@ class CpuBackend final : public Backend {
                           pv(weight, size_t(C), 0, "layerNormForward", "weight"),
                           pv(bias, size_t(C), 1, "layerNormForward", "bias"), N, C, eps);
   }
-  void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void layerNormBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout, const float* inp,
                          TensorIn weight, const float* mean, const float* rstd, int N, int C) override {
-    cpu::layerNormBackward(f(dinp), f(dweight), f(dbias), f(dout), f(inp),
+    float* dw = gw(dweight, size_t(C), 0, "layerNormBackward", "weight gradient");
+    float* db = gw(dbias, size_t(C), 1, "layerNormBackward", "bias gradient");
+    cpu::layerNormBackward(f(dinp), dw, db, f(dout), f(inp),
                            pv(weight, size_t(C), 0, "layerNormBackward", "weight"), f(mean), f(rstd), N, C);
+    gradDone(dweight, size_t(C), 0, "layerNormBackward");
+    gradDone(dbias, size_t(C), 1, "layerNormBackward");
   }
   void geluForward(float* out, const float* inp, size_t n) override {
     cpu::geluForward(f(out), f(inp), n);
@@ -207,9 +212,14 @@ class CpuBackend final : public Backend {
     cpu::embeddingForward(f(out), tok, pv(wte, rows * size_t(C), 0, "embeddingForward", "wte"),
                           pv(wpe, size_t(T) * C, 1, "embeddingForward", "wpe"), B, T, C);
   }
-  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
-                         int C) override {
-    cpu::embeddingBackward(f(dwte), f(dwpe), f(dout), f(tokens), B, T, C);
+  void embeddingBackward(GradOut dwte, GradOut dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                         int C, int V) override {
+    const size_t nte = size_t(V) * C, npe = size_t(T) * C;
+    float* dte = gw(dwte, nte, 0, "embeddingBackward", "wte gradient");
+    float* dpe = gw(dwpe, npe, 1, "embeddingBackward", "wpe gradient");
+    cpu::embeddingBackward(dte, dpe, f(dout), f(tokens), B, T, C);
+    gradDone(dwte, nte, 0, "embeddingBackward");
+    gradDone(dwpe, npe, 1, "embeddingBackward");
   }
   void embeddingRangeForward(float* out, const int32_t* tokens, TensorIn wte, int vocabStart, int vocabCount,
                              int N, int C) override {
@@ -217,9 +227,12 @@ class CpuBackend final : public Backend {
                                pv(wte, size_t(vocabCount) * C, 0, "embeddingRangeForward", "wte"), vocabStart,
                                vocabCount, N, C);
   }
-  void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
+  void embeddingRangeBackward(GradOut dwte, const float* dout, const int32_t* tokens, int vocabStart,
                               int vocabCount, int N, int C) override {
-    cpu::embeddingRangeBackward(f(dwte), f(dout), f(tokens), vocabStart, vocabCount, N, C);
+    const size_t n = size_t(vocabCount) * C;
+    float* d = gw(dwte, n, 0, "embeddingRangeBackward", "wte gradient");
+    cpu::embeddingRangeBackward(d, f(dout), f(tokens), vocabStart, vocabCount, N, C);
+    gradDone(dwte, n, 0, "embeddingRangeBackward");
   }
   void addPositions(float* y, TensorIn wpe, int B, int T, int C) override {
     cpu::addPositions(f(y), pv(wpe, size_t(T) * C, 0, "addPositions", "wpe"), B, T, C);
@@ -255,9 +268,14 @@ class CpuBackend final : public Backend {
                        pv(pos, size_t(NP + (cls ? 1 : 0)) * C, 1, "tokensForward", "positions"), B, NP, C,
                        cls);
   }
-  void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
+  void tokensBackward(float* dx, GradOut dcls, GradOut dpos, const float* dout, int B, int NP, int C,
                       bool cls) override {
-    cpu::tokensBackward(f(dx), f(dcls), f(dpos), f(dout), B, NP, C, cls);
+    const size_t npos = size_t(NP + (cls ? 1 : 0)) * C;
+    float* dc = gw(dcls, size_t(C), 0, "tokensBackward", "cls token gradient");
+    float* dp = gw(dpos, npos, 1, "tokensBackward", "positions gradient");
+    cpu::tokensBackward(f(dx), dc, dp, f(dout), B, NP, C, cls);
+    gradDone(dcls, size_t(C), 0, "tokensBackward");
+    gradDone(dpos, npos, 1, "tokensBackward");
   }
   void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst) override {
     cpu::poolForward(f(out), f(inp), B, T, C, useFirst);
@@ -281,8 +299,8 @@ class CpuBackend final : public Backend {
     checkSegments(segments, count, "adamwUpdateSegments");
     for (size_t i = 0; i < count; ++i) {
       const OptimizerSegment& s = segments[i];
-      cpu::adamwUpdate(f(s.params), f(s.grads), f(s.m), f(s.v), s.n, lr, beta1, beta2, eps, s.weightDecay, t,
-                       gradScale);
+      cpu::adamwUpdate(f(s.params), gv(s.grads, s.n, "adamwUpdateSegments"), f(s.m), f(s.v), s.n, lr, beta1,
+                       beta2, eps, s.weightDecay, t, gradScale);
     }
   }
   void sgdUpdateSegments(const OptimizerSegment* segments, size_t count, float lr, float momentum,
@@ -290,13 +308,13 @@ class CpuBackend final : public Backend {
     checkSegments(segments, count, "sgdUpdateSegments");
     for (size_t i = 0; i < count; ++i) {
       const OptimizerSegment& s = segments[i];
-      cpu::sgdUpdate(f(s.params), f(s.grads), f(s.m), s.n, lr, momentum, s.weightDecay, nesterov, firstStep,
-                     gradScale);
+      cpu::sgdUpdate(f(s.params), gv(s.grads, s.n, "sgdUpdateSegments"), f(s.m), s.n, lr, momentum,
+                     s.weightDecay, nesterov, firstStep, gradScale);
     }
   }
-  double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) override {
+  double sumSquares(const TensorIn* ptrs, const size_t* sizes, size_t count) override {
     double s = 0;
-    for (size_t i = 0; i < count; ++i) s += cpu::sumSquares(f(ptrs[i]), sizes[i]);
+    for (size_t i = 0; i < count; ++i) s += cpu::sumSquares(gv(ptrs[i], sizes[i], "sumSquares"), sizes[i]);
     return s;
   }
 
@@ -328,7 +346,7 @@ class CpuBackend final : public Backend {
     for (size_t i = 0; i < count; ++i) {
       const OptimizerSegment& s = segments[i];
       h(s.params, what);
-      h(s.grads, what);
+      h(s.grads.data, what);
       h(s.m, what);
       h(s.v, what);
     }
@@ -378,6 +396,37 @@ class CpuBackend final : public Backend {
     return widen(in, n, m_params[slot], what);
   }
 
+  // A gradient an op accumulates into: an fp32 one as it is; a bf16 one (only in GemmPrecision::Bf16)
+  // widened exactly into gradient scratch `slot`, where the op accumulates in fp32 before gradDone() rounds
+  // the n elements back (each element rounded once per op; untouched ones come back unchanged).
+  float* gw(GradOut out, size_t n, int slot, const char* what, const char* operand) {
+    if (!out) return nullptr;
+    if (!out.bf16) return f(out.f32());
+    if (m_gemm != GemmPrecision::Bf16)
+      throw DeviceFailure(std::string(what) + ": a bf16 " + operand + " needs the bf16 GEMM precision (it is " +
+                          toString(m_gemm) + ")");
+    widen(TensorIn(out.b16()), n, m_grads[slot], what);
+    return m_grads[slot].data();
+  }
+  void gradDone(GradOut out, size_t n, int slot, const char* what) {
+    if (out.bf16) roundInto(reinterpret_cast<uint16_t*>(h(out.b16(), what)), m_grads[slot].data(), n);
+  }
+  // A gradient an op reads (the optimizer, the norm): fp32 as it is, bf16 widened exactly into scratch.
+  const float* gv(TensorIn in, size_t n, const char* what) {
+    if (!in.bf16) return f(in.f32());
+    return widen(in, n, m_grads[0], what);
+  }
+  // d (n bf16 bits) = s rounded to nearest even.
+  static void roundInto(uint16_t* d, const float* s, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
+    for (size_t i = 0; i < n; ++i) {
+      const float r = roundMantissa(s[i], 16);
+      uint32_t u;
+      std::memcpy(&u, &r, 4);
+      d[i] = uint16_t(u >> 16);
+    }
+  }
+
   // n elements of a bf16 TensorIn widened exactly (bf16 -> fp32 appends zero mantissa bits) into r.
   const float* widen(TensorIn in, size_t n, std::vector<float>& r, const char* what) {
     const uint16_t* p = reinterpret_cast<const uint16_t*>(h(in.b16(), what));
@@ -394,6 +443,7 @@ class CpuBackend final : public Backend {
   GemmPrecision m_gemm = GemmPrecision::Fp32;
   std::vector<float> m_rounded[3];
   std::vector<float> m_params[2];
+  std::vector<float> m_grads[2];  // bf16 gradients widened (gw, gv)
   DeviceInfo m_info;
   std::chrono::steady_clock::time_point m_epoch = std::chrono::steady_clock::now();
   std::vector<double> m_marks;

@@ -285,18 +285,28 @@ class CudaBackend final : public Backend {
     op("linearForward", cuda::linearForward, out, inp, weight, pv(bias, size_t(OC), 0, "linearForward"), N, C,
        OC);
   }
-  void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+  void linearBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
                       TensorIn weight, int N, int C, int OC) override {
-    op("linearBackward", cuda::linearBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    const size_t nw = size_t(C) * OC;
+    float* dw = gw(dweight, nw, 0, "linearBackward");
+    float* db = gw(dbias, size_t(OC), 1, "linearBackward");
+    op("linearBackward", cuda::linearBackward, dinp, dw, db, dout, inp, weight, N, C, OC);
+    gradDone(dweight, nw, 0, "linearBackward");
+    gradDone(dbias, size_t(OC), 1, "linearBackward");
   }
   void linearForwardT(float* out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int C,
                       int OC) override {
     op("linearForwardT", cuda::linearForwardT, out, inp, weight, pv(bias, size_t(OC), 0, "linearForwardT"), N,
        C, OC);
   }
-  void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+  void linearBackwardT(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
                        TensorIn weight, int N, int C, int OC) override {
-    op("linearBackwardT", cuda::linearBackwardT, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    const size_t nw = size_t(OC) * C;
+    float* dw = gw(dweight, nw, 0, "linearBackwardT");
+    float* db = gw(dbias, size_t(OC), 1, "linearBackwardT");
+    op("linearBackwardT", cuda::linearBackwardT, dinp, dw, db, dout, inp, weight, N, C, OC);
+    gradDone(dweight, nw, 0, "linearBackwardT");
+    gradDone(dbias, size_t(OC), 1, "linearBackwardT");
   }
   void toBf16(bfloat16* dst, const float* src, size_t n) override {
     op("toBf16", cuda::roundToBf16, reinterpret_cast<uint16_t*>(dst), src, n);
@@ -308,10 +318,14 @@ class CudaBackend final : public Backend {
     op("layerNormForward", cuda::layerNormForward, out, mean, rstd, inp,
        pv(weight, size_t(C), 0, "layerNormForward"), pv(bias, size_t(C), 1, "layerNormForward"), N, C, eps);
   }
-  void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void layerNormBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout, const float* inp,
                          TensorIn weight, const float* mean, const float* rstd, int N, int C) override {
-    op("layerNormBackward", cuda::layerNormBackward, dinp, dweight, dbias, dout, inp,
+    float* dw = gw(dweight, size_t(C), 0, "layerNormBackward");
+    float* db = gw(dbias, size_t(C), 1, "layerNormBackward");
+    op("layerNormBackward", cuda::layerNormBackward, dinp, dw, db, dout, inp,
        pv(weight, size_t(C), 0, "layerNormBackward"), mean, rstd, N, C);
+    gradDone(dweight, size_t(C), 0, "layerNormBackward");
+    gradDone(dbias, size_t(C), 1, "layerNormBackward");
   }
 
   // ---- pointwise ----------------------------------------------------------------------------------------
@@ -396,9 +410,14 @@ class CudaBackend final : public Backend {
     embeddingRangeForward(out, tokens, wte, 0, std::numeric_limits<int>::max(), B * T, C);
     addPositions(out, wpe, B, T, C);
   }
-  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
-                         int C) override {
-    op("embeddingBackward", cuda::embeddingBackward, dwte, dwpe, dout, tokens, B, T, C);
+  void embeddingBackward(GradOut dwte, GradOut dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                         int C, int V) override {
+    const size_t nte = size_t(V) * C, npe = size_t(T) * C;
+    float* dte = gw(dwte, nte, 0, "embeddingBackward");
+    float* dpe = gw(dwpe, npe, 1, "embeddingBackward");
+    op("embeddingBackward", cuda::embeddingBackward, dte, dpe, dout, tokens, B, T, C);
+    gradDone(dwte, nte, 0, "embeddingBackward");
+    gradDone(dwpe, npe, 1, "embeddingBackward");
   }
   void embeddingRangeForward(float* out, const int32_t* tokens, TensorIn wte, int vocabStart, int vocabCount,
                              int N, int C) override {
@@ -414,10 +433,12 @@ class CudaBackend final : public Backend {
              cuda::embeddingRangeForward),
          out, tokens, wte.f32(), vocabStart, vocabCount, N, C);
   }
-  void embeddingRangeBackward(float* dwte, const float* dout, const int32_t* tokens, int vocabStart,
+  void embeddingRangeBackward(GradOut dwte, const float* dout, const int32_t* tokens, int vocabStart,
                               int vocabCount, int N, int C) override {
-    op("embeddingRangeBackward", cuda::embeddingRangeBackward, dwte, dout, tokens, vocabStart, vocabCount, N,
-       C);
+    const size_t n = size_t(vocabCount) * C;
+    float* d = gw(dwte, n, 0, "embeddingRangeBackward");
+    op("embeddingRangeBackward", cuda::embeddingRangeBackward, d, dout, tokens, vocabStart, vocabCount, N, C);
+    gradDone(dwte, n, 0, "embeddingRangeBackward");
   }
   void addPositions(float* y, TensorIn wpe, int B, int T, int C) override {
     checkBf16(wpe, "addPositions");
@@ -463,9 +484,14 @@ class CudaBackend final : public Backend {
     op("tokensForward", cuda::tokensForward, out, x, pv(clsToken, size_t(C), 0, "tokensForward"),
        pv(pos, size_t(NP + (cls ? 1 : 0)) * C, 1, "tokensForward"), B, NP, C, cls);
   }
-  void tokensBackward(float* dx, float* dcls, float* dpos, const float* dout, int B, int NP, int C,
+  void tokensBackward(float* dx, GradOut dcls, GradOut dpos, const float* dout, int B, int NP, int C,
                       bool cls) override {
-    op("tokensBackward", cuda::tokensBackward, dx, dcls, dpos, dout, B, NP, C, cls);
+    const size_t npos = size_t(NP + (cls ? 1 : 0)) * C;
+    float* dc = gw(dcls, size_t(C), 0, "tokensBackward");
+    float* dp = gw(dpos, npos, 1, "tokensBackward");
+    op("tokensBackward", cuda::tokensBackward, dx, dc, dp, dout, B, NP, C, cls);
+    gradDone(dcls, size_t(C), 0, "tokensBackward");
+    gradDone(dpos, npos, 1, "tokensBackward");
   }
   void poolForward(float* out, const float* inp, int B, int T, int C, bool useFirst) override {
     op("poolForward", cuda::poolForward, out, inp, B, T, C, useFirst);
@@ -502,11 +528,17 @@ class CudaBackend final : public Backend {
     run("sgdUpdateSegments", cuda::sgdUpdateSegments(m_tableDevice, count, launch, lr, momentum, nesterov,
                                                      firstStep, gradScale, m_stream));
   }
-  double sumSquares(const float* const* ptrs, const size_t* sizes, size_t count) override {
+  double sumSquares(const TensorIn* ptrs, const size_t* sizes, size_t count) override {
     current();
     check(cudaMemsetAsync(m_sum, 0, sizeof(double), m_stream), "sumSquares: cudaMemsetAsync");
-    for (size_t i = 0; i < count; ++i)
-      run("sumSquares", cuda::sumSquaresAccumulate(m_sum, ptrs[i], sizes[i], m_stream));
+    for (size_t i = 0; i < count; ++i) {
+      checkBf16(ptrs[i], "sumSquares");
+      if (ptrs[i].bf16)
+        run("sumSquares", cuda::sumSquaresAccumulate(m_sum, reinterpret_cast<const uint16_t*>(ptrs[i].data),
+                                                     sizes[i], m_stream));
+      else
+        run("sumSquares", cuda::sumSquaresAccumulate(m_sum, ptrs[i].f32(), sizes[i], m_stream));
+    }
     double result = 0.0;
     run("sumSquares", cuda::copyToHost(&result, m_sum, sizeof result, m_stream));
     return result;
@@ -544,6 +576,29 @@ class CudaBackend final : public Backend {
   const float* pv(TensorIn in, size_t n, int slot, const char* what) {
     checkBf16(in, what);
     if (!in.bf16) return in.f32();
+    float* wide = scratch(slot, n);
+    run(what, cuda::widenBf16(wide, reinterpret_cast<const uint16_t*>(in.data), n, m_stream));
+    return wide;
+  }
+  // A gradient an op accumulates into: an fp32 one as it is; a bf16 one ("grad_precision": "bf16", only in
+  // GemmPrecision::Bf16) widened exactly into scratch slot 2 + slot, where the op accumulates in fp32 before
+  // gradDone() rounds it back (once per op, as a GEMM with a bf16 output and beta = 1). The scratch is the
+  // size of the largest gradient asked for, a transient the memory model does not count yet (a GEMM writing
+  // bf16 directly, cublasGemmEx with CUDA_R_16BF C, would need none).
+  float* gw(GradOut out, size_t n, int slot, const char* what) {
+    if (!out) return nullptr;
+    if (!out.bf16) return out.f32();
+    checkBf16(TensorIn(out.b16()), what);
+    float* wide = scratch(2 + slot, n);
+    run(what, cuda::widenBf16(wide, reinterpret_cast<const uint16_t*>(out.data), n, m_stream));
+    return wide;
+  }
+  void gradDone(GradOut out, size_t n, int slot, const char* what) {
+    if (!out.bf16) return;
+    run(what, cuda::roundToBf16(reinterpret_cast<uint16_t*>(out.data), m_paramScratch[2 + slot], n, m_stream));
+  }
+  // Device scratch `slot` of at least n floats (grown in stream order, never shrunk).
+  float* scratch(int slot, size_t n) {
     current();
     if (n > m_paramCapacity[slot]) {
       if (m_paramScratch[slot])
@@ -556,7 +611,6 @@ class CudaBackend final : public Backend {
       m_paramScratch[slot] = static_cast<float*>(p);
       m_paramCapacity[slot] = n;
     }
-    run(what, cuda::widenBf16(m_paramScratch[slot], reinterpret_cast<const uint16_t*>(in.data), n, m_stream));
     return m_paramScratch[slot];
   }
   // One op: the device made current, fn(args..., stream), a failure thrown.
@@ -597,7 +651,10 @@ class CudaBackend final : public Backend {
       cuda::OptimizerSegmentEntry& e = m_tableHost[i];
       e = cuda::OptimizerSegmentEntry{};
       e.params = segments[i].params;
-      e.grads = segments[i].grads;
+      if (segments[i].grads.bf16 && m_gemm != GemmPrecision::Bf16)
+        fail(what, "bf16 gradients need the bf16 GEMM precision");
+      e.grads = segments[i].grads.f32();
+      e.gradsBf16 = reinterpret_cast<const uint16_t*>(segments[i].grads.b16());
       e.m = segments[i].m;
       e.v = segments[i].v;
       e.n = segments[i].n;
@@ -631,8 +688,9 @@ class CudaBackend final : public Backend {
   cudaMemPool_t m_pool = nullptr;
   size_t m_maxPitch = 0;
   double* m_sum = nullptr;                        // sumSquares' device accumulator
-  float* m_paramScratch[2] = {nullptr, nullptr};  // pv()'s widened parameter vectors
-  size_t m_paramCapacity[2] = {0, 0};
+  // pv()'s widened parameter vectors (slots 0, 1) and gw()'s widened bf16 gradients (2, 3).
+  float* m_paramScratch[4] = {nullptr, nullptr, nullptr, nullptr};
+  size_t m_paramCapacity[4] = {0, 0, 0, 0};
   // The multi-tensor optimizer's segment table (stageSegments): m_tableCapacity entries in pinned host memory
   // and as many in device memory; m_tableCopied is recorded after each copy out of the pinned buffer.
   cuda::OptimizerSegmentEntry* m_tableHost = nullptr;

@@ -279,7 +279,8 @@ Status sgdUpdate(float* params, const float* grads, float* buf, size_t n, float 
 // the chunk; so every block has one segment and the grid covers every element once.
 struct OptimizerSegmentEntry {
   float* params = nullptr;
-  const float* grads = nullptr;
+  const float* grads = nullptr;         // fp32 gradients, or
+  const uint16_t* gradsBf16 = nullptr;  // bf16 ones ("grad_precision": "bf16"), widened exactly as read
   float* m = nullptr;  // AdamW first moment, or SGD momentum buffer (null when the momentum is 0)
   float* v = nullptr;  // AdamW second moment (unused by SGD)
   size_t n = 0;        // 0 is fine (no blocks)
@@ -309,6 +310,8 @@ Status sumSquares(double* result, const float* x, size_t n, cudaStream_t stream)
 // *result += sum of x^2 (the same reduction, accumulated): a norm over many buffers zeroes the double once,
 // accumulates each buffer, then copies one value back.
 Status sumSquaresAccumulate(double* result, const float* x, size_t n, cudaStream_t stream);
+// The same over bf16 values (bf16 gradients), widened exactly.
+Status sumSquaresAccumulate(double* result, const uint16_t* x, size_t n, cudaStream_t stream);
 
 }  // namespace ms::cuda
 

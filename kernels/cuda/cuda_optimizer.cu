@@ -51,39 +51,52 @@ __device__ size_t blockSegment(const OptimizerSegmentEntry* table, size_t count)
   return found;
 }
 
+// Element i of a segment's gradient: fp32, or bf16 widened exactly (its bits are the top half of the fp32).
+__device__ inline float segmentGrad(const OptimizerSegmentEntry& e, size_t i) {
+  return e.gradsBf16 ? __uint_as_float(uint32_t(e.gradsBf16[i]) << 16) : e.grads[i];
+}
+
 __global__ void adamwSegmentsKernel(const OptimizerSegmentEntry* table, size_t count, size_t chunk,
                                     optim::AdamwScalars s, float gradScale) {
   const OptimizerSegmentEntry& e = table[blockSegment(table, count)];
   float* params = e.params;
-  const float* grads = e.grads;
   float* m = e.m;
   float* v = e.v;
   s.decay = e.decay;
   const size_t begin = (size_t(blockIdx.x) - e.firstBlock) * chunk;
   const size_t end = begin + chunk < e.n ? begin + chunk : e.n;
   for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    optim::adamwElement(params[i], m[i], v[i], grads[i] * gradScale, s);
+    optim::adamwElement(params[i], m[i], v[i], segmentGrad(e, i) * gradScale, s);
 }
 
 __global__ void sgdSegmentsKernel(const OptimizerSegmentEntry* table, size_t count, size_t chunk, float lr,
                                   float momentum, bool nesterov, bool firstStep, float gradScale) {
   const OptimizerSegmentEntry& e = table[blockSegment(table, count)];
   float* params = e.params;
-  const float* grads = e.grads;
   float* buf = momentum != 0.0f ? e.m : nullptr;
   const float weightDecay = e.weightDecay;
   const size_t begin = (size_t(blockIdx.x) - e.firstBlock) * chunk;
   const size_t end = begin + chunk < e.n ? begin + chunk : e.n;
   for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    optim::sgdElement(params[i], buf ? buf + i : nullptr, grads[i] * gradScale, lr, momentum, weightDecay,
-                      nesterov, firstStep);
+    optim::sgdElement(params[i], buf ? buf + i : nullptr, segmentGrad(e, i) * gradScale, lr, momentum,
+                      weightDecay, nesterov, firstStep);
 }
 
-__global__ void sumSquaresKernel(double* result, const float* x, size_t n) {
+__device__ inline float widened(float x) {
+  return x;
+}
+__device__ inline float widened(uint16_t x) {
+  return __uint_as_float(uint32_t(x) << 16);
+}
+
+template <typename T>
+__global__ void sumSquaresKernel(double* result, const T* x, size_t n) {
   __shared__ double shared[detail::kWarpSize];
   double sum = 0.0;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    sum += double(x[i]) * double(x[i]);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const double xi = widened(x[i]);
+    sum += xi * xi;
+  }
   sum = detail::blockSum(sum, shared);
   if (threadIdx.x == 0) atomicAdd(result, sum);
 }
@@ -153,13 +166,23 @@ Status sumSquares(double* result, const float* x, size_t n, cudaStream_t stream)
   return sumSquaresAccumulate(result, x, n, stream);
 }
 
-Status sumSquaresAccumulate(double* result, const float* x, size_t n, cudaStream_t stream) {
+namespace {
+template <typename T>
+Status sumSquaresOf(double* result, const T* x, size_t n, cudaStream_t stream) {
   // result: one double on the device, added to; x (n)
   if (n == 0) return Status::ok();
   // Fewer blocks than the elementwise kernels: each block ends in one atomic, and 1024 blocks fill the GPU.
   const unsigned grid = detail::gridFor(n) < 1024u ? detail::gridFor(n) : 1024u;
-  sumSquaresKernel<<<grid, detail::kBlockSize, 0, stream>>>(result, x, n);
+  sumSquaresKernel<T><<<grid, detail::kBlockSize, 0, stream>>>(result, x, n);
   return checkLaunch("sumSquares");
+}
+}  // namespace
+
+Status sumSquaresAccumulate(double* result, const float* x, size_t n, cudaStream_t stream) {
+  return sumSquaresOf(result, x, n, stream);
+}
+Status sumSquaresAccumulate(double* result, const uint16_t* x, size_t n, cudaStream_t stream) {
+  return sumSquaresOf(result, x, n, stream);
 }
 
 }  // namespace ms::cuda

@@ -25,6 +25,8 @@ ncclDataType_t ncclType(CommType t) {
       return ncclInt64;
     case CommType::U8:
       return ncclUint8;
+    case CommType::BF16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }
