@@ -37,7 +37,8 @@ PLANS = [
     ("bf16 tp2 pp2", {"tp": 2, "pp": 2, "microbatches": 2, "precision": "bf16"}),
     # bf16 gradients ("grad_precision": "bf16"): 2 bytes per gradient element, the ZeRO paper's table.
     ("bf16 grads dp2 zero1", {"dp": 2, "zero": 1, "precision": "bf16", "grad_precision": "bf16"}),
-    ("bf16 grads dp2 zero2", {"dp": 2, "zero": 2, "precision": "bf16", "grad_precision": "bf16"}),
+    ("bf16 grads dp2 zero2 m4", {"dp": 2, "zero": 2, "microbatches": 4, "precision": "bf16",
+                                 "grad_precision": "bf16"}),
 ]
 
 

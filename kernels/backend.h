@@ -202,6 +202,9 @@ class Backend {
   virtual void tanhBackward(float* dinp, const float* dout, const float* out, size_t n) = 0;
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
   virtual void accumulate(float* y, const float* x, size_t n) = 0;
+  // Gradients: y += x elementwise, both fp32 or both bf16 (bf16: each sum exact in fp32, rounded once; only
+  // in GemmPrecision::Bf16). ZeRO-2/3 add a microbatch's reduced gradient shard to the step's.
+  virtual void accumulateGrad(GradOut y, TensorIn x, size_t n) = 0;
   virtual void scale(float* y, float s, size_t n) = 0;
   // x (rows, C): every row += row (C).
   virtual void addRows(float* x, TensorIn row, size_t rows, int C) = 0;

@@ -168,8 +168,11 @@ class TestMemoryModel : public QObject {
       QVERIFY(kBlockParams > kEmbeddingParams);
       const ms::OtherBytes other = ms::otherBreakdown(*plan, 0, true);
       QCOMPARE(other.zero3Gathered, zero == 3 ? kBlockParams * p : 0.0);
-      // One DDP bucket of 25 MiB at most.
-      QCOMPARE(other.dpBucket, std::min(25 * kMiB, n * g));
+      // Gradient buckets (runtime/parameters.h reduceGrads): none for ZeRO 0-1, which all-reduce the flat
+      // gradients in place; ZeRO >= 2 reduce-scatters each layer's gradients every microbatch, holding the
+      // full gradients of two layers at once (the two blocks), the tied wte's (summed once per step) and,
+      // with 2 microbatches accumulating, a block's shard of staging.
+      QCOMPARE(other.dpBucket, zero >= 2 ? (2 * kBlockParams + kV * kC + kBlockParams / 4) * g : 0.0);
     }
   }
 

@@ -195,7 +195,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                     base.parallel.precision, base.parallel.gradPrecision, base.optimizer, zero);
                 const double grads = st.params / tp * states.gradientBytes;
                 const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
-                double sync = ringAllReduceTime(grads, dp, dpLink);
+                // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
+                double sync = zero >= 2 ? M * ringReduceScatterTime(grads, dp, dpLink)
+                                        : ringAllReduceTime(grads, dp, dpLink);
                 // ZeRO-3 gathers the stage's parameters before every forward and backward.
                 if (zero == 3)
                   sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, dp, dpLink);

@@ -31,9 +31,11 @@
 // chunk's last layer's outputBytesPerSample * b (fp32 in both precisions: the engine's bf16 rounds GEMM
 // operands only; / tp with sequence parallelism, where the activation between stages is sequence-split).
 //
-// Gradient sync of chunk k over the DP group (once per step): bytes = params(k) / tp * gradient bytes per
-// element (plan/model_state.h: 4 for fp32 gradients, 2 for bf16 ones); ring all-reduce for ZeRO 0 and 1, ring
-// reduce-scatter for ZeRO 2 and 3. A tied LM head on another stage than the embedding adds an all-reduce of
+// Gradient sync of chunk k over the DP group: bytes = params(k) / tp * gradient bytes per element
+// (plan/model_state.h: 4 for fp32 gradients, 2 for bf16 ones); one ring all-reduce per step for ZeRO 0 and 1
+// (Megatron's), one ring reduce-scatter per microbatch for ZeRO 2 and 3 (DeepSpeed's: the full gradients are
+// freed after each; the engine's reduceGrads), all M of them in the chunk's GradSync action (pessimistic:
+// M - 1 of them overlap later microbatches' compute in the engine). A tied LM head on another stage than the embedding adds an all-reduce of
 // wte's gradient between those two stages to both chunks' syncs (Megatron's embedding group).
 //
 // Optimizer step of a stage: every state byte of its parameter shard read once, (parameter + gradient +
@@ -237,13 +239,25 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       headLayer >= 0 &&
       plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(headLayer)])] !=
           plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(embeddingLayer)])];
+  const bool tiedEmbedding =
+      plan.config.model.type == ModelType::Gpt && plan.config.model.tieEmbeddings && embeddingLayer >= 0;
+  const double wteLocal = double(plan.config.model.vocab) * plan.config.model.width / tp;
   for (int k = 0; k < K && modelled; ++k) {
     const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
     const int rank = replicaRank(plan, stage);
     const double bytes = params[static_cast<size_t>(k)] * state.gradientBytes;
     const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
+    // ZeRO >= 2 reduce-scatters every microbatch's gradients (runtime/parameters.h reduceGrads), all counted
+    // in the chunk's one GradSync: the traffic is right, its overlap with the later microbatches is not. A
+    // tied wte (its own unit in the engine) is reduce-scattered once per step, after its cross-stage sum.
+    const bool holdsTied =
+        tiedEmbedding && (k == chunkOf[static_cast<size_t>(embeddingLayer)] ||
+                          (tiedApart && k == chunkOf[static_cast<size_t>(headLayer)]));
+    const double tiedBytes = holdsTied ? wteLocal * state.gradientBytes : 0.0;
     m_gradSync[static_cast<size_t>(k)] =
-        p.zero <= 1 ? ringAllReduceTime(bytes, dp, link) : ringReduceScatterTime(bytes, dp, link);
+        p.zero <= 1 ? ringAllReduceTime(bytes, dp, link)
+                    : std::max(1, p.microbatches) * ringReduceScatterTime(bytes - tiedBytes, dp, link) +
+                          (holdsTied ? ringReduceScatterTime(tiedBytes, dp, link) : 0.0);
     if (tiedApart &&
         (k == chunkOf[static_cast<size_t>(headLayer)] || k == chunkOf[static_cast<size_t>(embeddingLayer)])) {
       const int a = plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(headLayer)])];

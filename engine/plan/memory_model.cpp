@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <vector>
 
 #include "plan/cost_model.h"
 #include "plan/model_state.h"
@@ -12,9 +14,6 @@ namespace ms {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-// PyTorch DistributedDataParallel's default bucket_cap_mb = 25: gradients are reduced in buckets of this
-// size.
-constexpr double kDpBucketBytes = 25 * kMiB;
 // The CUDA context, cuBLAS/NCCL handles and their workspaces on a GPU: a few hundred MiB in practice (PyTorch
 // reports 300-600 MiB on first CUDA use); 500 MiB is the allowance.
 constexpr double kCudaContextBytes = 500 * kMiB;
@@ -222,9 +221,33 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   }
   o.p2pBuffers = 2.0 * largest;
 
-  // One DP bucket (never more than the rank's gradients).
-  const double localParams = stageLocalParameterCount(plan, stage);
-  if (p.dp > 1) o.dpBucket = std::min(kDpBucketBytes, localParams * state.gradientBytes);
+  // Gradient buckets (runtime/parameters.h). ZeRO 0-1 all-reduce the rank's flat gradient buffer in place:
+  // none (PyTorch DDP's 25 MiB buckets exist because its gradients are separate tensors). ZeRO >= 2 reduce-
+  // scatter each layer's gradients once per microbatch (DeepSpeed's ZeRO-2 under accumulation): the full
+  // gradients of the layer being computed and of the one being reduced (the stage's two largest layer units;
+  // all of them under a split backward, whose input parts come before the weight parts), a shard of staging
+  // when microbatches accumulate, and a tied embedding's full gradients, summed once per step (across its
+  // two stages) and kept whole until then.
+  if (p.zero >= 2) {
+    const ModelConfig& m = plan.config.model;
+    const bool tied = m.type == ModelType::Gpt && m.tieEmbeddings;
+    const double wteLocal = tied ? double(m.vocab) / tp * m.width : 0.0;
+    std::vector<double> units;
+    bool holdsTied = false;
+    for (int l : plan.partition.layersOfStage(stage)) {
+      const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+      double n = double(layer.localParamCount(static_cast<int>(tp)));
+      if (tied && layer.kind == LayerKind::Embedding) n -= wteLocal;
+      if (tied && (layer.kind == LayerKind::Embedding || layer.kind == LayerKind::Head)) holdsTied = true;
+      units.push_back(n);
+    }
+    std::sort(units.begin(), units.end(), std::greater<double>());
+    double full = 0;
+    for (size_t i = 0; i < units.size() && (plan.schedule.splitBackward || i < 2); ++i) full += units[i];
+    if (holdsTied) full += wteLocal;
+    const double staging = p.microbatches > 1 && !units.empty() ? units.front() / std::max(1, p.dp) : 0.0;
+    o.dpBucket = (full + staging) * state.gradientBytes;
+  }
 
   // Backward workspace: the output gradient and the input gradient of the stage's largest layer output for
   // one microbatch; the stage with a gpt head also holds a chunk of its logits (below).

@@ -20,7 +20,8 @@
 // - Activations: slotActivationBytes(schedule, chunkBytes, splitBytes) (schedule.h: each chunk holds the
 //   buffers of the most microbatches it ever had in flight) with chunkActivationBytes() and
 //   chunkSplitBackwardBytes().
-// - Other: p2p buffers, the DP bucket, backward workspace, the CUDA context (see otherBreakdown()).
+// - Other: p2p buffers, ZeRO-2/3 gradient buckets, backward workspace, the ZeRO-3 gathered layer, the CUDA
+//   context (see otherBreakdown()).
 #pragma once
 
 #include <vector>
@@ -68,7 +69,7 @@ double recomputeWorkspaceBytes(const Plan& plan, int stage);
 // The parts of "other" for a stage (bytes), each explained where it is computed.
 struct OtherBytes {
   double p2pBuffers = 0;     // a send and a receive buffer of the stage's largest message
-  double dpBucket = 0;       // one gradient bucket for DP sync (PyTorch DDP's 25 MiB), 0 for dp == 1
+  double dpBucket = 0;       // ZeRO >= 2's gradient buckets (transient full gradients, staging); 0 for ZeRO 0-1
   double workspace = 0;      // backward gradient buffers of the largest layer, the gpt head's logits chunk
   double zero3Gathered = 0;  // ZeRO-3: the largest layer's working parameters, gathered whole
   double context = 0;        // the CUDA context and library handles on GPUs (500 MiB), 0 on CPUs

@@ -131,9 +131,17 @@ void Model::releaseParams(int layer) {
 }
 
 void Model::ensureGrads(int layer) {
-  m_params->ensureGrads(m_params->unitOfLayer(layer));
-  if ((layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0)
-    m_params->ensureGrads(m_params->tiedUnit());
+  Status s = m_params->ensureGrads(m_params->unitOfLayer(layer));
+  if (s && (layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0)
+    s = m_params->ensureGrads(m_params->tiedUnit());
+  if (!s) throw CommFailure("finishing the gradient reduction before " + m_spec.layers[layer].name + ": " +
+                            s.message());
+}
+
+void Model::reduceGrads(int layer) {
+  Status s = m_params->reduceGrads(m_params->unitOfLayer(layer));
+  if (!s)
+    throw CommFailure("reducing the gradients of " + m_spec.layers[layer].name + ": " + s.message());
 }
 
 void Model::startSync(int layer) {
@@ -191,9 +199,17 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
     }
     releaseParams(l);
     if (recomputes(l) && part != BackwardPart::Input) m_layers[l]->releaseSlot(slot);
-    if (finalUse && part != BackwardPart::Input) {
-      m_layers[l]->finalizeGrads();
-      startSync(l);
+    if (part != BackwardPart::Input) {
+      // The layer's gradients of this microbatch are complete: the step's last use syncs them; under
+      // ZeRO >= 2 every microbatch's are reduce-scattered at once (ParameterStore::reduceGrads), so
+      // sequence parallelism's LayerNorm sums come first each time.
+      if (finalUse) {
+        m_layers[l]->finalizeGrads();
+        startSync(l);
+      } else if (m_shard.store.zero >= 2) {
+        m_layers[l]->finalizeGrads();
+        reduceGrads(l);
+      }
     }
     addSpan(part == BackwardPart::Weight ? 'W' : 'B', l, microbatch, m_shard.chunkIds[c], m0);
   }

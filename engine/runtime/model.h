@@ -135,6 +135,7 @@ class Model {
   void ensureGrads(int layer);
   void startSync(int layer);
   bool recomputes(int layer) const;
+  void reduceGrads(int layer);  // ZeRO >= 2: this microbatch's gradients of the layer are complete
 
   RunConfig m_config;
   ModelSpec m_spec;

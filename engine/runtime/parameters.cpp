@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/random.h"
@@ -65,10 +66,12 @@ void insertShard(const float* local, float* full, const std::vector<int64_t>& sh
 struct ParameterStore::UnitStorage {
   Buffer fullValues;   // ZeRO-3, while gathered: fp32, or bf16 working parameters in mixed precision
   Buffer shardValues;  // ZeRO-3: the owned slice of the values (fp32), or of the bf16 working parameters
-  Buffer fullGrads;    // ZeRO >= 2, from the first backward of the step to the end of its sync
-  Buffer shardGrads;   // ZeRO >= 2: the owned slice of the reduced gradients
+  Buffer fullGrads;    // ZeRO >= 2: this microbatch's full gradients, from the unit's backward to their reduction
+  Buffer shardGrads;   // ZeRO >= 2: the owned slice of the reduced gradients (the step's sum)
+  Buffer staging;      // ZeRO >= 2: a later microbatch's reduced shard, added to shardGrads when it lands
   CommRequestPtr pending;
   bool started = false;
+  bool reduced = false;  // ZeRO >= 2: shardGrads holds this step's sum so far (else it is to be written)
 };
 
 ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied, MemoryTracker* tracker,
@@ -308,15 +311,67 @@ void ParameterStore::zeroGrads() {
     m_grads.zero();
     return;
   }
-  for (auto& s : m_storage) s->fullGrads = Buffer();
+  for (auto& s : m_storage) {
+    s->fullGrads = Buffer();
+    s->staging = Buffer();
+    s->reduced = false;
+  }
 }
 
-void ParameterStore::ensureGrads(int u) {
-  if (m_layout.zero < 2) return;
+Status ParameterStore::ensureGrads(int u) {
+  if (m_layout.zero < 2) return Status::ok();
+  if (m_pendingUnit == u) MS_TRY(finishPending());
   UnitStorage& s = *m_storage[u];
   if (!s.fullGrads.data())
     s.fullGrads = Buffer(m_state.gradientBytes == 2.0 ? m_units[u].size / 2 : m_units[u].size,
-                         MemoryCategory::Gradients, m_tracker);
+                         MemoryCategory::Communication, m_tracker);
+  return Status::ok();
+}
+
+Status ParameterStore::finishPending() {
+  if (m_pendingUnit < 0) return Status::ok();
+  const int u = std::exchange(m_pendingUnit, -1);
+  UnitStorage& s = *m_storage[u];
+  Status st = s.pending ? s.pending->wait() : Status::ok();
+  s.pending.reset();
+  if (st && s.staging.data()) {
+    const size_t n = m_units[u].size / m_layout.dp;
+    if (m_state.gradientBytes == 2.0)
+      backend().accumulateGrad(reinterpret_cast<bfloat16*>(s.shardGrads.data()),
+                               reinterpret_cast<const bfloat16*>(s.staging.data()), n);
+    else
+      backend().accumulateGrad(s.shardGrads.data(), s.staging.data(), n);
+  }
+  s.staging = Buffer();
+  s.fullGrads = Buffer();
+  s.reduced = true;
+  return st;
+}
+
+Status ParameterStore::reduceGrads(int u) {
+  if (m_layout.zero < 2) return Status::ok();
+  MS_TRY(finishPending());
+  UnitStorage& s = *m_storage[u];
+  if (!s.fullGrads.data()) return Status::ok();  // nothing since its last reduction
+  const size_t n = m_units[u].size, shard = n / m_layout.dp;
+  const CommType type = gradType();
+  // The first reduction of the step lands in the shard itself (so one microbatch is exactly the plain
+  // reduce-scatter); later ones in staging, added when they land.
+  float* recv = s.shardGrads.data();
+  if (s.reduced) {
+    s.staging = Buffer(m_state.gradientBytes == 2.0 ? shard / 2 : shard, MemoryCategory::Communication,
+                       m_tracker);
+    recv = s.staging.data();
+  }
+  if (m_layout.dp == 1 || !m_dp) {
+    backend().copy(recv, s.fullGrads.data(), n * commTypeSize(type));
+  } else {
+    auto r = m_dp->ireduceScatter(s.fullGrads.data(), recv, shard, type, ReduceOp::Sum);
+    if (!r) return r.status();
+    s.pending = std::move(*r);
+  }
+  m_pendingUnit = u;
+  return Status::ok();
 }
 
 Status ParameterStore::gather(int u) {
@@ -326,7 +381,9 @@ Status ParameterStore::gather(int u) {
   // In floats: bf16 working parameters move as pairs of bf16 (a shard is a multiple of 16 elements).
   const size_t unitFloats = m_state.mixed ? m_units[u].size / 2 : m_units[u].size;
   const size_t shard = unitFloats / m_layout.dp;
-  s.fullValues = Buffer(unitFloats, MemoryCategory::Parameters, m_tracker);
+  // The gathered layer is a transient communication buffer (the memory model's zero3Gathered, under
+  // "other"); the parameters are the shard.
+  s.fullValues = Buffer(unitFloats, MemoryCategory::Communication, m_tracker);
   if (m_layout.dp == 1 || !m_dp) {
     backend().copy(s.fullValues.data(), s.shardValues.data(), shard * sizeof(float));
     return Status::ok();
@@ -355,23 +412,16 @@ Status ParameterStore::startSync(int u) {
   UnitStorage& s = *m_storage[u];
   if (s.started) return Status::ok();
   s.started = true;
-  ensureGrads(u);
+  if (m_layout.zero >= 2) {
+    // The last microbatch's reduction; a unit that got no gradient this step has a zero shard.
+    if (!s.fullGrads.data() && !s.reduced && m_pendingUnit != u) MS_TRY(ensureGrads(u));
+    return reduceGrads(u);
+  }
   // In elements of the gradient type (bf16 gradients reduce in bf16).
   const size_t n = m_units[u].size;
   void* g = unitGrad(u).data;
-  const CommType type = gradType();
-  if (m_layout.zero < 2) {
-    if (m_layout.dp == 1 || !m_dp) return Status::ok();
-    auto r = m_dp->iallReduce(g, g, n, type, ReduceOp::Sum);
-    if (!r) return r.status();
-    s.pending = std::move(*r);
-    return Status::ok();
-  }
-  if (m_layout.dp == 1 || !m_dp) {
-    backend().copy(s.shardGrads.data(), g, n * commTypeSize(type));
-    return Status::ok();
-  }
-  auto r = m_dp->ireduceScatter(g, s.shardGrads.data(), n / m_layout.dp, type, ReduceOp::Sum);
+  if (m_layout.dp == 1 || !m_dp) return Status::ok();
+  auto r = m_dp->iallReduce(g, g, n, gradType(), ReduceOp::Sum);
   if (!r) return r.status();
   s.pending = std::move(*r);
   return Status::ok();
@@ -389,13 +439,15 @@ Status ParameterStore::finishSync() {
       Status st = startSync(static_cast<int>(u));
       if (!st && first) first = st;
     }
-    if (s.pending) {
+    if (m_layout.zero >= 2) {
+      Status st = finishPending();
+      if (!st && first) first = st;
+    } else if (s.pending) {
       Status st = s.pending->wait();
       if (!st && first) first = st;
       s.pending.reset();
     }
     s.started = false;
-    if (m_layout.zero >= 2) s.fullGrads = Buffer();
   }
   return first;
 }

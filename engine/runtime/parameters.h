@@ -152,8 +152,16 @@ class ParameterStore {
   // ---- step life cycle ----
   // Zeroes the gradients (ZeRO >= 2: drops the full gradient buffers; they are created zeroed on first use).
   void zeroGrads();
-  // Makes the unit's full gradients exist (ZeRO >= 2 allocates them zeroed); called before a backward.
-  void ensureGrads(int unit);
+  // Makes the unit's full gradients exist (ZeRO >= 2 allocates them zeroed, after finishing the unit's
+  // reduction if one is in flight); called before a backward.
+  Status ensureGrads(int unit);
+  // ZeRO >= 2: the unit's gradients of a microbatch are complete (its backward, or weight part, is done and
+  // not the step's last: that one is startSync). Reduce-scatters them now and frees the full gradients once
+  // reduced, adding the shard to the step's (DeepSpeed's ZeRO-2 under gradient accumulation: a rank holds
+  // its gradient shard plus the full gradients of the layer being computed and of the one being reduced,
+  // not a whole gradient buffer). At most one reduction is in flight: the previous one is finished first.
+  // No-op for ZeRO 0-1 (their gradients are all-reduced once per step).
+  Status reduceGrads(int unit);
   // ZeRO-3: gathers the unit's full values from the DP group (blocking); no-op otherwise.
   Status gather(int unit);
   // ZeRO-3: frees the unit's full values; no-op otherwise.
@@ -161,8 +169,10 @@ class ParameterStore {
   bool gathered(int unit) const;
 
   // Gradient sync of one unit over the DP group, non-blocking: all-reduce (ZeRO 0, 1) or reduce-scatter into
-  // the owned gradient shard (ZeRO 2, 3). finishSync waits for all started syncs (and frees the full
-  // gradients under ZeRO >= 2).
+  // the owned gradient shard (ZeRO 2, 3: reduceGrads of the step's last microbatch). finishSync waits for all
+  // started syncs (and frees the full gradients under ZeRO >= 2). Under ZeRO >= 2 the full gradients and the
+  // reduction's staging are gradient BUCKETS (MemoryCategory::Communication; the memory model's dpBucket),
+  // the shard is the gradients.
   Status startSync(int unit);
   bool syncStarted(int unit) const;
   Status finishSync();
@@ -203,6 +213,7 @@ class ParameterStore {
   bfloat16* unitWorkPtr(
       int unit) const;           // mixed: the unit's bf16 working parameters (nullptr if not gathered)
   float* masterOwned(int unit);  // mixed: the owned slice of the unit's master weights
+  Status finishPending();        // ZeRO >= 2: waits for the reduction in flight, adds it in, frees its buffers
 
   StoreLayout m_layout;
   ModelStateLayout m_state;
@@ -220,6 +231,7 @@ class ParameterStore {
   Buffer m_grads;   // flat (ZeRO < 2); bf16 gradients two to a float, as the bf16 values
   Buffer m_master;  // mixed: fp32 master weights, flat over the owned slices (size() / dp from ZeRO 1 on)
   std::vector<std::unique_ptr<UnitStorage>> m_storage;
+  int m_pendingUnit = -1;  // ZeRO >= 2: the unit whose microbatch reduction is in flight
 };
 
 }  // namespace ms

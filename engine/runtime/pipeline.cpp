@@ -279,7 +279,7 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   // group), then synced over data parallelism like any unit.
   if (m_groups.embedding && p.tiedUnit() >= 0) {
     const int wte = p.indexOf("wte.weight");
-    p.ensureGrads(p.tiedUnit());
+    MS_TRY(p.ensureGrads(p.tiedUnit()));
     void* g = p.gradOut(wte).data;
     MS_TRY(m_groups.embedding->allReduce(g, g, p.params()[wte].numel, p.gradType(), ReduceOp::Sum));
   }

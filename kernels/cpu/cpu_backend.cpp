@@ -175,6 +175,13 @@ class CpuBackend final : public Backend {
   void accumulate(float* y, const float* x, size_t n) override {
     cpu::accumulate(f(y), f(x), n);
   }
+  void accumulateGrad(GradOut y, TensorIn x, size_t n) override {
+    if (y.bf16 != x.bf16) throw DeviceFailure("accumulateGrad: the two gradients differ in precision");
+    if (!y.bf16) return cpu::accumulate(f(y.f32()), f(x.f32()), n);
+    float* acc = gw(y, n, 0, "accumulateGrad", "gradient");
+    cpu::accumulate(acc, widen(x, n, m_grads[1], "accumulateGrad"), n);
+    gradDone(y, n, 0, "accumulateGrad");
+  }
   void scale(float* y, float s, size_t n) override {
     cpu::scale(f(y), s, n);
   }

@@ -353,6 +353,15 @@ class CudaBackend final : public Backend {
   void accumulate(float* y, const float* x, size_t n) override {
     op("accumulate", cuda::accumulate, y, x, n);
   }
+  void accumulateGrad(GradOut y, TensorIn x, size_t n) override {
+    if (y.bf16 != x.bf16) fail("accumulateGrad", "the two gradients differ in precision");
+    if (!y.bf16) return accumulate(y.f32(), x.f32(), n);
+    float* acc = gw(y, n, 0, "accumulateGrad");
+    float* wide = scratch(3, n);
+    run("accumulateGrad", cuda::widenBf16(wide, reinterpret_cast<const uint16_t*>(x.data), n, m_stream));
+    accumulate(acc, wide, n);
+    gradDone(y, n, 0, "accumulateGrad");
+  }
   void scale(float* y, float s, size_t n) override { op("scale", cuda::scale, y, s, n); }
   void addRows(float* x, TensorIn row, size_t rows, int C) override {
     op("addRows", cuda::addRows, x, pv(row, size_t(C), 0, "addRows"), rows, C);
