@@ -877,8 +877,9 @@ QString bf16GradientsHold(ms::Backend& be) {
   float* dLnw = s.up(lnw);
   be.layerNormForward(ln, mean, rstd, dInp, dLnw, dLnw, N, C, 1e-5f);
   // The gradients' sizes, in the order the ops below take them.
-  const size_t sizes[] = {size_t(C) * OC, size_t(OC), size_t(C) * OC, size_t(OC), size_t(C), size_t(C),
-                          size_t(V) * C,  size_t(T) * C, size_t(V - 5) * C, size_t(C), size_t(NP + 1) * C};
+  const size_t sizes[] = {size_t(C) * OC,    size_t(OC), size_t(C) * OC,    size_t(OC),
+                          size_t(C),         size_t(C),  size_t(V) * C,     size_t(T) * C,
+                          size_t(V - 5) * C, size_t(C),  size_t(NP + 1) * C};
   constexpr int kGrads = 11;
   // Initial gradients: random values already in bf16 (the first accumulation starts from them).
   std::vector<Vec> init(kGrads);
@@ -938,14 +939,14 @@ QString bf16GradientsHold(ms::Backend& be) {
     }
     // The norm and an AdamW step read the (bf16 or widened) initial gradients of gradient 6 (the table).
     ms::TensorIn read = half ? ms::TensorIn(reinterpret_cast<const ms::bfloat16*>(r.up([&] {
-                                 std::vector<uint16_t> bits(sizes[6]);
-                                 for (size_t i = 0; i < sizes[6]; ++i) {
-                                   uint32_t u;
-                                   std::memcpy(&u, &init[6][i], 4);
-                                   bits[i] = uint16_t(u >> 16);
-                                 }
-                                 return bits;
-                               }())))
+      std::vector<uint16_t> bits(sizes[6]);
+      for (size_t i = 0; i < sizes[6]; ++i) {
+        uint32_t u;
+        std::memcpy(&u, &init[6][i], 4);
+        bits[i] = uint16_t(u >> 16);
+      }
+      return bits;
+    }())))
                              : ms::TensorIn(r.up(init[6]));
     const size_t n = sizes[6];
     r.value("sumSquares", be.sumSquares(&read, &n, 1));

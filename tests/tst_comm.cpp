@@ -10,9 +10,9 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 #include <type_traits>
@@ -32,13 +32,18 @@ constexpr size_t kCounts[] = {0, 1, 7, 1000003};
 
 // What rank r contributes at element i: small integers, so sums are exact in f32 and fit u8 up to 8 ranks;
 // i64 adds 2^33 so the upper 32 bits travel too.
-int base(int rank, size_t i) { return static_cast<int>((i % 13 + 3 * size_t(rank)) % 29) + 1; }
+int base(int rank, size_t i) {
+  return static_cast<int>((i % 13 + 3 * size_t(rank)) % 29) + 1;
+}
 
 template <typename T>
 T value(int rank, size_t i) {
-  if constexpr (std::is_same_v<T, int64_t>) return (int64_t(1) << 33) + base(rank, i);
-  else if constexpr (std::is_same_v<T, double>) return base(rank, i) * 0.5;
-  else return static_cast<T>(base(rank, i));
+  if constexpr (std::is_same_v<T, int64_t>)
+    return (int64_t(1) << 33) + base(rank, i);
+  else if constexpr (std::is_same_v<T, double>)
+    return base(rank, i) * 0.5;
+  else
+    return static_cast<T>(base(rank, i));
 }
 
 template <typename T>
@@ -59,12 +64,23 @@ struct Tag {
 template <typename F>
 void withType(CommType type, F&& f) {
   switch (type) {
-    case CommType::F32: f(Tag<float>{}); break;
-    case CommType::F64: f(Tag<double>{}); break;
-    case CommType::I32: f(Tag<int32_t>{}); break;
-    case CommType::I64: f(Tag<int64_t>{}); break;
-    case CommType::U8: f(Tag<uint8_t>{}); break;
-    case CommType::BF16: break;  // its own test (bf16Reductions): no arithmetic type stands for it
+    case CommType::F32:
+      f(Tag<float>{});
+      break;
+    case CommType::F64:
+      f(Tag<double>{});
+      break;
+    case CommType::I32:
+      f(Tag<int32_t>{});
+      break;
+    case CommType::I64:
+      f(Tag<int64_t>{});
+      break;
+    case CommType::U8:
+      f(Tag<uint8_t>{});
+      break;
+    case CommType::BF16:
+      break;  // its own test (bf16Reductions): no arithmetic type stands for it
   }
 }
 
@@ -109,9 +125,9 @@ int worstRank(int failures) {
   return worst;
 }
 
-#define MS_AGREE(checks)                                                  \
-  do {                                                                    \
-    const int worst_ = worstRank((checks).failures());                    \
+#define MS_AGREE(checks)                                                                 \
+  do {                                                                                   \
+    const int worst_ = worstRank((checks).failures());                                   \
     QVERIFY2(worst_ == 0, qPrintable(QString::fromStdString((checks).summary(worst_)))); \
   } while (0)
 
@@ -267,8 +283,8 @@ class TestComm : public QObject {
     checks.ok(m_world.allReduce(send.data(), recv.data(), n + 2, CommType::BF16, ReduceOp::Sum), "allReduce");
     checks.expect(wide(recv[n]) == 1.0f + 1.0f / 128.0f,
                   "1 + 0.75 ulp rounds to 1 + 2^-7, got " + std::to_string(wide(recv[n])));
-    checks.expect(wide(recv[n + 1]) == 1.0f, "1 + 0.5 ulp ties to even (1), got " +
-                                                 std::to_string(wide(recv[n + 1])));
+    checks.expect(wide(recv[n + 1]) == 1.0f,
+                  "1 + 0.5 ulp ties to even (1), got " + std::to_string(wide(recv[n + 1])));
     // Non-blocking, in place.
     std::vector<uint16_t> inPlace(send);
     auto req = m_world.iallReduce(inPlace.data(), inPlace.data(), n, CommType::BF16, ReduceOp::Sum);
@@ -390,7 +406,8 @@ class TestComm : public QObject {
       if (request.isOk())
         while (!(*request)->ready()) std::this_thread::yield();
     }
-    for (size_t i = 0; i < count; ++i) checks.equal(sum, i, reduced<float>(ReduceOp::Sum, size(), i), "ready");
+    for (size_t i = 0; i < count; ++i)
+      checks.equal(sum, i, reduced<float>(ReduceOp::Sum, size(), i), "ready");
     std::fill(sum.begin(), sum.end(), 0.0f);
     {
       auto request = m_world.iallReduce(data.data(), sum.data(), count, CommType::F32, ReduceOp::Max);
@@ -433,7 +450,8 @@ class TestComm : public QObject {
       }
       for (size_t i = 0; i < count; ++i) {
         int32_t want = 0;
-        for (int r = 0; r < size(); ++r) want = std::max(want, value<int32_t>(r, i) * 1000 + int32_t(i % 1000));
+        for (int r = 0; r < size(); ++r)
+          want = std::max(want, value<int32_t>(r, i) * 1000 + int32_t(i % 1000));
         checks.equal(sum, i, want, "chunked allReduce");
         checks.equal(bc, i, value<int32_t>(0, i) * 1000 + int32_t(i % 1000), "chunked broadcast");
         checks.equal(in, i, value<int32_t>(prev, i) * 1000 + int32_t(i % 1000), "chunked isend/irecv");
@@ -466,7 +484,8 @@ class TestComm : public QObject {
       checks.ok(g.allReduce(&mine, &total, 1, CommType::I32, ReduceOp::Sum), "group allReduce");
       int32_t want = 0;
       for (int32_t r : members) want += r;
-      checks.expect(total == want, "group sum " + std::to_string(total) + ", expected " + std::to_string(want));
+      checks.expect(total == want,
+                    "group sum " + std::to_string(total) + ", expected " + std::to_string(want));
 
       std::vector<int32_t> gathered(g.size(), -1);
       checks.ok(g.allGather(&mine, gathered.data(), 1, CommType::I32), "group allGather");
@@ -515,8 +534,8 @@ class TestComm : public QObject {
     const std::string who = " on mpi communicator 'world' (rank " + std::to_string(rank()) + " of " +
                             std::to_string(size()) + ")";
     int32_t x[8] = {};
-    checks.error(m_world.broadcast(x, 1, CommType::I32, size()), "broadcast" + who + ": root " +
-                                                                     std::to_string(size()) + " is not a rank");
+    checks.error(m_world.broadcast(x, 1, CommType::I32, size()),
+                 "broadcast" + who + ": root " + std::to_string(size()) + " is not a rank");
     auto ib = m_world.ibroadcast(x, 1, CommType::I32, -1);
     checks.error(ib.status(), "ibroadcast" + who + ": root -1");
     checks.error(m_world.send(x, 1, CommType::I32, size(), 0), "send" + who + ": peer");

@@ -405,9 +405,10 @@ class TestEquivalence : public QObject {
       const auto want = norms(one->dir), got = norms(dir);
       QCOMPARE(got.size(), want.size());
       for (const auto& [step, n] : want)
-        QVERIFY2(std::abs(got.at(step) - n) <= 5e-3 * n,
-                 qPrintable(QString("step %1: gradient norm %2, one process %3").arg(step).arg(got.at(step))
-                                .arg(n)));
+        QVERIFY2(
+            std::abs(got.at(step) - n) <= 5e-3 * n,
+            qPrintable(
+                QString("step %1: gradient norm %2, one process %3").arg(step).arg(got.at(step)).arg(n)));
     }
     const auto memory = lastLine(dir + "/metrics.jsonl", "memory");
     const auto start = lastLine(dir + "/metrics.jsonl", "run_start");
@@ -461,7 +462,8 @@ class TestEquivalence : public QObject {
     // bf16 gradients: widened into scratch and rounded back by each op, reduce-scattered through the host
     // staging as 2-byte elements.
     QTest::newRow("gpt dp2 zero2 bf16 grads")
-        << "gpt" << R"({"dp": 2, "zero": 2, "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})";
+        << "gpt"
+        << R"({"dp": 2, "zero": 2, "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})";
   }
 
   void emulatedDeviceMatchesCpu() {

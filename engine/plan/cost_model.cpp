@@ -35,8 +35,9 @@
 // (plan/model_state.h: 4 for fp32 gradients, 2 for bf16 ones); one ring all-reduce per step for ZeRO 0 and 1
 // (Megatron's), one ring reduce-scatter per microbatch for ZeRO 2 and 3 (DeepSpeed's: the full gradients are
 // freed after each; the engine's reduceGrads), all M of them in the chunk's GradSync action (pessimistic:
-// M - 1 of them overlap later microbatches' compute in the engine). A tied LM head on another stage than the embedding adds an all-reduce of
-// wte's gradient between those two stages to both chunks' syncs (Megatron's embedding group).
+// M - 1 of them overlap later microbatches' compute in the engine). A tied LM head on another stage than the
+// embedding adds an all-reduce of wte's gradient between those two stages to both chunks' syncs (Megatron's
+// embedding group).
 //
 // Optimizer step of a stage: every state byte of its parameter shard read once, (parameter + gradient +
 // optimizer bytes per element, and in mixed precision the bf16 working copy written) * params / tp / (dp with
@@ -250,9 +251,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     // ZeRO >= 2 reduce-scatters every microbatch's gradients (runtime/parameters.h reduceGrads), all counted
     // in the chunk's one GradSync: the traffic is right, its overlap with the later microbatches is not. A
     // tied wte (its own unit in the engine) is reduce-scattered once per step, after its cross-stage sum.
-    const bool holdsTied =
-        tiedEmbedding && (k == chunkOf[static_cast<size_t>(embeddingLayer)] ||
-                          (tiedApart && k == chunkOf[static_cast<size_t>(headLayer)]));
+    const bool holdsTied = tiedEmbedding && (k == chunkOf[static_cast<size_t>(embeddingLayer)] ||
+                                             (tiedApart && k == chunkOf[static_cast<size_t>(headLayer)]));
     const double tiedBytes = holdsTied ? wteLocal * state.gradientBytes : 0.0;
     m_gradSync[static_cast<size_t>(k)] =
         p.zero <= 1 ? ringAllReduceTime(bytes, dp, link)

@@ -98,8 +98,7 @@ double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
   double largest = 0;
   for (int k : plan.partition.chunksOfStage(stage))
     for (int l : plan.partition.chunks[static_cast<size_t>(k)]) {
-      double n =
-          double(plan.model.layers[static_cast<size_t>(l)].localParamCount(tp));
+      double n = double(plan.model.layers[static_cast<size_t>(l)].localParamCount(tp));
       if (k == tied.headChunk && plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Head)
         n += tied.copyParams / tp;
       largest = std::max(largest, n);

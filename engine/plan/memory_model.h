@@ -68,9 +68,9 @@ double recomputeWorkspaceBytes(const Plan& plan, int stage);
 
 // The parts of "other" for a stage (bytes), each explained where it is computed.
 struct OtherBytes {
-  double p2pBuffers = 0;     // a send and a receive buffer of the stage's largest message
-  double dpBucket = 0;       // ZeRO >= 2's gradient buckets (transient full gradients, staging); 0 for ZeRO 0-1
-  double workspace = 0;      // backward gradient buffers of the largest layer, the gpt head's logits chunk
+  double p2pBuffers = 0;  // a send and a receive buffer of the stage's largest message
+  double dpBucket = 0;    // ZeRO >= 2's gradient buckets (transient full gradients, staging); 0 for ZeRO 0-1
+  double workspace = 0;   // backward gradient buffers of the largest layer, the gpt head's logits chunk
   double zero3Gathered = 0;  // ZeRO-3: the largest layer's working parameters, gathered whole
   double context = 0;        // the CUDA context and library handles on GPUs (500 MiB), 0 on CPUs
   double total() const { return p2pBuffers + dpBucket + workspace + zero3Gathered + context; }

@@ -134,14 +134,14 @@ void Model::ensureGrads(int layer) {
   Status s = m_params->ensureGrads(m_params->unitOfLayer(layer));
   if (s && (layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0)
     s = m_params->ensureGrads(m_params->tiedUnit());
-  if (!s) throw CommFailure("finishing the gradient reduction before " + m_spec.layers[layer].name + ": " +
-                            s.message());
+  if (!s)
+    throw CommFailure("finishing the gradient reduction before " + m_spec.layers[layer].name + ": " +
+                      s.message());
 }
 
 void Model::reduceGrads(int layer) {
   Status s = m_params->reduceGrads(m_params->unitOfLayer(layer));
-  if (!s)
-    throw CommFailure("reducing the gradients of " + m_spec.layers[layer].name + ": " + s.message());
+  if (!s) throw CommFailure("reducing the gradients of " + m_spec.layers[layer].name + ": " + s.message());
 }
 
 void Model::startSync(int layer) {

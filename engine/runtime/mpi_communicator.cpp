@@ -256,7 +256,7 @@ class MpiRequest final : public CommRequest {
       if (received != expected) {
         m_result =
             Status::error(describe(m_op, m_label, m_rank, m_size) + ": received " + std::to_string(received) +
-                           " elements, expected " + std::to_string(expected));
+                          " elements, expected " + std::to_string(expected));
         return;
       }
     }
@@ -408,7 +408,8 @@ Expected<CommRequestPtr> MpiCommunicator::iallReduce(const void* send, void* rec
   for (const Chunk& c : Chunks(count, m_maxCount)) {
     const void* s = send == recv ? MPI_IN_PLACE : at(send, c.offset, es);
     MPI_Request r;
-    const int rc = MPI_Iallreduce(s, at(recv, c.offset, es), c.count, mpiType(type), mpiOp(op, type), m_comm, &r);
+    const int rc =
+        MPI_Iallreduce(s, at(recv, c.offset, es), c.count, mpiType(type), mpiOp(op, type), m_comm, &r);
     if (rc != MPI_SUCCESS) return fail("iallReduce", rc);
     request->add(r);
   }
@@ -420,8 +421,8 @@ Expected<CommRequestPtr> MpiCommunicator::ireduceScatter(const void* send, void*
   MS_TRY(checkBlockCount("ireduceScatter", recvCount));
   const void* s = send == recv ? MPI_IN_PLACE : send;
   MPI_Request r;
-  const int rc =
-      MPI_Ireduce_scatter_block(s, recv, static_cast<int>(recvCount), mpiType(type), mpiOp(op, type), m_comm, &r);
+  const int rc = MPI_Ireduce_scatter_block(s, recv, static_cast<int>(recvCount), mpiType(type),
+                                           mpiOp(op, type), m_comm, &r);
   if (rc != MPI_SUCCESS) return fail("ireduceScatter", rc);
   auto request = std::make_unique<MpiRequest>("ireduceScatter", m_label, m_rank, m_size, mpiType(type));
   request->add(r);

@@ -66,9 +66,10 @@ void insertShard(const float* local, float* full, const std::vector<int64_t>& sh
 struct ParameterStore::UnitStorage {
   Buffer fullValues;   // ZeRO-3, while gathered: fp32, or bf16 working parameters in mixed precision
   Buffer shardValues;  // ZeRO-3: the owned slice of the values (fp32), or of the bf16 working parameters
-  Buffer fullGrads;    // ZeRO >= 2: this microbatch's full gradients, from the unit's backward to their reduction
-  Buffer shardGrads;   // ZeRO >= 2: the owned slice of the reduced gradients (the step's sum)
-  Buffer staging;      // ZeRO >= 2: a later microbatch's reduced shard, added to shardGrads when it lands
+  Buffer
+      fullGrads;  // ZeRO >= 2: this microbatch's full gradients, from the unit's backward to their reduction
+  Buffer shardGrads;  // ZeRO >= 2: the owned slice of the reduced gradients (the step's sum)
+  Buffer staging;     // ZeRO >= 2: a later microbatch's reduced shard, added to shardGrads when it lands
   CommRequestPtr pending;
   bool started = false;
   bool reduced = false;  // ZeRO >= 2: shardGrads holds this step's sum so far (else it is to be written)
@@ -359,8 +360,8 @@ Status ParameterStore::reduceGrads(int u) {
   // reduce-scatter); later ones in staging, added when they land.
   float* recv = s.shardGrads.data();
   if (s.reduced) {
-    s.staging = Buffer(m_state.gradientBytes == 2.0 ? shard / 2 : shard, MemoryCategory::Communication,
-                       m_tracker);
+    s.staging =
+        Buffer(m_state.gradientBytes == 2.0 ? shard / 2 : shard, MemoryCategory::Communication, m_tracker);
     recv = s.staging.data();
   }
   if (m_layout.dp == 1 || !m_dp) {

@@ -213,7 +213,7 @@ class ParameterStore {
   bfloat16* unitWorkPtr(
       int unit) const;           // mixed: the unit's bf16 working parameters (nullptr if not gathered)
   float* masterOwned(int unit);  // mixed: the owned slice of the unit's master weights
-  Status finishPending();        // ZeRO >= 2: waits for the reduction in flight, adds it in, frees its buffers
+  Status finishPending();  // ZeRO >= 2: waits for the reduction in flight, adds it in, frees its buffers
 
   StoreLayout m_layout;
   ModelStateLayout m_state;

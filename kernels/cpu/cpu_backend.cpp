@@ -151,30 +151,20 @@ class CpuBackend final : public Backend {
     gradDone(dweight, size_t(C), 0, "layerNormBackward");
     gradDone(dbias, size_t(C), 1, "layerNormBackward");
   }
-  void geluForward(float* out, const float* inp, size_t n) override {
-    cpu::geluForward(f(out), f(inp), n);
-  }
+  void geluForward(float* out, const float* inp, size_t n) override { cpu::geluForward(f(out), f(inp), n); }
   void geluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
     cpu::geluBackward(f(dinp), f(dout), f(inp), n);
   }
-  void reluForward(float* out, const float* inp, size_t n) override {
-    cpu::reluForward(f(out), f(inp), n);
-  }
+  void reluForward(float* out, const float* inp, size_t n) override { cpu::reluForward(f(out), f(inp), n); }
   void reluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
     cpu::reluBackward(f(dinp), f(dout), f(inp), n);
   }
-  void tanhForward(float* out, const float* inp, size_t n) override {
-    cpu::tanhForward(f(out), f(inp), n);
-  }
+  void tanhForward(float* out, const float* inp, size_t n) override { cpu::tanhForward(f(out), f(inp), n); }
   void tanhBackward(float* dinp, const float* dout, const float* out, size_t n) override {
     cpu::tanhBackward(f(dinp), f(dout), f(out), n);
   }
-  void add(float* out, const float* a, const float* b, size_t n) override {
-    cpu::add(f(out), f(a), f(b), n);
-  }
-  void accumulate(float* y, const float* x, size_t n) override {
-    cpu::accumulate(f(y), f(x), n);
-  }
+  void add(float* out, const float* a, const float* b, size_t n) override { cpu::add(f(out), f(a), f(b), n); }
+  void accumulate(float* y, const float* x, size_t n) override { cpu::accumulate(f(y), f(x), n); }
   void accumulateGrad(GradOut y, TensorIn x, size_t n) override {
     if (y.bf16 != x.bf16) throw DeviceFailure("accumulateGrad: the two gradients differ in precision");
     if (!y.bf16) return cpu::accumulate(f(y.f32()), f(x.f32()), n);
@@ -182,19 +172,13 @@ class CpuBackend final : public Backend {
     cpu::accumulate(acc, widen(x, n, m_grads[1], "accumulateGrad"), n);
     gradDone(y, n, 0, "accumulateGrad");
   }
-  void scale(float* y, float s, size_t n) override {
-    cpu::scale(f(y), s, n);
-  }
+  void scale(float* y, float s, size_t n) override { cpu::scale(f(y), s, n); }
   void addRows(float* x, TensorIn row, size_t rows, int C) override {
     cpu::addRows(f(x), pv(row, size_t(C), 0, "addRows", "row"), rows, C);
   }
 
-  size_t attentionSavedFloats(int B, int T, int, int H) const override {
-    return size_t(B) * H * T * T;
-  }
-  size_t attentionScratchFloats(int B, int T, int, int H) const override {
-    return size_t(B) * H * T * T;
-  }
+  size_t attentionSavedFloats(int B, int T, int, int H) const override { return size_t(B) * H * T * T; }
+  size_t attentionScratchFloats(int B, int T, int, int H) const override { return size_t(B) * H * T * T; }
   void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
                         bool causal) override {
     // q, k and v rounded; the probabilities multiply v unrounded (a GPU rounds them too).
@@ -252,9 +236,7 @@ class CpuBackend final : public Backend {
   void argmaxRows(int32_t* out, const float* x, int N, int V) override {
     cpu::argmaxRows(f(out), f(x), N, V);
   }
-  void rowMax(float* mx, const float* logits, int N, int V) override {
-    cpu::rowMax(f(mx), f(logits), N, V);
-  }
+  void rowMax(float* mx, const float* logits, int N, int V) override { cpu::rowMax(f(mx), f(logits), N, V); }
   void crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
                             const int32_t* targets, int vocabStart, int N, int V) override {
     cpu::crossEntropyPartials(f(sumExp), f(targetLogit), f(logits), f(mx), f(targets), vocabStart, N, V);
@@ -410,8 +392,8 @@ class CpuBackend final : public Backend {
     if (!out) return nullptr;
     if (!out.bf16) return f(out.f32());
     if (m_gemm != GemmPrecision::Bf16)
-      throw DeviceFailure(std::string(what) + ": a bf16 " + operand + " needs the bf16 GEMM precision (it is " +
-                          toString(m_gemm) + ")");
+      throw DeviceFailure(std::string(what) + ": a bf16 " + operand +
+                          " needs the bf16 GEMM precision (it is " + toString(m_gemm) + ")");
     widen(TensorIn(out.b16()), n, m_grads[slot], what);
     return m_grads[slot].data();
   }

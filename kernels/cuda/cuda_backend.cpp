@@ -604,7 +604,8 @@ class CudaBackend final : public Backend {
   }
   void gradDone(GradOut out, size_t n, int slot, const char* what) {
     if (!out.bf16) return;
-    run(what, cuda::roundToBf16(reinterpret_cast<uint16_t*>(out.data), m_paramScratch[2 + slot], n, m_stream));
+    run(what,
+        cuda::roundToBf16(reinterpret_cast<uint16_t*>(out.data), m_paramScratch[2 + slot], n, m_stream));
   }
   // Device scratch `slot` of at least n floats (grown in stream order, never shrunk).
   float* scratch(int slot, size_t n) {
@@ -696,7 +697,7 @@ class CudaBackend final : public Backend {
   cudaStream_t m_stream = nullptr;
   cudaMemPool_t m_pool = nullptr;
   size_t m_maxPitch = 0;
-  double* m_sum = nullptr;                        // sumSquares' device accumulator
+  double* m_sum = nullptr;  // sumSquares' device accumulator
   // pv()'s widened parameter vectors (slots 0, 1) and gw()'s widened bf16 gradients (2, 3).
   float* m_paramScratch[4] = {nullptr, nullptr, nullptr, nullptr};
   size_t m_paramCapacity[4] = {0, 0, 0, 0};
