@@ -28,6 +28,10 @@ PLANS = [
     ("pp2 1f1b m4", {"pp": 2, "microbatches": 4}),
     ("pp2 zb-h1 m4", {"pp": 2, "microbatches": 4, "schedule": "zb_h1"}),
     ("pp2 1f1b m4 recompute", {"pp": 2, "microbatches": 4, "recompute": "full"}),
+    # Selective recompute (the attention matrix re-made in backward) and Megatron's partial recompute.
+    ("pp2 1f1b m4 selective", {"pp": 2, "microbatches": 4, "recompute": "selective"}),
+    ("tp2 selective", {"tp": 2, "recompute": "selective"}),
+    ("pp2 1f1b m4 recompute 1 of 2", {"pp": 2, "microbatches": 4, "recompute": "full", "recompute_layers": 1}),
     # bf16 mixed precision (plan/model_state.h): bf16 working parameters, fp32 gradients, fp32 master
     # weights with the moments as optimizer state, sharded from ZeRO-1 on.
     ("bf16 1 rank", {"precision": "bf16"}),

@@ -1,10 +1,10 @@
 // The equivalence suite: plans over several ranks (data, tensor (with and without sequence parallelism) and
 // pipeline parallelism alone and combined up to 8 ranks; every schedule; ZeRO 0-3; uneven and interleaved
-// placements; gradient accumulation; activation recomputation; gpt and vit) must train exactly like one
-// process: every step's loss of 10 steps within 1e-5 relative, the same evaluation, and final parameters
-// equal to float rounding. The runs are real: mpirun starts the engine with the plan's rank count. Also: a
-// run resumed under a different plan continues with the uninterrupted run's losses, and every rank's spans
-// and memory reach the stream.
+// placements; gradient accumulation; activation recomputation, full, partial and selective; gpt and vit)
+// must train exactly like one process: every step's loss of 10 steps within 1e-5 relative, the same
+// evaluation, and final parameters equal to float rounding. The runs are real: mpirun starts the engine with
+// the plan's rank count. Also: a run resumed under a different plan continues with the uninterrupted run's
+// losses, and every rank's spans and memory reach the stream.
 #include <QtTest>
 
 #include <cmath>
@@ -64,6 +64,25 @@ QString modelStateMismatch(const nlohmann::json& start, const nlohmann::json& me
               .arg(m, 0, 'f', 0)
               .arg(when);
       }
+  }
+  return {};
+}
+
+// Empty when every rank's peak activations are the plan's prediction to 0.5%: every schedule (split
+// backwards, interleaved slots), TP with and without sequence parallelism, full, partial and selective
+// recompute, ZeRO, fp32 and bf16.
+QString activationMismatch(const nlohmann::json& start, const nlohmann::json& memory) {
+  std::map<int, double> predicted;
+  for (const auto& rank : start["predicted"]["ranks"])
+    predicted[rank["rank"].get<int>()] = rank["memory_bytes"]["activations"].get<double>();
+  for (const auto& rank : memory["ranks"]) {
+    const double measured = rank["peak"]["activations"].get<double>();
+    const double p = predicted.at(rank["rank"].get<int>());
+    if (!(std::abs(p - measured) <= 0.005 * measured))
+      return QString("rank %1: predicted activations %2, measured %3")
+          .arg(rank["rank"].get<int>())
+          .arg(p, 0, 'f', 0)
+          .arg(measured, 0, 'f', 0);
   }
   return {};
 }
@@ -213,6 +232,26 @@ class TestEquivalence : public QObject {
         << R"({"dp": 2, "pp": 2, "microbatches": 4, "schedule": "interleaved_1f1b", "virtual_chunks": 2,
               "zero": 1, "recompute": "full"})";
     // vit.
+    // Selective recompute (the attention matrix re-made in backward) and Megatron's partial full recompute
+    // (the first recompute_layers blocks of every chunk).
+    QTest::newRow("gpt pp2 selective") << "gpt"
+                                       << R"({"pp": 2, "microbatches": 4, "recompute": "selective"})";
+    QTest::newRow("gpt dp2 tp2 selective zero1")
+        << "gpt"
+        << R"({"dp": 2, "tp": 2, "recompute": "selective", "zero": 1})";
+    QTest::newRow("gpt tp2 pp2 sequence parallel zb-h1 selective")
+        << "gpt"
+        << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1", "sequence_parallel": true,
+              "recompute": "selective"})";
+    QTest::newRow("gpt pp2 recompute 1 of 2 blocks")
+        << "gpt"
+        << R"({"pp": 2, "microbatches": 4, "recompute": "full", "recompute_layers": 1})";
+    QTest::newRow("gpt tp2 pp2 zb-h1 recompute 1 of 2 blocks")
+        << "gpt"
+        << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1", "recompute": "full",
+              "recompute_layers": 1})";
+    QTest::newRow("vit pp2 selective") << "vit"
+                                       << R"({"pp": 2, "microbatches": 2, "recompute": "selective"})";
     QTest::newRow("vit dp2 tp2 zero2") << "vit"
                                        << R"({"dp": 2, "tp": 2, "zero": 2})";
     QTest::newRow("vit pp2 zb-h1") << "vit"
@@ -307,22 +346,9 @@ class TestEquivalence : public QObject {
     const QString states = modelStateMismatch(start, memory);
     QVERIFY2(states.isEmpty(), qPrintable(states));
 
-    // The plan's activation memory is the engine's, rank by rank, to rounding: every schedule (split
-    // backwards, interleaved slots), TP with and without sequence parallelism, recompute, ZeRO.
-    {
-      std::map<int, double> predicted;
-      for (const auto& rank : start["predicted"]["ranks"])
-        predicted[rank["rank"].get<int>()] = rank["memory_bytes"]["activations"].get<double>();
-      for (const auto& rank : memory["ranks"]) {
-        const double measured = rank["peak"]["activations"].get<double>();
-        const double p = predicted.at(rank["rank"].get<int>());
-        QVERIFY2(std::abs(p - measured) <= 0.005 * measured,
-                 qPrintable(QString("rank %1: predicted activations %2, measured %3")
-                                .arg(rank["rank"].get<int>())
-                                .arg(p, 0, 'f', 0)
-                                .arg(measured, 0, 'f', 0)));
-      }
-    }
+    // The plan's activation memory is the engine's, rank by rank, to rounding.
+    const QString activations = activationMismatch(start, memory);
+    QVERIFY2(activations.isEmpty(), qPrintable(activations));
   }
 
   // bf16 mixed precision over several ranks (runtime/parameters.h): bf16 working parameters on every replica,
@@ -365,6 +391,11 @@ class TestEquivalence : public QObject {
               "grad_precision": "bf16"})";
     QTest::newRow("gpt tp2 sequence parallel bf16 grads")
         << R"({"tp": 2, "sequence_parallel": true, "precision": "bf16", "grad_precision": "bf16"})";
+    QTest::newRow("gpt dp2 pp2 selective")
+        << R"({"dp": 2, "pp": 2, "microbatches": 2, "recompute": "selective", "precision": "bf16"})";
+    QTest::newRow("gpt tp2 pp2 recompute 1 of 2 blocks")
+        << R"({"tp": 2, "pp": 2, "microbatches": 2, "recompute": "full", "recompute_layers": 1,
+              "precision": "bf16"})";
   }
   void bf16MatchesOneProcess() {
     QFETCH(QString, parallel);
@@ -414,6 +445,8 @@ class TestEquivalence : public QObject {
     const auto start = lastLine(dir + "/metrics.jsonl", "run_start");
     const QString states = modelStateMismatch(start, memory);
     QVERIFY2(states.isEmpty(), qPrintable(states));
+    const QString activations = activationMismatch(start, memory);
+    QVERIFY2(activations.isEmpty(), qPrintable(activations));
     // ZeRO-1 and up shard the master weights with the moments: 12 bytes per element / dp against the fp32
     // one process's 8 (moments only, its values being what it updates).
     if (plan.value("zero", 0) >= 1 && plan.value("pp", 1) == 1) {
@@ -451,6 +484,8 @@ class TestEquivalence : public QObject {
         << "gpt"
         << R"({"pp": 2, "microbatches": 4, "schedule": "interleaved_1f1b", "virtual_chunks": 2,
               "recompute": "full"})";
+    QTest::newRow("gpt tp2 selective") << "gpt"
+                                       << R"({"tp": 2, "recompute": "selective"})";
     QTest::newRow("vit dp2 tp2 zero2") << "vit"
                                        << R"({"dp": 2, "tp": 2, "zero": 2})";
     // bf16: the working parameters are rounded from the master on the device, all-gathered (ZeRO-1) or
@@ -500,6 +535,43 @@ class TestEquivalence : public QObject {
                m2 = lastLine(emulated + "/metrics.jsonl", "memory");
     QCOMPARE(m2["ranks"][0]["current"]["parameters"], m1["ranks"][0]["current"]["parameters"]);
     QCOMPARE(m2["ranks"][0]["current"]["optimizer"], m1["ranks"][0]["current"]["optimizer"]);
+  }
+
+  // Recomputation re-makes what forward made, bit for bit (plan/recompute.h): one process recomputing
+  // selectively, fully or the first two blocks only trains with exactly the losses, evaluation and final
+  // parameters of the one process that keeps everything, and its activations are the predicted ones.
+  void recomputeTrainsBitForBit_data() {
+    QTest::addColumn<QString>("parallel");
+    QTest::newRow("selective") << R"({"recompute": "selective"})";
+    QTest::newRow("full") << R"({"recompute": "full"})";
+    QTest::newRow("full 2 of 4 blocks") << R"({"recompute": "full", "recompute_layers": 2})";
+  }
+  void recomputeTrainsBitForBit() {
+    QFETCH(QString, parallel);
+    const Reference* one = reference("gpt");
+    QVERIFY(one);
+    const QString name = QString("recompute-%1").arg(++m_runs);
+    const QString config =
+        writeCpuConfig(m_tmp.path(), name, body("gpt") + ", \"parallel\": " + parallel.toStdString(), 1);
+    const QString dir = m_tmp.path() + "/" + name;
+    ProcessResult r = runProcess(kEngine, {"train", config, "--run-dir", dir, "--quiet"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const auto l1 = metricLosses(one->dir + "/metrics.jsonl", "step");
+    const auto l2 = metricLosses(dir + "/metrics.jsonl", "step");
+    QCOMPARE(l2.size(), size_t(kSteps));
+    for (const auto& [step, loss] : l1) QCOMPARE(l2.at(step), loss);  // exactly
+    QCOMPARE(metricLosses(dir + "/metrics.jsonl", "eval"), metricLosses(one->dir + "/metrics.jsonl", "eval"));
+    QCOMPARE(worstRelativeL2(ms::checkpointDirName(one->dir.toStdString(), kSteps) + "/model.safetensors",
+                             ms::checkpointDirName(dir.toStdString(), kSteps) + "/model.safetensors"),
+             0.0);
+    const auto memory = lastLine(dir + "/metrics.jsonl", "memory");
+    const auto start = lastLine(dir + "/metrics.jsonl", "run_start");
+    const QString activations = activationMismatch(start, memory);
+    QVERIFY2(activations.isEmpty(), qPrintable(activations));
+    // And it keeps less than the run that keeps everything (one block's worth is re-made at a time, so a
+    // single recomputed block of one microbatch in flight would only break even).
+    QVERIFY(memory["ranks"][0]["peak"]["activations"].get<double>() <
+            one->memory["ranks"][0]["peak"]["activations"].get<double>());
   }
 
   // A checkpoint of one plan resumes under another and continues with the uninterrupted run's losses.

@@ -319,6 +319,109 @@ class TestMemoryModel : public QObject {
     QVERIFY(a < b / 4);
   }
 
+  // Megatron's partial recompute ("recompute_layers": N, --recompute-num-layers): the first N blocks of every
+  // chunk keep only their output, the others everything; more than a chunk's blocks is refused, naming the
+  // field, and the count needs "full".
+  void partialRecompute() {
+    const json parallel = {{"pp", 4}, {"microbatches", 8}, {"recompute", "full"}, {"recompute_layers", 1}};
+    MAKE_PLAN(partial, 6, (json{{"parallel", parallel}}));
+    const double mbs = 2;
+    // Stage 1 holds [block.1, block.2] and 3 microbatches in flight: block.1 keeps its output, block.2 its
+    // activations and output; one re-made block.1 is the transient.
+    const double kept = 3 * (kOutputBytes + kBlockActivationBytes + kOutputBytes) * mbs;
+    const double transient = kBlockActivationBytes * mbs;
+    const double a = ofStage(ms::estimateMemory(*partial), 1).activations;
+    QVERIFY2(near(a, kept + transient), qPrintable(QString("%1 vs %2").arg(a).arg(kept + transient)));
+    // As many as a chunk holds is "full" for that chunk.
+    json two = parallel;
+    two["recompute_layers"] = 2;
+    json all = parallel;
+    all["recompute_layers"] = 0;
+    MAKE_PLAN(twoPlan, 6, (json{{"parallel", two}}));
+    MAKE_PLAN(allPlan, 6, (json{{"parallel", all}}));
+    QVERIFY(near(ofStage(ms::estimateMemory(*twoPlan), 1).activations,
+                 ofStage(ms::estimateMemory(*allPlan), 1).activations));
+    // More blocks than any chunk holds.
+    json three = parallel;
+    three["recompute_layers"] = 3;
+    const ms::Expected<ms::Plan> tooMany = makePlan(6, json{{"parallel", three}});
+    QVERIFY(!tooMany.isOk());
+    QVERIFY2(tooMany.message().find("/parallel/recompute_layers") != std::string::npos,
+             tooMany.message().c_str());
+    // Without "full".
+    json doc = baseConfig(6);
+    doc["parallel"] = {{"recompute", "selective"}, {"recompute_layers", 1}};
+    ms::Expected<ms::RunConfig> selective = ms::parseRunConfig(doc);
+    QVERIFY(!selective.isOk());
+    QVERIFY2(selective.message().find("/parallel/recompute_layers") != std::string::npos &&
+                 selective.message().find("needs \"recompute\": \"full\"") != std::string::npos,
+             selective.message().c_str());
+  }
+
+  // Selective recompute (Korthikanti et al. 2022, section 5) drops each block's attention matrix and nothing
+  // else. Their Table 2 counts a layer's activations in fp16 with dropout as s b h (34 + 5 a s / h) bytes,
+  // s b h 34 with selective recompute: the difference, 5 a s^2 b, is the softmax output (2 a s^2 b), its
+  // dropout mask (a s^2 b) and dropout output (2 a s^2 b). Our engine has no attention dropout and keeps the
+  // probabilities in fp32 (in bf16 too), so selective saves 2 * 2 a s^2 b bytes per layer: the paper's
+  // softmax term at 4 bytes; under tensor parallelism / t, as the paper's 5 a s / (h t). Where attention is
+  // fused (a GPU, head size <= 128) no matrix is kept and selective keeps what none keeps. The re-made
+  // matrix and the output its re-run writes are backward workspace ("other").
+  void selectiveRecompute_data() {
+    QTest::addColumn<int>("tp");
+    QTest::addColumn<bool>("sequenceParallel");
+    QTest::newRow("tp1") << 1 << false;
+    QTest::newRow("tp2") << 2 << false;
+    QTest::newRow("tp2 sequence parallel") << 2 << true;
+    QTest::newRow("tp4 sequence parallel") << 4 << true;
+  }
+  void selectiveRecompute() {
+    QFETCH(int, tp);
+    QFETCH(bool, sequenceParallel);
+    auto cpuPlan = [&](const std::string& recompute) {
+      json doc = baseConfig(2);
+      doc["mesh"]["nodes"][0]["device"] = "cpu";
+      doc["parallel"] = {
+          {"microbatches", 2}, {"tp", tp}, {"sequence_parallel", sequenceParallel}, {"recompute", recompute}};
+      ms::Expected<ms::RunConfig> config = ms::parseRunConfig(doc);
+      if (!config) return ms::Expected<ms::Plan>(config.status());
+      return ms::buildPlan(*config);
+    };
+    const ms::Expected<ms::Plan> none = cpuPlan("none"), selective = cpuPlan("selective");
+    QVERIFY2(none.isOk() && selective.isOk(),
+             none.isOk() ? selective.message().c_str() : none.message().c_str());
+    const double mbs = 8, layers = 2;
+    const double s = kT, b = mbs, a = kH;
+    const double paperSoftmaxFp16 = 5 * a * s * s * b - (a * s * s * b + 2 * a * s * s * b);  // less dropout
+    const double saved = layers * 2 * paperSoftmaxFp16 / tp;                                  // fp32, / t
+    QCOMPARE(saved, layers * kH * kT * kT * 4 * mbs / tp);
+    const ms::MemoryBreakdown n = ms::estimateMemory(*none).front(),
+                              k = ms::estimateMemory(*selective).front();
+    QVERIFY2(near(n.activations - k.activations, saved),
+             qPrintable(QString("saved %1, expected %2").arg(n.activations - k.activations).arg(saved)));
+    // What a selective block keeps is the paper's 34 s b h structure as our engine keeps it: everything of
+    // kBlockActivationBytesCpu but the matrix (tp = 1, where nothing is replicated).
+    if (tp == 1) {
+      const double head = (kT * kC + 3 * kT) * 4 * mbs, outputs = 3 * kOutputBytes * mbs;
+      QVERIFY(
+          near(k.activations, layers * (kBlockActivationBytesCpu - a * s * s * 4) * mbs + head + outputs));
+    }
+    // The re-made matrix and attention output, one block, one microbatch, / tp, in the backward workspace.
+    const double workspace = (kH * kT * kT + kT * kC) * 4 * mbs / tp;
+    const double dw =
+        ms::otherBreakdown(*selective, 0, false).workspace - ms::otherBreakdown(*none, 0, false).workspace;
+    QVERIFY2(near(dw, workspace), qPrintable(QString("workspace +%1, expected %2").arg(dw).arg(workspace)));
+
+    // Fused attention on the test's H100s: nothing to drop.
+    json gpu = {{"parallel", {{"microbatches", 2}, {"tp", tp}, {"sequence_parallel", sequenceParallel}}}};
+    MAKE_PLAN(fusedNone, 2, gpu);
+    gpu["parallel"]["recompute"] = "selective";
+    MAKE_PLAN(fusedSelective, 2, gpu);
+    QVERIFY(ms::fusedAttention(*fusedSelective, 0));
+    QCOMPARE(ms::estimateMemory(*fusedSelective).front().activations,
+             ms::estimateMemory(*fusedNone).front().activations);
+    QCOMPARE(ms::estimateMemory(*fusedSelective).front().other, ms::estimateMemory(*fusedNone).front().other);
+  }
+
   // Tensor parallelism: with sequence parallelism a block's activations are split but for its two LayerNorm
   // outputs; without it a block keeps its LayerNorm outputs, the residual and the LayerNorm statistics whole
   // (Korthikanti et al. 2022, Table 2).

@@ -126,6 +126,33 @@ class TestSimulator : public QObject {
     QVERIFY(std::abs(bf.forwardTime(0) - forwardBf16) <= 1e-12 * forwardBf16);
     QVERIFY(std::abs(bf.backwardTime(0) - backwardBf16) <= 1e-12 * forwardBf16);
 
+    // Selective recompute (Korthikanti et al. 2022, section 5) repeats only the attention core's forward in
+    // B: 4 T^2 C FLOPs per sample and block, half that causal, with no TP communication. On a model whose
+    // head size (256) the H100's fused attention does not take; where attention is fused it repeats nothing.
+    const json wide = {{"width", 512}, {"heads", 2}};
+    MAKE_PLAN(plain, 2, 16, (json{{"model", wide}, {"parallel", {{"microbatches", 2}, {"tp", 2}}}}));
+    MAKE_PLAN(
+        selective, 2, 16,
+        (json{{"model", wide}, {"parallel", {{"microbatches", 2}, {"tp", 2}, {"recompute", "selective"}}}}));
+    const ms::CostModel p0(*plain), p1(*selective);
+    const double attention = 2 * 4.0 * 64 * 64 * 512 * 0.5 * mbs / (kH100Fp32 * 0.5) / 2;  // 2 blocks, tp 2
+    QVERIFY(std::abs(p1.backwardTime(0) - p0.backwardTime(0) - attention) <= 1e-9 * attention);
+    QCOMPARE(p1.forwardTime(0), p0.forwardTime(0));
+    MAKE_PLAN(fusedSelective, 2, 16, (json{{"parallel", {{"microbatches", 2}, {"recompute", "selective"}}}}));
+    QCOMPARE(ms::CostModel(*fusedSelective).backwardTime(0), cost.backwardTime(0));
+
+    // "recompute_layers": 1 re-runs the first block of each chunk: block.0 and block.2 of [embedding,
+    // block.0, block.1] [block.2, block.3, head].
+    MAKE_PLAN(partial, 4, 16,
+              (json{{"parallel",
+                     {{"microbatches", 2}, {"pp", 2}, {"recompute", "full"}, {"recompute_layers", 1}}}}));
+    const ms::CostModel pc(*partial, ms::Communication::Free);
+    const ms::LayerTimes& lt = pc.layerTimes();
+    QCOMPARE(partial->partition.chunks[0], (std::vector<int>{0, 1, 2}));
+    for (int l : {1, 3}) QCOMPARE(lt.backwardInput[l], 2 * lt.forward[l]);
+    for (int l : {2, 4}) QCOMPARE(lt.backwardInput[l], lt.forward[l]);
+    QCOMPARE(lt.backwardInput[0], lt.forward[0]);  // the embedding is never recomputed
+
     // ZB-H1 splits the backward: B and W one forward each.
     MAKE_PLAN(zb, 2, 16, (json{{"parallel", {{"microbatches", 2}, {"pp", 2}, {"schedule", "zb_h1"}}}}));
     const ms::CostModel z(*zb, ms::Communication::Free);

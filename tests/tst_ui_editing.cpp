@@ -257,6 +257,24 @@ class TestUiEditing : public QObject {
     doc.undoStack()->undo();
     QCOMPARE(doc.config(), *placed);
 
+    // Recompute: selective, and a count of fully recomputed blocks per chunk that needs "full" (the message
+    // names the field) and is dropped when recompute leaves "full".
+    auto* recompute = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/recompute"));
+    auto* recomputeLayers = qobject_cast<QSpinBox*>(inspector.editorFor("/parallel/recompute_layers"));
+    QVERIFY(recompute && recomputeLayers);
+    QVERIFY(recompute->findText("selective") >= 0);
+    recompute->setCurrentText("selective");
+    QCOMPARE(doc.config().parallel.recompute, ms::Recompute::Selective);
+    recomputeLayers->setValue(1);
+    QVERIFY2(inspector.messageFor("/parallel/recompute_layers").contains("needs \"recompute\": \"full\""),
+             qPrintable(inspector.messageFor("/parallel/recompute_layers")));
+    recompute->setCurrentText("full");
+    QCOMPARE(doc.config().parallel.recomputeLayers, 1);
+    QCOMPARE(inspector.messageFor("/parallel/recompute_layers"), QString());
+    recompute->setCurrentText("none");
+    QCOMPARE(doc.config().parallel.recomputeLayers, 0);
+    QCOMPARE(recomputeLayers->value(), 0);
+
     // Other kinds of editor: a combo box, the learning rate as text (a bad number is refused locally).
     auto* schedule = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/schedule"));
     schedule->setCurrentText("gpipe");

@@ -14,6 +14,7 @@
 #include "plan/model_state.h"
 #include "plan/partition.h"
 #include "plan/plan.h"
+#include "plan/recompute.h"
 #include "plan/simulator.h"
 
 namespace ms {
@@ -45,6 +46,12 @@ struct StageFigures {
   double blockBytes = 0;
   double largestLayerActivation = 0;
   int blocks = 0;
+  int blocksPerChunk = 0;  // the most transformer blocks any chunk holds ("recompute_layers" up to this)
+  // For recomputation (plan/recompute.h): the blocks' forward FLOPs, their attention cores' forward FLOPs
+  // (what selective repeats) and the attention matrices they keep (what selective drops), per sample.
+  double blockFlops = 0;
+  double attentionFlops = 0;
+  double matrixBytes = 0;
 };
 
 std::vector<double> layerFlops(const ModelSpec& spec) {
@@ -59,6 +66,7 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
   for (int s = 0; s < pp; ++s) {
     StageFigures f;
     for (int k : p.chunksOfStage(s)) {
+      worst.blocksPerChunk = std::max(worst.blocksPerChunk, blocksInChunk(spec, p.chunks[k]));
       for (int l : p.chunks[k]) {
         const LayerSpec& layer = spec.layers[l];
         f.flops += layer.forwardFlopsPerSample;
@@ -71,6 +79,11 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
         if (layer.kind == LayerKind::Block)
           f.largestLayerActivation = std::max(f.largestLayerActivation, kept);
         f.blocks += layer.kind == LayerKind::Block ? 1 : 0;
+        if (layer.kind == LayerKind::Block) {
+          f.blockFlops += layer.forwardFlopsPerSample;
+          f.attentionFlops += layer.attentionFlopsPerSample;
+          if (!fused) f.matrixBytes += double(layer.attentionMatrixBytesPerSample);
+        }
       }
     }
     worst.flops = std::max(worst.flops, f.flops);
@@ -79,6 +92,9 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
     worst.blockBytes = std::max(worst.blockBytes, f.blockBytes);
     worst.largestLayerActivation = std::max(worst.largestLayerActivation, f.largestLayerActivation);
     worst.blocks = std::max(worst.blocks, f.blocks);
+    worst.blockFlops = std::max(worst.blockFlops, f.blockFlops);
+    worst.attentionFlops = std::max(worst.attentionFlops, f.attentionFlops);
+    worst.matrixBytes = std::max(worst.matrixBytes, f.matrixBytes);
   }
   return worst;
 }
@@ -180,51 +196,62 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
             if (!figures.count(key)) figures[key] = stageFigures(spec, pp, V, base.parallel.precision, fused);
             const StageFigures& st = figures[key];
             for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
-              for (Recompute rc : {Recompute::None, Recompute::Full}) {
+              // Shared by every recompute choice: compute, TP communication, DP sync, model states.
+              const double tF = st.flops * mbs / (rate * tp);
+              // TP all-reduces (Megatron: two forward and two backward per block).
+              const double tpComm = tp > 1
+                                        ? 4.0 * st.blocks *
+                                              ringAllReduceTime(double(mbs) * positions * model.width * elem,
+                                                                tp, mesh->intraLink)
+                                        : 0.0;
+              const double tpCommPerBlock = st.blocks > 0 ? tpComm / (4.0 * st.blocks) : 0.0;
+              const ModelStateLayout states = modelStateLayout(
+                  base.parallel.precision, base.parallel.gradPrecision, base.optimizer, zero);
+              const double grads = st.params / tp * states.gradientBytes;
+              const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
+              // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
+              double sync = zero >= 2 ? M * ringReduceScatterTime(grads, dp, dpLink)
+                                      : ringAllReduceTime(grads, dp, dpLink);
+              // ZeRO-3 gathers the stage's parameters before every forward and backward.
+              if (zero == 3)
+                sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, dp, dpLink);
+              const double factor = pipelineFactor(schedule, pp, V, M);
+              // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
+              const double n = st.params / tp;
+              const ModelStateBytes perParam = modelStateBytes(states, dp);
+              const double stateBytes = n * (perParam.parameters + perParam.gradients + perParam.optimizer);
+              // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
+              // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
+              // statistics; the rest is split.
+              const double lnBytes = base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0;
+              const double T = positions, C = model.width;
+              const double replicated =
+                  tp == 1 ? 0.0
+                          : 2.0 * T * C * lnBytes +
+                                (base.parallel.sequenceParallel ? 0.0 : (T * C + 4.0 * T) * 4.0);
+              auto blockPart = [&](double kept) {
+                const double whole = std::min(kept, replicated * st.blocks);
+                return whole + (kept - whole) / tp;
+              };
+              const double blockBytes = blockPart(st.blockBytes);
+              const double held = inFlight(schedule, pp, V, M);
+              // recomputedBlocks: fully recomputed blocks of the stage ("recompute_layers" per chunk times
+              // its V chunks); attention: selective recompute's re-run attention cores.
+              auto screen = [&](Recompute rc, int layers, int recomputedBlocks, bool attention) {
                 ++result.considered;
-                // Time: per-microbatch forward + backward (2x) (+1x recompute), TP all-reduces (Megatron: two
-                // forward and two backward per block), the pipeline factor, and the DP gradient sync.
-                const double tF = st.flops * mbs / (rate * tp);
-                const double tB = 2.0 * tF + (rc == Recompute::Full ? tF : 0.0);
-                const double tpComm =
-                    tp > 1 ? 4.0 * st.blocks *
-                                 ringAllReduceTime(double(mbs) * positions * model.width * elem, tp,
-                                                   mesh->intraLink)
-                           : 0.0;
-                const ModelStateLayout states = modelStateLayout(
-                    base.parallel.precision, base.parallel.gradPrecision, base.optimizer, zero);
-                const double grads = st.params / tp * states.gradientBytes;
-                const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
-                // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
-                double sync = zero >= 2 ? M * ringReduceScatterTime(grads, dp, dpLink)
-                                        : ringAllReduceTime(grads, dp, dpLink);
-                // ZeRO-3 gathers the stage's parameters before every forward and backward.
-                if (zero == 3)
-                  sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, dp, dpLink);
-                const double time = pipelineFactor(schedule, pp, V, M) * (tF + tB + tpComm) + sync;
-                // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
-                const double n = st.params / tp;
-                const ModelStateBytes perParam = modelStateBytes(states, dp);
-                const double pBytes = n * perParam.parameters, gBytes = n * perParam.gradients,
-                             oBytes = n * perParam.optimizer;
-                // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
-                // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
-                // statistics.
-                const double lnBytes = base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0;
-                const double T = positions, C = model.width;
-                const double replicated =
-                    tp == 1 ? 0.0
-                            : 2.0 * T * C * lnBytes +
-                                  (base.parallel.sequenceParallel ? 0.0 : (T * C + 4.0 * T) * 4.0);
-                const double blocksPart = std::min(st.blockBytes, replicated * st.blocks);
-                const double blockBytes = blocksPart + (st.blockBytes - blocksPart) / tp;
-                const double perMicrobatch =
-                    mbs * (rc == Recompute::Full ? st.wholeBytes : st.wholeBytes + blockBytes);
-                const double act = inFlight(schedule, pp, V, M) * perMicrobatch +
-                                   (rc == Recompute::Full ? st.largestLayerActivation * mbs / tp : 0.0);
-                const double memory = pBytes + gBytes + oBytes + act;
+                const double perBlock = st.blocks > 0 ? 1.0 / st.blocks : 0.0;
+                const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
+                                     (attention ? st.attentionFlops * mbs / (rate * tp) : 0.0);
+                const double tB = 2.0 * tF + again;
+                const double comm = tpComm + 2.0 * recomputedBlocks * tpCommPerBlock;
+                const double time = factor * (tF + tB + comm) + sync;
+                const double kept = attention ? blockPart(st.blockBytes - st.matrixBytes)
+                                              : blockBytes * (1.0 - recomputedBlocks * perBlock);
+                const double act = held * mbs * (st.wholeBytes + kept) +
+                                   (recomputedBlocks > 0 ? st.largestLayerActivation * mbs / tp : 0.0);
+                const double memory = stateBytes + act;
                 leastMemory = std::min(leastMemory, memory);
-                if (memory > 1.1 * smallestMemory) continue;
+                if (memory > 1.1 * smallestMemory) return;
                 ParallelConfig par = base.parallel;
                 par.dp = dp;
                 par.tp = tp;
@@ -234,8 +261,24 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 par.microbatches = M;
                 par.zero = zero;
                 par.recompute = rc;
+                par.recomputeLayers = layers;
                 par.placement.clear();
                 fits.push_back({par, time, memory});
+              };
+              screen(Recompute::None, 0, 0, false);
+              // Selective only where it drops something: attention not fused (recompute.h).
+              if (st.matrixBytes > 0 && positions > 1) screen(Recompute::Selective, 0, 0, true);
+              screen(Recompute::Full, 0, st.blocks, false);
+              // Megatron's partial recompute: the fewest blocks per chunk that bring the estimate under the
+              // smallest device's memory (time grows with each recomputed block, so fewer is faster), and one
+              // more for the estimate's error; the real memory model decides after.
+              const double savedPerChunkBlock = held * mbs * blockBytes / std::max(1, st.blocks) * V;
+              const double over = stateBytes + held * mbs * (st.wholeBytes + blockBytes) +
+                                  st.largestLayerActivation * mbs / tp - smallestMemory;
+              if (over > 0 && savedPerChunkBlock > 0) {
+                const int fewest = static_cast<int>(std::ceil(over / savedPerChunkBlock));
+                for (int N = std::max(1, fewest); N <= fewest + 1 && N < st.blocksPerChunk; ++N)
+                  screen(Recompute::Full, N, std::min(st.blocks, N * V), false);
               }
             }
           }

@@ -238,6 +238,17 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
         "bf16 gradients need \"precision\": \"bf16\" (an fp32 run keeps fp32 gradients), got precision " +
             inQuotes(toString(p.precision)),
         {"/parallel/precision"});
+  if (p.recomputeLayers > 0 && p.recompute != Recompute::Full)
+    add(out, "/parallel/recompute_layers",
+        "recompute_layers counts fully recomputed blocks per chunk and needs \"recompute\": \"full\", got "
+        "recompute " +
+            inQuotes(toString(p.recompute)),
+        {"/parallel/recompute"});
+  if (p.recompute == Recompute::Selective && c.model.type == ModelType::Mlp)
+    add(out, "/parallel/recompute",
+        "selective recompute re-makes the attention matrix, and an mlp model has no attention; use \"full\" "
+        "or \"none\"",
+        {"/model/type"});
   const std::string schedule = inQuotes(toString(p.schedule));
   const std::vector<std::string> bySchedule = {"/parallel/schedule"};
   if (p.schedule == Schedule::Interleaved1F1B) {

@@ -394,8 +394,14 @@ void addParallel(std::vector<Field>& t) {
                   .aka({"zero_stage"}));
   t.push_back(
       enumField(p, "recompute", kRecomputeNames, MS_REF(parallel.recompute),
-                "Activation recomputation: none keeps activations, full recomputes each layer in backward.")
-          .aka({"activation_checkpointing", "checkpoint_activations", "recomputation"}));
+                "Activation recomputation: none keeps activations; selective drops the attention matrix and "
+                "recomputes it in backward; full recomputes whole transformer blocks in backward.")
+          .aka({"activation_checkpointing", "checkpoint_activations", "recomputation",
+                "recompute_granularity"}));
+  t.push_back(intField(p, "recompute_layers", MS_REF(parallel.recomputeLayers), atLeast(0),
+                       "With recompute full: the first N transformer blocks of every chunk are recomputed, "
+                       "the rest keep their activations; 0 recomputes all of them.")
+                  .aka({"recompute_num_layers", "checkpoint_num_layers", "num_checkpoint_layers"}));
   t.push_back(enumField(p, "precision", kPrecisionNames, MS_REF(parallel.precision), "Compute precision.")
                   .aka({"dtype", "mixed_precision"}));
   t.push_back(enumField(p, "grad_precision", kGradPrecisionNames, MS_REF(parallel.gradPrecision),

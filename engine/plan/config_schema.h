@@ -65,8 +65,8 @@ inline constexpr EnumName<Schedule> kScheduleNames[] = {{Schedule::GPipe, "gpipe
                                                         {Schedule::OneFOneB, "1f1b"},
                                                         {Schedule::Interleaved1F1B, "interleaved_1f1b"},
                                                         {Schedule::ZbH1, "zb_h1"}};
-inline constexpr EnumName<Recompute> kRecomputeNames[] = {{Recompute::None, "none"},
-                                                          {Recompute::Full, "full"}};
+inline constexpr EnumName<Recompute> kRecomputeNames[] = {
+    {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
 inline constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::Fp32, "fp32"},
                                                           {Precision::Bf16, "bf16"}};
 inline constexpr EnumName<GradPrecision> kGradPrecisionNames[] = {{GradPrecision::Fp32, "fp32"},

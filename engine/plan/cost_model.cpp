@@ -2,9 +2,12 @@
 //
 // Compute (per layer, per microbatch of b samples, on the device of the stage holding the layer):
 //   forward        = forwardFlopsPerSample * b / (peakFlops(precision) * achievableFraction) / tp
-//   backwardInput  = forward (+ forward again with recompute "full" for transformer blocks: the engine
-//   re-runs
-//                    a block before its backward; embedding and head are not recomputed)
+//   backwardInput  = forward (+ forward again for a fully recomputed transformer block: the engine re-runs
+//                    the block before its backward; with "recompute_layers" only the first N blocks of
+//                    each chunk; embedding and head are not recomputed; + the attention core's forward,
+//                    attentionFlopsPerSample, for a block under selective recompute: Korthikanti et al.
+//                    2022, section 5, re-runs Q K^T, the softmax and its product with V, 4 b T^2 C FLOPs
+//                    (half that causal) per layer; plan/recompute.h)
 //   backwardWeight = forward
 // except the gpt head, whose training forward runs the LM head's backward fused with the loss
 // (runtime/gpt_layers.cpp): forward = 3x its forward FLOPs, backwardInput and backwardWeight = 0 (ln_f's
@@ -21,7 +24,8 @@
 //     transformer block: 2 in forward (after attention and after the MLP), 2 in backward
 //     mlp layer: 1 and 1 (a column/row pair needs one all-reduce each way; counted per layer)
 //     embedding: 1 in forward (vocab-parallel lookup); head: 1 in backward (the input's gradient)
-//   recompute "full" repeats the forward ones in backward. With sequence parallelism each all-reduce
+//   a fully recomputed block repeats its forward ones in backward (selective recompute none: the attention
+//   core is local to a TP rank's heads). With sequence parallelism each all-reduce
 //   becomes a reduce-scatter plus an all-gather (Korthikanti et al. 2022, section 4.2.2), which costs the
 //   same under the ring formulas, so the count stands.
 //   ZeRO-3: an all-gather of the chunk's working parameters (/ tp, bf16 in mixed precision) over the DP group
@@ -51,6 +55,7 @@
 
 #include "plan/memory_model.h"
 #include "plan/model_state.h"
+#include "plan/recompute.h"
 
 namespace ms {
 
@@ -157,7 +162,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   const bool modelled = communication == Communication::Modelled;
   m_chunks = plan.partition.chunks;
   m_split = plan.schedule.splitBackward;
-  m_recompute = p.recompute == Recompute::Full;
+  const RecomputePolicy recompute = RecomputePolicy::of(p);
 
   // Analytic compute per layer, on the device of the stage holding it.
   const std::vector<int> chunkOf = layerChunks(plan);
@@ -175,7 +180,13 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       continue;
     }
     m_analytic.forward[l] = f;
-    m_analytic.backwardInput[l] = m_recompute && layer.kind == LayerKind::Block ? 2.0 * f : f;
+    double again = 0.0;  // what backward re-runs of the forward
+    if (fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(chunkOf[l])], static_cast<int>(l)))
+      again = f;
+    else if (recomputesAttention(recompute, plan.config.model.type, layer.kind, model.samplePositions,
+                                 fusedAttention(plan, stage)))
+      again = rate > 0 ? layer.attentionFlopsPerSample * mbs / rate / tp : 0.0;
+    m_analytic.backwardInput[l] = f + again;
     m_analytic.backwardWeight[l] = f;
   }
   m_layers = m_analytic;
@@ -200,7 +211,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
                                      : layer.outputBytesPerSample;
         const double t = ringAllReduceTime(double(outBytes) * mbs, tp, link);
         m_chunkForwardComm[static_cast<size_t>(k)] += c.forward * t;
-        m_chunkBackwardComm[static_cast<size_t>(k)] += (c.backward + (m_recompute ? c.forward : 0)) * t;
+        const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);
+        m_chunkBackwardComm[static_cast<size_t>(k)] += (c.backward + (again ? c.forward : 0)) * t;
       }
     }
     if (p.zero == 3 && dp > 1) {

@@ -105,7 +105,6 @@ class CostModel {
   Communication m_communication = Communication::Modelled;
   bool m_calibrated = false;
   bool m_split = false;
-  bool m_recompute = false;
   std::vector<std::vector<int>> m_chunks;  // (K): layers of each chunk
   LayerTimes m_layers;                     // in use
   LayerTimes m_analytic;                   // from FLOPs, kept to validate sizes and restore

@@ -8,6 +8,7 @@
 
 #include "plan/cost_model.h"
 #include "plan/model_state.h"
+#include "plan/recompute.h"
 
 namespace ms {
 
@@ -59,7 +60,11 @@ double layerActivationBytes(const Plan& plan, int l, bool fused) {
   const ParallelConfig& p = plan.config.parallel;
   const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
   const double tp = std::max(1, p.tp);
-  const double full = layer.keptBytesPerSample(p.precision, fused) * plan.microbatchSize();
+  double full = layer.keptBytesPerSample(p.precision, fused) * plan.microbatchSize();
+  // Selective recompute drops the attention matrix, a tensor-parallel (split by heads) part (recompute.h).
+  if (recomputesAttention(RecomputePolicy::of(p), plan.config.model.type, layer.kind,
+                          plan.model.samplePositions, fused))
+    full -= double(layer.attentionMatrixBytesPerSample) * plan.microbatchSize();
   const double output = layerOutputBytes(plan, l);
   const bool transformerBlock = layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp;
   // Embeddings and heads keep whole tensors on every TP rank (the gpt head its partial input gradient before
@@ -79,11 +84,11 @@ double layerActivationBytes(const Plan& plan, int l, bool fused) {
   return replicated + (full - replicated) / tp + output;
 }
 
-// Recompute "full" re-runs the transformer blocks (runtime Model::recomputes); the embedding and the head
-// keep what they keep.
-bool recomputed(const Plan& plan, int l) {
-  return plan.config.parallel.recompute == Recompute::Full &&
-         plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Block;
+// Whether layer l of chunk k is fully recomputed (plan/recompute.h, as runtime Model::recomputes); the
+// embedding and the head keep what they keep.
+bool recomputed(const Plan& plan, int k, int l) {
+  return fullyRecomputed(RecomputePolicy::of(plan.config.parallel), plan.model,
+                         plan.partition.chunks[static_cast<size_t>(k)], l);
 }
 
 // With recompute: what stays of layer l between its forward and its re-run, its output buffer (the next
@@ -159,7 +164,8 @@ std::vector<double> chunkActivationBytes(const Plan& plan) {
     const bool fused = fusedAttention(plan, plan.partition.stageOf[k]);
     double b = 0;
     for (int l : plan.partition.chunks[k])
-      b += recomputed(plan, l) ? layerCheckpointBytes(plan, l) : layerActivationBytes(plan, l, fused);
+      b += recomputed(plan, static_cast<int>(k), l) ? layerCheckpointBytes(plan, l)
+                                                    : layerActivationBytes(plan, l, fused);
     bytes.push_back(b);
   }
   return bytes;
@@ -181,7 +187,8 @@ std::vector<double> chunkSplitBackwardBytes(const Plan& plan) {
       // projections (T * C each, whole) and of the fc and qkv projections (T * F / tp, T * 3C / tp), fp32.
       double b = (2.0 * C + (F + 3.0 * C) / tp) * T * 4.0 * plan.microbatchSize();
       // A recomputed block's activations, re-made in B, stay until W.
-      if (recomputed(plan, l)) b += layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l);
+      if (recomputed(plan, static_cast<int>(k), l))
+        b += layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l);
       bytes[k] += b;
     }
   }
@@ -194,9 +201,10 @@ double recomputeWorkspaceBytes(const Plan& plan, int stage) {
   if (plan.schedule.splitBackward) return 0.0;
   const bool fused = fusedAttention(plan, stage);
   double largest = 0;
-  for (int l : plan.partition.layersOfStage(stage))
-    if (recomputed(plan, l))
-      largest = std::max(largest, layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l));
+  for (int k : plan.partition.chunksOfStage(stage))
+    for (int l : plan.partition.chunks[static_cast<size_t>(k)])
+      if (recomputed(plan, k, l))
+        largest = std::max(largest, layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l));
   return largest;
 }
 
@@ -264,8 +272,12 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       // Measured on the CPU engine: within 5% of this.
       const ModelConfig& m = plan.config.model;
       const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpRatio) * m.width;
-      const double attention = fused ? double(m.heads) * T + (p.precision == Precision::Bf16 ? T * C : 0.0)
-                                     : double(m.heads) * T * T;
+      double attention = fused ? double(m.heads) * T + (p.precision == Precision::Bf16 ? T * C : 0.0)
+                               : double(m.heads) * T * T;
+      // Selective recompute (recompute.h) re-makes the attention matrix in a workspace of its own, with the
+      // attention output the re-run writes and nobody reads: (H, T, T) + (T, C) per sample, / tp.
+      if (recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused))
+        attention += double(m.heads) * T * T + T * C;
       const double floats = (5.0 * C + 2.0 * F) * T + attention;
       o.workspace = std::max(
           o.workspace, floats * 4.0 * mbs / tp + 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);

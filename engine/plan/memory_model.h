@@ -51,10 +51,14 @@ double stageLocalParameterCount(const Plan& plan, int stage);
 //   Recomputation in Large Transformer Models", Table 2, their 10 + 24/t split); with sequence_parallel
 //   only the two LayerNorm outputs stay whole (the engine gathers them once in forward), the rest / tp;
 //   embeddings and heads keep theirs whole (the gpt head: its (T, C) input gradient and row figures);
-// - with recompute "full", transformer blocks keep only the output buffer (the next layer's input, from
-//   which it is re-run; Megatron's full recompute checkpoints every transformer layer) and the re-run
-//   block's activations are a transient added once per stage (recomputeWorkspaceBytes); the embedding and
-//   the head are not recomputed.
+// - with recompute "full", the fully recomputed transformer blocks (plan/recompute.h: all, or the first
+//   recompute_layers of each chunk) keep only the output buffer (the next layer's input, from which it is
+//   re-run; Megatron's full recompute checkpoints every transformer layer) and the re-run block's
+//   activations are a transient added once per stage (recomputeWorkspaceBytes); the embedding and the head
+//   are not recomputed;
+// - with recompute "selective", transformer blocks keep all but the attention matrix (attentionMatrixBytes,
+//   / tp; Korthikanti et al. 2022, section 5, Table 2's 5as/h term); nothing when attention is fused, which
+//   keeps no matrix. The re-made matrix is one block's for one microbatch, in the backward workspace (other).
 std::vector<double> chunkActivationBytes(const Plan& plan);
 // With a split backward (zero-bubble schedules), what each chunk (K) holds for one microbatch from its B to
 // its W besides its saved activations: every transformer block's four linear output gradients, and under
@@ -62,8 +66,8 @@ std::vector<double> chunkActivationBytes(const Plan& plan);
 std::vector<double> chunkSplitBackwardBytes(const Plan& plan);
 // Whether the ranks of a stage run attention fused: a GPU device and a head size the fused kernel takes.
 bool fusedAttention(const Plan& plan, int stage);
-// With recompute "full": the largest kept activations of one transformer block of the stage for one
-// microbatch (held while that block's backward runs); 0 without recompute.
+// With recompute "full": the largest kept activations of one fully recomputed transformer block of the stage
+// for one microbatch (held while that block's backward runs); 0 otherwise.
 double recomputeWorkspaceBytes(const Plan& plan, int stage);
 
 // The parts of "other" for a stage (bytes), each explained where it is computed.

@@ -119,6 +119,7 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int T, bool causal) {
   const double gemm = 2.0 * T * (C * 3 * C + C * C + C * F + F * C);
   const double attn = 2.0 * 2.0 * double(T) * T * C * (causal ? 0.5 : 1.0);
   l.forwardFlopsPerSample = gemm + attn;
+  l.attentionFlopsPerSample = attn;
   // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
   // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics. ln_1, attention out, ln_2 and
   // gelu out only feed GEMMs in backward (bf16 in bf16 precision).

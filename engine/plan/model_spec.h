@@ -56,6 +56,9 @@ struct LayerSpec {
   int64_t gemmInputBytesPerSample = 0;
   int64_t attentionMatrixBytesPerSample = 0;
   int64_t attentionRowBytesPerSample = 0;
+  // Forward FLOPs of the attention core alone (Q K^T and the probabilities times V; part of
+  // forwardFlopsPerSample): what selective recomputation repeats in backward (plan/recompute.h).
+  double attentionFlopsPerSample = 0;
   int64_t paramCount() const;
   // Elements of the parameters tensor parallelism splits (shardSpecOf; set by buildModelSpec).
   int64_t splitParamCount = 0;

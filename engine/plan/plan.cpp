@@ -1,7 +1,11 @@
 // buildPlan(): a run config to a consistent Plan; see plan.h.
 #include "plan/plan.h"
 
+#include <algorithm>
+#include <string>
+
 #include "plan/cost_model.h"
+#include "plan/recompute.h"
 
 namespace ms {
 
@@ -20,8 +24,17 @@ Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
   if (!partition) return partition.status();
   plan.partition = std::move(*partition);
   const ParallelConfig& par = config.parallel;
-  auto schedule = generateSchedule(par.schedule, par.pp, par.virtualChunks, par.microbatches,
-                                   plan.partition.stageOf);
+  if (par.recompute == Recompute::Full && par.recomputeLayers > 0) {
+    // Megatron's --recompute-num-layers: at most the blocks of a chunk (more would mean "all", which is 0).
+    int most = 0;
+    for (const auto& chunk : plan.partition.chunks) most = std::max(most, blocksInChunk(plan.model, chunk));
+    if (par.recomputeLayers > most)
+      return Status::error("/parallel/recompute_layers: " + std::to_string(par.recomputeLayers) +
+                           " blocks recomputed per chunk, but no chunk holds more than " +
+                           std::to_string(most) + " transformer blocks (0 recomputes all of them)");
+  }
+  auto schedule =
+      generateSchedule(par.schedule, par.pp, par.virtualChunks, par.microbatches, plan.partition.stageOf);
   if (!schedule) return schedule.status().withContext("/parallel/schedule");
   plan.schedule = std::move(*schedule);
   if (Status s = checkSchedule(plan.schedule); !s)
@@ -36,7 +49,8 @@ Expected<RunConfig> withBalancedPlacement(const RunConfig& config, bool allowSha
   const CostModel cost(*plan);
   const LayerTimes& t = cost.layerTimes();
   std::vector<double> perLayer(t.forward.size());
-  for (size_t i = 0; i < perLayer.size(); ++i) perLayer[i] = t.forward[i] + t.backwardInput[i] + t.backwardWeight[i];
+  for (size_t i = 0; i < perLayer.size(); ++i)
+    perLayer[i] = t.forward[i] + t.backwardInput[i] + t.backwardWeight[i];
   const Partition balanced =
       balancedPartition(plan->model, config.parallel.pp, config.parallel.virtualChunks, perLayer);
   RunConfig out = config;

@@ -23,7 +23,7 @@ enum class Activation { Gelu, Relu, Tanh };
 enum class Pooling { Cls, Mean };
 enum class DataKind { Text, Tokens, FashionMnist };
 enum class Schedule { GPipe, OneFOneB, Interleaved1F1B, ZbH1 };
-enum class Recompute { None, Full };
+enum class Recompute { None, Selective, Full };
 enum class Precision { Fp32, Bf16 };
 // The precision gradients are kept and reduced in under bf16 mixed precision (fp32 runs keep fp32).
 enum class GradPrecision { Fp32, Bf16 };
@@ -124,7 +124,8 @@ struct ParallelConfig {
                           // with gradients summed (this is also gradient accumulation on one rank)
   int virtualChunks = 1;  // "virtual_chunks": chunks per stage for interleaved_1f1b
   int zero = 0;           // "zero": ZeRO stage 0-3 over the DP group
-  Recompute recompute = Recompute::None;              // "recompute": "none" | "full"
+  Recompute recompute = Recompute::None;  // "recompute": "none" | "selective" | "full" (plan/recompute.h)
+  int recomputeLayers = 0;  // "recompute_layers": with "full", blocks recomputed per chunk (0: all of them)
   Precision precision = Precision::Fp32;              // "precision": "fp32" | "bf16"
   GradPrecision gradPrecision = GradPrecision::Fp32;  // "grad_precision": "fp32" | "bf16" (bf16 runs only)
   bool sequenceParallel = false;                      // "sequence_parallel"

@@ -126,10 +126,13 @@ struct LayerContext {
   Workspace* workspace;  // shared by all layers; a layer uses slots [0, kLayerScratchSlots)
   int positions;         // T of the activations (ModelSpec::samplePositions)
   TensorParallel tp;     // tensor-parallel group (size 1: none)
+  // Recompute "selective" (plan/recompute.h): transformer blocks drop their attention matrix after forward
+  // and re-make it in backward.
+  bool selectiveRecompute = false;
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
-inline constexpr int kLayerScratchSlots = 8;
+inline constexpr int kLayerScratchSlots = 9;
 
 // MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: rows per chunk of the GPT head's fused LM head and loss
 // instead of plan/model_spec.h headChunkRows() (tests run many chunks on small models with it; the memory

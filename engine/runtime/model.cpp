@@ -19,6 +19,7 @@ Model::Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs)
   m_shard.store.layers = all;
   m_shard.store.holdsEmbedding = true;
   m_shard.store.gradPrecision = config.parallel.gradPrecision;
+  m_shard.recompute = RecomputePolicy::of(config.parallel);
   m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings, tracker,
                                               config.parallel.gradPrecision);
   build(config, mlpInputs);
@@ -42,10 +43,15 @@ void Model::build(const RunConfig& config, int) {
   m_batchCopies.resize(m_shard.chunks.size());
   LayerContext ctx{m_backend,    config.model,           *m_params, m_tracker,
                    &m_workspace, m_spec.samplePositions, m_shard.tp};
+  ctx.selectiveRecompute = m_shard.recompute.mode == Recompute::Selective;
   m_layers.resize(m_spec.layers.size());
   m_acts.resize(m_spec.layers.size());
+  m_fullyRecomputed.assign(m_spec.layers.size(), false);
   for (const auto& chunk : m_shard.chunks)
-    for (int l : chunk) m_layers[l] = makeLayer(m_spec.layers[l], ctx);
+    for (int l : chunk) {
+      m_layers[l] = makeLayer(m_spec.layers[l], ctx);
+      m_fullyRecomputed[l] = fullyRecomputed(m_shard.recompute, m_spec, chunk, l);
+    }
 }
 
 void Model::resolveSpans() {
@@ -113,7 +119,7 @@ const float* Model::layerInput(int layer, int firstOfChunk, int slot, const floa
 }
 
 bool Model::recomputes(int layer) const {
-  return m_shard.recompute && m_spec.layers[layer].kind == LayerKind::Block;
+  return m_fullyRecomputed[static_cast<size_t>(layer)];
 }
 
 void Model::acquire(int layer) {

@@ -2,9 +2,11 @@
 // of the rank's pipeline stage with its tensor-parallel slice of each layer. Work is done per CHUNK and per
 // SLOT: forwardChunk / backwardChunk run one microbatch through the layers of one chunk, keeping what
 // backward needs in the slot (a pipeline stage has several microbatches in flight). Under activation
-// recomputation the transformer blocks drop their saved activations after forward and recompute them before
-// backward (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost"; per layer, as Megatron-LM's
-// full recompute).
+// recomputation (plan/recompute.h) fully recomputed transformer blocks drop their saved activations after
+// forward and recompute them before backward (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
+// Cost"; per layer, as Megatron-LM's full recompute, all blocks or the first recompute_layers of each chunk);
+// under selective recompute every block drops only its attention matrix and re-makes it in backward
+// (Korthikanti et al. 2022, section 5; runtime/transformer.cpp).
 //
 // What always holds: the layers are exactly ModelSpec's, in order, each chunk a contiguous run; the input of
 // a layer is the previous layer's output in the same slot (the chunk's first layer gets it from the caller);
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "plan/model_spec.h"
+#include "plan/recompute.h"
 #include "plan/run_config.h"
 #include "runtime/layers.h"
 #include "runtime/memory.h"
@@ -48,12 +51,13 @@ struct ModelShard {
   StoreLayout store;
   TensorParallel tp;
   Communicator* dp = nullptr;  // data-parallel group (ZeRO)
-  bool recompute = false;
+  RecomputePolicy recompute;   // the plan's "recompute" and "recompute_layers"
 };
 
 class Model {
  public:
-  // The whole model on one rank. mlpInputs: flattened input size for mlp models (784 for Fashion-MNIST).
+  // The whole model on one rank (recomputing as config.parallel says). mlpInputs: flattened input size for
+  // mlp models (784 for Fashion-MNIST).
   Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs = 784);
   // A rank's share under a plan.
   Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tracker, int mlpInputs = 784);
@@ -143,6 +147,7 @@ class Model {
   std::unique_ptr<ParameterStore> m_params;
   std::vector<std::unique_ptr<Layer>> m_layers;  // (layers): null where not held
   std::vector<std::vector<Buffer>> m_acts;       // (layers, slots): output of each layer
+  std::vector<bool> m_fullyRecomputed;           // (layers): plan/recompute.h fullyRecomputed
   Workspace m_workspace;  // layer scratch (slots below kLayerScratchSlots) and the two activation-gradient
                           // buffers the backward pass alternates between (the slots above)
   MemoryTracker* m_tracker;

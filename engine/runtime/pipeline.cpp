@@ -69,7 +69,7 @@ ModelShard modelShardOf(const Plan& plan, const RankGroups& groups) {
   if (plan.layout.tp() == 1) s.tp.comm = nullptr;
   s.tp.sequence = plan.config.parallel.sequenceParallel && plan.layout.tp() > 1;
   s.dp = groups.dp.get();
-  s.recompute = plan.config.parallel.recompute == Recompute::Full;
+  s.recompute = RecomputePolicy::of(plan.config.parallel);
   return s;
 }
 

@@ -14,8 +14,14 @@
 // input and output stay whole (the next layer, a send to another stage or the head see the same tensor as
 // without it), which costs one all-gather per block beyond Megatron's layout. Every op, copy (the sequence
 // shards are strided copy2Ds) and zeroing runs through the rank's Backend; the host never touches a tensor.
+// Selective recompute (Korthikanti et al. 2022, section 5; plan/recompute.h): the block keeps everything but
+// attention's saved (B, Hl, T, T) probabilities; forward writes them to a workspace slot of their own and
+// backward re-runs attentionForward from the kept q|k|v into it just before attentionBackward (the same op
+// on the same input: the same bits, so losses and gradients are a non-recomputing run's). A backend whose
+// attention is fused keeps only each row's log-sum-exp, and there selective changes nothing.
 #include <string>
 
+#include "plan/recompute.h"
 #include "runtime/layer_impl.h"
 
 namespace ms {
@@ -37,6 +43,10 @@ class TransformerBlock final : public Layer {
         m_sp(ctx.tp.sequence && ctx.tp.size > 1),
         m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
+    // The backend materialises the softmax when it saves (H, T, T) per sample (kernels/backend.h).
+    const bool fused = m_be.attentionSavedFloats(1, m_T, m_Cl, m_H) != size_t(m_H) * m_T * m_T;
+    const RecomputePolicy policy{ctx.selectiveRecompute ? Recompute::Selective : Recompute::None, 0};
+    m_recomputeAttention = recomputesAttention(policy, ctx.model.type, spec.kind, m_T, fused);
     const std::string p = "h." + spec.name.substr(spec.name.find('.') + 1) + ".";
     m_ln1w = bindParam(ctx.params, p + "ln_1.weight");
     m_ln1b = bindParam(ctx.params, p + "ln_1.bias");
@@ -58,7 +68,8 @@ class TransformerBlock final : public Layer {
     const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
     const int N = B * T;
     Cache& c = m_caches[slot];
-    c.ensure(B, T, C, Cl, F, m_be.attentionSavedFloats(B, T, Cl, H), m_sp ? m_tp.size : 1);
+    c.ensure(B, T, C, Cl, F, m_recomputeAttention ? 0 : m_be.attentionSavedFloats(B, T, Cl, H),
+             m_sp ? m_tp.size : 1);
     if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
@@ -67,7 +78,7 @@ class TransformerBlock final : public Layer {
                           m_eps);
     m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.gemm(), m_qkvb.value(), N, C, 3 * Cl);
     float* atty = c.atty.target(size_t(N) * Cl, *m_ws, kKeptStaging);
-    m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
+    m_be.attentionForward(atty, attentionTarget(c, B), c.qkv.data(), B, T, Cl, H, m_causal);
     m_be.linearForward(c.res1.data(), c.atty.keep(atty), m_projw.gemm(), addsBias ? m_projb.value() : nullptr,
                        N, Cl, C);
     m_tp.allReduce(c.res1.data(), size_t(N) * C);
@@ -129,7 +140,8 @@ class TransformerBlock final : public Layer {
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
     m_be.zero(dC, NCl * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.in(), m_projw.gemm(), N, Cl, C);
-    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H, m_causal);
+    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), attentionState(c, B), c.atty.in(), B, T, Cl, H,
+                           m_causal);
     m_be.zero(dC, NC * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.gemm(), N, C, 3 * Cl);
     m_tp.allReduce(dC, NC);
@@ -158,6 +170,28 @@ class TransformerBlock final : public Layer {
   // The workspace slot that stages a kept GEMM input in bf16 (KeptInput::target): backward's dF1 (N * Fl), so
   // it is there anyway.
   static constexpr int kKeptStaging = 2;
+  // Selective recompute's attention matrix, (B, Hl, T, T), and after it the (B, T, Cl) output its re-run in
+  // backward writes and nobody reads: a slot no other use overlaps (the memory model's workspace counts it).
+  static constexpr int kAttentionSlot = 8;
+  static_assert(kAttentionSlot < kLayerScratchSlots);
+
+  // Where forward's attention saves its state: the slot's cache, or under selective recompute the workspace
+  // (dropped as soon as forward is done with it).
+  float* attentionTarget(Cache& c, int B) {
+    if (!m_recomputeAttention) return c.att.data();
+    // Sized for backward's use too, so the slot is allocated once.
+    const size_t saved = m_be.attentionSavedFloats(B, m_T, m_Cl, m_H);
+    return m_ws->get(kAttentionSlot, saved + size_t(B) * m_T * m_Cl, false);
+  }
+  // The attention state backward reads: the cache's, or under selective recompute the matrix re-made from
+  // the kept q|k|v by the very op forward ran, so bit for bit forward's.
+  const float* attentionState(Cache& c, int B) {
+    if (!m_recomputeAttention) return c.att.data();
+    const size_t saved = m_be.attentionSavedFloats(B, m_T, m_Cl, m_H);
+    float* att = m_ws->get(kAttentionSlot, saved + size_t(B) * m_T * m_Cl, false);
+    m_be.attentionForward(att + saved, att, c.qkv.data(), B, m_T, m_Cl, m_H, m_causal);
+    return att;
+  }
 
   // ---- sequence parallelism: (B, T, C) <-> this rank's (B, Ts, C) ----
   // A sample's piece of the sequence is one row of Ts * C floats; the whole tensor's rows are T * C apart.
@@ -204,7 +238,7 @@ class TransformerBlock final : public Layer {
     gatherSequence(ln1, lns, B);
     m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.gemm(), m_qkvb.value(), N, C, 3 * Cl);
     float* atty = c.atty.target(size_t(N) * Cl, *m_ws, kKeptStaging);
-    m_be.attentionForward(atty, c.att.data(), c.qkv.data(), B, T, Cl, H, m_causal);
+    m_be.attentionForward(atty, attentionTarget(c, B), c.qkv.data(), B, T, Cl, H, m_causal);
     m_be.linearForward(full, c.atty.keep(atty), m_projw.gemm(), nullptr, N, Cl, C);
     reduceScatterSequence(c.res1.data(), full, B);  // res1s = reduce-scatter(partial) + bias + xs
     addBias(c.res1.data(), m_projb.value(), Ns);
@@ -256,7 +290,8 @@ class TransformerBlock final : public Layer {
     m_be.zero(dC, NCl * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.in(), m_projw.gemm(), N, Cl, C);
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
-    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), c.att.data(), c.atty.in(), B, T, Cl, H, m_causal);
+    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), attentionState(c, B), c.atty.in(), B, T, Cl, H,
+                           m_causal);
     m_be.zero(dC, NC * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.gemm(), N, C, 3 * Cl);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
@@ -322,6 +357,7 @@ class TransformerBlock final : public Layer {
   bool m_causal;
   TensorParallel m_tp;
   bool m_sp;
+  bool m_recomputeAttention = false;  // selective recompute on a backend that materialises the softmax
   BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw,
       m_fcprojb;
   SlotCaches<Cache> m_caches;

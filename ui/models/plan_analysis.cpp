@@ -64,7 +64,8 @@ std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64
           out->calibrationNote = QObject::tr("calibration from %1 not used: it was measured at tp %2")
                                      .arg(calibration->source)
                                      .arg(calibration->tp);
-        else if (calibration->recompute != config.parallel.recompute)
+        else if (calibration->recompute != config.parallel.recompute ||
+                 calibration->recomputeLayers != config.parallel.recomputeLayers)
           out->calibrationNote =
               QObject::tr("calibration from %1 not used: recompute differs").arg(calibration->source);
         else {

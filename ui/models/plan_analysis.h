@@ -35,6 +35,7 @@ struct Calibration {
   ModelConfig model;
   int tp = 1;
   Recompute recompute = Recompute::None;  // a recomputing run's backward spans hold the recomputed forward
+  int recomputeLayers = 0;                // (of the blocks its "recompute_layers" named)
   QString source;                         // the run folder, for people
 };
 

@@ -49,6 +49,7 @@ Expected<Calibration> calibrationFromRun(const RunData& data, const RunConfig& r
   c.model = runConfig.model;
   c.tp = p.tp;
   c.recompute = p.recompute;
+  c.recomputeLayers = p.recomputeLayers;
   c.source = source;
   c.perSample.forward.assign(layers, 0);
   c.perSample.backwardInput.assign(layers, 0);

@@ -135,11 +135,18 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
         c.parallel.precision = v == "bf16" ? Precision::Bf16 : Precision::Fp32;
       });
   addChoice(
-      par, "/parallel/recompute", tr("Recompute"), {"none", "full"},
+      par, "/parallel/recompute", tr("Recompute"), {"none", "selective", "full"},
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.recompute)); },
       [](RunConfig& c, const QString& v) {
-        c.parallel.recompute = v == "full" ? Recompute::Full : Recompute::None;
+        for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+          if (v == toString(r)) c.parallel.recompute = r;
+        // A count of fully recomputed blocks means nothing without "full" (config_checks refuses it).
+        if (c.parallel.recompute != Recompute::Full) c.parallel.recomputeLayers = 0;
       });
+  addInt(
+      par, "/parallel/recompute_layers", tr("Recomputed blocks per chunk (0: all)"),
+      [](const RunConfig& c) { return c.parallel.recomputeLayers; },
+      [](RunConfig& c, int v) { c.parallel.recomputeLayers = v; });
   addBool(
       par, "/parallel/sequence_parallel", tr("Sequence parallel"),
       [](const RunConfig& c) { return c.parallel.sequenceParallel; },

@@ -1,8 +1,9 @@
 // The inspector: editors for the run's settings that are not drawn elsewhere: the parallel layout (dp, tp,
-// pp, schedule, microbatches, virtual chunks, ZeRO, precision, recompute, sequence parallelism), the
-// optimizer, the training loop, the device and the run's name. Each editor is addressed by the JSON path of
-// its field ("/parallel/tp"), shows the validation messages of that path under itself in red and gets a red
-// frame while it has one. Ranges and tooltips come from the config's JSON Schema (one source).
+// pp, schedule, microbatches, virtual chunks, ZeRO, precision, recompute and its per-chunk block count,
+// sequence parallelism), the optimizer, the training loop, the device and the run's name. Each editor is
+// addressed by the JSON path of its field ("/parallel/tp"), shows the validation messages of that path under
+// itself in red and gets a red frame while it has one. Ranges and tooltips come from the config's JSON Schema
+// (one source).
 //
 // What always holds: an editor writes through ProjectDocument::edit() with a merge key of its own, so typing
 // in a field is one undo step; editors are refreshed from the document after every configChanged() with

@@ -211,7 +211,9 @@ QStringList LayerPalette::candidateRow(const PlanCandidate& c) {
           schedule,
           QString::number(p.microbatches),
           QString::number(p.zero),
-          QString::fromLatin1(toString(p.recompute)),
+          p.recomputeLayers > 0
+              ? tr("%1 (%2 per chunk)").arg(QString::fromLatin1(toString(p.recompute))).arg(p.recomputeLayers)
+              : QString::fromLatin1(toString(p.recompute)),
           formatSeconds(c.stepTime),
           formatSi(c.tokensPerSecond),
           c.mfuDefined ? formatPercent(c.mfu) : tr("n/a"),
