@@ -892,19 +892,23 @@ QString bf16GradientsHold(ms::Backend& be) {
       std::memcpy(&x, &u, 4);
     }
   }
+  // The bf16 bits of values already in bf16.
+  auto bitsOf = [](const Vec& v) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &v[i], 4);
+      bits[i] = uint16_t(u >> 16);
+    }
+    return bits;
+  };
   auto run = [&](bool half) {
     Session r(be);
     std::vector<ms::GradOut> g(kGrads);
     std::vector<void*> raw(kGrads);
     for (int k = 0; k < kGrads; ++k) {
       if (half) {
-        std::vector<uint16_t> bits(sizes[k]);
-        for (size_t i = 0; i < sizes[k]; ++i) {
-          uint32_t u;
-          std::memcpy(&u, &init[k][i], 4);
-          bits[i] = uint16_t(u >> 16);
-        }
-        auto* p = reinterpret_cast<ms::bfloat16*>(r.up(bits));
+        auto* p = reinterpret_cast<ms::bfloat16*>(r.up(bitsOf(init[k])));
         g[k] = p;
         raw[k] = p;
       } else {
@@ -938,15 +942,7 @@ QString bf16GradientsHold(ms::Backend& be) {
       r.outputs.push_back(std::move(o));
     }
     // The norm and an AdamW step read the (bf16 or widened) initial gradients of gradient 6 (the table).
-    ms::TensorIn read = half ? ms::TensorIn(reinterpret_cast<const ms::bfloat16*>(r.up([&] {
-      std::vector<uint16_t> bits(sizes[6]);
-      for (size_t i = 0; i < sizes[6]; ++i) {
-        uint32_t u;
-        std::memcpy(&u, &init[6][i], 4);
-        bits[i] = uint16_t(u >> 16);
-      }
-      return bits;
-    }())))
+    ms::TensorIn read = half ? ms::TensorIn(reinterpret_cast<const ms::bfloat16*>(r.up(bitsOf(init[6]))))
                              : ms::TensorIn(r.up(init[6]));
     const size_t n = sizes[6];
     r.value("sumSquares", be.sumSquares(&read, &n, 1));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/mpi_communicator.h"
+#include "runtime/safetensors.h"
 
 using namespace ms;
 
@@ -257,17 +258,8 @@ class TestComm : public QObject {
   // point-to-point message carry the bits unchanged.
   void bf16Reductions() {
     Checks checks;
-    auto bits = [](float f) {
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      return uint16_t(u >> 16);  // every value used is exact in bf16
-    };
-    auto wide = [](uint16_t b) {
-      const uint32_t u = uint32_t(b) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    };
+    auto bits = [](float f) { return floatToBf16(f); };  // every value used is exact in bf16
+    auto wide = [](uint16_t b) { return bf16ToFloat(b); };
     const int R = size(), me = rank();
     const size_t n = 1000;
     std::vector<uint16_t> send(n + 2), recv(n + 2);

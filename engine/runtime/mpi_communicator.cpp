@@ -5,9 +5,10 @@
 #include "runtime/mpi_communicator.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <vector>
+
+#include "runtime/safetensors.h"  // floatToBf16, bf16ToFloat
 
 namespace ms {
 
@@ -90,27 +91,14 @@ MPI_Datatype mpiType(CommType type) {
 // bf16 reductions (MPI has no bf16 type): user-defined ops over MPI_UINT16_T that widen each pair exactly,
 // combine in fp32 and round to nearest even, as NCCL's bf16 sum does per step. Created on first use (after
 // MPI_Init) and kept for the process.
-float widenBf16(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t roundBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) return uint16_t((u >> 16) | ((u & 0xffffu) ? 0x40u : 0u));
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
 template <ReduceOp Op>
 void bf16Reduce(void* in, void* inout, int* len, MPI_Datatype*) {
   const uint16_t* a = static_cast<const uint16_t*>(in);
   uint16_t* b = static_cast<uint16_t*>(inout);
   for (int i = 0; i < *len; ++i) {
-    const float x = widenBf16(a[i]), y = widenBf16(b[i]);
+    const float x = bf16ToFloat(a[i]), y = bf16ToFloat(b[i]);
     const float r = Op == ReduceOp::Sum ? x + y : Op == ReduceOp::Max ? std::max(x, y) : std::min(x, y);
-    b[i] = roundBf16(r);
+    b[i] = floatToBf16(r);
   }
 }
 template <ReduceOp Op>

@@ -18,6 +18,11 @@ size_t roundUp(size_t n, size_t m) {
   return (n + m - 1) / m * m;
 }
 
+// A buffer of n elements of `bytes` bytes each, in floats (bf16 pairs share a float; n is a multiple of 16).
+size_t floatsOf(size_t n, double bytes) {
+  return bytes == 2.0 ? n / 2 : n;
+}
+
 // Walks the full tensor's elements of piece tpRank: calls f(localIndex, fullIndex) for each.
 template <typename F>
 void forEachShardElement(const std::vector<int64_t>& shape, const ShardSpec& shard, int tp, int tpRank, F f) {
@@ -162,9 +167,6 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   if (L.gradPrecision == GradPrecision::Bf16 && precision != Precision::Bf16)
     throw std::invalid_argument("ParameterStore: bf16 gradients need bf16 mixed precision");
   m_state = modelStateLayout(precision, L.gradPrecision, OptimizerConfig{}, L.zero);
-  // A buffer of n elements of `bytes` bytes each, in floats (bf16 pairs share a float; n is a multiple of
-  // 16).
-  auto floatsOf = [](size_t n, double bytes) { return bytes == 2.0 ? n / 2 : n; };
   m_storage.clear();
   for (size_t i = 0; i < m_units.size(); ++i) m_storage.push_back(std::make_unique<UnitStorage>());
   if (!m_state.shardWorking) {
@@ -324,8 +326,8 @@ Status ParameterStore::ensureGrads(int u) {
   if (m_pendingUnit == u) MS_TRY(finishPending());
   UnitStorage& s = *m_storage[u];
   if (!s.fullGrads.data())
-    s.fullGrads = Buffer(m_state.gradientBytes == 2.0 ? m_units[u].size / 2 : m_units[u].size,
-                         MemoryCategory::Communication, m_tracker);
+    s.fullGrads =
+        Buffer(floatsOf(m_units[u].size, m_state.gradientBytes), MemoryCategory::Communication, m_tracker);
   return Status::ok();
 }
 
@@ -360,8 +362,7 @@ Status ParameterStore::reduceGrads(int u) {
   // reduce-scatter); later ones in staging, added when they land.
   float* recv = s.shardGrads.data();
   if (s.reduced) {
-    s.staging =
-        Buffer(m_state.gradientBytes == 2.0 ? shard / 2 : shard, MemoryCategory::Communication, m_tracker);
+    s.staging = Buffer(floatsOf(shard, m_state.gradientBytes), MemoryCategory::Communication, m_tracker);
     recv = s.staging.data();
   }
   if (m_layout.dp == 1 || !m_dp) {
