@@ -89,18 +89,6 @@ const LinkSpec& groupLink(const Plan& plan, const std::vector<int>& ranks) {
   return plan.mesh.intraLink;
 }
 
-int replicaRank(const Plan& plan, int stage) {
-  return plan.layout.rank(RankCoord{0, 0, stage});
-}
-
-const DeviceSpec& stageDevice(const Plan& plan, int stage) {
-  const int rank = replicaRank(plan, stage);
-  const auto& deviceOf = plan.layout.deviceOf;
-  if (rank < static_cast<int>(deviceOf.size()))
-    return plan.mesh.devices[static_cast<size_t>(deviceOf[rank])].spec;
-  return plan.mesh.devices.front().spec;
-}
-
 namespace {
 
 // The link between the devices of two stages' representative ranks.
@@ -138,19 +126,6 @@ bool validTime(double t) {
 }
 
 }  // namespace
-
-std::vector<double> chunkMessageBytes(const Plan& plan) {
-  const ParallelConfig& p = plan.config.parallel;
-  // Activations travel in fp32 in both precisions (the engine's bf16 rounds GEMM operands only).
-  const double scale = plan.microbatchSize() / (p.sequenceParallel ? p.tp : 1);
-  std::vector<double> bytes;
-  for (const auto& chunk : plan.partition.chunks)
-    bytes.push_back(chunk.empty()
-                        ? 0.0
-                        : double(plan.model.layers[static_cast<size_t>(chunk.back())].outputBytesPerSample) *
-                              scale);
-  return bytes;
-}
 
 CostModel::CostModel(const Plan& plan, Communication communication) : m_communication(communication) {
   const ParallelConfig& p = plan.config.parallel;

@@ -54,16 +54,6 @@ double ringAllGatherTime(double bytes, int n, const LinkSpec& link);
 // nodes, else the intra-node link (also when the layout has no devices yet).
 const LinkSpec& groupLink(const Plan& plan, const std::vector<int>& ranks);
 
-// The rank that stands for a stage: pipeline replica 0, tp index 0.
-int replicaRank(const Plan& plan, int stage);
-// That rank's device.
-const DeviceSpec& stageDevice(const Plan& plan, int stage);
-
-// The point-to-point message of each chunk (K), bytes per microbatch: its last layer's output
-// (outputBytesPerSample * microbatch size, fp32 in both precisions, / tp with sequence parallelism). Chunk
-// k's activation goes to chunk k+1; chunk k+1's input gradient, the same size, comes back.
-std::vector<double> chunkMessageBytes(const Plan& plan);
-
 class CostModel {
  public:
   // Analytic: per-layer times from FLOPs, communication from the mesh.

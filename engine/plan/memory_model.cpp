@@ -6,7 +6,6 @@
 #include <functional>
 #include <vector>
 
-#include "plan/cost_model.h"
 #include "plan/model_state.h"
 #include "plan/recompute.h"
 

@@ -9,6 +9,31 @@
 
 namespace ms {
 
+int replicaRank(const Plan& plan, int stage) {
+  return plan.layout.rank(RankCoord{0, 0, stage});
+}
+
+const DeviceSpec& stageDevice(const Plan& plan, int stage) {
+  const int rank = replicaRank(plan, stage);
+  const auto& deviceOf = plan.layout.deviceOf;
+  if (rank < static_cast<int>(deviceOf.size()))
+    return plan.mesh.devices[static_cast<size_t>(deviceOf[rank])].spec;
+  return plan.mesh.devices.front().spec;
+}
+
+std::vector<double> chunkMessageBytes(const Plan& plan) {
+  const ParallelConfig& p = plan.config.parallel;
+  // Activations travel in fp32 in both precisions (the engine's bf16 rounds GEMM operands only).
+  const double scale = plan.microbatchSize() / (p.sequenceParallel ? p.tp : 1);
+  std::vector<double> bytes;
+  for (const auto& chunk : plan.partition.chunks)
+    bytes.push_back(chunk.empty()
+                        ? 0.0
+                        : double(plan.model.layers[static_cast<size_t>(chunk.back())].outputBytesPerSample) *
+                              scale);
+  return bytes;
+}
+
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
   Plan plan;
   plan.config = config;

@@ -1,9 +1,9 @@
-// The plan: the single source of truth that the studio simulates and the engine executes. It ties a run config
-// to everything derived from it: the model spec, the mesh, the ranks and their groups, the partition of layers
-// into chunks and stages, and the pipeline schedule (per-stage action lists).
+// The plan: the single source of truth that the studio simulates and the engine executes. It ties a run
+// config to everything derived from it: the model spec, the mesh, the ranks and their groups, the partition
+// of layers into chunks and stages, and the pipeline schedule (per-stage action lists).
 //
-// What always holds: a Plan returned by buildPlan() is consistent: layout.world() == dp*tp*pp, the partition has
-// pp stages, and the schedule was generated for that partition and passed checkSchedule().
+// What always holds: a Plan returned by buildPlan() is consistent: layout.world() == dp*tp*pp, the partition
+// has pp stages, and the schedule was generated for that partition and passed checkSchedule().
 #pragma once
 
 #include <string>
@@ -26,12 +26,21 @@ struct Plan {
   Partition partition;
   PipelineSchedule schedule;
   std::vector<std::string> warnings;
-  // Samples per microbatch on one DP replica: batch_size / (dp * microbatches).
-  int microbatchSize() const {
-    return config.training.batchSize / (config.parallel.dp * config.parallel.microbatches);
-  }
+  // Samples per microbatch on one DP replica (run_config.h microbatchSize).
+  int microbatchSize() const { return ms::microbatchSize(config); }
   int stageOfRank(int rank) const { return layout.coord(rank).pp; }
 };
+
+// Facts about a plan that its memory model, cost model and simulator all read (kept here so neither model
+// calls into the other for them).
+// The rank that stands for a stage: pipeline replica 0, tp index 0.
+int replicaRank(const Plan& plan, int stage);
+// That rank's device.
+const DeviceSpec& stageDevice(const Plan& plan, int stage);
+// The point-to-point message of each chunk (K), bytes per microbatch: its last layer's output
+// (outputBytesPerSample * microbatch size, fp32 in both precisions, / tp with sequence parallelism). Chunk
+// k's activation goes to chunk k+1; chunk k+1's input gradient, the same size, comes back.
+std::vector<double> chunkMessageBytes(const Plan& plan);
 
 // Builds and checks the plan. allowSharing lets ranks share devices (the CPU engine); errors name the field.
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing = false);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,12 @@ struct RunConfig {
   // A path from the config resolved against baseDir (absolute paths are returned unchanged).
   std::string resolvePath(const std::string& path) const;
 };
+
+// Samples per microbatch on one DP replica: batch_size / (dp * microbatches) (validation makes it exact). The
+// one place this is computed: the plan, the engine's pipeline and evaluation, and the studio's calibration.
+inline int microbatchSize(const RunConfig& c) {
+  return c.training.batchSize / (std::max(1, c.parallel.dp) * std::max(1, c.parallel.microbatches));
+}
 
 // One problem found in a config: the JSON path of the field ("/parallel/tp", "/model/heads") and the reason.
 struct ConfigError {

@@ -89,7 +89,7 @@ EvalResult evaluate(Model& model, const DataSource& data, const RunConfig& confi
   // An evaluation covers maxBatches * batch_size samples (whatever the parallel layout), in pieces of one
   // training microbatch, dealt round-robin to the ranks.
   const int64_t B = config.training.batchSize;
-  const int mbs = static_cast<int>(B / (config.parallel.dp * config.parallel.microbatches));
+  const int mbs = microbatchSize(config);
   const int64_t total = data.evalSamples();
   const int64_t S = maxBatches > 0 ? std::min<int64_t>(total, maxBatches * B) : total;
   const int64_t pieces = (S + mbs - 1) / mbs;

@@ -25,7 +25,7 @@ Expected<Calibration> calibrationFromRun(const RunData& data, const RunConfig& r
   const std::vector<std::string> names = modelLayerNames(runConfig.model);
   const int layers = static_cast<int>(names.size());
   const ParallelConfig& p = runConfig.parallel;
-  const int microbatch = runConfig.training.batchSize / std::max(1, p.dp * p.microbatches);
+  const int microbatch = microbatchSize(runConfig);
   if (microbatch < 1)
     return Status::error("the run's config has no whole microbatch (batch_size / (dp * microbatches))");
   const auto& history = data.spanHistory();
