@@ -69,8 +69,18 @@ nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& me
                        {"capacity_bytes", m.capacity},
                        {"bubble_fraction", sim.bubbleFraction[r]}});
   }
-  return {{"devices", devices}, {"step_time_s", sim.stepTime},   {"tokens_per_s", sim.tokensPerSecond},
-          {"mfu", sim.mfu},     {"mfu_defined", sim.mfuDefined}, {"fits", fits}};
+  // Host memory per node (offload): what the node's ranks keep there against the node's host memory.
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const NodeHostMemory& h : hostMemoryPerNode(plan, memory)) {
+    fits = fits && h.fits();
+    if (h.bytes > 0)
+      nodes.push_back({{"node", h.node}, {"host_bytes", h.bytes}, {"host_capacity_bytes", h.capacity}});
+  }
+  nlohmann::json j = {
+      {"devices", devices}, {"step_time_s", sim.stepTime},   {"tokens_per_s", sim.tokensPerSecond},
+      {"mfu", sim.mfu},     {"mfu_defined", sim.mfuDefined}, {"fits", fits}};
+  if (!nodes.empty()) j["host_memory"] = nodes;
+  return j;
 }
 
 int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::string& writePath) {
@@ -119,6 +129,19 @@ int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::s
                 m["optimizer"].get<double>() / kGiB, m["activations"].get<double>() / kGiB,
                 m["other"].get<double>() / kGiB, total / kGiB, cap / kGiB,
                 100.0 * d["bubble_fraction"].get<double>(), total > cap ? "  DOES NOT FIT" : "");
+  }
+  if (j.contains("host_memory")) {
+    // Offload: what each node's host memory holds (the first few nodes; the JSON has them all).
+    size_t shown = 0;
+    for (const auto& h : j["host_memory"]) {
+      if (shown++ == 4) {
+        std::printf("host memory: ... %zu nodes in all\n", j["host_memory"].size());
+        break;
+      }
+      const double b = h["host_bytes"].get<double>(), cap = h["host_capacity_bytes"].get<double>();
+      std::printf("host memory of %s: %.2f GiB of %.2f GiB%s\n", h["node"].get<std::string>().c_str(),
+                  b / kGiB, cap / kGiB, b > cap ? "  DOES NOT FIT" : "");
+    }
   }
   // MFU is a fraction of a published peak: a device without one (the cpu placeholder) has none to state.
   std::printf("\nstep %.4f s, %.0f tokens/s, MFU %s, %s\n", sim.stepTime, sim.tokensPerSecond,

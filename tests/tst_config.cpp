@@ -71,10 +71,12 @@ json gptTokensEverything() {
                      {"name":"c","device":"npu-1","count":2}],
             "intra_link":"nvlink","inter_link":"ib-2x",
             "device_types":[{"name":"npu-1","label":"An NPU","peak_tflops_fp32":40.5,"peak_tflops_bf16":320,
-                             "memory_gb":64,"memory_bandwidth_gbs":1800,"achievable_fraction":0.45}],
+                             "memory_gb":64,"memory_bandwidth_gbs":1800,"achievable_fraction":0.45,
+                             "host_link_gbs":32,"host_memory_gb":128,"host_memory_bandwidth_gbs":40}],
             "link_types":[{"name":"ib-2x","bandwidth_gbs":100,"latency_us":4.5}]},
     "parallel":{"dp":2,"tp":2,"pp":2,"schedule":"interleaved_1f1b","microbatches":4,"virtual_chunks":2,"zero":2,
                 "recompute":"full","recompute_layers":1,"precision":"bf16","sequence_parallel":true,
+                "offload":"optimizer",
                 "placement":[{"stage":0,"layers":["embedding","block.0"]},{"stage":1,"layers":["block.1","block.2"]},
                              {"stage":0,"layers":["block.3","block.4"]},{"stage":1,"layers":["block.5","head"]}]},
     "optimizer":{"type":"sgd","lr":0.1,"betas":[0.8,0.99],"eps":1e-6,"weight_decay":0.01,"momentum":0.5,
@@ -357,7 +359,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["model"].size(), size_t(10));  // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));    // kind, train, val
     QCOMPARE(j["mesh"].size(), size_t(5));    // nodes, links, and the (empty) lists of own types
-    QCOMPARE(j["parallel"].size(), size_t(13));
+    QCOMPARE(j["parallel"].size(), size_t(14));
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(13));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));

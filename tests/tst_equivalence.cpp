@@ -537,6 +537,70 @@ class TestEquivalence : public QObject {
     QCOMPARE(m2["ranks"][0]["current"]["optimizer"], m1["ranks"][0]["current"]["optimizer"]);
   }
 
+  // Offload (plan/model_state.h) moves the optimizer state and step to the host without changing a bit: the
+  // same plan with "offload": "optimizer", run on the emulated device (the host/device split of a GPU; the
+  // host's step runs the CPU backend's optimizer), gives the losses, evaluation, final parameters and
+  // optimizer state of the plain run exactly. The device holds no optimizer state; the host holds what the
+  // plan predicts, category by category, on every rank (the store pads parameters as in modelStateMismatch).
+  void offloadTrainsBitForBit_data() {
+    QTest::addColumn<QString>("parallel");
+    QTest::newRow("dp2 zero0 bf16 grads") << R"({"dp": 2, "precision": "bf16", "grad_precision": "bf16"})";
+    QTest::newRow("dp2 zero1") << R"({"dp": 2, "zero": 1, "precision": "bf16"})";
+    QTest::newRow("dp2 zero3 accumulation")
+        << R"({"dp": 2, "zero": 3, "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})";
+    QTest::newRow("tp2 pp2 zero0") << R"({"tp": 2, "pp": 2, "microbatches": 2, "precision": "bf16"})";
+  }
+  void offloadTrainsBitForBit() {
+    QFETCH(QString, parallel);
+    auto plan = nlohmann::json::parse(parallel.toStdString());
+    const int ranks = ranksOf(plan);
+    const QString name = QString("offload%1").arg(++m_runs);
+    const QString config =
+        writeCpuConfig(m_tmp.path(), name, body("gpt") + ", \"parallel\": " + plan.dump(), ranks);
+    plan["offload"] = "optimizer";
+    const QString offConfig =
+        writeCpuConfig(m_tmp.path(), name + "-off", body("gpt") + ", \"parallel\": " + plan.dump(), ranks);
+    const QString plain = m_tmp.path() + "/" + name, off = m_tmp.path() + "/" + name + "-off";
+    ProcessResult a = runMpi(kMpiexec, kEngine, ranks, {"train", config, "--run-dir", plain, "--quiet"});
+    QVERIFY2(a.code == 0, qPrintable(a.err));
+    ProcessResult b = runMpi(kMpiexec, kEngine, ranks,
+                             {"train", offConfig, "--run-dir", off, "--quiet", "--emulate-device"});
+    QVERIFY2(b.code == 0, qPrintable(b.err));
+    const auto l1 = metricLosses(plain + "/metrics.jsonl", "step");
+    const auto l2 = metricLosses(off + "/metrics.jsonl", "step");
+    QCOMPARE(l2.size(), size_t(kSteps));
+    for (const auto& [step, loss] : l1) QCOMPARE(l2.at(step), loss);  // exactly
+    QCOMPARE(metricLosses(off + "/metrics.jsonl", "eval"), metricLosses(plain + "/metrics.jsonl", "eval"));
+    for (const char* file : {"/model.safetensors", "/optimizer.safetensors"})
+      QCOMPARE(worstRelativeL2(ms::checkpointDirName(plain.toStdString(), kSteps) + file,
+                               ms::checkpointDirName(off.toStdString(), kSteps) + file),
+               0.0);
+    const auto start = lastLine(off + "/metrics.jsonl", "run_start");
+    const auto memory = lastLine(off + "/metrics.jsonl", "memory");
+    const QString states = modelStateMismatch(start, memory);
+    QVERIFY2(states.isEmpty(), qPrintable(states));
+    std::map<int, nlohmann::json> predicted;
+    for (const auto& rank : start["predicted"]["ranks"])
+      predicted[rank["rank"].get<int>()] = rank["memory_bytes"]["host"];
+    for (const auto& rank : memory["ranks"]) {
+      const nlohmann::json& p = predicted.at(rank["rank"].get<int>());
+      QVERIFY2(p.is_object(), "no predicted host memory");
+      QVERIFY2(rank.contains("host"), "no measured host memory");
+      QCOMPARE(rank["peak"]["optimizer"].get<double>(), 0.0);
+      const std::pair<const char*, const char*> pairs[] = {
+          {"optimizer", "optimizer"}, {"gradients", "gradients"}, {"staging", "communication"}};
+      for (const auto& [pk, mk] : pairs) {
+        const double want = p[pk].get<double>(), got = rank["host"]["peak"][mk].get<double>();
+        QVERIFY2(got >= want && got <= 1.06 * want,
+                 qPrintable(QString("rank %1 host %2: predicted %3, measured %4")
+                                .arg(rank["rank"].get<int>())
+                                .arg(pk)
+                                .arg(want)
+                                .arg(got)));
+      }
+    }
+  }
+
   // Recomputation re-makes what forward made, bit for bit (plan/recompute.h): one process recomputing
   // selectively, fully or the first two blocks only trains with exactly the losses, evaluation and final
   // parameters of the one process that keeps everything, and its activations are the predicted ones.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plan/cost_model.h"
 #include "plan/memory_model.h"
 #include "plan/model_state.h"
 #include "plan/plan.h"
@@ -245,6 +246,110 @@ class TestMemoryModel : public QObject {
     QVERIFY(!refused.isOk());
     QVERIFY2(refused.message().find("/parallel/grad_precision") != std::string::npos,
              refused.message().c_str());
+  }
+
+  // Offload (model_state.h; ZeRO-Offload, Ren et al. 2021; FSDP's CPU offload): with AdamW, bf16 gradients
+  // and dp d, device | host bytes per parameter element:
+  //   "optimizer", ZeRO 0: 2 + 2 | 12 + 4 (the master and moments, and the fp32 copy of the gradients the
+  //   host's step reads); ZeRO 1: 2 + 2 | (12 + 4)/d; ZeRO 2: 2 + 2/d | 16/d; ZeRO 3: 2/d + 2/d | 16/d;
+  //   "parameters" (ZeRO 3): 0 | (2 + 2 + 12)/d, the shards read in place.
+  // The sum over both never drops below the unoffloaded figure: offload moves bytes, it does not save them.
+  void offloadBytesPerParameter_data() {
+    QTest::addColumn<int>("dp");
+    for (int d : {1, 2, 64}) QTest::newRow(qPrintable(QString("d%1").arg(d))) << d;
+  }
+  void offloadBytesPerParameter() {
+    QFETCH(int, dp);
+    const double d = dp;
+    const ms::OptimizerConfig adam;
+    auto bytes = [&](int zero, ms::Offload offload) {
+      return ms::modelStateBytes(
+          ms::modelStateLayout(ms::Precision::Bf16, ms::GradPrecision::Bf16, adam, zero, offload), dp);
+    };
+    const double device[4] = {4, 4, 2 + 2 / d, 4 / d};
+    const double host[4] = {16, 16 / d, 16 / d, 16 / d};
+    for (int zero = 0; zero <= 3; ++zero) {
+      const ms::ModelStateBytes b = bytes(zero, ms::Offload::Optimizer);
+      QCOMPARE(b.total(), device[zero]);
+      QCOMPARE(b.hostTotal(), host[zero]);
+      QCOMPARE(b.optimizer, 0.0);
+      QCOMPARE(b.hostOptimizer, zero >= 1 ? 12 / d : 12.0);
+      QVERIFY(b.total() + b.hostTotal() >= bytes(zero, ms::Offload::None).total());
+    }
+    const ms::ModelStateBytes p = bytes(3, ms::Offload::Parameters);
+    QCOMPARE(p.total(), 0.0);
+    QCOMPARE(p.hostParameters, 2 / d);
+    QCOMPARE(p.hostGradients, 2 / d);
+    QCOMPARE(p.hostTotal(), 16 / d);
+    // fp32 runs keep no separate master: offload does not apply (config_checks refuses it).
+    QCOMPARE(ms::modelStateBytes(ms::modelStateLayout(ms::Precision::Fp32, ms::GradPrecision::Fp32, adam, 1,
+                                                      ms::Offload::Optimizer),
+                                 dp)
+                 .hostTotal(),
+             0.0);
+  }
+
+  // The plan applies them: device categories lose the optimizer state, the host holds it (with one unit's
+  // bf16 staging), per node the host bytes add up over the node's ranks against its devices' host shares
+  // (DGX H100: 250 GB per GPU); the cost model's step crosses PCIe. Refusals name the field.
+  void offloadPlan() {
+    const json par = {{"precision", "bf16"}, {"grad_precision", "bf16"}, {"dp", 8}, {"zero", 1}};
+    json off = par;
+    off["offload"] = "optimizer";
+    MAKE_PLAN(plain, 2, (json{{"parallel", par}}));
+    MAKE_PLAN(offload, 2, (json{{"parallel", off}}));
+    const auto a = ms::estimateMemory(*plain), b = ms::estimateMemory(*offload);
+    const double n = modelParams(2);
+    for (size_t r = 0; r < b.size(); ++r) {
+      QVERIFY(near(a[r].optimizer, 12 * n / 8));
+      QCOMPARE(b[r].optimizer, 0.0);
+      QCOMPARE(b[r].parameters, a[r].parameters);
+      QCOMPARE(b[r].gradients, a[r].gradients);
+      QVERIFY(near(b[r].host.optimizer, 12 * n / 8));
+      QVERIFY(near(b[r].host.gradients, 4 * n / 8));
+      QVERIFY(b[r].host.staging > 0 && b[r].host.staging < 2 * n / 8);
+    }
+    const auto nodes = ms::hostMemoryPerNode(*offload, b);
+    QCOMPARE(nodes.size(), size_t(1));
+    QVERIFY(near(nodes[0].bytes, 8 * b[0].host.total()));
+    QVERIFY(near(nodes[0].capacity, 8 * 250e9));
+    QVERIFY(nodes[0].fits());
+    QCOMPARE(ms::hostMemoryPerNode(*plain, a)[0].bytes, 0.0);
+    const auto j = ms::memoryBytesJson(b[0]);
+    QVERIFY(near(j["host"]["total"].get<double>(), b[0].host.total()));
+    QVERIFY(!ms::memoryBytesJson(a[0]).contains("host"));
+    // The step: gradients down (2 B) and bf16 parameters up (2 B) over PCIe Gen5 (64 GB/s), the host's pass
+    // over its state at 76.8 GB/s (fp32 gradient 4, master 4 + 4, moments 8 + 8, bf16 out 2 = 30 B).
+    const ms::CostModel cost(*offload);
+    const double shard = n / 8;
+    QVERIFY(near(cost.optimizerTransferTime(0), shard * 4 / 64e9));
+    QVERIFY(cost.optimizerTime(0) > shard * 30 / 76.8e9 + shard * 4 / 64e9);
+    QCOMPARE(ms::CostModel(*plain).optimizerTransferTime(0), 0.0);
+
+    // Refused: fp32 (no master to move), "parameters" without ZeRO-3, a device type without host figures.
+    auto refusal = [&](const json& patch) {
+      json doc = baseConfig(2);
+      doc.merge_patch(patch);
+      ms::Expected<ms::RunConfig> config = ms::parseRunConfig(doc);
+      if (!config) return config.message();
+      auto plan = ms::buildPlan(*config);
+      return plan ? std::string() : plan.message();
+    };
+    std::string e = refusal(json{{"parallel", {{"offload", "optimizer"}}}});
+    QVERIFY2(e.find("/parallel/offload") != std::string::npos && e.find("bf16") != std::string::npos,
+             e.c_str());
+    e = refusal(
+        json{{"parallel", {{"offload", "parameters"}, {"precision", "bf16"}, {"dp", 2}, {"zero", 1}}}});
+    QVERIFY2(e.find("/parallel/offload") != std::string::npos && e.find("zero") != std::string::npos,
+             e.c_str());
+    e = refusal(
+        json{{"parallel", {{"offload", "optimizer"}, {"precision", "bf16"}}},
+             {"mesh", {{"nodes", json::array({{{"name", "n0"}, {"device", "l40s"}, {"count", 8}}})}}}});
+    QVERIFY2(e.find("/parallel/offload") != std::string::npos && e.find("l40s") != std::string::npos &&
+                 e.find("host_memory_gb") != std::string::npos,
+             e.c_str());
+    e = refusal(json{{"parallel", {{"offload", "everything"}, {"precision", "bf16"}}}});
+    QVERIFY2(e.find("/parallel/offload") != std::string::npos, e.c_str());
   }
 
   // bf16 halves exactly the GEMM-only inputs a block keeps; the rest stays fp32 (the gpt head keeps no GEMM

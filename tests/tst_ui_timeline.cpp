@@ -741,6 +741,44 @@ class TestUiTimeline : public QObject {
     QCOMPARE(m.bars(ms::MemoryView::Parameters)->data()->size(), 0);
   }
 
+  // Offload: the device stacks lose the optimizer state, a hatched host bar left of each stack shows what the
+  // host keeps (the plan's HostBytes), and the tooltip breaks it down with its bytes per parameter.
+  void memoryHostBarsUnderOffload() {
+    ms::RunConfig config = exampleConfig("gpt3-175b-plan.json");
+    config.parallel.precision = ms::Precision::Bf16;
+    config.parallel.offload = ms::Offload::Optimizer;
+    if (config.parallel.zero < 1) config.parallel.zero = 1;
+    const auto snap = ms::analyzePlan(config);
+    QVERIFY2(snap->ok(), qPrintable(snap->error));
+    ms::MemoryView m;
+    m.resize(800, 400);
+    m.setPredicted(snap->memory);
+    m.setModelStates(ms::modelStateText(config.parallel, config.optimizer));
+    QVERIFY(m.grouped());
+    QCOMPARE(m.hostBars()->data()->size(), m.barCount());
+    const int r0 = 0;
+    const int bar = m.barOfRank(r0);
+    double host = 0;  // the bar's figure: its stage's largest host figures
+    for (const auto& r : snap->memory)
+      if (r.stage == snap->memory[r0].stage) host = std::max(host, r.host.total());
+    QVERIFY(host > 0);
+    QCOMPARE(snap->memory[r0].optimizer, 0.0);
+    QCOMPARE(m.hostBars()->data()->at(bar)->value, host / m.unitBytes());
+    QVERIFY(std::abs(m.hostBars()->data()->at(bar)->key - (bar - 0.42)) < 1e-9);
+    const QString tip = m.barToolTip(bar);
+    QVERIFY2(tip.contains("host memory (offload): ") &&
+                 tip.contains("host: 0.75 B optimizer state + 0.25 B gradients"),
+             qPrintable(tip));
+    QVERIFY2(tip.contains("(on the host)"), qPrintable(tip));
+    // Without offload: no host bars, not in the legend.
+    config.parallel.offload = ms::Offload::None;
+    const auto plain = ms::analyzePlan(config);
+    QVERIFY2(plain->ok(), qPrintable(plain->error));
+    m.setPredicted(plain->memory);
+    QCOMPARE(m.hostBars()->data()->size(), 0);
+    QVERIFY(!m.plot()->legend->hasItemWithPlottable(m.hostBars()));
+  }
+
   void memoryDoesNotFitGrouped() {
     ms::RunConfig config = exampleConfig("gpt3-175b-plan.json");
     config.parallel.dp = 1024;

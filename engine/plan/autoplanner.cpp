@@ -195,92 +195,110 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
             auto key = std::make_pair(pp, V);
             if (!figures.count(key)) figures[key] = stageFigures(spec, pp, V, base.parallel.precision, fused);
             const StageFigures& st = figures[key];
-            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
-              // Shared by every recompute choice: compute, TP communication, DP sync, model states.
-              const double tF = st.flops * mbs / (rate * tp);
-              // TP all-reduces (Megatron: two forward and two backward per block).
-              const double tpComm = tp > 1
-                                        ? 4.0 * st.blocks *
-                                              ringAllReduceTime(double(mbs) * positions * model.width * elem,
-                                                                tp, mesh->intraLink)
-                                        : 0.0;
-              const double tpCommPerBlock = st.blocks > 0 ? tpComm / (4.0 * st.blocks) : 0.0;
-              const ModelStateLayout states = modelStateLayout(
-                  base.parallel.precision, base.parallel.gradPrecision, base.optimizer, zero);
-              const double grads = st.params / tp * states.gradientBytes;
-              const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
-              // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
-              double sync = zero >= 2 ? M * ringReduceScatterTime(grads, dp, dpLink)
-                                      : ringAllReduceTime(grads, dp, dpLink);
-              // ZeRO-3 gathers the stage's parameters before every forward and backward.
-              if (zero == 3)
-                sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, dp, dpLink);
-              const double factor = pipelineFactor(schedule, pp, V, M);
-              // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
-              const double n = st.params / tp;
-              const ModelStateBytes perParam = modelStateBytes(states, dp);
-              const double stateBytes = n * (perParam.parameters + perParam.gradients + perParam.optimizer);
-              // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
-              // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
-              // statistics; the rest is split.
-              const double lnBytes = base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0;
-              const double T = positions, C = model.width;
-              const double replicated =
-                  tp == 1 ? 0.0
-                          : 2.0 * T * C * lnBytes +
-                                (base.parallel.sequenceParallel ? 0.0 : (T * C + 4.0 * T) * 4.0);
-              auto blockPart = [&](double kept) {
-                const double whole = std::min(kept, replicated * st.blocks);
-                return whole + (kept - whole) / tp;
-              };
-              const double blockBytes = blockPart(st.blockBytes);
-              const double held = inFlight(schedule, pp, V, M);
-              // recomputedBlocks: fully recomputed blocks of the stage ("recompute_layers" per chunk times
-              // its V chunks); attention: selective recompute's re-run attention cores.
-              auto screen = [&](Recompute rc, int layers, int recomputedBlocks, bool attention) {
-                ++result.considered;
-                const double perBlock = st.blocks > 0 ? 1.0 / st.blocks : 0.0;
-                const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
-                                     (attention ? st.attentionFlops * mbs / (rate * tp) : 0.0);
-                const double tB = 2.0 * tF + again;
-                const double comm = tpComm + 2.0 * recomputedBlocks * tpCommPerBlock;
-                const double time = factor * (tF + tB + comm) + sync;
-                const double kept = attention ? blockPart(st.blockBytes - st.matrixBytes)
-                                              : blockBytes * (1.0 - recomputedBlocks * perBlock);
-                const double act = held * mbs * (st.wholeBytes + kept) +
-                                   (recomputedBlocks > 0 ? st.largestLayerActivation * mbs / tp : 0.0);
-                const double memory = stateBytes + act;
-                leastMemory = std::min(leastMemory, memory);
-                if (memory > 1.1 * smallestMemory) return;
-                ParallelConfig par = base.parallel;
-                par.dp = dp;
-                par.tp = tp;
-                par.pp = pp;
-                par.schedule = schedule;
-                par.virtualChunks = V;
-                par.microbatches = M;
-                par.zero = zero;
-                par.recompute = rc;
-                par.recomputeLayers = layers;
-                par.placement.clear();
-                fits.push_back({par, time, memory});
-              };
-              screen(Recompute::None, 0, 0, false);
-              // Selective only where it drops something: attention not fused (recompute.h).
-              if (st.matrixBytes > 0 && positions > 1) screen(Recompute::Selective, 0, 0, true);
-              screen(Recompute::Full, 0, st.blocks, false);
-              // Megatron's partial recompute: the fewest blocks per chunk that bring the estimate under the
-              // smallest device's memory (time grows with each recomputed block, so fewer is faster), and one
-              // more for the estimate's error; the real memory model decides after.
-              const double savedPerChunkBlock = held * mbs * blockBytes / std::max(1, st.blocks) * V;
-              const double over = stateBytes + held * mbs * (st.wholeBytes + blockBytes) +
-                                  st.largestLayerActivation * mbs / tp - smallestMemory;
-              if (over > 0 && savedPerChunkBlock > 0) {
-                const int fewest = static_cast<int>(std::ceil(over / savedPerChunkBlock));
-                for (int N = std::max(1, fewest); N <= fewest + 1 && N < st.blocksPerChunk; ++N)
-                  screen(Recompute::Full, N, std::min(st.blocks, N * V), false);
+            // Offload only where the host side is known (hardware.h) and master weights exist (bf16).
+            std::vector<Offload> offloads = {Offload::None};
+            if (base.parallel.precision == Precision::Bf16 && device.hostLinkBandwidth > 0 &&
+                device.hostMemoryBytes > 0 && device.hostMemoryBandwidth > 0)
+              offloads.push_back(Offload::Optimizer);
+            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+              for (Offload offload : offloads) {
+                // Shared by every recompute choice: compute, TP communication, DP sync, model states.
+                const double tF = st.flops * mbs / (rate * tp);
+                // TP all-reduces (Megatron: two forward and two backward per block).
+                const double tpComm =
+                    tp > 1 ? 4.0 * st.blocks *
+                                 ringAllReduceTime(double(mbs) * positions * model.width * elem, tp,
+                                                   mesh->intraLink)
+                           : 0.0;
+                const double tpCommPerBlock = st.blocks > 0 ? tpComm / (4.0 * st.blocks) : 0.0;
+                const ModelStateLayout states = modelStateLayout(
+                    base.parallel.precision, base.parallel.gradPrecision, base.optimizer, zero, offload);
+                const double grads = st.params / tp * states.gradientBytes;
+                const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
+                // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
+                double sync = zero >= 2 ? M * ringReduceScatterTime(grads, dp, dpLink)
+                                        : ringAllReduceTime(grads, dp, dpLink);
+                // ZeRO-3 gathers the stage's parameters before every forward and backward.
+                if (zero == 3)
+                  sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, dp, dpLink);
+                const double factor = pipelineFactor(schedule, pp, V, M);
+                // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
+                const double n = st.params / tp;
+                const ModelStateBytes perParam = modelStateBytes(states, dp);
+                const double stateBytes = n * (perParam.parameters + perParam.gradients + perParam.optimizer);
+                // Offload: the host's share must hold its part, and the step crosses the link and runs on the
+                // host (cost_model.cpp); the device-side step is not in the screen's time either way.
+                if (n * perParam.hostTotal() > device.hostMemoryBytes && perParam.hostTotal() > 0) continue;
+                if (states.offloadOptimizer) {
+                  const double shard = zero >= 1 ? n / dp : n;
+                  sync +=
+                      shard *
+                          (4.0 + 2.0 * states.masterBytes + 2.0 * states.momentBytes + states.workingBytes) /
+                          device.hostMemoryBandwidth +
+                      shard * (states.gradientBytes + states.workingBytes) / device.hostLinkBandwidth;
+                }
+                // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
+                // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
+                // statistics; the rest is split.
+                const double lnBytes = base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0;
+                const double T = positions, C = model.width;
+                const double replicated =
+                    tp == 1 ? 0.0
+                            : 2.0 * T * C * lnBytes +
+                                  (base.parallel.sequenceParallel ? 0.0 : (T * C + 4.0 * T) * 4.0);
+                auto blockPart = [&](double kept) {
+                  const double whole = std::min(kept, replicated * st.blocks);
+                  return whole + (kept - whole) / tp;
+                };
+                const double blockBytes = blockPart(st.blockBytes);
+                const double held = inFlight(schedule, pp, V, M);
+                // recomputedBlocks: fully recomputed blocks of the stage ("recompute_layers" per chunk times
+                // its V chunks); attention: selective recompute's re-run attention cores.
+                auto screen = [&](Recompute rc, int layers, int recomputedBlocks, bool attention) {
+                  ++result.considered;
+                  const double perBlock = st.blocks > 0 ? 1.0 / st.blocks : 0.0;
+                  const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
+                                       (attention ? st.attentionFlops * mbs / (rate * tp) : 0.0);
+                  const double tB = 2.0 * tF + again;
+                  const double comm = tpComm + 2.0 * recomputedBlocks * tpCommPerBlock;
+                  const double time = factor * (tF + tB + comm) + sync;
+                  const double kept = attention ? blockPart(st.blockBytes - st.matrixBytes)
+                                                : blockBytes * (1.0 - recomputedBlocks * perBlock);
+                  const double act = held * mbs * (st.wholeBytes + kept) +
+                                     (recomputedBlocks > 0 ? st.largestLayerActivation * mbs / tp : 0.0);
+                  const double memory = stateBytes + act;
+                  leastMemory = std::min(leastMemory, memory);
+                  if (memory > 1.1 * smallestMemory) return;
+                  ParallelConfig par = base.parallel;
+                  par.dp = dp;
+                  par.tp = tp;
+                  par.pp = pp;
+                  par.schedule = schedule;
+                  par.virtualChunks = V;
+                  par.microbatches = M;
+                  par.zero = zero;
+                  par.offload = offload;
+                  par.recompute = rc;
+                  par.recomputeLayers = layers;
+                  par.placement.clear();
+                  fits.push_back({par, time, memory});
+                };
+                screen(Recompute::None, 0, 0, false);
+                // Selective only where it drops something: attention not fused (recompute.h).
+                if (st.matrixBytes > 0 && positions > 1) screen(Recompute::Selective, 0, 0, true);
+                screen(Recompute::Full, 0, st.blocks, false);
+                // Megatron's partial recompute: the fewest blocks per chunk that bring the estimate under the
+                // smallest device's memory (time grows with each recomputed block, so fewer is faster), and
+                // one more for the estimate's error; the real memory model decides after.
+                const double savedPerChunkBlock = held * mbs * blockBytes / std::max(1, st.blocks) * V;
+                const double over = stateBytes + held * mbs * (st.wholeBytes + blockBytes) +
+                                    st.largestLayerActivation * mbs / tp - smallestMemory;
+                if (over > 0 && savedPerChunkBlock > 0) {
+                  const int fewest = static_cast<int>(std::ceil(over / savedPerChunkBlock));
+                  for (int N = std::max(1, fewest); N <= fewest + 1 && N < st.blocksPerChunk; ++N)
+                    screen(Recompute::Full, N, std::min(st.blocks, N * V), false);
+                }
               }
-            }
           }
         }
       }
@@ -314,6 +332,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
         c.capacityBytes = m.capacity;
       }
     }
+    for (const NodeHostMemory& h : hostMemoryPerNode(*plan, memory)) allFit = allFit && h.fits();
     if (!allFit) continue;
     ++result.simulated;
     const CostModel cost(*plan);

@@ -238,6 +238,18 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
         "bf16 gradients need \"precision\": \"bf16\" (an fp32 run keeps fp32 gradients), got precision " +
             inQuotes(toString(p.precision)),
         {"/parallel/precision"});
+  if (p.offload != Offload::None && p.precision != Precision::Bf16)
+    add(out, "/parallel/offload",
+        "offload moves the fp32 master weights (kept apart from the working parameters only in mixed "
+        "precision) to the host and needs \"precision\": \"bf16\", got precision " +
+            inQuotes(toString(p.precision)),
+        {"/parallel/precision"});
+  if (p.offload == Offload::Parameters && p.zero != 3)
+    add(out, "/parallel/offload",
+        "offload \"parameters\" keeps each rank's parameter and gradient SHARDS on the host and needs "
+        "\"zero\": 3 (FSDP), got zero " +
+            std::to_string(p.zero) + " (\"optimizer\" offloads the optimizer state at any stage)",
+        {"/parallel/zero"});
   if (p.recomputeLayers > 0 && p.recompute != Recompute::Full)
     add(out, "/parallel/recompute_layers",
         "recompute_layers counts fully recomputed blocks per chunk and needs \"recompute\": \"full\", got "

@@ -352,6 +352,17 @@ void addMesh(std::vector<Field>& t) {
                           NumberRange{0, true, 1, false},
                           "Fraction of the peak a training step reaches (the cost model's efficiency).")
                   .aka({"efficiency", "mfu", "utilization"}));
+  t.push_back(numberField(d, "host_link_gbs", MS_REF(mesh.deviceTypes[i].hostLinkGbs), atLeast(0),
+                          "Device<->host bandwidth each way, GB/s (offload's transfers); 0: not known.")
+                  .aka({"pcie_gbs", "pcie_bandwidth", "host_bandwidth_gbs"}));
+  t.push_back(numberField(d, "host_memory_gb", MS_REF(mesh.deviceTypes[i].hostMemoryGb), atLeast(0),
+                          "The device's share of its node's host memory, GB (offload); 0: not known.")
+                  .aka({"cpu_memory_gb", "host_ram_gb", "system_memory_gb"}));
+  t.push_back(numberField(d, "host_memory_bandwidth_gbs", MS_REF(mesh.deviceTypes[i].hostMemoryBandwidthGbs),
+                          atLeast(0),
+                          "The device's share of the host's DRAM bandwidth, GB/s (the offloaded optimizer "
+                          "step); 0: not known.")
+                  .aka({"cpu_memory_bandwidth_gbs", "host_dram_gbs"}));
 
   t.push_back(objectListField(m, "link_types", MS_REF(mesh.linkTypes),
                               "Link types the hardware catalog lacks, for intra_link and inter_link to name.")
@@ -408,6 +419,11 @@ void addParallel(std::vector<Field>& t) {
                         "Gradients under bf16: fp32 (Megatron's main gradients) or bf16 (half the memory and "
                         "reduce traffic).")
                   .aka({"gradient_precision", "grad_dtype", "grad_reduce_dtype"}));
+  t.push_back(enumField(p, "offload", kOffloadNames, MS_REF(parallel.offload),
+                        "Model states in host memory under bf16: optimizer keeps the fp32 master weights and "
+                        "moments on the host and steps there (ZeRO-Offload); parameters (ZeRO-3) also keeps "
+                        "the parameter and gradient shards there between uses (FSDP CPU offload).")
+                  .aka({"offload_optimizer", "cpu_offload", "offload_param", "zero_offload"}));
   t.push_back(boolField(p, "sequence_parallel", MS_REF(parallel.sequenceParallel),
                         "Shard activations outside the tensor-parallel regions along the sequence.")
                   .aka({"sp", "seq_parallel"}));

@@ -71,6 +71,8 @@ inline constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::Fp32, "fp3
                                                           {Precision::Bf16, "bf16"}};
 inline constexpr EnumName<GradPrecision> kGradPrecisionNames[] = {{GradPrecision::Fp32, "fp32"},
                                                                   {GradPrecision::Bf16, "bf16"}};
+inline constexpr EnumName<Offload> kOffloadNames[] = {
+    {Offload::None, "none"}, {Offload::Optimizer, "optimizer"}, {Offload::Parameters, "parameters"}};
 inline constexpr EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::AdamW, "adamw"},
                                                                   {OptimizerType::Sgd, "sgd"}};
 inline constexpr EnumName<LrSchedule> kLrScheduleNames[] = {

@@ -48,6 +48,14 @@
 // ZeRO >= 1) / memoryBandwidth (a memory-bound pass), plus for ZeRO 1 and 2 the all-gather of the updated
 // working parameters (bf16 in mixed precision) over the
 // DP group (ZeRO-3 keeps them sharded and gathers before use instead).
+// With "offload": "optimizer" (ZeRO-Offload, Ren et al. 2021, section 4: gradients to the host, the step on
+// the host's CPU, bf16 parameters back) the step instead moves the owned gradients down (gradient bytes per
+// element) and the updated bf16 slice up (2) over the device<->host link (DeviceSpec::hostLinkBandwidth, the
+// PCIe figure), and streams the host's state (fp32 gradient copy read, master read and written, moments read
+// and written, the bf16 slice written) at the device's share of the host's DRAM bandwidth; no overlap with
+// the backward is modelled (ZeRO-Offload's delayed parameter update is not what the engine does).
+// "parameters" (ZeRO-3) instead uploads each chunk's bf16 shard before every gather (forward and backward)
+// and downloads each microbatch's reduced gradient shard, inside the compute actions like the gathers.
 #include "plan/cost_model.h"
 
 #include <algorithm>
@@ -168,8 +176,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
 
   // Communication inside compute actions, per chunk.
   const std::vector<double> params = chunkLocalParameterCount(plan);  // as one TP rank holds them
-  const ModelStateLayout state =
-      modelStateLayout(p.precision, p.gradPrecision, plan.config.optimizer, p.zero);
+  const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
   m_chunkForwardComm.assign(static_cast<size_t>(K), 0.0);
   m_chunkBackwardComm.assign(static_cast<size_t>(K), 0.0);
   for (int k = 0; k < K && modelled; ++k) {
@@ -195,6 +202,17 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       const double gather = ringAllGatherTime(params[static_cast<size_t>(k)] * state.workingBytes, dp, link);
       m_chunkForwardComm[static_cast<size_t>(k)] += gather;
       m_chunkBackwardComm[static_cast<size_t>(k)] += gather;
+    }
+    if (state.offloadParameters) {
+      // The shard comes up from the host before each gather, and each microbatch's reduced gradient shard
+      // goes down (counted with the backward).
+      const double hostLink = stageDevice(plan, stage).hostLinkBandwidth;
+      const double shard = params[static_cast<size_t>(k)] / dp;
+      if (hostLink > 0) {
+        m_chunkForwardComm[static_cast<size_t>(k)] += shard * state.workingBytes / hostLink;
+        m_chunkBackwardComm[static_cast<size_t>(k)] +=
+            shard * (state.workingBytes + state.gradientBytes) / hostLink;
+      }
     }
   }
 
@@ -257,6 +275,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
 
   // Optimizer step per stage.
   m_optimizer.assign(static_cast<size_t>(plan.partition.stages), 0.0);
+  m_optimizerTransfer.assign(static_cast<size_t>(plan.partition.stages), 0.0);
   for (int s = 0; s < plan.partition.stages; ++s) {
     const double local = stageLocalParameterCount(plan, s);
     const double shard = p.zero >= 1 ? local / dp : local;
@@ -267,6 +286,17 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
                          (state.mixed ? state.masterBytes + state.workingBytes : state.workingBytes) +
                          state.momentBytes;
     double t = device.memoryBandwidth > 0 ? shard * bytes / device.memoryBandwidth : 0.0;
+    double transfer = 0;
+    if (state.offloadOptimizer) {
+      const double hostBytes = 4.0 + 2.0 * state.masterBytes + 2.0 * state.momentBytes + state.workingBytes;
+      t = device.hostMemoryBandwidth > 0 ? shard * hostBytes / device.hostMemoryBandwidth : 0.0;
+      // "parameters" keeps the shards on the host: the step moves nothing (the gathers and reductions do).
+      transfer = device.hostLinkBandwidth > 0 && !state.offloadParameters
+                     ? shard * (state.gradientBytes + state.workingBytes) / device.hostLinkBandwidth
+                     : 0.0;
+      t += transfer;
+    }
+    m_optimizerTransfer[static_cast<size_t>(s)] = transfer;
     if (modelled && (p.zero == 1 || p.zero == 2))
       t += ringAllGatherTime(local * state.workingBytes, dp,
                              groupLink(plan, plan.layout.dpGroup(replicaRank(plan, s))));

@@ -83,6 +83,8 @@ class CostModel {
   // The stage's optimizer step (a memory-bound pass over its parameter shard, plus ZeRO-1/2's parameter
   // all-gather).
   double optimizerTime(int stage) const;
+  // Of which the device<->host transfers under offload (0 without): gradients down, parameters up.
+  double optimizerTransferTime(int stage) const { return m_optimizerTransfer[static_cast<size_t>(stage)]; }
   // The duration of a compute-lane action, or the transit time of a send; 0 for a receive (it waits for a
   // message instead). `stage` is the stage running the action.
   double actionTime(const Action& action, int stage) const;
@@ -106,6 +108,7 @@ class CostModel {
   std::vector<double> m_activationBytes;     // (K)
   std::vector<double> m_gradSync;            // (K)
   std::vector<double> m_optimizer;           // (P)
+  std::vector<double> m_optimizerTransfer;   // (P)
 };
 
 }  // namespace ms

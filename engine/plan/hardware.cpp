@@ -35,29 +35,54 @@ DeviceSpec device(const char* name, const char* label, double fp32, double tf32,
       fraction};
 }
 
+// The host side of a catalog device (see DeviceSpec): link GB/s each way, host GB and DRAM GB/s per device.
+DeviceSpec withHost(DeviceSpec d, double linkGbs, double hostGb, double hostBandwidthGbs) {
+  d.hostLinkBandwidth = linkGbs * kGiga;
+  d.hostMemoryBytes = hostGb * kGiga;
+  d.hostMemoryBandwidth = hostBandwidthGbs * kGiga;
+  return d;
+}
+
 std::vector<DeviceSpec> makeDeviceCatalog() {
   return {
       // This machine's CPU. Placeholders until calibration (withCalibration()) measures a GEMM: 100 GFLOP/s
       // fp32 (a few AVX2 cores), bf16 no faster (no AMX assumed), 24 GiB of RAM, 20 GB/s of DRAM bandwidth.
-      DeviceSpec{"cpu", "CPU (this machine, calibrated)", 1e11, 0, 1e11, 24 * kGibi, 20 * kGiga, kCpuFraction,
-                 /*publishedPeak=*/false},
+      // Its "host" is itself: offloaded state shares the same 24 GiB and moves at the DRAM's 20 GB/s.
+      withHost(DeviceSpec{"cpu", "CPU (this machine, calibrated)", 1e11, 0, 1e11, 24 * kGibi, 20 * kGiga,
+                          kCpuFraction, /*publishedPeak=*/false},
+               20, 24 * kGibi / kGiga, 20),
       // NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), table 3, H100 SXM5: FP32 66.9 TFLOPS,
       // TF32 tensor 494.7, BF16 tensor 989.4 (dense; 1978.9 with sparsity); NVIDIA H100 datasheet: 80GB
       // HBM3, 3.35TB/s.
-      device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 80, 3350, kGpuFraction),
+      // Host (NVIDIA DGX H100 user guide): PCIe Gen5 x16 per GPU (64 GB/s each way, as "pcie" below), 2 TB
+      // of system memory for 8 GPUs (250 GB each), two Xeon Platinum 8480C with 8 DDR5-4800 channels each
+      // (2 x 8 x 38.4 = 614 GB/s, 76.8 GB/s per GPU).
+      withHost(device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 80, 3350, kGpuFraction),
+               64, 250, 76.8),
       // NVIDIA H200 datasheet: the H100 SXM's compute (FP32 67, TF32 989 and BF16 1,979 TFLOPS with
       // sparsity, as H100's), 141GB HBM3e, 4.8TB/s.
-      device("h200-141gb", "NVIDIA H200 SXM 141GB", 66.9, 494.7, 989.4, 141, 4800, kGpuFraction),
+      // Host: NVIDIA DGX H200 (as DGX H100: PCIe Gen5 x16, 2 TB, two Xeon 8480C).
+      withHost(device("h200-141gb", "NVIDIA H200 SXM 141GB", 66.9, 494.7, 989.4, 141, 4800, kGpuFraction), 64,
+               250, 76.8),
       // NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5 TFLOPS, TF32 156, BF16 312 (dense; 312 and 624 with
       // sparsity); A100 40GB: HBM2, 1,555GB/s; A100 80GB SXM: HBM2e, 2,039GB/s.
-      device("a100-40gb", "NVIDIA A100 40GB", 19.5, 156, 312, 40, 1555, kGpuFraction),
-      device("a100-80gb", "NVIDIA A100 80GB SXM", 19.5, 156, 312, 80, 2039, kGpuFraction),
+      // Host (NVIDIA DGX A100 user guide): PCIe Gen4 x16 per GPU (32 GB/s each way), 1 TB of system memory
+      // (DGX A100 320GB) or 2 TB (640GB) for 8 GPUs, two AMD EPYC 7742 with 8 DDR4-3200 channels each
+      // (2 x 8 x 25.6 = 409.6 GB/s, 51.2 GB/s per GPU).
+      withHost(device("a100-40gb", "NVIDIA A100 40GB", 19.5, 156, 312, 40, 1555, kGpuFraction), 32, 125,
+               51.2),
+      withHost(device("a100-80gb", "NVIDIA A100 80GB SXM", 19.5, 156, 312, 80, 2039, kGpuFraction), 32, 250,
+               51.2),
       // NVIDIA L40S datasheet: FP32 91.6 TFLOPS, TF32 183, BF16 362.05 (dense; 366 and 733 with sparsity),
       // 48GB GDDR6, 864GB/s.
-      device("l40s", "NVIDIA L40S", 91.6, 183, 362.05, 48, 864, kGpuFraction),
+      // Host: PCIe Gen4 x16 (the L40S datasheet's 64 GB/s both ways, 32 each way); no reference system
+      // fixes the rest, so its host memory and DRAM bandwidth are left unknown (offload is refused).
+      withHost(device("l40s", "NVIDIA L40S", 91.6, 183, 362.05, 48, 864, kGpuFraction), 32, 0, 0),
       // NVIDIA Ada GPU Architecture whitepaper, appendix table (GeForce RTX 4090): FP32 82.6 TFLOPS, TF32
       // 82.6, BF16 with FP32 accumulate 165.2 (dense; 330.4 with sparsity), 24GB GDDR6X, 1,008GB/s.
-      device("rtx4090", "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 24, 1008, kGpuFraction),
+      // Host: PCIe Gen4 x16 (32 GB/s each way); host memory and DRAM bandwidth unknown, as for the L40S.
+      withHost(device("rtx4090", "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 24, 1008, kGpuFraction), 32, 0,
+               0),
   };
 }
 
@@ -185,7 +210,11 @@ DeviceSpec toDeviceSpec(const DeviceTypeConfig& type) {
                     type.peakTflopsBf16 * kTera,
                     type.memoryGb * kGiga,
                     type.memoryBandwidthGbs * kGiga,
-                    type.achievableFraction};
+                    type.achievableFraction,
+                    /*publishedPeak=*/true,
+                    type.hostLinkGbs * kGiga,
+                    type.hostMemoryGb * kGiga,
+                    type.hostMemoryBandwidthGbs * kGiga};
 }
 
 LinkSpec toLinkSpec(const LinkTypeConfig& type) {

@@ -32,6 +32,13 @@ struct DeviceSpec {
   // published peak, so it is only stated for plans whose devices all have one. The "cpu" entry's figures are
   // placeholders (or a GEMM measured on this machine), not a peak.
   bool publishedPeak = true;
+  // The host a device of this type sits in, per device (what offload uses: plan/model_state.h): the
+  // device<->host link's bandwidth each way, and the device's share of the node's host memory and of its
+  // DRAM bandwidth (the host's optimizer step streams its state at that rate). 0: not known (a plan that
+  // offloads on such a device is refused, naming the field).
+  double hostLinkBandwidth = 0;    // bytes/s each way
+  double hostMemoryBytes = 0;      // bytes
+  double hostMemoryBandwidth = 0;  // bytes/s
   double peakFlops(Precision p) const { return p == Precision::Bf16 ? peakFlopsBf16 : peakFlopsFp32; }
 };
 

@@ -212,8 +212,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   const double tp = std::max(1, p.tp);
   const double mbs = plan.microbatchSize();
   const int K = static_cast<int>(plan.partition.chunks.size());
-  const ModelStateLayout state =
-      modelStateLayout(p.precision, p.gradPrecision, plan.config.optimizer, p.zero);
+  const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
   OtherBytes o;
 
   // A send and a receive buffer of the largest message the stage's chunks send or receive.
@@ -300,8 +299,27 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
 }
 
 nlohmann::json memoryBytesJson(const MemoryBreakdown& m) {
-  return {{"parameters", m.parameters},   {"gradients", m.gradients}, {"optimizer", m.optimizer},
-          {"activations", m.activations}, {"other", m.other},         {"total", m.total()}};
+  nlohmann::json j = {{"parameters", m.parameters},   {"gradients", m.gradients}, {"optimizer", m.optimizer},
+                      {"activations", m.activations}, {"other", m.other},         {"total", m.total()}};
+  if (m.host.total() > 0)
+    j["host"] = {{"parameters", m.host.parameters},
+                 {"gradients", m.host.gradients},
+                 {"optimizer", m.host.optimizer},
+                 {"staging", m.host.staging},
+                 {"total", m.host.total()}};
+  return j;
+}
+
+std::vector<NodeHostMemory> hostMemoryPerNode(const Plan& plan, const std::vector<MemoryBreakdown>& ranks) {
+  std::vector<NodeHostMemory> nodes(plan.mesh.nodes.size());
+  for (size_t n = 0; n < nodes.size(); ++n) nodes[n].node = plan.mesh.nodes[n];
+  for (const MeshDevice& d : plan.mesh.devices)
+    nodes[static_cast<size_t>(d.node)].capacity += d.spec.hostMemoryBytes;
+  for (const MemoryBreakdown& m : ranks)
+    if (m.rank < static_cast<int>(plan.layout.deviceOf.size()))
+      nodes[static_cast<size_t>(plan.mesh.devices[static_cast<size_t>(plan.layout.deviceOf[m.rank])].node)]
+          .bytes += m.host.total();
+  return nodes;
 }
 
 bool isGpuDevice(const DeviceSpec& device) {
@@ -311,7 +329,8 @@ bool isGpuDevice(const DeviceSpec& device) {
 std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   const ParallelConfig& p = plan.config.parallel;
   const int P = plan.partition.stages;
-  const ModelStateBytes state = modelStateBytes(p, plan.config.optimizer);
+  const ModelStateLayout layout = modelStateLayout(p, plan.config.optimizer);
+  const ModelStateBytes state = modelStateBytes(layout, p.dp);
   const std::vector<double> peaks =
       slotActivationBytes(plan.schedule, chunkActivationBytes(plan), chunkSplitBackwardBytes(plan));
 
@@ -324,6 +343,14 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     m.parameters = local * state.parameters;
     m.gradients = local * state.gradients;
     m.optimizer = local * state.optimizer;
+    m.host.parameters = local * state.hostParameters;
+    m.host.gradients = local * state.hostGradients;
+    m.host.optimizer = local * state.hostOptimizer;
+    // "optimizer" offload rounds each unit's updated master slice to bf16 on the host before it uploads it:
+    // the stage's largest unit's owned slice.
+    if (layout.offloadOptimizer && !layout.offloadParameters)
+      m.host.staging =
+          largestLayerParams(plan, s, tiedHead(plan)) / (layout.shardOptimizer ? std::max(1, p.dp) : 1) * 2.0;
     m.activations = (s < static_cast<int>(peaks.size()) ? peaks[static_cast<size_t>(s)] : 0.0) +
                     recomputeWorkspaceBytes(plan, s);
   }

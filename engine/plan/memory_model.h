@@ -24,6 +24,7 @@
 //   context (see otherBreakdown()).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -81,6 +82,17 @@ struct OtherBytes {
 };
 OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu);
 
+// What a rank keeps in HOST memory (offload, plan/model_state.h; all 0 without): the model states the
+// layout moves there, and the host's side of the transfers (one unit's working parameters, rounded before
+// they are uploaded, under "optimizer"; "parameters" stages nothing on the host).
+struct HostBytes {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double staging = 0;
+  double total() const { return parameters + gradients + optimizer + staging; }
+};
+
 struct MemoryBreakdown {
   int rank = 0;
   int stage = 0;
@@ -90,6 +102,7 @@ struct MemoryBreakdown {
   double activations = 0;
   double other = 0;
   double capacity = 0;  // the rank's device memory
+  HostBytes host;       // in host memory, beside the device's
   double total() const { return parameters + gradients + optimizer + activations + other; }
   bool fits() const { return total() <= capacity; }
 };
@@ -97,8 +110,19 @@ struct MemoryBreakdown {
 // One entry per rank, in rank order.
 std::vector<MemoryBreakdown> estimateMemory(const Plan& plan);
 
-// {"parameters", "gradients", "optimizer", "activations", "other", "total"} in bytes: the "memory_bytes"
-// object of `plan --json` and of the stream's predicted figures.
+// Host memory per node: what the node's ranks keep there (HostBytes) against the node's host memory (the
+// sum of its devices' shares, DeviceSpec::hostMemoryBytes; 0 when not known).
+struct NodeHostMemory {
+  std::string node;
+  double bytes = 0;
+  double capacity = 0;
+  bool fits() const { return bytes <= 0 || capacity <= 0 || bytes <= capacity; }
+};
+std::vector<NodeHostMemory> hostMemoryPerNode(const Plan& plan, const std::vector<MemoryBreakdown>& ranks);
+
+// {"parameters", "gradients", "optimizer", "activations", "other", "total"} in bytes, and with offload
+// "host": {"parameters", "gradients", "optimizer", "staging", "total"}: the "memory_bytes" object of
+// `plan --json` and of the stream's predicted figures.
 nlohmann::json memoryBytesJson(const MemoryBreakdown& m);
 
 // A device type counts as a GPU (CUDA context allowance) unless it is the host CPU.

@@ -7,7 +7,7 @@
 namespace ms {
 
 ModelStateLayout modelStateLayout(Precision precision, GradPrecision gradPrecision,
-                                  const OptimizerConfig& optimizer, int zero) {
+                                  const OptimizerConfig& optimizer, int zero, Offload offload) {
   ModelStateLayout l;
   l.mixed = precision == Precision::Bf16;
   l.workingBytes = l.mixed ? 2.0 : 4.0;
@@ -18,7 +18,15 @@ ModelStateLayout modelStateLayout(Precision precision, GradPrecision gradPrecisi
   l.shardOptimizer = zero >= 1;
   l.shardGradients = zero >= 2;
   l.shardWorking = zero >= 3;
+  // Offload moves the master weights, which only mixed precision keeps apart (config_checks refuses it
+  // otherwise); "parameters" moves shards, which only ZeRO-3 has.
+  l.offloadOptimizer = l.mixed && offload != Offload::None;
+  l.offloadParameters = l.offloadOptimizer && offload == Offload::Parameters && l.shardWorking;
   return l;
+}
+
+ModelStateLayout modelStateLayout(const ParallelConfig& p, const OptimizerConfig& optimizer) {
+  return modelStateLayout(p.precision, p.gradPrecision, optimizer, p.zero, p.offload);
 }
 
 ModelStateBytes modelStateBytes(const ModelStateLayout& l, int dp) {
@@ -27,11 +35,22 @@ ModelStateBytes modelStateBytes(const ModelStateLayout& l, int dp) {
   b.parameters = l.workingBytes / (l.shardWorking ? d : 1.0);
   b.gradients = l.gradientBytes / (l.shardGradients ? d : 1.0);
   b.optimizer = (l.masterBytes + l.momentBytes) / (l.shardOptimizer ? d : 1.0);
+  if (l.offloadOptimizer) {
+    b.hostOptimizer = b.optimizer;
+    b.optimizer = 0;
+    if (l.offloadParameters) {
+      b.hostParameters = b.parameters;
+      b.hostGradients = b.gradients;  // the shard, read in place by the host's step
+      b.parameters = b.gradients = 0;
+    } else {
+      b.hostGradients = 4.0 / (l.shardOptimizer ? d : 1.0);  // the owned gradients, widened to fp32
+    }
+  }
   return b;
 }
 
 ModelStateBytes modelStateBytes(const ParallelConfig& p, const OptimizerConfig& optimizer) {
-  return modelStateBytes(modelStateLayout(p.precision, p.gradPrecision, optimizer, p.zero), p.dp);
+  return modelStateBytes(modelStateLayout(p, optimizer), p.dp);
 }
 
 namespace {
@@ -50,7 +69,7 @@ std::string part(double bytes, const char* what, bool sharded, int dp, const cha
 }  // namespace
 
 ModelStateText modelStateText(const ParallelConfig& p, const OptimizerConfig& optimizer) {
-  const ModelStateLayout l = modelStateLayout(p.precision, p.gradPrecision, optimizer, p.zero);
+  const ModelStateLayout l = modelStateLayout(p, optimizer);
   ModelStateText t;
   t.parameters = part(l.workingBytes, l.mixed ? "bf16 working parameters" : "fp32 parameters", l.shardWorking,
                       p.dp, "3");
@@ -61,6 +80,24 @@ ModelStateText modelStateText(const ParallelConfig& p, const OptimizerConfig& op
     what += std::string(what.empty() ? "" : " + ") +
             (optimizer.type == OptimizerType::AdamW ? "AdamW moments" : "SGD momentum");
   t.optimizer = part(l.masterBytes + l.momentBytes, what.c_str(), l.shardOptimizer, p.dp, "1");
+  if (l.offloadOptimizer) {
+    const ModelStateBytes b = modelStateBytes(l, p.dp);
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "host: %.4g B optimizer state + %.4g B gradients%s = %.4g B per parameter",
+                  b.hostOptimizer, b.hostGradients,
+                  l.offloadParameters ? "" : " (fp32 copy of the owned ones)", b.hostTotal());
+    if (l.offloadParameters)
+      std::snprintf(buf, sizeof buf,
+                    "host: %.4g B parameter shard + %.4g B gradient shard + %.4g B optimizer "
+                    "state = %.4g B per parameter",
+                    b.hostParameters, b.hostGradients, b.hostOptimizer, b.hostTotal());
+    t.host = buf;
+    t.optimizer += " (on the host)";
+    if (l.offloadParameters) {
+      t.parameters += " (shard on the host)";
+      t.gradients += " (shard on the host)";
+    }
+  }
   return t;
 }
 

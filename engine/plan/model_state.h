@@ -20,6 +20,17 @@
 //   grads fp32 (Megatron Core distributed-optimizer table): 18 | 6 + 12/d | 2 + 16/d | 18/d
 // fp32 keeps its own figures: 16 | 8 + 8/d | 4 + 12/d | 16/d.
 //
+// Offload (bf16 only, "offload"): "optimizer" (ZeRO-Offload, Ren et al. 2021, "ZeRO-Offload: Democratizing
+// Billion-Scale Model Training", section 3) keeps the optimizer state (fp32 master + moments, 12 B / d from
+// ZeRO-1 on) in HOST memory with an fp32 copy of the rank's owned gradients (4 B, / d from ZeRO-1 on) that
+// the host's optimizer step reads; the device keeps the working parameters and the gradients. "parameters"
+// (ZeRO-3 only; FSDP's CPU offload, ZeRO-Infinity's offload_param) also keeps the working-parameter and
+// gradient shards on the host between uses (2 + g + 12 B / d there, where the optimizer reads the gradient
+// shard in place, widened as it reads); the device holds only gathered layers and transient full gradients
+// (the memory model's "other"). With AdamW, bf16 gradients, dp d:
+//   optimizer offload, device | host:  4 | 12 + 4   (ZeRO 0)   4 | (12 + 4)/d (1)   2 + 2/d | 16/d (2)
+//                                      2/d + 2/d | 16/d (3);   parameters offload (3): 0 | 16/d
+//
 // What always holds: every figure is >= 0; total() = parameters + gradients + optimizer; ZeRO stage s + 1
 // never costs more than stage s; modelStateLayout and modelStateBytes agree (bytes = element bytes / d where
 // the layout says sharded).
@@ -39,18 +50,28 @@ struct ModelStateLayout {
   double masterBytes = 0;     // per element of the fp32 master weights (4 in mixed precision, else 0)
   double momentBytes = 0;     // per element of the optimizer's moments (AdamW 8, SGD with momentum 4, else 0)
   bool shardWorking = false;  // ZeRO 3: each rank keeps 1/d of the working parameters, gathers them per use
-  bool shardGradients = false;  // ZeRO >= 2: each rank keeps the reduced gradients of its 1/d
-  bool shardOptimizer = false;  // ZeRO >= 1: each rank keeps master weights and moments of its 1/d
+  bool shardGradients = false;     // ZeRO >= 2: each rank keeps the reduced gradients of its 1/d
+  bool shardOptimizer = false;     // ZeRO >= 1: each rank keeps master weights and moments of its 1/d
+  bool offloadOptimizer = false;   // master, moments and an fp32 copy of the owned gradients on the host
+  bool offloadParameters = false;  // (ZeRO-3) the working-parameter and gradient shards on the host too
 };
 ModelStateLayout modelStateLayout(Precision precision, GradPrecision gradPrecision,
-                                  const OptimizerConfig& optimizer, int zero);
+                                  const OptimizerConfig& optimizer, int zero,
+                                  Offload offload = Offload::None);
+ModelStateLayout modelStateLayout(const ParallelConfig& parallel, const OptimizerConfig& optimizer);
 
 // Bytes per parameter element of a rank's model states, after ZeRO sharding over dp ranks (dp >= 1).
 struct ModelStateBytes {
+  // On the device.
   double parameters = 0;  // the working parameters
   double gradients = 0;
   double optimizer = 0;  // master weights (mixed precision) and moments
+  // In host memory (offload; all 0 without).
+  double hostParameters = 0;  // the working-parameter shard ("parameters")
+  double hostGradients = 0;   // the gradient shard ("parameters"), or the owned gradients' fp32 copy
+  double hostOptimizer = 0;   // master weights and moments
   double total() const { return parameters + gradients + optimizer; }
+  double hostTotal() const { return hostParameters + hostGradients + hostOptimizer; }
 };
 ModelStateBytes modelStateBytes(const ModelStateLayout& layout, int dp);
 ModelStateBytes modelStateBytes(const ParallelConfig& parallel, const OptimizerConfig& optimizer);
@@ -58,6 +79,7 @@ ModelStateBytes modelStateBytes(const ParallelConfig& parallel, const OptimizerC
 // The arithmetic of one category as text, for tooltips: "2 B bf16 / 64 ranks (ZeRO-3)".
 struct ModelStateText {
   std::string parameters, gradients, optimizer;
+  std::string host;  // offload: what the host keeps, "" without
 };
 ModelStateText modelStateText(const ParallelConfig& parallel, const OptimizerConfig& optimizer);
 

@@ -41,6 +41,14 @@ Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
   auto mesh = buildMesh(config.mesh);
   if (!mesh) return mesh.status();
   plan.mesh = std::move(*mesh);
+  if (config.parallel.offload != Offload::None)
+    for (const MeshDevice& d : plan.mesh.devices)
+      if (!(d.spec.hostLinkBandwidth > 0 && d.spec.hostMemoryBytes > 0 && d.spec.hostMemoryBandwidth > 0))
+        return Status::error("/parallel/offload: offload " + std::string("\"") +
+                             toString(config.parallel.offload) + "\" needs the host side of device type \"" +
+                             d.spec.name +
+                             "\" (host_link_gbs, host_memory_gb and host_memory_bandwidth_gbs), which is not "
+                             "known; describe it in /mesh/device_types");
   auto layout = layoutRanks(config.parallel, plan.mesh, allowSharing);
   if (!layout) return layout.status();
   plan.layout = std::move(layout->layout);

@@ -49,6 +49,9 @@ const char* toString(Precision v) {
 const char* toString(GradPrecision v) {
   return enumName(kGradPrecisionNames, v);
 }
+const char* toString(Offload v) {
+  return enumName(kOffloadNames, v);
+}
 const char* toString(OptimizerType v) {
   return enumName(kOptimizerTypeNames, v);
 }

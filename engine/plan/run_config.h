@@ -28,6 +28,10 @@ enum class Recompute { None, Selective, Full };
 enum class Precision { Fp32, Bf16 };
 // The precision gradients are kept and reduced in under bf16 mixed precision (fp32 runs keep fp32).
 enum class GradPrecision { Fp32, Bf16 };
+// Where model states live between uses (plan/model_state.h): all on the device; the optimizer state (fp32
+// master weights and moments) and its step on the host (ZeRO-Offload, Ren et al. 2021); also the parameter
+// and gradient shards on the host between uses (FSDP's CPU offload, ZeRO-Infinity's offload_param).
+enum class Offload { None, Optimizer, Parameters };
 enum class OptimizerType { AdamW, Sgd };
 enum class LrSchedule { Constant, Cosine, Linear };
 enum class DeviceChoice { Auto, Cpu, Cuda };
@@ -81,13 +85,16 @@ struct NodeConfig {
 // A device type the hardware catalog lacks, described in the config. Units are the datasheets': 1 TFLOP/s =
 // 1e12 FLOP/s, 1 GB = 1e9 bytes.
 struct DeviceTypeConfig {
-  std::string name;                 // "name": used by nodes' "device"; must not shadow a catalog name
-  std::string label;                // "label": for people; empty = the name
-  double peakTflopsFp32 = 0;        // "peak_tflops_fp32": dense fp32 peak
-  double peakTflopsBf16 = 0;        // "peak_tflops_bf16": dense bf16 peak
-  double memoryGb = 0;              // "memory_gb": capacity
-  double memoryBandwidthGbs = 0;    // "memory_bandwidth_gbs": GB/s
-  double achievableFraction = 0.5;  // "achievable_fraction": fraction of peak a training step reaches
+  std::string name;                   // "name": used by nodes' "device"; must not shadow a catalog name
+  std::string label;                  // "label": for people; empty = the name
+  double peakTflopsFp32 = 0;          // "peak_tflops_fp32": dense fp32 peak
+  double peakTflopsBf16 = 0;          // "peak_tflops_bf16": dense bf16 peak
+  double memoryGb = 0;                // "memory_gb": capacity
+  double memoryBandwidthGbs = 0;      // "memory_bandwidth_gbs": GB/s
+  double achievableFraction = 0.5;    // "achievable_fraction": fraction of peak a training step reaches
+  double hostLinkGbs = 0;             // "host_link_gbs": device<->host GB/s each way (0: not known)
+  double hostMemoryGb = 0;            // "host_memory_gb": the device's share of its node's host memory
+  double hostMemoryBandwidthGbs = 0;  // "host_memory_bandwidth_gbs": its share of the host's DRAM GB/s
   bool operator==(const DeviceTypeConfig&) const = default;
 };
 
@@ -130,6 +137,7 @@ struct ParallelConfig {
   Precision precision = Precision::Fp32;              // "precision": "fp32" | "bf16"
   GradPrecision gradPrecision = GradPrecision::Fp32;  // "grad_precision": "fp32" | "bf16" (bf16 runs only)
   bool sequenceParallel = false;                      // "sequence_parallel"
+  Offload offload = Offload::None;                    // "offload": "none" | "optimizer" | "parameters"
   std::vector<ChunkPlacement> placement;              // "placement": empty = even split over pp stages
   bool operator==(const ParallelConfig&) const = default;
 };
@@ -230,6 +238,7 @@ const char* toString(Schedule v);
 const char* toString(Recompute v);
 const char* toString(Precision v);
 const char* toString(GradPrecision v);
+const char* toString(Offload v);
 const char* toString(OptimizerType v);
 const char* toString(LrSchedule v);
 const char* toString(DeviceChoice v);

@@ -161,7 +161,7 @@ namespace {
 
 // A rank's local data as full-unit arrays: values, then each optimizer state, unit after unit (its flat local
 // index space, repeated 1 + states times). Collective over the data-parallel group.
-Status packRank(ParameterStore& params, Optimizer& optimizer, Communicator* dp, std::vector<float>& out) {
+Status packRank(ParameterStore& params, Optimizer& optimizer, std::vector<float>& out) {
   const size_t total = params.size();
   const size_t states = optimizer.stateSuffixes().size();
   out.assign(total * (1 + states), 0.0f);
@@ -173,16 +173,7 @@ Status packRank(ParameterStore& params, Optimizer& optimizer, Communicator* dp, 
     std::copy(unit.begin(), unit.end(), out.begin() + U.begin);
     for (size_t w = 0; w < states; ++w) {
       float* dst = out.data() + total * (1 + w) + U.begin;
-      const float* owned = optimizer.ownedState(static_cast<int>(w), u);
-      const size_t n = params.ownedSize(u);
-      Backend& be = params.backend();
-      if (n != U.size && dp && dp->size() > 1) {
-        Buffer full(U.size, MemoryCategory::Communication, params.tracker());
-        MS_TRY(dp->allGather(owned, full.data(), n, CommType::F32));
-        be.download(dst, full.data(), U.size * sizeof(float));
-      } else {
-        be.download(dst, owned, n * sizeof(float));
-      }
+      MS_TRY(params.gatherOwnedState(u, optimizer.ownedState(static_cast<int>(w), u), dst));
     }
   }
   return Status::ok();
@@ -197,7 +188,7 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
   const int W = world ? world->size() : 1;
   const bool lead = groups.rank == 0;
   std::vector<float> mine;
-  Status s = packRank(params, optimizer, groups.dp.get(), mine);
+  Status s = packRank(params, optimizer, mine);
   const auto suffixes = optimizer.stateSuffixes();
   std::map<std::string, std::vector<float>> full;  // rank 0: name -> full tensor
   std::vector<const ParamSpec*> order;             // model order
@@ -313,7 +304,7 @@ Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Pla
         params.setUnitValues(u, unit.data());
       } else {
         const size_t b = params.ownedBegin(u), n = params.ownedSize(u);
-        params.backend().upload(optimizer.ownedState(w, u), unit.data() + b, n * sizeof(float));
+        params.stateBackend().upload(optimizer.ownedState(w, u), unit.data() + b, n * sizeof(float));
       }
     }
   }

@@ -25,7 +25,8 @@ Model::Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs)
   build(config, mlpInputs);
 }
 
-Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tracker, int mlpInputs)
+Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tracker, int mlpInputs,
+             MemoryTracker* hostTracker)
     : m_config(config),
       m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
       m_shard(shard),
@@ -33,8 +34,9 @@ Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tr
       m_tracker(tracker),
       m_backend(tracker ? tracker->backend() : hostBackend()) {
   m_shard.store.gradPrecision = config.parallel.gradPrecision;
+  m_shard.store.offload = config.parallel.offload;
   m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings,
-                                              m_shard.store, shard.dp, tracker);
+                                              m_shard.store, shard.dp, tracker, hostTracker);
   build(config, mlpInputs);
 }
 

@@ -60,7 +60,9 @@ class Model {
   // mlp models (784 for Fashion-MNIST).
   Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs = 784);
   // A rank's share under a plan.
-  Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tracker, int mlpInputs = 784);
+  // hostTracker: host memory for offloaded model states ("offload"; may be null without).
+  Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tracker, int mlpInputs = 784,
+        MemoryTracker* hostTracker = nullptr);
 
   const ModelSpec& spec() const { return m_spec; }
   ParameterStore& params() { return *m_params; }

@@ -32,7 +32,9 @@ float clipFactor(double gradNorm, double maxNorm) {
 }
 
 Optimizer::Optimizer(const OptimizerConfig& config, ParameterStore& params, MemoryTracker* tracker)
-    : m_config(config), m_params(params), m_be(params.backend()) {
+    : m_config(config), m_params(params), m_be(params.stateBackend()) {
+  // Under offload the moments live with the master weights in host memory (ZeRO-Offload).
+  if (params.offloadsOptimizer()) tracker = params.stateTracker();
   for (size_t u = 0; u < params.units().size(); ++u) {
     const size_t n = params.ownedSize(static_cast<int>(u));
     m_m.emplace_back(n, MemoryCategory::Optimizer, tracker);
@@ -42,6 +44,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, ParameterStore& params, Memo
 
 void Optimizer::step(float lr, float gradScale) {
   ++m_t;
+  m_params.stageOptimizerGrads();  // offload: the owned gradients cross to the host
   // Every parameter's part inside its unit's owned slice (padding between parameters is skipped), with its
   // own weight decay, as one list: the backend updates them all in one call (one launch on a GPU).
   m_segments.clear();
@@ -50,7 +53,7 @@ void Optimizer::step(float lr, float gradScale) {
     const int u = static_cast<int>(ui);
     const size_t lo = m_params.ownedBegin(u), hi = lo + m_params.ownedSize(u);
     float* w0 = m_params.ownedValues(u);
-    const TensorIn g0 = m_params.ownedGrads(u);
+    const TensorIn g0 = m_params.optimizerGrads(u);
     for (int pi : units[ui].params) {
       const Parameter& p = m_params.params()[pi];
       const size_t pb = p.offset - units[ui].begin;

@@ -90,8 +90,8 @@ ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied,
 }
 
 ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied, const StoreLayout& layout,
-                               Communicator* dpComm, MemoryTracker* tracker)
-    : m_layout(layout), m_dp(dpComm), m_tracker(tracker) {
+                               Communicator* dpComm, MemoryTracker* tracker, MemoryTracker* hostTracker)
+    : m_layout(layout), m_dp(dpComm), m_tracker(tracker), m_hostTracker(hostTracker) {
   if (layout.zero > 0 && layout.dp > 1 && !dpComm)
     throw std::logic_error("ParameterStore: ZeRO needs the data-parallel communicator");
   build(spec, type, tied);
@@ -166,7 +166,13 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
       backend().gemmPrecision() == GemmPrecision::Bf16 ? Precision::Bf16 : Precision::Fp32;
   if (L.gradPrecision == GradPrecision::Bf16 && precision != Precision::Bf16)
     throw std::invalid_argument("ParameterStore: bf16 gradients need bf16 mixed precision");
-  m_state = modelStateLayout(precision, L.gradPrecision, OptimizerConfig{}, L.zero);
+  m_state = modelStateLayout(precision, L.gradPrecision, OptimizerConfig{}, L.zero, L.offload);
+  if (L.offload != Offload::None && !m_state.offloadOptimizer)
+    throw std::invalid_argument("ParameterStore: offload needs bf16 mixed precision");
+  if (L.offload == Offload::Parameters)
+    throw std::invalid_argument("ParameterStore: offload \"parameters\" is not implemented in the engine");
+  if (m_state.offloadOptimizer && !m_hostTracker)
+    throw std::invalid_argument("ParameterStore: offload needs a host memory tracker");
   m_storage.clear();
   for (size_t i = 0; i < m_units.size(); ++i) m_storage.push_back(std::make_unique<UnitStorage>());
   if (!m_state.shardWorking) {
@@ -176,9 +182,14 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
       m_storage[u]->shardValues = Buffer(floatsOf(m_units[u].size / L.dp, m_state.workingBytes),
                                          MemoryCategory::Parameters, m_tracker);
   }
-  if (m_state.mixed)
-    m_master =
-        Buffer(m_state.shardOptimizer ? m_total / L.dp : m_total, MemoryCategory::Optimizer, m_tracker);
+  const size_t owned = m_state.shardOptimizer ? m_total / L.dp : m_total;
+  if (m_state.mixed) m_master = Buffer(owned, MemoryCategory::Optimizer, stateTracker());
+  if (m_state.offloadOptimizer) {
+    m_hostGrads = Buffer(owned, MemoryCategory::Gradients, m_hostTracker);
+    size_t largest = 0;
+    for (size_t u = 0; u < m_units.size(); ++u) largest = std::max(largest, ownedSize(static_cast<int>(u)));
+    m_hostStage = Buffer(floatsOf(largest, 2.0), MemoryCategory::Communication, m_hostTracker);
+  }
   if (!m_state.shardGradients) {
     m_grads = Buffer(floatsOf(m_total, m_state.gradientBytes), MemoryCategory::Gradients, m_tracker);
   } else {
@@ -245,6 +256,57 @@ bfloat16* ParameterStore::unitWorkPtr(int u) const {
   if (!b.data()) return nullptr;
   bfloat16* base = reinterpret_cast<bfloat16*>(const_cast<float*>(b.data()));
   return m_state.shardWorking ? base : base + m_units[u].begin;
+}
+
+Backend& ParameterStore::stateBackend() const {
+  return m_state.offloadOptimizer ? m_hostTracker->backend() : backend();
+}
+
+void ParameterStore::stageOptimizerGrads() {
+  if (!m_state.offloadOptimizer) return;
+  const bool bf16 = m_state.gradientBytes == 2.0;
+  for (size_t ui = 0; ui < m_units.size(); ++ui) {
+    const int u = static_cast<int>(ui);
+    const size_t n = ownedSize(u);
+    float* dst =
+        m_hostGrads.data() + (m_state.shardOptimizer ? m_units[u].begin / m_layout.dp : m_units[u].begin);
+    const TensorIn g = ownedGrads(u);
+    if (!bf16) {
+      backend().download(dst, g.f32(), n * sizeof(float));
+      continue;
+    }
+    // bf16 crosses the link as 2 bytes; widened in place from the back (element i's 4 bytes cover bf16
+    // elements 2i and 2i + 1, read before them).
+    backend().download(dst, g.b16(), n * sizeof(uint16_t));
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(dst);
+    for (size_t i = n; i-- > 0;) dst[i] = bf16ToFloat(bits[i]);
+  }
+}
+
+TensorIn ParameterStore::optimizerGrads(int u) const {
+  if (!m_state.offloadOptimizer) return ownedGrads(u);
+  return TensorIn(m_hostGrads.data() +
+                  (m_state.shardOptimizer ? m_units[u].begin / m_layout.dp : m_units[u].begin));
+}
+
+Status ParameterStore::gatherOwnedState(int u, const float* owned, float* full) {
+  const size_t n = m_units[u].size, shard = ownedSize(u);
+  Backend& be = backend();
+  if (shard == n || m_layout.dp == 1 || !m_dp) {
+    stateBackend().download(full, owned, shard * sizeof(float));
+    return Status::ok();
+  }
+  // The collective runs on device memory: offloaded state goes up first.
+  Buffer gathered(n, MemoryCategory::Communication, m_tracker);
+  if (m_state.offloadOptimizer) {
+    Buffer up(shard, MemoryCategory::Communication, m_tracker);
+    be.upload(up.data(), owned, shard * sizeof(float));
+    MS_TRY(m_dp->allGather(up.data(), gathered.data(), shard, CommType::F32));
+  } else {
+    MS_TRY(m_dp->allGather(owned, gathered.data(), shard, CommType::F32));
+  }
+  be.download(full, gathered.data(), n * sizeof(float));
+  return Status::ok();
 }
 
 float* ParameterStore::masterOwned(int u) {
@@ -501,7 +563,14 @@ Status ParameterStore::finishUpdate() {
       // or the ZeRO-3 shard).
       bfloat16* work = m_state.shardWorking ? reinterpret_cast<bfloat16*>(m_storage[u]->shardValues.data())
                                             : unitWorkPtr(u) + ownedBegin(u);
-      backend().toBf16(work, masterOwned(u), n);
+      if (m_state.offloadOptimizer) {
+        // Rounded on the host, uploaded as bf16 (ZeRO-Offload's fp16 parameter copy: half the traffic).
+        bfloat16* stage = reinterpret_cast<bfloat16*>(m_hostStage.data());
+        stateBackend().toBf16(stage, masterOwned(u), n);
+        backend().upload(work, stage, n * sizeof(uint16_t));
+      } else {
+        backend().toBf16(work, masterOwned(u), n);
+      }
       full = m_state.shardWorking ? nullptr : reinterpret_cast<float*>(unitWorkPtr(u));
       shard = n / 2;
     } else {
@@ -517,6 +586,7 @@ Status ParameterStore::unitValues(int u, std::vector<float>& out) {
   const size_t n = m_units[u].size;
   out.resize(n);
   Backend& be = backend();
+  if (m_state.mixed) return gatherOwnedState(u, masterOwned(u), out.data());
   // What holds the fp32 values: the flat values, the ZeRO-3 shard, or in mixed precision the master.
   const bool sharded = m_state.mixed ? m_state.shardOptimizer : m_layout.zero >= 3;
   const float* owned = m_state.mixed        ? masterOwned(u)
@@ -552,7 +622,7 @@ void ParameterStore::setUnitValues(int u, const float* full) {
     return;
   }
   // Mixed precision: the master's owned slice, and the working parameters rounded as finishUpdate rounds.
-  be.upload(masterOwned(u), full + ownedBegin(u), ownedSize(u) * sizeof(float));
+  stateBackend().upload(masterOwned(u), full + ownedBegin(u), ownedSize(u) * sizeof(float));
   std::vector<uint16_t> work(n);
   for (size_t i = 0; i < n; ++i) work[i] = floatToBf16(full[i]);
   if (!m_state.shardWorking) {

@@ -82,6 +82,7 @@ struct StoreLayout {
   int dp = 1, dpRank = 0;
   int zero = 0;
   GradPrecision gradPrecision = GradPrecision::Fp32;  // bf16 needs the backend's Bf16 GEMM precision
+  Offload offload = Offload::None;                    // needs mixed precision and a host tracker
   bool holdsEmbedding = false;  // (tied gpt) the embedding layer is held: this rank's wte is the original
 };
 
@@ -101,8 +102,9 @@ class ParameterStore {
   ParameterStore(const ModelSpec& spec, ModelType type, bool tied, MemoryTracker* tracker,
                  GradPrecision gradPrecision = GradPrecision::Fp32);
   // A rank's share. dpComm: the data-parallel group (needed for ZeRO >= 1; may be null when dp == 1).
+  // hostTracker: where offloaded state lives (host memory; needed when layout.offload is set).
   ParameterStore(const ModelSpec& spec, ModelType type, bool tied, const StoreLayout& layout,
-                 Communicator* dpComm, MemoryTracker* tracker);
+                 Communicator* dpComm, MemoryTracker* tracker, MemoryTracker* hostTracker = nullptr);
   ~ParameterStore();
 
   void initialize(uint64_t seed);
@@ -197,6 +199,21 @@ class ParameterStore {
   Backend& backend() const { return m_tracker ? m_tracker->backend() : hostBackend(); }
   MemoryTracker* tracker() const { return m_tracker; }
 
+  // ---- offload ("offload": "optimizer"; plan/model_state.h) ----
+  // Where the optimizer state (master weights, the Optimizer's moments) lives: the host tracker's memory
+  // under offload, else the device's.
+  bool offloadsOptimizer() const { return m_state.offloadOptimizer; }
+  Backend& stateBackend() const;
+  MemoryTracker* stateTracker() const { return m_state.offloadOptimizer ? m_hostTracker : m_tracker; }
+  // After finishSync, before the optimizer step: under offload, downloads every unit's owned gradients into
+  // their fp32 host copy (widening bf16 exactly); no-op otherwise.
+  void stageOptimizerGrads();
+  // The gradients the optimizer reads: the host copy under offload, else ownedGrads(unit).
+  TensorIn optimizerGrads(int unit) const;
+  // The owned slice `owned` (stateBackend memory) of a unit's optimizer state, whole on the host in `full`
+  // (size units()[unit].size): all-gathered over the DP group when sharded. Collective where sharded.
+  Status gatherOwnedState(int unit, const float* owned, float* full);
+
   // Full-unit copy of the fp32 values (mixed precision: the master weights), on the host. Collective over the
   // DP group where they are sharded (ZeRO-3; ZeRO >= 1 in mixed precision): every DP rank calls it.
   Status unitValues(int unit, std::vector<float>& out);
@@ -230,6 +247,9 @@ class ParameterStore {
   Buffer m_values;
   Buffer m_grads;   // flat (ZeRO < 2); bf16 gradients two to a float, as the bf16 values
   Buffer m_master;  // mixed: fp32 master weights, flat over the owned slices (size() / dp from ZeRO 1 on)
+  MemoryTracker* m_hostTracker = nullptr;  // offload: host memory
+  Buffer m_hostGrads;  // offload "optimizer": fp32 copy of the owned gradients, flat as m_master
+  Buffer m_hostStage;  // offload "optimizer": one unit's updated working slice, rounded before its upload
   std::vector<std::unique_ptr<UnitStorage>> m_storage;
   int m_pendingUnit = -1;  // ZeRO >= 2: the unit whose microbatch reduction is in flight
 };

@@ -46,6 +46,11 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
   }
   if (c.parallel.tp > 1 && c.model.type == ModelType::Mlp)
     return Status::error("/parallel/tp: the mlp model has no tensor-parallel layers; use tp = 1");
+  if (c.parallel.offload == Offload::Parameters)
+    return Status::error(
+        "/parallel/offload: \"parameters\" (parameter and gradient shards in host memory) is planned by the "
+        "memory and cost models but the engine does not run it yet; use \"optimizer\" to train with the "
+        "optimizer state and step on the host");
   if (c.parallel.tp > 1 && c.model.type == ModelType::Gpt && c.model.vocab % c.parallel.tp != 0)
     return Status::error("/model/vocab: " + std::to_string(c.model.vocab) +
                          " is not divisible by tp = " + std::to_string(c.parallel.tp) +
@@ -199,13 +204,14 @@ struct RankReports {
 };
 
 Expected<RankReports> gatherReports(const std::vector<Span>& spans, const MemoryTracker& tracker,
-                                    const ModelSpec& spec, Communicator* world) {
+                                    const MemoryTracker& host, const ModelSpec& spec, Communicator* world) {
   const int W = world ? world->size() : 1;
   int32_t most = static_cast<int32_t>(spans.size());
   if (W > 1) MS_TRY(world->allReduce(&most, &most, 1, CommType::I32, ReduceOp::Max));
   // Categories (current, total, peak, total), then the device's view: used, reserved by the caching
   // allocator, capacity (all 0 on the CPU).
-  const size_t memoryValues = 2 * (kMemoryCategories + 1) + 3;
+  // Then the host tracker's (offloaded model states) current and peak per category.
+  const size_t memoryValues = 2 * (kMemoryCategories + 1) + 3 + 2 * kMemoryCategories;
   const size_t per = 1 + 6 * size_t(most) + memoryValues;
   std::vector<double> mine(per, 0.0);
   mine[0] = double(spans.size());
@@ -230,6 +236,11 @@ Expected<RankReports> gatherReports(const std::vector<Span>& spans, const Memory
   mem[2 * kMemoryCategories + 2] = double(dev.totalBytes - dev.freeBytes);
   mem[2 * kMemoryCategories + 3] = double(dev.reservedBytes);
   mem[2 * kMemoryCategories + 4] = double(dev.totalBytes);
+  double* hostMem = mem + 2 * (kMemoryCategories + 1) + 3;
+  for (int c = 0; c < kMemoryCategories; ++c) {
+    hostMem[c] = double(host.current(static_cast<MemoryCategory>(c)));
+    hostMem[kMemoryCategories + c] = double(host.peak(static_cast<MemoryCategory>(c)));
+  }
   std::vector<double> all = mine;
   if (W > 1) {
     all.resize(per * W);
@@ -263,6 +274,18 @@ Expected<RankReports> gatherReports(const std::vector<Span>& spans, const Memory
       line["device"] = {{"used", static_cast<int64_t>(m[2 * kMemoryCategories + 2])},
                         {"reserved", static_cast<int64_t>(m[2 * kMemoryCategories + 3])},
                         {"total", static_cast<int64_t>(m[2 * kMemoryCategories + 4])}};
+    // Host memory (offload), only where something lives there.
+    const double* h = m + 2 * (kMemoryCategories + 1) + 3;
+    double hostPeak = 0;
+    for (int c = 0; c < kMemoryCategories; ++c) hostPeak += h[kMemoryCategories + c];
+    if (hostPeak > 0) {
+      nlohmann::json hc, hp;
+      for (int c = 0; c < kMemoryCategories; ++c) {
+        hc[toString(static_cast<MemoryCategory>(c))] = static_cast<int64_t>(h[c]);
+        hp[toString(static_cast<MemoryCategory>(c))] = static_cast<int64_t>(h[kMemoryCategories + c]);
+      }
+      line["host"] = {{"current", hc}, {"peak", hp}};
+    }
     out.memory.push_back(line);
   }
   return out;
@@ -339,7 +362,8 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
   auto groups = makeRankGroups(*plan, world, tensorWorld->get());
   if (!groups) return groups.status();
   MemoryTracker tracker(&backend);
-  Model model(config, modelShardOf(*plan, *groups), &tracker);
+  MemoryTracker hostTracker;  // offloaded model states, in host memory (plan/model_state.h)
+  Model model(config, modelShardOf(*plan, *groups), &tracker, 784, &hostTracker);
   Optimizer optimizer(config.optimizer, model.params(), &tracker);
   PipelineExecutor executor(*plan, *groups, model);
   int64_t startStep = 0;
@@ -453,6 +477,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
     const auto t0 = Clock::now();
     model.beginSpans();
     tracker.resetPeak();
+    hostTracker.resetPeak();
     model.params().zeroGrads();
     LossStats stats;
     // The stage's action list: forwards, backwards, transfers, gradient buckets; then the finished gradients.
@@ -498,7 +523,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
         line["accuracy"] = stats.count ? double(stats.correct) / double(stats.count) : 0.0;
       metrics.write("step", line);
       model.resolveSpans();
-      auto reports = gatherReports(spans, tracker, spec, world);
+      auto reports = gatherReports(spans, tracker, hostTracker, spec, world);
       if (!reports) {
         endStatus = "error";
         endReason = reports.message();

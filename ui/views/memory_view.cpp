@@ -93,6 +93,11 @@ MemoryView::MemoryView(QWidget* parent) : QWidget(parent) {
   m_measured->setWidth(kMeasuredWidth);
   m_measured->setBrush(QColor(70, 70, 70));
   m_measured->setPen(QPen(QColor(20, 20, 20)));
+  m_host = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+  m_host->setName(tr("host memory (offload)"));
+  m_host->setWidth(kMeasuredWidth);
+  m_host->setBrush(QBrush(kCategoryColours[Optimizer], Qt::BDiagPattern));
+  m_host->setPen(QPen(kCategoryColours[Optimizer].darker(150)));
 
   // Title row on top, the legend in its own column right of the bars so it never hides one.
   m_plot->plotLayout()->insertRow(0);
@@ -163,6 +168,13 @@ QString MemoryView::barToolTip(int bar) const {
   text += tr("\ntotal %1 of %2").arg(formatBytes(b.figures.total()), formatBytes(b.figures.capacity));
   if (b.overflow) text += tr(" — does not fit");
   if (b.measured >= 0) text += tr("\nmeasured peak %1").arg(formatBytes(b.measured));
+  const HostBytes& h = b.figures.host;
+  if (h.total() > 0) {
+    text += tr("\nhost memory (offload): %1 — optimizer state %2, gradients %3, parameters %4, staging %5")
+                .arg(formatBytes(h.total()), formatBytes(h.optimizer), formatBytes(h.gradients),
+                     formatBytes(h.parameters), formatBytes(h.staging));
+    if (!m_states.host.empty()) text += QStringLiteral("\n(%1)").arg(QString::fromStdString(m_states.host));
+  }
   return text;
 }
 
@@ -222,6 +234,10 @@ void MemoryView::buildBars() {
     b.figures.activations = std::max(b.figures.activations, m.activations);
     b.figures.other = std::max(b.figures.other, m.other);
     b.figures.capacity = std::min(b.figures.capacity, m.capacity);
+    b.figures.host.parameters = std::max(b.figures.host.parameters, m.host.parameters);
+    b.figures.host.gradients = std::max(b.figures.host.gradients, m.host.gradients);
+    b.figures.host.optimizer = std::max(b.figures.host.optimizer, m.host.optimizer);
+    b.figures.host.staging = std::max(b.figures.host.staging, m.host.staging);
     b.overflow = b.overflow || !m.fits();
     if (measured) b.measured = std::max(b.measured, m_measuredPeaks[r]);
     m_barOfRank[r] = bar;
@@ -243,6 +259,8 @@ void MemoryView::rebuild() {
   if (n == 0) {
     for (QCPBars* b : m_bars) b->data()->clear();
     m_measured->data()->clear();
+    m_host->data()->clear();
+    m_host->removeFromLegend();
     m_capacity->data()->clear();
     m_message = tr("No plan yet: the memory of every rank appears once the project plans.");
     if (title) title->setText(m_message);
@@ -255,7 +273,7 @@ void MemoryView::rebuild() {
   // The scale: the largest stack or measured peak; capacities join it unless they would flatten the bars.
   double top = 0, maxCapacity = 0;
   for (const Bar& b : m_barData) {
-    top = std::max({top, b.figures.total(), b.measured});
+    top = std::max({top, b.figures.total(), b.measured, b.figures.host.total()});
     maxCapacity = std::max(maxCapacity, b.figures.capacity);
   }
   const bool capacityOnScale = maxCapacity <= 8 * top || top <= 0;
@@ -284,6 +302,13 @@ void MemoryView::rebuild() {
     if (m_barData[i].measured >= 0)
       mKeys << i + kMeasuredOffset, mValues << m_barData[i].measured / m_unitBytes;
   m_measured->setData(mKeys, mValues, true);
+  QVector<double> hKeys, hValues;
+  for (int i = 0; i < n; ++i)
+    if (m_barData[i].figures.host.total() > 0)
+      hKeys << i - kMeasuredOffset, hValues << m_barData[i].figures.host.total() / m_unitBytes;
+  m_host->setData(hKeys, hValues, true);
+  m_host->addToLegend();
+  if (hKeys.isEmpty()) m_host->removeFromLegend();
   m_measured->addToLegend();
   if (mKeys.isEmpty()) m_measured->removeFromLegend();
 

@@ -1,7 +1,8 @@
 // The memory view: a plan's predicted peak memory per rank as stacked bars (parameters, gradients, optimizer
 // state, activations, other) against each rank's device capacity, with measured peaks beside them once a run
-// reports them. A rank that does not fit is drawn in red (outline, tick label, "does not fit") so the reason
-// a plan is refused is visible at a glance.
+// reports them. With offload (plan/model_state.h) a hatched bar left of each stack shows what the rank keeps
+// in HOST memory (not part of the device's total or its capacity line). A rank that does not fit is drawn in
+// red (outline, tick label, "does not fit") so the reason a plan is refused is visible at a glance.
 //
 // What always holds: bar heights are the MemoryBreakdown categories divided by unitBytes() (the binary unit
 // byteUnitFor() picks for the largest figure, named in the axis label); with more than kGroupAbove ranks
@@ -46,6 +47,8 @@ class MemoryView : public QWidget {
   QCustomPlot* plot() const { return m_plot; }
   QCPBars* bars(Category category) const { return m_bars[category]; }
   QCPBars* measuredBars() const { return m_measured; }
+  // Host memory per bar (offload), in unitBytes(); no data without offload.
+  QCPBars* hostBars() const { return m_host; }
   QCPGraph* capacityGraph() const { return m_capacity; }
 
   int rankCount() const { return static_cast<int>(m_memory.size()); }
@@ -96,6 +99,7 @@ class MemoryView : public QWidget {
   QCustomPlot* m_plot = nullptr;
   std::array<QCPBars*, NUM_CATEGORIES> m_bars{};
   QCPBars* m_measured = nullptr;
+  QCPBars* m_host = nullptr;
   QCPGraph* m_capacity = nullptr;
   std::vector<MemoryBreakdown> m_memory;
   std::vector<double> m_measuredPeaks;

@@ -360,6 +360,7 @@ QString MeshCanvas::tileToolTip(int device) const {
                   .arg(formatBytes(m.total()), formatBytes(m.capacity), formatBytes(m.parameters),
                        formatBytes(m.gradients), formatBytes(m.optimizer), formatBytes(m.activations),
                        formatBytes(m.other));
+      if (m.host.total() > 0) text += tr("\n  host memory (offload) %1").arg(formatBytes(m.host.total()));
     }
   }
   for (int s : stagesOfDevice(device)) text += tr("\nLayers of stage %1: %2").arg(s).arg(stageLayers(s));
