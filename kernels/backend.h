@@ -185,6 +185,9 @@ class Backend {
   // dst (n bf16) = src (n floats) rounded to nearest even, for a tensor kept as a bf16 TensorIn (a kept
   // input, the parameters' bf16 working copy).
   virtual void toBf16(bfloat16* dst, const float* src, size_t n) = 0;
+  // dst (n floats) = src (n bf16) widened exactly (bf16 -> fp32 appends zero mantissa bits): a layer output
+  // kept in bf16 (runtime Model, "precision": "bf16") read back as the next layer's fp32 input.
+  virtual void fromBf16(float* dst, const bfloat16* src, size_t n) = 0;
 
   // ---- layer norm ---------------------------------------------------------------------------------------
   virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp, TensorIn weight,

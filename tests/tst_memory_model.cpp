@@ -352,17 +352,23 @@ class TestMemoryModel : public QObject {
     QVERIFY2(e.find("/parallel/offload") != std::string::npos, e.c_str());
   }
 
-  // bf16 halves exactly the GEMM-only inputs a block keeps; the rest stays fp32 (the gpt head keeps no GEMM
-  // input: its LM head's gradients are computed in forward, fused with the loss). On a CPU mesh
-  // the softmax is materialised (H * T * T per sample), on a GPU mesh attention is fused (H * T).
+  // bf16 halves exactly the GEMM-only inputs a block keeps and every layer's output buffer (T * C per
+  // sample, rounded to bf16 and kept so); the rest stays fp32 (the gpt head keeps no GEMM input: its LM
+  // head's gradients are computed in forward, fused with the loss). On a CPU mesh the softmax is
+  // materialised (H * T * T per sample), on a GPU mesh attention is fused (H * T).
   void bf16AndFusedAttention() {
     MAKE_PLAN(fp32, 2, (json{{"parallel", {{"microbatches", 2}}}}));
     MAKE_PLAN(bf16, 2, (json{{"parallel", {{"microbatches", 2}, {"precision", "bf16"}}}}));
     const double mbs = 8;
     const double a32 = ms::estimateMemory(*fp32).front().activations;
     const double a16 = ms::estimateMemory(*bf16).front().activations;
-    // Two blocks' GEMM inputs, halved.
-    QVERIFY(near(a32 - a16, 2 * kBlockGemmInputBytes / 2 * mbs));
+    // Two blocks' GEMM inputs and three outputs (embedding, block.0, block.1), halved.
+    QVERIFY(near(a32 - a16, (2 * kBlockGemmInputBytes / 2 + 3 * kOutputBytes / 2) * mbs));
+    // Under bf16 the model also stages a layer's input and output in fp32 (2 T * C per sample, workspace,
+    // "other"), beside the fused attention's fp32 copy of its kept bf16 output (T * C) that bf16 had before.
+    QVERIFY(
+        near(ms::otherBreakdown(*bf16, 0, false).workspace - ms::otherBreakdown(*fp32, 0, false).workspace,
+             (2 + 1) * kOutputBytes * mbs));
     QVERIFY(ms::fusedAttention(*fp32, 0));
 
     json cpu = baseConfig(2);
@@ -380,6 +386,22 @@ class TestMemoryModel : public QObject {
     MAKE_PLAN(bigHeads, 2,
               (json{{"model", {{"width", 512}, {"heads", 2}}}, {"parallel", {{"microbatches", 2}}}}));
     QVERIFY(!ms::fusedAttention(*bigHeads, 0));
+  }
+
+  // Pipeline messages: an activation is the chunk's last output, T * C per sample, 4 bytes each in fp32 and 2
+  // in bf16 (the engine sends the bf16 output it keeps); the input gradient coming back is fp32 in both.
+  // The p2p buffers are the largest of each.
+  void bf16PipelineMessages() {
+    const double mbs = 4;
+    for (const char* precision : {"fp32", "bf16"}) {
+      MAKE_PLAN(plan, 4, (json{{"parallel", {{"pp", 2}, {"microbatches", 4}, {"precision", precision}}}}));
+      const double element = std::string(precision) == "bf16" ? 2 : 4;
+      const std::vector<double> act = ms::chunkMessageBytes(*plan);
+      const std::vector<double> grad = ms::chunkGradientMessageBytes(*plan);
+      QCOMPARE(act.front(), kT * kC * element * mbs);
+      QCOMPARE(grad.front(), kT * kC * 4 * mbs);
+      QCOMPARE(ms::otherBreakdown(*plan, 0, false).p2pBuffers, kT * kC * (element + 4) * mbs);
+    }
   }
 
   // 1F1B's first stage holds min(P, M) microbatches, GPipe's all M: with 8 layers on 4 stages the first

@@ -72,7 +72,7 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
         f.flops += layer.forwardFlopsPerSample;
         f.params += double(layer.paramCount());
         // Each layer's output buffer stays per microbatch (memory_model.h chunkActivationBytes).
-        const double output = layer.kind == LayerKind::Head ? 0.0 : double(layer.outputBytesPerSample);
+        const double output = layer.kind == LayerKind::Head ? 0.0 : layer.outputBytesPerSampleIn(precision);
         const double kept = layer.keptBytesPerSample(precision, fused);
         f.wholeBytes += layer.kind == LayerKind::Block ? output : kept + output;
         if (layer.kind == LayerKind::Block) f.blockBytes += kept;

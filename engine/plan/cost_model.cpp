@@ -32,8 +32,10 @@
 //   before each F and each B of the chunk, counted in the compute action (no prefetch overlap).
 //
 // Point-to-point: latency + bytes / bandwidth of the link between the two stages' devices; a message is the
-// chunk's last layer's outputBytesPerSample * b (fp32 in both precisions: the engine's bf16 rounds GEMM
-// operands only; / tp with sequence parallelism, where the activation between stages is sequence-split).
+// chunk's last layer's output * b (plan.h chunkMessageBytes: bf16 activations under "precision": "bf16",
+// whose layer outputs are bf16, fp32 otherwise; the input gradient coming back fp32 in both,
+// chunkGradientMessageBytes; / tp with sequence parallelism, where the activation between stages is
+// sequence-split).
 //
 // Gradient sync of chunk k over the DP group: bytes = params(k) / tp * gradient bytes per element
 // (plan/model_state.h: 4 for fp32 gradients, 2 for bf16 ones); one ring all-reduce per step for ZeRO 0 and 1
@@ -218,6 +220,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
 
   // Point-to-point messages between the stages of neighbouring chunks.
   m_activationBytes = chunkMessageBytes(plan);
+  const std::vector<double> gradientBytes = chunkGradientMessageBytes(plan);
   m_activationTransfer.assign(static_cast<size_t>(K), 0.0);
   m_gradientTransfer.assign(static_cast<size_t>(K), 0.0);
   for (int k = 0; k < K && modelled; ++k) {
@@ -232,7 +235,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       const int prev = plan.partition.stageOf[static_cast<size_t>(k - 1)];
       if (prev != stage)
         m_gradientTransfer[static_cast<size_t>(k)] =
-            p2pTime(m_activationBytes[static_cast<size_t>(k - 1)], stageLink(plan, stage, prev));
+            p2pTime(gradientBytes[static_cast<size_t>(k - 1)], stageLink(plan, stage, prev));
     }
   }
 

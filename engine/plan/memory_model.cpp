@@ -47,10 +47,12 @@ TiedHead tiedHead(const Plan& plan) {
 
 // The layer's output buffer, kept per microbatch in flight (runtime Model: every layer's output stays until
 // the microbatch's backward, with or without recompute, and whole on every TP rank: a block under sequence
-// parallelism gathers its output). Heads hand nothing on.
+// parallelism gathers its output), bf16 under "precision": "bf16". Heads hand nothing on.
 double layerOutputBytes(const Plan& plan, int l) {
   const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
-  return layer.kind == LayerKind::Head ? 0.0 : double(layer.outputBytesPerSample) * plan.microbatchSize();
+  return layer.kind == LayerKind::Head
+             ? 0.0
+             : layer.outputBytesPerSampleIn(plan.config.parallel.precision) * plan.microbatchSize();
 }
 
 // One microbatch's saved activations of a layer without recompute, on one rank (see chunkActivationBytes):
@@ -215,16 +217,19 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
   OtherBytes o;
 
-  // A send and a receive buffer of the largest message the stage's chunks send or receive.
+  // A send and a receive buffer of the largest message the stage's chunks send or receive: an activation
+  // (bf16 under "precision": "bf16") and an input gradient (fp32) each way.
   const std::vector<double> messages = chunkMessageBytes(plan);
+  const std::vector<double> gradients = chunkGradientMessageBytes(plan);
   double largest = 0;
   for (int k : plan.partition.chunksOfStage(stage)) {
     if (k + 1 < K && plan.partition.stageOf[static_cast<size_t>(k + 1)] != stage)
-      largest = std::max(largest, messages[static_cast<size_t>(k)]);
+      largest = std::max(largest, messages[static_cast<size_t>(k)] + gradients[static_cast<size_t>(k)]);
     if (k > 0 && plan.partition.stageOf[static_cast<size_t>(k - 1)] != stage)
-      largest = std::max(largest, messages[static_cast<size_t>(k - 1)]);
+      largest =
+          std::max(largest, messages[static_cast<size_t>(k - 1)] + gradients[static_cast<size_t>(k - 1)]);
   }
-  o.p2pBuffers = 2.0 * largest;
+  o.p2pBuffers = largest;
 
   // Gradient buckets (runtime/parameters.h). ZeRO 0-1 all-reduce the rank's flat gradient buffer in place:
   // none (PyTorch DDP's 25 MiB buckets exist because its gradients are separate tensors). ZeRO >= 2 reduce-
@@ -258,6 +263,13 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   // one microbatch; the stage with a gpt head also holds a chunk of its logits (below).
   const double seqSplit = p.sequenceParallel ? tp : 1.0;
   const bool fused = fusedAttention(plan, stage);
+  // Under "precision": "bf16" the runtime Model also widens a layer's bf16 input and stages its fp32
+  // output before rounding it (two fp32 buffers of the largest output).
+  double staging = 0;
+  if (p.precision == Precision::Bf16)
+    for (int l : plan.partition.layersOfStage(stage))
+      staging = std::max(staging,
+                         2.0 * double(plan.model.layers[static_cast<size_t>(l)].outputBytesPerSample) * mbs);
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
     o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
@@ -291,6 +303,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       o.workspace = std::max(o.workspace, floats * 4.0);
     }
   }
+  o.workspace += staging;
 
   if (p.zero == 3 && p.dp > 1)
     o.zero3Gathered = largestLayerParams(plan, stage, tiedHead(plan)) * state.workingBytes;

@@ -20,8 +20,9 @@
 // - Activations: slotActivationBytes(schedule, chunkBytes, splitBytes) (schedule.h: each chunk holds the
 //   buffers of the most microbatches it ever had in flight) with chunkActivationBytes() and
 //   chunkSplitBackwardBytes().
-// - Other: p2p buffers, ZeRO-2/3 gradient buckets, backward workspace, the ZeRO-3 gathered layer, the CUDA
-//   context (see otherBreakdown()).
+// - Other: p2p buffers (bf16 activations under bf16, fp32 gradients), ZeRO-2/3 gradient buckets, backward
+//   workspace (under bf16 also the fp32 staging of a layer's input and output), the ZeRO-3 gathered layer,
+//   the CUDA context (see otherBreakdown()).
 #pragma once
 
 #include <string>
@@ -44,7 +45,9 @@ double stageLocalParameterCount(const Plan& plan, int stage);
 
 // One microbatch's saved activations of each chunk (K), in bytes on one rank, as held between its F and the
 // end of its backward, as the engine keeps them:
-// - every layer's output buffer (outputBytesPerSample, whole on every TP rank; heads have none);
+// - every layer's output buffer (outputBytesPerSampleIn(precision): bf16 under "precision": "bf16", where the
+//   engine rounds every layer output to bf16 as Megatron keeps the residual stream; whole on every TP rank;
+//   heads have none);
 // - without recompute, beside it: the layer's keptBytesPerSample (model_spec.h: bf16 GEMM inputs under bf16,
 //   the fused attention's rows on GPUs) * microbatch size, split by tensor parallelism: without
 //   sequence_parallel a transformer block keeps its LayerNorm outputs and the residual (3*T*C values) and the
@@ -73,7 +76,7 @@ double recomputeWorkspaceBytes(const Plan& plan, int stage);
 
 // The parts of "other" for a stage (bytes), each explained where it is computed.
 struct OtherBytes {
-  double p2pBuffers = 0;  // a send and a receive buffer of the stage's largest message
+  double p2pBuffers = 0;  // the stage's largest activation message and its gradient (a send and a receive)
   double dpBucket = 0;    // ZeRO >= 2's gradient buckets (transient full gradients, staging); 0 for ZeRO 0-1
   double workspace = 0;   // backward gradient buffers of the largest layer, the gpt head's logits chunk
   double zero3Gathered = 0;  // ZeRO-3: the largest layer's working parameters, gathered whole

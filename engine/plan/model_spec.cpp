@@ -54,6 +54,10 @@ double LayerSpec::keptBytesPerSample(Precision precision, bool fusedAttention) c
   return bytes;
 }
 
+double LayerSpec::outputBytesPerSampleIn(Precision precision) const {
+  return double(outputBytesPerSample) / 4.0 * activationElementBytes(precision);
+}
+
 int64_t headChunkRows(int64_t rows, int64_t vocabLocal) {
   if (rows <= 0) return 0;
   int64_t chunk = kHeadChunkFloats / std::max<int64_t>(1, vocabLocal);

@@ -50,6 +50,9 @@ struct LayerSpec {
   int64_t activationBytesPerSample =
       0;                             // fp32 bytes this layer keeps from forward for backward (all of them)
   int64_t outputBytesPerSample = 0;  // fp32 bytes of the activation it hands to the next layer
+  // The same as the engine stores and sends it (activationElementBytes): the one place the output's
+  // precision enters the memory and cost models (output buffers, pipeline messages).
+  double outputBytesPerSampleIn(Precision precision) const;
   // Parts of activationBytesPerSample the runtime keeps otherwise: the inputs only GEMMs read again
   // (runtime/layer_impl.h KeptInput), bf16 under "precision": "bf16"; and attention's (H, T, T) softmax,
   // which a device with fused attention replaces by its (H, T) row log-sum-exp (attentionRowBytesPerSample).
@@ -67,6 +70,13 @@ struct LayerSpec {
   // The bytes kept per sample for this precision and attention implementation.
   double keptBytesPerSample(Precision precision, bool fusedAttention) const;
 };
+
+// Bytes of one element of a layer's output as the engine keeps it and hands it on (runtime Model's output
+// buffers, pipeline messages and their receive buffers): 2 under "precision": "bf16", where every layer
+// output is rounded to bf16 (Megatron-LM keeps the residual stream and the p2p tensors in bf16), else 4.
+inline constexpr int activationElementBytes(Precision precision) {
+  return precision == Precision::Bf16 ? 2 : 4;
+}
 
 // The CUDA backend fuses attention (FlashAttention-style, saving only each row's log-sum-exp) for head sizes
 // up to this (kernels/cuda/cuda_ops.h kFlashAttentionMaxHeadSize; tst_backend checks they agree); the CPU

@@ -21,17 +21,29 @@ const DeviceSpec& stageDevice(const Plan& plan, int stage) {
   return plan.mesh.devices.front().spec;
 }
 
-std::vector<double> chunkMessageBytes(const Plan& plan) {
+namespace {
+// Each chunk's last layer's output elements * microbatch size (/ tp under sequence parallelism), times
+// bytesPerElement.
+std::vector<double> chunkMessageElements(const Plan& plan, double bytesPerElement) {
   const ParallelConfig& p = plan.config.parallel;
-  // Activations travel in fp32 in both precisions (the engine's bf16 rounds GEMM operands only).
   const double scale = plan.microbatchSize() / (p.sequenceParallel ? p.tp : 1);
   std::vector<double> bytes;
   for (const auto& chunk : plan.partition.chunks)
     bytes.push_back(chunk.empty()
                         ? 0.0
-                        : double(plan.model.layers[static_cast<size_t>(chunk.back())].outputBytesPerSample) *
-                              scale);
+                        : double(plan.model.layers[static_cast<size_t>(chunk.back())].outputBytesPerSample) /
+                              4.0 * bytesPerElement * scale);
   return bytes;
+}
+}  // namespace
+
+std::vector<double> chunkMessageBytes(const Plan& plan) {
+  // Activations travel as the engine stores them (model_spec.h activationElementBytes).
+  return chunkMessageElements(plan, activationElementBytes(plan.config.parallel.precision));
+}
+
+std::vector<double> chunkGradientMessageBytes(const Plan& plan) {
+  return chunkMessageElements(plan, 4.0);
 }
 
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {

@@ -38,9 +38,13 @@ int replicaRank(const Plan& plan, int stage);
 // That rank's device.
 const DeviceSpec& stageDevice(const Plan& plan, int stage);
 // The point-to-point message of each chunk (K), bytes per microbatch: its last layer's output
-// (outputBytesPerSample * microbatch size, fp32 in both precisions, / tp with sequence parallelism). Chunk
+// (outputBytesPerSampleIn(precision) * microbatch size, bf16 under "precision": "bf16", / tp with sequence
+// parallelism). Chunk
 // k's activation goes to chunk k+1; chunk k+1's input gradient, the same size, comes back.
 std::vector<double> chunkMessageBytes(const Plan& plan);
+// The input gradient chunk k+1 sends back to chunk k: the same elements, fp32 in both precisions (the engine
+// keeps activation gradients in fp32).
+std::vector<double> chunkGradientMessageBytes(const Plan& plan);
 
 // Builds and checks the plan. allowSharing lets ranks share devices (the CPU engine); errors name the field.
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing = false);

@@ -8,6 +8,7 @@ namespace ms {
 
 Model::Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs)
     : m_config(config),
+      m_bf16Outputs(config.parallel.precision == Precision::Bf16),
       m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
       m_workspace(tracker),
       m_tracker(tracker),
@@ -28,6 +29,7 @@ Model::Model(const RunConfig& config, MemoryTracker* tracker, int mlpInputs)
 Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tracker, int mlpInputs,
              MemoryTracker* hostTracker)
     : m_config(config),
+      m_bf16Outputs(config.parallel.precision == Precision::Bf16),
       m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
       m_shard(shard),
       m_workspace(tracker),
@@ -109,15 +111,30 @@ int64_t Model::chunkInputFloats(int c, int B) const {
 float* Model::output(int layer, int slot, int B) {
   auto& v = m_acts[layer];
   while (static_cast<int>(v.size()) <= slot) v.emplace_back(0, MemoryCategory::Activations, m_tracker);
-  v[slot].reserve(static_cast<size_t>(m_layers[layer]->outputFloats(B)));
+  v[slot].reserve(activationStorageFloats(static_cast<size_t>(m_layers[layer]->outputFloats(B))));
   return v[slot].data();
 }
 
 const float* Model::layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput,
                                const BatchView& batch) {
   if (layer == 0) return batch.images;
-  if (layer == firstOfChunk) return chunkInput;
-  return m_acts[layer - 1][slot].data();
+  const float* stored = layer == firstOfChunk ? chunkInput : m_acts[layer - 1][slot].data();
+  if (!m_bf16Outputs) return stored;
+  // The previous layer's output elements (it may be on another stage: from the spec).
+  const size_t n = size_t(batch.B) * size_t(m_spec.layers[layer - 1].outputBytesPerSample) / sizeof(float);
+  float* x = m_workspace.get(kInputStaging, n, false);
+  m_backend.fromBf16(x, reinterpret_cast<const bfloat16*>(stored), n);
+  return x;
+}
+
+float* Model::outputTarget(int layer, float* stored, int B) {
+  if (!m_bf16Outputs) return stored;
+  return m_workspace.get(kOutputStaging, static_cast<size_t>(m_layers[layer]->outputFloats(B)), false);
+}
+
+void Model::storeOutput(int layer, float* stored, const float* written, int B) {
+  const size_t n = static_cast<size_t>(m_layers[layer]->outputFloats(B));
+  if (m_bf16Outputs && n > 0) m_backend.toBf16(reinterpret_cast<bfloat16*>(stored), written, n);
 }
 
 bool Model::recomputes(int layer) const {
@@ -168,7 +185,10 @@ const float* Model::forwardChunk(int c, int slot, const float* input, const Batc
     const int m0 = mark();
     acquire(l);
     if (mode.training && m_layers[l]->gradientsInForward()) ensureGrads(l);
-    m_layers[l]->forward(layerInput(l, first, slot, input, v), output(l, slot, batch.B), v, mode, slot);
+    float* stored = output(l, slot, batch.B);
+    float* y = outputTarget(l, stored, batch.B);
+    m_layers[l]->forward(layerInput(l, first, slot, input, v), y, v, mode, slot);
+    storeOutput(l, stored, y, batch.B);
     releaseParams(l);
     if (mode.training && recomputes(l)) m_layers[l]->releaseSlot(slot);
     addSpan('F', l, microbatch, m_shard.chunkIds[c], m0);
@@ -191,7 +211,10 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
     if (part == BackwardPart::Weight) {
       m_layers[l]->backward(x, nullptr, nullptr, v, slot, part);
     } else {
-      if (recomputes(l)) m_layers[l]->forward(x, output(l, slot, batch.B), v, recomputeMode, slot);
+      // The re-run writes the output it wrote in forward (the same op on the same input): the kept one
+      // stands, a bf16 one is not rounded again.
+      if (recomputes(l))
+        m_layers[l]->forward(x, outputTarget(l, output(l, slot, batch.B), batch.B), v, recomputeMode, slot);
       // The gradient of layer j's output lives in workspace slot kLayerScratchSlots + j % 2 inside a chunk.
       float* dx = nullptr;
       if (l == first)

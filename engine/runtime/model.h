@@ -77,11 +77,17 @@ class Model {
   int64_t chunkOutputFloats(int localChunk, int B) const;
   // Floats of the gradient a chunk hands back (the size of its input).
   int64_t chunkInputFloats(int localChunk, int B) const;
+  // How layer outputs, and so a chunk's output and input (the pipeline's activation messages), are stored:
+  // bf16 under "precision": "bf16" (every layer's output rounded to bf16, as Megatron-LM keeps the residual
+  // stream; plan/model_spec.h activationElementBytes), else fp32. Storage floats for n elements.
+  CommType activationType() const { return m_bf16Outputs ? CommType::BF16 : CommType::F32; }
+  size_t activationStorageFloats(size_t n) const { return m_bf16Outputs ? (n + 1) / 2 : n; }
 
   // ---- chunk-level work (the pipeline executor) ----
   // Forward of one chunk for the microbatch kept in `slot`. input: the previous chunk's output (ignored for
-  // the model's first chunk, which reads the batch). Returns the chunk's output (nullptr for the head's
-  // chunk), valid until the slot's backward. lossScale as in forwardBackward. Throws CommFailure.
+  // the model's first chunk, which reads the batch), stored as activationType() says. Returns the chunk's
+  // output (nullptr for the head's chunk), stored the same way (a bf16 one behind the float pointer), valid
+  // until the slot's backward. lossScale as in forwardBackward. Throws CommFailure.
   const float* forwardChunk(int localChunk, int slot, const float* input, const Batch& batch,
                             const ForwardMode& mode, int microbatch);
   // Backward of one chunk: dOut the gradient of its output (ignored for the head's chunk), dIn (nullable)
@@ -132,9 +138,16 @@ class Model {
   void build(const RunConfig& config, int mlpInputs);
   // The microbatch as the layers of a local chunk see it in a slot (uploaded there on a device backend).
   BatchView view(const Batch& batch, int localChunk, int slot, bool upload);
+  // The layer's output buffer in the slot as stored (activationType()).
   float* output(int layer, int slot, int B);
+  // The fp32 input of a layer: the batch's images for layer 0, else the previous layer's output (or the
+  // chunk's input), widened into workspace slot kInputStaging when stored in bf16.
   const float* layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput,
                           const BatchView& batch);
+  // Where a layer writes its output: the stored buffer, or under bf16 the fp32 staging slot kOutputStaging
+  // that storeOutput() then rounds into it.
+  float* outputTarget(int layer, float* stored, int B);
+  void storeOutput(int layer, float* stored, const float* written, int B);
   // ZeRO-3 gather / release of the units a layer reads (its own and the tied embedding).
   void acquire(int layer);
   void releaseParams(int layer);
@@ -143,7 +156,13 @@ class Model {
   bool recomputes(int layer) const;
   void reduceGrads(int layer);  // ZeRO >= 2: this microbatch's gradients of the layer are complete
 
+  // Workspace slots (above the two activation-gradient buffers) of the bf16 outputs' fp32 staging: a
+  // layer's widened input and the output it writes before the model rounds it.
+  static constexpr int kInputStaging = kLayerScratchSlots + 2;
+  static constexpr int kOutputStaging = kLayerScratchSlots + 3;
+
   RunConfig m_config;
+  bool m_bf16Outputs = false;  // "precision": "bf16": layer outputs stored as bf16
   ModelSpec m_spec;
   ModelShard m_shard;
   std::unique_ptr<ParameterStore> m_params;

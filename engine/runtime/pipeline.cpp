@@ -167,15 +167,17 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
     }
     case ActionType::SendActivation: {
       auto r = world->isend(m_outputs.at({m, k}), static_cast<size_t>(chunkOutFloats(k, m_mbs)),
-                            CommType::F32, peerRank(a.peer), tag(0, m, k));
+                            m_model.activationType(), peerRank(a.peer), tag(0, m, k));
       if (!r) return r.status();
       m_sends.push_back({std::move(*r), {m, k}, false});
       return Status::ok();
     }
     case ActionType::RecvActivation: {
       const int t0 = m_model.mark();
-      Buffer b(static_cast<size_t>(chunkOutFloats(k, m_mbs)), MemoryCategory::Communication, m_tracker);
-      MS_TRY(world->recv(b.data(), b.size(), CommType::F32, peerRank(a.peer), tag(0, m, k)));
+      // As the sender stores it (Model::activationType: bf16 under "precision": "bf16", half the bytes).
+      const size_t n = static_cast<size_t>(chunkOutFloats(k, m_mbs));
+      Buffer b(m_model.activationStorageFloats(n), MemoryCategory::Communication, m_tracker);
+      MS_TRY(world->recv(b.data(), n, m_model.activationType(), peerRank(a.peer), tag(0, m, k)));
       m_recvAct[{m, k}] = std::move(b);
       m_model.addSpan('r', -1, m, k, t0);
       return Status::ok();
@@ -336,9 +338,10 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
           if (m_localOf[k - 1] >= 0) {
             in = prev;
           } else {
-            received.reserve(static_cast<size_t>(chunkOutFloats(k - 1, count)));
-            failed = world->recv(received.data(), static_cast<size_t>(chunkOutFloats(k - 1, count)),
-                                 CommType::F32, peerRank(m_plan.partition.stageOf[k - 1]), 90);
+            const size_t n = static_cast<size_t>(chunkOutFloats(k - 1, count));
+            received.reserve(m_model.activationStorageFloats(n));
+            failed = world->recv(received.data(), n, m_model.activationType(),
+                                 peerRank(m_plan.partition.stageOf[k - 1]), 90);
             in = received.data();
           }
         }
@@ -347,7 +350,7 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
         if (k == K - 1) {
           if (m_groups.coord.tp == 0) out.stats += m_model.headStats(0);
         } else if (m_localOf[k + 1] < 0) {
-          failed = world->send(prev, static_cast<size_t>(chunkOutFloats(k, count)), CommType::F32,
+          failed = world->send(prev, static_cast<size_t>(chunkOutFloats(k, count)), m_model.activationType(),
                                peerRank(m_plan.partition.stageOf[k + 1]), 90);
         }
       }

@@ -136,6 +136,16 @@ class CpuBackend final : public Backend {
     if (n == 0) return;
     roundInto(reinterpret_cast<uint16_t*>(h(dst, "toBf16")), f(src), n);
   }
+  void fromBf16(float* dst, const bfloat16* src, size_t n) override {
+    if (n == 0) return;
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(h(src, "fromBf16"));
+    float* d = f(dst);
+#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(s[i]) << 16;
+      std::memcpy(&d[i], &u, 4);
+    }
+  }
   void layerNormForward(float* out, float* mean, float* rstd, const float* inp, TensorIn weight,
                         TensorIn bias, int N, int C, float eps) override {
     cpu::layerNormForward(f(out), f(mean), f(rstd), f(inp),

@@ -311,6 +311,9 @@ class CudaBackend final : public Backend {
   void toBf16(bfloat16* dst, const float* src, size_t n) override {
     op("toBf16", cuda::roundToBf16, reinterpret_cast<uint16_t*>(dst), src, n);
   }
+  void fromBf16(float* dst, const bfloat16* src, size_t n) override {
+    op("fromBf16", cuda::widenBf16, dst, reinterpret_cast<const uint16_t*>(src), n);
+  }
 
   // ---- layer norm ---------------------------------------------------------------------------------------
   void layerNormForward(float* out, float* mean, float* rstd, const float* inp, TensorIn weight,
