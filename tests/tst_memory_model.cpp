@@ -164,11 +164,22 @@ class TestMemoryModel : public QObject {
         QVERIFY(near(m.gradients, g * n / gradDiv));
         QVERIFY(near(m.optimizer, o * n / optDiv));
       }
-      // ZeRO-3 gathers the largest layer (a block, larger than wte + wpe here) whole before using it, in the
-      // working precision.
-      QVERIFY(kBlockParams > kEmbeddingParams);
+      // ZeRO-3 gathers each layer whole before using it, in the working precision, with the next layer's
+      // gather already in flight (prefetch): two neighbours at once, here the two blocks (embedding + block
+      // and block + ln_f + the tied wte are smaller).
+      QVERIFY(kBlockParams > kEmbeddingParams && kBlockParams > kHeadParams + kV * kC);
       const ms::OtherBytes other = ms::otherBreakdown(*plan, 0, true);
-      QCOMPARE(other.zero3Gathered, zero == 3 ? kBlockParams * p : 0.0);
+      QCOMPARE(other.zero3Gathered, zero == 3 ? 2 * kBlockParams * p : 0.0);
+      if (zero == 3) {
+        // Split in two stages, each holds one pair: the embedding (wte + wpe) and a block; a block and the
+        // head, which gathers ln_f and its copy of wte.
+        MAKE_PLAN(
+            pp2, 2,
+            (json{{"parallel",
+                   {{"dp", 4}, {"pp", 2}, {"zero", 3}, {"precision", precision}, {"microbatches", 2}}}}));
+        QCOMPARE(ms::otherBreakdown(*pp2, 0, true).zero3Gathered, (kEmbeddingParams + kBlockParams) * p);
+        QCOMPARE(ms::otherBreakdown(*pp2, 1, true).zero3Gathered, (kBlockParams + kHeadParams + kV * kC) * p);
+      }
       // Gradient buckets (runtime/parameters.h reduceGrads): none for ZeRO 0-1, which all-reduce the flat
       // gradients in place; ZeRO >= 2 reduce-scatters each layer's gradients every microbatch, holding the
       // full gradients of two layers at once (the two blocks), the tied wte's (summed once per step) and,
@@ -389,18 +400,16 @@ class TestMemoryModel : public QObject {
   }
 
   // Pipeline messages: an activation is the chunk's last output, T * C per sample, 4 bytes each in fp32 and 2
-  // in bf16 (the engine sends the bf16 output it keeps); the input gradient coming back is fp32 in both.
-  // The p2p buffers are the largest of each.
+  // in bf16 (the engine sends the bf16 output it keeps), and the input gradient coming back the same (every
+  // layer's input gradient is rounded to bf16). The p2p buffers are the largest of each.
   void bf16PipelineMessages() {
     const double mbs = 4;
     for (const char* precision : {"fp32", "bf16"}) {
       MAKE_PLAN(plan, 4, (json{{"parallel", {{"pp", 2}, {"microbatches", 4}, {"precision", precision}}}}));
       const double element = std::string(precision) == "bf16" ? 2 : 4;
       const std::vector<double> act = ms::chunkMessageBytes(*plan);
-      const std::vector<double> grad = ms::chunkGradientMessageBytes(*plan);
       QCOMPARE(act.front(), kT * kC * element * mbs);
-      QCOMPARE(grad.front(), kT * kC * 4 * mbs);
-      QCOMPARE(ms::otherBreakdown(*plan, 0, false).p2pBuffers, kT * kC * (element + 4) * mbs);
+      QCOMPARE(ms::otherBreakdown(*plan, 0, false).p2pBuffers, 2 * kT * kC * element * mbs);
     }
   }
 

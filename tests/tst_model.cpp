@@ -389,7 +389,24 @@ class TestModel : public QObject {
     std::vector<uint16_t> work(p.numel);
     be->download(work.data(), op.data, p.numel * sizeof(uint16_t));
     for (size_t i = 0; i < p.numel; ++i) QCOMPARE(work[i], floatToBf16(master[p.offset + i]));
+    // The next unit's prefetch: both are held (the memory model's two neighbours), and gather() hands the
+    // same bf16 values a blocking gather gives.
+    QVERIFY(store.prefetch(1).isOk());
+    QVERIFY(store.prefetch(1).isOk());  // once
+    const int64_t both = 2 * static_cast<int64_t>(store.units()[0].size + store.units()[1].size);
+    QCOMPARE(tracker.current(MemoryCategory::Communication), both);
+    QVERIFY(store.gather(1).isOk());
+    QCOMPARE(tracker.current(MemoryCategory::Communication), both);
+    const Parameter& p1 = store.params()[store.units()[1].params.front()];
+    std::vector<uint16_t> prefetched(p1.numel);
+    be->download(prefetched.data(), store.weight(store.units()[1].params.front()).data,
+                 p1.numel * sizeof(uint16_t));
+    QVERIFY(store.unitValues(1, master).isOk());
+    for (size_t i = 0; i < p1.numel; ++i)
+      QCOMPARE(prefetched[i], floatToBf16(master[p1.offset - store.units()[1].begin + i]));
     store.release(0);
+    store.release(1);
+    QCOMPARE(tracker.current(MemoryCategory::Communication), int64_t(0));
     QCOMPARE(tracker.current(MemoryCategory::Parameters), 2 * n);
   }
 

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "plan/cost_model.h"
+#include "plan/memory_model.h"
 #include "plan/simulator.h"
 
 using nlohmann::json;
@@ -200,6 +201,24 @@ class TestSimulator : public QObject {
     QCOMPARE(z.gradSyncTime(0), 2 * ms::ringReduceScatterTime((params0 - wte) * 4, 2, nvlink) +
                                     ms::ringReduceScatterTime(wte * 4, 2, nvlink) +
                                     ms::ringAllReduceTime(wte * 4, 2, nvlink));
+    // ZeRO-3 gathers each layer before its use, the next one's gather travelling while a layer computes
+    // (runtime Model::prefetch): in F the chunk's first layer's gather is exposed and the second's beyond
+    // the first's compute; in B the other way round.
+    MAKE_PLAN(zero3, 2, 16, (json{{"parallel", {{"microbatches", 2}, {"pp", 2}, {"dp", 2}, {"zero", 3}}}}));
+    const ms::CostModel z3(*zero3), z3Free(*zero3, ms::Communication::Free);
+    const std::vector<double> g = ms::zero3LayerParams(*zero3);
+    QCOMPARE(g[0], params0 - double(plan->model.layers[1].paramCount()));  // wte + wpe
+    auto gather = [&](int l) { return ms::ringAllGatherTime(g[static_cast<size_t>(l)] * 4, 2, nvlink); };
+    const ms::LayerTimes& t = z3Free.layerTimes();
+    QVERIFY(t.forward[0] > 0 && t.backwardInput[1] > 0);
+    const double forwardExposed = gather(0) + std::max(0.0, gather(1) - t.forward[0]);
+    const double backwardExposed =
+        gather(1) + std::max(0.0, gather(0) - t.backwardInput[1] - t.backwardWeight[1]);
+    QVERIFY(std::abs(z3.forwardTime(0) - z3Free.forwardTime(0) - forwardExposed) <=
+            1e-12 * z3.forwardTime(0));
+    QVERIFY(std::abs(z3.backwardTime(0) - z3Free.backwardTime(0) - backwardExposed) <=
+            1e-12 * z3.backwardTime(0));
+    QVERIFY(forwardExposed < gather(0) + gather(1));  // the prefetch hides part of the second gather
     const ms::CostModel free(*plan, ms::Communication::Free);
     QCOMPARE(free.activationTransferTime(0), 0.0);
     QCOMPARE(free.gradSyncTime(0), 0.0);

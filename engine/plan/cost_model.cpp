@@ -28,14 +28,17 @@
 //   core is local to a TP rank's heads). With sequence parallelism each all-reduce
 //   becomes a reduce-scatter plus an all-gather (Korthikanti et al. 2022, section 4.2.2), which costs the
 //   same under the ring formulas, so the count stands.
-//   ZeRO-3: an all-gather of the chunk's working parameters (/ tp, bf16 in mixed precision) over the DP group
-//   before each F and each B of the chunk, counted in the compute action (no prefetch overlap).
+//   ZeRO-3: an all-gather of each layer's working parameters (/ tp, bf16 in mixed precision) over the DP
+//   group before its use in F and in B, issued as the neighbouring layer starts (FSDP's forward and backward
+//   prefetch, runtime Model::prefetch): a chunk's first gather is exposed, each later one only where it
+//   outlasts the analytic compute of the layer it travels beside. Counted in the compute action. A split
+//   backward's W re-gathers too, not counted.
 //
 // Point-to-point: latency + bytes / bandwidth of the link between the two stages' devices; a message is the
 // chunk's last layer's output * b (plan.h chunkMessageBytes: bf16 activations under "precision": "bf16",
-// whose layer outputs are bf16, fp32 otherwise; the input gradient coming back fp32 in both,
-// chunkGradientMessageBytes; / tp with sequence parallelism, where the activation between stages is
-// sequence-split).
+// whose layer outputs are bf16, fp32 otherwise; the input gradient coming back the same, the engine rounding
+// every layer's input gradient to bf16 as Megatron keeps activation gradients; / tp with sequence
+// parallelism, where the activation between stages is sequence-split).
 //
 // Gradient sync of chunk k over the DP group: bytes = params(k) / tp * gradient bytes per element
 // (plan/model_state.h: 4 for fp32 gradients, 2 for bf16 ones); one ring all-reduce per step for ZeRO 0 and 1
@@ -178,6 +181,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
 
   // Communication inside compute actions, per chunk.
   const std::vector<double> params = chunkLocalParameterCount(plan);  // as one TP rank holds them
+  const std::vector<double> gathered = p.zero == 3 ? zero3LayerParams(plan) : std::vector<double>{};
   const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
   m_chunkForwardComm.assign(static_cast<size_t>(K), 0.0);
   m_chunkBackwardComm.assign(static_cast<size_t>(K), 0.0);
@@ -200,10 +204,26 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       }
     }
     if (p.zero == 3 && dp > 1) {
+      // Each layer's gather is issued as its neighbour starts (runtime Model::prefetch): the chunk's first
+      // layer's (its last's in backward) is exposed, every other one only beyond the compute of the layer it
+      // travels beside.
       const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
-      const double gather = ringAllGatherTime(params[static_cast<size_t>(k)] * state.workingBytes, dp, link);
-      m_chunkForwardComm[static_cast<size_t>(k)] += gather;
-      m_chunkBackwardComm[static_cast<size_t>(k)] += gather;
+      const std::vector<int>& layers = m_chunks[static_cast<size_t>(k)];
+      auto gather = [&](int l) {
+        return ringAllGatherTime(gathered[static_cast<size_t>(l)] * state.workingBytes, dp, link);
+      };
+      auto backward = [&](int l) {
+        return m_analytic.backwardInput[static_cast<size_t>(l)] +
+               (plan.schedule.splitBackward ? 0.0 : m_analytic.backwardWeight[static_cast<size_t>(l)]);
+      };
+      double forwardExposed = gather(layers.front()), backwardExposed = gather(layers.back());
+      for (size_t i = 1; i < layers.size(); ++i) {
+        forwardExposed +=
+            std::max(0.0, gather(layers[i]) - m_analytic.forward[static_cast<size_t>(layers[i - 1])]);
+        backwardExposed += std::max(0.0, gather(layers[i - 1]) - backward(layers[i]));
+      }
+      m_chunkForwardComm[static_cast<size_t>(k)] += forwardExposed;
+      m_chunkBackwardComm[static_cast<size_t>(k)] += backwardExposed;
     }
     if (state.offloadParameters) {
       // The shard comes up from the host before each gather, and each microbatch's reduced gradient shard
@@ -220,7 +240,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
 
   // Point-to-point messages between the stages of neighbouring chunks.
   m_activationBytes = chunkMessageBytes(plan);
-  const std::vector<double> gradientBytes = chunkGradientMessageBytes(plan);
+  const std::vector<double>& gradientBytes = m_activationBytes;  // the input gradient: same size
   m_activationTransfer.assign(static_cast<size_t>(K), 0.0);
   m_gradientTransfer.assign(static_cast<size_t>(K), 0.0);
   for (int k = 0; k < K && modelled; ++k) {

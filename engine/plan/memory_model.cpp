@@ -139,6 +139,33 @@ std::vector<double> chunkLocalParameterCount(const Plan& plan) {
   return counts;
 }
 
+std::vector<double> zero3LayerParams(const Plan& plan) {
+  const int tp = std::max(1, plan.config.parallel.tp);
+  const ModelConfig& m = plan.config.model;
+  const bool tied = m.type == ModelType::Gpt && m.tieEmbeddings;
+  std::vector<double> g;
+  for (const LayerSpec& layer : plan.model.layers) {
+    double n = double(layer.localParamCount(tp));  // the embedding's includes wte
+    if (tied && layer.kind == LayerKind::Head) n += double(m.vocab) / tp * m.width;
+    g.push_back(n);
+  }
+  return g;
+}
+
+double zero3GatheredParams(const Plan& plan, int stage) {
+  const std::vector<double> g = zero3LayerParams(plan);
+  double most = 0;
+  for (int k : plan.partition.chunksOfStage(stage)) {
+    const auto& chunk = plan.partition.chunks[static_cast<size_t>(k)];
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      double n = g[static_cast<size_t>(chunk[i])];
+      if (i + 1 < chunk.size()) n += g[static_cast<size_t>(chunk[i + 1])];
+      most = std::max(most, n);
+    }
+  }
+  return most;
+}
+
 double stageLocalParameterCount(const Plan& plan, int stage) {
   const std::vector<double> counts = chunkLocalParameterCount(plan);
   double n = 0;
@@ -218,9 +245,9 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   OtherBytes o;
 
   // A send and a receive buffer of the largest message the stage's chunks send or receive: an activation
-  // (bf16 under "precision": "bf16") and an input gradient (fp32) each way.
+  // and an input gradient each way, of the same size (bf16 under "precision": "bf16").
   const std::vector<double> messages = chunkMessageBytes(plan);
-  const std::vector<double> gradients = chunkGradientMessageBytes(plan);
+  const std::vector<double>& gradients = messages;
   double largest = 0;
   for (int k : plan.partition.chunksOfStage(stage)) {
     if (k + 1 < K && plan.partition.stageOf[static_cast<size_t>(k + 1)] != stage)
@@ -305,8 +332,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   }
   o.workspace += staging;
 
-  if (p.zero == 3 && p.dp > 1)
-    o.zero3Gathered = largestLayerParams(plan, stage, tiedHead(plan)) * state.workingBytes;
+  if (p.zero == 3 && p.dp > 1) o.zero3Gathered = zero3GatheredParams(plan, stage) * state.workingBytes;
   if (gpu) o.context = kCudaContextBytes;
   return o;
 }

@@ -42,6 +42,13 @@ double stageParameterCount(const Plan& plan, int stage);
 // weights, row-parallel biases, positions) whole (model_spec.h shardSpecOf, what the parameter store keeps).
 std::vector<double> chunkLocalParameterCount(const Plan& plan);
 double stageLocalParameterCount(const Plan& plan, int stage);
+// ZeRO-3, per layer (L): the parameter elements one TP rank gathers to run it, its own and, for the embedding
+// and a tied LM head, the vocabulary-parallel wte (runtime Model::acquire).
+std::vector<double> zero3LayerParams(const Plan& plan);
+// ZeRO-3: the most a stage holds gathered at once. A layer's gather is issued as the layer before it (in
+// forward) or after it (in backward) starts (runtime Model::prefetch, FSDP's prefetch), so two neighbouring
+// layers of a chunk are held together: the largest sum of neighbours (a one-layer chunk: that layer).
+double zero3GatheredParams(const Plan& plan, int stage);
 
 // One microbatch's saved activations of each chunk (K), in bytes on one rank, as held between its F and the
 // end of its backward, as the engine keeps them:
@@ -79,7 +86,7 @@ struct OtherBytes {
   double p2pBuffers = 0;  // the stage's largest activation message and its gradient (a send and a receive)
   double dpBucket = 0;    // ZeRO >= 2's gradient buckets (transient full gradients, staging); 0 for ZeRO 0-1
   double workspace = 0;   // backward gradient buffers of the largest layer, the gpt head's logits chunk
-  double zero3Gathered = 0;  // ZeRO-3: the largest layer's working parameters, gathered whole
+  double zero3Gathered = 0;  // ZeRO-3: two neighbouring layers' working parameters (zero3GatheredParams)
   double context = 0;        // the CUDA context and library handles on GPUs (500 MiB), 0 on CPUs
   double total() const { return p2pBuffers + dpBucket + workspace + zero3Gathered + context; }
 };

@@ -73,7 +73,8 @@ struct LayerSpec {
 
 // Bytes of one element of a layer's output as the engine keeps it and hands it on (runtime Model's output
 // buffers, pipeline messages and their receive buffers): 2 under "precision": "bf16", where every layer
-// output is rounded to bf16 (Megatron-LM keeps the residual stream and the p2p tensors in bf16), else 4.
+// output is rounded to bf16 (Megatron-LM keeps the residual stream and the p2p tensors in bf16), else 4. The
+// input gradients coming back are kept and sent the same way (runtime Model::backwardChunk rounds each).
 inline constexpr int activationElementBytes(Precision precision) {
   return precision == Precision::Bf16 ? 2 : 4;
 }

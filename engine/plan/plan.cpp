@@ -42,10 +42,6 @@ std::vector<double> chunkMessageBytes(const Plan& plan) {
   return chunkMessageElements(plan, activationElementBytes(plan.config.parallel.precision));
 }
 
-std::vector<double> chunkGradientMessageBytes(const Plan& plan) {
-  return chunkMessageElements(plan, 4.0);
-}
-
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
   Plan plan;
   plan.config = config;

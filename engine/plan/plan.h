@@ -40,11 +40,9 @@ const DeviceSpec& stageDevice(const Plan& plan, int stage);
 // The point-to-point message of each chunk (K), bytes per microbatch: its last layer's output
 // (outputBytesPerSampleIn(precision) * microbatch size, bf16 under "precision": "bf16", / tp with sequence
 // parallelism). Chunk
-// k's activation goes to chunk k+1; chunk k+1's input gradient, the same size, comes back.
+// k's activation goes to chunk k+1; chunk k+1's input gradient, the same size and precision (the engine
+// rounds every layer's input gradient to bf16 under "precision": "bf16"), comes back.
 std::vector<double> chunkMessageBytes(const Plan& plan);
-// The input gradient chunk k+1 sends back to chunk k: the same elements, fp32 in both precisions (the engine
-// keeps activation gradients in fp32).
-std::vector<double> chunkGradientMessageBytes(const Plan& plan);
 
 // Builds and checks the plan. allowSharing lets ranks share devices (the CPU engine); errors name the field.
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing = false);

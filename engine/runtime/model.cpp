@@ -108,6 +108,11 @@ int64_t Model::chunkInputFloats(int c, int B) const {
   return int64_t(B) * m_spec.layers[first - 1].outputBytesPerSample / int64_t(sizeof(float));
 }
 
+size_t Model::inputFloats(int layer, int B) const {
+  // The previous layer's output (it may be on another stage: from the spec).
+  return size_t(B) * size_t(m_spec.layers[layer - 1].outputBytesPerSample) / sizeof(float);
+}
+
 float* Model::output(int layer, int slot, int B) {
   auto& v = m_acts[layer];
   while (static_cast<int>(v.size()) <= slot) v.emplace_back(0, MemoryCategory::Activations, m_tracker);
@@ -120,8 +125,7 @@ const float* Model::layerInput(int layer, int firstOfChunk, int slot, const floa
   if (layer == 0) return batch.images;
   const float* stored = layer == firstOfChunk ? chunkInput : m_acts[layer - 1][slot].data();
   if (!m_bf16Outputs) return stored;
-  // The previous layer's output elements (it may be on another stage: from the spec).
-  const size_t n = size_t(batch.B) * size_t(m_spec.layers[layer - 1].outputBytesPerSample) / sizeof(float);
+  const size_t n = inputFloats(layer, batch.B);
   float* x = m_workspace.get(kInputStaging, n, false);
   m_backend.fromBf16(x, reinterpret_cast<const bfloat16*>(stored), n);
   return x;
@@ -147,6 +151,14 @@ void Model::acquire(int layer) {
   const bool usesTied = layer == 0 || layer == numLayers() - 1;
   if (s && usesTied && m_params->tiedUnit() >= 0) s = m_params->gather(m_params->tiedUnit());
   if (!s) throw CommFailure("gathering the parameters of " + m_spec.layers[layer].name + ": " + s.message());
+}
+
+void Model::prefetch(int layer) {
+  Status s = m_params->prefetch(m_params->unitOfLayer(layer));
+  const bool usesTied = layer == 0 || layer == numLayers() - 1;
+  if (s && usesTied && m_params->tiedUnit() >= 0) s = m_params->prefetch(m_params->tiedUnit());
+  if (!s)
+    throw CommFailure("prefetching the parameters of " + m_spec.layers[layer].name + ": " + s.message());
 }
 
 void Model::releaseParams(int layer) {
@@ -184,6 +196,7 @@ const float* Model::forwardChunk(int c, int slot, const float* input, const Batc
   for (int l : layers) {
     const int m0 = mark();
     acquire(l);
+    if (l != layers.back()) prefetch(l + 1);  // ZeRO-3: the next layer's gather travels while l computes
     if (mode.training && m_layers[l]->gradientsInForward()) ensureGrads(l);
     float* stored = output(l, slot, batch.B);
     float* y = outputTarget(l, stored, batch.B);
@@ -203,10 +216,20 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
   const int first = layers.front(), last = layers.back();
   const ForwardMode recomputeMode{true, 1.0f};
   const BatchView v = view(batch, c, slot, false);
+  // The gradient of layer j's output lives in workspace slot kLayerScratchSlots + j % 2 inside a chunk. Under
+  // bf16 the chunk's output gradient comes in bf16 (a message, or the next local chunk's dIn): widened there.
+  const float* dOutWide = dOut;
+  if (m_bf16Outputs && dOut && part != BackwardPart::Weight) {
+    const size_t n = static_cast<size_t>(m_layers[last]->outputFloats(batch.B));
+    float* w = m_workspace.get(kLayerScratchSlots + last % 2, n, false);
+    m_backend.fromBf16(w, reinterpret_cast<const bfloat16*>(dOut), n);
+    dOutWide = w;
+  }
   for (int l = last; l >= first; --l) {
     const int m0 = mark();
     const float* x = layerInput(l, first, slot, input, v);
     acquire(l);
+    if (l > first) prefetch(l - 1);  // ZeRO-3: backward prefetch of the layer before
     ensureGrads(l);
     if (part == BackwardPart::Weight) {
       m_layers[l]->backward(x, nullptr, nullptr, v, slot, part);
@@ -215,18 +238,29 @@ void Model::backwardChunk(int c, int slot, const float* input, const float* dOut
       // stands, a bf16 one is not rounded again.
       if (recomputes(l))
         m_layers[l]->forward(x, outputTarget(l, output(l, slot, batch.B), batch.B), v, recomputeMode, slot);
-      // The gradient of layer j's output lives in workspace slot kLayerScratchSlots + j % 2 inside a chunk.
+      // The input's gradient: the other scratch slot, or the chunk's dIn (in bf16: staged in that slot).
+      const size_t inFloats = l > 0 ? inputFloats(l, batch.B) : 0;
       float* dx = nullptr;
-      if (l == first)
+      if (l > first || (dIn && m_bf16Outputs))
+        dx = m_workspace.get(kLayerScratchSlots + (l + 1) % 2, inFloats, true);
+      else if (l == first)
         dx = dIn;
-      else
-        dx = m_workspace.get(kLayerScratchSlots + (l - 1) % 2,
-                             static_cast<size_t>(m_layers[l - 1]->outputFloats(batch.B)), true);
       const float* dy = l == last
-                            ? dOut
+                            ? dOutWide
                             : m_workspace.get(kLayerScratchSlots + l % 2,
                                               static_cast<size_t>(m_layers[l]->outputFloats(batch.B)), false);
       m_layers[l]->backward(x, dy, dx, v, slot, part);
+      // bf16: every layer's input gradient is rounded to bf16 (Megatron-LM's activation gradients are bf16
+      // tensors), so a pipeline message of it, which travels as bf16, loses nothing.
+      if (m_bf16Outputs && dx && inFloats > 0) {
+        if (l == first) {
+          m_backend.toBf16(reinterpret_cast<bfloat16*>(dIn), dx, inFloats);
+        } else {
+          auto* t = reinterpret_cast<bfloat16*>(m_workspace.get(kOutputStaging, (inFloats + 1) / 2, false));
+          m_backend.toBf16(t, dx, inFloats);
+          m_backend.fromBf16(dx, t, inFloats);
+        }
+      }
     }
     releaseParams(l);
     if (recomputes(l) && part != BackwardPart::Input) m_layers[l]->releaseSlot(slot);

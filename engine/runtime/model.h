@@ -91,9 +91,10 @@ class Model {
   const float* forwardChunk(int localChunk, int slot, const float* input, const Batch& batch,
                             const ForwardMode& mode, int microbatch);
   // Backward of one chunk: dOut the gradient of its output (ignored for the head's chunk), dIn (nullable)
-  // ACCUMULATES the gradient of its input. finalUse: this is the chunk's last backward (or weight part) of
-  // the step, so each layer's gradient bucket starts syncing as soon as the layer is done. Throws
-  // CommFailure.
+  // ACCUMULATES the gradient of its input; both stored as activationType() says (under bf16 dOut is read as
+  // bf16 and dIn is written, rounded: every layer's input gradient is rounded to bf16, as the activations).
+  // finalUse: this is the chunk's last backward (or weight part) of the step, so each layer's gradient bucket
+  // starts syncing as soon as the layer is done. Throws CommFailure.
   void backwardChunk(int localChunk, int slot, const float* input, const float* dOut, float* dIn,
                      const Batch& batch, BackwardPart part, int microbatch, bool finalUse);
   // Drops what the slot keeps in every layer of the chunk.
@@ -140,6 +141,8 @@ class Model {
   BatchView view(const Batch& batch, int localChunk, int slot, bool upload);
   // The layer's output buffer in the slot as stored (activationType()).
   float* output(int layer, int slot, int B);
+  // Elements of the layer's input (the previous layer's output; layer >= 1).
+  size_t inputFloats(int layer, int B) const;
   // The fp32 input of a layer: the batch's images for layer 0, else the previous layer's output (or the
   // chunk's input), widened into workspace slot kInputStaging when stored in bf16.
   const float* layerInput(int layer, int firstOfChunk, int slot, const float* chunkInput,
@@ -150,6 +153,9 @@ class Model {
   void storeOutput(int layer, float* stored, const float* written, int B);
   // ZeRO-3 gather / release of the units a layer reads (its own and the tied embedding).
   void acquire(int layer);
+  // ZeRO-3: starts gathering the layer's parameters (and the tied embedding it reads) while the current
+  // layer computes; acquire() finishes the gather.
+  void prefetch(int layer);
   void releaseParams(int layer);
   void ensureGrads(int layer);
   void startSync(int layer);

@@ -76,6 +76,9 @@ struct ParameterStore::UnitStorage {
   Buffer shardGrads;  // ZeRO >= 2: the owned slice of the reduced gradients (the step's sum)
   Buffer staging;     // ZeRO >= 2: a later microbatch's reduced shard, added to shardGrads when it lands
   CommRequestPtr pending;
+  // ZeRO-3: the prefetch's all-gather into fullValues, in flight until gather() waits for it. Declared after
+  // the buffers so that it is finished (its destructor waits) before they are freed.
+  CommRequestPtr gathering;
   bool started = false;
   bool reduced = false;  // ZeRO >= 2: shardGrads holds this step's sum so far (else it is to be written)
 };
@@ -243,7 +246,7 @@ int ParameterStore::unitOfLayer(int layer) const {
 float* ParameterStore::unitValuePtr(int u) {
   if (m_state.mixed) return nullptr;
   if (m_layout.zero < 3) return m_values.data() + m_units[u].begin;
-  return m_storage[u]->fullValues.data();
+  return m_storage[u]->gathering ? nullptr : m_storage[u]->fullValues.data();  // not while in flight
 }
 
 const float* ParameterStore::unitValuePtr(int u) const {
@@ -253,7 +256,7 @@ const float* ParameterStore::unitValuePtr(int u) const {
 bfloat16* ParameterStore::unitWorkPtr(int u) const {
   // The float buffers hold the bf16 elements two by two (the bytes are only ever read as bf16).
   const Buffer& b = m_state.shardWorking ? m_storage[u]->fullValues : m_values;
-  if (!b.data()) return nullptr;
+  if (!b.data() || (m_state.shardWorking && m_storage[u]->gathering)) return nullptr;
   bfloat16* base = reinterpret_cast<bfloat16*>(const_cast<float*>(b.data()));
   return m_state.shardWorking ? base : base + m_units[u].begin;
 }
@@ -441,7 +444,26 @@ Status ParameterStore::reduceGrads(int u) {
 Status ParameterStore::gather(int u) {
   if (m_layout.zero < 3) return Status::ok();
   UnitStorage& s = *m_storage[u];
+  if (s.gathering) {  // prefetched: wait for it
+    Status st = s.gathering->wait();
+    s.gathering.reset();
+    if (!st) s.fullValues = Buffer();
+    return st;
+  }
   if (s.fullValues.data()) return Status::ok();
+  MS_TRY(startGather(u, false));
+  return Status::ok();
+}
+
+Status ParameterStore::prefetch(int u) {
+  if (m_layout.zero < 3) return Status::ok();
+  UnitStorage& s = *m_storage[u];
+  if (s.fullValues.data()) return Status::ok();  // gathered, or already on its way
+  return startGather(u, true);
+}
+
+Status ParameterStore::startGather(int u, bool nonBlocking) {
+  UnitStorage& s = *m_storage[u];
   // In floats: bf16 working parameters move as pairs of bf16 (a shard is a multiple of 16 elements).
   const size_t unitFloats = m_state.mixed ? m_units[u].size / 2 : m_units[u].size;
   const size_t shard = unitFloats / m_layout.dp;
@@ -452,16 +474,32 @@ Status ParameterStore::gather(int u) {
     backend().copy(s.fullValues.data(), s.shardValues.data(), shard * sizeof(float));
     return Status::ok();
   }
-  return m_dp->allGather(s.shardValues.data(), s.fullValues.data(), shard, CommType::F32);
+  if (!nonBlocking) {
+    Status st = m_dp->allGather(s.shardValues.data(), s.fullValues.data(), shard, CommType::F32);
+    if (!st) s.fullValues = Buffer();
+    return st;
+  }
+  auto r = m_dp->iallGather(s.shardValues.data(), s.fullValues.data(), shard, CommType::F32);
+  if (!r) {
+    s.fullValues = Buffer();
+    return r.status();
+  }
+  s.gathering = std::move(*r);
+  return Status::ok();
 }
 
 void ParameterStore::release(int u) {
   if (m_layout.zero < 3) return;
-  m_storage[u]->fullValues = Buffer();
+  UnitStorage& s = *m_storage[u];
+  if (s.gathering) {
+    (void)s.gathering->wait();  // never free a buffer a collective is still writing
+    s.gathering.reset();
+  }
+  s.fullValues = Buffer();
 }
 
 bool ParameterStore::gathered(int u) const {
-  return m_layout.zero < 3 || m_storage[u]->fullValues.data() != nullptr;
+  return m_layout.zero < 3 || (m_storage[u]->fullValues.data() != nullptr && !m_storage[u]->gathering);
 }
 
 size_t ParameterStore::ownedBegin(int u) const {

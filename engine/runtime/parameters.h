@@ -164,9 +164,15 @@ class ParameterStore {
   // not a whole gradient buffer). At most one reduction is in flight: the previous one is finished first.
   // No-op for ZeRO 0-1 (their gradients are all-reduced once per step).
   Status reduceGrads(int unit);
-  // ZeRO-3: gathers the unit's full values from the DP group (blocking); no-op otherwise.
+  // ZeRO-3: gathers the unit's full values from the DP group (blocking; waits for the prefetch's gather if
+  // one is in flight); no-op otherwise.
   Status gather(int unit);
-  // ZeRO-3: frees the unit's full values; no-op otherwise.
+  // ZeRO-3: starts the unit's all-gather without waiting for it (the next layer's, issued as a layer starts
+  // so that it travels while the layer computes: FSDP's forward and backward prefetch); gather() finishes
+  // it. The DP group's ranks issue their gathers and reductions in the same order (they run the same
+  // schedule), as non-blocking collectives require. No-op when gathered or not ZeRO-3.
+  Status prefetch(int unit);
+  // ZeRO-3: frees the unit's full values (after waiting for a prefetch in flight); no-op otherwise.
   void release(int unit);
   bool gathered(int unit) const;
 
@@ -230,6 +236,7 @@ class ParameterStore {
   bfloat16* unitWorkPtr(
       int unit) const;           // mixed: the unit's bf16 working parameters (nullptr if not gathered)
   float* masterOwned(int unit);  // mixed: the owned slice of the unit's master weights
+  Status startGather(int unit, bool nonBlocking);  // ZeRO-3: allocates the unit's full values, gathers
   Status finishPending();  // ZeRO >= 2: waits for the reduction in flight, adds it in, frees its buffers
 
   StoreLayout m_layout;

@@ -194,8 +194,9 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
           dOut = m_localOf[k + 1] >= 0 ? m_gradOut.at({m, k + 1}).data() : m_recvGrad.at({m, k + 1}).data();
         float* dIn = nullptr;
         if (k > 0) {
-          Buffer g(static_cast<size_t>(chunkOutFloats(k - 1, m_mbs)), MemoryCategory::Communication,
-                   m_tracker);
+          // The input gradient, stored as the activations are (bf16 under "precision": "bf16").
+          Buffer g(m_model.activationStorageFloats(static_cast<size_t>(chunkOutFloats(k - 1, m_mbs))),
+                   MemoryCategory::Communication, m_tracker);
           dIn = g.data();
           m_gradOut[{m, k}] = std::move(g);
         }
@@ -219,16 +220,17 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
       return Status::ok();
     }
     case ActionType::SendGrad: {
-      auto r = world->isend(m_gradOut.at({m, k}).data(), m_gradOut.at({m, k}).size(), CommType::F32,
-                            peerRank(a.peer), tag(1, m, k));
+      auto r = world->isend(m_gradOut.at({m, k}).data(), static_cast<size_t>(chunkOutFloats(k - 1, m_mbs)),
+                            m_model.activationType(), peerRank(a.peer), tag(1, m, k));
       if (!r) return r.status();
       m_sends.push_back({std::move(*r), {m, k}, true});
       return Status::ok();
     }
     case ActionType::RecvGrad: {
       const int t0 = m_model.mark();
-      Buffer b(static_cast<size_t>(chunkOutFloats(k - 1, m_mbs)), MemoryCategory::Communication, m_tracker);
-      MS_TRY(world->recv(b.data(), b.size(), CommType::F32, peerRank(a.peer), tag(1, m, k)));
+      const size_t n = static_cast<size_t>(chunkOutFloats(k - 1, m_mbs));
+      Buffer b(m_model.activationStorageFloats(n), MemoryCategory::Communication, m_tracker);
+      MS_TRY(world->recv(b.data(), n, m_model.activationType(), peerRank(a.peer), tag(1, m, k)));
       m_recvGrad[{m, k}] = std::move(b);
       m_model.addSpan('R', -1, m, k, t0);
       return Status::ok();
