@@ -171,6 +171,7 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                     {"zero", p.zero},
                     {"recompute", toString(p.recompute)},
                     {"recompute_layers", p.recomputeLayers},
+                    {"offload", toString(p.offload)},
                     {"step_time_s", c.stepTime},
                     {"tokens_per_s", c.tokensPerSecond},
                     {"mfu", c.mfu},
@@ -188,23 +189,25 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                             .dump(2)
                             .c_str());
   } else {
-    std::printf("%-3s %5s %4s %4s %-17s %3s %5s %4s %4s %-9s %10s %12s %6s %7s %12s\n", "#", "dp", "tp", "pp",
-                "schedule", "V", "M", "mbs", "zero", "recompute", "step s", "tokens/s", "MFU", "bubble",
-                "memory GiB");
+    std::printf("%-3s %5s %4s %4s %-17s %3s %5s %4s %4s %-9s %-10s %10s %12s %6s %7s %12s\n", "#", "dp", "tp",
+                "pp", "schedule", "V", "M", "mbs", "zero", "recompute", "offload", "step s", "tokens/s",
+                "MFU", "bubble", "memory GiB");
     int i = 1;
     for (const auto& c : list) {
       // "full:N": the first N blocks of every chunk recomputed ("recompute_layers").
       std::string recompute = c["recompute"].get<std::string>();
       if (c["recompute_layers"].get<int>() > 0)
         recompute += ":" + std::to_string(c["recompute_layers"].get<int>());
-      std::printf("%-3d %5d %4d %4d %-17s %3d %5d %4d %4d %-9s %10.4f %12.0f %6s %6.1f%% %5.1f / %-5.1f\n",
-                  i++, c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(),
-                  c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
-                  c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
-                  recompute.c_str(), c["step_time_s"].get<double>(), c["tokens_per_s"].get<double>(),
-                  percentOrNa(c["mfu"].get<double>(), c["mfu_defined"].get<bool>()).c_str(),
-                  100.0 * c["bubble_fraction"].get<double>(), c["peak_memory_bytes"].get<double>() / kGiB,
-                  c["capacity_bytes"].get<double>() / kGiB);
+      std::printf(
+          "%-3d %5d %4d %4d %-17s %3d %5d %4d %4d %-9s %-10s %10.4f %12.0f %6s %6.1f%% %5.1f / %-5.1f\n", i++,
+          c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(),
+          c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
+          c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
+          recompute.c_str(), c["offload"].get<std::string>().c_str(), c["step_time_s"].get<double>(),
+          c["tokens_per_s"].get<double>(),
+          percentOrNa(c["mfu"].get<double>(), c["mfu_defined"].get<bool>()).c_str(),
+          100.0 * c["bubble_fraction"].get<double>(), c["peak_memory_bytes"].get<double>() / kGiB,
+          c["capacity_bytes"].get<double>() / kGiB);
     }
     std::printf("\n%d candidates considered, %d passed the memory screen, %d simulated, in %.2f s\n",
                 result->considered, result->screenedFit, result->simulated, result->seconds);

@@ -407,8 +407,17 @@ class TestCli : public QObject {
     const QJsonArray plans = QJsonDocument::fromJson(r.out.toUtf8()).object()["plans"].toArray();
     QCOMPARE(plans.size(), 3);
     double previous = 0;
+    QSet<QString> seen;  // every row is a different plan: the fields the search varies tell them apart
     for (const auto& p : plans) {
       const QJsonObject o = p.toObject();
+      QVERIFY(QStringList({"none", "optimizer", "parameters"}).contains(o["offload"].toString()));
+      QJsonObject key = o;
+      for (const char* metric : {"step_time_s", "tokens_per_s", "mfu", "mfu_defined", "bubble_fraction",
+                                 "peak_memory_bytes", "capacity_bytes"})
+        key.remove(metric);
+      const QString k = QString::fromUtf8(QJsonDocument(key).toJson(QJsonDocument::Compact));
+      QVERIFY2(!seen.contains(k), qPrintable("two rows of the same plan: " + k));
+      seen.insert(k);
       QCOMPARE(o["dp"].toInt() * o["tp"].toInt() * o["pp"].toInt(), 1024);
       QVERIFY(o["step_time_s"].toDouble() >= previous);
       previous = o["step_time_s"].toDouble();

@@ -275,6 +275,27 @@ class TestUiEditing : public QObject {
     QCOMPARE(doc.config().parallel.recomputeLayers, 0);
     QCOMPARE(recomputeLayers->value(), 0);
 
+    // Offload and gradient precision: offloading an fp32 run is refused, the message naming the field and
+    // the reason; bf16 clears it.
+    auto* offload = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/offload"));
+    auto* precision = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/precision"));
+    auto* gradPrecision = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/grad_precision"));
+    QVERIFY(offload && precision && gradPrecision);
+    precision->setCurrentText("fp32");
+    offload->setCurrentText("optimizer");
+    QCOMPARE(doc.config().parallel.offload, ms::Offload::Optimizer);
+    QVERIFY2(inspector.messageFor("/parallel/offload").contains("needs \"precision\": \"bf16\""),
+             qPrintable(inspector.messageFor("/parallel/offload")));
+    precision->setCurrentText("bf16");
+    QCOMPARE(inspector.messageFor("/parallel/offload"), QString());
+    gradPrecision->setCurrentText("bf16");
+    QCOMPARE(doc.config().parallel.gradPrecision, ms::GradPrecision::Bf16);
+    QVERIFY(doc.errors().empty());
+    gradPrecision->setCurrentText("fp32");
+    offload->setCurrentText("none");
+    precision->setCurrentText("fp32");
+    QCOMPARE(doc.config().parallel.offload, ms::Offload::None);
+
     // Other kinds of editor: a combo box, the learning rate as text (a bad number is refused locally).
     auto* schedule = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/schedule"));
     schedule->setCurrentText("gpipe");

@@ -64,6 +64,8 @@ void markInvalid(QWidget* editor, bool invalid) {
                                 : QString());
 }
 
+constexpr int kEditorMinWidth = 64;  // pixels: five digits, or a short choice, at the UI font
+
 }  // namespace
 
 Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
@@ -73,6 +75,7 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
   auto* scroll = new QScrollArea(this);
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // the form fits the dock's width
   outer->addWidget(scroll);
   auto* content = new QWidget(scroll);
   m_sections = new QVBoxLayout(content);
@@ -135,6 +138,19 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
         c.parallel.precision = v == "bf16" ? Precision::Bf16 : Precision::Fp32;
       });
   addChoice(
+      par, "/parallel/grad_precision", tr("Gradient precision"), {"fp32", "bf16"},
+      [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.gradPrecision)); },
+      [](RunConfig& c, const QString& v) {
+        c.parallel.gradPrecision = v == "bf16" ? GradPrecision::Bf16 : GradPrecision::Fp32;
+      });
+  addChoice(
+      par, "/parallel/offload", tr("Offload"), {"none", "optimizer", "parameters"},
+      [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.offload)); },
+      [](RunConfig& c, const QString& v) {
+        for (Offload o : {Offload::None, Offload::Optimizer, Offload::Parameters})
+          if (v == toString(o)) c.parallel.offload = o;
+      });
+  addChoice(
       par, "/parallel/recompute", tr("Recompute"), {"none", "selective", "full"},
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.recompute)); },
       [](RunConfig& c, const QString& v) {
@@ -144,7 +160,7 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
         if (c.parallel.recompute != Recompute::Full) c.parallel.recomputeLayers = 0;
       });
   addInt(
-      par, "/parallel/recompute_layers", tr("Recomputed blocks per chunk (0: all)"),
+      par, "/parallel/recompute_layers", tr("Recomputed blocks"),
       [](const RunConfig& c) { return c.parallel.recomputeLayers; },
       [](RunConfig& c, int v) { c.parallel.recomputeLayers = v; });
   addBool(
@@ -256,6 +272,9 @@ Inspector::Field& Inspector::addRow(QFormLayout* form, const QString& path, cons
   column->setContentsMargins(0, 0, 0, 0);
   column->setSpacing(1);
   editor->setParent(cell);
+  // A spin box sizes itself for the largest value of its range (ten digits for a count of steps); the
+  // inspector is a narrow dock, so editors take the width the form gives them, not more.
+  editor->setMinimumWidth(kEditorMinWidth);
   column->addWidget(editor);
   Field f;
   f.path = path;

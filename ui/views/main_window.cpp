@@ -41,6 +41,9 @@ namespace ms {
 namespace {
 
 constexpr int kProgressTickMs = 250;
+// Pixels: the starting widths of the Layers dock (its table scrolls sideways) and of the Inspector (label
+// and editor of its longest row).
+constexpr int kLayersDockWidth = 210, kInspectorDockWidth = 260;
 
 // A widget that edits text of its own (and so has an undo of its own for Ctrl+Z).
 bool editsText(QObject* o) {
@@ -108,6 +111,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_inspectorDock->setObjectName(QStringLiteral("inspectorDock"));
   m_inspectorDock->setWidget(m_inspector);
   addDockWidget(Qt::RightDockWidgetArea, m_inspectorDock);
+  // The side panels start narrow and the mesh takes the width (on a 1366-pixel laptop screen a cluster's
+  // tiles keep two lines of text); the person drags them wider, and the layout is remembered as they leave
+  // it.
+  resizeDocks({m_paletteDock, m_inspectorDock}, {kLayersDockWidth, kInspectorDockWidth}, Qt::Horizontal);
 
   // The analysis' progress, shown when a re-plan takes long enough to be noticed.
   m_progressLabel = new QLabel;
