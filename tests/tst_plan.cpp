@@ -175,7 +175,7 @@ class TestPlan : public QObject {
     config->mesh.nodes.resize(32);
     config->model.heads = 48;
     AutoPlanOptions o;
-    o.top = 12;  // each layout also comes with its optimizer offloaded, a row of its own
+    o.top = 12;  // rows of offloaded layouts (those that do not fit without it) come in between
     auto result = autoPlan(*config, o);
     QVERIFY2(result.isOk(), result.isOk() ? "" : result.message().c_str());
     bool selective = false, partial = false;

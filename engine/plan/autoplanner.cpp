@@ -200,7 +200,11 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
             if (base.parallel.precision == Precision::Bf16 && device.hostLinkBandwidth > 0 &&
                 device.hostMemoryBytes > 0 && device.hostMemoryBandwidth > 0)
               offloads.push_back(Offload::Optimizer);
-            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+              // The screened memory of each recompute choice without offload: offload only adds time (the
+              // step crosses the host link and runs at host DRAM bandwidth), so it is searched only where
+              // the same plan without it does not fit.
+              std::map<std::pair<int, int>, double> withoutOffload;
               for (Offload offload : offloads) {
                 // Shared by every recompute choice: compute, TP communication, DP sync, model states.
                 const double tF = st.flops * mbs / (rate * tp);
@@ -255,6 +259,10 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 // recomputedBlocks: fully recomputed blocks of the stage ("recompute_layers" per chunk times
                 // its V chunks); attention: selective recompute's re-run attention cores.
                 auto screen = [&](Recompute rc, int layers, int recomputedBlocks, bool attention) {
+                  const std::pair<int, int> choice{static_cast<int>(rc), layers};
+                  if (offload != Offload::None && withoutOffload.count(choice) &&
+                      withoutOffload[choice] <= smallestMemory)
+                    return;  // dominated: the same plan fits without offload, and is faster
                   ++result.considered;
                   const double perBlock = st.blocks > 0 ? 1.0 / st.blocks : 0.0;
                   const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
@@ -267,6 +275,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   const double act = held * mbs * (st.wholeBytes + kept) +
                                      (recomputedBlocks > 0 ? st.largestLayerActivation * mbs / tp : 0.0);
                   const double memory = stateBytes + act;
+                  if (offload == Offload::None) withoutOffload[choice] = memory;
                   leastMemory = std::min(leastMemory, memory);
                   if (memory > 1.1 * smallestMemory) return;
                   ParallelConfig par = base.parallel;
@@ -299,6 +308,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                     screen(Recompute::Full, N, std::min(st.blocks, N * V), false);
                 }
               }
+            }
           }
         }
       }
