@@ -538,26 +538,40 @@ class TestEquivalence : public QObject {
   }
 
   // Offload (plan/model_state.h) moves the optimizer state and step to the host without changing a bit: the
-  // same plan with "offload": "optimizer", run on the emulated device (the host/device split of a GPU; the
-  // host's step runs the CPU backend's optimizer), gives the losses, evaluation, final parameters and
-  // optimizer state of the plain run exactly. The device holds no optimizer state; the host holds what the
-  // plan predicts, category by category, on every rank (the store pads parameters as in modelStateMismatch).
+  // same plan with "offload": "optimizer" (or "parameters", which also keeps the ZeRO-3 parameter and
+  // gradient shards there, uploading a shard before each gather), run on the emulated device (the host/device
+  // split of a GPU; the host's step runs the CPU backend's optimizer), gives the losses, evaluation, final
+  // parameters and optimizer state of the plain run exactly. The device holds no optimizer state; the host
+  // holds what the plan predicts, category by category, on every rank (the store pads parameters as in
+  // modelStateMismatch).
   void offloadTrainsBitForBit_data() {
     QTest::addColumn<QString>("parallel");
-    QTest::newRow("dp2 zero0 bf16 grads") << R"({"dp": 2, "precision": "bf16", "grad_precision": "bf16"})";
-    QTest::newRow("dp2 zero1") << R"({"dp": 2, "zero": 1, "precision": "bf16"})";
+    QTest::addColumn<QString>("offload");
+    QTest::newRow("dp2 zero0 bf16 grads") << R"({"dp": 2, "precision": "bf16", "grad_precision": "bf16"})"
+                                          << "optimizer";
+    QTest::newRow("dp2 zero1") << R"({"dp": 2, "zero": 1, "precision": "bf16"})"
+                               << "optimizer";
     QTest::newRow("dp2 zero3 accumulation")
-        << R"({"dp": 2, "zero": 3, "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})";
-    QTest::newRow("tp2 pp2 zero0") << R"({"tp": 2, "pp": 2, "microbatches": 2, "precision": "bf16"})";
+        << R"({"dp": 2, "zero": 3, "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})"
+        << "optimizer";
+    QTest::newRow("tp2 pp2 zero0") << R"({"tp": 2, "pp": 2, "microbatches": 2, "precision": "bf16"})"
+                                   << "optimizer";
+    QTest::newRow("parameters dp2 zero3 accumulation")
+        << R"({"dp": 2, "zero": 3, "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})"
+        << "parameters";
+    QTest::newRow("parameters dp2 pp2 zero3") << R"({"dp": 2, "pp": 2, "zero": 3, "microbatches": 2,
+                                                    "precision": "bf16"})"
+                                              << "parameters";
   }
   void offloadTrainsBitForBit() {
     QFETCH(QString, parallel);
+    QFETCH(QString, offload);
     auto plan = nlohmann::json::parse(parallel.toStdString());
     const int ranks = ranksOf(plan);
     const QString name = QString("offload%1").arg(++m_runs);
     const QString config =
         writeCpuConfig(m_tmp.path(), name, body("gpt") + ", \"parallel\": " + plan.dump(), ranks);
-    plan["offload"] = "optimizer";
+    plan["offload"] = offload.toStdString();
     const QString offConfig =
         writeCpuConfig(m_tmp.path(), name + "-off", body("gpt") + ", \"parallel\": " + plan.dump(), ranks);
     const QString plain = m_tmp.path() + "/" + name, off = m_tmp.path() + "/" + name + "-off";
@@ -587,8 +601,10 @@ class TestEquivalence : public QObject {
       QVERIFY2(p.is_object(), "no predicted host memory");
       QVERIFY2(rank.contains("host"), "no measured host memory");
       QCOMPARE(rank["peak"]["optimizer"].get<double>(), 0.0);
-      const std::pair<const char*, const char*> pairs[] = {
-          {"optimizer", "optimizer"}, {"gradients", "gradients"}, {"staging", "communication"}};
+      const std::pair<const char*, const char*> pairs[] = {{"parameters", "parameters"},
+                                                           {"optimizer", "optimizer"},
+                                                           {"gradients", "gradients"},
+                                                           {"staging", "communication"}};
       for (const auto& [pk, mk] : pairs) {
         const double want = p[pk].get<double>(), got = rank["host"]["peak"][mk].get<double>();
         QVERIFY2(got >= want && got <= 1.06 * want,

@@ -98,17 +98,23 @@ double layerCheckpointBytes(const Plan& plan, int l) {
   return layerOutputBytes(plan, l);
 }
 
-// The largest layer of the stage as one TP rank holds it.
-double largestLayerParams(const Plan& plan, int stage, const TiedHead& tied) {
+// The largest parameter unit of the stage as one TP rank holds it: the runtime's store keeps one unit per
+// layer and the tied wte as a unit of its own (runtime/parameters.h), held by the embedding's stage and by a
+// tied head's.
+double largestUnitParams(const Plan& plan, int stage) {
   const int tp = std::max(1, plan.config.parallel.tp);
+  const ModelConfig& m = plan.config.model;
+  const bool tied = m.type == ModelType::Gpt && m.tieEmbeddings;
+  const double wteLocal = tied ? double(m.vocab) / tp * m.width : 0.0;
   double largest = 0;
-  for (int k : plan.partition.chunksOfStage(stage))
-    for (int l : plan.partition.chunks[static_cast<size_t>(k)]) {
-      double n = double(plan.model.layers[static_cast<size_t>(l)].localParamCount(tp));
-      if (k == tied.headChunk && plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Head)
-        n += tied.copyParams / tp;
-      largest = std::max(largest, n);
-    }
+  for (int l : plan.partition.layersOfStage(stage)) {
+    const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+    double n = double(layer.localParamCount(tp));
+    if (tied && layer.kind == LayerKind::Embedding) n -= wteLocal;
+    if (tied && (layer.kind == LayerKind::Embedding || layer.kind == LayerKind::Head))
+      largest = std::max(largest, wteLocal);
+    largest = std::max(largest, n);
+  }
   return largest;
 }
 
@@ -385,11 +391,14 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     m.host.parameters = local * state.hostParameters;
     m.host.gradients = local * state.hostGradients;
     m.host.optimizer = local * state.hostOptimizer;
-    // "optimizer" offload rounds each unit's updated master slice to bf16 on the host before it uploads it:
-    // the stage's largest unit's owned slice.
-    if (layout.offloadOptimizer && !layout.offloadParameters)
-      m.host.staging =
-          largestLayerParams(plan, s, tiedHead(plan)) / (layout.shardOptimizer ? std::max(1, p.dp) : 1) * 2.0;
+    // Offload's host staging, the size of the stage's largest unit's owned slice: "optimizer" rounds each
+    // unit's updated master slice to bf16 there before uploading it; "parameters" lands a reduced gradient
+    // shard there before adding it to the shard it keeps (a later microbatch's).
+    const double largestSlice = largestUnitParams(plan, s) / (layout.shardOptimizer ? std::max(1, p.dp) : 1);
+    if (layout.offloadParameters)
+      m.host.staging = largestSlice * layout.gradientBytes;
+    else if (layout.offloadOptimizer)
+      m.host.staging = largestSlice * 2.0;
     m.activations = (s < static_cast<int>(peaks.size()) ? peaks[static_cast<size_t>(s)] : 0.0) +
                     recomputeWorkspaceBytes(plan, s);
   }

@@ -75,6 +75,8 @@ struct ParameterStore::UnitStorage {
       fullGrads;  // ZeRO >= 2: this microbatch's full gradients, from the unit's backward to their reduction
   Buffer shardGrads;  // ZeRO >= 2: the owned slice of the reduced gradients (the step's sum)
   Buffer staging;     // ZeRO >= 2: a later microbatch's reduced shard, added to shardGrads when it lands
+                      // (offload "parameters": every reduction lands here on the device, then goes down)
+  Buffer upload;      // offload "parameters": the host shard, uploaded for the gather in flight
   CommRequestPtr pending;
   // ZeRO-3: the prefetch's all-gather into fullValues, in flight until gather() waits for it. Declared after
   // the buffers so that it is finished (its destructor waits) before they are freed.
@@ -172,8 +174,8 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   m_state = modelStateLayout(precision, L.gradPrecision, OptimizerConfig{}, L.zero, L.offload);
   if (L.offload != Offload::None && !m_state.offloadOptimizer)
     throw std::invalid_argument("ParameterStore: offload needs bf16 mixed precision");
-  if (L.offload == Offload::Parameters)
-    throw std::invalid_argument("ParameterStore: offload \"parameters\" is not implemented in the engine");
+  if (L.offload == Offload::Parameters && !m_state.offloadParameters)
+    throw std::invalid_argument("ParameterStore: offload \"parameters\" needs ZeRO-3");
   if (m_state.offloadOptimizer && !m_hostTracker)
     throw std::invalid_argument("ParameterStore: offload needs a host memory tracker");
   m_storage.clear();
@@ -181,24 +183,32 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   if (!m_state.shardWorking) {
     m_values = Buffer(floatsOf(m_total, m_state.workingBytes), MemoryCategory::Parameters, m_tracker);
   } else {
+    // Offload "parameters" keeps the shards in host memory between uses (FSDP's CPU offload).
     for (size_t u = 0; u < m_units.size(); ++u)
       m_storage[u]->shardValues = Buffer(floatsOf(m_units[u].size / L.dp, m_state.workingBytes),
-                                         MemoryCategory::Parameters, m_tracker);
+                                         MemoryCategory::Parameters, shardTracker());
   }
   const size_t owned = m_state.shardOptimizer ? m_total / L.dp : m_total;
   if (m_state.mixed) m_master = Buffer(owned, MemoryCategory::Optimizer, stateTracker());
   if (m_state.offloadOptimizer) {
-    m_hostGrads = Buffer(owned, MemoryCategory::Gradients, m_hostTracker);
     size_t largest = 0;
     for (size_t u = 0; u < m_units.size(); ++u) largest = std::max(largest, ownedSize(static_cast<int>(u)));
-    m_hostStage = Buffer(floatsOf(largest, 2.0), MemoryCategory::Communication, m_hostTracker);
+    if (m_state.offloadParameters) {
+      // The optimizer reads the host's gradient shard in place; a later microbatch's reduced shard lands
+      // in the staging before it is added.
+      m_hostStage =
+          Buffer(floatsOf(largest, m_state.gradientBytes), MemoryCategory::Communication, m_hostTracker);
+    } else {
+      m_hostGrads = Buffer(owned, MemoryCategory::Gradients, m_hostTracker);
+      m_hostStage = Buffer(floatsOf(largest, 2.0), MemoryCategory::Communication, m_hostTracker);
+    }
   }
   if (!m_state.shardGradients) {
     m_grads = Buffer(floatsOf(m_total, m_state.gradientBytes), MemoryCategory::Gradients, m_tracker);
   } else {
     for (size_t u = 0; u < m_units.size(); ++u)
       m_storage[u]->shardGrads = Buffer(floatsOf(m_units[u].size / L.dp, m_state.gradientBytes),
-                                        MemoryCategory::Gradients, m_tracker);
+                                        MemoryCategory::Gradients, shardTracker());
   }
 }
 
@@ -265,8 +275,12 @@ Backend& ParameterStore::stateBackend() const {
   return m_state.offloadOptimizer ? m_hostTracker->backend() : backend();
 }
 
+MemoryTracker* ParameterStore::shardTracker() const {
+  return m_state.offloadParameters ? m_hostTracker : m_tracker;
+}
+
 void ParameterStore::stageOptimizerGrads() {
-  if (!m_state.offloadOptimizer) return;
+  if (!m_state.offloadOptimizer || m_state.offloadParameters) return;  // "parameters": already there
   const bool bf16 = m_state.gradientBytes == 2.0;
   for (size_t ui = 0; ui < m_units.size(); ++ui) {
     const int u = static_cast<int>(ui);
@@ -287,7 +301,7 @@ void ParameterStore::stageOptimizerGrads() {
 }
 
 TensorIn ParameterStore::optimizerGrads(int u) const {
-  if (!m_state.offloadOptimizer) return ownedGrads(u);
+  if (!m_state.offloadOptimizer || m_state.offloadParameters) return ownedGrads(u);
   return TensorIn(m_hostGrads.data() +
                   (m_state.shardOptimizer ? m_units[u].begin / m_layout.dp : m_units[u].begin));
 }
@@ -402,7 +416,26 @@ Status ParameterStore::finishPending() {
   UnitStorage& s = *m_storage[u];
   Status st = s.pending ? s.pending->wait() : Status::ok();
   s.pending.reset();
-  if (st && s.staging.data()) {
+  if (st && s.staging.data() && m_state.offloadParameters) {
+    // The reduced shard goes down: into the host's shard the first time in the step, else through the
+    // host staging and added there (the same addition as on the device).
+    const size_t n = m_units[u].size / m_layout.dp;
+    const size_t bytes = n * static_cast<size_t>(m_state.gradientBytes);
+    Backend& host = stateBackend();
+    if (!s.reduced) {
+      backend().download(s.shardGrads.data(), s.staging.data(), bytes);
+    } else {
+      backend().download(m_hostStage.data(), s.staging.data(), bytes);
+      if (m_state.gradientBytes == 2.0) {
+        // accumulateGrad's bf16 semantics (widen, add in fp32, round to nearest even once), on host memory.
+        auto* y = reinterpret_cast<uint16_t*>(s.shardGrads.data());
+        const auto* x = reinterpret_cast<const uint16_t*>(m_hostStage.data());
+        for (size_t i = 0; i < n; ++i) y[i] = floatToBf16(bf16ToFloat(y[i]) + bf16ToFloat(x[i]));
+      } else {
+        host.accumulateGrad(s.shardGrads.data(), m_hostStage.data(), n);
+      }
+    }
+  } else if (st && s.staging.data()) {
     const size_t n = m_units[u].size / m_layout.dp;
     if (m_state.gradientBytes == 2.0)
       backend().accumulateGrad(reinterpret_cast<bfloat16*>(s.shardGrads.data()),
@@ -426,7 +459,7 @@ Status ParameterStore::reduceGrads(int u) {
   // The first reduction of the step lands in the shard itself (so one microbatch is exactly the plain
   // reduce-scatter); later ones in staging, added when they land.
   float* recv = s.shardGrads.data();
-  if (s.reduced) {
+  if (s.reduced || m_state.offloadParameters) {  // the host's shard cannot take a collective
     s.staging = Buffer(floatsOf(shard, m_state.gradientBytes), MemoryCategory::Communication, m_tracker);
     recv = s.staging.data();
   }
@@ -447,6 +480,7 @@ Status ParameterStore::gather(int u) {
   if (s.gathering) {  // prefetched: wait for it
     Status st = s.gathering->wait();
     s.gathering.reset();
+    s.upload = Buffer();
     if (!st) s.fullValues = Buffer();
     return st;
   }
@@ -470,18 +504,32 @@ Status ParameterStore::startGather(int u, bool nonBlocking) {
   // The gathered layer is a transient communication buffer (the memory model's zero3Gathered, under
   // "other"); the parameters are the shard.
   s.fullValues = Buffer(unitFloats, MemoryCategory::Communication, m_tracker);
+  const float* mine = s.shardValues.data();
+  if (m_state.offloadParameters) {
+    // The shard comes up from the host first (FSDP's CPU offload), straight into place when nothing is
+    // gathered.
+    if (m_layout.dp == 1 || !m_dp) {
+      backend().upload(s.fullValues.data(), mine, shard * sizeof(float));
+      return Status::ok();
+    }
+    s.upload = Buffer(shard, MemoryCategory::Communication, m_tracker);
+    backend().upload(s.upload.data(), mine, shard * sizeof(float));
+    mine = s.upload.data();
+  }
   if (m_layout.dp == 1 || !m_dp) {
-    backend().copy(s.fullValues.data(), s.shardValues.data(), shard * sizeof(float));
+    backend().copy(s.fullValues.data(), mine, shard * sizeof(float));
     return Status::ok();
   }
   if (!nonBlocking) {
-    Status st = m_dp->allGather(s.shardValues.data(), s.fullValues.data(), shard, CommType::F32);
+    Status st = m_dp->allGather(mine, s.fullValues.data(), shard, CommType::F32);
+    s.upload = Buffer();
     if (!st) s.fullValues = Buffer();
     return st;
   }
-  auto r = m_dp->iallGather(s.shardValues.data(), s.fullValues.data(), shard, CommType::F32);
+  auto r = m_dp->iallGather(mine, s.fullValues.data(), shard, CommType::F32);
   if (!r) {
     s.fullValues = Buffer();
+    s.upload = Buffer();
     return r.status();
   }
   s.gathering = std::move(*r);
@@ -495,6 +543,7 @@ void ParameterStore::release(int u) {
     (void)s.gathering->wait();  // never free a buffer a collective is still writing
     s.gathering.reset();
   }
+  s.upload = Buffer();
   s.fullValues = Buffer();
 }
 
@@ -586,7 +635,9 @@ double ParameterStore::ownedGradSquares() const {
       }
     }
   }
-  return backend().sumSquares(ptrs.data(), sizes.data(), ptrs.size());
+  // Where the owned gradients live: the host's shard under offload "parameters".
+  Backend& be = m_state.offloadParameters ? stateBackend() : backend();
+  return be.sumSquares(ptrs.data(), sizes.data(), ptrs.size());
 }
 
 Status ParameterStore::finishUpdate() {
@@ -601,7 +652,9 @@ Status ParameterStore::finishUpdate() {
       // or the ZeRO-3 shard).
       bfloat16* work = m_state.shardWorking ? reinterpret_cast<bfloat16*>(m_storage[u]->shardValues.data())
                                             : unitWorkPtr(u) + ownedBegin(u);
-      if (m_state.offloadOptimizer) {
+      if (m_state.offloadParameters) {
+        stateBackend().toBf16(work, masterOwned(u), n);  // the shard stays on the host
+      } else if (m_state.offloadOptimizer) {
         // Rounded on the host, uploaded as bf16 (ZeRO-Offload's fp16 parameter copy: half the traffic).
         bfloat16* stage = reinterpret_cast<bfloat16*>(m_hostStage.data());
         stateBackend().toBf16(stage, masterOwned(u), n);
@@ -668,7 +721,8 @@ void ParameterStore::setUnitValues(int u, const float* full) {
     return;
   }
   const size_t shard = n / m_layout.dp;
-  be.upload(s.shardValues.data(), work.data() + shard * m_layout.dpRank, shard * sizeof(uint16_t));
+  Backend& shardBe = m_state.offloadParameters ? stateBackend() : be;
+  shardBe.upload(s.shardValues.data(), work.data() + shard * m_layout.dpRank, shard * sizeof(uint16_t));
   if (s.fullValues.data()) be.upload(s.fullValues.data(), work.data(), n * sizeof(uint16_t));
 }
 

@@ -234,8 +234,9 @@ class ParameterStore {
   const float* unitValuePtr(int unit) const;
   GradOut unitGrad(int unit);  // the unit's full gradients (null when not allocated)
   bfloat16* unitWorkPtr(
-      int unit) const;           // mixed: the unit's bf16 working parameters (nullptr if not gathered)
-  float* masterOwned(int unit);  // mixed: the owned slice of the unit's master weights
+      int unit) const;                  // mixed: the unit's bf16 working parameters (nullptr if not gathered)
+  float* masterOwned(int unit);         // mixed: the owned slice of the unit's master weights
+  MemoryTracker* shardTracker() const;  // where the ZeRO shards live: the host under offload "parameters"
   Status startGather(int unit, bool nonBlocking);  // ZeRO-3: allocates the unit's full values, gathers
   Status finishPending();  // ZeRO >= 2: waits for the reduction in flight, adds it in, frees its buffers
 

@@ -46,11 +46,6 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
   }
   if (c.parallel.tp > 1 && c.model.type == ModelType::Mlp)
     return Status::error("/parallel/tp: the mlp model has no tensor-parallel layers; use tp = 1");
-  if (c.parallel.offload == Offload::Parameters)
-    return Status::error(
-        "/parallel/offload: \"parameters\" (parameter and gradient shards in host memory) is planned by the "
-        "memory and cost models but the engine does not run it yet; use \"optimizer\" to train with the "
-        "optimizer state and step on the host");
   if (c.parallel.tp > 1 && c.model.type == ModelType::Gpt && c.model.vocab % c.parallel.tp != 0)
     return Status::error("/model/vocab: " + std::to_string(c.model.vocab) +
                          " is not divisible by tp = " + std::to_string(c.parallel.tp) +
