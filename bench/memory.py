@@ -7,7 +7,9 @@ peak per category (engine/runtime/memory.h). The table prints both per rank and 
 Categories differ slightly: the prediction's "other" (workspace and communication buffers) is compared with
 the measured workspace + communication. The last column is the model states (parameters + gradients +
 optimizer) held at the end of a step, measured / predicted: above 1 only by the parameter store's padding
-(each parameter to 16 floats, each unit to 16 * dp).
+(each parameter to 16 floats, each unit to 16 * dp). Offload rows run on the emulated device (the host/device
+split of a GPU, --emulate-device); their model states include what the host holds, and a last part gives the
+host's peak (parameters, gradients, optimizer state, staging), predicted -> measured.
 
 Usage: python3 bench/memory.py [--engine build/engine/meshstudio-engine] [--out results.json]
 """
@@ -43,6 +45,11 @@ PLANS = [
     ("bf16 grads dp2 zero1", {"dp": 2, "zero": 1, "precision": "bf16", "grad_precision": "bf16"}),
     ("bf16 grads dp2 zero2 m4", {"dp": 2, "zero": 2, "microbatches": 4, "precision": "bf16",
                                  "grad_precision": "bf16"}),
+    # Offload (ZeRO-Offload's optimizer, FSDP's CPU offload of the ZeRO-3 shards), on the emulated device.
+    ("offload opt dp2 zero1", {"dp": 2, "zero": 1, "precision": "bf16", "offload": "optimizer"},
+     ["--emulate-device"]),
+    ("offload params dp2 zero3", {"dp": 2, "zero": 3, "microbatches": 2, "precision": "bf16",
+                                  "offload": "parameters"}, ["--emulate-device"]),
 ]
 
 
@@ -77,14 +84,15 @@ def main():
                 f.write(f"line {i}: memory is predicted per rank and measured by the tracking allocator.\n")
         print(f"{'plan':24s} {'rank':>4s} {'predicted MB':>12s} {'measured MB':>12s} {'ratio':>6s} "
               f"{'states':>6s}   (params / grads / optimizer / activations / other, predicted -> measured, MB)")
-        for name, parallel in PLANS:
+        for name, parallel, *extra in PLANS:
+            extra = extra[0] if extra else []
             ranks = parallel.get("dp", 1) * parallel.get("tp", 1) * parallel.get("pp", 1)
             path = os.path.join(tmp, name.replace(" ", "_") + ".json")
             with open(path, "w") as f:
                 json.dump(config(name.replace(" ", "-"), parallel, ranks, text), f)
             run_dir = path[:-5]
             cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), args.engine, "train", path, "--run-dir",
-                   run_dir, "--quiet"]
+                   run_dir, "--quiet"] + extra
             p = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit(f"memory.py: {name} failed:\n{p.stderr[-2000:]}")
@@ -107,6 +115,13 @@ def main():
                 cur = measured[r]["current"]
                 states_p = pm["parameters"] + pm["gradients"] + pm["optimizer"]
                 states_m = cur["parameters"] + cur["gradients"] + cur["optimizer"]
+                if "host" in pm:
+                    ph, mh = pm["host"], measured[r].get("host", {})
+                    hc, hp = mh.get("current", {}), mh.get("peak", {})
+                    states_p += ph["parameters"] + ph["gradients"] + ph["optimizer"]
+                    states_m += sum(hc.get(k, 0) for k in ("parameters", "gradients", "optimizer"))
+                    host_m = sum(hp.get(k, 0) for k in ("parameters", "gradients", "optimizer", "communication"))
+                    parts.append(f"host {ph['total'] / 1e6:.2f}->{host_m / 1e6:.2f}")
                 print(f"{name:24s} {r:4d} {pm['total'] / 1e6:12.2f} {mm['total'] / 1e6:12.2f} {ratio:6.2f} "
                       f"{states_m / states_p:6.3f}   " + " / ".join(parts))
                 results.append({"plan": name, "rank": r, "predicted": pm, "measured_peak": mm})
