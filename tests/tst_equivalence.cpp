@@ -585,6 +585,17 @@ class TestEquivalence : public QObject {
     QCOMPARE(l2.size(), size_t(kSteps));
     for (const auto& [step, loss] : l1) QCOMPARE(l2.at(step), loss);  // exactly
     QCOMPARE(metricLosses(off + "/metrics.jsonl", "eval"), metricLosses(plain + "/metrics.jsonl", "eval"));
+    // The plain run's checkpoint loads into the offloaded store (master, moments and, for "parameters", the
+    // shards go to the host) and the run continues with the plain run's losses, exactly.
+    const QString resumed = off + "-resumed";
+    const QString ckpt = QString::fromStdString(ms::checkpointDirName(plain.toStdString(), 5));
+    ProcessResult c =
+        runMpi(kMpiexec, kEngine, ranks,
+               {"train", offConfig, "--run-dir", resumed, "--resume", ckpt, "--quiet", "--emulate-device"});
+    QVERIFY2(c.code == 0, qPrintable(c.err));
+    const auto l3 = metricLosses(resumed + "/metrics.jsonl", "step");
+    QCOMPARE(l3.size(), size_t(kSteps - 5));
+    for (const auto& [step, loss] : l3) QCOMPARE(loss, l1.at(step));
     for (const char* file : {"/model.safetensors", "/optimizer.safetensors"})
       QCOMPARE(worstRelativeL2(ms::checkpointDirName(plain.toStdString(), kSteps) + file,
                                ms::checkpointDirName(off.toStdString(), kSteps) + file),

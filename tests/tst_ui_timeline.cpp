@@ -809,6 +809,18 @@ class TestUiTimeline : public QObject {
     QCOMPARE(m.bars(ms::MemoryView::Optimizer)->data()->at(0)->value, snap->memory[0].optimizer / u);
     QCOMPARE(m.bars(ms::MemoryView::Activations)->data()->at(0)->value, snap->memory[0].activations / u);
     QVERIFY2(m.message().contains("1024 of 1024 ranks do not fit"), qPrintable(m.message()));
+    // The note goes on a line of its own under the title, so a narrow view (the Run dashboard's tab) shows
+    // both whole: neither line is wider than the plot.
+    m.resize(480, 300);
+    m.setPredicted(snap->memory);
+    auto* title = qobject_cast<QCPTextElement*>(m.plot()->plotLayout()->element(0, 0));
+    QVERIFY(title);
+    const QStringList lines = title->text().split('\n');
+    QCOMPARE(lines.size(), 2);
+    QCOMPARE(lines[1], m.message());
+    const QFontMetrics metrics(title->font());
+    for (const QString& line : lines)
+      QVERIFY2(metrics.horizontalAdvance(line) <= m.width(), qPrintable(line));
   }
 
   // A grouped view of a plan that fits: gpt3-175b as shipped (dp 16, tp 8, pp 8: 1024 ranks).

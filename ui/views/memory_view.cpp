@@ -380,7 +380,9 @@ void MemoryView::rebuild() {
                          : measured         ? tr("Peak memory, predicted and measured")
                                             : tr("Predicted peak memory");
     QString text = m_grouped ? tr("%1 per stage").arg(what) : tr("%1 per rank").arg(what);
-    if (!m_message.isEmpty()) text += QStringLiteral(" · ") + m_message;
+    // The notes on a line of their own: the title is centred and never wraps, and a narrow view (the Run
+    // dashboard's memory tab) would cut both ends of one long line.
+    if (!m_message.isEmpty()) text += QStringLiteral("\n") + m_message;
     title->setText(text);
     title->setTextColor(overflowing > 0 ? kOverflow : QColor(30, 30, 30));
   }
