@@ -165,6 +165,46 @@ class TestPlan : public QObject {
     QVERIFY2(result.message().find("no plan fits") != std::string::npos, result.message().c_str());
   }
 
+  // A 100B GPT (80 x 10240) on one node of 8 H100s fits only with the ZeRO-3 shards in host memory too
+  // (FSDP's CPU offload): 18 bytes per parameter over 8 ranks is 226 GB, and offloading only the optimizer
+  // still leaves 6/8 bytes per parameter (75 GB) on each device. The search finds such plans (each fits
+  // its device and the host's share), and refuses the model where offload is impossible (fp32 keeps no
+  // master weights apart).
+  void autoPlanOffloadsParametersWhereNothingElseFits() {
+    auto config = loadRunConfig(MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json");
+    QVERIFY(config.isOk());
+    config->mesh.nodes.resize(1);
+    config->model.layers = 80;
+    config->model.width = 10240;
+    config->model.heads = 80;
+    config->parallel.dp = 1;
+    config->parallel.tp = 8;
+    config->parallel.pp = 1;
+    config->parallel.virtualChunks = 1;
+    config->parallel.schedule = Schedule::OneFOneB;
+    config->parallel.placement.clear();
+    AutoPlanOptions o;
+    o.top = 3;
+    auto result = autoPlan(*config, o);
+    QVERIFY2(result.isOk(), result.isOk() ? "" : result.message().c_str());
+    QCOMPARE(int(result->best.size()), 3);
+    for (const PlanCandidate& p : result->best) {
+      QCOMPARE(p.config.parallel.offload, Offload::Parameters);
+      QCOMPARE(p.config.parallel.zero, 3);
+      QVERIFY(validateRunConfig(p.config).empty());
+      QVERIFY(p.peakMemoryBytes <= p.capacityBytes);
+      auto plan = buildPlan(p.config);
+      QVERIFY(plan.isOk());
+      for (const NodeHostMemory& node : hostMemoryPerNode(*plan, estimateMemory(*plan)))
+        QVERIFY(node.bytes > 0 && node.bytes <= node.capacity);
+    }
+    config->parallel.precision = Precision::Fp32;
+    config->parallel.offload = Offload::None;
+    auto fp32 = autoPlan(*config, o);
+    QVERIFY(!fp32.isOk());
+    QVERIFY2(fp32.message().find("no plan fits") != std::string::npos, fp32.message().c_str());
+  }
+
   // Where memory binds and attention is not fused, the search uses selective recompute and Megatron's partial
   // recompute (plan/recompute.h): GPT-3 175B on 32 nodes with 48 heads (head size 256, past the fused
   // kernel's 128). Each such candidate is valid, fits, and is faster than the same layout recomputing every

@@ -416,6 +416,8 @@ class TestUiEditing : public QObject {
     const QStringList row = LayerPalette::candidateRow(candidates[0]);
     QCOMPARE(row.size(), LayerPalette::candidateHeaders().size());
     QCOMPARE(row[0].toInt(), candidates[0].config.parallel.dp);
+    QCOMPARE(row[LayerPalette::candidateHeaders().indexOf("offload")],
+             QString::fromLatin1(ms::toString(candidates[0].config.parallel.offload)));
     const int last = static_cast<int>(candidates.size()) - 1;
     QVERIFY(palette.applyCandidate(last));
     QCOMPARE(doc.config().parallel, candidates[static_cast<size_t>(last)].config.parallel);

@@ -201,11 +201,14 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 device.hostMemoryBytes > 0 && device.hostMemoryBandwidth > 0)
               offloads.push_back(Offload::Optimizer);
             for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
-              // The screened memory of each recompute choice without offload: offload only adds time (the
-              // step crosses the host link and runs at host DRAM bandwidth), so it is searched only where
-              // the same plan without it does not fit.
-              std::map<std::pair<int, int>, double> withoutOffload;
-              for (Offload offload : offloads) {
+              // The least screened memory of each recompute choice with less offloaded (none, then the
+              // optimizer): offloading more only adds time (the step crosses the host link and runs at host
+              // DRAM bandwidth; "parameters" also moves each shard up before every gather), so a level is
+              // searched only where the same plan at every lower level does not fit.
+              std::map<std::pair<int, int>, double> lessOffloaded;
+              std::vector<Offload> levels = offloads;
+              if (zero == 3 && offloads.size() > 1) levels.push_back(Offload::Parameters);  // FSDP's
+              for (Offload offload : levels) {
                 // Shared by every recompute choice: compute, TP communication, DP sync, model states.
                 const double tF = st.flops * mbs / (rate * tp);
                 // TP all-reduces (Megatron: two forward and two backward per block).
@@ -235,11 +238,17 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 if (n * perParam.hostTotal() > device.hostMemoryBytes && perParam.hostTotal() > 0) continue;
                 if (states.offloadOptimizer) {
                   const double shard = zero >= 1 ? n / dp : n;
-                  sync +=
-                      shard *
+                  sync += shard *
                           (4.0 + 2.0 * states.masterBytes + 2.0 * states.momentBytes + states.workingBytes) /
-                          device.hostMemoryBandwidth +
-                      shard * (states.gradientBytes + states.workingBytes) / device.hostLinkBandwidth;
+                          device.hostMemoryBandwidth;
+                  // "optimizer": the owned gradients down and the updated slice up once per step;
+                  // "parameters": the shard up before each of the 2M gathers, each microbatch's reduced
+                  // gradient shard down (cost_model.cpp).
+                  sync +=
+                      states.offloadParameters
+                          ? M * shard * (2.0 * states.workingBytes + states.gradientBytes) /
+                                device.hostLinkBandwidth
+                          : shard * (states.gradientBytes + states.workingBytes) / device.hostLinkBandwidth;
                 }
                 // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
                 // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
@@ -260,9 +269,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 // its V chunks); attention: selective recompute's re-run attention cores.
                 auto screen = [&](Recompute rc, int layers, int recomputedBlocks, bool attention) {
                   const std::pair<int, int> choice{static_cast<int>(rc), layers};
-                  if (offload != Offload::None && withoutOffload.count(choice) &&
-                      withoutOffload[choice] <= smallestMemory)
-                    return;  // dominated: the same plan fits without offload, and is faster
+                  if (offload != Offload::None && lessOffloaded.count(choice) &&
+                      lessOffloaded[choice] <= smallestMemory)
+                    return;  // dominated: the same plan fits with less offloaded, and is faster
                   ++result.considered;
                   const double perBlock = st.blocks > 0 ? 1.0 / st.blocks : 0.0;
                   const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
@@ -275,7 +284,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   const double act = held * mbs * (st.wholeBytes + kept) +
                                      (recomputedBlocks > 0 ? st.largestLayerActivation * mbs / tp : 0.0);
                   const double memory = stateBytes + act;
-                  if (offload == Offload::None) withoutOffload[choice] = memory;
+                  lessOffloaded[choice] =
+                      lessOffloaded.count(choice) ? std::min(lessOffloaded[choice], memory) : memory;
                   leastMemory = std::min(leastMemory, memory);
                   if (memory > 1.1 * smallestMemory) return;
                   ParallelConfig par = base.parallel;

@@ -197,8 +197,9 @@ bool LayerPalette::applyCandidate(int i) {
 }
 
 QStringList LayerPalette::candidateHeaders() {
-  return {tr("dp"),        tr("tp"),   tr("pp"),       tr("schedule"), tr("microbatches"), tr("ZeRO"),
-          tr("recompute"), tr("step"), tr("tokens/s"), tr("MFU"),      tr("bubble"),       tr("peak memory")};
+  return {tr("dp"),   tr("tp"),        tr("pp"),         tr("schedule"), tr("microbatches"),
+          tr("ZeRO"), tr("recompute"), tr("offload"),    tr("step"),     tr("tokens/s"),
+          tr("MFU"),  tr("bubble"),    tr("peak memory")};
 }
 
 QStringList LayerPalette::candidateRow(const PlanCandidate& c) {
@@ -214,6 +215,7 @@ QStringList LayerPalette::candidateRow(const PlanCandidate& c) {
           p.recomputeLayers > 0
               ? tr("%1 (%2 per chunk)").arg(QString::fromLatin1(toString(p.recompute))).arg(p.recomputeLayers)
               : QString::fromLatin1(toString(p.recompute)),
+          QString::fromLatin1(toString(p.offload)),
           formatSeconds(c.stepTime),
           formatSi(c.tokensPerSecond),
           c.mfuDefined ? formatPercent(c.mfu) : tr("n/a"),
