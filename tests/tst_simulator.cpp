@@ -219,6 +219,16 @@ class TestSimulator : public QObject {
     QVERIFY(std::abs(z3.backwardTime(0) - z3Free.backwardTime(0) - backwardExposed) <=
             1e-12 * z3.backwardTime(0));
     QVERIFY(forwardExposed < gather(0) + gather(1));  // the prefetch hides part of the second gather
+    // A split backward (ZB-H1) gathers every layer again in W, beside the weight parts.
+    MAKE_PLAN(zb, 2, 16,
+              (json{{"parallel",
+                     {{"microbatches", 2}, {"pp", 2}, {"dp", 2}, {"zero", 3}, {"schedule", "zb_h1"}}}}));
+    const ms::CostModel w(*zb), wFree(*zb, ms::Communication::Free);
+    const ms::LayerTimes& tw = wFree.layerTimes();
+    const double weightExposed = gather(1) + std::max(0.0, gather(0) - tw.backwardWeight[1]);
+    QVERIFY(weightExposed > 0);
+    QVERIFY(std::abs(w.weightTime(0) - wFree.weightTime(0) - weightExposed) <= 1e-12 * w.weightTime(0));
+    QCOMPARE(z3.weightTime(0), 0.0);  // not split: W does not exist
     const ms::CostModel free(*plan, ms::Communication::Free);
     QCOMPARE(free.activationTransferTime(0), 0.0);
     QCOMPARE(free.gradSyncTime(0), 0.0);

@@ -31,8 +31,8 @@
 //   ZeRO-3: an all-gather of each layer's working parameters (/ tp, bf16 in mixed precision) over the DP
 //   group before its use in F and in B, issued as the neighbouring layer starts (FSDP's forward and backward
 //   prefetch, runtime Model::prefetch): a chunk's first gather is exposed, each later one only where it
-//   outlasts the analytic compute of the layer it travels beside. Counted in the compute action. A split
-//   backward's W re-gathers too, not counted.
+//   outlasts the analytic compute of the layer it travels beside. Counted in the compute action; a split
+//   backward's W re-gathers every layer (beside the weight parts), counted in W.
 //
 // Point-to-point: latency + bytes / bandwidth of the link between the two stages' devices; a message is the
 // chunk's last layer's output * b (plan.h chunkMessageBytes: bf16 activations under "precision": "bf16",
@@ -185,6 +185,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
   m_chunkForwardComm.assign(static_cast<size_t>(K), 0.0);
   m_chunkBackwardComm.assign(static_cast<size_t>(K), 0.0);
+  m_chunkWeightComm.assign(static_cast<size_t>(K), 0.0);
   for (int k = 0; k < K && modelled; ++k) {
     const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
     const int rank = replicaRank(plan, stage);
@@ -217,13 +218,19 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
                (plan.schedule.splitBackward ? 0.0 : m_analytic.backwardWeight[static_cast<size_t>(l)]);
       };
       double forwardExposed = gather(layers.front()), backwardExposed = gather(layers.back());
+      // A split backward's W walks the chunk again and gathers every layer again, beside the weight parts.
+      double weightExposed = plan.schedule.splitBackward ? gather(layers.back()) : 0.0;
       for (size_t i = 1; i < layers.size(); ++i) {
         forwardExposed +=
             std::max(0.0, gather(layers[i]) - m_analytic.forward[static_cast<size_t>(layers[i - 1])]);
         backwardExposed += std::max(0.0, gather(layers[i - 1]) - backward(layers[i]));
+        if (plan.schedule.splitBackward)
+          weightExposed += std::max(
+              0.0, gather(layers[i - 1]) - m_analytic.backwardWeight[static_cast<size_t>(layers[i])]);
       }
       m_chunkForwardComm[static_cast<size_t>(k)] += forwardExposed;
       m_chunkBackwardComm[static_cast<size_t>(k)] += backwardExposed;
+      m_chunkWeightComm[static_cast<size_t>(k)] += weightExposed;
     }
     if (state.offloadParameters) {
       // The shard comes up from the host before each gather, and each microbatch's reduced gradient shard
@@ -234,6 +241,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         m_chunkForwardComm[static_cast<size_t>(k)] += shard * state.workingBytes / hostLink;
         m_chunkBackwardComm[static_cast<size_t>(k)] +=
             shard * (state.workingBytes + state.gradientBytes) / hostLink;
+        if (plan.schedule.splitBackward)  // W's gathers upload the shard again
+          m_chunkWeightComm[static_cast<size_t>(k)] += shard * state.workingBytes / hostLink;
       }
     }
   }
@@ -371,7 +380,9 @@ double CostModel::backwardTime(int chunk) const {
 }
 
 double CostModel::weightTime(int chunk) const {
-  return m_split ? chunkSum(m_layers.backwardWeight, chunk) : 0.0;
+  if (!m_split) return 0.0;
+  const double comm = m_calibrated ? 0.0 : m_chunkWeightComm[static_cast<size_t>(chunk)];
+  return chunkSum(m_layers.backwardWeight, chunk) + comm;
 }
 
 double CostModel::activationTransferTime(int chunk) const {

@@ -103,6 +103,7 @@ class CostModel {
   // Modelled communication inside compute actions (0 when Free): TP collectives and ZeRO-3 gathers.
   std::vector<double> m_chunkForwardComm;    // (K)
   std::vector<double> m_chunkBackwardComm;   // (K): in B (the input-gradient part)
+  std::vector<double> m_chunkWeightComm;     // (K): in W (a split backward's ZeRO-3 re-gathers)
   std::vector<double> m_activationTransfer;  // (K): chunk k's output to chunk k+1's stage
   std::vector<double> m_gradientTransfer;    // (K): chunk k's input gradient to chunk k-1's stage
   std::vector<double> m_activationBytes;     // (K)
