@@ -148,29 +148,29 @@ bool Model::recomputes(int layer) const {
 void Model::acquire(int layer) {
   const int u = m_params->unitOfLayer(layer);
   Status s = m_params->gather(u);
-  const bool usesTied = layer == 0 || layer == numLayers() - 1;
-  if (s && usesTied && m_params->tiedUnit() >= 0) s = m_params->gather(m_params->tiedUnit());
+  if (s && readsTied(layer)) s = m_params->gather(m_params->tiedUnit());
   if (!s) throw CommFailure("gathering the parameters of " + m_spec.layers[layer].name + ": " + s.message());
+}
+
+bool Model::readsTied(int layer) const {
+  return (layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0;
 }
 
 void Model::prefetch(int layer) {
   Status s = m_params->prefetch(m_params->unitOfLayer(layer));
-  const bool usesTied = layer == 0 || layer == numLayers() - 1;
-  if (s && usesTied && m_params->tiedUnit() >= 0) s = m_params->prefetch(m_params->tiedUnit());
+  if (s && readsTied(layer)) s = m_params->prefetch(m_params->tiedUnit());
   if (!s)
     throw CommFailure("prefetching the parameters of " + m_spec.layers[layer].name + ": " + s.message());
 }
 
 void Model::releaseParams(int layer) {
   m_params->release(m_params->unitOfLayer(layer));
-  if ((layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0)
-    m_params->release(m_params->tiedUnit());
+  if (readsTied(layer)) m_params->release(m_params->tiedUnit());
 }
 
 void Model::ensureGrads(int layer) {
   Status s = m_params->ensureGrads(m_params->unitOfLayer(layer));
-  if (s && (layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0)
-    s = m_params->ensureGrads(m_params->tiedUnit());
+  if (s && readsTied(layer)) s = m_params->ensureGrads(m_params->tiedUnit());
   if (!s)
     throw CommFailure("finishing the gradient reduction before " + m_spec.layers[layer].name + ": " +
                       s.message());

@@ -156,6 +156,7 @@ class Model {
   // ZeRO-3: starts gathering the layer's parameters (and the tied embedding it reads) while the current
   // layer computes; acquire() finishes the gather.
   void prefetch(int layer);
+  bool readsTied(int layer) const;  // the embedding and the LM head read the tied wte (its own unit)
   void releaseParams(int layer);
   void ensureGrads(int layer);
   void startSync(int layer);

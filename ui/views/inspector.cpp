@@ -15,6 +15,7 @@
 #include <climits>
 #include <cmath>
 
+#include "plan/config_schema.h"
 #include "ui/models/project_document.h"
 
 namespace ms {
@@ -66,6 +67,20 @@ void markInvalid(QWidget* editor, bool invalid) {
 
 constexpr int kEditorMinWidth = 64;  // pixels: five digits, or a short choice, at the UI font
 
+// An enum field's combo items and the value an item names, from the config schema's table of JSON names
+// (plan/config_schema.h), so the inspector keeps no list of its own.
+template <typename E, size_t N>
+QStringList enumNames(const EnumName<E> (&table)[N]) {
+  QStringList names;
+  for (const EnumName<E>& e : table) names << QString::fromLatin1(e.name);
+  return names;
+}
+template <typename E, size_t N>
+void setEnum(E& field, const EnumName<E> (&table)[N], const QString& name) {
+  for (const EnumName<E>& e : table)
+    if (name == QLatin1String(e.name)) field = e.value;
+}
+
 }  // namespace
 
 Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
@@ -89,11 +104,9 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
       run, "/name", tr("Name"), [](const RunConfig& c) { return QString::fromStdString(c.name); },
       [](RunConfig& c, const QString& v) { c.name = v.toStdString(); });
   addChoice(
-      run, "/device", tr("Device"), {"auto", "cpu", "cuda"},
+      run, "/device", tr("Device"), enumNames(kDeviceChoiceNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.device)); },
-      [](RunConfig& c, const QString& v) {
-        c.device = v == "cpu" ? DeviceChoice::Cpu : v == "cuda" ? DeviceChoice::Cuda : DeviceChoice::Auto;
-      });
+      [](RunConfig& c, const QString& v) { setEnum(c.device, kDeviceChoiceNames, v); });
 
   QFormLayout* par = addSection(tr("Parallel layout"), "/parallel");
   addInt(
@@ -111,12 +124,9 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
         c.parallel.placement.clear();
       });
   addChoice(
-      par, "/parallel/schedule", tr("Schedule"), {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"},
+      par, "/parallel/schedule", tr("Schedule"), enumNames(kScheduleNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.schedule)); },
-      [](RunConfig& c, const QString& v) {
-        for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved1F1B, Schedule::ZbH1})
-          if (v == toString(s)) c.parallel.schedule = s;
-      });
+      [](RunConfig& c, const QString& v) { setEnum(c.parallel.schedule, kScheduleNames, v); });
   addInt(
       par, "/parallel/microbatches", tr("Microbatches"),
       [](const RunConfig& c) { return c.parallel.microbatches; },
@@ -132,30 +142,22 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
       par, "/parallel/zero", tr("ZeRO stage"), [](const RunConfig& c) { return c.parallel.zero; },
       [](RunConfig& c, int v) { c.parallel.zero = v; });
   addChoice(
-      par, "/parallel/precision", tr("Precision"), {"fp32", "bf16"},
+      par, "/parallel/precision", tr("Precision"), enumNames(kPrecisionNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.precision)); },
-      [](RunConfig& c, const QString& v) {
-        c.parallel.precision = v == "bf16" ? Precision::Bf16 : Precision::Fp32;
-      });
+      [](RunConfig& c, const QString& v) { setEnum(c.parallel.precision, kPrecisionNames, v); });
   addChoice(
-      par, "/parallel/grad_precision", tr("Gradient precision"), {"fp32", "bf16"},
+      par, "/parallel/grad_precision", tr("Gradient precision"), enumNames(kGradPrecisionNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.gradPrecision)); },
-      [](RunConfig& c, const QString& v) {
-        c.parallel.gradPrecision = v == "bf16" ? GradPrecision::Bf16 : GradPrecision::Fp32;
-      });
+      [](RunConfig& c, const QString& v) { setEnum(c.parallel.gradPrecision, kGradPrecisionNames, v); });
   addChoice(
-      par, "/parallel/offload", tr("Offload"), {"none", "optimizer", "parameters"},
+      par, "/parallel/offload", tr("Offload"), enumNames(kOffloadNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.offload)); },
-      [](RunConfig& c, const QString& v) {
-        for (Offload o : {Offload::None, Offload::Optimizer, Offload::Parameters})
-          if (v == toString(o)) c.parallel.offload = o;
-      });
+      [](RunConfig& c, const QString& v) { setEnum(c.parallel.offload, kOffloadNames, v); });
   addChoice(
-      par, "/parallel/recompute", tr("Recompute"), {"none", "selective", "full"},
+      par, "/parallel/recompute", tr("Recompute"), enumNames(kRecomputeNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.recompute)); },
       [](RunConfig& c, const QString& v) {
-        for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
-          if (v == toString(r)) c.parallel.recompute = r;
+        setEnum(c.parallel.recompute, kRecomputeNames, v);
         // A count of fully recomputed blocks means nothing without "full" (config_checks refuses it).
         if (c.parallel.recompute != Recompute::Full) c.parallel.recomputeLayers = 0;
       });
@@ -170,11 +172,9 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
 
   QFormLayout* opt = addSection(tr("Optimizer"), "/optimizer");
   addChoice(
-      opt, "/optimizer/type", tr("Type"), {"adamw", "sgd"},
+      opt, "/optimizer/type", tr("Type"), enumNames(kOptimizerTypeNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.optimizer.type)); },
-      [](RunConfig& c, const QString& v) {
-        c.optimizer.type = v == "sgd" ? OptimizerType::Sgd : OptimizerType::AdamW;
-      });
+      [](RunConfig& c, const QString& v) { setEnum(c.optimizer.type, kOptimizerTypeNames, v); });
   addNumberText(
       opt, "/optimizer/lr", tr("Learning rate"), [](const RunConfig& c) { return c.optimizer.lr; },
       [](RunConfig& c, double v) { c.optimizer.lr = v; });
@@ -209,13 +209,9 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
       [](const RunConfig& c) { return c.training.warmupSteps; },
       [](RunConfig& c, int v) { c.training.warmupSteps = v; });
   addChoice(
-      train, "/training/lr_schedule", tr("LR schedule"), {"constant", "cosine", "linear"},
+      train, "/training/lr_schedule", tr("LR schedule"), enumNames(kLrScheduleNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.training.lrSchedule)); },
-      [](RunConfig& c, const QString& v) {
-        c.training.lrSchedule = v == "constant" ? LrSchedule::Constant
-                                : v == "linear" ? LrSchedule::Linear
-                                                : LrSchedule::Cosine;
-      });
+      [](RunConfig& c, const QString& v) { setEnum(c.training.lrSchedule, kLrScheduleNames, v); });
   addInt(
       train, "/training/eval_every", tr("Evaluate every"),
       [](const RunConfig& c) { return c.training.evalEvery; },
