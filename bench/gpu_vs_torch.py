@@ -10,12 +10,15 @@ MFU (Chowdhery et al. 2022, PaLM, appendix B): model FLOPs per token = 6 N + 6 L
 position table, L layers, C width, T context; the second term is attention's score and value products), over the
 device's dense bf16 peak (--peak-tflops, else looked up from the device name: H100 SXM 989, H200 989, A100 312).
 
+A last row trains the same model under torch.compile (bf16; its compilation falls in the warm-up steps).
+
 The engine's half runs `meshstudio-engine train` on a config of the same shape with "device": "cuda", in bf16
 and in fp32. The bf16 rows (autocast against the engine's bf16) are the issue's target; the fp32 rows (PyTorch
 eager in fp32, no TF32, against the engine in fp32) compare MFU against the device's dense fp32 peak
 (--peak-fp32-tflops, else H100 SXM / H200 66.9, A100 19.5). If the engine fails a run, its row says so.
 
 usage: bench/gpu_vs_torch.py [--engine build/engine/meshstudio-engine] [--batch 8] [--steps 20] [--warmup 5]
+                             [--no-compile]
        bench/gpu_vs_torch.py --device cpu --tiny      (checks the script on a machine without a GPU)
 """
 import argparse
@@ -47,11 +50,12 @@ def peak_tflops(name, override, table=PEAK_BF16_TFLOPS):
     return float("nan")
 
 
-def run_torch(args, shape, device, precision):
+def run_torch(args, shape, device, precision, compiled=False):
     V, T, C, L, H = shape
     torch.manual_seed(1)
     model = GPT(V, T, C, L, H).to(device)
     n_params = model.weights_without_positions()
+    step_model = torch.compile(model) if compiled else model  # compiled in the first (untimed) warm-up step
     fused = {"fused": True} if device.type == "cuda" else {}  # one kernel per step on GPUs (PyTorch >= 2.0)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
     dtype = torch.bfloat16
@@ -63,7 +67,7 @@ def run_torch(args, shape, device, precision):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast(device_type=device.type, dtype=dtype, enabled=precision == "bf16"):
-            loss = model(x, y)
+            loss = step_model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -129,6 +133,7 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="dense bf16 peak of the device")
     ap.add_argument("--peak-fp32-tflops", type=float, default=0.0, help="dense fp32 peak of the device")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer width-64 model (script check)")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile bf16 row")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench/gpu_vs_torch: no CUDA device visible to PyTorch; run it on a GPU machine "
@@ -155,6 +160,12 @@ def main():
         else:
             print(f"{'engine ' + precision:16} {engine_tps:12.0f} {100 * engine_tps * fpt / (peak * 1e12):7.1f}%"
                   f"   engine / pytorch: {engine_tps / torch_tps:.2f}x")
+    if not args.no_compile and not hasattr(torch, "compile"):
+        print(f"torch.compile: not in PyTorch {torch.__version__}")
+    elif not args.no_compile:  # last: its compilation takes the longest
+        compiled_tps, _, loss = run_torch(args, shape, device, "bf16", compiled=True)
+        print(f"{'torch.compile bf16':16} {compiled_tps:12.0f} {100 * compiled_tps * fpt / (peaks['bf16'] * 1e12):7.1f}%"
+              f"   (final loss {loss:.3f})")
     return 0
 
 

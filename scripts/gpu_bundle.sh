@@ -8,6 +8,7 @@
 #   scripts/gpu_bundle.sh [BUILD_DIR]                 (default: build-gpu, configured without the studio)
 #   then on the GPU machine:  .gpu/run.sh tst_backend gpu
 #                             .gpu/run.sh tst_cuda_kernels
+#                             .gpu/run.sh mpirun --allow-run-as-root -np 1 /tmp/ms-gpu/bin/tst_nccl
 #                             .gpu/run.sh bench_attention
 #                             .gpu/run.sh meshstudio-engine train CONFIG
 #                             .gpu/run.sh python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/wrap/meshstudio-engine
@@ -23,12 +24,12 @@ build=${1:-build-gpu}
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHSTUDIO_BUILD_UI=OFF >/dev/null
 fi
-ninja -C "$build" meshstudio-engine tst_backend tst_cuda_kernels bench_attention >/dev/null
+ninja -C "$build" meshstudio-engine tst_backend tst_cuda_kernels tst_nccl bench_attention >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/engine/meshstudio-engine" "$build/tests/tst_backend" "$build/tests/tst_cuda_kernels" \
-  "$build/bench/bench_attention" "$stage/bin/"
+  "$build/tests/tst_nccl" "$build/bench/bench_attention" "$stage/bin/"
 for exe in "$stage"/bin/*; do
   ldd "$exe" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | while read -r lib; do

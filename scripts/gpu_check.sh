@@ -1,12 +1,16 @@
-#!/bin/sh
-# Every GPU check of issue 6 in one command, for a GPU machine's short lease. Here: scripts/gpu_bundle.sh; then
-# on the GPU machine, with .gpu carried, from the repository root:  scripts/gpu_check.sh
-# Logs go to $OUT (the device tool's folder) or /tmp/gpu-check; a summary is printed.
+#!/bin/bash
+# Every GPU check of issues 6 and 23 in one command, for a GPU machine's short lease. Here: scripts/gpu_bundle.sh;
+# then on the GPU machine, with .gpu carried, from the repository root:  scripts/gpu_check.sh [SECONDS]
+# SECONDS (default 420) bounds the whole run: each step gets a timeout that ends it before then, and a step
+# that would start with under 20 s left is skipped (said so in the summary). Logs go to one archive,
+# $OUT/gpu-check-logs.tar.gz ($OUT: the device tool's folder, else /tmp/gpu-check); a summary is printed.
 #  1. tst_backend gpu: every Backend op on CUDA against the CPU backend (fp32 and bf16), memory, marks.
 #  2. tst_cuda_kernels: every CUDA kernel against its CPU reference; its plain flashAttention cases again with
 #     MESHSTUDIO_FLASH_TC=0 (the scalar kernel where bf16 would take the tensor-core one).
 #  2b. bench_attention: the fused attention's scalar and tensor-core kernels and the materialised path, timed
 #     on GPT-2 124M's attention (exit 1 when tensor-core and scalar results disagree).
+#  2c. tst_nccl at one rank: the NCCL communicator initialises on the GPU and its collectives run (one GPU
+#     cannot host two NCCL ranks; the ranks-sharing-a-GPU runs below keep the MPI-staged path).
 #  3. Parity: a small GPT trained 20 steps in fp32 on the GPU and on the CPU (the losses agree to 1e-4
 #     relative), and in bf16 on the GPU (tracks fp32 within 1%; with MESHSTUDIO_FLASH_TC=0 too, and the
 #     tensor-core attention's losses track the scalar one's within 1%).
@@ -15,22 +19,54 @@
 #     predicted activation memory against the measured peak of the GPU runs (fp32 and bf16).
 #  4. Ranks sharing the GPU: dp2 and pp2 (2 ranks on one GPU, MPI with host staging) match one rank's losses
 #     (1e-5 relative), with the bundle's relocated mpirun.
-#  5. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine and PyTorch eager, bf16 and fp32.
+#  5. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine, PyTorch eager (bf16, fp32) and
+#     torch.compile (bf16).
+#  6. bench/gpu_memory.py: GPT-2 124M and 350M, fp32 and bf16: predicted against measured memory per category.
+#  7. A kernel profile of two bf16 GPT-2 124M steps (ncu, one metric: each kernel's duration), summed per
+#     kernel name, when ncu is there.
 set -u
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/gpu-check}
-mkdir -p "$out"
+budget=${1:-420}
+deadline=$((SECONDS + budget))
+final=${OUT:-/tmp/gpu-check}
+out=$(mktemp -d)  # logs, archived into $final at the end (the device tool brings back 8 files at most)
+mkdir -p "$final"
 run=.gpu/run.sh
+export PYTHONUNBUFFERED=1
+# step LIMIT LOG COMMAND...: runs COMMAND with its output in LOG, for at most LIMIT seconds and never past the
+# deadline; prints its exit status (124: stopped by the timeout) or that it was skipped.
+step() {
+  local limit=$1 log=$2
+  shift 2
+  local left=$((deadline - SECONDS - 15))
+  if [ "$left" -lt 20 ]; then
+    echo "SKIPPED (out of time): $*"
+    return 99
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  timeout -k 5 "$limit" "$@" >"$log" 2>&1
+}
+archive() {
+  tar -C "$out" -czf "$final/gpu-check-logs.tar.gz" . 2>/dev/null
+}
+trap archive EXIT
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-$run tst_backend gpu >"$out/tst_backend_gpu.txt" 2>&1
+head -12 "$out/nvidia-smi.txt"
+$run sh -c 'for e in /tmp/ms-gpu/bin/*; do ldd "$e" | grep "not found" | sed "s|^|$(basename $e): |"; done'
+step 90 "$out/tst_backend_gpu.txt" $run tst_backend gpu
 echo "tst_backend gpu: exit $? ($(grep -c '^FAIL' "$out/tst_backend_gpu.txt") failures, $(grep -c '^SKIP' "$out/tst_backend_gpu.txt") skipped)"
-$run tst_cuda_kernels >"$out/tst_cuda_kernels.txt" 2>&1
+grep -A3 '^FAIL' "$out/tst_backend_gpu.txt" | head -30
+step 120 "$out/tst_cuda_kernels.txt" $run tst_cuda_kernels
 echo "tst_cuda_kernels: exit $? ($(grep -c '^FAIL' "$out/tst_cuda_kernels.txt") failures, $(grep -c '^SKIP' "$out/tst_cuda_kernels.txt") skipped)"
-MESHSTUDIO_FLASH_TC=0 $run tst_cuda_kernels flashAttention >"$out/tst_cuda_kernels_flash_scalar.txt" 2>&1
+grep -A3 '^FAIL' "$out/tst_cuda_kernels.txt" | head -30
+step 40 "$out/tst_cuda_kernels_flash_scalar.txt" env MESHSTUDIO_FLASH_TC=0 $run tst_cuda_kernels flashAttention
 echo "tst_cuda_kernels flashAttention, MESHSTUDIO_FLASH_TC=0: exit $? ($(grep -c '^FAIL' "$out/tst_cuda_kernels_flash_scalar.txt") failures)"
-$run bench_attention >"$out/bench_attention.txt" 2>&1
+step 60 "$out/bench_attention.txt" $run bench_attention
 echo "bench_attention: exit $?"
-cat "$out/bench_attention.txt"
+tail -12 "$out/bench_attention.txt"
+step 60 "$out/tst_nccl.txt" $run mpirun --allow-run-as-root -np 1 /tmp/ms-gpu/bin/tst_nccl
+echo "tst_nccl (1 rank): exit $?"
+tail -5 "$out/tst_nccl.txt"
 
 work=$(mktemp -d)
 python3 - "$work" <<'PY'
@@ -54,18 +90,22 @@ for name, device, precision, parallel in runs:
 PY
 for name in cpu cuda cuda-bf16 cuda-bf16-scalar cuda-dp2 cuda-pp2; do
   case $name in
-    cuda-bf16-scalar) MESHSTUDIO_FLASH_TC=0 $run meshstudio-engine train "$work/cuda-bf16.json" \
-          --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1 ;;
-    *2) $run mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/ms-gpu/bin/meshstudio-engine train \
-          "$work/$name.json" --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1 ;;
-    *) $run meshstudio-engine train "$work/$name.json" --run-dir "$work/$name" --quiet >"$out/train-$name.txt" 2>&1 ;;
+    cuda-bf16-scalar) step 60 "$out/train-$name.txt" env MESHSTUDIO_FLASH_TC=0 $run meshstudio-engine train \
+          "$work/cuda-bf16.json" --run-dir "$work/$name" --quiet ;;
+    *2) step 60 "$out/train-$name.txt" $run mpirun --allow-run-as-root --oversubscribe -np 2 \
+          /tmp/ms-gpu/bin/meshstudio-engine train "$work/$name.json" --run-dir "$work/$name" --quiet ;;
+    *) step 60 "$out/train-$name.txt" $run meshstudio-engine train "$work/$name.json" --run-dir "$work/$name" --quiet ;;
   esac
-  echo "train $name: exit $?"
+  rc=$?
+  echo "train $name: exit $rc"
+  [ $rc -ne 0 ] && tail -4 "$out/train-$name.txt"
   cp "$work/$name/metrics.jsonl" "$out/metrics-$name.jsonl" 2>/dev/null
 done
 for name in cpu cuda; do
-  $run meshstudio-engine dump "$work/$name.json" --out "$work/dump-$name" --samples 4 >"$out/dump-$name.txt" 2>&1
-  echo "dump $name: exit $?"
+  step 60 "$out/dump-$name.txt" $run meshstudio-engine dump "$work/$name.json" --out "$work/dump-$name" --samples 4
+  rc=$?
+  echo "dump $name: exit $rc"
+  [ $rc -ne 0 ] && tail -4 "$out/dump-$name.txt"
 done
 python3 - "$work" <<'PY'
 import array, json, math, struct, sys
@@ -137,7 +177,57 @@ for name in ("cuda-dp2", "cuda-pp2"):
         print(f"{name} (2 ranks on one GPU) vs 1 rank: worst relative loss difference {worst:.2e} "
               f"({'ok' if worst < 1e-5 else 'TOO FAR'})")
 PY
-$run python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/wrap/meshstudio-engine >"$out/bench.txt" 2>&1
+step 240 "$out/bench.txt" $run python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/wrap/meshstudio-engine
 echo "bench/gpu_vs_torch.py: exit $?"
 cat "$out/bench.txt"
+step 150 "$out/gpu_memory.txt" $run python3 bench/gpu_memory.py --engine /tmp/ms-gpu/wrap/meshstudio-engine \
+  --out "$out/gpu_memory.json"
+echo "bench/gpu_memory.py: exit $?"
+cat "$out/gpu_memory.txt"
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ -n "$ncu" ]; then
+  python3 - "$work" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+V, T, n = 50304, 1024, 8 * 1024 * 4 + 1
+with open(f"{work}/tokens.bin", "wb") as f:  # llm.c shard: 256 int32 header, then uint16 tokens
+    f.write(b"".join(int.to_bytes(v, 4, "little") for v in [20240520, 1, n] + [0] * 253))
+    f.write(b"".join(int.to_bytes((i * 2654435761) % V, 2, "little") for i in range(n)))
+cfg = {"version": 1, "name": "profile", "seed": 1, "device": "cuda",
+       "model": {"type": "gpt", "layers": 12, "width": 768, "heads": 12, "vocab": V, "context": T},
+       "data": {"kind": "tokens", "train": [f"{work}/tokens.bin"], "val": [f"{work}/tokens.bin"]},
+       "mesh": {"nodes": [{"name": "n0", "device": "h100-sxm-80gb", "count": 1}]},
+       "parallel": {"precision": "bf16"}, "optimizer": {"type": "adamw", "lr": 6e-4},
+       "training": {"steps": 2, "batch_size": 8, "seq_len": T, "eval_every": 0, "eval_batches": 1,
+                    "checkpoint_every": 0}}
+json.dump(cfg, open(f"{work}/profile.json", "w"))
+PY
+  step 120 "$out/ncu.txt" $run "$ncu" --clock-control none --target-processes all --metrics gpu__time_duration.sum \
+    --csv meshstudio-engine train "$work/profile.json" --run-dir "$work/profile" --quiet
+  echo "ncu profile (2 bf16 GPT-2 124M steps): exit $?"
+  python3 - "$out/ncu.txt" <<'PY'
+import csv, sys
+rows = {}
+lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith('"')]
+for r in csv.DictReader(lines):
+    try:
+        name = r.get("Kernel Name") or r.get("Function Name") or "?"
+        avg = float(str(r.get("Metric Value", "0")).replace(",", ""))
+        count = 1  # one row per launch
+        unit = r.get("Metric Unit", "nsecond")
+    except ValueError:
+        continue
+    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(unit, 1e-6)
+    t, c = rows.get(name, (0.0, 0))
+    rows[name] = (t + avg * count * scale, c + count)
+total = sum(t for t, _ in rows.values())
+if not rows:
+    print("ncu: no kernel rows parsed; first lines:", "".join(open(sys.argv[1], errors="replace").readlines()[:8]))
+print(f"kernels: {sum(c for _, c in rows.values())} launches, {total:.1f} ms of kernel time over the run")
+for name, (t, c) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:25]:
+    print(f"{t:9.2f} ms {100 * t / max(total, 1e-9):5.1f}% {c:6d}x  {name[:110]}")
+PY
+else
+  echo "ncu: not on this machine"
+fi
 rm -rf "$work"

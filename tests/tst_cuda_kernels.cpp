@@ -314,6 +314,9 @@ class TestCudaKernels : public QObject {
       QTest::addRow("%s T N37 C7 OC3", m) << 37 << 7 << 3 << true << md;
       QTest::addRow("%s T lm-head N8 C64 V50257", m) << 8 << 64 << 50257 << true << md;
     }
+    // The bias gradient's column sum over many row slices (cuda::detail::columnSlices), a short last one.
+    QTest::addRow("fp32 N1000 C64 OC100") << 1000 << 64 << 100 << false << int(cuda::GemmMode::Fp32);
+    QTest::addRow("fp32 T N4099 C16 OC33") << 4099 << 16 << 33 << true << int(cuda::GemmMode::Fp32);
     // An empty sum (C = 0): out = bias, as on the CPU (cuBLAS rejects its leading dimension of 0).
     QTest::addRow("fp32 N5 C0 OC3") << 5 << 0 << 3 << false << int(cuda::GemmMode::Fp32);
     QTest::addRow("fp32 T N5 C0 OC3") << 5 << 0 << 3 << true << int(cuda::GemmMode::Fp32);
@@ -502,6 +505,9 @@ class TestCudaKernels : public QObject {
     QTest::newRow("N37 C33") << 37 << 33;
     QTest::newRow("N64 C768") << 64 << 768;
     QTest::newRow("N9 C4099") << 9 << 4099;
+    // Many row slices in the weight and bias gradients (cuda::detail::columnSlices), a short last one.
+    QTest::newRow("N4099 C33") << 4099 << 33;
+    QTest::newRow("N777 C768") << 777 << 768;
   }
 
   void layerNorm() {

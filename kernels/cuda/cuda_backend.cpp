@@ -418,7 +418,9 @@ class CudaBackend final : public Backend {
       return;
     }
     // Mixed precision: the token rows (the whole vocabulary as one range), then the positions; out = wte +
-    // wpe rounds once either way.
+    // wpe rounds once either way. Checked here first, so that a refusal names this op.
+    checkBf16(wte, "embeddingForward");
+    checkBf16(wpe, "embeddingForward");
     embeddingRangeForward(out, tokens, wte, 0, std::numeric_limits<int>::max(), B * T, C);
     addPositions(out, wpe, B, T, C);
   }

@@ -36,13 +36,16 @@ struct ScratchCache {
     size_t elems = 0;
   };
   Buffer buffers[kMaxDevices][kGemmSlots];
+  Buffer reduce[kMaxDevices];  // the column reductions' partial sums (fp32, held as twice the bf16 elements)
   cudaStream_t lastStream[kMaxDevices] = {};
   bool used[kMaxDevices] = {};
   ~ScratchCache() {
     // Errors at thread exit have nobody left to report to; cudaFree waits for the work still reading them.
-    for (int d = 0; d < kMaxDevices; ++d)
+    for (int d = 0; d < kMaxDevices; ++d) {
       for (Buffer& b : buffers[d])
         if (b.data && cudaSetDevice(d) == cudaSuccess) cudaFree(b.data);
+      if (reduce[d].data && cudaSetDevice(d) == cudaSuccess) cudaFree(reduce[d].data);
+    }
     cudaGetLastError();
   }
 };
@@ -119,20 +122,38 @@ Status growScratch(ScratchCache::Buffer& b, size_t n, int device, cudaStream_t s
 // Rows per block in the column sum: blockDim (32, kSumRows), each thread strides over rows.
 constexpr int kSumRows = 8;
 
-// out[c] += sum_n x[n, c] for the 32 columns of this block. x (N, OC), out (OC).
-__global__ void columnSumKernel(float* out, const float* x, int N, int OC) {
-  __shared__ float partial[kSumRows][kWarpSize + 1];
+// Stage 1 of the column sum: block (bx, s) sums rows [s * rows, (s + 1) * rows) of its 32 columns into
+// partial[s * OC + c]. x (N, OC). Each thread keeps two sums (two loads in flight), added in a fixed order.
+__global__ void columnSumPartialKernel(float* partial, const float* x, int N, int OC, int rows) {
+  __shared__ float shared[kSumRows][kWarpSize + 1];
   const int c = blockIdx.x * kWarpSize + threadIdx.x;
-  float sum = 0.0f;
-  if (c < OC)
-    for (int n = threadIdx.y; n < N; n += kSumRows) sum += x[size_t(n) * OC + c];
-  partial[threadIdx.y][threadIdx.x] = sum;
+  const int first = blockIdx.y * rows;
+  const int last = min(N, first + rows);
+  float a = 0.0f, b = 0.0f;
+  if (c < OC) {
+    int n = first + threadIdx.y;
+    for (; n + kSumRows < last; n += 2 * kSumRows) {
+      a += x[size_t(n) * OC + c];
+      b += x[size_t(n + kSumRows) * OC + c];
+    }
+    if (n < last) a += x[size_t(n) * OC + c];
+  }
+  shared[threadIdx.y][threadIdx.x] = a + b;
   __syncthreads();
   if (threadIdx.y == 0 && c < OC) {
     float total = 0.0f;
-    for (int r = 0; r < kSumRows; r++) total += partial[r][threadIdx.x];
-    out[c] += total;
+    for (int r = 0; r < kSumRows; r++) total += shared[r][threadIdx.x];
+    partial[size_t(blockIdx.y) * OC + c] = total;
   }
+}
+
+// Stage 2: out[c] += the slices' partial sums, in slice order.
+__global__ void columnSumFinishKernel(float* out, const float* partial, int OC, int slices) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC) return;
+  float total = 0.0f;
+  for (int s = 0; s < slices; ++s) total += partial[size_t(s) * OC + c];
+  out[c] += total;
 }
 
 }  // namespace
@@ -154,26 +175,50 @@ Expected<cublasHandle_t> cublasHandleFor(cudaStream_t stream) {
   return h;
 }
 
+// The current device for a scratch use on stream: synchronises the device first when the previous use of
+// this thread's scratch on it was on another stream (its kernels may still read the scratch, cuda_ops.h).
+Expected<int> scratchDevice(cudaStream_t stream, const char* what) {
+  int device = 0;
+  MS_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices)
+    return Status::error(std::string(what) + ": scratch: device index " + std::to_string(device) +
+                         " out of range");
+  if (t_scratch.used[device] && t_scratch.lastStream[device] != stream) {
+    MS_TRY(cudaStatus(cudaDeviceSynchronize(),
+                      (std::string(what) + ": scratch: cudaDeviceSynchronize").c_str()));
+  }
+  t_scratch.used[device] = true;
+  t_scratch.lastStream[device] = stream;
+  return device;
+}
+
 Expected<GemmOperand> gemmOperand(const float* src, size_t n, GemmSlot slot, cudaStream_t stream,
                                   const char* what) {
   if (gemmMode() != GemmMode::Bf16) return GemmOperand(src);
   if (slot < 0 || slot >= kGemmSlots) return Status::error(std::string(what) + ": no GEMM scratch slot");
-  int device = 0;
-  MS_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices)
-    return Status::error(std::string(what) + ": bf16 GEMM scratch: device index " + std::to_string(device) +
-                         " out of range");
-  if (t_scratch.used[device] && t_scratch.lastStream[device] != stream) {
-    // Another stream than the previous GEMM op's: its GEMMs may still read the scratch (see cuda_ops.h).
-    MS_TRY(cudaStatus(cudaDeviceSynchronize(),
-                      (std::string(what) + ": bf16 GEMM scratch: cudaDeviceSynchronize").c_str()));
-  }
-  t_scratch.used[device] = true;
-  t_scratch.lastStream[device] = stream;
-  ScratchCache::Buffer& b = t_scratch.buffers[device][slot];
-  MS_TRY(growScratch(b, n, device, stream, what));
+  const Expected<int> device = scratchDevice(stream, what);
+  if (!device) return device.status();
+  ScratchCache::Buffer& b = t_scratch.buffers[*device][slot];
+  MS_TRY(growScratch(b, n, *device, stream, what));
   MS_TRY(launchToBf16(b.data, src, n, stream, what));
   return GemmOperand::bf16Copy(b.data);
+}
+
+Expected<float*> reductionScratch(size_t floats, cudaStream_t stream, const char* what) {
+  const Expected<int> device = scratchDevice(stream, what);
+  if (!device) return device.status();
+  ScratchCache::Buffer& b = t_scratch.reduce[*device];
+  MS_TRY(growScratch(b, 2 * floats, *device, stream, what));
+  return reinterpret_cast<float*>(b.data);
+}
+
+int columnSlices(int N, int columns) {
+  // About 1024 blocks of 32 columns, no slice under 64 rows; from the shape alone, so that the summation
+  // order (and so every bit of the result) is the same on every GPU.
+  const int columnBlocks = (columns + kWarpSize - 1) / kWarpSize;
+  const int wanted = (1024 + columnBlocks - 1) / columnBlocks;
+  const int most = (N + 63) / 64;
+  return std::max(1, std::min(wanted, most));
 }
 
 Status gemm(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, int m, int n, int k,
@@ -210,9 +255,15 @@ Status gemm(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, i
 
 Status columnSumAccumulate(float* out, const float* x, int N, int OC, cudaStream_t stream, const char* what) {
   if (N <= 0 || OC <= 0) return Status::ok();
+  const int slices = columnSlices(N, OC);
+  const int rows = (N + slices - 1) / slices;
+  const Expected<float*> partial = reductionScratch(size_t(slices) * OC, stream, what);
+  if (!partial) return partial.status();
   const dim3 block(kWarpSize, kSumRows);
-  const unsigned grid = unsigned((OC + kWarpSize - 1) / kWarpSize);
-  columnSumKernel<<<grid, block, 0, stream>>>(out, x, N, OC);
+  const dim3 grid(unsigned((OC + kWarpSize - 1) / kWarpSize), unsigned(slices));
+  columnSumPartialKernel<<<grid, block, 0, stream>>>(*partial, x, N, OC, rows);
+  MS_TRY(checkLaunch(what));
+  columnSumFinishKernel<<<gridFor(size_t(OC)), kBlockSize, 0, stream>>>(out, *partial, OC, slices);
   return checkLaunch(what);
 }
 

@@ -118,8 +118,19 @@ Status gemm(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, i
             float alpha, GemmOperand A, int lda, long long strideA, GemmOperand B, int ldb, long long strideB,
             float beta, float* C, int ldc, long long strideC, int batch, const char* what);
 
-// sum over rows of x (N, OC) into out (OC), out += (deterministic: one block column per output, no atomics).
+// sum over rows of x (N, OC) into out (OC), out += . Deterministic, no atomics: the rows are cut into
+// columnSlices(N, OC) slices, each block sums one slice of 32 columns into scratch, and a second kernel adds
+// the slices in order (the cut depends on the shape alone, so the bits are the same on every GPU).
 Status columnSumAccumulate(float* out, const float* x, int N, int OC, cudaStream_t stream, const char* what);
+
+// The number of row slices of a column reduction over N rows and `columns` columns (about 1024 blocks of
+// 32 columns, at least 64 rows a slice).
+int columnSlices(int N, int columns);
+
+// The calling thread's fp32 scratch for column reductions' partial sums on the current device, at least
+// `floats` long, under gemmOperand's stream rule (a use on another stream than the last one synchronises
+// the device first). Valid for work enqueued on stream until the next call.
+Expected<float*> reductionScratch(size_t floats, cudaStream_t stream, const char* what);
 
 }  // namespace ms::cuda::detail
 
