@@ -18,7 +18,7 @@ eager in fp32, no TF32, against the engine in fp32) compare MFU against the devi
 (--peak-fp32-tflops, else H100 SXM / H200 66.9, A100 19.5). If the engine fails a run, its row says so.
 
 usage: bench/gpu_vs_torch.py [--engine build/engine/meshstudio-engine] [--batch 8] [--steps 20] [--warmup 5]
-                             [--no-compile]
+                             [--no-compile] [--engine-only] [--precision bf16|fp32|both]
        bench/gpu_vs_torch.py --device cpu --tiny      (checks the script on a machine without a GPU)
 """
 import argparse
@@ -134,6 +134,8 @@ def main():
     ap.add_argument("--peak-fp32-tflops", type=float, default=0.0, help="dense fp32 peak of the device")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer width-64 model (script check)")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile bf16 row")
+    ap.add_argument("--engine-only", action="store_true", help="the engine's rows alone (no PyTorch runs)")
+    ap.add_argument("--precision", choices=["bf16", "fp32", "both"], default="both")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench/gpu_vs_torch: no CUDA device visible to PyTorch; run it on a GPU machine "
@@ -149,18 +151,22 @@ def main():
     print(f"device: {name} (dense peak bf16 {peaks['bf16']:.0f}, fp32 {peaks['fp32']:.1f} TFLOP/s); "
           f"GPT {n_params / 1e6:.1f}M parameters, {fpt / 1e9:.3f} GFLOP per token; batch {args.batch} x {shape[1]}")
     print(f"{'':16} {'tokens/s':>12} {'MFU':>8}")
-    for precision in ("bf16", "fp32"):
+    for precision in ("bf16", "fp32") if args.precision == "both" else (args.precision,):
         peak = peaks[precision]
-        torch_tps, _, loss = run_torch(args, shape, device, precision)
-        print(f"{'pytorch ' + precision:16} {torch_tps:12.0f} {100 * torch_tps * fpt / (peak * 1e12):7.1f}%"
-              f"   (final loss {loss:.3f})")
+        torch_tps = float("nan")
+        if not args.engine_only:
+            torch_tps, _, loss = run_torch(args, shape, device, precision)
+            print(f"{'pytorch ' + precision:16} {torch_tps:12.0f} {100 * torch_tps * fpt / (peak * 1e12):7.1f}%"
+                  f"   (final loss {loss:.3f})")
         engine_tps, why = run_engine(args, shape, precision)
         if engine_tps is None:
             print(f"{'engine ' + precision:16} {'-':>12} {'-':>8}   refused: {why}")
         else:
             print(f"{'engine ' + precision:16} {engine_tps:12.0f} {100 * engine_tps * fpt / (peak * 1e12):7.1f}%"
-                  f"   engine / pytorch: {engine_tps / torch_tps:.2f}x")
-    if not args.no_compile and not hasattr(torch, "compile"):
+                  + (f"   engine / pytorch: {engine_tps / torch_tps:.2f}x" if not args.engine_only else ""))
+    if args.engine_only or args.precision == "fp32":
+        pass
+    elif not args.no_compile and not hasattr(torch, "compile"):
         print(f"torch.compile: not in PyTorch {torch.__version__}")
     elif not args.no_compile:  # last: its compilation takes the longest
         compiled_tps, _, loss = run_torch(args, shape, device, "bf16", compiled=True)

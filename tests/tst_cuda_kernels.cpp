@@ -950,6 +950,9 @@ class TestCudaKernels : public QObject {
     QTest::newRow("N1 V7") << 1 << 7;
     QTest::newRow("N64 V33") << 64 << 33;
     QTest::newRow("N37 V50257") << 37 << 50257;
+    // float4 rows (V a multiple of 4): GPT-2's padded vocabulary, and a row shorter than a block.
+    QTest::newRow("N37 V50304") << 37 << 50304;
+    QTest::newRow("N9 V8") << 9 << 8;
   }
 
   void crossEntropy() {
@@ -999,6 +1002,9 @@ class TestCudaKernels : public QObject {
     QTest::newRow("N1 V7") << 1 << 7;
     QTest::newRow("N5 V33") << 5 << 33;
     QTest::newRow("N37 V50257") << 37 << 50257;
+    // float4 rows (V a multiple of 4): GPT-2's padded vocabulary, and a row shorter than a block.
+    QTest::newRow("N37 V50304") << 37 << 50304;
+    QTest::newRow("N9 V8") << 9 << 8;
   }
 
   void argmaxRows() {
