@@ -610,22 +610,23 @@ class TestMemoryModel : public QObject {
     const ms::OtherBytes other = ms::otherBreakdown(*plan, 0, true);
     const double message = kT * kC * 4 * 8;  // block.0's output for a microbatch of 8 samples
     QCOMPARE(other.p2pBuffers, 2 * message);
-    QCOMPARE(other.context, 500 * kMiB);
+    QCOMPARE(other.context, 600 * kMiB);
     QCOMPARE(other.dpBucket, 0.0);
     QCOMPARE(ms::otherBreakdown(*plan, 0, false).context, 0.0);
     // The last stage's workspace is the larger of the fused head's (ln_f's output and the input gradient,
-    // 2 T * C, and one chunk of logits: here all 8 * T rows of V, under headChunkRows' 16M floats) and a
+    // 2 T * C, and one chunk of logits: here all 8 * T rows of V, under headChunkRows' 64M floats) and a
     // block's backward scratch ((5C + 2F) T + H T floats per sample with fused attention, F = 4C, H = 4,
     // plus two activation-gradient buffers of T * C floats).
     const double blockScratch = ((5 * kC + 2 * kF) * kT + kH * kT) * 4 * 8 + 2.0 * kT * kC * 4 * 8;
     const double headScratch = (2 * kT * kC + kT * kV) * 4 * 8;
     QCOMPARE(ms::otherBreakdown(*plan, 1, true).workspace, std::max(headScratch, blockScratch));
-    // GPT-2's vocabulary: a chunk of 16M floats is 333 rows of 50304, rounded down to 320.
-    QCOMPARE(ms::headChunkRows(8192, 50304), int64_t(320));
-    QCOMPARE(ms::headChunkRows(8192, 25152), int64_t(640));
+    // GPT-2's vocabulary: a chunk of 64M floats is 1334 rows of 50304, rounded down to 1280.
+    QCOMPARE(ms::headChunkRows(8192, 50304), int64_t(1280));
+    QCOMPARE(ms::headChunkRows(8192, 25152), int64_t(2624));
     QCOMPARE(ms::headChunkRows(512, 256), int64_t(512));
-    QCOMPARE(ms::headChunkRows(100, int64_t(1) << 25), int64_t(1));
-    QCOMPARE(ms::headChunkRows(100, int64_t(1) << 18), int64_t(64));
+    QCOMPARE(ms::headChunkRows(100, int64_t(1) << 27), int64_t(1));
+    QCOMPARE(ms::headChunkRows(100, int64_t(1) << 25), int64_t(2));  // under 64 rows: not rounded
+    QCOMPARE(ms::headChunkRows(1000, int64_t(1) << 20), int64_t(64));
     QCOMPARE(ms::headChunkRows(0, 256), int64_t(0));
 
     auto ranks = ms::estimateMemory(*plan);

@@ -87,10 +87,12 @@ inline constexpr int kFusedAttentionMaxHeadSize = 128;
 // The GPT head fuses the LM head with the softmax cross-entropy in training (runtime/gpt_layers.cpp): it
 // computes logits, loss, the logits' gradient and from it the head's input and weight gradients chunk by
 // chunk of token rows, so the (N, V) logits never exist whole and what forward keeps for backward is the
-// input gradient (N, C). The chunk holds about kHeadChunkFloats fp32 logits (64 MiB), in rows rounded down
+// input gradient (N, C). The chunk holds about kHeadChunkFloats fp32 logits (256 MiB), in rows rounded down
 // to a multiple of 64 (tensor-core friendly GEMM shapes) where that leaves at least 64; the memory model
-// budgets the same workspace.
-inline constexpr int64_t kHeadChunkFloats = int64_t(1) << 24;
+// budgets the same workspace. Measured on an H200 (GPT-2 124M bf16, batch 8 x 1024, bench/gpu_vs_torch.py
+// with MESHSTUDIO_HEAD_CHUNK_ROWS): 320-row chunks (64 MiB) 189k tokens/s, 1280 (256 MiB) 201k, 4096 and
+// 8192 205k: the head's three GEMMs of a 320-row chunk run far below the tensor cores' rate.
+inline constexpr int64_t kHeadChunkFloats = int64_t(1) << 26;
 int64_t headChunkRows(int64_t rows, int64_t vocabLocal);
 
 struct ModelSpec {
