@@ -22,11 +22,12 @@ const DeviceSpec& stageDevice(const Plan& plan, int stage) {
 }
 
 namespace {
-// Each chunk's last layer's output elements * microbatch size (/ tp under sequence parallelism), times
-// bytesPerElement.
+// Each chunk's last layer's output elements * microbatch size, times bytesPerElement. Whole under sequence
+// parallelism too: the engine's blocks take and give the whole (B, T, C) (runtime/pipeline.cpp
+// chunkOutFloats sends B * outputBytesPerSample), not Megatron's sequence piece; dividing by tp here made both
+// models count a tp-th of the bytes the engine sends.
 std::vector<double> chunkMessageElements(const Plan& plan, double bytesPerElement) {
-  const ParallelConfig& p = plan.config.parallel;
-  const double scale = plan.microbatchSize() / (p.sequenceParallel ? p.tp : 1);
+  const double scale = plan.microbatchSize();
   std::vector<double> bytes;
   for (const auto& chunk : plan.partition.chunks)
     bytes.push_back(chunk.empty()
