@@ -305,6 +305,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
     for (int l : plan.partition.layersOfStage(stage))
       staging = std::max(staging,
                          2.0 * double(plan.model.layers[static_cast<size_t>(l)].outputBytesPerSample) * mbs);
+  double blockWorkspace = 0, blockRowsC = 0, headLogits = 0, headRowsC = 0;  // bytes, floats
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
     o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
@@ -324,8 +325,10 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       if (recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused))
         attention += double(m.heads) * T * T + T * C;
       const double floats = (5.0 * C + 2.0 * F) * T + attention;
-      o.workspace = std::max(
-          o.workspace, floats * 4.0 * mbs / tp + 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
+      blockWorkspace = std::max(
+          blockWorkspace, floats * 4.0 * mbs / tp + 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
+      o.workspace = std::max(o.workspace, blockWorkspace);
+      blockRowsC = std::max(blockRowsC, mbs * T * C);
     }
     if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt) {
       // The fused LM head and loss (runtime/gpt_layers.cpp): ln_f's output and one chunk of logits (plus
@@ -336,7 +339,20 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
           double(headChunkRows(static_cast<int64_t>(rows), static_cast<int64_t>(vocabLocal)));
       const double floats = 2.0 * rows * C + chunk * vocabLocal + (tp > 1 ? 3.0 * chunk : 0.0);
       o.workspace = std::max(o.workspace, floats * 4.0);
+      headLogits = chunk * vocabLocal;
+      headRowsC = rows * C;
     }
+  }
+  // The runtime's workspace is slots, each as large as its largest use (runtime/memory.h Workspace), so a
+  // stage with blocks and the head holds the blocks' workspace plus whatever the head's uses of the same
+  // slots need beyond the blocks': the chunk of logits in slot 1, where a block's backward keeps a (T, C)
+  // gradient per sample, and ln_f's whole output in slot 0, where a sequence-parallel block keeps a (T/tp,
+  // C) piece. Seen on an H200 (bench/gpu_memory.py, GPT-2 124M and 350M): 45-49 MiB of workspace measured
+  // above the larger of the two alone, the logits chunk less a block's slot 1.
+  if (blockWorkspace > 0 && headLogits > 0) {
+    const double slot0 = p.sequenceParallel ? headRowsC - headRowsC / seqSplit : 0.0;
+    const double slot1 = std::max(0.0, headLogits - blockRowsC);
+    o.workspace = std::max(o.workspace, blockWorkspace + 4.0 * (slot0 + slot1));
   }
   o.workspace += staging;
 
