@@ -228,9 +228,16 @@ void ParameterStore::initialize(uint64_t seed) {
         case ParamSpec::Init::Ones:
           std::fill(full.begin(), full.end(), 1.0f);
           break;
-        case ParamSpec::Init::Normal:
-          for (size_t i = 0; i < n; ++i) full[i] = static_cast<float>(p.spec.std * normalAt(key, i));
+        case ParamSpec::Init::Normal: {
+          // normalAt is a pure function of (key, index): the threads' split cannot change a value, and a
+          // billions-of-parameters model initialises on every core, not one.
+          float* out = full.data();
+          const double std = p.spec.std;
+#pragma omp parallel for schedule(static)
+          for (int64_t i = 0; i < static_cast<int64_t>(n); ++i)
+            out[i] = static_cast<float>(std * normalAt(key, static_cast<uint64_t>(i)));
           break;
+        }
       }
       extractShard(full.data(), unit.data() + (p.offset - m_units[u].begin), p.spec.shape, p.shard,
                    m_layout.tp, m_layout.tpRank);
