@@ -63,9 +63,9 @@ std::vector<DeviceSpec> makeDeviceCatalog() {
       // sparsity, as H100's), 141GB HBM3e, 4.8TB/s. Memory as measured, not the datasheet's 141e9 bytes:
       // cudaMemGetInfo's total on an H200 (driver 580, CUDA 13.0; bench/gpu_memory.py's device.total in
       // docs/gpu-logs/2026-11-26-h200-gpu-memory.json) is 150,109,880,320 bytes, what allocations can reach.
-      withHost(device("h200-141gb", "NVIDIA H200 SXM 141GB", 66.9, 494.7, 989.4, 150.10988032, 4800,
-                      kGpuFraction),
-               64, 250, 76.8),
+      withHost(
+          device("h200-141gb", "NVIDIA H200 SXM 141GB", 66.9, 494.7, 989.4, 150.10988032, 4800, kGpuFraction),
+          64, 250, 76.8),
       // NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5 TFLOPS, TF32 156, BF16 312 (dense; 312 and 624 with
       // sparsity); A100 40GB: HBM2, 1,555GB/s; A100 80GB SXM: HBM2e, 2,039GB/s.
       // Host (NVIDIA DGX A100 user guide): PCIe Gen4 x16 per GPU (32 GB/s each way), 1 TB of system memory
