@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The largest GPT that fits one GPU, per precision / recompute / offload setting: the planner's answer and,
+with --run, what the GPU says (issue 23, item 3).
+
+For each setting the script searches the number of layers L (width, heads, context and batch fixed) for the
+largest with which `meshstudio-engine plan` says the one-rank plan fits the device type's memory (doubling,
+then bisecting; a plan call takes milliseconds). With --run it then trains that model for --steps steps on
+the GPU ("device": "cuda"), which must succeed, and the model with L + 1 layers, which the planner says does
+not fit and which must fail with the CUDA backend's "out of device memory" (the caching allocator trims its
+pool and retries once before it says so). ZeRO stages change nothing at one rank and are not searched; offload
+of the ZeRO-3 shards needs ZeRO-3 and so more than one rank.
+
+usage: bench/gpu_largest_fit.py [--engine build/engine/meshstudio-engine] [--device-type h200-141gb]
+                                [--width 2048] [--heads 16] [--seq 1024] [--batch 1] [--run] [--steps 2]
+                                [--host-limit-gb 100] [--settings 1,3,5]
+       without --run it needs no GPU (the planner's answers only).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SETTINGS = [  # (name, parallel)
+    ("fp32", {"precision": "fp32"}),
+    ("fp32 full recompute", {"precision": "fp32", "recompute": "full"}),
+    ("bf16", {"precision": "bf16"}),
+    ("bf16 selective", {"precision": "bf16", "recompute": "selective"}),
+    ("bf16 full recompute", {"precision": "bf16", "recompute": "full"}),
+    ("bf16 offload optimizer", {"precision": "bf16", "offload": "optimizer"}),
+    ("bf16 full, offload optimizer", {"precision": "bf16", "recompute": "full", "offload": "optimizer"}),
+]
+VOCAB = 50304
+
+
+def config(args, layers, parallel, shard):
+    return {"version": 1, "name": f"largest-fit-{layers}", "seed": 1, "device": "cuda",
+            "model": {"type": "gpt", "layers": layers, "width": args.width, "heads": args.heads, "vocab": VOCAB,
+                      "context": args.seq},
+            "data": {"kind": "tokens", "train": [shard], "val": [shard]},
+            "mesh": {"nodes": [{"name": "n0", "device": args.device_type, "count": 1}]},
+            "parallel": parallel, "optimizer": {"type": "adamw", "lr": 1e-4},
+            "training": {"steps": args.steps, "batch_size": args.batch, "seq_len": args.seq, "eval_every": 0,
+                         "eval_batches": 1, "checkpoint_every": 0, "log_every": 1}}
+
+
+def plan(args, tmp, layers, parallel, shard):
+    path = os.path.join(tmp, "plan.json")
+    with open(path, "w") as f:
+        json.dump(config(args, layers, parallel, shard), f)
+    p = subprocess.run([args.engine, "plan", path, "--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"gpu_largest_fit.py: plan of {layers} layers failed: {p.stderr.strip()[-400:]}")
+    j = json.loads(p.stdout)
+    return j["fits"], j["devices"][0]
+
+
+def largest(args, tmp, parallel, shard):
+    lo, hi = 0, 1  # fits(lo) (0: none), !fits(hi) once found
+    while plan(args, tmp, hi, parallel, shard)[0]:
+        lo, hi = hi, hi * 2
+        if hi > 4096:
+            sys.exit("gpu_largest_fit.py: more than 4096 layers fit; is the device type right?")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if plan(args, tmp, mid, parallel, shard)[0]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def train(args, tmp, layers, parallel, shard):
+    path = os.path.join(tmp, f"run-{layers}.json")
+    with open(path, "w") as f:
+        json.dump(config(args, layers, parallel, shard), f)
+    p = subprocess.run([args.engine, "train", path, "--run-dir", path[:-5], "--quiet", "--overwrite"],
+                       capture_output=True, text=True)
+    used = 0
+    try:
+        for line in open(os.path.join(path[:-5], "metrics.jsonl")):
+            j = json.loads(line)
+            if j["type"] == "memory":
+                used = max(used, j["ranks"][0].get("device", {}).get("used", 0))
+    except OSError:
+        pass
+    return p.returncode, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "", used
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", default="build/engine/meshstudio-engine")
+    ap.add_argument("--device-type", default="h200-141gb")
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--run", action="store_true", help="train L and L + 1 layers on the GPU")
+    ap.add_argument("--settings", default="", help="comma-separated setting numbers (1-based; all by default)")
+    ap.add_argument("--host-limit-gb", type=float, default=100.0,
+                    help="with --run, skip offload runs whose predicted host memory is above this")
+    args = ap.parse_args()
+    gib = 2.0 ** 30
+    with tempfile.TemporaryDirectory() as tmp:
+        shard = os.path.join(tmp, "tokens.bin")
+        n = (args.steps + 3) * args.batch * args.seq + 1
+        with open(shard, "wb") as f:  # llm.c shard: 256 int32 header, then uint16 tokens
+            f.write(b"".join(int.to_bytes(v, 4, "little") for v in [20240520, 1, n] + [0] * 253))
+            f.write(b"".join(int.to_bytes((i * 2654435761) % VOCAB, 2, "little") for i in range(n)))
+        print(f"GPT width {args.width}, {args.heads} heads, context {args.seq}, batch {args.batch}, vocab {VOCAB}, "
+              f"on one {args.device_type}")
+        head = f"{'setting':30s} {'L':>5s} {'params':>8s} {'predicted GiB':>14s} {'capacity':>9s} {'host GiB':>9s}"
+        print(head + ("   L runs / used GiB      L + 1" if args.run else ""))
+        chosen = [int(x) for x in args.settings.split(",") if x.strip()] or range(1, len(SETTINGS) + 1)
+        for number in chosen:
+            if not 1 <= number <= len(SETTINGS):
+                sys.exit(f"gpu_largest_fit.py: --settings: {number} is not between 1 and {len(SETTINGS)}")
+            name, parallel = SETTINGS[number - 1]
+            L = largest(args, tmp, parallel, shard)
+            fits, dev = plan(args, tmp, L, parallel, shard)
+            m = dev["memory_bytes"]
+            params = 12.0 * args.width ** 2 * L + VOCAB * args.width  # blocks and the (tied) embedding
+            host = m.get("host", {}).get("total", 0.0) if isinstance(m.get("host"), dict) else 0.0
+            row = (f"{name:30s} {L:5d} {params / 1e9:7.2f}B {m['total'] / gib:14.2f} "
+                   f"{dev['capacity_bytes'] / gib:9.2f} {host / gib:9.2f}")
+            if args.run:
+                if host / 1e9 > args.host_limit_gb:
+                    row += f"   not run: host memory over {args.host_limit_gb:.0f} GB"
+                else:
+                    rc, why, used = train(args, tmp, L, parallel, shard)
+                    row += f"   {'ok' if rc == 0 else 'FAILED'} / {used / gib:.2f}"
+                    if rc != 0:
+                        row += f" ({why[-120:]})"
+                    rc1, why1, _ = train(args, tmp, L + 1, parallel, shard)
+                    oom = rc1 != 0 and "out of device memory" in why1
+                    row += "   OOM as predicted" if oom else f"   {'ran' if rc1 == 0 else 'failed: ' + why1[-80:]}"
+            print(row, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
