@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 
+from llmc_shard import write_shard
+
 SETTINGS = [  # (name, parallel)
     ("fp32", {"precision": "fp32"}),
     ("fp32 full recompute", {"precision": "fp32", "recompute": "full"}),
@@ -105,10 +107,7 @@ def main():
     gib = 2.0 ** 30
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "tokens.bin")
-        n = (args.steps + 3) * args.batch * args.seq + 1
-        with open(shard, "wb") as f:  # llm.c shard: 256 int32 header, then uint16 tokens
-            f.write(b"".join(int.to_bytes(v, 4, "little") for v in [20240520, 1, n] + [0] * 253))
-            f.write(b"".join(int.to_bytes((i * 2654435761) % VOCAB, 2, "little") for i in range(n)))
+        write_shard(shard, (args.steps + 3) * args.batch * args.seq + 1, VOCAB)
         print(f"GPT width {args.width}, {args.heads} heads, context {args.seq}, batch {args.batch}, vocab {VOCAB}, "
               f"on one {args.device_type}")
         head = f"{'setting':30s} {'L':>5s} {'params':>8s} {'predicted GiB':>14s} {'capacity':>9s} {'host GiB':>9s}"

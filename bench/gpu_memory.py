@@ -18,21 +18,10 @@ import subprocess
 import sys
 import tempfile
 
+from llmc_shard import write_shard
+
 MODELS = {"124M": (12, 768, 12), "350M": (24, 1024, 16)}  # layers, width, heads (GPT-2 small, medium)
 CATS = ("parameters", "gradients", "optimizer", "activations")
-
-
-def write_tokens(path, count, vocab):
-    # llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
-    import array
-    import random
-    header = array.array("i", [0] * 256)
-    header[0], header[1], header[2] = 20240520, 1, count
-    rng = random.Random(2)
-    tokens = array.array("H", (rng.randrange(vocab) for _ in range(count)))
-    with open(path, "wb") as f:
-        header.tofile(f)
-        tokens.tofile(f)
 
 
 def main():
@@ -50,7 +39,7 @@ def main():
           f"{'device used':>11s} {'pool':>8s} {'used/pred':>9s}   params / grads / optimizer / activations / other (pred -> meas, MiB)")
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "train.bin")
-        write_tokens(shard, (args.steps + 3) * args.batch * context + 1, vocab)
+        write_shard(shard, (args.steps + 3) * args.batch * context + 1, vocab)
         for name, (layers, width, heads) in MODELS.items():
             if args.tiny:
                 layers, width, heads = 2, 64, 2

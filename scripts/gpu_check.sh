@@ -188,11 +188,11 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/
 if [ -n "$ncu" ]; then
   python3 - "$work" <<'PY'
 import json, os, sys
+sys.path.insert(0, "bench")
+from llmc_shard import write_shard
 work = sys.argv[1]
-V, T, n = 50304, 1024, 8 * 1024 * 4 + 1
-with open(f"{work}/tokens.bin", "wb") as f:  # llm.c shard: 256 int32 header, then uint16 tokens
-    f.write(b"".join(int.to_bytes(v, 4, "little") for v in [20240520, 1, n] + [0] * 253))
-    f.write(b"".join(int.to_bytes((i * 2654435761) % V, 2, "little") for i in range(n)))
+V, T = 50304, 1024
+write_shard(f"{work}/tokens.bin", 8 * 1024 * 4 + 1, V)
 cfg = {"version": 1, "name": "profile", "seed": 1, "device": "cuda",
        "model": {"type": "gpt", "layers": 12, "width": 768, "heads": 12, "vocab": V, "context": T},
        "data": {"kind": "tokens", "train": [f"{work}/tokens.bin"], "val": [f"{work}/tokens.bin"]},
