@@ -164,11 +164,10 @@ def main():
         else:
             print(f"{'engine ' + precision:16} {engine_tps:12.0f} {100 * engine_tps * fpt / (peak * 1e12):7.1f}%"
                   + (f"   engine / pytorch: {engine_tps / torch_tps:.2f}x" if not args.engine_only else ""))
-    if args.engine_only or args.precision == "fp32":
-        pass
-    elif not args.no_compile and not hasattr(torch, "compile"):
+    wants_compile = not (args.no_compile or args.engine_only or args.precision == "fp32")
+    if wants_compile and not hasattr(torch, "compile"):
         print(f"torch.compile: not in PyTorch {torch.__version__}")
-    elif not args.no_compile:  # last: its compilation takes the longest
+    elif wants_compile:  # last: its compilation takes the longest
         compiled_tps, _, loss = run_torch(args, shape, device, "bf16", compiled=True)
         print(f"{'torch.compile bf16':16} {compiled_tps:12.0f} {100 * compiled_tps * fpt / (peaks['bf16'] * 1e12):7.1f}%"
               f"   (final loss {loss:.3f})")
