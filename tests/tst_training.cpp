@@ -269,8 +269,8 @@ class TestTraining : public QObject {
     for (const auto& j : readLines(tmp.path() + "/bf16/metrics.jsonl"))
       if (j["type"] == "run_start") QCOMPARE(j["device"]["gemm_precision"].get<std::string>(), "bf16");
 
-    // bf16 keeps the GEMM-only activations (layer_impl.h KeptInput) in bf16: the measured activation peak
-    // drops by what the plan predicts (model_spec.cpp gemmInputBytesPerSample, halved), within 1%. Model
+    // bf16 keeps the activations (layer_impl.h KeptInput, KeptTensor) in bf16: the measured activation peak
+    // drops by what the plan predicts (model_spec.cpp bf16BytesPerSample, halved), within 1%. Model
     // states (plan/model_state.h): the working parameters are bf16 (half the fp32 bytes), gradients stay
     // fp32, and the optimizer state gains the fp32 master weights (AdamW: 8 -> 12 bytes per element),
     // measured and predicted alike.

@@ -82,7 +82,7 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
         if (layer.kind == LayerKind::Block) {
           f.blockFlops += layer.forwardFlopsPerSample;
           f.attentionFlops += layer.attentionFlopsPerSample;
-          if (!fused) f.matrixBytes += double(layer.attentionMatrixBytesPerSample);
+          if (!fused) f.matrixBytes += layer.attentionMatrixBytesPerSampleIn(precision);
         }
       }
     }

@@ -27,7 +27,8 @@
 //   a fully recomputed block repeats its forward ones in backward (selective recompute none: the attention
 //   core is local to a TP rank's heads). With sequence parallelism each all-reduce
 //   becomes a reduce-scatter plus an all-gather (Korthikanti et al. 2022, section 4.2.2), which costs the
-//   same under the ring formulas, so the count stands.
+//   same under the ring formulas, so the count stands; a block adds the two all-gathers of its LayerNorm
+//   outputs (kept as sequence pieces) for its weight gradients, in B or, split, in W.
 //   ZeRO-3: an all-gather of each layer's working parameters (/ tp, bf16 in mixed precision) over the DP
 //   group before its use in F and in B, issued as the neighbouring layer starts (FSDP's forward and backward
 //   prefetch, runtime Model::prefetch): a chunk's first gather is exposed, each later one only where it
@@ -202,6 +203,15 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         m_chunkForwardComm[static_cast<size_t>(k)] += c.forward * t;
         const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);
         m_chunkBackwardComm[static_cast<size_t>(k)] += (c.backward + (again ? c.forward : 0)) * t;
+        // Sequence parallelism keeps a block's two LayerNorm outputs as sequence pieces and gathers them
+        // again for the weight gradients (Korthikanti et al. 2022, section 4.2.2): two all-gathers of T * C
+        // per sample in the kept precision, in B, or in W where the backward is split.
+        if (p.sequenceParallel && layer.kind == LayerKind::Block &&
+            plan.config.model.type != ModelType::Mlp) {
+          const double ln = double(layer.outputBytesPerSampleIn(p.precision)) * mbs;
+          (plan.schedule.splitBackward ? m_chunkWeightComm : m_chunkBackwardComm)[static_cast<size_t>(k)] +=
+              2.0 * ringAllGatherTime(ln, tp, link);
+        }
       }
     }
     if (p.zero == 3 && dp > 1) {

@@ -67,7 +67,7 @@ double layerActivationBytes(const Plan& plan, int l, bool fused) {
   // Selective recompute drops the attention matrix, a tensor-parallel (split by heads) part (recompute.h).
   if (recomputesAttention(RecomputePolicy::of(p), plan.config.model.type, layer.kind,
                           plan.model.samplePositions, fused))
-    full -= double(layer.attentionMatrixBytesPerSample) * plan.microbatchSize();
+    full -= layer.attentionMatrixBytesPerSampleIn(p.precision) * plan.microbatchSize();
   const double output = layerOutputBytes(plan, l);
   const bool transformerBlock = layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp;
   // Embeddings and heads keep whole tensors on every TP rank (the gpt head its partial input gradient before
@@ -76,13 +76,13 @@ double layerActivationBytes(const Plan& plan, int l, bool fused) {
   if (tp == 1) return full + output;
   // What stays whole on every TP rank (runtime/transformer.cpp). Without sequence parallelism, as in
   // Korthikanti et al. 2022, Table 2, "tensor parallel" row: the two LayerNorm outputs, the residual (3 * T *
-  // C values) and the per-row LayerNorm statistics (4 * T). With it the engine still keeps the two LayerNorm
-  // outputs whole (gathered once in forward for the column-parallel linears, instead of Megatron's re-gather
-  // in backward); the rest is split. The LayerNorm outputs are GEMM inputs (bf16 in bf16 precision).
+  // C values, bf16 in bf16 precision) and the per-row LayerNorm statistics (4 * T, fp32). With it nothing
+  // (the LayerNorm outputs are kept as sequence pieces and gathered per use, as in the paper's "tensor +
+  // sequence parallel" row); the block's output, gathered whole, is counted above.
+  if (p.sequenceParallel) return full / tp + output;
   const double T = plan.model.samplePositions, C = plan.config.model.width;
-  const double lnBytes = p.precision == Precision::Bf16 ? 2.0 : 4.0;
-  const double whole =
-      p.sequenceParallel ? 2.0 * T * C * lnBytes : 2.0 * T * C * lnBytes + (T * C + 4.0 * T) * 4.0;
+  const double kept = p.precision == Precision::Bf16 ? 2.0 : 4.0;
+  const double whole = 3.0 * T * C * kept + 4.0 * T * 4.0;
   const double replicated = std::min(full, whole * plan.microbatchSize());
   return replicated + (full - replicated) / tp + output;
 }
@@ -325,8 +325,19 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       if (recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused))
         attention += double(m.heads) * T * T + T * C;
       const double floats = (5.0 * C + 2.0 * F) * T + attention;
-      blockWorkspace = std::max(
-          blockWorkspace, floats * 4.0 * mbs / tp + 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
+      // In bf16 the kept q|k|v, attention matrix, residual and GELU input (layer_impl.h KeptTensor) are
+      // staged in fp32 in slots of their own in forward and widened there in backward; under selective
+      // recompute the matrix's slot holds the re-made matrix's bf16 rounding, half the size.
+      double kept = 0;
+      if (p.precision == Precision::Bf16) {
+        const bool selective =
+            recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused);
+        const double matrix = fused ? 0.0 : double(m.heads) * T * T * (selective ? 0.5 : 1.0);
+        kept = ((3.0 * C + F) * T + matrix) / tp + T * C / seqSplit;
+      }
+      blockWorkspace =
+          std::max(blockWorkspace, (floats / tp + kept) * 4.0 * mbs +
+                                       2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
       o.workspace = std::max(o.workspace, blockWorkspace);
       blockRowsC = std::max(blockRowsC, mbs * T * C);
     }

@@ -47,11 +47,15 @@ ShardSpec shardSpecOf(const ParamSpec& p, ModelType type) {
   return {};
 }
 
+double LayerSpec::attentionMatrixBytesPerSampleIn(Precision precision) const {
+  return double(attentionMatrixBytesPerSample) * (precision == Precision::Bf16 ? 0.5 : 1.0);
+}
+
 double LayerSpec::keptBytesPerSample(Precision precision, bool fusedAttention) const {
-  double bytes = double(activationBytesPerSample);
-  if (precision == Precision::Bf16) bytes -= 0.5 * double(gemmInputBytesPerSample);
-  if (fusedAttention) bytes += double(attentionRowBytesPerSample) - double(attentionMatrixBytesPerSample);
-  return bytes;
+  double bytes = double(activationBytesPerSample) - double(attentionMatrixBytesPerSample);
+  if (precision == Precision::Bf16) bytes -= 0.5 * double(bf16BytesPerSample);
+  return bytes +
+         (fusedAttention ? double(attentionRowBytesPerSample) : attentionMatrixBytesPerSampleIn(precision));
 }
 
 double LayerSpec::outputBytesPerSampleIn(Precision precision) const {
@@ -125,11 +129,11 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int T, bool causal) {
   l.forwardFlopsPerSample = gemm + attn;
   l.attentionFlopsPerSample = attn;
   // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
-  // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics. ln_1, attention out, ln_2 and
-  // gelu out only feed GEMMs in backward (bf16 in bf16 precision).
+  // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics; all but the statistics bf16 in
+  // bf16 precision.
   const int64_t floats = T * (C + 3 * C + C + C + C + F + F) + H * int64_t(T) * T + 4 * int64_t(T);
   l.activationBytesPerSample = floats * 4;
-  l.gemmInputBytesPerSample = T * (3 * C + F) * 4;
+  l.bf16BytesPerSample = T * (C + 3 * C + C + C + C + F + F) * 4;
   l.attentionMatrixBytesPerSample = H * int64_t(T) * T * 4;
   l.attentionRowBytesPerSample = H * int64_t(T) * 4;
   l.outputBytesPerSample = int64_t(T) * C * 4;

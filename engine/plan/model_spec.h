@@ -53,12 +53,18 @@ struct LayerSpec {
   // The same as the engine stores and sends it (activationElementBytes): the one place the output's
   // precision enters the memory and cost models (output buffers, pipeline messages).
   double outputBytesPerSampleIn(Precision precision) const;
-  // Parts of activationBytesPerSample the runtime keeps otherwise: the inputs only GEMMs read again
-  // (runtime/layer_impl.h KeptInput), bf16 under "precision": "bf16"; and attention's (H, T, T) softmax,
-  // which a device with fused attention replaces by its (H, T) row log-sum-exp (attentionRowBytesPerSample).
-  int64_t gemmInputBytesPerSample = 0;
-  int64_t attentionMatrixBytesPerSample = 0;
+  // Parts of activationBytesPerSample the runtime keeps otherwise: the tensors kept in bf16 under
+  // "precision": "bf16" (runtime/layer_impl.h KeptInput and KeptTensor: everything a block keeps but the
+  // LayerNorm row statistics and the attention matrix, counted apart), and attention's (H, T, T) softmax,
+  // kept in bf16 too, which a device with fused attention replaces by its fp32 (H, T) row log-sum-exps
+  // (attentionRowBytesPerSample). Without dropout these give Korthikanti et al. 2022's per-layer
+  // sbh(34 + 5as/h) less the dropout masks and outputs (2sbh and 3as^2b): sbh(32 + 2as/h) with the block's
+  // input, which the engine counts as the previous layer's output.
+  int64_t bf16BytesPerSample = 0;
+  int64_t attentionMatrixBytesPerSample = 0;  // fp32
   int64_t attentionRowBytesPerSample = 0;
+  // The attention matrix as kept in this precision (bf16: half).
+  double attentionMatrixBytesPerSampleIn(Precision precision) const;
   // Forward FLOPs of the attention core alone (Q K^T and the probabilities times V; part of
   // forwardFlopsPerSample): what selective recomputation repeats in backward (plan/recompute.h).
   double attentionFlopsPerSample = 0;

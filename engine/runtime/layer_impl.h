@@ -79,6 +79,46 @@ class KeptInput {
   size_t m_n = 0;
 };
 
+// A tensor forward keeps for backward that other ops than GEMMs read again (a transformer block's q|k|v,
+// softmax probabilities, residual and GELU input): fp32, or in GemmPrecision::Bf16 kept in bf16, as
+// Megatron-LM keeps every activation but the LayerNorm and softmax row statistics (Korthikanti et al. 2022,
+// section 4.1, counts them at 2 bytes each). Forward writes the values into target() (the buffer in fp32, the
+// workspace slot `slot` in bf16) and calls keep(), which in bf16 rounds them in place by default, so forward
+// goes on with exactly the values backward reads; backward's read() widens them into the same slot (exact).
+class KeptTensor {
+ public:
+  explicit KeptTensor(MemoryTracker* tracker) : m_buf(0, MemoryCategory::Activations, tracker) {}
+  // bf16 only where the backend computes in bf16 and `allowBf16` (row statistics pass false).
+  float* target(size_t n, Workspace& ws, int slot, bool allowBf16 = true) {
+    m_bf16 = allowBf16 && m_buf.backend().gemmPrecision() == GemmPrecision::Bf16;
+    m_n = n;
+    m_slot = slot;
+    m_buf.reserve(m_bf16 ? (n + 1) / 2 : n);
+    return m_bf16 ? ws.get(slot, n, false) : m_buf.data();
+  }
+  // Stores what target() received. round: in bf16, also replace the written values by the stored ones.
+  void keep(float* written, bool round = true) {
+    if (!m_bf16) return;
+    m_buf.backend().toBf16(bf16Data(), written, m_n);
+    if (round) m_buf.backend().fromBf16(written, bf16Data(), m_n);
+  }
+  // The kept values as fp32: the buffer, or widened into the target's workspace slot (valid until that slot's
+  // next use).
+  const float* read(Workspace& ws) {
+    if (!m_bf16) return m_buf.data();
+    float* w = ws.get(m_slot, m_n, false);
+    m_buf.backend().fromBf16(w, bf16Data(), m_n);
+    return w;
+  }
+
+ private:
+  bfloat16* bf16Data() { return reinterpret_cast<bfloat16*>(m_buf.data()); }
+  Buffer m_buf;
+  bool m_bf16 = false;
+  size_t m_n = 0;
+  int m_slot = 0;
+};
+
 std::unique_ptr<Layer> makeTransformerBlock(const LayerSpec& spec, const LayerContext& ctx, bool causal);
 std::unique_ptr<Layer> makeGptEmbedding(const LayerSpec& spec, const LayerContext& ctx);
 std::unique_ptr<Layer> makeGptHead(const LayerSpec& spec, const LayerContext& ctx);

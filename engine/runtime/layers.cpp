@@ -37,8 +37,8 @@ void TensorParallel::allReduce(GradOut g, size_t n) const {
   if (!s) throw CommFailure("tensor-parallel all-reduce of a gradient: " + s.message());
 }
 
-void TensorParallel::allGather(const float* send, float* recv, size_t n) const {
-  Status s = comm->allGather(send, recv, n, CommType::F32);
+void TensorParallel::allGather(TensorIn send, void* recv, size_t n) const {
+  Status s = comm->allGather(send.data, recv, n, send.bf16 ? CommType::BF16 : CommType::F32);
   if (!s) throw CommFailure("tensor-parallel all-gather: " + s.message());
 }
 

@@ -10,7 +10,8 @@
 // part turns them into the linears' weight and bias gradients. Sequence parallel (Korthikanti et al. 2022,
 // section 4.2.2): inside the block the LayerNorms, the residual additions and the row-parallel biases work on
 // this rank's piece of the sequence (Ts = T/tp positions of every sample); an all-gather over the sequence
-// feeds each column-parallel linear and a reduce-scatter replaces the row-parallel all-reduce. The block's
+// feeds each column-parallel linear and a reduce-scatter replaces the row-parallel all-reduce; the LayerNorm
+// outputs are kept as this rank's pieces and gathered again for the weight gradients. The block's
 // input and output stay whole (the next layer, a send to another stage or the head see the same tensor as
 // without it), which costs one all-gather per block beyond Megatron's layout. Every op, copy (the sequence
 // shards are strided copy2Ds) and zeroing runs through the rank's Backend; the host never touches a tensor.
@@ -19,6 +20,9 @@
 // backward re-runs attentionForward from the kept q|k|v into it just before attentionBackward (the same op
 // on the same input: the same bits, so losses and gradients are a non-recomputing run's). A backend whose
 // attention is fused keeps only each row's log-sum-exp, and there selective changes nothing.
+// bf16 precision keeps every saved tensor in bf16 but the LayerNorm statistics (and fused attention's fp32
+// row log-sum-exps), as Megatron-LM does (Korthikanti et al. 2022, section 4.1): sbh(32 + 2as/h) bytes per
+// layer with the block's input, the paper's count without dropout (plan/model_spec.h).
 #include <string>
 
 #include "plan/recompute.h"
@@ -44,9 +48,9 @@ class TransformerBlock final : public Layer {
         m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
     // The backend materialises the softmax when it saves (H, T, T) per sample (kernels/backend.h).
-    const bool fused = m_be.attentionSavedFloats(1, m_T, m_Cl, m_H) != size_t(m_H) * m_T * m_T;
+    m_fused = m_be.attentionSavedFloats(1, m_T, m_Cl, m_H) != size_t(m_H) * m_T * m_T;
     const RecomputePolicy policy{ctx.selectiveRecompute ? Recompute::Selective : Recompute::None, 0};
-    m_recomputeAttention = recomputesAttention(policy, ctx.model.type, spec.kind, m_T, fused);
+    m_recomputeAttention = recomputesAttention(policy, ctx.model.type, spec.kind, m_T, m_fused);
     const std::string p = "h." + spec.name.substr(spec.name.find('.') + 1) + ".";
     m_ln1w = bindParam(ctx.params, p + "ln_1.weight");
     m_ln1b = bindParam(ctx.params, p + "ln_1.bias");
@@ -65,34 +69,32 @@ class TransformerBlock final : public Layer {
   int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
 
   void forward(const float* x, float* y, const BatchView& batch, const ForwardMode&, int slot) override {
-    const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
+    const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl;
     const int N = B * T;
     Cache& c = m_caches[slot];
-    c.ensure(B, T, C, Cl, F, m_recomputeAttention ? 0 : m_be.attentionSavedFloats(B, T, Cl, H),
-             m_sp ? m_tp.size : 1);
+    c.ensure(B, T, m_sp ? m_tp.size : 1);
     if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
     float* ln1 = c.ln1.target(size_t(N) * C, *m_ws, kKeptStaging);
     m_be.layerNormForward(ln1, c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(), N, C,
                           m_eps);
-    m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.gemm(), m_qkvb.value(), N, C, 3 * Cl);
-    float* atty = c.atty.target(size_t(N) * Cl, *m_ws, kKeptStaging);
-    m_be.attentionForward(atty, attentionTarget(c, B), c.qkv.data(), B, T, Cl, H, m_causal);
-    m_be.linearForward(c.res1.data(), c.atty.keep(atty), m_projw.gemm(), addsBias ? m_projb.value() : nullptr,
-                       N, Cl, C);
-    m_tp.allReduce(c.res1.data(), size_t(N) * C);
-    m_be.add(c.res1.data(), c.res1.data(), x, size_t(N) * C);
-    float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
-    m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
-                          m_ln2b.value(), N, C, m_eps);
-    m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.gemm(), m_fcb.value(), N, C, F);
-    float* gelu = c.gelu.target(size_t(N) * F, *m_ws, kKeptStaging);
-    m_be.geluForward(gelu, c.fc.data(), size_t(N) * F);
-    m_be.linearForward(y, c.gelu.keep(gelu), m_fcprojw.gemm(), addsBias ? m_fcprojb.value() : nullptr, N, F,
+    float* qkv = c.qkv.target(size_t(N) * 3 * Cl, *m_ws, kQkvSlot);
+    m_be.linearForward(qkv, c.ln1.keep(ln1), m_qkvw.gemm(), m_qkvb.value(), N, C, 3 * Cl);
+    c.qkv.keep(qkv);
+    float* atty = attentionForward(c, B, qkv);
+    float* res1 = c.res1.target(size_t(N) * C, *m_ws, kRes1Slot);
+    m_be.linearForward(res1, c.atty.keep(atty), m_projw.gemm(), addsBias ? m_projb.value() : nullptr, N, Cl,
                        C);
+    m_tp.allReduce(res1, size_t(N) * C);
+    m_be.add(res1, res1, x, size_t(N) * C);
+    c.res1.keep(res1);
+    float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
+    m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), res1, m_ln2w.value(), m_ln2b.value(), N, C,
+                          m_eps);
+    mlpForward(c, N, c.ln2.keep(ln2), y, addsBias ? m_fcprojb.value() : nullptr);
     m_tp.allReduce(y, size_t(N) * C);
-    m_be.add(y, y, c.res1.data(), size_t(N) * C);
+    m_be.add(y, y, res1, size_t(N) * C);
   }
 
   void backward(const float* x, const float* dy, float* dx, const BatchView& batch, int slot,
@@ -102,15 +104,19 @@ class TransformerBlock final : public Layer {
     const size_t NC = size_t(N) * C, NCl = size_t(N) * Cl, NF = size_t(N) * F;
     Cache& c = m_caches[slot];
     if (part == BackwardPart::Weight) {
-      // The four linears' weight gradients from the output gradients the input part kept.
+      // The four linears' weight gradients from the output gradients the input part kept (under sequence
+      // parallelism with the LayerNorm outputs gathered again, into workspace slot 6).
+      auto whole = [&](const KeptInput& ln) {
+        return m_sp ? gatheredLayerNorm(ln.in(), m_ws->get(6, NC, false), B) : ln.in();
+      };
       m_be.linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.in(),
                           m_fcprojw.gemm(), N, F, C);
-      m_be.linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), c.ln2.in(), m_fcw.gemm(), N, C,
+      m_be.linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), whole(c.ln2), m_fcw.gemm(), N, C,
                           F);
       m_be.linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.in(),
                           m_projw.gemm(), N, Cl, C);
-      m_be.linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), c.ln1.in(), m_qkvw.gemm(), N,
-                          C, 3 * Cl);
+      m_be.linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), whole(c.ln1), m_qkvw.gemm(),
+                          N, C, 3 * Cl);
       for (Buffer* b : {&c.gOut, &c.gFc, &c.gProj, &c.gQkv}) b->clear();
       return;
     }
@@ -127,10 +133,10 @@ class TransformerBlock final : public Layer {
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
     m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
-    m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
+    m_be.geluBackward(dF2, dF1, c.fc.read(*m_ws), NF);
     m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.gemm(), N, C, F);
     m_tp.allReduce(dC, NC);
-    m_be.layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.data(), m_ln2w.value(),
+    m_be.layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.read(*m_ws), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
     if (deferWeights) {
       keep(c.gOut, dy, NC);
@@ -140,7 +146,8 @@ class TransformerBlock final : public Layer {
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
     m_be.zero(dC, NCl * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.in(), m_projw.gemm(), N, Cl, C);
-    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), attentionState(c, B), c.atty.in(), B, T, Cl, H,
+    const float* qkv = c.qkv.read(*m_ws);
+    m_be.attentionBackward(dqkv, scratch, dC, qkv, attentionState(c, B, qkv), c.atty.in(), B, T, Cl, H,
                            m_causal);
     m_be.zero(dC, NC * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.gemm(), N, C, 3 * Cl);
@@ -173,24 +180,53 @@ class TransformerBlock final : public Layer {
   // Selective recompute's attention matrix, (B, Hl, T, T), and after it the (B, T, Cl) output its re-run in
   // backward writes and nobody reads: a slot no other use overlaps (the memory model's workspace counts it).
   static constexpr int kAttentionSlot = 8;
-  static_assert(kAttentionSlot < kLayerScratchSlots);
+  // In bf16, where the KeptTensors stage their fp32 values in forward and widen them in backward: q|k|v
+  // (B, T, 3Cl), the attention state, the residual (B, T, C) or (B, Ts, C), the GELU's input (B, T, Fl).
+  static constexpr int kQkvSlot = 9, kAttSlot = 10, kRes1Slot = 11, kFcSlot = 12;
+  static_assert(kFcSlot < kLayerScratchSlots);
 
-  // Where forward's attention saves its state: the slot's cache, or under selective recompute the workspace
-  // (dropped as soon as forward is done with it).
-  float* attentionTarget(Cache& c, int B) {
-    if (!m_recomputeAttention) return c.att.data();
+  // Attention over the q|k|v forward computed: returns its output's staging (KeptInput atty), and saves the
+  // state backward needs in the cache (KeptTensor: bf16 probabilities in bf16 where the softmax is
+  // materialised, the fp32 row log-sum-exps where it is fused), or under selective recompute in a workspace
+  // slot dropped as soon as forward is done with it. Forward's product with V uses the probabilities before
+  // they are rounded for keeping (a GEMM's operand is rounded anyway; backward and a selective re-run read
+  // the rounded ones).
+  float* attentionForward(Cache& c, int B, const float* qkv) {
+    const size_t NCl = size_t(B) * m_T * m_Cl, saved = m_be.attentionSavedFloats(B, m_T, m_Cl, m_H);
+    float* atty = c.atty.target(NCl, *m_ws, kKeptStaging);
     // Sized for backward's use too, so the slot is allocated once.
-    const size_t saved = m_be.attentionSavedFloats(B, m_T, m_Cl, m_H);
-    return m_ws->get(kAttentionSlot, saved + size_t(B) * m_T * m_Cl, false);
+    float* state = m_recomputeAttention ? m_ws->get(kAttentionSlot, saved + NCl, false)
+                                        : c.att.target(saved, *m_ws, kAttSlot, !m_fused);
+    m_be.attentionForward(atty, state, qkv, B, m_T, m_Cl, m_H, m_causal);
+    if (!m_recomputeAttention) c.att.keep(state, false);
+    return atty;
   }
   // The attention state backward reads: the cache's, or under selective recompute the matrix re-made from
-  // the kept q|k|v by the very op forward ran, so bit for bit forward's.
-  const float* attentionState(Cache& c, int B) {
-    if (!m_recomputeAttention) return c.att.data();
-    const size_t saved = m_be.attentionSavedFloats(B, m_T, m_Cl, m_H);
-    float* att = m_ws->get(kAttentionSlot, saved + size_t(B) * m_T * m_Cl, false);
-    m_be.attentionForward(att + saved, att, c.qkv.data(), B, m_T, m_Cl, m_H, m_causal);
+  // the kept q|k|v by the very op forward ran (and in bf16 rounded as the cache keeps it), so bit for bit
+  // what a run without recompute reads.
+  const float* attentionState(Cache& c, int B, const float* qkv) {
+    if (!m_recomputeAttention) return c.att.read(*m_ws);
+    const size_t NCl = size_t(B) * m_T * m_Cl, saved = m_be.attentionSavedFloats(B, m_T, m_Cl, m_H);
+    float* att = m_ws->get(kAttentionSlot, saved + NCl, false);
+    m_be.attentionForward(att + saved, att, qkv, B, m_T, m_Cl, m_H, m_causal);
+    if (m_be.gemmPrecision() == GemmPrecision::Bf16) {
+      // The slot that stages the kept probabilities without recompute, unused here.
+      auto* rounded = reinterpret_cast<bfloat16*>(m_ws->get(kAttSlot, (saved + 1) / 2, false));
+      m_be.toBf16(rounded, att, saved);
+      m_be.fromBf16(att, rounded, saved);
+    }
     return att;
+  }
+  // The MLP from ln_2's output (N, C): fc, GELU and fcproj into out (partial sums under TP; the bias added
+  // when given), keeping the GELU's input and output. out may hold ln2 (fc has read it before fcproj writes).
+  void mlpForward(Cache& c, int N, TensorIn ln2, float* out, TensorIn fcprojBias) {
+    const size_t NF = size_t(N) * m_F;
+    float* fc = c.fc.target(NF, *m_ws, kFcSlot);
+    m_be.linearForward(fc, ln2, m_fcw.gemm(), m_fcb.value(), N, m_C, m_F);
+    c.fc.keep(fc);
+    float* gelu = c.gelu.target(NF, *m_ws, kKeptStaging);
+    m_be.geluForward(gelu, fc, NF);
+    m_be.linearForward(out, c.gelu.keep(gelu), m_fcprojw.gemm(), fcprojBias, N, m_F, m_C);
   }
 
   // ---- sequence parallelism: (B, T, C) <-> this rank's (B, Ts, C) ----
@@ -200,15 +236,26 @@ class TransformerBlock final : public Layer {
     const size_t row = size_t(Ts) * m_C * sizeof(float), fullRow = size_t(m_T) * m_C * sizeof(float);
     m_be.copy2D(dst, row, full + size_t(m_tp.rank) * Ts * m_C, fullRow, row, B);
   }
-  // dst (B, T, C) = the pieces of every rank (workspace slot 5 as the rank-major staging area).
-  void gatherSequence(float* dst, const float* shard, int B) const {
+  // dst (B, T, C) = the pieces of every rank, fp32 or bf16 elements as shard is (workspace slot 5 as the
+  // rank-major staging area).
+  void gatherSequence(void* dst, TensorIn shard, int B) const {
+    const size_t element = shard.bf16 ? sizeof(bfloat16) : sizeof(float);
     const int Ts = m_T / m_tp.size;
     const size_t row = size_t(Ts) * m_C, piece = size_t(B) * row;
-    const size_t rowBytes = row * sizeof(float), fullRow = size_t(m_T) * m_C * sizeof(float);
-    float* tmp = m_ws->get(5, piece * m_tp.size, false);  // (tp, B, Ts, C)
+    const size_t rowBytes = row * element, fullRow = size_t(m_T) * m_C * element;
+    auto* tmp = reinterpret_cast<char*>(m_ws->get(
+        5, (piece * m_tp.size * element + sizeof(float) - 1) / sizeof(float), false));  // (tp, B, Ts, C)
     m_tp.allGather(shard, tmp, piece);
     for (int r = 0; r < m_tp.size; ++r)
-      m_be.copy2D(dst + size_t(r) * Ts * m_C, fullRow, tmp + r * piece, rowBytes, rowBytes, B);
+      m_be.copy2D(static_cast<char*>(dst) + r * rowBytes, fullRow, tmp + r * piece * element, rowBytes,
+                  rowBytes, B);
+  }
+  // A LayerNorm output kept as this rank's (B, Ts, C) piece, gathered whole into `into` (N * C floats of
+  // room) for a column-parallel GEMM (Korthikanti et al. 2022, section 4.2.2: all-gathered before the GEMM in
+  // forward and again in backward), bf16 in bf16 precision.
+  TensorIn gatheredLayerNorm(TensorIn shard, float* into, int B) const {
+    gatherSequence(into, shard, B);
+    return shard.bf16 ? TensorIn(reinterpret_cast<const bfloat16*>(into)) : TensorIn(into);
   }
   // dst (B, Ts, C) = this rank's piece of the sum over ranks of full (B, T, C).
   void reduceScatterSequence(float* dst, const float* full, int B) const {
@@ -222,39 +269,38 @@ class TransformerBlock final : public Layer {
   }
   void addBias(float* x, TensorIn bias, size_t rows) const { m_be.addRows(x, bias, rows, m_C); }
 
-  // Cache under sequence parallelism: ln1, ln2 whole (the column-parallel linears' inputs), their statistics
-  // and res1 for this rank's Ts positions only.
+  // Cache under sequence parallelism: ln1 and ln2 (the column-parallel linears' inputs, gathered whole per
+  // use), their statistics and res1 for this rank's Ts positions only.
   void forwardSequenceParallel(const float* x, float* y, int B, Cache& c) {
-    const int T = m_T, C = m_C, Cl = m_Cl, F = m_F, H = m_H;
+    const int T = m_T, C = m_C, Cl = m_Cl;
     const int N = B * T, Ns = N / m_tp.size;
     const size_t NsC = size_t(Ns) * C;
     float* xs = m_ws->get(6, NsC, false);
-    float* lns = m_ws->get(7, NsC, false);
-    float* full = m_ws->get(4, size_t(N) * C, false);
+    float* full =
+        m_ws->get(4, size_t(N) * C, false);  // the gathered LayerNorm outputs, then the projections'
     takeShard(xs, x, B);
-    m_be.layerNormForward(lns, c.ln1Mean.data(), c.ln1Rstd.data(), xs, m_ln1w.value(), m_ln1b.value(), Ns, C,
+    float* ln1 = c.ln1.target(NsC, *m_ws, kKeptStaging);
+    m_be.layerNormForward(ln1, c.ln1Mean.data(), c.ln1Rstd.data(), xs, m_ln1w.value(), m_ln1b.value(), Ns, C,
                           m_eps);
-    float* ln1 = c.ln1.target(size_t(N) * C, *m_ws, kKeptStaging);
-    gatherSequence(ln1, lns, B);
-    m_be.linearForward(c.qkv.data(), c.ln1.keep(ln1), m_qkvw.gemm(), m_qkvb.value(), N, C, 3 * Cl);
-    float* atty = c.atty.target(size_t(N) * Cl, *m_ws, kKeptStaging);
-    m_be.attentionForward(atty, attentionTarget(c, B), c.qkv.data(), B, T, Cl, H, m_causal);
+    float* qkv = c.qkv.target(size_t(N) * 3 * Cl, *m_ws, kQkvSlot);
+    m_be.linearForward(qkv, gatheredLayerNorm(c.ln1.keep(ln1), full, B), m_qkvw.gemm(), m_qkvb.value(), N, C,
+                       3 * Cl);
+    c.qkv.keep(qkv);
+    float* atty = attentionForward(c, B, qkv);
     m_be.linearForward(full, c.atty.keep(atty), m_projw.gemm(), nullptr, N, Cl, C);
-    reduceScatterSequence(c.res1.data(), full, B);  // res1s = reduce-scatter(partial) + bias + xs
-    addBias(c.res1.data(), m_projb.value(), Ns);
-    m_be.accumulate(c.res1.data(), xs, NsC);
-    m_be.layerNormForward(lns, c.ln2Mean.data(), c.ln2Rstd.data(), c.res1.data(), m_ln2w.value(),
-                          m_ln2b.value(), Ns, C, m_eps);
-    float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
-    gatherSequence(ln2, lns, B);
-    m_be.linearForward(c.fc.data(), c.ln2.keep(ln2), m_fcw.gemm(), m_fcb.value(), N, C, F);
-    float* gelu = c.gelu.target(size_t(N) * F, *m_ws, kKeptStaging);
-    m_be.geluForward(gelu, c.fc.data(), size_t(N) * F);
-    m_be.linearForward(full, c.gelu.keep(gelu), m_fcprojw.gemm(), nullptr, N, F, C);
+    float* res1 = c.res1.target(NsC, *m_ws, kRes1Slot);
+    reduceScatterSequence(res1, full, B);  // res1s = reduce-scatter(partial) + bias + xs
+    addBias(res1, m_projb.value(), Ns);
+    m_be.accumulate(res1, xs, NsC);
+    c.res1.keep(res1);
+    float* ln2 = c.ln2.target(NsC, *m_ws, kKeptStaging);
+    m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), res1, m_ln2w.value(), m_ln2b.value(), Ns,
+                          C, m_eps);
+    mlpForward(c, N, gatheredLayerNorm(c.ln2.keep(ln2), full, B), full, nullptr);
     float* ys = xs;  // xs is done with
     reduceScatterSequence(ys, full, B);
     addBias(ys, m_fcprojb.value(), Ns);
-    m_be.accumulate(ys, c.res1.data(), NsC);
+    m_be.accumulate(ys, res1, NsC);
     gatherSequence(y, ys, B);
   }
 
@@ -276,10 +322,14 @@ class TransformerBlock final : public Layer {
     // itself.
     takeShard(dres1s, dy, B);
     m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
-    m_be.geluBackward(dF2, dF1, c.fc.data(), NF);
-    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.gemm(), N, C, F);
+    m_be.geluBackward(dF2, dF1, c.fc.read(*m_ws), NF);
+    // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
+    // they are deferred to the weight part.
+    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2,
+                        deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln2.in(), dfull, B),
+                        m_fcw.gemm(), N, C, F);
     reduceScatterSequence(dshard, dC, B);
-    m_be.layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.data(), m_ln2w.value(),
+    m_be.layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.read(*m_ws), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), Ns, C);
     gatherSequence(dfull, dres1s, B);  // the proj output's gradient, whole
     if (deferWeights) {
@@ -290,10 +340,13 @@ class TransformerBlock final : public Layer {
     m_be.zero(dC, NCl * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.in(), m_projw.gemm(), N, Cl, C);
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
-    m_be.attentionBackward(dqkv, scratch, dC, c.qkv.data(), attentionState(c, B), c.atty.in(), B, T, Cl, H,
+    const float* qkv = c.qkv.read(*m_ws);
+    m_be.attentionBackward(dqkv, scratch, dC, qkv, attentionState(c, B, qkv), c.atty.in(), B, T, Cl, H,
                            m_causal);
     m_be.zero(dC, NC * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.gemm(), N, C, 3 * Cl);
+    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv,
+                        deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln1.in(), dfull, B),
+                        m_qkvw.gemm(), N, C, 3 * Cl);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     reduceScatterSequence(dshard, dC, B);
     float* xs = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)
@@ -309,17 +362,18 @@ class TransformerBlock final : public Layer {
   }
 
   // Saved by forward for backward (activations), and by a split backward's input part for its weight part.
-  // ln1, atty, ln2 and gelu only feed GEMMs in backward: KeptInput (bf16 in bf16 precision).
+  // ln1, atty, ln2 and gelu only feed GEMMs in backward (KeptInput); qkv, the attention state, res1 and fc
+  // are read by other ops (KeptTensor); both kinds are bf16 in bf16 precision, the LayerNorm statistics fp32.
   struct Cache {
     explicit Cache(MemoryTracker* t)
         : ln1Mean(0, MemoryCategory::Activations, t),
           ln1Rstd(0, MemoryCategory::Activations, t),
-          qkv(0, MemoryCategory::Activations, t),
-          att(0, MemoryCategory::Activations, t),
-          res1(0, MemoryCategory::Activations, t),
           ln2Mean(0, MemoryCategory::Activations, t),
           ln2Rstd(0, MemoryCategory::Activations, t),
-          fc(0, MemoryCategory::Activations, t),
+          qkv(t),
+          att(t),
+          res1(t),
+          fc(t),
           ln1(t),
           atty(t),
           ln2(t),
@@ -328,23 +382,18 @@ class TransformerBlock final : public Layer {
           gFc(0, MemoryCategory::Activations, t),
           gProj(0, MemoryCategory::Activations, t),
           gQkv(0, MemoryCategory::Activations, t) {}
-    // seqSplit: the TP size under sequence parallelism (the LayerNorm statistics and res1 then cover this
-    // rank's piece of the sequence only), else 1.
-    void ensure(int B, int T, int C, int Cl, int F, size_t attSaved, int seqSplit) {
-      const size_t N = size_t(B) * T, Ns = N / size_t(seqSplit);
-      ln1Mean.reserve(Ns);      // (B, T) or (B, Ts)
-      ln1Rstd.reserve(Ns);      // (B, T) or (B, Ts)
-      qkv.reserve(N * 3 * Cl);  // (B, T, 3Cl)
-      att.reserve(attSaved);    // the backend's attention state ((B, Hl, T, T) when it keeps the softmax)
-      res1.reserve(Ns * C);     // (B, T, C) or (B, Ts, C)
-      ln2Mean.reserve(Ns);
-      ln2Rstd.reserve(Ns);
-      fc.reserve(N * F);  // (B, T, Fl)
-      // ln1, ln2 (B, T, C), atty (B, T, Cl), gelu (B, T, Fl): sized by forward (KeptInput::target).
+    // seqSplit: the TP size under sequence parallelism (the LayerNorm statistics then cover this rank's piece
+    // of the sequence only), else 1. The kept tensors are sized by forward (target()).
+    void ensure(int B, int T, int seqSplit) {
+      const size_t Ns = size_t(B) * T / size_t(seqSplit);
+      for (Buffer* b : {&ln1Mean, &ln1Rstd, &ln2Mean, &ln2Rstd}) b->reserve(Ns);  // (B, T) or (B, Ts)
     }
-    Buffer ln1Mean, ln1Rstd, qkv, att, res1, ln2Mean, ln2Rstd, fc;
-    KeptInput ln1, atty, ln2, gelu;
-    Buffer gOut, gFc, gProj, gQkv;  // split backward: output gradients of fcproj, fc, proj, qkv
+    Buffer ln1Mean, ln1Rstd, ln2Mean, ln2Rstd;
+    // qkv (B, T, 3Cl); att: the backend's attention state ((B, Hl, T, T) when it keeps the softmax); res1
+    // (B, T, C) or (B, Ts, C); fc (B, T, Fl).
+    KeptTensor qkv, att, res1, fc;
+    KeptInput ln1, atty, ln2, gelu;  // (B, T, C), (B, T, Cl), (B, T, C), (B, T, Fl)
+    Buffer gOut, gFc, gProj, gQkv;   // split backward: output gradients of fcproj, fc, proj, qkv
   };
   void keep(Buffer& dst, const float* src, size_t n) {
     dst.reserve(n);
@@ -357,6 +406,7 @@ class TransformerBlock final : public Layer {
   bool m_causal;
   TensorParallel m_tp;
   bool m_sp;
+  bool m_fused = false;               // the backend saves row log-sum-exps, not the softmax
   bool m_recomputeAttention = false;  // selective recompute on a backend that materialises the softmax
   BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw,
       m_fcprojb;
