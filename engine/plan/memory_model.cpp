@@ -308,36 +308,42 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   double blockWorkspace = 0, blockRowsC = 0, headLogits = 0, headRowsC = 0;  // bytes, floats
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
-    o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
+    o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs);
     if (layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp) {
-      // A transformer block's backward scratch in the runtime (engine/runtime/transformer.cpp, one shared
-      // workspace): residual and LayerNorm input gradients (2 T*C), the MLP's two (T, F) gradients, the qkv
-      // gradient (T, 3C) and attention's scratch per sample, beside the two activation-gradient buffers
-      // above. Attention's scratch is the scores' gradient (H, T, T) where the softmax is materialised, the
-      // rows' (H, T) dot products where it is fused (plus, in bf16, an fp32 copy of the kept (T, C) output).
-      // Measured on the CPU engine: within 5% of this.
+      // A transformer block's scratch in the runtime (engine/runtime/transformer.cpp, one shared workspace of
+      // slots), per sample in floats, beside the model's two activation-gradient buffers (whole): slot 0 the
+      // residual's gradient (T, C), a (T/tp, C) piece under sequence parallelism; 1 the LayerNorm input's
+      // gradient (T, C); 2 and 3 the MLP's two (T, F/tp) gradients (2 also stages the kept GEMM inputs in
+      // bf16, at most a LayerNorm output); 4 the q|k|v gradient (T, 3C/tp), or the sequence-parallel
+      // forward's gathered (T, C); 5 attention's scratch / tp (the scores' gradient (H, T, T) where the
+      // softmax is materialised, the rows' (H, T) dot products where it is fused, plus in bf16 an fp32 copy
+      // of the kept output), or the (T, C) staging of a sequence gather or reduce-scatter; under sequence
+      // parallelism 6 a gathered (T, C) gradient and 7 a (T/tp, C) piece.
       const ModelConfig& m = plan.config.model;
+      const bool bf16 = p.precision == Precision::Bf16, sp = p.sequenceParallel && tp > 1;
       const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpRatio) * m.width;
-      double attention = fused ? double(m.heads) * T + (p.precision == Precision::Bf16 ? T * C : 0.0)
-                               : double(m.heads) * T * T;
-      // Selective recompute (recompute.h) re-makes the attention matrix in a workspace of its own, with the
-      // attention output the re-run writes and nobody reads: (H, T, T) + (T, C) per sample, / tp.
-      if (recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused))
-        attention += double(m.heads) * T * T + T * C;
-      const double floats = (5.0 * C + 2.0 * F) * T + attention;
+      const double Cs = C / seqSplit, spC = sp ? C : 0.0;
+      const double attention = fused ? double(m.heads) * T + (bf16 ? T * C : 0.0) : double(m.heads) * T * T;
+      double floats =
+          T * (Cs + C + std::max(F / tp, bf16 ? Cs : 0.0) + F / tp + std::max(3.0 * C / tp, spC)) +
+          std::max(attention / tp, T * spC) + (sp ? T * (C + C / tp) : 0.0);
+      // Selective recompute (recompute.h) re-makes the attention matrix in slot 8, with the attention output
+      // the re-run writes and nobody reads: (H, T, T) + (T, C) per sample, / tp.
+      const bool selective =
+          recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused);
+      if (selective) floats += (double(m.heads) * T * T + T * C) / tp;
       // In bf16 the kept q|k|v, attention matrix, residual and GELU input (layer_impl.h KeptTensor) are
-      // staged in fp32 in slots of their own in forward and widened there in backward; under selective
-      // recompute the matrix's slot holds the re-made matrix's bf16 rounding, half the size.
-      double kept = 0;
-      if (p.precision == Precision::Bf16) {
-        const bool selective =
-            recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused);
+      // staged in fp32 in slots 9-12 in forward and widened there in backward; under selective recompute the
+      // matrix's slot holds the re-made matrix's bf16 rounding, half the size.
+      if (bf16) {
         const double matrix = fused ? 0.0 : double(m.heads) * T * T * (selective ? 0.5 : 1.0);
-        kept = ((3.0 * C + F) * T + matrix) / tp + T * C / seqSplit;
+        floats += ((3.0 * C + F) * T + matrix) / tp + T * Cs;
+        // Slot 13, the TP collectives' bf16 staging: a (T, C) all-reduce, or under sequence parallelism a
+        // reduce-scatter's (T, C) whole and (T / tp, C) piece.
+        if (tp > 1) floats += T * C * (sp ? 1.0 + 1.0 / tp : 1.0) / 2.0;
       }
       blockWorkspace =
-          std::max(blockWorkspace, (floats / tp + kept) * 4.0 * mbs +
-                                       2.0 * double(layer.outputBytesPerSample) * mbs / seqSplit);
+          std::max(blockWorkspace, floats * 4.0 * mbs + 2.0 * double(layer.outputBytesPerSample) * mbs);
       o.workspace = std::max(o.workspace, blockWorkspace);
       blockRowsC = std::max(blockRowsC, mbs * T * C);
     }

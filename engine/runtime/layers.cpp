@@ -42,8 +42,15 @@ void TensorParallel::allGather(TensorIn send, void* recv, size_t n) const {
   if (!s) throw CommFailure("tensor-parallel all-gather: " + s.message());
 }
 
-void TensorParallel::reduceScatter(const float* send, float* recv, size_t n) const {
-  Status s = comm->reduceScatter(send, recv, n, CommType::F32, ReduceOp::Sum);
+void TensorParallel::allReduce(bfloat16* x, size_t n) const {
+  if (!comm || size == 1) return;
+  Status s = comm->allReduce(x, x, n, CommType::BF16, ReduceOp::Sum);
+  if (!s) throw CommFailure("tensor-parallel all-reduce (bf16): " + s.message());
+}
+
+void TensorParallel::reduceScatter(TensorIn send, void* recv, size_t n) const {
+  Status s =
+      comm->reduceScatter(send.data, recv, n, send.bf16 ? CommType::BF16 : CommType::F32, ReduceOp::Sum);
   if (!s) throw CommFailure("tensor-parallel reduce-scatter: " + s.message());
 }
 

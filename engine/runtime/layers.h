@@ -61,11 +61,13 @@ struct TensorParallel {
   void allReduce(float* x, size_t n) const;
   // Sums a parameter gradient over the group in place, in its precision (fp32 or bf16).
   void allReduce(GradOut g, size_t n) const;
+  // Sums bf16 values in place (each sum in fp32, rounded to nearest even: CommType::BF16).
+  void allReduce(bfloat16* x, size_t n) const;
   void allReduceMax(float* x, size_t n) const;
   // recv (size, n) = every rank's send (n), fp32 or bf16 elements as send is (bf16 kept activations travel
   // as they are kept); recv (n) = the sum of block `rank` of send (size, n).
   void allGather(TensorIn send, void* recv, size_t n) const;
-  void reduceScatter(const float* send, float* recv, size_t n) const;
+  void reduceScatter(TensorIn send, void* recv, size_t n) const;
   // Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
   // Models"): LayerNorms, residuals and biases of row-parallel linears run on 1/size of the sequence.
   bool sequence = false;
@@ -133,7 +135,7 @@ struct LayerContext {
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
-inline constexpr int kLayerScratchSlots = 13;
+inline constexpr int kLayerScratchSlots = 14;
 
 // MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: rows per chunk of the GPT head's fused LM head and loss
 // instead of plan/model_spec.h headChunkRows() (tests run many chunks on small models with it; the memory

@@ -86,14 +86,14 @@ class TransformerBlock final : public Layer {
     float* res1 = c.res1.target(size_t(N) * C, *m_ws, kRes1Slot);
     m_be.linearForward(res1, c.atty.keep(atty), m_projw.gemm(), addsBias ? m_projb.value() : nullptr, N, Cl,
                        C);
-    m_tp.allReduce(res1, size_t(N) * C);
+    allReduceActivations(res1, size_t(N) * C);
     m_be.add(res1, res1, x, size_t(N) * C);
     c.res1.keep(res1);
     float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
     m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), res1, m_ln2w.value(), m_ln2b.value(), N, C,
                           m_eps);
     mlpForward(c, N, c.ln2.keep(ln2), y, addsBias ? m_fcprojb.value() : nullptr);
-    m_tp.allReduce(y, size_t(N) * C);
+    allReduceActivations(y, size_t(N) * C);
     m_be.add(y, y, res1, size_t(N) * C);
   }
 
@@ -135,7 +135,7 @@ class TransformerBlock final : public Layer {
     m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
     m_be.geluBackward(dF2, dF1, c.fc.read(*m_ws), NF);
     m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.gemm(), N, C, F);
-    m_tp.allReduce(dC, NC);
+    allReduceActivations(dC, NC);
     m_be.layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.read(*m_ws), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
     if (deferWeights) {
@@ -151,7 +151,7 @@ class TransformerBlock final : public Layer {
                            m_causal);
     m_be.zero(dC, NC * sizeof(float));
     m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.gemm(), N, C, 3 * Cl);
-    m_tp.allReduce(dC, NC);
+    allReduceActivations(dC, NC);
     if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
     if (dx) {
       m_be.accumulate(dx, dres1, NC);
@@ -183,7 +183,9 @@ class TransformerBlock final : public Layer {
   // In bf16, where the KeptTensors stage their fp32 values in forward and widen them in backward: q|k|v
   // (B, T, 3Cl), the attention state, the residual (B, T, C) or (B, Ts, C), the GELU's input (B, T, Fl).
   static constexpr int kQkvSlot = 9, kAttSlot = 10, kRes1Slot = 11, kFcSlot = 12;
-  static_assert(kFcSlot < kLayerScratchSlots);
+  // The bf16 staging of the activation collectives (allReduceActivations).
+  static constexpr int kCommSlot = 13;
+  static_assert(kCommSlot < kLayerScratchSlots);
 
   // Attention over the q|k|v forward computed: returns its output's staging (KeptInput atty), and saves the
   // state backward needs in the cache (KeptTensor: bf16 probabilities in bf16 where the softmax is
@@ -229,6 +231,22 @@ class TransformerBlock final : public Layer {
     m_be.linearForward(out, c.gelu.keep(gelu), m_fcprojw.gemm(), fcprojBias, N, m_F, m_C);
   }
 
+  // ---- activation collectives: in bf16 precision the TP all-reduces, reduce-scatters and all-gathers of
+  // activations and their gradients move bf16, as Megatron-LM's do on its bf16 tensors: the fp32 values are
+  // rounded into workspace slot kCommSlot, reduced there (each sum in fp32, rounded: CommType::BF16) and
+  // widened back. Half the bytes of fp32; the rounding of each rank's partial sum is the price.
+  bool bf16Collectives() const { return m_be.gemmPrecision() == GemmPrecision::Bf16 && m_tp.size > 1; }
+  bfloat16* commStaging(size_t n) const {
+    return reinterpret_cast<bfloat16*>(m_ws->get(kCommSlot, (n + 1) / 2, false));
+  }
+  void allReduceActivations(float* x, size_t n) const {
+    if (!bf16Collectives()) return m_tp.allReduce(x, n);
+    bfloat16* s = commStaging(n);
+    m_be.toBf16(s, x, n);
+    m_tp.allReduce(s, n);
+    m_be.fromBf16(x, s, n);
+  }
+
   // ---- sequence parallelism: (B, T, C) <-> this rank's (B, Ts, C) ----
   // A sample's piece of the sequence is one row of Ts * C floats; the whole tensor's rows are T * C apart.
   void takeShard(float* dst, const float* full, int B) const {
@@ -265,7 +283,21 @@ class TransformerBlock final : public Layer {
     float* tmp = m_ws->get(5, piece * m_tp.size, false);
     for (int r = 0; r < m_tp.size; ++r)
       m_be.copy2D(tmp + r * piece, rowBytes, full + size_t(r) * Ts * m_C, fullRow, rowBytes, B);
-    m_tp.reduceScatter(tmp, dst, piece);
+    if (!bf16Collectives()) return m_tp.reduceScatter(tmp, dst, piece);
+    const size_t whole = piece * m_tp.size;
+    bfloat16* s = commStaging(whole + piece);  // the rank-major whole, then this rank's sum
+    m_be.toBf16(s, tmp, whole);
+    m_tp.reduceScatter(TensorIn(s), s + whole, piece);
+    m_be.fromBf16(dst, s + whole, piece);
+  }
+  // dst (B, T, C) = every rank's (B, Ts, C) activation piece, through bf16 in bf16 precision.
+  void gatherActivations(float* dst, const float* shard, int B) const {
+    if (!bf16Collectives()) return gatherSequence(dst, shard, B);
+    const size_t piece = size_t(B) * (m_T / m_tp.size) * m_C, whole = piece * m_tp.size;
+    bfloat16* s = commStaging(piece + whole);  // this rank's piece, then the gathered whole
+    m_be.toBf16(s, shard, piece);
+    gatherSequence(s + piece, TensorIn(s), B);
+    m_be.fromBf16(dst, s + piece, whole);
   }
   void addBias(float* x, TensorIn bias, size_t rows) const { m_be.addRows(x, bias, rows, m_C); }
 
@@ -301,7 +333,7 @@ class TransformerBlock final : public Layer {
     reduceScatterSequence(ys, full, B);
     addBias(ys, m_fcprojb.value(), Ns);
     m_be.accumulate(ys, res1, NsC);
-    gatherSequence(y, ys, B);
+    gatherActivations(y, ys, B);
   }
 
   void backwardSequenceParallel(const float* x, const float* dy, float* dx, int B, Cache& c,
@@ -331,7 +363,7 @@ class TransformerBlock final : public Layer {
     reduceScatterSequence(dshard, dC, B);
     m_be.layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.read(*m_ws), m_ln2w.value(),
                            c.ln2Mean.data(), c.ln2Rstd.data(), Ns, C);
-    gatherSequence(dfull, dres1s, B);  // the proj output's gradient, whole
+    gatherActivations(dfull, dres1s, B);  // the proj output's gradient, whole
     if (deferWeights) {
       keep(c.gOut, dy, NC);
       keep(c.gFc, dF2, NF);
@@ -356,7 +388,7 @@ class TransformerBlock final : public Layer {
     m_be.layerNormBackward(dxs, m_ln1w.grad(), m_ln1b.grad(), dshard, xs, m_ln1w.value(), c.ln1Mean.data(),
                            c.ln1Rstd.data(), Ns, C);
     if (dx) {
-      gatherSequence(dfull, dxs, B);
+      gatherActivations(dfull, dxs, B);
       m_be.accumulate(dx, dfull, NC);
     }
   }
