@@ -234,6 +234,80 @@ class TestSimulator : public QObject {
     QCOMPARE(free.gradSyncTime(0), 0.0);
   }
 
+  // Offload's transfers over the host link (CostModel::hostTransfers) are drawn inside the actions whose
+  // durations count them: "optimizer" moves the owned bf16 gradients down at the start of O and the updated
+  // bf16 slice up at its end (shard * 2 bytes / 64 GB/s each way on the test's H100s); "parameters" (ZeRO-3)
+  // uploads a chunk's bf16 shard at the start of every F and B and downloads each microbatch's bf16 gradient
+  // shard at the end of B. Nothing is drawn without offload, and nothing in F and B when the times are
+  // calibrated (measured times include the transfers).
+  void hostTransfersOnTimeline() {
+    const json par = {{"precision", "bf16"}, {"grad_precision", "bf16"}, {"dp", 2}, {"microbatches", 2}};
+    json opt = par, params = par;
+    opt["zero"] = 1;
+    opt["offload"] = "optimizer";
+    params["zero"] = 3;
+    params["offload"] = "parameters";
+    MAKE_PLAN(plain, 2, 16, (json{{"parallel", par}}));
+    MAKE_PLAN(optimizer, 2, 16, (json{{"parallel", opt}}));
+    MAKE_PLAN(parameters, 2, 16, (json{{"parallel", params}}));
+    const double link = 64e9;
+    const double shard = ms::stageLocalParameterCount(*optimizer, 0) / 2;
+
+    const ms::SimResult none = ms::simulate(*plain, ms::CostModel(*plain));
+    for (const auto& t : none.hostTransfersByRank) QVERIFY(t.empty());
+
+    const ms::SimResult o = ms::simulate(*optimizer, ms::CostModel(*optimizer));
+    QCOMPARE(o.hostTransfersByRank.size(), size_t(2));
+    for (int r = 0; r < 2; ++r) {
+      const auto& t = o.hostTransfersByRank[static_cast<size_t>(r)];
+      const ms::SimSpan* step = nullptr;
+      for (const ms::SimSpan& sp : o.spansByRank[static_cast<size_t>(r)])
+        if (sp.type == ms::ActionType::OptimizerStep) step = &sp;
+      QVERIFY(step);
+      QCOMPARE(t.size(), size_t(2));
+      QVERIFY(t[0].toHost && !t[1].toHost);
+      QCOMPARE(t[0].within, ms::ActionType::OptimizerStep);
+      QCOMPARE(t[0].start, step->start);
+      QCOMPARE(t[1].end, step->end);
+      QVERIFY(std::abs((t[0].end - t[0].start) - shard * 2 / link) <= 1e-9 * shard * 2 / link);
+      QVERIFY(std::abs((t[1].end - t[1].start) - shard * 2 / link) <= 1e-9 * shard * 2 / link);
+    }
+
+    const ms::CostModel pc(*parameters);
+    const ms::SimResult p = ms::simulate(*parameters, pc);
+    const auto& t = p.hostTransfersByRank[0];
+    const auto& spans = p.spansByRank[0];
+    int forwards = 0, backwards = 0;
+    for (const ms::SimSpan& sp : spans) {
+      if (sp.type != ms::ActionType::Forward && sp.type != ms::ActionType::Backward) continue;
+      (sp.type == ms::ActionType::Forward ? forwards : backwards)++;
+      int inside = 0;
+      for (const ms::SimHostTransfer& h : t) {
+        if (h.within != sp.type || h.microbatch != sp.microbatch || h.chunk != sp.chunk) continue;
+        ++inside;
+        QVERIFY(h.start >= sp.start && h.end <= sp.end);
+        const double expected = 2.0 * shard / link;  // the bf16 shard up, or its bf16 gradients down
+        QVERIFY2(std::abs((h.end - h.start) - expected) <= 1e-9 * expected,
+                 qPrintable(QString("%1 s, expected %2").arg(h.end - h.start).arg(expected)));
+        if (h.toHost) {
+          QCOMPARE(h.end, sp.end);
+          QCOMPARE(sp.type, ms::ActionType::Backward);
+        } else {
+          QCOMPARE(h.start, sp.start);
+        }
+      }
+      QCOMPARE(inside, sp.type == ms::ActionType::Forward ? 1 : 2);
+    }
+    QCOMPARE(forwards, 2);
+    QCOMPARE(backwards, 2);
+    QCOMPARE(t.size(), size_t(2 + 2 * 2));
+    // Calibrated: F and B are measured, their transfers inside them are not drawn apart (and this plan's
+    // optimizer step moves nothing: the shards live on the host).
+    const ms::CostModel measured(*parameters, pc.layerTimes());
+    QVERIFY(measured.calibrated());
+    QVERIFY(ms::simulate(*parameters, measured).hostTransfersByRank[0].empty());
+  }
+
   void measuredTimes() {
     MAKE_PLAN(plan, 2, 16, (json{{"parallel", {{"microbatches", 2}}}}));
     ms::CostModel cost(*plan);

@@ -662,6 +662,51 @@ class TestUiTimeline : public QObject {
     QCOMPARE(checked, 8);  // 4 microbatches, F and B each
   }
 
+  // Offload's PCIe transfers (simulator.h SimHostTransfer) are spans of their own on the communication lane
+  // of the predicted timeline: GPT-3 175B with the optimizer offloaded moves each rank's gradients down at
+  // the start of its optimizer step and the bf16 parameters up at its end; both are drawn in their colours
+  // and hit, and the Chrome trace carries them.
+  void simulatedOffloadTransfers() {
+    ms::RunConfig config = exampleConfig("gpt3-175b-plan.json");
+    config.parallel.precision = ms::Precision::Bf16;
+    config.parallel.offload = ms::Offload::Optimizer;
+    if (config.parallel.zero < 1) config.parallel.zero = 1;
+    const auto snap = ms::analyzePlan(config);
+    QVERIFY2(snap->ok(), qPrintable(snap->error));
+    const auto& transfers = snap->sim.hostTransfersByRank.at(0);
+    QCOMPARE(transfers.size(), std::size_t(2));
+    const ms::TimelineRow& row = snap->timeline.rows.at(0);
+    std::vector<const TimelineSpan*> host;
+    const TimelineSpan* step = nullptr;
+    for (const TimelineSpan& sp : row.spans) {
+      if (sp.kind == SpanKind::HostToDevice || sp.kind == SpanKind::DeviceToHost) host.push_back(&sp);
+      if (sp.kind == SpanKind::Optimizer) step = &sp;
+    }
+    QVERIFY(step);
+    QCOMPARE(host.size(), std::size_t(2));
+    QCOMPARE(host[0]->kind, SpanKind::DeviceToHost);
+    QCOMPARE(host[0]->start, step->start);
+    QCOMPARE(host[1]->kind, SpanKind::HostToDevice);
+    QCOMPARE(host[1]->end, step->end);
+    QCOMPARE(ms::laneOf(SpanKind::DeviceToHost), 1);
+    QCOMPARE(ms::laneOf(SpanKind::HostToDevice), 1);
+    QVERIFY(TimelineView::spanColor(*host[0]) != TimelineView::spanColor(*host[1]));
+
+    TimelineView v;
+    v.resize(1200, 200);
+    v.setData(std::make_shared<TimelineData>(snap->timeline));
+    for (const TimelineSpan* h : host) {
+      v.setViewRange(h->start, h->end);
+      const QImage img = v.render(v.size());
+      const QPoint at = pointAt(v, 0.5 * (h->start + h->end), 0, 1);
+      QCOMPARE(QColor(img.pixel(at)), TimelineView::spanColor(*h));
+      const auto hit = v.spanAt(at);
+      QVERIFY(hit && hit->span.kind == h->kind);
+      QVERIFY(v.toolTipText(*hit).contains(h->kind == SpanKind::DeviceToHost ? "device to host"
+                                                                             : "host to device"));
+    }
+  }
+
   // ---- MemoryView ----
   void memoryFits() {
     const auto snap = fortunesPp2();

@@ -188,6 +188,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   m_chunkForwardComm.assign(static_cast<size_t>(K), 0.0);
   m_chunkBackwardComm.assign(static_cast<size_t>(K), 0.0);
   m_chunkWeightComm.assign(static_cast<size_t>(K), 0.0);
+  m_chunkHostUpload.assign(static_cast<size_t>(K), 0.0);
+  m_chunkHostDownload.assign(static_cast<size_t>(K), 0.0);
   for (int k = 0; k < K && modelled; ++k) {
     const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
     const int rank = replicaRank(plan, stage);
@@ -252,11 +254,14 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       const double hostLink = stageDevice(plan, stage).hostLinkBandwidth;
       const double shard = params[static_cast<size_t>(k)] / dp;
       if (hostLink > 0) {
-        m_chunkForwardComm[static_cast<size_t>(k)] += shard * state.workingBytes / hostLink;
-        m_chunkBackwardComm[static_cast<size_t>(k)] +=
-            shard * (state.workingBytes + state.gradientBytes) / hostLink;
+        const double up = shard * state.workingBytes / hostLink,
+                     down = shard * state.gradientBytes / hostLink;
+        m_chunkHostUpload[static_cast<size_t>(k)] = up;
+        m_chunkHostDownload[static_cast<size_t>(k)] = down;
+        m_chunkForwardComm[static_cast<size_t>(k)] += up;
+        m_chunkBackwardComm[static_cast<size_t>(k)] += up + down;
         if (plan.schedule.splitBackward)  // W's gathers upload the shard again
-          m_chunkWeightComm[static_cast<size_t>(k)] += shard * state.workingBytes / hostLink;
+          m_chunkWeightComm[static_cast<size_t>(k)] += up;
       }
     }
   }
@@ -321,7 +326,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
 
   // Optimizer step per stage.
   m_optimizer.assign(static_cast<size_t>(plan.partition.stages), 0.0);
-  m_optimizerTransfer.assign(static_cast<size_t>(plan.partition.stages), 0.0);
+  m_optimizerDownload.assign(static_cast<size_t>(plan.partition.stages), 0.0);
+  m_optimizerUpload.assign(static_cast<size_t>(plan.partition.stages), 0.0);
   for (int s = 0; s < plan.partition.stages; ++s) {
     const double local = stageLocalParameterCount(plan, s);
     const double shard = p.zero >= 1 ? local / dp : local;
@@ -332,17 +338,16 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
                          (state.mixed ? state.masterBytes + state.workingBytes : state.workingBytes) +
                          state.momentBytes;
     double t = device.memoryBandwidth > 0 ? shard * bytes / device.memoryBandwidth : 0.0;
-    double transfer = 0;
     if (state.offloadOptimizer) {
       const double hostBytes = 4.0 + 2.0 * state.masterBytes + 2.0 * state.momentBytes + state.workingBytes;
       t = device.hostMemoryBandwidth > 0 ? shard * hostBytes / device.hostMemoryBandwidth : 0.0;
       // "parameters" keeps the shards on the host: the step moves nothing (the gathers and reductions do).
-      transfer = device.hostLinkBandwidth > 0 && !state.offloadParameters
-                     ? shard * (state.gradientBytes + state.workingBytes) / device.hostLinkBandwidth
-                     : 0.0;
-      t += transfer;
+      if (device.hostLinkBandwidth > 0 && !state.offloadParameters) {
+        m_optimizerDownload[static_cast<size_t>(s)] = shard * state.gradientBytes / device.hostLinkBandwidth;
+        m_optimizerUpload[static_cast<size_t>(s)] = shard * state.workingBytes / device.hostLinkBandwidth;
+      }
+      t += m_optimizerDownload[static_cast<size_t>(s)] + m_optimizerUpload[static_cast<size_t>(s)];
     }
-    m_optimizerTransfer[static_cast<size_t>(s)] = transfer;
     if (modelled && (p.zero == 1 || p.zero == 2))
       t += ringAllGatherTime(local * state.workingBytes, dp,
                              groupLink(plan, plan.layout.dpGroup(replicaRank(plan, s))));
@@ -397,6 +402,37 @@ double CostModel::weightTime(int chunk) const {
   if (!m_split) return 0.0;
   const double comm = m_calibrated ? 0.0 : m_chunkWeightComm[static_cast<size_t>(chunk)];
   return chunkSum(m_layers.backwardWeight, chunk) + comm;
+}
+
+double CostModel::optimizerTransferTime(int stage) const {
+  return m_optimizerDownload[static_cast<size_t>(stage)] + m_optimizerUpload[static_cast<size_t>(stage)];
+}
+
+CostModel::HostTransfers CostModel::hostTransfers(const Action& action, int stage) const {
+  HostTransfers t;
+  const size_t k = static_cast<size_t>(std::max(0, action.chunk));
+  const bool inLayers = !m_calibrated && k < m_chunkHostUpload.size();
+  switch (action.type) {
+    case ActionType::Forward:
+      if (inLayers) t.uploadFirst = m_chunkHostUpload[k];
+      break;
+    case ActionType::Backward:
+      if (inLayers) {
+        t.uploadFirst = m_chunkHostUpload[k];
+        t.downloadLast = m_chunkHostDownload[k];
+      }
+      break;
+    case ActionType::BackwardWeight:
+      if (inLayers && m_split) t.uploadFirst = m_chunkHostUpload[k];
+      break;
+    case ActionType::OptimizerStep:
+      t.downloadFirst = m_optimizerDownload[static_cast<size_t>(stage)];
+      t.uploadLast = m_optimizerUpload[static_cast<size_t>(stage)];
+      break;
+    default:
+      break;
+  }
+  return t;
 }
 
 double CostModel::activationTransferTime(int chunk) const {

@@ -84,7 +84,20 @@ class CostModel {
   // all-gather).
   double optimizerTime(int stage) const;
   // Of which the device<->host transfers under offload (0 without): gradients down, parameters up.
-  double optimizerTransferTime(int stage) const { return m_optimizerTransfer[static_cast<size_t>(stage)]; }
+  double optimizerTransferTime(int stage) const;
+  // The device<->host transfers over the host link (PCIe) inside an action under offload
+  // (plan/model_state.h), seconds, part of its duration: "parameters" uploads a chunk's bf16 shard before the
+  // gathers of F, B and W and downloads each microbatch's reduced gradient shard at the end of B; "optimizer"
+  // downloads the owned gradients at the start of the step and uploads the updated bf16 slice at its end. All
+  // 0 without offload, and for F, B and W when the times are calibrated (measured times include them) or
+  // communication is Free.
+  struct HostTransfers {
+    double uploadFirst = 0;    // host -> device, at the action's start
+    double downloadFirst = 0;  // device -> host, at the action's start
+    double downloadLast = 0;   // device -> host, at the action's end
+    double uploadLast = 0;     // host -> device, at the action's end
+  };
+  HostTransfers hostTransfers(const Action& action, int stage) const;
   // The duration of a compute-lane action, or the transit time of a send; 0 for a receive (it waits for a
   // message instead). `stage` is the stage running the action.
   double actionTime(const Action& action, int stage) const;
@@ -109,7 +122,11 @@ class CostModel {
   std::vector<double> m_activationBytes;     // (K)
   std::vector<double> m_gradSync;            // (K)
   std::vector<double> m_optimizer;           // (P)
-  std::vector<double> m_optimizerTransfer;   // (P)
+  // Offload's host-link transfers (hostTransfers).
+  std::vector<double> m_chunkHostUpload;    // (K): a chunk's shard up, before F's, B's and W's gathers
+  std::vector<double> m_chunkHostDownload;  // (K): a microbatch's reduced gradient shard down, in B
+  std::vector<double> m_optimizerDownload;  // (P): the owned gradients down
+  std::vector<double> m_optimizerUpload;    // (P): the updated bf16 slice up
 };
 
 }  // namespace ms

@@ -47,7 +47,20 @@ struct Lanes {
   double compute = 0;        // when the compute lane is free
   double communication = 0;  // when the communication lane is free
   std::vector<SimSpan> spans;
+  std::vector<SimHostTransfer> transfers;
 };
+
+// Offload's host-link transfers inside a compute action's span (CostModel::hostTransfers).
+void addHostTransfers(const SimSpan& span, const CostModel::HostTransfers& t,
+                      std::vector<SimHostTransfer>& out) {
+  auto add = [&](bool toHost, double start, double end) {
+    if (end > start) out.push_back({0, span.type, span.microbatch, span.chunk, toHost, start, end});
+  };
+  add(false, span.start, span.start + t.uploadFirst);
+  add(true, span.start, span.start + t.downloadFirst);
+  add(true, span.end - t.downloadLast, span.end);
+  add(false, span.end - t.uploadLast, span.end);
+}
 
 // Runs stage s's list as far as its receives allow; returns whether any action ran.
 bool advance(const std::vector<Action>& actions, int s, const CostModel& costs,
@@ -86,6 +99,8 @@ bool advance(const std::vector<Action>& actions, int s, const CostModel& costs,
         span.end = lanes.compute = span.start + costs.actionTime(a, s);
         break;
     }
+    if (onComputeLane(a.type) && a.type != ActionType::RecvActivation && a.type != ActionType::RecvGrad)
+      addHostTransfers(span, costs.hostTransfers(a, s), lanes.transfers);
     lanes.spans.push_back(span);
     ++lanes.next;
     ran = true;
@@ -133,6 +148,7 @@ SimResult simulate(const Plan& plan, const CostModel& costs) {
   // Every rank gets its stage's spans (TP and DP peers run the same list at the same times).
   const int world = plan.layout.world();
   result.spansByRank.resize(static_cast<size_t>(world));
+  result.hostTransfersByRank.resize(static_cast<size_t>(world));
   result.bubbleFraction.assign(static_cast<size_t>(world), 0.0);
   double peakSum = 0;
   bool allPublished = true;
@@ -142,6 +158,9 @@ SimResult simulate(const Plan& plan, const CostModel& costs) {
     auto& spans = result.spansByRank[static_cast<size_t>(r)];
     spans = lanes[static_cast<size_t>(s)].spans;
     for (SimSpan& span : spans) span.rank = r;
+    auto& transfers = result.hostTransfersByRank[static_cast<size_t>(r)];
+    transfers = lanes[static_cast<size_t>(s)].transfers;
+    for (SimHostTransfer& t : transfers) t.rank = r;
     result.bubbleFraction[static_cast<size_t>(r)] =
         result.pipelineSpan > 0 ? 1.0 - busy[static_cast<size_t>(s)] / result.pipelineSpan : 0.0;
     const DeviceSpec& device = r < static_cast<int>(plan.layout.deviceOf.size())

@@ -35,13 +35,28 @@ struct SimSpan {
   double end = 0;
 };
 
+// A device<->host transfer over the host link under offload (CostModel::hostTransfers), drawn on the
+// communication lane inside the action that makes it (`within`, with its microbatch and chunk): at the
+// action's start or end, as long as the cost model counts it (the engine moves a "parameters" shard layer by
+// layer; the simulator puts a chunk's at the action's start, its gradient shards at the end).
+struct SimHostTransfer {
+  int rank = 0;
+  ActionType within = ActionType::Forward;
+  int microbatch = -1;
+  int chunk = -1;
+  bool toHost = false;  // device -> host (gradients), else host -> device (parameters)
+  double start = 0;
+  double end = 0;
+};
+
 // Whether a span of this type sits on the compute lane. Receives are shown there as the time the lane waits
 // (zero length when the message was already in); sends are drawn as the message in flight, from the send to
 // its arrival, and GradSyncs on the communication lane.
 bool onComputeLane(ActionType type);
 
 struct SimResult {
-  std::vector<std::vector<SimSpan>> spansByRank;  // (R): each rank's spans in its list order
+  std::vector<std::vector<SimSpan>> spansByRank;                  // (R): each rank's spans in its list order
+  std::vector<std::vector<SimHostTransfer>> hostTransfersByRank;  // (R): offload's, in list order
   // Per rank: 1 - (busy time of F, B and W on its compute lane) / (the pipeline span: earliest F start to
   // latest B or W end over all stages). The optimizer step and any gradient-sync tail are outside the span.
   std::vector<double> bubbleFraction;  // (R)

@@ -30,6 +30,10 @@ const char* shortName(SpanKind kind) {
       return "optimizer";
     case SpanKind::Other:
       return "other";
+    case SpanKind::HostToDevice:
+      return "H2D";
+    case SpanKind::DeviceToHost:
+      return "D2H";
   }
   return "other";
 }

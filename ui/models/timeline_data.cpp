@@ -23,6 +23,10 @@ const char* toString(SpanKind kind) {
       return "optimizer step";
     case SpanKind::Other:
       return "other";
+    case SpanKind::HostToDevice:
+      return "host to device (offload)";
+    case SpanKind::DeviceToHost:
+      return "device to host (offload)";
   }
   return "other";
 }
@@ -51,7 +55,10 @@ SpanKind spanKindFromCode(char code) {
 }
 
 int laneOf(SpanKind kind) {
-  return kind == SpanKind::Send || kind == SpanKind::GradSync ? 1 : 0;
+  return kind == SpanKind::Send || kind == SpanKind::GradSync || kind == SpanKind::HostToDevice ||
+                 kind == SpanKind::DeviceToHost
+             ? 1
+             : 0;
 }
 
 std::size_t TimelineData::spanCount() const {
@@ -94,6 +101,16 @@ TimelineData timelineFromSimulation(const Plan& plan, const SimResult& sim) {
       t.chunk = static_cast<std::int16_t>(s.chunk);
       row.spans.push_back(t);
     }
+    if (r < static_cast<int>(sim.hostTransfersByRank.size()))
+      for (const SimHostTransfer& h : sim.hostTransfersByRank[r]) {
+        TimelineSpan t;
+        t.start = h.start;
+        t.end = h.end;
+        t.kind = h.toHost ? SpanKind::DeviceToHost : SpanKind::HostToDevice;
+        t.microbatch = static_cast<std::int16_t>(h.microbatch);
+        t.chunk = static_cast<std::int16_t>(h.chunk);
+        row.spans.push_back(t);
+      }
     std::stable_sort(row.spans.begin(), row.spans.end(),
                      [](const TimelineSpan& a, const TimelineSpan& b) { return a.start < b.start; });
   }

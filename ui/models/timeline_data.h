@@ -3,7 +3,8 @@
 // "spans" lines (ui/run); both fill the same structure, so the same view shows either and they line up.
 //
 // What always holds: within a row, spans are sorted by start; end >= start; lane 0 is the compute lane
-// (F, B, W, O and receive waits), lane 1 the communication lane (sends in flight, gradient syncs).
+// (F, B, W, O and receive waits), lane 1 the communication lane (sends in flight, gradient syncs, offload's
+// host transfers).
 #pragma once
 
 #include <QString>
@@ -25,6 +26,9 @@ enum class SpanKind : std::uint8_t {
   GradSync,   // data-parallel gradient all-reduce / reduce-scatter
   Optimizer,  // the optimizer step
   Other,
+  // Offload's transfers over the host link (PCIe), on the communication lane (simulator.h SimHostTransfer).
+  HostToDevice,  // parameters up
+  DeviceToHost,  // gradients down
 };
 const char* toString(SpanKind kind);
 // The one-letter codes of the schedule and the metrics stream (F B W s r S R G O) to a kind.

@@ -40,6 +40,10 @@ QRgb fixedColour(SpanKind kind) {
       return qRgb(210, 210, 210);
     case SpanKind::Optimizer:
       return qRgb(38, 50, 56);
+    case SpanKind::HostToDevice:
+      return qRgb(124, 77, 255);
+    case SpanKind::DeviceToHost:
+      return qRgb(194, 24, 91);
     default:
       return qRgb(150, 150, 150);
   }
