@@ -19,9 +19,9 @@
 // really replicated without sequence parallelism (a few percent of a block's FLOPs).
 //
 // Communication inside compute actions (Modelled only; added to the analytic layer times, never to measured):
-//   tensor parallel (tp > 1), all-reduces over the TP group of the layer's output (b * T * C values; a
-//   transformer block's in bf16 under "precision": "bf16", the others fp32), Megatron-LM (Shoeybi et al.
-//   2019, section 3, the f/g operators):
+//   tensor parallel (tp > 1), all-reduces over the TP group of the layer's output (b * T * C values, bf16
+//   under "precision": "bf16" but for an mlp model's), Megatron-LM (Shoeybi et al. 2019, section 3, the f/g
+//   operators):
 //     transformer block: 2 in forward (after attention and after the MLP), 2 in backward
 //     mlp layer: 1 and 1 (a column/row pair needs one all-reduce each way; counted per layer)
 //     embedding: 1 in forward (vocab-parallel lookup); head: 1 in backward (the input's gradient)
@@ -198,14 +198,14 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       for (int l : m_chunks[static_cast<size_t>(k)]) {
         const LayerSpec& layer = model.layers[static_cast<size_t>(l)];
         const TpCollectives c = tpCollectives(layer, plan.config.model.type);
-        // The head's backward all-reduce is of its input, the previous layer's output; a transformer block's
-        // collectives move its activations in their precision (bf16 under "precision": "bf16").
-        const bool transformerBlock =
-            layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp;
-        const double outBytes = layer.kind == LayerKind::Head && l > 0
-                                    ? double(model.layers[static_cast<size_t>(l - 1)].outputBytesPerSample)
-                                : transformerBlock ? layer.outputBytesPerSampleIn(p.precision)
-                                                   : double(layer.outputBytesPerSample);
+        // The head's backward all-reduce is of its input, the previous layer's output; the collectives move
+        // activations in their precision (bf16 under "precision": "bf16"), but an mlp model's (fp32).
+        const bool mlp = plan.config.model.type == ModelType::Mlp;
+        const bool transformerBlock = layer.kind == LayerKind::Block && !mlp;
+        const LayerSpec& moved =
+            layer.kind == LayerKind::Head && l > 0 ? model.layers[static_cast<size_t>(l - 1)] : layer;
+        const double outBytes =
+            mlp ? double(moved.outputBytesPerSample) : moved.outputBytesPerSampleIn(p.precision);
         const double t = ringAllReduceTime(outBytes * mbs, tp, link);
         m_chunkForwardComm[static_cast<size_t>(k)] += c.forward * t;
         const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);

@@ -309,6 +309,13 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
     o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs);
+    // A gpt embedding's TP all-reduce of its lookup, staged in bf16 (runtime allReduceActivations; a
+    // block's staging, counted below, is at least as large, and so is the head's).
+    if (p.precision == Precision::Bf16 && tp > 1 && plan.config.model.type == ModelType::Gpt &&
+        layer.kind == LayerKind::Embedding)
+      o.workspace =
+          std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs +
+                                    2.0 * mbs * plan.model.samplePositions * plan.config.model.width);
     if (layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp) {
       // A transformer block's scratch in the runtime (engine/runtime/transformer.cpp, one shared workspace of
       // slots), per sample in floats, beside the model's two activation-gradient buffers (whole): slot 0 the
@@ -354,7 +361,9 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       const double vocabLocal = std::floor(double(plan.config.model.vocab) / tp);
       const double chunk =
           double(headChunkRows(static_cast<int64_t>(rows), static_cast<int64_t>(vocabLocal)));
-      const double floats = 2.0 * rows * C + chunk * vocabLocal + (tp > 1 ? 3.0 * chunk : 0.0);
+      // In bf16 its TP all-reduce of the input gradient is staged in bf16 (rows * C / 2 floats).
+      const double comm = p.precision == Precision::Bf16 && tp > 1 ? rows * C / 2.0 : 0.0;
+      const double floats = 2.0 * rows * C + chunk * vocabLocal + (tp > 1 ? 3.0 * chunk : 0.0) + comm;
       o.workspace = std::max(o.workspace, floats * 4.0);
       headLogits = chunk * vocabLocal;
       headRowsC = rows * C;

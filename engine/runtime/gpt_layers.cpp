@@ -22,13 +22,15 @@ class GptEmbedding final : public Layer {
         m_C(ctx.model.width),
         m_T(ctx.positions),
         m_Vl(ctx.model.vocab / ctx.tp.size),
-        m_tp(ctx.tp) {
+        m_tp(ctx.tp),
+        m_ws(ctx.workspace) {
     m_wte = bindParam(ctx.params, "wte.weight");
     m_wpe = bindParam(ctx.params, "wpe.weight");
   }
   int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
   // Under tensor parallelism wte is split by vocabulary (Megatron-LM): each rank looks up the tokens in its
-  // range (0 elsewhere), the pieces are all-reduced, then the positions are added.
+  // range (0 elsewhere), the pieces are all-reduced, then the positions are added. In bf16 the all-reduce
+  // moves bf16, and loses nothing: each value has one non-zero term, a bf16 working weight.
   void forward(const float*, float* y, const BatchView& batch, const ForwardMode&, int) override {
     if (m_tp.size == 1) {
       m_be.embeddingForward(y, batch.tokens, m_wte.value(), m_wpe.value(), batch.B, m_T, m_C);
@@ -36,7 +38,7 @@ class GptEmbedding final : public Layer {
     }
     const int N = batch.B * m_T, v0 = m_tp.rank * m_Vl;
     m_be.embeddingRangeForward(y, batch.tokens, m_wte.value(), v0, m_Vl, N, m_C);
-    m_tp.allReduce(y, size_t(N) * m_C);
+    allReduceActivations(m_tp, m_be, *m_ws, y, size_t(N) * m_C);
     m_be.addPositions(y, m_wpe.value(), batch.B, m_T, m_C);
   }
   // No input gradient; the (cheap) weight gradient is done at once, so a split backward's weight part has
@@ -58,6 +60,7 @@ class GptEmbedding final : public Layer {
   Backend& m_be;
   int m_C, m_T, m_Vl;
   TensorParallel m_tp;
+  Workspace* m_ws;
   BoundParam m_wte, m_wpe;
 };
 
@@ -115,14 +118,15 @@ class GptHead final : public Layer {
   }
 
   // The LM head's gradients were computed in forward: the input part all-reduces the (vocabulary-parallel)
-  // partial input gradients and runs ln_f's backward; the weight part has nothing left.
+  // partial input gradients (in bf16 in bf16 precision) and runs ln_f's backward; the weight part has nothing
+  // left.
   void backward(const float* x, const float*, float* dx, const BatchView& batch, int slot,
                 BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
     float* dlnf = c.dlnf.data();  // (B, T, C)
-    m_tp.allReduce(dlnf, size_t(N) * m_C);
+    allReduceActivations(m_tp, m_be, *m_ws, dlnf, size_t(N) * m_C);
     m_be.layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.mean.data(),
                            c.rstd.data(), N, m_C);
   }

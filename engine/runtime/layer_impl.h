@@ -119,6 +119,17 @@ class KeptTensor {
   int m_slot = 0;
 };
 
+// The workspace slot that stages activation collectives in bf16 (allReduceActivations; the transformer
+// block's sequence-parallel ones too).
+inline constexpr int kActivationCommSlot = 13;
+static_assert(kActivationCommSlot < kLayerScratchSlots);
+
+// Sums x (n fp32 activations or activation gradients) over the TP group in place: in fp32, or where the
+// backend computes in bf16 in bf16, as Megatron-LM's collectives of its bf16 tensors do: rounded into
+// workspace slot kActivationCommSlot, summed there (each sum in fp32, rounded: CommType::BF16) and widened
+// back. Half the bytes; each rank's partial sum is rounded.
+void allReduceActivations(const TensorParallel& tp, Backend& be, Workspace& ws, float* x, size_t n);
+
 std::unique_ptr<Layer> makeTransformerBlock(const LayerSpec& spec, const LayerContext& ctx, bool causal);
 std::unique_ptr<Layer> makeGptEmbedding(const LayerSpec& spec, const LayerContext& ctx);
 std::unique_ptr<Layer> makeGptHead(const LayerSpec& spec, const LayerContext& ctx);

@@ -48,6 +48,14 @@ void TensorParallel::allReduce(bfloat16* x, size_t n) const {
   if (!s) throw CommFailure("tensor-parallel all-reduce (bf16): " + s.message());
 }
 
+void allReduceActivations(const TensorParallel& tp, Backend& be, Workspace& ws, float* x, size_t n) {
+  if (be.gemmPrecision() != GemmPrecision::Bf16 || tp.size == 1) return tp.allReduce(x, n);
+  auto* s = reinterpret_cast<bfloat16*>(ws.get(kActivationCommSlot, (n + 1) / 2, false));
+  be.toBf16(s, x, n);
+  tp.allReduce(s, n);
+  be.fromBf16(x, s, n);
+}
+
 void TensorParallel::reduceScatter(TensorIn send, void* recv, size_t n) const {
   Status s =
       comm->reduceScatter(send.data, recv, n, send.bf16 ? CommType::BF16 : CommType::F32, ReduceOp::Sum);

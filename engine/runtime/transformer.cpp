@@ -184,8 +184,7 @@ class TransformerBlock final : public Layer {
   // (B, T, 3Cl), the attention state, the residual (B, T, C) or (B, Ts, C), the GELU's input (B, T, Fl).
   static constexpr int kQkvSlot = 9, kAttSlot = 10, kRes1Slot = 11, kFcSlot = 12;
   // The bf16 staging of the activation collectives (allReduceActivations).
-  static constexpr int kCommSlot = 13;
-  static_assert(kCommSlot < kLayerScratchSlots);
+  static constexpr int kCommSlot = kActivationCommSlot;
 
   // Attention over the q|k|v forward computed: returns its output's staging (KeptInput atty), and saves the
   // state backward needs in the cache (KeptTensor: bf16 probabilities in bf16 where the softmax is
@@ -239,13 +238,7 @@ class TransformerBlock final : public Layer {
   bfloat16* commStaging(size_t n) const {
     return reinterpret_cast<bfloat16*>(m_ws->get(kCommSlot, (n + 1) / 2, false));
   }
-  void allReduceActivations(float* x, size_t n) const {
-    if (!bf16Collectives()) return m_tp.allReduce(x, n);
-    bfloat16* s = commStaging(n);
-    m_be.toBf16(s, x, n);
-    m_tp.allReduce(s, n);
-    m_be.fromBf16(x, s, n);
-  }
+  void allReduceActivations(float* x, size_t n) const { ms::allReduceActivations(m_tp, m_be, *m_ws, x, n); }
 
   // ---- sequence parallelism: (B, T, C) <-> this rank's (B, Ts, C) ----
   // A sample's piece of the sequence is one row of Ts * C floats; the whole tensor's rows are T * C apart.
