@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,6 +93,23 @@ int usageError(const std::string& message) {
   std::fprintf(stderr, "meshstudio-engine: %s\n\n%s", message.c_str(), kUsage);
   return kExitUsage;
 }
+
+// An integer option's value in [min, max]: false for junk, an empty value or one out of the range (beyond
+// long long's too: strtoll's ERANGE), so a value never wraps. usageError names the option and the range.
+bool integerArg(const std::string& text, long long min, long long max, long long& out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno == ERANGE || !end || *end || v < min || v > max) return false;
+  out = v;
+  return true;
+}
+int rangeError(const char* option, long long min, long long max) {
+  return usageError(std::string(option) + " needs an integer from " + std::to_string(min) + " to " +
+                    std::to_string(max));
+}
+constexpr long long kIntMax = std::numeric_limits<int>::max();
 
 // Simple argument reader: positional arguments and --flag [value] options.
 struct Args {
@@ -179,16 +197,15 @@ int cmdTrain(int argc, char** argv) {
   ms::RunConfig config;
   if (!loadConfig(a.positional[0], config)) return kExitUsage;
   if (a.has("--steps")) {
-    char* end = nullptr;
-    const long steps = std::strtol(a.get("--steps").c_str(), &end, 10);
-    if (!end || *end || steps < 0) return usageError("--steps needs a non-negative integer");
+    long long steps = 0;
+    if (!integerArg(a.get("--steps"), 0, kIntMax, steps)) return rangeError("--steps", 0, kIntMax);
     config.training.steps = static_cast<int>(steps);
   }
   ms::TrainOptions options;
   if (a.has("--stop-after")) {
-    char* end = nullptr;
-    const long stopAfter = std::strtol(a.get("--stop-after").c_str(), &end, 10);
-    if (!end || *end || stopAfter < 1) return usageError("--stop-after needs a positive integer (a step)");
+    long long stopAfter = 0;
+    if (!integerArg(a.get("--stop-after"), 1, kIntMax, stopAfter))
+      return rangeError("--stop-after (a step)", 1, kIntMax);
     options.stopAfter = stopAfter;
   }
   options.metricsSink = a.get("--metrics");
@@ -244,6 +261,9 @@ int cmdEval(int argc, char** argv) {
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1) return usageError("eval needs exactly one CONFIG");
   if (!a.has("--checkpoint")) return usageError("eval needs --checkpoint DIR");
+  long long batches = 0;
+  if (a.has("--batches") && !integerArg(a.get("--batches"), 0, kIntMax, batches))
+    return rangeError("--batches", 0, kIntMax);
   ms::RunConfig config;
   if (!loadConfig(a.positional[0], config)) return kExitUsage;
   ms::cpu::setThreads(ms::threadsPerRank(config));
@@ -267,8 +287,7 @@ int cmdEval(int argc, char** argv) {
       std::fprintf(stderr, "meshstudio-engine eval: %s\n", s.message().c_str());
       return kExitRunFailed;
     }
-    const int batches = a.has("--batches") ? std::atoi(a.get("--batches").c_str()) : 0;
-    r = ms::evaluate(model, **data, config, batches);
+    r = ms::evaluate(model, **data, config, static_cast<int>(batches));
   } catch (const ms::DeviceFailure& e) {
     std::fprintf(stderr, "meshstudio-engine eval: device: %s\n", e.what());
     return kExitRunFailed;
@@ -289,6 +308,11 @@ int cmdDump(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {"--out", "--checkpoint", "--samples", "--step"}, {"--emulate-device"});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1 || !a.has("--out")) return usageError("dump needs CONFIG and --out DIR");
+  long long samples = 4, step = 0;
+  if (a.has("--samples") && !integerArg(a.get("--samples"), 1, kIntMax, samples))
+    return rangeError("--samples", 1, kIntMax);
+  if (a.has("--step") && !integerArg(a.get("--step"), 0, kIntMax, step))
+    return rangeError("--step", 0, kIntMax);
   ms::RunConfig config;
   if (!loadConfig(a.positional[0], config)) return kExitUsage;
   ms::cpu::setThreads(ms::threadsPerRank(config));
@@ -298,10 +322,6 @@ int cmdDump(int argc, char** argv) {
   };
   auto data = ms::openDataSource(config);
   if (!data) return fail(data.status());
-  const int samples = a.has("--samples") ? std::atoi(a.get("--samples").c_str()) : 4;
-  if (samples < 1) return usageError("--samples needs a positive integer");
-  const long step = a.has("--step") ? std::atol(a.get("--step").c_str()) : 0;
-  if (step < 0) return usageError("--step needs a non-negative integer");
   // On the config's device and GEMM precision, like train (one process), so a GPU's logits and gradients can
   // be compared with the CPU's and PyTorch's.
   auto device = ms::openDevice(config.device, 0, a.has("--emulate-device"));
@@ -318,8 +338,8 @@ int cmdDump(int argc, char** argv) {
     }
     // The first `samples` samples of training batch `step` (0-based), as train() would draw them.
     ms::Batch batch;
-    (*data)->trainBatch(step, config.training.batchSize, 0, std::min(samples, config.training.batchSize),
-                        batch);
+    (*data)->trainBatch(step, config.training.batchSize, 0,
+                        static_cast<int>(std::min<long long>(samples, config.training.batchSize)), batch);
     const std::string out = a.get("--out");
     if (ms::Status s = ms::makeDirs(out); !s) return fail(s);
     // Logits from an evaluation forward (training overwrites them with their gradient).
@@ -387,9 +407,8 @@ int cmdAutoplan(int argc, char** argv) {
   if (a.positional.size() != 1) return usageError("autoplan needs exactly one CONFIG");
   int top = 5;
   if (a.has("--top")) {
-    char* end = nullptr;
-    const long v = std::strtol(a.get("--top").c_str(), &end, 10);
-    if (!end || *end || v < 1 || v > 100) return usageError("--top needs an integer from 1 to 100");
+    long long v = 0;
+    if (!integerArg(a.get("--top"), 1, 100, v)) return rangeError("--top", 1, 100);
     top = static_cast<int>(v);
   }
   ms::RunConfig config;

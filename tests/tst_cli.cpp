@@ -139,6 +139,44 @@ class TestCli : public QObject {
     QVERIFY(QFile::exists(tmp.path() + "/dump/outputs.safetensors"));
   }
 
+  // Every integer option is range-checked before use (issue 18): a value beyond int's range, beyond long
+  // long's, negative where it cannot be, or not a number exits 2 with the option and its range named, and
+  // runs nothing (no run folder). Before, "--steps 2147483648" wrapped to -2147483648 and exited 0 having
+  // trained nothing.
+  void integerOptionsAreRangeChecked_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    const QString steps = "--steps needs an integer from 0 to 2147483647";
+    QTest::newRow("steps 2^31") << QStringList{"train", "--steps", "2147483648"} << steps;
+    QTest::newRow("steps 2^64") << QStringList{"train", "--steps", "18446744073709551616"} << steps;
+    QTest::newRow("steps -1") << QStringList{"train", "--steps", "-1"} << steps;
+    QTest::newRow("steps 1e3") << QStringList{"train", "--steps", "1e3"} << steps;
+    QTest::newRow("stop-after 2^63") << QStringList{"train", "--stop-after", "9223372036854775808"}
+                                     << "--stop-after (a step) needs an integer from 1 to 2147483647";
+    QTest::newRow("eval batches -3") << QStringList{"eval", "--checkpoint", "x", "--batches", "-3"}
+                                     << "--batches needs an integer from 0 to 2147483647";
+    QTest::newRow("dump samples 0") << QStringList{"dump", "--out", "x", "--samples", "0"}
+                                    << "--samples needs an integer from 1 to 2147483647";
+    QTest::newRow("dump step 2^31") << QStringList{"dump", "--out", "x", "--step", "2147483648"}
+                                    << "--step needs an integer from 0 to 2147483647";
+    QTest::newRow("autoplan top 101")
+        << QStringList{"autoplan", "--top", "101"} << "--top needs an integer from 1 to 100";
+  }
+  void integerOptionsAreRangeChecked() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    std::ofstream(text.toStdString()) << "a few words to train on\n";
+    const QString run = tmp.path() + "/run";
+    args.insert(1, tinyGpt(tmp.path(), text));
+    if (args[0] == "train") args << "--run-dir" << run;
+    const Result r = engine(args);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(run));
+  }
+
   // train --stop-after STEP runs the first STEP steps of the config's run as they are in the whole run (same
   // learning-rate schedule, unlike --steps, which shortens it), ends with run_end "interrupted", exit 0 and a
   // checkpoint, and --resume goes on to the end as if never stopped.

@@ -425,6 +425,52 @@ class TestConfig : public QObject {
     QCOMPARE(errors[0].path, std::string());
   }
 
+  // Reading is bounded (issue 18): a file nested deeper than 64 levels is refused where the parse reaches
+  // the 65th, with the path of that level (before, depth 100000 took gigabytes: every level copied its whole
+  // path), and a file over 64 MiB is refused without reading the rest. 63 levels of arrays still parse (and
+  // are then refused as a bad value of /model, not as nesting).
+  void boundedReading() {
+    QTemporaryDir tmp;
+    auto write = [&](const QString& name, const std::string& text) {
+      const std::string path = (tmp.path() + "/" + name).toStdString();
+      std::ofstream(path, std::ios::binary) << text;
+      return path;
+    };
+    const std::string deep = write("deep.json", "{\"version\": 1, \"model\": " + std::string(100000, '[') +
+                                                    std::string(100000, ']') + "}");
+    ms::ConfigErrors errors;
+    auto r = ms::loadRunConfig(deep, &errors);
+    QVERIFY(!r.isOk());
+    QCOMPARE(errors.size(), size_t(1));
+    QVERIFY2(QString::fromStdString(errors[0].message).contains("nested deeper than 64 levels"),
+             errors[0].message.c_str());
+    std::string at = "/model";
+    for (int i = 0; i < 63; ++i) at += "/0";
+    QCOMPARE(errors[0].path, at);
+    const std::string objects = write(
+        "objects.json", "{\"version\": 1, \"x\": " + [] {
+          std::string t;
+          for (int i = 0; i < 50000; ++i) t += "{\"a\": ";
+          return t + "1" + std::string(50000, '}');
+        }() + "}");
+    r = ms::loadRunConfig(objects, &errors);
+    QVERIFY(!r.isOk());
+    QVERIFY2(QString::fromStdString(errors[0].message).contains("nested deeper than 64 levels"),
+             errors[0].message.c_str());
+    const std::string shallow = write(
+        "shallow.json", "{\"version\": 1, \"model\": " + std::string(63, '[') + std::string(63, ']') + "}");
+    r = ms::loadRunConfig(shallow, &errors);
+    QVERIFY(!r.isOk());
+    QVERIFY2(!QString::fromStdString(r.message()).contains("nested"), r.message().c_str());
+    QVERIFY2(QString::fromStdString(r.message()).contains("/model"), r.message().c_str());
+
+    const std::string big =
+        write("big.json", "{\"version\": 1, \"name\": \"" + std::string((65u << 20), 'x') + "\"}");
+    r = ms::loadRunConfig(big, &errors);
+    QVERIFY(!r.isOk());
+    QVERIFY2(QString::fromStdString(r.message()).contains("over 64 MiB"), r.message().c_str());
+  }
+
   void parseWithoutFileSaysConfig() {
     const auto r = ms::parseRunConfig(json::array());
     QVERIFY(!r.isOk());

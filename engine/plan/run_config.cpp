@@ -395,20 +395,30 @@ std::string parseReason(const std::string& what) {
   return colon == std::string::npos ? what : what.substr(colon + 2);
 }
 
+// A run config nests a few levels (its deepest fields are 4 below the top); a document nested deeper than
+// this is refused as soon as the parse gets there, and one larger than kMaxConfigBytes before it starts, so
+// reading costs memory linear in the file (the parse keeps one small frame per open level and builds a
+// path only to report one).
+constexpr size_t kMaxConfigDepth = 64;
+constexpr size_t kMaxConfigBytes = size_t(64) << 20;
+struct TooDeep {
+  std::string path;
+};
+
 // Parses text, recording keys that appear twice in one object (nlohmann silently keeps the last one).
 json parseDocument(const std::string& text, ConfigErrors& duplicates) {
   struct Frame {
     bool isObject;
-    std::string path;
     std::set<std::string> keys;
     std::string key;
     size_t index = 0;
   };
   std::vector<Frame> stack;
+  // The JSON pointer of the value being read: each open level's key or index.
   const auto childPath = [&stack]() -> std::string {
-    if (stack.empty()) return "";
-    const Frame& top = stack.back();
-    return top.path + "/" + (top.isObject ? escapePointer(top.key) : std::to_string(top.index));
+    std::string path;
+    for (const Frame& f : stack) path += "/" + (f.isObject ? escapePointer(f.key) : std::to_string(f.index));
+    return path;
   };
   const auto elementDone = [&stack]() {
     if (!stack.empty() && !stack.back().isObject) ++stack.back().index;
@@ -416,10 +426,9 @@ json parseDocument(const std::string& text, ConfigErrors& duplicates) {
   json::parser_callback_t callback = [&](int, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
-        stack.push_back(Frame{true, childPath(), {}, {}, 0});
-        break;
       case json::parse_event_t::array_start:
-        stack.push_back(Frame{false, childPath(), {}, {}, 0});
+        if (stack.size() >= kMaxConfigDepth) throw TooDeep{childPath()};
+        stack.push_back(Frame{event == json::parse_event_t::object_start, {}, {}, 0});
         break;
       case json::parse_event_t::key: {
         Frame& top = stack.back();
@@ -489,18 +498,28 @@ Expected<RunConfig> loadRunConfig(const std::string& path, ConfigErrors* errorsO
   std::string text;
   char buffer[65536];
   size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  while (text.size() <= kMaxConfigBytes && (n = std::fread(buffer, 1, sizeof buffer, file)) > 0)
+    text.append(buffer, n);
   const bool readFailed = std::ferror(file) != 0;
   const int readErrno = errno;
   std::fclose(file);
   if (readFailed) return failed({{"", "cannot read: " + systemError(readErrno)}}, path, errorsOut);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     return failed({{"", "the file is empty; expected a JSON object"}}, path, errorsOut);
+  if (text.size() > kMaxConfigBytes)
+    return failed({{"", "the file is over " + std::to_string(kMaxConfigBytes >> 20) +
+                            " MiB (not read further); a run config is a few KiB"}},
+                  path, errorsOut);
 
   ConfigErrors errors;
   json doc;
   try {
     doc = parseDocument(text, errors);
+  } catch (const TooDeep& e) {
+    return failed({{e.path.substr(0, 200) + (e.path.size() > 200 ? "..." : ""),
+                    "nested deeper than " + std::to_string(kMaxConfigDepth) +
+                        " levels; a run config nests a few (not read further)"}},
+                  path, errorsOut);
   } catch (const json::parse_error& e) {
     const std::string reason = parseReason(e.what());
     return failed({{"", errorPosition(text, e.byte, reason) + ": " + reason}}, path, errorsOut);
