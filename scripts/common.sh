@@ -6,7 +6,7 @@ MS_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev xvfb xauth
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin
-  nlohmann-json3-dev zlib1g-dev
+  nlohmann-json3-dev zlib1g-dev libssl-dev
   dataset-fashion-mnist fortunes python3-torch python3-numpy
 )
 

@@ -7,6 +7,8 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 
+#include "test_util.h"
+
 #include <fstream>
 
 namespace {
@@ -137,6 +139,96 @@ class TestCli : public QObject {
     const Result d = engine({"dump", config, "--out", tmp.path() + "/dump", "--checkpoint", ckpt});
     QVERIFY2(d.code == 0, qPrintable(d.err));
     QVERIFY(QFile::exists(tmp.path() + "/dump/outputs.safetensors"));
+  }
+
+  // A checkpoint carries manifest.json (each file's size and SHA-256, the step), and loading checks it before
+  // reading (issue 18): flipped bytes in the weights, an edited state.json, a corrupted optimizer file or a
+  // deleted state.json are each refused naming the file, by eval and by --resume; --resume never steps back
+  // to an older checkpoint on its own, it names the newest whole one instead. Before, 4096 flipped bytes
+  // changed the eval loss with exit 0 and a deleted state.json fell back to an older checkpoint silently.
+  void damagedCheckpointsAreRefused_data() {
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<QString>("damage");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("flipped weights") << "model.safetensors"
+                                     << "flip"
+                                     << "model.safetensors: damaged: its SHA-256";
+    QTest::newRow("edited state") << "state.json"
+                                  << "step"
+                                  << "state.json: damaged: its SHA-256";
+    QTest::newRow("corrupted optimizer") << "optimizer.safetensors"
+                                         << "flip"
+                                         << "optimizer.safetensors: damaged: its SHA-256";
+    QTest::newRow("cut optimizer") << "optimizer.safetensors"
+                                   << "cut"
+                                   << "optimizer.safetensors: damaged: ";
+    QTest::newRow("deleted state") << "state.json"
+                                   << "delete"
+                                   << "state.json: listed in the checkpoint's manifest";
+    QTest::newRow("deleted manifest") << "manifest.json"
+                                      << "delete"
+                                      << "no manifest.json: not a complete checkpoint";
+  }
+  void damagedCheckpointsAreRefused() {
+    QFETCH(QString, file);
+    QFETCH(QString, damage);
+    QFETCH(QString, message);
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    {
+      std::ofstream out(text.toStdString());
+      for (int i = 0; i < 100; ++i) out << "to be or not to be, that is the question " << i << "\n";
+    }
+    QString config = tinyGpt(tmp.path(), text);
+    {  // a checkpoint every 2 steps: step-00000002 and step-00000004
+      QFile f(config);
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      QByteArray body = f.readAll();
+      f.close();
+      body.replace("\"eval_batches\": 2", "\"eval_batches\": 2, \"checkpoint_every\": 2");
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write(body);
+    }
+    const QString run = tmp.path() + "/run";
+    const Result t = engine({"train", config, "--run-dir", run, "--quiet"});
+    QVERIFY2(t.code == 0, qPrintable(t.err));
+    const QString older = run + "/checkpoints/step-00000002", newest = run + "/checkpoints/step-00000004";
+    QVERIFY(QFile::exists(newest + "/manifest.json") && QFile::exists(older + "/manifest.json"));
+    const Result whole = engine({"eval", config, "--checkpoint", newest, "--json"});
+    QVERIFY2(whole.code == 0, qPrintable(whole.err));
+
+    const std::string path = (newest + "/" + file).toStdString();
+    if (damage == "delete") {
+      QVERIFY(QFile::remove(QString::fromStdString(path)));
+    } else {
+      std::string bytes = ms::test::readBytes(path);
+      QVERIFY(damage == "step" || bytes.size() > 8192);
+      if (damage == "flip")
+        for (size_t i = bytes.size() / 2; i < std::min(bytes.size(), bytes.size() / 2 + 4096); ++i)
+          bytes[i] ^= 0x5a;
+      else if (damage == "cut")
+        bytes.resize(bytes.size() - 8);
+      else {  // state.json's step, 4 -> 1
+        const size_t at = bytes.find("\"step\": 4");
+        QVERIFY(at != std::string::npos);
+        bytes.replace(at, 9, "\"step\": 1");
+      }
+      ms::test::writeBytes(path, bytes);
+    }
+    const Result e = engine({"eval", config, "--checkpoint", newest});
+    if (file == "model.safetensors") {  // eval reads the weights only
+      QCOMPARE(e.code, 1);
+      QVERIFY2(e.err.contains(message), qPrintable(e.err));
+    }
+    const Result r = engine({"train", config, "--run-dir", run, "--resume", "--quiet", "--steps", "6"});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+    QVERIFY2(r.err.contains("the newest whole one is " + older), qPrintable(r.err));
+    QVERIFY(!QFile::exists(run + "/checkpoints/step-00000006"));
+    // Resuming from the whole one, named, works.
+    const Result named =
+        engine({"train", config, "--run-dir", run, "--resume", older, "--quiet", "--overwrite"});
+    QVERIFY2(named.code == 0, qPrintable(named.err));
   }
 
   // Every integer option is range-checked before use (issue 18): a value beyond int's range, beyond long

@@ -38,6 +38,91 @@ Status writeStateFiles(const std::string& staging, const RunConfig& config, cons
   return writeFileAtomic(staging + "/config.json", toJson(config).dump(2) + "\n");
 }
 
+// manifest.json, written last into the staging directory: every other file's size and SHA-256 and the step.
+// A checkpoint is whole when its files match it; loading checks that before it reads a byte of them, so a
+// file changed, cut or swapped after it was written is refused by name (issue 18).
+constexpr const char* kManifest = "manifest.json";
+constexpr int kManifestVersion = 1;
+
+Status writeManifest(const std::string& staging, int64_t step) {
+  nlohmann::json files = nlohmann::json::object();
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "state.json", "config.json"}) {
+    const std::string path = staging + "/" + name;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    auto d = fileDigest(path);
+    if (!d) return d.status();
+    files[name] = {{"bytes", d->bytes}, {"sha256", d->sha256}};
+  }
+  const nlohmann::json manifest = {
+      {"format", "meshstudio-checkpoint"}, {"version", kManifestVersion}, {"step", step}, {"files", files}};
+  return writeFileAtomic(staging + "/" + kManifest, manifest.dump(2) + "\n");
+}
+
+// The step a checkpoint directory's name says ("step-00000010" -> 10), or -1 for another name.
+int64_t stepOfDirName(const std::string& dir) {
+  const std::string name = fs::path(dir).filename().string();
+  if (name.size() != 13 || name.rfind("step-", 0) != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+}  // namespace
+
+Status verifyCheckpoint(const std::string& dir, const std::vector<std::string>& required) {
+  const std::string manifestPath = dir + "/" + kManifest;
+  auto text = readFile(manifestPath);
+  if (!text)
+    return Status::error(dir + ": no " + kManifest + ": not a complete checkpoint (" + text.message() + ")");
+  nlohmann::json manifest;
+  int64_t step = -1;
+  try {
+    manifest = nlohmann::json::parse(*text);
+    if (manifest.at("format") != "meshstudio-checkpoint" || manifest.at("version") != kManifestVersion)
+      return Status::error(manifestPath + ": not a version " + std::to_string(kManifestVersion) +
+                           " meshstudio-checkpoint manifest");
+    step = manifest.at("step").get<int64_t>();
+    (void)manifest.at("files").items();
+  } catch (const std::exception& e) {
+    return Status::error(manifestPath + ": malformed: " + e.what());
+  }
+  const nlohmann::json& files = manifest["files"];
+  for (const std::string& name : required)
+    if (!files.contains(name))
+      return Status::error(manifestPath + ": lists no " + name + ": the checkpoint lacks it");
+  for (const auto& [name, entry] : files.items()) {
+    const std::string path = dir + "/" + name;
+    uint64_t bytes = 0;
+    std::string sha;
+    try {
+      bytes = entry.at("bytes").get<uint64_t>();
+      sha = entry.at("sha256").get<std::string>();
+    } catch (const std::exception& e) {
+      return Status::error(manifestPath + ": malformed entry for " + name + ": " + e.what());
+    }
+    auto d = fileDigest(path);
+    if (!d) return Status::error(path + ": listed in the checkpoint's manifest, but " + d.message());
+    if (d->bytes != bytes)
+      return Status::error(path + ": damaged: " + std::to_string(d->bytes) + " bytes, the manifest says " +
+                           std::to_string(bytes));
+    if (d->sha256 != sha)
+      return Status::error(path +
+                           ": damaged: its SHA-256 differs from the manifest's (changed after it was "
+                           "written)");
+  }
+  const int64_t named = stepOfDirName(dir);
+  if (named >= 0 && named != step)
+    return Status::error(manifestPath + ": step " + std::to_string(step) + ", but the directory is " +
+                         fs::path(dir).filename().string());
+  return Status::ok();
+}
+
+namespace {
+
 Expected<CheckpointInfo> readState(const std::string& dir, const RunConfig& config) {
   auto stateText = readFile(dir + "/state.json");
   if (!stateText) return stateText.status();
@@ -87,6 +172,7 @@ Status saveCheckpoint(const std::string& dir, const RunConfig& config, const Par
                             {{"optimizer", toString(config.optimizer.type)}}));
   }
   MS_TRY(writeStateFiles(staging, config, info));
+  MS_TRY(writeManifest(staging, info.step));
   MS_TRY(makeDirs(fs::path(dir).parent_path().string()));
   return replaceDirectory(staging, dir);
 }
@@ -116,8 +202,13 @@ std::string shapeString(const std::vector<int64_t>& shape) {
 }  // namespace
 
 Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
-  const std::string file =
-      fs::is_directory(dirOrFile) ? (fs::path(dirOrFile) / "model.safetensors").string() : dirOrFile;
+  const bool dir = fs::is_directory(dirOrFile);
+  const std::string file = dir ? (fs::path(dirOrFile) / "model.safetensors").string() : dirOrFile;
+  // A directory with a manifest is a checkpoint: verified first. One without is someone else's weights (a
+  // Hugging Face download), read as they are.
+  std::error_code ec;
+  if (dir && fs::exists(fs::path(dirOrFile) / kManifest, ec))
+    MS_TRY(verifyCheckpoint(dirOrFile, {"model.safetensors"}));
   auto data = readSafetensors(file);
   if (!data) return data.status();
   std::map<std::string, const LoadedTensor*> byName;
@@ -147,6 +238,7 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
 
 Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config,
                                         ParameterStore& params, Optimizer& optimizer) {
+  MS_TRY(verifyCheckpoint(dir, kResumeFiles));
   auto state = readState(dir, config);
   if (!state) return state.status();
   const CheckpointInfo info = *state;
@@ -247,6 +339,7 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
       s = writeSafetensors(staging + "/optimizer.safetensors", state,
                            {{"optimizer", toString(config.optimizer.type)}});
     if (s) s = writeStateFiles(staging, config, info);
+    if (s) s = writeManifest(staging, info.step);
     if (s) s = makeDirs(fs::path(dir).parent_path().string());
     if (s) s = replaceDirectory(staging, dir);
   }
@@ -263,6 +356,7 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
 Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan,
                                                ParameterStore& params, Optimizer& optimizer) {
   const RunConfig& config = plan.config;
+  MS_TRY(verifyCheckpoint(dir, kResumeFiles));
   auto info = readState(dir, config);
   if (!info) return info.status();
   const std::string weightsFile = dir + "/model.safetensors", stateFile = dir + "/optimizer.safetensors";
@@ -315,15 +409,24 @@ Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Pla
 Expected<std::string> latestCheckpoint(const std::string& runDir) {
   const fs::path root = fs::path(runDir) / "checkpoints";
   std::error_code ec;
-  std::string best;
+  std::vector<std::string> names;  // step directories (not a ".partial" or ".old" staging)
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;
-    if (!fs::exists(entry.path() / "state.json")) continue;
-    if (name > best) best = name;
+    if (entry.is_directory() && stepOfDirName(name) >= 0) names.push_back(name);
   }
-  if (best.empty()) return Status::error(root.string() + ": no checkpoint to resume from");
-  return (root / best).string();
+  if (names.empty()) return Status::error(root.string() + ": no checkpoint to resume from");
+  std::sort(names.begin(), names.end());
+  // The newest one, whole; a damaged newest one is an error naming it (and the newest whole one before it),
+  // never a silent step back.
+  const std::string newest = (root / names.back()).string();
+  Status s = verifyCheckpoint(newest, kResumeFiles);
+  if (s) return newest;
+  std::string older;
+  for (size_t i = names.size() - 1; i-- > 0 && older.empty();)
+    if (verifyCheckpoint((root / names[i]).string(), kResumeFiles)) older = (root / names[i]).string();
+  return Status::error(s.message() + (older.empty() ? "; no earlier whole checkpoint in " + root.string()
+                                                    : "; the newest whole one is " + older +
+                                                          " (resume from it with --resume " + older + ")"));
 }
 
 }  // namespace ms

@@ -1,6 +1,7 @@
 // Checkpoints: a directory holding model.safetensors (the parameters; for gpt under the Hugging Face GPT-2
 // names and layouts), optimizer.safetensors (the optimizer's moments), state.json (step, seed, RNG position,
-// optimizer steps) and config.json (the run config that produced it).
+// optimizer steps), config.json (the run config that produced it) and manifest.json (each file's size and
+// SHA-256, and the step; written last).
 //
 // What always holds: a checkpoint directory is written completely in a staging directory and swapped in with
 // replaceDirectory(), so a crash leaves the previous checkpoint intact; loading checks every parameter's name
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "plan/run_config.h"
 #include "plan/status.h"
@@ -36,19 +38,29 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params);
 Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config,
                                         ParameterStore& params, Optimizer& optimizer);
 
-// Checkpoints of a run under a plan, in the same single-file layout (full tensors), so a run can resume under a
-// different plan (dp, tp, pp, ZeRO). Every rank calls these. Save: the ranks' shards (ZeRO slices gathered over
-// the data-parallel group, TP pieces and pipeline stages sent to rank 0) are assembled into full tensors and
-// rank 0 writes the directory; the returned status is agreed by every rank. Load: every rank reads the files
-// and takes its own pieces. groups.world may be null (one process).
+// Checkpoints of a run under a plan, in the same single-file layout (full tensors), so a run can resume under
+// a different plan (dp, tp, pp, ZeRO). Every rank calls these. Save: the ranks' shards (ZeRO slices gathered
+// over the data-parallel group, TP pieces and pipeline stages sent to rank 0) are assembled into full tensors
+// and rank 0 writes the directory; the returned status is agreed by every rank. Load: every rank reads the
+// files and takes its own pieces. groups.world may be null (one process).
 struct RankGroups;
 struct Plan;
 Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroups& groups,
                              ParameterStore& params, Optimizer& optimizer, const CheckpointInfo& info);
-Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan, ParameterStore& params,
-                                               Optimizer& optimizer);
+Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan,
+                                               ParameterStore& params, Optimizer& optimizer);
 
-// The newest complete checkpoint "<runDir>/checkpoints/step-NNNNNNNN", or an error saying there is none.
+// Checks a checkpoint directory against its manifest.json (written last by the saves above): every file it
+// lists has its size and SHA-256, every `required` file is listed, and the step is the directory name's.
+// The error names the file and what differs. loadCheckpoint(Sharded) and latestCheckpoint call it; so does
+// loadWeights for a directory that has a manifest.
+Status verifyCheckpoint(const std::string& dir, const std::vector<std::string>& required);
+inline const std::vector<std::string> kResumeFiles = {"model.safetensors", "optimizer.safetensors",
+                                                      "state.json", "config.json"};
+
+// The newest checkpoint "<runDir>/checkpoints/step-NNNNNNNN" if it is whole (verifyCheckpoint); an error
+// naming it when it is not (and the newest whole one before it, which is never taken silently), or saying
+// there is none.
 Expected<std::string> latestCheckpoint(const std::string& runDir);
 std::string checkpointDirName(const std::string& runDir, int64_t step);
 

@@ -5,13 +5,16 @@
 #include "runtime/file_io.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <system_error>
+#include <vector>
 
 namespace ms {
 
@@ -95,6 +98,40 @@ Status writeFileAtomic(const std::string& path, const std::string& bytes) {
   MS_TRY(writer.open(path));
   MS_TRY(writer.append(bytes.data(), bytes.size()));
   return writer.commit();
+}
+
+Expected<FileDigest> fileDigest(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError(path, "cannot open");
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    ::close(fd);
+    return Status::error(path + ": cannot start a SHA-256 digest (OpenSSL)");
+  }
+  FileDigest d;
+  std::vector<unsigned char> buf(size_t(1) << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Status s = errnoError(path, "read failed");
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    d.bytes += static_cast<uint64_t>(n);
+    EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), md, &len) != 1) return Status::error(path + ": SHA-256 failed (OpenSSL)");
+  static const char* hex = "0123456789abcdef";
+  for (unsigned int i = 0; i < len; ++i) {
+    d.sha256 += hex[md[i] >> 4];
+    d.sha256 += hex[md[i] & 15];
+  }
+  return d;
 }
 
 Expected<std::string> readFile(const std::string& path) {

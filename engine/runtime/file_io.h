@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "plan/status.h"
@@ -38,6 +39,13 @@ class AtomicFileWriter {
 Status writeFileAtomic(const std::string& path, const std::string& bytes);
 // The whole content of a file; the error names the file.
 Expected<std::string> readFile(const std::string& path);
+// A file's size and SHA-256 (FIPS 180-4, through OpenSSL's EVP interface), read in 1 MiB blocks; the error
+// names the file.
+struct FileDigest {
+  uint64_t bytes = 0;
+  std::string sha256;  // 64 lower-case hex digits
+};
+Expected<FileDigest> fileDigest(const std::string& path);
 // mkdir -p; the error names the path.
 Status makeDirs(const std::string& path);
 // fsync of a directory, so that renames and new entries in it survive a crash.
