@@ -500,6 +500,7 @@ int cmdLaunch(int argc, char** argv) {
   ms::SupervisorOptions supervision;
   supervision.command = cmd;
   supervision.ranks = ranks;
+  supervision.runDir = runDir;
   supervision.heartbeatDir = runDir + "/ranks";
   supervision.metricsFiles = {runDir + "/metrics.jsonl"};
   if (!metricsArg.empty() && metricsArg != "-") supervision.metricsFiles.push_back(metricsArg);

@@ -396,6 +396,14 @@ Status appendRunEnd(const std::string& path, const std::string& status, const st
 
 Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
   const double startUnix = unixTimeS();
+  // The run folder is this run's before its heartbeat files are touched (another launch's are not ours to
+  // clear); the ranks share the lock through kRunLockHeldEnv.
+  RunFolderLock lock;
+  if (!options.runDir.empty()) {
+    MS_TRY(lock.acquire(options.runDir));
+    std::error_code ec;
+    setenv(kRunLockHeldEnv, fs::weakly_canonical(options.runDir, ec).c_str(), 1);
+  }
   MS_TRY(makeDirs(options.heartbeatDir));
   {
     std::error_code ec;

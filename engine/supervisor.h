@@ -27,6 +27,7 @@ namespace ms {
 struct SupervisorOptions {
   std::vector<std::string> command;       // mpirun and its arguments
   int ranks = 1;                          // processes mpirun starts (rank 0 .. ranks-1)
+  std::string runDir;                     // locked for the run (file_io.h RunFolderLock); "" for none
   std::string heartbeatDir;               // created; rank-*.json from an earlier run are removed
   std::vector<std::string> metricsFiles;  // streams that get a run_end line when the run fails
   double stallTimeoutS = 10;              // 0: do not watch heartbeats

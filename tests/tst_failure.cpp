@@ -391,6 +391,55 @@ class TestFailure : public QObject {
     QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
   }
 
+  // A run folder has one owner (issue 18): while a run holds it, a second train and a second launch on it are
+  // refused with the owner's pid and host, write nothing there (no metrics line, no heartbeat cleared); the
+  // lock dies with its process, so a killed run leaves none behind. Before, both runs exited 0, one having
+  // overwritten the other's checkpoints and metrics, and two launches blamed each other's ranks.
+  void runFolderHasOneOwner() {
+    QTemporaryDir tmp;
+    const QString config = writeConfig(tmp.path(), 1, 1000000);
+    const QString dir = tmp.path() + "/r";
+    QProcess first;
+    first.start(kEngine, {"train", config, "--run-dir", dir, "--quiet"});
+    QVERIFY(first.waitForStarted(30000));
+    const QString owner = QString("pid %1 on host").arg(first.processId());
+    auto lockText = [&] {
+      QFile f(dir + "/.lock");
+      return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+    };
+    auto metricsLines = [&] {
+      QFile f(dir + "/metrics.jsonl");
+      return f.open(QIODevice::ReadOnly) ? f.readAll().count('\n') : -1;
+    };
+    // Bounded: the first run takes the lock as it starts, and has written its run_start within a minute.
+    QTRY_VERIFY_WITH_TIMEOUT(lockText().contains(owner) && metricsLines() > 0, 60000);
+    QVERIFY(first.state() == QProcess::Running);
+
+    const ms::test::ProcessResult second =
+        ms::test::runProcess(kEngine, {"train", config, "--run-dir", dir, "--quiet", "--overwrite"});
+    QCOMPARE(second.code, 1);
+    QVERIFY2(second.err.contains(dir + ": in use by another run (" + owner), qPrintable(second.err));
+    const ms::test::ProcessResult launch =
+        ms::test::runProcess(kEngine, {"launch", config, "--", "--quiet", "--run-dir", dir});
+    QCOMPARE(launch.code, 1);
+    QVERIFY2(launch.err.contains("in use by another run (" + owner), qPrintable(launch.err));
+    QVERIFY(!QFileInfo::exists(dir + "/ranks"));
+    // Nothing of theirs reached the folder: every metrics line is the first run's (one run_start).
+    const std::vector<json> lines = readLines(dir + "/metrics.jsonl");
+    QCOMPARE(std::count_if(lines.begin(), lines.end(),
+                           [](const json& j) { return j.value("type", "") == "run_start"; }),
+             std::ptrdiff_t(1));
+    QCOMPARE(std::count_if(lines.begin(), lines.end(),
+                           [](const json& j) { return j.value("type", "") == "run_end"; }),
+             std::ptrdiff_t(0));
+
+    first.kill();
+    QVERIFY(first.waitForFinished(30000));
+    const ms::test::ProcessResult after = ms::test::runProcess(
+        kEngine, {"train", config, "--run-dir", dir, "--quiet", "--overwrite", "--steps", "1"});
+    QVERIFY2(after.code == 0, qPrintable(after.err));
+  }
+
   void normalRunSucceeds() {
     QTemporaryDir tmp;
     const QString config = writeConfig(tmp.path(), 2, 4);

@@ -6,11 +6,14 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -132,6 +135,50 @@ Expected<FileDigest> fileDigest(const std::string& path) {
     d.sha256 += hex[md[i] & 15];
   }
   return d;
+}
+
+RunFolderLock::~RunFolderLock() {
+  if (m_fd >= 0) ::close(m_fd);  // drops the flock
+}
+
+Status RunFolderLock::acquire(const std::string& dir) {
+  MS_TRY(makeDirs(dir));
+  std::error_code ec;
+  const std::string canonical = std::filesystem::weakly_canonical(dir, ec).string();
+  if (const char* held = std::getenv(kRunLockHeldEnv); held && canonical == held) {
+    m_shared = true;
+    return Status::ok();
+  }
+  const std::string path = dir + "/.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return errnoError(path, "cannot open the run folder's lock");
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string owner;
+    char buf[256];
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    if (n > 0) owner.assign(buf, static_cast<size_t>(n));
+    while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+    ::close(fd);
+    if (err != EWOULDBLOCK) return Status::error(path + ": cannot lock: " + std::strerror(err));
+    return Status::error(dir + ": in use by another run (" + (owner.empty() ? "owner unknown" : owner) +
+                         "); wait for it to end or choose another --run-dir");
+  }
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  const std::string owner =
+      "pid " + std::to_string(::getpid()) + " on host " + host + ", since " + when + "\n";
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, owner.data(), owner.size(), 0) != static_cast<ssize_t>(owner.size())) {
+    Status s = errnoError(path, "cannot write the run folder's lock");
+    ::close(fd);
+    return s;
+  }
+  m_fd = fd;
+  return Status::ok();
 }
 
 Expected<std::string> readFile(const std::string& path) {

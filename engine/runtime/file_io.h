@@ -46,6 +46,28 @@ struct FileDigest {
   std::string sha256;  // 64 lower-case hex digits
 };
 Expected<FileDigest> fileDigest(const std::string& path);
+// One owner for a run folder: an exclusive flock(2) on "<dir>/.lock", held until the object is destroyed or
+// the process ends (the kernel drops it with the process, so a killed run leaves no stale lock behind; the
+// file stays, naming its last owner). The file holds the owner's pid, host and start time, which the refusal
+// quotes. A process started by a holder that passes kRunLockHeldEnv (= the folder) in its environment
+// (launch's ranks) shares the holder's lock instead of taking its own.
+inline constexpr const char* kRunLockHeldEnv = "MESHSTUDIO_RUN_LOCK_HELD";
+class RunFolderLock {
+ public:
+  RunFolderLock() = default;
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+  ~RunFolderLock();
+  // Takes the lock (creating dir), or says who holds it: "<dir>: in use by another run (pid P on host H,
+  // since T); wait for it to end or choose another --run-dir".
+  Status acquire(const std::string& dir);
+  bool held() const { return m_fd >= 0 || m_shared; }
+
+ private:
+  int m_fd = -1;
+  bool m_shared = false;
+};
+
 // mkdir -p; the error names the path.
 Status makeDirs(const std::string& path);
 // fsync of a directory, so that renames and new entries in it survive a crash.

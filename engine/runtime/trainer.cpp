@@ -323,7 +323,8 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
   // Where to start: a checkpoint, or afresh (refusing to mix a new run with an old run's checkpoints).
   std::string resumeDir;
   Status prepared = Status::ok();
-  if (lead) prepared = makeDirs(runDir);
+  RunFolderLock lock;  // rank 0 owns the folder for the whole run (file_io.h)
+  if (lead) prepared = lock.acquire(runDir);
   if (prepared && options.resume == "latest") {
     auto latest = latestCheckpoint(runDir);
     if (latest)
