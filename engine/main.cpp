@@ -234,7 +234,7 @@ int cmdTrain(int argc, char** argv) {
     options.world = &mpi->world();
   }
   const int rank = options.world ? options.world->rank() : 0;
-  ms::setActivity("starting");
+  ms::setActivity("starting", /*longPhase=*/true);
   heartbeat = ms::Heartbeat::startFromEnvironment(rank);
   const std::string who = options.world ? "rank " + std::to_string(rank) + ": " : "";
   if (rank != 0) options.progress = false;
@@ -242,9 +242,9 @@ int cmdTrain(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "%s: %s\n", a.positional[0].c_str(), s.message().c_str());
     return kExitUsage;
   }
-  ms::setActivity("training");
+  ms::setActivity("training", /*longPhase=*/true);  // setup: plan, data, checkpoint, communicators
   ms::Status s = ms::train(config, options);
-  ms::setActivity(s ? "finishing" : "finishing after an error");
+  ms::setActivity(s ? "finishing" : "finishing after an error", /*longPhase=*/true);
   if (!s) {
     std::fprintf(stderr, "meshstudio-engine train: %s%s\n", who.c_str(), s.message().c_str());
     return kExitRunFailed;

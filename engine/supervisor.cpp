@@ -44,6 +44,9 @@ namespace {
 constexpr size_t kKeptLines = 400;  // of mpirun's stderr, for its failure report
 constexpr size_t kMaxLineChars = 4096;
 constexpr double kPollS = 0.2;
+// A phase that may last long without a step (heartbeat.h "long_phase": startup, evaluation, a checkpoint
+// write, the end) is allowed this many stall timeouts without progress (300 s at the default 10 s).
+constexpr double kLongPhaseFactor = 30;
 constexpr double kSweepS = 5;  // at most this long to see every process of the session gone
 
 volatile std::sig_atomic_t g_forwardSignal = 0;
@@ -84,15 +87,30 @@ std::vector<pid_t> sessionMembers(pid_t sid) {
   return out;
 }
 
+// Whether the process is stopped (state T in /proc/PID/stat: SIGSTOP, SIGTSTP or a tracer).
+bool processStopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
+}
+
 void signalSession(pid_t sid, int sig) {
   for (pid_t pid : sessionMembers(sid)) kill(pid, sig);
 }
 
-// One rank's heartbeat as last read, and when (steady clock) it last changed.
+// One rank's heartbeat as last read, and when (steady clock) it last changed: its beat (the process lives)
+// and its progress counter (the training loop moves).
 struct RankWatch {
   bool seen = false;
   double alive = -1;
   double changedAt = 0;
+  double progress = -1;  // -1: a heartbeat without the counter
+  double progressAt = 0;
+  double activitySince = 0;  // the rank's own time (unix s) of its last setActivity
+  bool longPhase = false;
   long pid = 0;
   std::string host;
   std::string activity;
@@ -106,6 +124,11 @@ void readHeartbeat(const std::string& dir, int rank, double now, RankWatch& w) {
   if (j.is_discarded() || !j.is_object()) return;
   const double alive = j.value("alive", 0.0);
   if (!w.seen || alive != w.alive) w.changedAt = now;
+  const double progress = j.value("progress", -1.0);
+  if (!w.seen || progress != w.progress) w.progressAt = now;
+  w.progress = progress;
+  w.longPhase = j.value("long_phase", false);
+  w.activitySince = j.value("activity_since", 0.0);
   w.seen = true;
   w.alive = alive;
   w.pid = j.value("pid", 0L);
@@ -432,6 +455,7 @@ Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
   int userSignals = 0;  // how many: the first stops gracefully, the next ones stop hard
   int childStatus = 0;
   bool childDone = false;
+  double mpirunStoppedAt = -1;
 
   while (!childDone) {
     if (pipeOpen) {
@@ -468,21 +492,51 @@ Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
     }
     if (childDone || !reason.empty() || userSignal || options.stallTimeoutS <= 0 || now < nextCheck) continue;
     nextCheck = now + kHeartbeatPeriodS;
+    // mpirun itself: stopped (SIGSTOP, a debugger) for the stall timeout, the run cannot go on.
+    if (processStopped(child)) {
+      if (mpirunStoppedAt < 0) mpirunStoppedAt = now;
+      if (now - mpirunStoppedAt > options.stallTimeoutS)
+        reason = "mpirun (pid " + std::to_string(child) + ") has been stopped for " +
+                 std::to_string(static_cast<long>(now - mpirunStoppedAt)) +
+                 " s (SIGSTOP or a debugger); the run was stopped";
+    } else {
+      mpirunStoppedAt = -1;
+    }
+    for (size_t r = 0; r < watches.size(); ++r)
+      readHeartbeat(options.heartbeatDir, static_cast<int>(r), now, watches[r]);
+    // A rank alive whose training loop has not moved for the bound of its phase: the one stuck longest is the
+    // cause (the others block on it later), by the ranks' own times of their last activity (the beats are
+    // 0.5 s apart, too coarse to tell a rank from the one that blocked on it a millisecond later).
+    int stuck = -1;
+    for (size_t r = 0; r < watches.size(); ++r) {
+      const RankWatch& w = watches[r];
+      if (!w.seen || w.finished || w.progress < 0) continue;
+      const double bound = options.stallTimeoutS * (w.longPhase ? kLongPhaseFactor : 1.0);
+      if (now - w.progressAt > bound &&
+          (stuck < 0 || w.activitySince < watches[static_cast<size_t>(stuck)].activitySince))
+        stuck = static_cast<int>(r);
+    }
     for (size_t r = 0; r < watches.size() && reason.empty(); ++r) {
       RankWatch& w = watches[r];
-      readHeartbeat(options.heartbeatDir, static_cast<int>(r), now, w);
       if (w.finished) continue;
       std::string what;
       if (w.seen && now - w.changedAt > options.stallTimeoutS)
         what = nameRank(static_cast<int>(r), w.pid, w.host) + " stopped responding for " +
                std::to_string(static_cast<long>(now - w.changedAt)) + " s" + whileDoing(w);
+      else if (static_cast<int>(r) == stuck)
+        what = nameRank(static_cast<int>(r), w.pid, w.host) + " made no progress for " +
+               std::to_string(static_cast<long>(now - w.progressAt)) + " s" + whileDoing(w) +
+               " (its process is alive: the training loop is stuck)";
       else if (!w.seen && now - start > options.startupGraceS)
         what = "rank " + std::to_string(r) + " did not start within " +
                std::to_string(static_cast<long>(options.startupGraceS)) + " s (no heartbeat in " +
                options.heartbeatDir + ")";
       if (what.empty()) continue;
-      std::fprintf(stderr, "meshstudio-engine launch: %s; stopping every rank\n", what.c_str());
       reason = what + "; the run was stopped";
+    }
+    if (!reason.empty()) {
+      const std::string said = reason.substr(0, reason.size() - std::string("; the run was stopped").size());
+      std::fprintf(stderr, "meshstudio-engine launch: %s; stopping every rank\n", said.c_str());
     }
     if (!reason.empty()) {
       signalSession(child, SIGTERM);

@@ -9,8 +9,11 @@
 //   - mpirun ends otherwise: the failed rank from Open MPI's own report ("mpirun noticed that process rank 2
 //     with PID 0 on node vm exited on signal 9 (Killed).", "Process name: [[5,1],1] Exit code: 3", ...),
 //     with its pid and last activity from its heartbeat;
-//   - a rank whose heartbeat has not changed for stallTimeoutS (or that wrote none within startupGraceS):
-//     SIGTERM (and SIGCONT, for a stopped one) to every process of the session, SIGKILL killGraceS later.
+//   - a rank whose heartbeat has not beaten for stallTimeoutS (a stopped or frozen process, or none written
+//     within startupGraceS), a rank alive whose progress counter has not moved for stallTimeoutS (30 times
+//     that in a long phase: startup, evaluation, a checkpoint write; the rank stuck longest is named), or
+//     mpirun itself stopped for stallTimeoutS: SIGTERM (and SIGCONT, for a stopped process) to every process
+//     of the session, SIGKILL killGraceS later.
 // What always holds: when superviseRun returns, no process of the session is left (the supervisor is the
 // child subreaper, so orphaned ranks are reaped too); on any failure the metrics files whose last line is not
 // a run_end "ok" get one appended ({"status": "error"|"interrupted", "reason", "step"}), nothing in them is

@@ -391,6 +391,59 @@ class TestFailure : public QObject {
     QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
   }
 
+  // Supervision sees progress, not only life (issue 18): a rank whose training loop is stuck while its
+  // heartbeat thread beats on (MESHSTUDIO_FAULT freezes rank 1 as step 30 begins) is named, with what it was
+  // doing, once its progress counter has not moved for the stall timeout (5 s here), and the run ends with a
+  // run_end saying so. Before, the beating thread kept such a run "alive" for ever.
+  void frozenLoopEndsTheRun() {
+    QTemporaryDir tmp;
+    qputenv("MESHSTUDIO_FAULT", "freeze:1:30");
+    LaunchedRun run(tmp.path(), 2, {"--stall-timeout", "5"});
+    qunsetenv("MESHSTUDIO_FAULT");
+    QVERIFY2(run.waitUntilTraining(60000), run.process().readAllStandardError().constData());
+    QVERIFY(run.process().waitForFinished(90000));
+    const QString err = QString::fromUtf8(run.process().readAllStandardError());
+    QCOMPARE(run.process().exitCode(), 1);
+    const QString expected = QString("rank 1 (pid %1) made no progress for ").arg(run.rankPid(1));
+    QVERIFY2(err.contains("meshstudio-engine launch: " + expected), qPrintable(err));
+    QVERIFY2(err.contains("while step 30: frozen by MESHSTUDIO_FAULT (its process is alive"),
+             qPrintable(err));
+    const std::vector<json> lines = readLines(run.runDir() + "/metrics.jsonl");
+    QVERIFY(!lines.empty());
+    QCOMPARE(lines.back().value("type", ""), std::string("run_end"));
+    QVERIFY2(QString::fromStdString(lines.back().value("reason", "")).startsWith(expected),
+             lines.back().dump().c_str());
+    const QString left = remaining(run.pids());
+    QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
+  }
+
+  // mpirun itself is watched: stopped (SIGSTOP) for the stall timeout, the run ends with that reason instead
+  // of waiting for ranks that may block on it only much later (or never, with --quiet).
+  void stoppedMpirunEndsTheRun() {
+    QTemporaryDir tmp;
+    LaunchedRun run(tmp.path(), 2, {"--stall-timeout", "5"});
+    QVERIFY2(run.waitUntilTraining(60000), run.process().readAllStandardError().constData());
+    const std::vector<pid_t> mpirun = childrenOf(static_cast<pid_t>(run.process().processId()));
+    QCOMPARE(mpirun.size(), size_t(1));
+    QElapsedTimer sinceStop;
+    QCOMPARE(kill(mpirun[0], SIGSTOP), 0);
+    sinceStop.start();
+    QVERIFY(run.process().waitForFinished(60000));
+    const qint64 ms = sinceStop.elapsed();
+    const QString err = QString::fromUtf8(run.process().readAllStandardError());
+    QCOMPARE(run.process().exitCode(), 1);
+    const QString expected = QString("mpirun (pid %1) has been stopped for ").arg(mpirun[0]);
+    QVERIFY2(err.contains("meshstudio-engine launch: " + expected), qPrintable(err));
+    QVERIFY2(ms >= 4000 && ms < 30000, qPrintable(err));
+    const std::vector<json> lines = readLines(run.runDir() + "/metrics.jsonl");
+    QVERIFY(!lines.empty());
+    QCOMPARE(lines.back().value("type", ""), std::string("run_end"));
+    QVERIFY2(QString::fromStdString(lines.back().value("reason", "")).startsWith(expected),
+             lines.back().dump().c_str());
+    const QString left = remaining(run.pids());
+    QVERIFY2(left.isEmpty(), qPrintable("still running: " + left));
+  }
+
   // A run folder has one owner (issue 18): while a run holds it, a second train and a second launch on it are
   // refused with the owner's pid and host, write nothing there (no metrics line, no heartbeat cleared); the
   // lock dies with its process, so a killed run leaves none behind. Before, both runs exited 0, one having

@@ -25,6 +25,8 @@ struct ActivitySlot {
   char text[kMaxActivityChars + 1] = "starting";
   size_t length = 8;
   double since = unixTimeS();
+  uint64_t progress = 0;
+  bool longPhase = true;  // "starting"
 };
 
 ActivitySlot g_activity;
@@ -60,7 +62,7 @@ double unixTimeS() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-void setActivity(const char* what) {
+void setActivity(const char* what, bool longPhase) {
   const size_t n = strnlen(what, kMaxActivityChars);
   const double now = unixTimeS();
   std::lock_guard<std::mutex> lock(g_activity.mutex);
@@ -68,15 +70,18 @@ void setActivity(const char* what) {
   g_activity.text[n] = '\0';
   g_activity.length = n;
   g_activity.since = now;
+  ++g_activity.progress;
+  g_activity.longPhase = longPhase;
 }
 
-void setActivity(const std::string& what) {
-  setActivity(what.c_str());
+void setActivity(const std::string& what, bool longPhase) {
+  setActivity(what.c_str(), longPhase);
 }
 
 Activity currentActivity() {
   std::lock_guard<std::mutex> lock(g_activity.mutex);
-  return {std::string(g_activity.text, g_activity.length), g_activity.since};
+  return {std::string(g_activity.text, g_activity.length), g_activity.since, g_activity.progress,
+          g_activity.longPhase};
 }
 
 struct Heartbeat::State {
@@ -92,8 +97,10 @@ struct Heartbeat::State {
 
   void beat(bool finished) {
     const Activity a = currentActivity();
-    const nlohmann::json j = {{"rank", rank},         {"pid", pid},         {"host", host},
-                              {"alive", unixTimeS()}, {"activity", a.text}, {"activity_since", a.since},
+    const nlohmann::json j = {{"rank", rank},           {"pid", pid},
+                              {"host", host},           {"alive", unixTimeS()},
+                              {"activity", a.text},     {"activity_since", a.since},
+                              {"progress", a.progress}, {"long_phase", a.longPhase},
                               {"finished", finished}};
     std::string error;
     if (!replaceFile(path, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", error) &&

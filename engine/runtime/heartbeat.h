@@ -2,8 +2,12 @@
 // times per step) and, when `meshstudio-engine launch` supervises the run (it sets MESHSTUDIO_HEARTBEAT_DIR),
 // a background thread that rewrites "$MESHSTUDIO_HEARTBEAT_DIR/rank-<rank>.json" every 0.5 s:
 //   {"rank": 2, "pid": 1234, "host": "node0", "alive": <unix s>, "activity": "step 12: all-reduce of
-//    gradients", "activity_since": <unix s>, "finished": false}
-// The supervisor names a dead or hung rank and what it was doing from these files (engine/supervisor.h).
+//    gradients", "activity_since": <unix s>, "progress": 5120, "long_phase": false, "finished": false}
+// "progress" counts setActivity calls: the training loop's own steps, which a frozen main thread or a rank
+// blocked in a collective stops advancing while the beating thread goes on. "long_phase" marks activities
+// that may last long without a step (startup, evaluation, a checkpoint write): the supervisor gives them a
+// longer bound. The supervisor names a dead, stopped or stuck rank and what it was doing from these files
+// (engine/supervisor.h).
 //
 // What always holds: setActivity is cheap (a copy of at most kMaxActivityChars under an uncontended mutex)
 // and thread-safe, whether or not a heartbeat runs; the file is replaced by rename(2), so a reader never sees
@@ -11,6 +15,7 @@
 // ended is not taken for a hung one.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -20,13 +25,16 @@ inline constexpr const char* kHeartbeatDirEnv = "MESHSTUDIO_HEARTBEAT_DIR";
 inline constexpr size_t kMaxActivityChars = 160;
 inline constexpr double kHeartbeatPeriodS = 0.5;
 
-// Records what this process is doing (truncated to kMaxActivityChars) and the time it started doing it.
-void setActivity(const char* what);
-void setActivity(const std::string& what);
+// Records what this process is doing (truncated to kMaxActivityChars) and the time it started doing it, and
+// advances the progress counter. longPhase: the activity may legitimately last long (see above).
+void setActivity(const char* what, bool longPhase = false);
+void setActivity(const std::string& what, bool longPhase = false);
 
 struct Activity {
   std::string text;
   double since = 0;  // unix time, seconds
+  uint64_t progress = 0;
+  bool longPhase = false;
 };
 Activity currentActivity();
 

@@ -320,7 +320,7 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
   const int K = m_plan.schedule.chunkCount();
   Communicator* world = m_groups.tensors;
   std::vector<Span>* sink = m_model.pauseSpans();
-  setActivity("evaluating");
+  setActivity("evaluating", /*longPhase=*/true);
   Eval out;
   out.samples = S;
   Batch batch;

@@ -312,6 +312,23 @@ Status train(const RunConfig& config, const TrainOptions& options) {
 
 namespace {
 
+// Fault injection for the supervisor's tests (tests/tst_failure.cpp): MESHSTUDIO_FAULT="freeze:RANK:STEP"
+// makes rank RANK's training loop stop for good as step STEP begins, its heartbeat thread beating on: a
+// main thread stuck but alive, which only the progress counter shows. Anything else in the variable is
+// ignored (it is not a user setting).
+void injectedFreeze(int rank, int64_t step) {
+  static const std::pair<int, int64_t> fault = [] {
+    const char* v = std::getenv("MESHSTUDIO_FAULT");
+    int r = -1;
+    long long s = -1;
+    if (v && std::sscanf(v, "freeze:%d:%lld", &r, &s) == 2) return std::pair<int, int64_t>(r, s);
+    return std::pair<int, int64_t>(-1, -1);
+  }();
+  if (fault.first != rank || fault.second != step) return;
+  setActivity("step " + std::to_string(step) + ": frozen by MESHSTUDIO_FAULT");
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig& config,
                const TrainOptions& options) {
   Communicator* world = options.world;
@@ -424,7 +441,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
   auto saveAt = [&](int64_t done) -> Status {
     // Every rank contributes its shards; rank 0 writes full tensors; everyone agrees on the outcome.
     const std::string dir = checkpointDirName(runDir, done);
-    setActivity("saving checkpoint " + dir);
+    setActivity("saving checkpoint " + dir, /*longPhase=*/true);
     MS_TRY(saveCheckpointSharded(dir, *plan, *groups, model.params(), optimizer,
                                  CheckpointInfo{done, optimizer.stepsTaken(), config.seed}));
     metrics.write("checkpoint", {{"step", done}, {"path", dir}});
@@ -479,6 +496,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
     // The stage's action list: forwards, backwards, transfers, gradient buckets; then the finished gradients.
     // Each replica's gradient is its share of the sum over the global batch (the loss scale is 1 / targets of
     // the whole step), so the data-parallel sum is the full gradient.
+    injectedFreeze(R, step + 1);
     Status ran = executor.runStep(step, **data, lossScale, stats);
     auto squares = ran ? executor.gradSquares() : Expected<double>(ran);
     if (!squares) {
