@@ -47,6 +47,9 @@ constexpr double kPollS = 0.2;
 // A phase that may last long without a step (heartbeat.h "long_phase": startup, evaluation, a checkpoint
 // write, the end) is allowed this many stall timeouts without progress (300 s at the default 10 s).
 constexpr double kLongPhaseFactor = 30;
+// An ordinary phase is allowed this many times the longest wait between progress changes the rank has shown
+// in ordinary phases, when that exceeds the stall timeout (a model whose single forward takes a minute).
+constexpr double kSlowActionFactor = 4;
 constexpr double kSweepS = 5;  // at most this long to see every process of the session gone
 
 volatile std::sig_atomic_t g_forwardSignal = 0;
@@ -110,6 +113,7 @@ struct RankWatch {
   double progress = -1;  // -1: a heartbeat without the counter
   double progressAt = 0;
   double activitySince = 0;  // the rank's own time (unix s) of its last setActivity
+  double longestGap = 0;     // seconds between progress changes, the longest seen in ordinary phases
   bool longPhase = false;
   long pid = 0;
   std::string host;
@@ -125,7 +129,12 @@ void readHeartbeat(const std::string& dir, int rank, double now, RankWatch& w) {
   const double alive = j.value("alive", 0.0);
   if (!w.seen || alive != w.alive) w.changedAt = now;
   const double progress = j.value("progress", -1.0);
-  if (!w.seen || progress != w.progress) w.progressAt = now;
+  if (!w.seen || progress != w.progress) {
+    // The longest wait for progress seen outside long phases: a rank whose single actions are slow (a large
+    // model on CPUs) is given kSlowActionFactor of it before it counts as stuck.
+    if (w.seen && !w.longPhase) w.longestGap = std::max(w.longestGap, now - w.progressAt);
+    w.progressAt = now;
+  }
   w.progress = progress;
   w.longPhase = j.value("long_phase", false);
   w.activitySince = j.value("activity_since", 0.0);
@@ -511,7 +520,8 @@ Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
     for (size_t r = 0; r < watches.size(); ++r) {
       const RankWatch& w = watches[r];
       if (!w.seen || w.finished || w.progress < 0) continue;
-      const double bound = options.stallTimeoutS * (w.longPhase ? kLongPhaseFactor : 1.0);
+      const double bound = w.longPhase ? options.stallTimeoutS * kLongPhaseFactor
+                                       : std::max(options.stallTimeoutS, kSlowActionFactor * w.longestGap);
       if (now - w.progressAt > bound &&
           (stuck < 0 || w.activitySince < watches[static_cast<size_t>(stuck)].activitySince))
         stuck = static_cast<int>(r);

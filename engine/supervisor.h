@@ -11,7 +11,8 @@
 //     with its pid and last activity from its heartbeat;
 //   - a rank whose heartbeat has not beaten for stallTimeoutS (a stopped or frozen process, or none written
 //     within startupGraceS), a rank alive whose progress counter has not moved for stallTimeoutS (30 times
-//     that in a long phase: startup, evaluation, a checkpoint write; the rank stuck longest is named), or
+//     that in a long phase: startup, evaluation, a checkpoint write; 4 times the longest wait it has shown
+//     between actions when that is longer; the rank stuck longest is named), or
 //     mpirun itself stopped for stallTimeoutS: SIGTERM (and SIGCONT, for a stopped process) to every process
 //     of the session, SIGKILL killGraceS later.
 // What always holds: when superviseRun returns, no process of the session is left (the supervisor is the
