@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +89,13 @@ std::vector<pid_t> sessionMembers(pid_t sid) {
     if (session == sid && pid != getpid()) out.push_back(pid);
   }
   return out;
+}
+
+// Whether the file system holding dir has (nearly) no room left: a heartbeat that stopped there may be a
+// full disk, not a stuck rank.
+bool fileSystemFull(const std::string& dir) {
+  struct statvfs st = {};
+  return statvfs(dir.c_str(), &st) == 0 && double(st.f_bavail) * double(st.f_frsize) < 64.0 * 1024;
 }
 
 // Whether the process is stopped (state T in /proc/PID/stat: SIGSTOP, SIGTSTP or a tracer).
@@ -530,7 +538,11 @@ Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
       RankWatch& w = watches[r];
       if (w.finished) continue;
       std::string what;
-      if (w.seen && now - w.changedAt > options.stallTimeoutS)
+      if (w.seen && now - w.changedAt > options.stallTimeoutS && fileSystemFull(options.heartbeatDir))
+        what = "no space left on the file system of " + options.heartbeatDir + ": " +
+               nameRank(static_cast<int>(r), w.pid, w.host) + " could not write its heartbeat for " +
+               std::to_string(static_cast<long>(now - w.changedAt)) + " s" + whileDoing(w);
+      else if (w.seen && now - w.changedAt > options.stallTimeoutS)
         what = nameRank(static_cast<int>(r), w.pid, w.host) + " stopped responding for " +
                std::to_string(static_cast<long>(now - w.changedAt)) + " s" + whileDoing(w);
       else if (static_cast<int>(r) == stuck)

@@ -9,6 +9,10 @@
 
 #include "test_util.h"
 
+#include <QRegularExpression>
+
+#include "runtime/checkpoint.h"
+
 #include <fstream>
 
 namespace {
@@ -50,6 +54,18 @@ QString tinyGpt(const QString& dir, const QString& textFile) {
          " \"training\": {\"steps\": 4, \"batch_size\": 2, \"seq_len\": 16, \"threads\": 1, "
          "\"eval_batches\": 2}}";
   return path;
+}
+
+// The metrics stream's records of one type, in order.
+QList<QJsonObject> records(const QString& path, const QString& type) {
+  QList<QJsonObject> out;
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) return out;
+  for (const QByteArray& line : f.readAll().split('\n')) {
+    const QJsonObject o = QJsonDocument::fromJson(line).object();
+    if (o.value("type").toString() == type) out << o;
+  }
+  return out;
 }
 
 }  // namespace
@@ -231,6 +247,83 @@ class TestCli : public QObject {
     QVERIFY2(named.code == 0, qPrintable(named.err));
   }
 
+  // A full disk ends the run at once (issue 18), not at its end: a metrics stream that cannot be written
+  // (the sink /dev/full) stops the run after the step whose line failed, naming the file and the reason; in a
+  // run folder on a full file system (a 1 MiB tmpfs), the failed write names its path, no half checkpoint is
+  // left, and the error says where the newest complete checkpoint is, which loads. "keep_checkpoints" keeps
+  // a long run within the same space. Before, training went on to the end and lost every weight.
+  void fullDiskEndsTheRun() {
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    {
+      std::ofstream out(text.toStdString());
+      for (int i = 0; i < 100; ++i) out << "to be or not to be, that is the question " << i << "\n";
+    }
+    QString config = tinyGpt(tmp.path(), text);
+    const Result full =
+        engine({"train", config, "--steps", "200", "--metrics", "/dev/full", "--run-dir", tmp.path() + "/a"});
+    QCOMPARE(full.code, 1);
+    QVERIFY2(full.err.contains("writing metrics to /dev/full: No space left on device"),
+             qPrintable(full.err));
+    const QList<QJsonObject> ends = records(tmp.path() + "/a/metrics.jsonl", "run_end");
+    QCOMPARE(ends.size(), 1);
+    QCOMPARE(ends[0].value("step").toInt(), 0);  // run_start's line failed: nothing was trained
+    QVERIFY(ends[0].value("reason").toString().contains("/dev/full: No space left on device"));
+
+    // A small file system for the run folder.
+    const QString mnt = tmp.path() + "/small";
+    QDir().mkpath(mnt);
+    QProcess mount;
+    mount.start("mount", {"-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt});
+    if (!mount.waitForFinished(10000) || mount.exitCode() != 0)
+      QSKIP(qPrintable("cannot mount a tmpfs here (root and mount(2) needed): " +
+                       mount.readAllStandardError()));
+    struct Unmount {
+      QString dir;
+      ~Unmount() { QProcess::execute("umount", {dir}); }
+    } unmount{mnt};
+    {
+      QFile f(config);
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      QByteArray body = f.readAll();
+      f.close();
+      body.replace("\"eval_batches\": 2", "\"eval_batches\": 1, \"checkpoint_every\": 1");
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write(body);
+    }
+    const QString run = mnt + "/run";
+    const Result r = engine({"train", config, "--steps", "400", "--run-dir", run, "--quiet"});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("No space left on device"), qPrintable(r.err));
+    QVERIFY2(r.err.contains(run), qPrintable(r.err));
+    const int at = r.err.indexOf("the newest complete checkpoint is ");
+    QVERIFY2(at >= 0, qPrintable(r.err));
+    const QString good = r.err.mid(at + 34).section(QRegularExpression("[;\\s]"), 0, 0);
+    QVERIFY2(good.startsWith(run + "/checkpoints/step-"), qPrintable(good));
+    QVERIFY2(ms::verifyCheckpoint(good.toStdString(), ms::kResumeFiles).isOk(), qPrintable(good));
+    for (const QString& name : QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot))
+      QVERIFY2(!name.contains('.'), qPrintable(name));  // no .partial or .old left
+    const Result e = engine({"eval", config, "--checkpoint", good});
+    QVERIFY2(e.code == 0, qPrintable(e.err));
+
+    // keep_checkpoints 2: the same run fits, and ends with its two newest checkpoints.
+    QProcess::execute("rm", {"-rf", run});
+    {
+      QFile f(config);
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      QByteArray body = f.readAll();
+      f.close();
+      body.replace("\"checkpoint_every\": 1",
+                   "\"checkpoint_every\": 1, \"keep_checkpoints\": 2, \"log_every\": 50");
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write(body);
+    }
+    const Result k = engine({"train", config, "--steps", "400", "--run-dir", run, "--quiet"});
+    QVERIFY2(k.code == 0, qPrintable(k.err));
+    QCOMPARE(QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot),
+             (QStringList{"step-00000399", "step-00000400"}));
+  }
+
   // Every integer option is range-checked before use (issue 18): a value beyond int's range, beyond long
   // long's, negative where it cannot be, or not a number exits 2 with the option and its range named, and
   // runs nothing (no run folder). Before, "--steps 2147483648" wrapped to -2147483648 and exited 0 having
@@ -297,16 +390,6 @@ class TestCli : public QObject {
         {"train", config, "--resume", "--metrics", part, "--run-dir", tmp.path() + "/part", "--quiet"});
     QVERIFY2(resumed.code == 0, qPrintable(resumed.err));
 
-    const auto records = [](const QString& path, const QString& type) {
-      QList<QJsonObject> out;
-      QFile f(path);
-      if (!f.open(QIODevice::ReadOnly)) return out;
-      for (const QByteArray& line : f.readAll().split('\n')) {
-        const QJsonObject o = QJsonDocument::fromJson(line).object();
-        if (o.value("type").toString() == type) out << o;
-      }
-      return out;
-    };
     const QList<QJsonObject> wholeSteps = records(whole, "step"), partSteps = records(part, "step");
     QCOMPARE(wholeSteps.size(), 4);
     QCOMPARE(partSteps.size(), 4);  // 2 before the stop, 2 after --resume (the stream is appended to)

@@ -361,7 +361,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["mesh"].size(), size_t(5));    // nodes, links, and the (empty) lists of own types
     QCOMPARE(j["parallel"].size(), size_t(14));
     QCOMPARE(j["optimizer"].size(), size_t(7));
-    QCOMPARE(j["training"].size(), size_t(13));
+    QCOMPARE(j["training"].size(), size_t(14));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));
     QCOMPARE(j["seed"].get<unsigned long long>(), std::numeric_limits<unsigned long long>::max());
     QVERIFY(!j["model"].contains("patch"));

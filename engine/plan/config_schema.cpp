@@ -492,6 +492,10 @@ void addTraining(std::vector<Field>& t) {
   t.push_back(intField(r, "checkpoint_every", MS_REF(training.checkpointEvery), atLeast(0),
                        "Steps between checkpoints; 0 = only at the end.")
                   .aka({"save_every", "checkpoint_interval", "ckpt_every"}));
+  t.push_back(intField(r, "keep_checkpoints", MS_REF(training.keepCheckpoints), atLeast(0),
+                       "Checkpoints kept in the run folder, the newest ones (older ones are deleted after "
+                       "each new one is whole); 0 = all.")
+                  .aka({"save_total_limit", "max_checkpoints", "keep_last"}));
   t.push_back(intField(r, "log_every", MS_REF(training.logEvery), atLeast(1),
                        "Steps between step lines in the metrics stream.")
                   .aka({"log_interval", "print_every"}));

@@ -165,6 +165,7 @@ struct TrainingConfig {
   int evalEvery = 0;                           // "eval_every": steps between evaluations, 0 = only at the end
   int evalBatches = 0;                         // "eval_batches": batches per evaluation, 0 = the whole split
   int checkpointEvery = 0;  // "checkpoint_every": steps between checkpoints, 0 = only at the end
+  int keepCheckpoints = 0;  // "keep_checkpoints": the newest N checkpoints are kept, 0 = all
   int logEvery = 1;         // "log_every": steps between step lines in the metrics stream
   std::string runDir;       // "run_dir": run folder, default "runs/<name>"
   int threads = 0;          // "threads": threads per rank, 0 = cores / local ranks

@@ -148,11 +148,28 @@ Expected<CheckpointInfo> readState(const std::string& dir, const RunConfig& conf
 
 }  // namespace
 
+namespace {
+
+Status saveCheckpointTo(const std::string& staging, const std::string& dir, const RunConfig& config,
+                        const ParameterStore& params, const Optimizer* optimizer, const CheckpointInfo& info);
+
+}  // namespace
+
 Status saveCheckpoint(const std::string& dir, const RunConfig& config, const ParameterStore& params,
                       const Optimizer* optimizer, const CheckpointInfo& info) {
   const std::string staging = dir + ".partial";
   std::error_code ec;
   fs::remove_all(staging, ec);
+  Status s = saveCheckpointTo(staging, dir, config, params, optimizer, info);
+  if (!s) fs::remove_all(staging, ec);  // a failed write (a full disk) leaves no half checkpoint behind
+  return s;
+}
+
+namespace {
+
+Status saveCheckpointTo(const std::string& staging, const std::string& dir, const RunConfig& config,
+                        const ParameterStore& params, const Optimizer* optimizer,
+                        const CheckpointInfo& info) {
   MS_TRY(makeDirs(staging));
   // The fp32 values (mixed precision: the master weights), unit by unit (an unsharded store: nothing here is
   // collective).
@@ -176,6 +193,8 @@ Status saveCheckpoint(const std::string& dir, const RunConfig& config, const Par
   MS_TRY(makeDirs(fs::path(dir).parent_path().string()));
   return replaceDirectory(staging, dir);
 }
+
+}  // namespace
 
 namespace {
 
@@ -342,6 +361,10 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
     if (s) s = writeManifest(staging, info.step);
     if (s) s = makeDirs(fs::path(dir).parent_path().string());
     if (s) s = replaceDirectory(staging, dir);
+    if (!s) {  // a failed write (a full disk) leaves no half checkpoint behind
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+    }
   }
   // Everyone learns the outcome.
   if (W > 1) {
@@ -404,6 +427,30 @@ Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Pla
   }
   optimizer.setStepsTaken(info->optimizerSteps);
   return info;
+}
+
+Status pruneCheckpoints(const std::string& runDir, int keep) {
+  if (keep <= 0) return Status::ok();
+  const fs::path root = fs::path(runDir) / "checkpoints";
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (entry.is_directory() && stepOfDirName(entry.path().filename().string()) >= 0)
+      names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end(), std::greater<>());
+  int kept = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const fs::path dir = root / names[i];
+    // Counted as kept: the newest, and any other with its manifest (written last: the write completed).
+    if (kept < keep && (i == 0 || fs::exists(dir / kManifest, ec))) {
+      ++kept;
+      continue;
+    }
+    if (i == 0) continue;
+    fs::remove_all(dir, ec);
+    if (ec) return Status::error(dir.string() + ": cannot delete (keep_checkpoints): " + ec.message());
+  }
+  return Status::ok();
 }
 
 Expected<std::string> latestCheckpoint(const std::string& runDir) {

@@ -63,5 +63,8 @@ inline const std::vector<std::string> kResumeFiles = {"model.safetensors", "opti
 // there is none.
 Expected<std::string> latestCheckpoint(const std::string& runDir);
 std::string checkpointDirName(const std::string& runDir, int64_t step);
+// Deletes all but the newest `keep` whole checkpoints of the run folder ("keep_checkpoints"); a damaged
+// one is never counted as kept, and the newest one is never deleted.
+Status pruneCheckpoints(const std::string& runDir, int keep);
 
 }  // namespace ms

@@ -16,11 +16,13 @@ Status MetricsWriter::open(const std::string& sink, const std::string& runFile, 
     m_sink = stdout;
     m_sinkIsStdout = true;
   } else if (!sink.empty()) {
+    m_sinkPath = sink;
     m_sink = std::fopen(sink.c_str(), append ? "a" : "w");
     if (!m_sink)
       return Status::error("--metrics " + sink + ": cannot open for writing: " + std::strerror(errno));
   }
   if (!runFile.empty() && runFile != sink) {
+    m_runPath = runFile;
     m_run = std::fopen(runFile.c_str(), append ? "a" : "w");
     if (!m_run) return Status::error(runFile + ": cannot open for writing: " + std::strerror(errno));
   }
@@ -38,8 +40,8 @@ void MetricsWriter::write(const std::string& type, nlohmann::json fields) {
   nlohmann::json line = {{"v", kMetricsVersion}, {"type", type}};
   for (auto& [k, v] : fields.items()) line[k] = std::move(v);
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  writeTo(m_sink, text, m_sinkIsStdout ? "stdout" : "the metrics sink");
-  writeTo(m_run, text, "the run folder");
+  writeTo(m_sink, text, m_sinkIsStdout ? "stdout" : m_sinkPath);
+  writeTo(m_run, text, m_runPath);
 }
 
 }  // namespace ms

@@ -37,6 +37,7 @@ class MetricsWriter {
   std::FILE* m_sink = nullptr;
   bool m_sinkIsStdout = false;
   std::FILE* m_run = nullptr;
+  std::string m_sinkPath, m_runPath;  // for error messages
   Status m_status;
 };
 

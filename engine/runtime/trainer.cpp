@@ -433,18 +433,33 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
     if (lead) std::fprintf(stderr, "%s\n", line.c_str());
   }
 
+  // A stream that cannot be written from its first lines on (a full disk) ends the run before it trains.
+  if (Status w = agree(metrics.status(), world); !w) {
+    metrics.write("run_end", {{"status", "error"}, {"reason", w.message()}, {"step", startStep}});
+    return w;
+  }
+
   ProgressBar bar(options.progress, steps);
   Batch batch;
   double ema = 0;  // smoothed step time for the ETA
   std::string endStatus = "ok", endReason;
   int64_t step = startStep;
+  std::string lastCheckpoint = resumeDir;  // the newest whole checkpoint of this run, for error messages
+  auto whereLastGood = [&] {
+    return lastCheckpoint.empty() ? std::string("; no checkpoint of this run was written")
+                                  : "; the newest complete checkpoint is " + lastCheckpoint;
+  };
   auto saveAt = [&](int64_t done) -> Status {
     // Every rank contributes its shards; rank 0 writes full tensors; everyone agrees on the outcome.
     const std::string dir = checkpointDirName(runDir, done);
     setActivity("saving checkpoint " + dir, /*longPhase=*/true);
     MS_TRY(saveCheckpointSharded(dir, *plan, *groups, model.params(), optimizer,
                                  CheckpointInfo{done, optimizer.stepsTaken(), config.seed}));
+    lastCheckpoint = dir;
     metrics.write("checkpoint", {{"step", done}, {"path", dir}});
+    if (lead && config.training.keepCheckpoints > 0)
+      if (Status p = pruneCheckpoints(runDir, config.training.keepCheckpoints); !p)
+        metrics.write("log", {{"level", "warning"}, {"message", p.message()}});
     return Status::ok();
   };
   auto evalAt = [&](int64_t done) -> Status {
@@ -545,6 +560,12 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
       }
       metrics.write("spans", {{"step", done}, {"ranks", reports->spans}});
       metrics.write("memory", {{"step", done}, {"ranks", reports->memory}});
+      // A stream that cannot be written (a full disk) ends the run now, on every rank, not at the end.
+      if (Status w = agree(metrics.status(), world); !w) {
+        endStatus = "error";
+        endReason = w.message() + whereLastGood();
+        break;
+      }
     }
     if (lead)
       bar.update(done, loss, isGpt ? tokensPerS : samplesPerS, isGpt ? "tok" : "samples",
@@ -566,7 +587,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
       Status s = saveAt(done);
       if (!s) {
         endStatus = "error";
-        endReason = s.message();
+        endReason = s.message() + whereLastGood();
         ++step;
         break;
       }
@@ -574,7 +595,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
   }
   if (endStatus == "interrupted" && step > startStep) {
     Status s = saveAt(step);
-    if (!s) endReason += "; saving the checkpoint failed: " + s.message();
+    if (!s) endReason += "; saving the checkpoint failed: " + s.message() + whereLastGood();
   }
   bar.breakLine();
   metrics.write("run_end", {{"status", endStatus}, {"reason", endReason}, {"step", step}});
