@@ -241,6 +241,11 @@ class TestCli : public QObject {
     QVERIFY2(r.err.contains(message), qPrintable(r.err));
     QVERIFY2(r.err.contains("the newest whole one is " + older), qPrintable(r.err));
     QVERIFY(!QFile::exists(run + "/checkpoints/step-00000006"));
+    // A run shorter than the checkpoint is refused, not silently a no-op.
+    const Result past =
+        engine({"train", config, "--run-dir", run, "--resume", older, "--steps", "1", "--quiet"});
+    QCOMPARE(past.code, 1);
+    QVERIFY2(past.err.contains(older + " is at step 2, past the run's 1 steps"), qPrintable(past.err));
     // Resuming from the whole one, named, works.
     const Result named =
         engine({"train", config, "--run-dir", run, "--resume", older, "--quiet", "--overwrite"});
@@ -410,7 +415,7 @@ class TestCli : public QObject {
 
     const Result zero = engine({"train", config, "--stop-after", "0", "--run-dir", tmp.path() + "/zero"});
     QCOMPARE(zero.code, 2);
-    QVERIFY2(zero.err.contains("--stop-after needs a positive integer"), qPrintable(zero.err));
+    QVERIFY2(zero.err.contains("--stop-after (a step) needs an integer from 1 to"), qPrintable(zero.err));
   }
 
   // "device": "cuda" trains on a GPU or says why it cannot (no driver or device here), naming /device, and

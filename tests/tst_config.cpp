@@ -464,6 +464,12 @@ class TestConfig : public QObject {
     QVERIFY2(!QString::fromStdString(r.message()).contains("nested"), r.message().c_str());
     QVERIFY2(QString::fromStdString(r.message()).contains("/model"), r.message().c_str());
 
+    // A number beyond double is refused with its place (nlohmann's message named only the token).
+    const std::string huge = write("huge.json", "{\"version\": 1,\n \"optimizer\": {\"lr\": 1e400}}");
+    r = ms::loadRunConfig(huge, &errors);
+    QVERIFY(!r.isOk());
+    QVERIFY2(r.message() == huge + ": line 2, column 22: the number 1e400 is out of range (beyond a double)",
+             r.message().c_str());
     const std::string big =
         write("big.json", "{\"version\": 1, \"name\": \"" + std::string((65u << 20), 'x') + "\"}");
     r = ms::loadRunConfig(big, &errors);

@@ -523,6 +523,25 @@ Expected<RunConfig> loadRunConfig(const std::string& path, ConfigErrors* errorsO
   } catch (const json::parse_error& e) {
     const std::string reason = parseReason(e.what());
     return failed({{"", errorPosition(text, e.byte, reason) + ": " + reason}}, path, errorsOut);
+  } catch (const json::out_of_range& e) {
+    // A number beyond double ("lr": 1e400): nlohmann names the token but not where it is; its first
+    // occurrence as a whole token is (a token inside a string would be no number).
+    const std::string what = e.what();
+    const size_t q0 = what.find('\''), q1 = what.rfind('\'');
+    std::string where;
+    if (q0 != std::string::npos && q1 > q0 + 1) {
+      const std::string token = what.substr(q0 + 1, q1 - q0 - 1);
+      for (size_t at = text.find(token); at != std::string::npos && where.empty();
+           at = text.find(token, at + 1)) {
+        const bool starts = at == 0 || std::strchr(" \t\r\n:,[", text[at - 1]);
+        const size_t end = at + token.size();
+        const bool ends = end >= text.size() || std::strchr(" \t\r\n,]}", text[end]);
+        if (starts && ends) where = errorPosition(text, at + 1, "") + ": ";
+      }
+      return failed({{"", where + "the number " + token + " is out of range (beyond a double)"}}, path,
+                    errorsOut);
+    }
+    return failed({{"", std::string("cannot parse: ") + what}}, path, errorsOut);
   } catch (const json::exception& e) {
     return failed({{"", std::string("cannot parse: ") + e.what()}}, path, errorsOut);
   }

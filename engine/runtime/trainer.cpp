@@ -387,6 +387,11 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
       startStep = info->step;
     else
       loaded = info.status().withContext("resuming from " + resumeDir);
+    // A checkpoint past the run's end has nothing to resume (one at the end has nothing left: fine).
+    if (loaded && startStep > config.training.steps)
+      loaded = Status::error(resumeDir + " is at step " + std::to_string(startStep) + ", past the run's " +
+                             std::to_string(config.training.steps) +
+                             " steps (training.steps or --steps): nothing to train; ask for more steps");
   }
   if (loaded && lead) loaded = saveRunConfig(config, runDir + "/config.json");
   MS_TRY(agree(loaded, world));
