@@ -36,6 +36,7 @@
 #include "runtime/file_io.h"
 #include "runtime/heartbeat.h"
 #include "runtime/layers.h"
+#include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/safetensors.h"
@@ -189,25 +190,55 @@ int cmdValidate(int argc, char** argv) {
   return allOk ? kExitOk : kExitUsage;
 }
 
+// A run_end line for a train that failed before its metrics stream began (a bad config or option, a device
+// or MPI that would not start, a locked run folder), so that `--metrics` sees every failure: written by the
+// first rank only (Open MPI's or PMI's rank variable, MPI may not be up), to stdout for "-" or appended to
+// the file, never to the run folder's metrics.jsonl (which may be another run's).
+void startupRunEnd(const std::string& sink, const std::string& reason) {
+  const char* rankVar = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!rankVar) rankVar = std::getenv("PMI_RANK");
+  if (sink.empty() || (rankVar && std::string(rankVar) != "0")) return;
+  ms::MetricsWriter writer;
+  if (!writer.open(sink, "", /*append=*/true)) return;
+  writer.write("run_end", {{"status", "error"}, {"reason", reason}, {"step", 0}});
+}
+
 int cmdTrain(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {"--metrics", "--run-dir", "--steps", "--stop-after"},
                      {"--quiet", "--overwrite", "--emulate-device"}, {"--resume"});
   if (!a.error.empty()) return usageError(a.error);
-  if (a.positional.size() != 1) return usageError("train needs exactly one CONFIG");
+  const std::string sink = a.get("--metrics");
+  if (a.positional.size() != 1) {
+    startupRunEnd(sink, "train needs exactly one CONFIG");
+    return usageError("train needs exactly one CONFIG");
+  }
   ms::RunConfig config;
-  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  if (auto loaded = ms::loadRunConfig(a.positional[0]); !loaded) {
+    std::fprintf(stderr, "%s\n", loaded.message().c_str());
+    startupRunEnd(sink, loaded.message());
+    return kExitUsage;
+  } else {
+    config = std::move(*loaded);
+  }
   if (a.has("--steps")) {
     long long steps = 0;
-    if (!integerArg(a.get("--steps"), 0, kIntMax, steps)) return rangeError("--steps", 0, kIntMax);
+    if (!integerArg(a.get("--steps"), 0, kIntMax, steps)) {
+      startupRunEnd(sink, "--steps needs an integer from 0 to " + std::to_string(kIntMax));
+      return rangeError("--steps", 0, kIntMax);
+    }
     config.training.steps = static_cast<int>(steps);
   }
   ms::TrainOptions options;
   if (a.has("--stop-after")) {
     long long stopAfter = 0;
-    if (!integerArg(a.get("--stop-after"), 1, kIntMax, stopAfter))
+    if (!integerArg(a.get("--stop-after"), 1, kIntMax, stopAfter)) {
+      startupRunEnd(sink, "--stop-after (a step) needs an integer from 1 to " + std::to_string(kIntMax));
       return rangeError("--stop-after (a step)", 1, kIntMax);
+    }
     options.stopAfter = stopAfter;
   }
+  bool streamEnded = false;
+  options.streamEnded = &streamEnded;
   options.metricsSink = a.get("--metrics");
   options.runDir = a.get("--run-dir");
   if (a.has("--resume")) options.resume = a.get("--resume").empty() ? "latest" : a.get("--resume");
@@ -228,6 +259,7 @@ int cmdTrain(int argc, char** argv) {
     auto context = ms::MpiContext::create(&argc, &argv);
     if (!context) {
       std::fprintf(stderr, "meshstudio-engine train: %s\n", context.message().c_str());
+      startupRunEnd(sink, context.message());
       return kExitRunFailed;
     }
     mpi = std::move(*context);
@@ -240,6 +272,7 @@ int cmdTrain(int argc, char** argv) {
   if (rank != 0) options.progress = false;
   if (ms::Status s = ms::checkRunnable(config, options.world ? options.world->size() : 1); !s) {
     if (rank == 0) std::fprintf(stderr, "%s: %s\n", a.positional[0].c_str(), s.message().c_str());
+    startupRunEnd(sink, a.positional[0] + ": " + s.message());
     return kExitUsage;
   }
   ms::setActivity("training", /*longPhase=*/true);  // setup: plan, data, checkpoint, communicators
@@ -247,6 +280,7 @@ int cmdTrain(int argc, char** argv) {
   ms::setActivity(s ? "finishing" : "finishing after an error", /*longPhase=*/true);
   if (!s) {
     std::fprintf(stderr, "meshstudio-engine train: %s%s\n", who.c_str(), s.message().c_str());
+    if (rank == 0 && !streamEnded) startupRunEnd(sink, s.message());
     return kExitRunFailed;
   }
   // Stopped by launch (SIGUSR1, which mpirun forwards to every rank): the checkpoint is saved and run_end

@@ -329,6 +329,32 @@ class TestCli : public QObject {
              (QStringList{"step-00000399", "step-00000400"}));
   }
 
+  // Every failure of train reaches its metrics stream as a run_end (issue 18), those before the stream began
+  // too: a config that does not load (to stdout with --metrics -) and an option out of range (appended to a
+  // --metrics file). Before, the README's promise held only once training had started.
+  void startupFailuresReachTheStream() {
+    const QString broken = QString(MS_TEST_DATA_DIR "/broken/") + "tp_not_dividing_heads.json";
+    const Result r = engine({"train", broken, "--metrics", "-"});
+    QCOMPARE(r.code, 2);
+    const QStringList lines = r.out.split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 1);
+    const QJsonObject end = QJsonDocument::fromJson(lines.last().toUtf8()).object();
+    QCOMPARE(end.value("type").toString(), QString("run_end"));
+    QCOMPARE(end.value("status").toString(), QString("error"));
+    QVERIFY2(end.value("reason").toString().contains("tp_not_dividing_heads.json"), qPrintable(lines.last()));
+
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    std::ofstream(text.toStdString()) << "a few words to train on\n";
+    const QString file = tmp.path() + "/m.jsonl";
+    const Result s = engine({"train", tinyGpt(tmp.path(), text), "--metrics", file, "--steps", "2147483648"});
+    QCOMPARE(s.code, 2);
+    const QList<QJsonObject> ends = records(file, "run_end");
+    QCOMPARE(ends.size(), 1);
+    QVERIFY2(ends[0].value("reason").toString().contains("--steps needs an integer from 0 to 2147483647"),
+             qPrintable(ends[0].value("reason").toString()));
+  }
+
   // Every integer option is range-checked before use (issue 18): a value beyond int's range, beyond long
   // long's, negative where it cannot be, or not a number exits 2 with the option and its range named, and
   // runs nothing (no run folder). Before, "--steps 2147483648" wrapped to -2147483648 and exited 0 having

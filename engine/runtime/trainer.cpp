@@ -441,6 +441,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
   // A stream that cannot be written from its first lines on (a full disk) ends the run before it trains.
   if (Status w = agree(metrics.status(), world); !w) {
     metrics.write("run_end", {{"status", "error"}, {"reason", w.message()}, {"step", startStep}});
+    if (lead && options.streamEnded) *options.streamEnded = true;
     return w;
   }
 
@@ -604,6 +605,7 @@ Status trainOn(Backend& backend, const std::string& deviceNote, const RunConfig&
   }
   bar.breakLine();
   metrics.write("run_end", {{"status", endStatus}, {"reason", endReason}, {"step", step}});
+  if (lead && options.streamEnded) *options.streamEnded = true;
   MS_TRY(metrics.status());
   if (endStatus == "error") return Status::error(endReason);
   if (endStatus == "interrupted") std::fprintf(stderr, "%s\n", endReason.c_str());

@@ -34,6 +34,9 @@ struct TrainOptions {
   // With "device": "cpu": run the device code path on the CPU's emulated device (kernels/backend.h), every
   // tensor transfer staged through host memory as on a GPU without NCCL. For tests.
   bool emulateDevice = false;
+  // Set when rank 0 wrote the run's run_end line to the metrics stream (the caller adds one for failures
+  // before the stream began, so that every failure reaches it).
+  bool* streamEnded = nullptr;
 };
 
 struct EvalResult {
