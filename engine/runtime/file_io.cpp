@@ -103,6 +103,26 @@ Status writeFileAtomic(const std::string& path, const std::string& bytes) {
   return writer.commit();
 }
 
+namespace {
+
+// Reads fd to its end in blocks of `block` bytes, handing each to take(data, n); retries EINTR. The caller
+// closes fd.
+template <typename Take>
+Status readToEnd(int fd, const std::string& path, size_t block, Take&& take) {
+  std::vector<char> buf(block);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError(path, "read failed");
+    }
+    if (n == 0) return Status::ok();
+    take(buf.data(), static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
 Expected<FileDigest> fileDigest(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errnoError(path, "cannot open");
@@ -112,20 +132,12 @@ Expected<FileDigest> fileDigest(const std::string& path) {
     return Status::error(path + ": cannot start a SHA-256 digest (OpenSSL)");
   }
   FileDigest d;
-  std::vector<unsigned char> buf(size_t(1) << 20);
-  for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      Status s = errnoError(path, "read failed");
-      ::close(fd);
-      return s;
-    }
-    if (n == 0) break;
-    d.bytes += static_cast<uint64_t>(n);
-    EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(n));
-  }
+  Status read = readToEnd(fd, path, size_t(1) << 20, [&](const char* data, size_t n) {
+    d.bytes += n;
+    EVP_DigestUpdate(ctx.get(), data, n);
+  });
   ::close(fd);
+  if (!read) return read;
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (EVP_DigestFinal_ex(ctx.get(), md, &len) != 1) return Status::error(path + ": SHA-256 failed (OpenSSL)");
@@ -196,19 +208,10 @@ Expected<std::string> readFile(const std::string& path) {
   }
   std::string out;
   out.reserve(static_cast<size_t>(st.st_size));
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      Status s = errnoError(path, "read failed");
-      ::close(fd);
-      return s;
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
+  Status read =
+      readToEnd(fd, path, size_t(1) << 16, [&](const char* data, size_t n) { out.append(data, n); });
   ::close(fd);
+  if (!read) return read;
   return out;
 }
 
