@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "plan/status.h"
+#include "common/status.h"
 
 namespace ms {
 

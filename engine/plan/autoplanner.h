@@ -16,8 +16,8 @@
 
 #include <vector>
 
+#include "common/status.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 
 namespace ms {
 

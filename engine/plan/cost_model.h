@@ -16,10 +16,10 @@
 
 #include <vector>
 
+#include "common/status.h"
 #include "plan/hardware.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
-#include "plan/status.h"
 
 namespace ms {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 
 namespace ms {
 

@@ -1,6 +1,6 @@
-// Ranks and their groups. A run has world = dp * tp * pp ranks; rank order puts tensor-parallel peers closest,
-// then data-parallel, then pipeline (the Megatron convention): rank = (pp_i * dp + dp_i) * tp + tp_i. Every
-// rank derives its groups from this arithmetic alone, so all ranks agree without talking.
+// Ranks and their groups. A run has world = dp * tp * pp ranks; rank order puts tensor-parallel peers
+// closest, then data-parallel, then pipeline (the Megatron convention): rank = (pp_i * dp + dp_i) * tp +
+// tp_i. Every rank derives its groups from this arithmetic alone, so all ranks agree without talking.
 //
 // What always holds: coord(rank(c)) == c; each TP group has tp members with consecutive ranks; each rank's
 // groups list their members in increasing rank order; deviceOf maps every rank to one mesh device, and no two
@@ -10,9 +10,9 @@
 
 #include <vector>
 
+#include "common/status.h"
 #include "plan/hardware.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 
 namespace ms {
 
@@ -54,6 +54,7 @@ struct LayoutResult {
   RankLayout layout;
   std::vector<std::string> warnings;  // e.g. "TP group 3 spans nodes node0 and node1"
 };
-Expected<LayoutResult> layoutRanks(const ParallelConfig& parallel, const Mesh& mesh, bool allowSharing = false);
+Expected<LayoutResult> layoutRanks(const ParallelConfig& parallel, const Mesh& mesh,
+                                   bool allowSharing = false);
 
 }  // namespace ms

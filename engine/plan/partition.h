@@ -9,17 +9,17 @@
 
 #include <vector>
 
+#include "common/status.h"
 #include "plan/model_spec.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 
 namespace ms {
 
 struct Partition {
-  int stages = 1;                          // P
-  int chunksPerStage = 1;                  // V
-  std::vector<std::vector<int>> chunks;    // (K): layer indices of each model chunk, in model order
-  std::vector<int> stageOf;                // (K): stage of each chunk
+  int stages = 1;                        // P
+  int chunksPerStage = 1;                // V
+  std::vector<std::vector<int>> chunks;  // (K): layer indices of each model chunk, in model order
+  std::vector<int> stageOf;              // (K): stage of each chunk
   // The chunks of a stage, in order (its virtual chunks 0..V-1).
   std::vector<int> chunksOfStage(int stage) const;
   // The layers of a stage, over all its chunks.

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "plan/status.h"
+#include "common/status.h"
 
 namespace ms {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 #include "runtime/optimizer.h"
 #include "runtime/parameters.h"
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "plan/status.h"
+#include "common/status.h"
 
 namespace ms {
 

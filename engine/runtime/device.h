@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
+#include "common/status.h"
 #include "kernels/backend.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 #include "runtime/communicator.h"
 
 namespace ms {

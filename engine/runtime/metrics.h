@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "plan/status.h"
+#include "common/status.h"
 
 namespace ms {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "kernels/backend.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 #include "runtime/memory.h"
 #include "runtime/parameters.h"
 #include "runtime/safetensors.h"

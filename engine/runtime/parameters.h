@@ -38,9 +38,9 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "plan/model_spec.h"
 #include "plan/model_state.h"
-#include "plan/status.h"
 #include "runtime/communicator.h"
 #include "runtime/memory.h"
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "plan/plan.h"
-#include "plan/status.h"
 #include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/model.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "plan/status.h"
+#include "common/status.h"
 
 namespace ms {
 

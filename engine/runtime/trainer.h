@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/status.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 #include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/model.h"

@@ -38,7 +38,7 @@
 
 #include <memory>
 
-#include "engine/plan/status.h"
+#include "common/status.h"
 #include "kernels/backend.h"
 
 namespace ms {

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "engine/plan/status.h"
+#include "common/status.h"
 
 namespace ms::cuda::detail {
 

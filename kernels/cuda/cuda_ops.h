@@ -25,7 +25,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "engine/plan/status.h"
+#include "common/status.h"
 #include "kernels/backend.h"
 
 namespace ms::cuda {

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "plan/layout.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 
 namespace ms {
 

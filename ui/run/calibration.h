@@ -10,8 +10,8 @@
 
 #include <QString>
 
+#include "common/status.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 #include "ui/models/plan_analysis.h"
 #include "ui/run/run_data.h"
 

@@ -24,8 +24,8 @@
 #include <QThread>
 #include <QTimer>
 
+#include "common/status.h"
 #include "plan/run_config.h"
-#include "plan/status.h"
 #include "ui/run/metrics_reader.h"
 #include "ui/run/run_data.h"
 
