@@ -200,7 +200,9 @@ void startupRunEnd(const std::string& sink, const std::string& reason) {
   if (sink.empty() || (rankVar && std::string(rankVar) != "0")) return;
   ms::MetricsWriter writer;
   if (!writer.open(sink, "", /*append=*/true)) return;
-  writer.write("run_end", {{"status", "error"}, {"reason", reason}, {"step", 0}});
+  writer.write(ms::metrics::type::kRunEnd, {{ms::metrics::key::kStatus, ms::metrics::status::kError},
+                                            {ms::metrics::key::kReason, reason},
+                                            {ms::metrics::key::kStep, 0}});
 }
 
 int cmdTrain(int argc, char** argv) {
@@ -465,18 +467,36 @@ int cmdLaunch(int argc, char** argv) {
       split = i;
       break;
     }
+  // The train arguments that say where the run writes: its folder (heartbeats, metrics.jsonl) and --metrics,
+  // which gets a run_end for launch's own failures too.
+  std::string runDirArg, metricsArg;
+  for (int i = split + 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--run-dir") runDirArg = argv[i + 1];
+    if (std::string(argv[i]) == "--metrics") metricsArg = argv[i + 1];
+  }
+  auto failUsage = [&](const std::string& message) {
+    startupRunEnd(metricsArg, message);
+    return usageError(message);
+  };
   Args a = parseArgs(split, argv, 2, {"--hostfile", "--stall-timeout"}, {"--dry-run"});
-  if (!a.error.empty()) return usageError(a.error);
-  if (a.positional.size() != 1) return usageError("launch needs exactly one CONFIG");
+  if (!a.error.empty()) return failUsage(a.error);
+  if (a.positional.size() != 1) return failUsage("launch needs exactly one CONFIG");
   double stallTimeout = 10;
   if (a.has("--stall-timeout")) {
     char* end = nullptr;
-    stallTimeout = std::strtod(a.get("--stall-timeout").c_str(), &end);
-    if (!end || *end || !(stallTimeout >= 0))
-      return usageError("--stall-timeout needs a number of seconds (0 turns the watch off)");
+    const std::string text = a.get("--stall-timeout");
+    stallTimeout = std::strtod(text.c_str(), &end);
+    if (text.empty() || !end || *end || !(stallTimeout >= 0 && stallTimeout <= 86400))
+      return failUsage("--stall-timeout needs a number of seconds from 0 (the watch off) to 86400");
   }
   ms::RunConfig config;
-  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  if (auto loaded = ms::loadRunConfig(a.positional[0]); !loaded) {
+    std::fprintf(stderr, "%s\n", loaded.message().c_str());
+    startupRunEnd(metricsArg, loaded.message());
+    return kExitUsage;
+  } else {
+    config = std::move(*loaded);
+  }
   const int ranks = config.parallel.dp * config.parallel.tp * config.parallel.pp;
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -499,12 +519,6 @@ int cmdLaunch(int argc, char** argv) {
   // A rank runs several threads (training.threads, or cores / local ranks); Open MPI binds each rank of a job
   // of at most 2 ranks to one core, which would run those threads on one core (half speed measured with 2).
   cmd.insert(cmd.end(), {"--bind-to", "none"});
-  // The train arguments that say where the run writes: its folder (heartbeats, metrics.jsonl) and --metrics.
-  std::string runDirArg, metricsArg;
-  for (int i = split + 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--run-dir") runDirArg = argv[i + 1];
-    if (std::string(argv[i]) == "--metrics") metricsArg = argv[i + 1];
-  }
   const std::string runDir = ms::runDirectory(config, runDirArg);
   if (!a.has("--dry-run")) {
     // Remote ranks get the heartbeat folder too (it must then be on a shared file system).
@@ -521,12 +535,11 @@ int cmdLaunch(int argc, char** argv) {
     return kExitOk;
   }
   if (!hostfileText.empty()) {
-    if (ms::Status s = ms::makeDirs(ms::runDirectory(config, "")); !s) {
+    ms::Status s = ms::makeDirs(ms::runDirectory(config, ""));
+    if (s) s = ms::writeFileAtomic(hostfile, hostfileText);
+    if (!s) {
       std::fprintf(stderr, "meshstudio-engine launch: %s\n", s.message().c_str());
-      return kExitRunFailed;
-    }
-    if (ms::Status s = ms::writeFileAtomic(hostfile, hostfileText); !s) {
-      std::fprintf(stderr, "meshstudio-engine launch: %s\n", s.message().c_str());
+      startupRunEnd(metricsArg, s.message());
       return kExitRunFailed;
     }
   }
@@ -538,6 +551,7 @@ int cmdLaunch(int argc, char** argv) {
   supervision.heartbeatDir = runDir + "/ranks";
   supervision.metricsFiles = {runDir + "/metrics.jsonl"};
   if (!metricsArg.empty() && metricsArg != "-") supervision.metricsFiles.push_back(metricsArg);
+  supervision.metricsToStdout = metricsArg == "-";
   supervision.stallTimeoutS = stallTimeout;
   bool interrupted = false;
   if (ms::Status s = ms::superviseRun(supervision, &interrupted); !s) {

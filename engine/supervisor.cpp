@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/metrics_schema.h"
 #include "runtime/file_io.h"
 #include "runtime/heartbeat.h"
 #include "runtime/metrics.h"
@@ -44,6 +45,7 @@ namespace {
 
 constexpr size_t kKeptLines = 400;  // of mpirun's stderr, for its failure report
 constexpr size_t kMaxLineChars = 4096;
+constexpr size_t kMaxReasonChars = 600;  // of a rank's own last words in the reason
 constexpr double kPollS = 0.2;
 // A phase that may last long without a step (heartbeat.h "long_phase": startup, evaluation, a checkpoint
 // write, the end) is allowed this many stall timeouts without progress (300 s at the default 10 s).
@@ -168,8 +170,19 @@ std::string nameRank(int rank, long pid, const std::string& host) {
   return out;
 }
 
-std::string whileDoing(const RankWatch& w) {
-  return w.activity.empty() ? "" : " while " + w.activity;
+// " while <activity>"; for a rank that has died in a short action, said to be as of its last heartbeat (the
+// beats are kHeartbeatPeriodS apart, so it may have moved on since); a long phase and its end are written
+// through at once (heartbeat.h), so they need no such note.
+std::string whileDoing(const RankWatch& w, bool died = false) {
+  if (w.activity.empty()) return "";
+  std::string out = " while " + w.activity;
+  if (died && !w.longPhase) {
+    char note[96];
+    std::snprintf(note, sizeof note, " (as of its last heartbeat: it may have gone on for up to %.1f s)",
+                  kHeartbeatPeriodS);
+    out += note;
+  }
+  return out;
 }
 
 std::string describeExit(int status) {
@@ -179,12 +192,41 @@ std::string describeExit(int status) {
   return "exited with code " + std::to_string(WEXITSTATUS(status));
 }
 
-// The reason for a run whose mpirun ended with `status` (not 0), from Open MPI's report and the heartbeats.
+// The first rank that said why it failed, in mpirun's stderr (main.cpp: "meshstudio-engine train: rank N:
+// <reason>"): the first failure is the cause, later ones (a peer timing out on it, "another rank failed")
+// its effects. rank -1 when none did.
+struct OwnWords {
+  int rank = -1;
+  std::string text;
+};
+OwnWords firstOwnWords(const std::vector<std::string>& lines) {
+  static const std::regex own(R"(^meshstudio-engine train: rank (\d+): (.*)$)");
+  for (const std::string& line : lines) {
+    std::smatch m;
+    if (!std::regex_match(line, m, own)) continue;
+    OwnWords w{std::stoi(m[1]), m[2]};
+    if (w.text.size() > kMaxReasonChars) w.text = w.text.substr(0, kMaxReasonChars) + "...";
+    return w;
+  }
+  return {};
+}
+
+// The reason for a run whose mpirun ended with `status` (not 0), from Open MPI's report, the ranks' own words
+// and the heartbeats: "rank 2 (pid 1234) died (signal 9, Killed) while step 12: ...; the run stopped", or,
+// when another rank failed first and said why, "rank 1 (pid 99) failed: <its words>; then rank 0 (pid 98)
+// called MPI_Abort ...".
 std::string failureReason(int status, const std::vector<std::string>& lines,
                           const std::vector<RankWatch>& watches) {
   const supervisor_detail::RankFailure f = supervisor_detail::parseMpirunFailure(lines);
-  if (f.rank < 0 || f.rank >= static_cast<int>(watches.size()))
-    return "mpirun " + describeExit(status) + "; the run stopped";
+  const OwnWords first = firstOwnWords(lines);
+  const int ranks = static_cast<int>(watches.size());
+  std::string cause;
+  // A rank killed by a signal is the cause whatever the others said (their errors follow from its death).
+  if (first.rank >= 0 && first.rank < ranks && first.rank != f.rank && f.signal == 0) {
+    const RankWatch& w = watches[static_cast<size_t>(first.rank)];
+    cause = nameRank(first.rank, w.pid, w.host) + " failed: " + first.text + "; then ";
+  }
+  if (f.rank < 0 || f.rank >= ranks) return cause + "mpirun " + describeExit(status) + "; the run stopped";
   const RankWatch& w = watches[static_cast<size_t>(f.rank)];
   const std::string who = nameRank(f.rank, f.pid > 0 ? f.pid : w.pid, w.host);
   std::string what;
@@ -197,7 +239,10 @@ std::string failureReason(int status, const std::vector<std::string>& lines,
     what = "exited with code " + std::to_string(f.exitCode);
   else
     what = "exited without finalizing MPI";
-  return who + " " + what + whileDoing(w) + "; the run stopped";
+  // The rank's own words, when it was the first to fail and said why: the cause, where Open MPI only saw the
+  // effect.
+  const std::string said = first.rank == f.rank ? ": " + first.text : "";
+  return cause + who + " " + what + whileDoing(w, /*died=*/true) + said + "; the run stopped";
 }
 
 // Copies what mpirun wrote to stderr to ours and keeps its last lines.
@@ -350,12 +395,14 @@ namespace {
 // The end of a metrics stream: its last line and last step line (null when none), its clock.
 struct StreamTail {
   nlohmann::json last, lastStep;
-  double lastT = -1;  // the stream's clock, when its lines carry one
+  double lastT = -1;     // the run's clock ("t") on the last line that has it
+  double lastTime = -1;  // that line's Unix time ("time")
   bool endsWithNewline = true;
 };
 
 // Reads backwards from the end in growing chunks until a step line (or the start) is found.
 std::optional<StreamTail> readTail(const std::string& path) {
+  namespace key = metrics::key;
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   in.seekg(0, std::ios::end);
@@ -379,8 +426,13 @@ std::optional<StreamTail> readTail(const std::string& path) {
         t.last = nlohmann::json();
         continue;
       }
-      if (j.value("type", "") == "step") t.lastStep = j;
-      if (j.contains("t") && j["t"].is_number()) t.lastT = j["t"].get<double>();
+      if (j.value(key::kType, "") == metrics::type::kStep) t.lastStep = j;
+      const auto clock = j.find(key::kT);
+      const auto time = j.find(key::kTime);
+      if (clock != j.end() && clock->is_number() && time != j.end() && time->is_number()) {
+        t.lastT = clock->get<double>();
+        t.lastTime = time->get<double>();
+      }
       t.last = std::move(j);
     }
     if (!t.lastStep.is_null() || from == 0) break;
@@ -391,36 +443,31 @@ std::optional<StreamTail> readTail(const std::string& path) {
 }  // namespace
 
 std::string lastRunEndStatus(const std::string& path) {
+  namespace key = metrics::key;
   const auto t = readTail(path);
-  if (!t || !t->last.is_object() || t->last.value("type", "") != "run_end") return {};
-  return t->last.value("status", "");
+  if (!t || !t->last.is_object() || t->last.value(key::kType, "") != metrics::type::kRunEnd) return {};
+  return t->last.value(key::kStatus, "");
 }
 
-Status appendRunEnd(const std::string& path, const std::string& status, const std::string& reason) {
+Expected<nlohmann::json> appendRunEnd(const std::string& path, const std::string& status,
+                                      const std::string& reason) {
+  namespace key = metrics::key;
   const auto tail = readTail(path);
-  if (!tail) return Status::ok();
+  if (!tail) return nlohmann::json();
   const nlohmann::json& last = tail->last;
   const nlohmann::json& lastStep = tail->lastStep;
-  const double lastT = tail->lastT;
-  const bool endsWithNewline = tail->endsWithNewline;
-  if (last.is_object() && last.value("type", "") == "run_end") {
-    const std::string was = last.value("status", "");
+  if (last.is_object() && last.value(key::kType, "") == metrics::type::kRunEnd) {
+    const std::string was = last.value(key::kStatus, "");
     // A rank's own "ok" stands; so does any run_end when the run was only interrupted. A rank's "error"
     // or "interrupted" (it was stopped by mpirun's clean-up) is followed by the supervisor's reason.
-    if (was == "ok" || status == "interrupted") return Status::ok();
+    if (was == metrics::status::kOk || status == metrics::status::kInterrupted) return nlohmann::json();
   }
-  const int64_t step = lastStep.is_object() ? lastStep.value("step", int64_t(0)) : 0;
-  // "t" continues the stream's clock when it has one: its last t plus the time since the file last changed.
-  double t = 0;
-  if (lastT >= 0) {
-    std::error_code ec;
-    const auto mtime = fs::last_write_time(path, ec);
-    const double idle =
-        ec ? 0.0 : std::chrono::duration<double>(fs::file_time_type::clock::now() - mtime).count();
-    t = lastT + std::max(0.0, idle);
-  }
-  nlohmann::json fields = {{"t", t}, {"status", status}, {"reason", reason}, {"step", step}};
-  if (!endsWithNewline) {
+  const int64_t step = lastStep.is_object() ? lastStep.value(key::kStep, int64_t(0)) : 0;
+  nlohmann::json fields = {{key::kStatus, status}, {key::kReason, reason}, {key::kStep, step}};
+  // "t" continues the run's clock: the last line's t plus the wall time since that line was written (both
+  // clocks are this machine's when rank 0 ran here; the stream has no "t" before its run_start).
+  if (tail->lastT >= 0) fields[key::kT] = tail->lastT + std::max(0.0, unixTimeS() - tail->lastTime);
+  if (!tail->endsWithNewline) {
     // Rank 0 was killed in the middle of a line: end it, so that ours stands on a line of its own.
     std::FILE* f = std::fopen(path.c_str(), "a");
     if (!f || std::fputc('\n', f) == EOF || std::fclose(f) != 0)
@@ -428,193 +475,296 @@ Status appendRunEnd(const std::string& path, const std::string& status, const st
   }
   MetricsWriter writer;
   MS_TRY(writer.open("", path, /*append=*/true));
-  writer.write("run_end", std::move(fields));
-  return writer.status();
+  writer.write(metrics::type::kRunEnd, fields);
+  MS_TRY(writer.status());
+  return fields;
 }
 
 }  // namespace supervisor_detail
 
-Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
-  const double startUnix = unixTimeS();
-  // The run folder is this run's before its heartbeat files are touched (another launch's are not ours to
-  // clear); the ranks share the lock through kRunLockHeldEnv.
-  RunFolderLock lock;
-  if (!options.runDir.empty()) {
-    MS_TRY(lock.acquire(options.runDir));
-    std::error_code ec;
-    setenv(kRunLockHeldEnv, fs::weakly_canonical(options.runDir, ec).c_str(), 1);
+namespace {
+
+// One supervised run, in the order it happens:
+//   claim()    the run folder's lock (shared with the ranks through kRunLockHeldEnv), a clean heartbeat
+//              folder, and the child subreaper role (orphaned ranks become ours to reap);
+//   start()    mpirun in a session of its own, its stderr into a pipe;
+//   watch()    until mpirun ends: copy its stderr, forward the user's signals, reap, and every heartbeat
+//              period look for a stopped mpirun or a dead, stopped or stuck rank (check()), stopping the
+//              session when one is found;
+//   sweep()    nothing of the session outlives mpirun; the rest of its stderr is read;
+//   conclude() the outcome: ok, interrupted, or the one-line reason, with a run_end for every stream.
+class Supervision {
+ public:
+  Supervision(const SupervisorOptions& options, bool* interrupted)
+      : m_options(options), m_interrupted(interrupted) {}
+
+  Status run() {
+    if (Status s = claim(); !s) return notStarted(s);
+    SignalForwarding forwarding;
+    if (Status s = start(); !s) return notStarted(s);
+    watch();
+    sweep();
+    return conclude();
   }
-  MS_TRY(makeDirs(options.heartbeatDir));
-  {
+
+ private:
+  Status claim() {
+    m_startUnix = unixTimeS();
+    // The run folder is this run's before its heartbeat files are touched (another launch's are not ours
+    // to clear); the ranks share the lock through kRunLockHeldEnv.
+    if (!m_options.runDir.empty()) {
+      MS_TRY(m_lock.acquire(m_options.runDir));
+      std::error_code ec;
+      setenv(kRunLockHeldEnv, fs::weakly_canonical(m_options.runDir, ec).c_str(), 1);
+    }
+    MS_TRY(makeDirs(m_options.heartbeatDir));
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(options.heartbeatDir, ec))
+    for (const auto& entry : fs::directory_iterator(m_options.heartbeatDir, ec))
       if (entry.path().filename().string().rfind("rank-", 0) == 0) fs::remove(entry.path(), ec);
+    setenv(kHeartbeatDirEnv, m_options.heartbeatDir.c_str(), 1);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    return Status::ok();
   }
-  setenv(kHeartbeatDirEnv, options.heartbeatDir.c_str(), 1);
-  // Orphaned ranks (mpirun gone before them) become our children, so that we can reap them.
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  SignalForwarding forwarding;
-  auto spawned = spawn(options.command);
-  if (!spawned) return spawned.status();
-  const pid_t child = spawned->first;
-  const int errFd = spawned->second;
-  StderrTee tee(errFd);
-  bool pipeOpen = true;
+  Status start() {
+    auto spawned = spawn(m_options.command);
+    if (!spawned) return spawned.status();
+    m_child = spawned->first;
+    m_errFd = spawned->second;
+    m_tee.emplace(m_errFd);
+    m_pipeOpen = true;
+    m_start = steadyS();
+    m_watches.assign(static_cast<size_t>(std::max(m_options.ranks, 0)), RankWatch{});
+    m_nextCheck = m_start + kHeartbeatPeriodS;
+    return Status::ok();
+  }
 
-  const double start = steadyS();
-  std::vector<RankWatch> watches(static_cast<size_t>(std::max(options.ranks, 0)));
-  double nextCheck = start + kHeartbeatPeriodS;
-  double killAt = -1;  // SIGKILL to the session then
-  std::string reason;  // the first failure seen
-  std::string endStatus = "error";
-  int userSignal = 0;
-  int userSignals = 0;  // how many: the first stops gracefully, the next ones stop hard
-  int childStatus = 0;
-  bool childDone = false;
-  double mpirunStoppedAt = -1;
-
-  while (!childDone) {
-    if (pipeOpen) {
-      pollfd p = {errFd, POLLIN, 0};
-      poll(&p, 1, static_cast<int>(kPollS * 1000));
-      pipeOpen = tee.pump();
-    } else {
-      std::this_thread::sleep_for(std::chrono::duration<double>(kPollS));
+  void watch() {
+    while (!m_childDone) {
+      if (m_pipeOpen) {
+        pollfd p = {m_errFd, POLLIN, 0};
+        poll(&p, 1, static_cast<int>(kPollS * 1000));
+        m_pipeOpen = m_tee->pump();
+      } else {
+        std::this_thread::sleep_for(std::chrono::duration<double>(kPollS));
+      }
+      forwardSignals();
+      reap();
+      const double now = steadyS();
+      if (m_killAt > 0 && now >= m_killAt) {
+        signalSession(m_child, SIGKILL);
+        m_killAt = -1;
+      }
+      if (m_childDone || !m_reason.empty() || m_userSignal || m_options.stallTimeoutS <= 0 ||
+          now < m_nextCheck)
+        continue;
+      m_nextCheck = now + kHeartbeatPeriodS;
+      m_reason = check(now);
+      if (m_reason.empty()) continue;
+      std::fprintf(stderr, "meshstudio-engine launch: %s; stopping every rank\n", m_reason.c_str());
+      m_reason += "; the run was stopped";
+      signalSession(m_child, SIGTERM);
+      signalSession(m_child, SIGCONT);  // a stopped rank acts on SIGTERM only once continued
+      m_killAt = now + m_options.killGraceS;
     }
-    if (const int sig = g_forwardSignal; sig != 0) {
-      g_forwardSignal = 0;
-      userSignal = sig;
-      // The first SIGINT or SIGTERM asks the ranks to stop after their step (checkpoint saved, run_end
-      // "interrupted"): mpirun forwards SIGUSR1 to every rank, local or remote, while it answers SIGINT and
-      // SIGTERM by killing the job. A second signal, or SIGHUP (the terminal went away), stops hard.
-      if (++userSignals == 1 && sig != SIGHUP)
-        kill(child, SIGUSR1);
-      else
-        kill(child, sig == SIGHUP ? SIGTERM : sig);
-    }
+  }
+
+  // The first SIGINT or SIGTERM asks the ranks to stop after their step (checkpoint saved, run_end
+  // "interrupted"): mpirun forwards SIGUSR1 to every rank, local or remote, while it answers SIGINT and
+  // SIGTERM by killing the job. A second signal, or SIGHUP (the terminal went away), stops hard.
+  void forwardSignals() {
+    const int sig = g_forwardSignal;
+    if (sig == 0) return;
+    g_forwardSignal = 0;
+    m_userSignal = sig;
+    if (++m_userSignals == 1 && sig != SIGHUP)
+      kill(m_child, SIGUSR1);
+    else
+      kill(m_child, sig == SIGHUP ? SIGTERM : sig);
+  }
+
+  void reap() {
     for (;;) {
       int st = 0;
       const pid_t pid = waitpid(-1, &st, WNOHANG);
-      if (pid <= 0) break;
-      if (pid == child) {
-        childDone = true;
-        childStatus = st;
+      if (pid <= 0) return;
+      if (pid == m_child) {
+        m_childDone = true;
+        m_childStatus = st;
       }
     }
-    const double now = steadyS();
-    if (killAt > 0 && now >= killAt) {
-      signalSession(child, SIGKILL);
-      killAt = -1;
-    }
-    if (childDone || !reason.empty() || userSignal || options.stallTimeoutS <= 0 || now < nextCheck) continue;
-    nextCheck = now + kHeartbeatPeriodS;
+  }
+
+  // What stops the run now, "" when nothing does: mpirun stopped, or a rank dead, stopped, stuck or never
+  // started, by the heartbeats (supervisor.h says the bounds).
+  std::string check(double now) {
     // mpirun itself: stopped (SIGSTOP, a debugger) for the stall timeout, the run cannot go on.
-    if (processStopped(child)) {
-      if (mpirunStoppedAt < 0) mpirunStoppedAt = now;
-      if (now - mpirunStoppedAt > options.stallTimeoutS)
-        reason = "mpirun (pid " + std::to_string(child) + ") has been stopped for " +
-                 std::to_string(static_cast<long>(now - mpirunStoppedAt)) +
-                 " s (SIGSTOP or a debugger); the run was stopped";
+    if (processStopped(m_child)) {
+      if (m_mpirunStoppedAt < 0) m_mpirunStoppedAt = now;
+      if (now - m_mpirunStoppedAt > m_options.stallTimeoutS)
+        return "mpirun (pid " + std::to_string(m_child) + ") has been stopped for " +
+               std::to_string(static_cast<long>(now - m_mpirunStoppedAt)) + " s (SIGSTOP or a debugger)";
     } else {
-      mpirunStoppedAt = -1;
+      m_mpirunStoppedAt = -1;
     }
-    for (size_t r = 0; r < watches.size(); ++r)
-      readHeartbeat(options.heartbeatDir, static_cast<int>(r), now, watches[r]);
-    // A rank alive whose training loop has not moved for the bound of its phase: the one stuck longest is the
-    // cause (the others block on it later), by the ranks' own times of their last activity (the beats are
-    // 0.5 s apart, too coarse to tell a rank from the one that blocked on it a millisecond later).
+    for (size_t r = 0; r < m_watches.size(); ++r)
+      readHeartbeat(m_options.heartbeatDir, static_cast<int>(r), now, m_watches[r]);
+    const int stuck = stuckLongest(now);
+    for (size_t r = 0; r < m_watches.size(); ++r) {
+      const RankWatch& w = m_watches[r];
+      if (w.finished) continue;
+      const std::string who = nameRank(static_cast<int>(r), w.pid, w.host);
+      const double silent = now - w.changedAt;
+      if (w.seen && silent > m_options.stallTimeoutS && fileSystemFull(m_options.heartbeatDir))
+        return "no space left on the file system of " + m_options.heartbeatDir + ": " + who +
+               " could not write its heartbeat for " + std::to_string(static_cast<long>(silent)) + " s" +
+               whileDoing(w);
+      if (w.seen && silent > m_options.stallTimeoutS)
+        return who + " stopped responding for " + std::to_string(static_cast<long>(silent)) + " s" +
+               whileDoing(w);
+      if (static_cast<int>(r) == stuck)
+        return who + " made no progress for " + std::to_string(static_cast<long>(now - w.progressAt)) + " s" +
+               whileDoing(w) + " (its process is alive: the training loop is stuck)";
+      if (!w.seen && now - m_start > m_options.startupGraceS)
+        return "rank " + std::to_string(r) + " did not start within " +
+               std::to_string(static_cast<long>(m_options.startupGraceS)) + " s (no heartbeat in " +
+               m_options.heartbeatDir + ")";
+    }
+    return {};
+  }
+
+  // The rank alive whose training loop has not moved for the bound of its phase, -1 for none; of several,
+  // the one stuck longest is the cause (the others block on it later), by the ranks' own times of their last
+  // activity (the beats are 0.5 s apart, too coarse to tell a rank from the one that blocked on it a
+  // millisecond later).
+  int stuckLongest(double now) const {
     int stuck = -1;
-    for (size_t r = 0; r < watches.size(); ++r) {
-      const RankWatch& w = watches[r];
+    for (size_t r = 0; r < m_watches.size(); ++r) {
+      const RankWatch& w = m_watches[r];
       if (!w.seen || w.finished || w.progress < 0) continue;
-      const double bound = w.longPhase ? options.stallTimeoutS * kLongPhaseFactor
-                                       : std::max(options.stallTimeoutS, kSlowActionFactor * w.longestGap);
+      const double bound = w.longPhase ? m_options.stallTimeoutS * kLongPhaseFactor
+                                       : std::max(m_options.stallTimeoutS, kSlowActionFactor * w.longestGap);
       if (now - w.progressAt > bound &&
-          (stuck < 0 || w.activitySince < watches[static_cast<size_t>(stuck)].activitySince))
+          (stuck < 0 || w.activitySince < m_watches[static_cast<size_t>(stuck)].activitySince))
         stuck = static_cast<int>(r);
     }
-    for (size_t r = 0; r < watches.size() && reason.empty(); ++r) {
-      RankWatch& w = watches[r];
-      if (w.finished) continue;
-      std::string what;
-      if (w.seen && now - w.changedAt > options.stallTimeoutS && fileSystemFull(options.heartbeatDir))
-        what = "no space left on the file system of " + options.heartbeatDir + ": " +
-               nameRank(static_cast<int>(r), w.pid, w.host) + " could not write its heartbeat for " +
-               std::to_string(static_cast<long>(now - w.changedAt)) + " s" + whileDoing(w);
-      else if (w.seen && now - w.changedAt > options.stallTimeoutS)
-        what = nameRank(static_cast<int>(r), w.pid, w.host) + " stopped responding for " +
-               std::to_string(static_cast<long>(now - w.changedAt)) + " s" + whileDoing(w);
-      else if (static_cast<int>(r) == stuck)
-        what = nameRank(static_cast<int>(r), w.pid, w.host) + " made no progress for " +
-               std::to_string(static_cast<long>(now - w.progressAt)) + " s" + whileDoing(w) +
-               " (its process is alive: the training loop is stuck)";
-      else if (!w.seen && now - start > options.startupGraceS)
-        what = "rank " + std::to_string(r) + " did not start within " +
-               std::to_string(static_cast<long>(options.startupGraceS)) + " s (no heartbeat in " +
-               options.heartbeatDir + ")";
-      if (what.empty()) continue;
-      reason = what + "; the run was stopped";
-    }
-    if (!reason.empty()) {
-      const std::string said = reason.substr(0, reason.size() - std::string("; the run was stopped").size());
-      std::fprintf(stderr, "meshstudio-engine launch: %s; stopping every rank\n", said.c_str());
-    }
-    if (!reason.empty()) {
-      signalSession(child, SIGTERM);
-      signalSession(child, SIGCONT);  // a stopped rank acts on SIGTERM only once continued
-      killAt = now + options.killGraceS;
-    }
+    return stuck;
   }
 
-  // mpirun is gone: nothing of its session may outlive it.
-  const double sweepEnd = steadyS() + kSweepS;
-  for (;;) {
-    signalSession(child, SIGKILL);
-    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  // mpirun is gone: nothing of its session may outlive it; what it wrote last is read.
+  void sweep() {
+    const double sweepEnd = steadyS() + kSweepS;
+    for (;;) {
+      signalSession(m_child, SIGKILL);
+      while (waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+      if (sessionMembers(m_child).empty() || steadyS() > sweepEnd) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (sessionMembers(child).empty() || steadyS() > sweepEnd) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (const double drainEnd = steadyS() + 2; m_pipeOpen && steadyS() < drainEnd;) {
+      pollfd p = {m_errFd, POLLIN, 0};
+      poll(&p, 1, 100);
+      m_pipeOpen = m_tee->pump();
+    }
+    close(m_errFd);
   }
-  for (const double drainEnd = steadyS() + 2; pipeOpen && steadyS() < drainEnd;) {
-    pollfd p = {errFd, POLLIN, 0};
-    poll(&p, 1, 100);
-    pipeOpen = tee.pump();
-  }
-  close(errFd);
 
-  const bool succeeded = WIFEXITED(childStatus) && WEXITSTATUS(childStatus) == 0;
-  // Stopped on request and every rank ended cleanly: ranks stopped by our SIGUSR1 save their checkpoint,
-  // write run_end "interrupted" and exit 0 (so mpirun reports no failure); a rank stopped by a signal of its
-  // own exits with kExitInterrupted. Nothing failed either way; the stream says whether the run was cut short
-  // or had just finished when the request came.
-  if (reason.empty() && userSignal && userSignals == 1 && WIFEXITED(childStatus) &&
-      (succeeded || WEXITSTATUS(childStatus) == kExitInterrupted)) {
-    const bool cut = !succeeded || options.metricsFiles.empty() ||
-                     supervisor_detail::lastRunEndStatus(options.metricsFiles.front()) != "ok";
-    if (interrupted) *interrupted = cut;
-    return Status::ok();
+  Status conclude() {
+    const bool succeeded = WIFEXITED(m_childStatus) && WEXITSTATUS(m_childStatus) == 0;
+    // Stopped on request and every rank ended cleanly: ranks stopped by our SIGUSR1 save their checkpoint,
+    // write run_end "interrupted" and exit 0 (so mpirun reports no failure); a rank stopped by a signal of
+    // its own exits with kExitInterrupted. Nothing failed either way; the stream says whether the run was cut
+    // short or had just finished when the request came.
+    if (m_reason.empty() && m_userSignal && m_userSignals == 1 && WIFEXITED(m_childStatus) &&
+        (succeeded || WEXITSTATUS(m_childStatus) == kExitInterrupted)) {
+      const bool cut =
+          !succeeded || m_options.metricsFiles.empty() ||
+          supervisor_detail::lastRunEndStatus(m_options.metricsFiles.front()) != metrics::status::kOk;
+      if (m_interrupted) *m_interrupted = cut;
+      return Status::ok();
+    }
+    if (m_reason.empty() && succeeded) return Status::ok();
+    std::string endStatus = metrics::status::kError;
+    if (m_reason.empty() && m_userSignal) {
+      const char* name = m_userSignal == SIGINT ? "SIGINT" : m_userSignal == SIGTERM ? "SIGTERM" : "SIGHUP";
+      m_reason = std::string("stopped by ") + name + "; mpirun " + describeExit(m_childStatus);
+      endStatus = metrics::status::kInterrupted;
+    }
+    if (m_reason.empty()) {
+      for (size_t r = 0; r < m_watches.size(); ++r)
+        readHeartbeat(m_options.heartbeatDir, static_cast<int>(r), steadyS(), m_watches[r]);
+      m_reason = failureReason(m_childStatus, m_tee->lines(), m_watches);
+    }
+    return Status::error(m_reason + writeRunEnds(endStatus));
   }
-  if (reason.empty() && succeeded) return Status::ok();
-  if (reason.empty() && userSignal) {
-    const char* name = userSignal == SIGINT ? "SIGINT" : userSignal == SIGTERM ? "SIGTERM" : "SIGHUP";
-    reason = std::string("stopped by ") + name + "; mpirun " + describeExit(childStatus);
-    endStatus = "interrupted";
+
+  // The run did not start (the folder is another run's, mpirun could not be started): a run_end on stdout
+  // and in the user's --metrics file, never in the run folder's metrics.jsonl (which may be another run's).
+  Status notStarted(const Status& s) {
+    const nlohmann::json fields = {{metrics::key::kStatus, metrics::status::kError},
+                                   {metrics::key::kReason, s.message()},
+                                   {metrics::key::kStep, 0}};
+    for (size_t i = 1; i < m_options.metricsFiles.size(); ++i) {
+      MetricsWriter out;
+      if (out.open(m_options.metricsFiles[i], "", /*append=*/true)) out.write(metrics::type::kRunEnd, fields);
+    }
+    if (m_options.metricsToStdout) {
+      MetricsWriter out;
+      if (out.open("-", "", /*append=*/true)) out.write(metrics::type::kRunEnd, fields);
+    }
+    return s;
   }
-  if (reason.empty()) {
-    for (size_t r = 0; r < watches.size(); ++r)
-      readHeartbeat(options.heartbeatDir, static_cast<int>(r), steadyS(), watches[r]);
-    reason = failureReason(childStatus, tee.lines(), watches);
+
+  // A run_end for every stream this run wrote (supervisor.h); returns notes on the ones that failed.
+  std::string writeRunEnds(const std::string& endStatus) {
+    std::string notes;
+    nlohmann::json forStdout = {
+        {metrics::key::kStatus, endStatus}, {metrics::key::kReason, m_reason}, {metrics::key::kStep, 0}};
+    for (size_t i = 0; i < m_options.metricsFiles.size(); ++i) {
+      const std::string& path = m_options.metricsFiles[i];
+      struct stat st = {};
+      if (stat(path.c_str(), &st) != 0) continue;  // no such file: the run stopped before its stream began
+      // An earlier run's stream, which this run never opened, is left alone (file times are coarse: 1 s
+      // slack).
+      if (double(st.st_mtim.tv_sec) + 1e-9 * double(st.st_mtim.tv_nsec) < m_startUnix - 1) continue;
+      auto written = supervisor_detail::appendRunEnd(path, endStatus, m_reason);
+      if (!written) notes += "; " + written.message();
+      // stdout ends as the run folder's stream does: with the same line, or with none where a rank's own
+      // run_end stands.
+      if (i == 0) forStdout = written ? *written : nlohmann::json();
+    }
+    if (m_options.metricsToStdout && forStdout.is_object()) {
+      MetricsWriter out;
+      if (out.open("-", "", /*append=*/true)) out.write(metrics::type::kRunEnd, forStdout);
+    }
+    return notes;
   }
-  std::string notes;
-  for (const std::string& path : options.metricsFiles) {
-    struct stat st = {};
-    if (stat(path.c_str(), &st) != 0) continue;  // no such file: the run stopped before its stream began
-    // An earlier run's stream, which this run never opened, is left alone (file times are coarse: 1 s slack).
-    if (double(st.st_mtim.tv_sec) + 1e-9 * double(st.st_mtim.tv_nsec) < startUnix - 1) continue;
-    if (Status s = supervisor_detail::appendRunEnd(path, endStatus, reason); !s) notes += "; " + s.message();
-  }
-  return Status::error(reason + notes);
+
+  const SupervisorOptions& m_options;
+  bool* m_interrupted;
+  RunFolderLock m_lock;
+  double m_startUnix = 0;
+  pid_t m_child = -1;
+  int m_errFd = -1;
+  std::optional<StderrTee> m_tee;
+  bool m_pipeOpen = false;
+  double m_start = 0;
+  std::vector<RankWatch> m_watches;
+  double m_nextCheck = 0;
+  double m_killAt = -1;  // SIGKILL to the session then
+  std::string m_reason;  // the first failure seen
+  int m_userSignal = 0;
+  int m_userSignals = 0;  // how many: the first stops gracefully, the next ones stop hard
+  int m_childStatus = 0;
+  bool m_childDone = false;
+  double m_mpirunStoppedAt = -1;
+};
+
+}  // namespace
+
+Status superviseRun(const SupervisorOptions& options, bool* interrupted) {
+  Supervision supervision(options, interrupted);
+  return supervision.run();
 }
 
 }  // namespace ms

@@ -17,12 +17,17 @@
 //     of the session, SIGKILL killGraceS later.
 // What always holds: when superviseRun returns, no process of the session is left (the supervisor is the
 // child subreaper, so orphaned ranks are reaped too); on any failure the metrics files whose last line is not
-// a run_end "ok" get one appended ({"status": "error"|"interrupted", "reason", "step"}), nothing in them is
-// rewritten; the returned error is the one-line reason, naming the rank and what it was doing.
+// a run_end "ok" get one appended ({"status": "error"|"interrupted", "reason", "step", "t", "time"}), and so
+// does stdout when the ranks stream there; nothing in them is rewritten; the returned error is the one-line
+// reason, naming the rank and what it was doing. A rank that dies in a long phase (a checkpoint write, an
+// evaluation) is named in it (heartbeat.h writes those through at once); in a short action, as of its last
+// heartbeat, which the reason dates.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -33,7 +38,11 @@ struct SupervisorOptions {
   int ranks = 1;                          // processes mpirun starts (rank 0 .. ranks-1)
   std::string runDir;                     // locked for the run (file_io.h RunFolderLock); "" for none
   std::string heartbeatDir;               // created; rank-*.json from an earlier run are removed
-  std::vector<std::string> metricsFiles;  // streams that get a run_end line when the run fails
+  std::vector<std::string> metricsFiles;  // streams that get a run_end line when the run fails; the first
+                                          // is the run folder's metrics.jsonl
+  bool metricsToStdout = false;           // the ranks' stream goes to stdout (`--metrics -`): it gets the
+                                          // run folder's run_end too (or one of its own when the stream
+                                          // never began)
   double stallTimeoutS = 10;              // 0: do not watch heartbeats
   double startupGraceS = 60;              // a rank with no heartbeat file after this is taken as hung
   double killGraceS = 3;                  // SIGTERM to SIGKILL
@@ -64,9 +73,12 @@ struct RankFailure {
 // Reads Open MPI's report of the first failed process from the last lines of mpirun's stderr.
 RankFailure parseMpirunFailure(const std::vector<std::string>& lines);
 
-// Appends {"type": "run_end", "status", "reason", "step"} to a metrics file unless its last line is a
-// run_end with status "ok"; step is the last step line's "step". A file that does not exist is left alone.
-Status appendRunEnd(const std::string& path, const std::string& status, const std::string& reason);
+// Appends {"type": "run_end", "status", "reason", "step", "t", "time"} to a metrics file unless its last line
+// is a run_end with status "ok" (or any run_end, for status "interrupted"); step is the last step line's
+// "step", t continues the stream's clock. Returns the fields written, null when the file was left alone (a
+// file that does not exist is left alone).
+Expected<nlohmann::json> appendRunEnd(const std::string& path, const std::string& status,
+                                      const std::string& reason);
 // The status of the metrics file's last line when it is a run_end ("ok", "interrupted", "error"), else "".
 std::string lastRunEndStatus(const std::string& path);
 

@@ -12,6 +12,7 @@
 #include <QRegularExpression>
 
 #include "runtime/checkpoint.h"
+#include "runtime/file_io.h"
 
 #include <fstream>
 
@@ -353,6 +354,70 @@ class TestCli : public QObject {
     QCOMPARE(ends.size(), 1);
     QVERIFY2(ends[0].value("reason").toString().contains("--steps needs an integer from 0 to 2147483647"),
              qPrintable(ends[0].value("reason").toString()));
+
+    // launch's own failures reach `-- --metrics -` too: a config that does not load, a stall timeout out of
+    // range, and a run folder another run holds (the first run's lock; nothing is written to its metrics).
+    const Result l = engine({"launch", broken, "--", "--metrics", "-"});
+    QCOMPARE(l.code, 2);
+    QCOMPARE(l.out.count("\"type\":\"run_end\""), 1);
+    QVERIFY2(l.out.contains("tp_not_dividing_heads.json"), qPrintable(l.out));
+    const Result st =
+        engine({"launch", tinyGpt(tmp.path(), text), "--stall-timeout", "1e400", "--", "--metrics", "-"});
+    QCOMPARE(st.code, 2);
+    QVERIFY2(st.out.contains("--stall-timeout needs a number of seconds from 0 (the watch off) to 86400"),
+             qPrintable(st.out + st.err));
+    const QString runDir = tmp.path() + "/locked";
+    QVERIFY(QDir().mkpath(runDir));
+    ms::RunFolderLock holder;
+    QVERIFY(holder.acquire(runDir.toStdString()).isOk());
+    const Result locked =
+        engine({"launch", tinyGpt(tmp.path(), text), "--", "--metrics", "-", "--run-dir", runDir});
+    QCOMPARE(locked.code, 1);
+    const QStringList lockedLines = locked.out.split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lockedLines.size(), 1);
+    const QJsonObject lockedEnd = QJsonDocument::fromJson(lockedLines[0].toUtf8()).object();
+    QCOMPARE(lockedEnd.value("type").toString(), QString("run_end"));
+    QVERIFY2(lockedEnd.value("reason").toString().contains("in use by"), qPrintable(lockedLines[0]));
+    QVERIFY(!QFileInfo::exists(runDir + "/metrics.jsonl"));
+  }
+
+  // A batch that cannot fit is refused before anything is allocated (issue 18: batch_size 1e8 passed
+  // validation and died with a bare "out of memory" after 25 s): the plan's predicted memory of the rank
+  // against what the machine has, naming the field, the estimate and what to change; the stream gets the
+  // reason as its run_end.
+  void hugeBatchIsRefusedUpFront() {
+    QTemporaryDir tmp;
+    const QString text = tmp.path() + "/t.txt";
+    {
+      std::ofstream out(text.toStdString());
+      for (int k = 0; k < 200; ++k)
+        out << "Line " << k << " of a text a huge batch never gets to train on.\n";
+    }
+    const QString config = tinyGpt(tmp.path(), text);
+    QString body;
+    {
+      QFile f(config);
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      body = QString::fromUtf8(f.readAll());
+    }
+    body.replace("\"batch_size\": 2", "\"batch_size\": 100000000");
+    {
+      QFile f(config);
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write(body.toUtf8());
+    }
+    QElapsedTimer t;
+    t.start();
+    const Result r = engine({"train", config, "--metrics", "-", "--run-dir", tmp.path() + "/run"});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("/training/batch_size: rank 0 needs an estimated ") &&
+                 r.err.contains("for microbatches of 100000000 samples") &&
+                 r.err.contains("more than the ") && r.err.contains("lower training.batch_size"),
+             qPrintable(r.err));
+    QVERIFY2(!r.err.contains("out of memory"), qPrintable(r.err));
+    QVERIFY2(r.out.contains("\"type\":\"run_end\"") && r.out.contains("/training/batch_size"),
+             qPrintable(r.out));
+    qInfo("refused after %.1f s: %s", t.elapsed() / 1000.0, qPrintable(r.err.trimmed()));
   }
 
   // Every integer option is range-checked before use (issue 18): a value beyond int's range, beyond long

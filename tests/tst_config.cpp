@@ -83,7 +83,7 @@ json gptTokensEverything() {
                  "nesterov":true},
     "training":{"steps":1000,"batch_size":64,"seq_len":512,"warmup_steps":100,"lr_schedule":"linear",
                 "min_lr_ratio":0.0,"grad_clip":0.5,"eval_every":50,"eval_batches":10,"checkpoint_every":200,
-                "log_every":10,"run_dir":"runs/custom","threads":4}})");
+                "log_every":10,"run_dir":"runs/custom","threads":4,"comm_timeout_s":90}})");
 }
 
 json vitMnist() {
@@ -361,7 +361,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["mesh"].size(), size_t(5));    // nodes, links, and the (empty) lists of own types
     QCOMPARE(j["parallel"].size(), size_t(14));
     QCOMPARE(j["optimizer"].size(), size_t(7));
-    QCOMPARE(j["training"].size(), size_t(14));
+    QCOMPARE(j["training"].size(), size_t(15));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));
     QCOMPARE(j["seed"].get<unsigned long long>(), std::numeric_limits<unsigned long long>::max());
     QVERIFY(!j["model"].contains("patch"));

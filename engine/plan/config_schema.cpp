@@ -501,9 +501,15 @@ void addTraining(std::vector<Field>& t) {
                   .aka({"log_interval", "print_every"}));
   t.push_back(stringField(r, "run_dir", MS_REF(training.runDir), "Run folder; empty = runs/{name}.")
                   .aka({"out_dir", "output_dir", "run_folder"}));
-  t.push_back(intField(r, "threads", MS_REF(training.threads), atLeast(0),
+  t.push_back(intField(r, "threads", MS_REF(training.threads), closed(0, 4096),
                        "Threads per rank; 0 = cores / local ranks.")
                   .aka({"num_threads", "omp_threads"}));
+  t.push_back(
+      numberField(r, "comm_timeout_s", MS_REF(training.commTimeoutS), closed(1, 86400),
+                  "Longest wait for one collective or message between devices, seconds: past it (or on "
+                  "an NCCL asynchronous error) the communicators are aborted and the run ends naming "
+                  "the operation.")
+          .aka({"nccl_timeout", "dist_timeout", "collective_timeout"}));
 }
 
 #undef MS_REF

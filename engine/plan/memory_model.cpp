@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "common/metrics_schema.h"
 #include "plan/model_state.h"
 #include "plan/recompute.h"
 
@@ -388,14 +389,17 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
 }
 
 nlohmann::json memoryBytesJson(const MemoryBreakdown& m) {
-  nlohmann::json j = {{"parameters", m.parameters},   {"gradients", m.gradients}, {"optimizer", m.optimizer},
-                      {"activations", m.activations}, {"other", m.other},         {"total", m.total()}};
+  namespace category = metrics::category;
+  namespace key = metrics::key;
+  nlohmann::json j = {{category::kParameters, m.parameters}, {category::kGradients, m.gradients},
+                      {category::kOptimizer, m.optimizer},   {category::kActivations, m.activations},
+                      {category::kOther, m.other},           {key::kTotal, m.total()}};
   if (m.host.total() > 0)
-    j["host"] = {{"parameters", m.host.parameters},
-                 {"gradients", m.host.gradients},
-                 {"optimizer", m.host.optimizer},
-                 {"staging", m.host.staging},
-                 {"total", m.host.total()}};
+    j[key::kHost] = {{category::kParameters, m.host.parameters},
+                     {category::kGradients, m.host.gradients},
+                     {category::kOptimizer, m.host.optimizer},
+                     {category::kStaging, m.host.staging},
+                     {key::kTotal, m.host.total()}};
   return j;
 }
 

@@ -169,6 +169,8 @@ struct TrainingConfig {
   int logEvery = 1;         // "log_every": steps between step lines in the metrics stream
   std::string runDir;       // "run_dir": run folder, default "runs/<name>"
   int threads = 0;          // "threads": threads per rank, 0 = cores / local ranks
+  double commTimeoutS =
+      600;  // "comm_timeout_s": longest wait for one communication (runtime/comm_watchdog.h)
   bool operator==(const TrainingConfig&) const = default;
 };
 

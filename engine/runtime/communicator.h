@@ -1,9 +1,10 @@
-// Communicator: the one interface through which ranks exchange tensors (ARCHITECTURE.md, "Communication").
-// Backends (MPI today, NCCL later) sit behind it; schedules and parallel layers talk to a Communicator, never
-// to MPI or NCCL directly. This header is Qt-free and MPI-free. What must always hold: every collective is
-// called by every rank of the communicator in the same order with matching counts and types; errors come
-// back as Status values naming the operation, the communicator and the rank, never as an abort; a
-// CommRequest that is destroyed unfinished waits for its operation first (no pending operation is leaked).
+// Communicator: the one interface through which ranks exchange tensors (docs/architecture.md,
+// "Communication"). Backends (MPI today, NCCL later) sit behind it; schedules and parallel layers talk to a
+// Communicator, never to MPI or NCCL directly. This header is Qt-free and MPI-free. What must always hold:
+// every collective is called by every rank of the communicator in the same order with matching counts and
+// types; errors come back as Status values naming the operation, the communicator and the rank, never as an
+// abort; a CommRequest that is destroyed unfinished waits for its operation first (no pending operation is
+// leaked).
 #pragma once
 
 #include <cstddef>

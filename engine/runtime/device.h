@@ -1,5 +1,5 @@
 // Choosing a rank's device (the config's "device": "auto" | "cpu" | "cuda") and the communicator its
-// tensors travel through (ARCHITECTURE.md, "Communication").
+// tensors travel through (docs/architecture.md, "Communication").
 //
 // What always holds: "cpu" trains on the CPU; "cuda" trains on a GPU or fails with the reason there is none
 // (no driver, no device, a build without CUDA), naming /device; "auto" takes a GPU when one is usable and

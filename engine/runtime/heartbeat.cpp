@@ -31,6 +31,11 @@ struct ActivitySlot {
 
 ActivitySlot g_activity;
 
+// The process's running heartbeat, for beatNow(); guarded by g_beatingMutex (taken only for long phases and
+// when a heartbeat starts or stops).
+std::mutex g_beatingMutex;
+Heartbeat::State* g_beating = nullptr;
+
 // Writes `text` to path + ".tmp" and renames it over path. Not fsynced: a heartbeat must be whole when read,
 // not durable.
 bool replaceFile(const std::string& path, const std::string& text, std::string& error) {
@@ -65,13 +70,22 @@ double unixTimeS() {
 void setActivity(const char* what, bool longPhase) {
   const size_t n = strnlen(what, kMaxActivityChars);
   const double now = unixTimeS();
-  std::lock_guard<std::mutex> lock(g_activity.mutex);
-  std::memcpy(g_activity.text, what, n);
-  g_activity.text[n] = '\0';
-  g_activity.length = n;
-  g_activity.since = now;
-  ++g_activity.progress;
-  g_activity.longPhase = longPhase;
+  bool wasLong = false;
+  {
+    std::lock_guard<std::mutex> lock(g_activity.mutex);
+    wasLong = g_activity.longPhase;
+    std::memcpy(g_activity.text, what, n);
+    g_activity.text[n] = '\0';
+    g_activity.length = n;
+    g_activity.since = now;
+    ++g_activity.progress;
+    g_activity.longPhase = longPhase;
+  }
+  // A long phase (a checkpoint write, an evaluation) is written through at once, and so is its end, so that a
+  // rank that dies in it is reported in it and one that dies after it is not (the periodic beat would show
+  // either up to a period late: many steps of a small model). Two small file writes, next to a phase that
+  // lasts long anyway.
+  if (longPhase || wasLong) beatNow();
 }
 
 void setActivity(const std::string& what, bool longPhase) {
@@ -85,6 +99,7 @@ Activity currentActivity() {
 }
 
 struct Heartbeat::State {
+  std::mutex writeMutex;  // one beat written at a time (the thread's and beatNow()'s)
   std::string path;
   int rank = 0;
   long pid = 0;
@@ -96,6 +111,7 @@ struct Heartbeat::State {
   std::thread thread;
 
   void beat(bool finished) {
+    std::lock_guard<std::mutex> writing(writeMutex);
     const Activity a = currentActivity();
     const nlohmann::json j = {{"rank", rank},           {"pid", pid},
                               {"host", host},           {"alive", unixTimeS()},
@@ -136,9 +152,15 @@ Heartbeat::Heartbeat(std::string dir, int rank) : m_state(std::make_unique<State
   if (::gethostname(host, sizeof host - 1) == 0) m_state->host = host;
   m_state->beat(false);
   m_state->thread = std::thread([s = m_state.get()] { s->run(); });
+  std::lock_guard<std::mutex> lock(g_beatingMutex);
+  g_beating = m_state.get();
 }
 
 Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(g_beatingMutex);
+    if (g_beating == m_state.get()) g_beating = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(m_state->mutex);
     m_state->stop = true;
@@ -146,6 +168,11 @@ Heartbeat::~Heartbeat() {
   m_state->wake.notify_all();
   m_state->thread.join();
   m_state->beat(true);
+}
+
+void beatNow() {
+  std::lock_guard<std::mutex> lock(g_beatingMutex);
+  if (g_beating) g_beating->beat(false);
 }
 
 const std::string& Heartbeat::path() const {

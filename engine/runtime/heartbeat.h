@@ -10,9 +10,11 @@
 // (engine/supervisor.h).
 //
 // What always holds: setActivity is cheap (a copy of at most kMaxActivityChars under an uncontended mutex)
-// and thread-safe, whether or not a heartbeat runs; the file is replaced by rename(2), so a reader never sees
-// half of one; a heartbeat destroyed normally writes a last beat with "finished": true, so a rank that has
-// ended is not taken for a hung one.
+// and thread-safe, whether or not a heartbeat runs; a long-phase activity is in the file before setActivity
+// returns, and so is the activity after it (a rank that dies in a checkpoint write is reported in it, one
+// that dies after it is not); the file is replaced by rename(2), so a
+// reader never sees half of one; a heartbeat destroyed normally writes a last beat with "finished": true, so
+// a rank that has ended is not taken for a hung one.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,10 @@ struct Activity {
 };
 Activity currentActivity();
 
+// Writes the running heartbeat's file now (no-op without one); setActivity does this as a long phase begins
+// and as it ends.
+void beatNow();
+
 // Unix time in seconds (system clock): the heartbeat files' clock.
 double unixTimeS();
 
@@ -54,8 +60,10 @@ class Heartbeat {
 
   const std::string& path() const;
 
- private:
+ public:
   struct State;
+
+ private:
   std::unique_ptr<State> m_state;
 };
 

@@ -6,22 +6,24 @@
 #include <new>
 #include <utility>
 
+#include "common/metrics_schema.h"
+
 namespace ms {
 
 const char* toString(MemoryCategory c) {
   switch (c) {
     case MemoryCategory::Parameters:
-      return "parameters";
+      return metrics::category::kParameters;
     case MemoryCategory::Gradients:
-      return "gradients";
+      return metrics::category::kGradients;
     case MemoryCategory::Optimizer:
-      return "optimizer";
+      return metrics::category::kOptimizer;
     case MemoryCategory::Activations:
-      return "activations";
+      return metrics::category::kActivations;
     case MemoryCategory::Communication:
-      return "communication";
+      return metrics::category::kCommunication;
     case MemoryCategory::Workspace:
-      return "workspace";
+      return metrics::category::kWorkspace;
     case MemoryCategory::Count:
       break;
   }

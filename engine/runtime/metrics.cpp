@@ -2,7 +2,10 @@
 #include "runtime/metrics.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+
+#include "runtime/heartbeat.h"
 
 namespace ms {
 
@@ -36,8 +39,15 @@ void MetricsWriter::writeTo(std::FILE* f, const std::string& line, const std::st
   }
 }
 
-void MetricsWriter::write(const std::string& type, nlohmann::json fields) {
-  nlohmann::json line = {{"v", kMetricsVersion}, {"type", type}};
+void MetricsWriter::write(const char* type, nlohmann::json fields) {
+  namespace key = metrics::key;
+  nlohmann::json line = {{key::kVersion, metrics::kVersion}, {key::kType, type}};
+  // Milliseconds are as fine as a reader needs; fewer digits keep the lines short.
+  line[key::kTime] = std::round(unixTimeS() * 1e3) / 1e3;
+  if (m_clockStarted)
+    line[key::kT] =
+        std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - m_zero).count() * 1e6) /
+        1e6;
   for (auto& [k, v] : fields.items()) line[k] = std::move(v);
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   writeTo(m_sink, text, m_sinkIsStdout ? "stdout" : m_sinkPath);

@@ -5,9 +5,12 @@
 #include "runtime/mpi_communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
+#include <thread>
 #include <vector>
 
+#include "runtime/comm_watchdog.h"
 #include "runtime/safetensors.h"  // floatToBf16, bf16ToFloat
 
 namespace ms {
@@ -189,7 +192,7 @@ class MpiRequest final : public CommRequest {
   ~MpiRequest() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!m_done && !finalized) (void)wait();
+    if (!m_done && !finalized && !communicationAbandoned()) (void)wait();
   }
 
   // For a receive: chunk i must bring exactly Chunks(count, limit).at(i).count elements.
@@ -287,7 +290,7 @@ Expected<std::unique_ptr<MpiCommunicator>> MpiCommunicator::adopt(MPI_Comm comm,
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && m_comm != MPI_COMM_NULL) MPI_Comm_free(&m_comm);
+  if (!finalized && m_comm != MPI_COMM_NULL && !communicationAbandoned()) MPI_Comm_free(&m_comm);
 }
 
 Expected<std::unique_ptr<MpiCommunicator>> MpiCommunicator::duplicate(size_t maxCountPerCall) const {
@@ -512,6 +515,16 @@ Expected<std::unique_ptr<MpiContext>> MpiContext::create(int* argc, char*** argv
 }
 
 MpiContext::~MpiContext() {
+  if (communicationAbandoned()) {
+    // A wait was abandoned (comm_watchdog.h): peers may be stuck in that operation, and MPI_Finalize (or
+    // freeing communicators) would wait for them for ever. End the job instead, the other ranks a moment
+    // after rank 0, so that rank 0 can end its metrics stream first.
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+    (void)m_world.release();
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   m_world.reset();
   MPI_Finalize();
 }

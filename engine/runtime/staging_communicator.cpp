@@ -1,6 +1,9 @@
 // StagingCommunicator; see staging_communicator.h.
 #include "runtime/staging_communicator.h"
 
+#include "runtime/comm_watchdog.h"
+
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,20 +18,37 @@ using Bytes = std::vector<unsigned char>;
 class StagedRequest final : public CommRequest {
  public:
   StagedRequest(Backend& backend, std::unique_ptr<Bytes> host, CommRequestPtr inner, void* uploadTo,
-                size_t uploadOffset, size_t uploadBytes)
+                size_t uploadOffset, size_t uploadBytes, std::string where)
       : m_backend(backend),
         m_host(std::move(host)),
         m_inner(std::move(inner)),
         m_dst(uploadTo),
         m_offset(uploadOffset),
-        m_bytes(uploadBytes) {}
-  ~StagedRequest() override { (void)wait(); }
+        m_bytes(uploadBytes),
+        m_where(std::move(where)) {}
+  ~StagedRequest() override {
+    if (!m_done && communicationAbandoned()) {
+      // Another wait was abandoned: this one may never end either. Let it go (the process is ending).
+      (void)m_inner.release();
+      (void)m_host.release();
+      return;
+    }
+    (void)wait();
+  }
   // The first wait (or ready() finding it done) gives the result; later waits return ok, as the
-  // Communicator contract says.
+  // Communicator contract says. The wait is bounded (comm_watchdog.h): abandoned, the host request and its
+  // buffer are let go unfinished (MPI may still write into the buffer; the process ends with MPI_Abort).
   Status wait() override {
     if (m_done) return std::exchange(m_result, Status::ok());
     m_done = true;
-    Status s = m_inner->wait();
+    Status s = waitBounded(
+        m_where, [this]() -> Expected<bool> { return m_inner->ready(); }, nullptr);
+    if (!s) {
+      (void)m_inner.release();
+      (void)m_host.release();
+      return s;
+    }
+    s = m_inner->wait();
     if (s && m_dst) s = upload();
     return s;
   }
@@ -53,6 +73,7 @@ class StagedRequest final : public CommRequest {
   CommRequestPtr m_inner;
   void* m_dst;
   size_t m_offset, m_bytes;
+  std::string m_where;
   bool m_done = false;
   Status m_result = Status::ok();
 };
@@ -78,78 +99,64 @@ StagingCommunicator::StagingCommunicator(std::unique_ptr<Communicator> host, Bac
       m_backend(backend),
       m_name(std::string(m_host->name()) + "+staging") {}
 
+// The blocking operations are the non-blocking ones waited for: one staging path, and every wait bounded.
 Status StagingCommunicator::allReduce(const void* send, void* recv, size_t count, CommType type,
                                       ReduceOp op) {
-  return guarded("allReduce", [&]() -> Status {
-    const size_t bytes = count * commTypeSize(type);
-    Bytes h(bytes);
-    m_backend.download(h.data(), send, bytes);
-    MS_TRY(m_host->allReduce(h.data(), h.data(), count, type, op));
-    m_backend.upload(recv, h.data(), bytes);
-    return Status::ok();
-  });
+  auto r = iallReduce(send, recv, count, type, op);
+  return r ? (*r)->wait() : r.status();
 }
 
 Status StagingCommunicator::reduceScatter(const void* send, void* recv, size_t recvCount, CommType type,
                                           ReduceOp op) {
-  return guarded("reduceScatter", [&]() -> Status {
-    const size_t bytes = recvCount * commTypeSize(type);
-    Bytes hs(bytes * size_t(size())), hr(bytes);
-    m_backend.download(hs.data(), send, hs.size());
-    MS_TRY(m_host->reduceScatter(hs.data(), hr.data(), recvCount, type, op));
-    m_backend.upload(recv, hr.data(), bytes);
-    return Status::ok();
-  });
+  auto r = ireduceScatter(send, recv, recvCount, type, op);
+  return r ? (*r)->wait() : r.status();
 }
 
 Status StagingCommunicator::allGather(const void* send, void* recv, size_t sendCount, CommType type) {
-  return guarded("allGather", [&]() -> Status {
-    const size_t bytes = sendCount * commTypeSize(type);
-    Bytes hs(bytes), hr(bytes * size_t(size()));
-    m_backend.download(hs.data(), send, bytes);
-    MS_TRY(m_host->allGather(hs.data(), hr.data(), sendCount, type));
-    m_backend.upload(recv, hr.data(), hr.size());
-    return Status::ok();
-  });
+  auto r = iallGather(send, recv, sendCount, type);
+  return r ? (*r)->wait() : r.status();
 }
 
 Status StagingCommunicator::broadcast(void* data, size_t count, CommType type, int root) {
-  return guarded("broadcast", [&]() -> Status {
-    const size_t bytes = count * commTypeSize(type);
-    Bytes h(bytes);
-    if (rank() == root) m_backend.download(h.data(), data, bytes);
-    MS_TRY(m_host->broadcast(h.data(), count, type, root));
-    if (rank() != root) m_backend.upload(data, h.data(), bytes);
-    return Status::ok();
-  });
+  auto r = ibroadcast(data, count, type, root);
+  return r ? (*r)->wait() : r.status();
 }
 
 Status StagingCommunicator::send(const void* data, size_t count, CommType type, int peer, int tag) {
-  return guarded("send", [&]() -> Status {
-    Bytes h(count * commTypeSize(type));
-    m_backend.download(h.data(), data, h.size());
-    return m_host->send(h.data(), count, type, peer, tag);
-  });
+  auto r = isend(data, count, type, peer, tag);
+  return r ? (*r)->wait() : r.status();
 }
 
 Status StagingCommunicator::recv(void* data, size_t count, CommType type, int peer, int tag) {
-  return guarded("recv", [&]() -> Status {
-    Bytes h(count * commTypeSize(type));
-    MS_TRY(m_host->recv(h.data(), count, type, peer, tag));
-    m_backend.upload(data, h.data(), h.size());
-    return Status::ok();
-  });
+  auto r = irecv(data, count, type, peer, tag);
+  return r ? (*r)->wait() : r.status();
+}
+
+std::string StagingCommunicator::where(const char* op) const {
+  return std::string(op) + " on " + m_name + " communicator " + label() + " (rank " + std::to_string(rank()) +
+         " of " + std::to_string(size()) + ")";
+}
+
+// An operation about to start: the injected fault of the tests, reported as NCCL's asynchronous errors are
+// (comm_watchdog.h).
+Status StagingCommunicator::starting(const char* op) {
+  Status fault = injectedCommFault();
+  if (fault) return fault;
+  return waitBounded(
+      where(op), [&]() -> Expected<bool> { return fault; }, nullptr);
 }
 
 Expected<CommRequestPtr> StagingCommunicator::iallReduce(const void* send, void* recv, size_t count,
                                                          CommType type, ReduceOp op) {
+  MS_TRY(starting("all-reduce"));
   try {
     const size_t bytes = count * commTypeSize(type);
     auto h = std::make_unique<Bytes>(bytes);
     m_backend.download(h->data(), send, bytes);
     auto r = m_host->iallReduce(h->data(), h->data(), count, type, op);
     if (!r) return r.status();
-    return CommRequestPtr(new StagedRequest(m_backend, std::move(h), std::move(*r), recv, 0, bytes));
+    return CommRequestPtr(
+        new StagedRequest(m_backend, std::move(h), std::move(*r), recv, 0, bytes, where("all-reduce")));
   } catch (const DeviceFailure& e) {
     return Status::error(std::string("iallReduce: staging through host memory: ") + e.what());
   }
@@ -157,6 +164,7 @@ Expected<CommRequestPtr> StagingCommunicator::iallReduce(const void* send, void*
 
 Expected<CommRequestPtr> StagingCommunicator::ireduceScatter(const void* send, void* recv, size_t recvCount,
                                                              CommType type, ReduceOp op) {
+  MS_TRY(starting("reduce-scatter"));
   try {
     const size_t bytes = recvCount * commTypeSize(type);
     // One host buffer: the send blocks, then the received block after them.
@@ -165,8 +173,8 @@ Expected<CommRequestPtr> StagingCommunicator::ireduceScatter(const void* send, v
     unsigned char* hr = h->data() + bytes * size_t(size());
     auto r = m_host->ireduceScatter(h->data(), hr, recvCount, type, op);
     if (!r) return r.status();
-    return CommRequestPtr(
-        new StagedRequest(m_backend, std::move(h), std::move(*r), recv, bytes * size_t(size()), bytes));
+    return CommRequestPtr(new StagedRequest(m_backend, std::move(h), std::move(*r), recv,
+                                            bytes * size_t(size()), bytes, where("reduce-scatter")));
   } catch (const DeviceFailure& e) {
     return Status::error(std::string("ireduceScatter: staging through host memory: ") + e.what());
   }
@@ -174,6 +182,7 @@ Expected<CommRequestPtr> StagingCommunicator::ireduceScatter(const void* send, v
 
 Expected<CommRequestPtr> StagingCommunicator::iallGather(const void* send, void* recv, size_t sendCount,
                                                          CommType type) {
+  MS_TRY(starting("all-gather"));
   try {
     const size_t bytes = sendCount * commTypeSize(type);
     // One host buffer: every rank's block; this rank's is sent in place.
@@ -183,13 +192,15 @@ Expected<CommRequestPtr> StagingCommunicator::iallGather(const void* send, void*
     auto r = m_host->iallGather(mine, h->data(), sendCount, type);
     if (!r) return r.status();
     const size_t total = h->size();
-    return CommRequestPtr(new StagedRequest(m_backend, std::move(h), std::move(*r), recv, 0, total));
+    return CommRequestPtr(
+        new StagedRequest(m_backend, std::move(h), std::move(*r), recv, 0, total, where("all-gather")));
   } catch (const DeviceFailure& e) {
     return Status::error(std::string("iallGather: staging through host memory: ") + e.what());
   }
 }
 
 Expected<CommRequestPtr> StagingCommunicator::ibroadcast(void* data, size_t count, CommType type, int root) {
+  MS_TRY(starting("broadcast"));
   try {
     const size_t bytes = count * commTypeSize(type);
     auto h = std::make_unique<Bytes>(bytes);
@@ -197,8 +208,8 @@ Expected<CommRequestPtr> StagingCommunicator::ibroadcast(void* data, size_t coun
     if (isRoot) m_backend.download(h->data(), data, bytes);
     auto r = m_host->ibroadcast(h->data(), count, type, root);
     if (!r) return r.status();
-    return CommRequestPtr(
-        new StagedRequest(m_backend, std::move(h), std::move(*r), isRoot ? nullptr : data, 0, bytes));
+    return CommRequestPtr(new StagedRequest(m_backend, std::move(h), std::move(*r), isRoot ? nullptr : data,
+                                            0, bytes, where("broadcast")));
   } catch (const DeviceFailure& e) {
     return Status::error(std::string("ibroadcast: staging through host memory: ") + e.what());
   }
@@ -206,12 +217,14 @@ Expected<CommRequestPtr> StagingCommunicator::ibroadcast(void* data, size_t coun
 
 Expected<CommRequestPtr> StagingCommunicator::isend(const void* data, size_t count, CommType type, int peer,
                                                     int tag) {
+  MS_TRY(starting("send"));
   try {
     auto h = std::make_unique<Bytes>(count * commTypeSize(type));
     m_backend.download(h->data(), data, h->size());
     auto r = m_host->isend(h->data(), count, type, peer, tag);
     if (!r) return r.status();
-    return CommRequestPtr(new StagedRequest(m_backend, std::move(h), std::move(*r), nullptr, 0, 0));
+    return CommRequestPtr(
+        new StagedRequest(m_backend, std::move(h), std::move(*r), nullptr, 0, 0, where("send")));
   } catch (const DeviceFailure& e) {
     return Status::error(std::string("isend: staging through host memory: ") + e.what());
   }
@@ -219,12 +232,14 @@ Expected<CommRequestPtr> StagingCommunicator::isend(const void* data, size_t cou
 
 Expected<CommRequestPtr> StagingCommunicator::irecv(void* data, size_t count, CommType type, int peer,
                                                     int tag) {
+  MS_TRY(starting("receive"));
   try {
     auto h = std::make_unique<Bytes>(count * commTypeSize(type));
     auto r = m_host->irecv(h->data(), count, type, peer, tag);
     if (!r) return r.status();
     const size_t bytes = h->size();
-    return CommRequestPtr(new StagedRequest(m_backend, std::move(h), std::move(*r), data, 0, bytes));
+    return CommRequestPtr(
+        new StagedRequest(m_backend, std::move(h), std::move(*r), data, 0, bytes, where("receive")));
   } catch (const DeviceFailure& e) {
     return Status::error(std::string("irecv: staging through host memory: ") + e.what());
   }

@@ -1,12 +1,13 @@
 // A communicator for tensors in device memory over a host-memory one (MPI): every message is downloaded
-// into host memory, sent or reduced there, and the result uploaded (ARCHITECTURE.md, "Communication": the
-// fallback when ranks share a GPU, which NCCL refuses, and how the CPU's emulated device exercises the device
-// path in tests). Slower than NCCL (every transfer waits for the device and crosses PCIe twice), but it runs
-// anywhere MPI does.
+// into host memory, sent or reduced there, and the result uploaded (docs/architecture.md, "Communication":
+// the fallback when ranks share a GPU, which NCCL refuses, and how the CPU's emulated device exercises the
+// device path in tests). Slower than NCCL (every transfer waits for the device and crosses PCIe twice), but
+// it runs anywhere MPI does.
 //
 // What always holds: the contracts of Communicator (communicator.h) with every buffer in the backend's
 // memory; a non-blocking receive or reduction uploads its result when it is waited for (or found ready),
-// before wait()/ready() return; splits are staged too.
+// before wait()/ready() return; splits are staged too; every wait is bounded by the communication timeout
+// (comm_watchdog.h), the blocking operations being the non-blocking ones waited for.
 #pragma once
 
 #include <memory>
@@ -49,6 +50,8 @@ class StagingCommunicator final : public Communicator {
   Expected<std::unique_ptr<Communicator>> split(int color, int key) override;
 
  private:
+  std::string where(const char* op) const;
+  Status starting(const char* op);
   std::unique_ptr<Communicator> m_owned;
   Communicator* m_host;
   Backend& m_backend;

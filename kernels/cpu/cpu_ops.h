@@ -17,10 +17,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/status.h"
+
 namespace ms::cpu {
 
 // Threads used by OpenMP loops and by OpenBLAS. n <= 0 means "all cores".
 void setThreads(int n);
+// Whether n threads can run at once in this process (setThreads(n) starts them; when OpenMP cannot, libgomp
+// ends the process with a message of its own). The error says how many could start and the user's limit.
+Status checkThreads(int n);
 int threads();
 
 // ---- Linear --------------------------------------------------------------------------------------------

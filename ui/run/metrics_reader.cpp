@@ -11,6 +11,8 @@ namespace ms {
 namespace {
 
 using nlohmann::json;
+namespace key = metrics::key;
+namespace category = metrics::category;
 
 // Reads typed fields of one JSON object, remembering the first problem ("ranks[1].spans[3].start: expected a
 // number, got string"). Absent optional fields give their default; every getter is safe after a failure.
@@ -120,14 +122,14 @@ class Fields {
 
 MemoryFigures readMemory(Fields f) {
   MemoryFigures m;
-  m.parameters = f.number("parameters");
-  m.gradients = f.number("gradients");
-  m.optimizer = f.number("optimizer");
-  m.activations = f.number("activations");
-  m.communication = f.number("communication");
-  m.workspace = f.number("workspace");
-  m.other = f.number("other");
-  m.total = f.number("total");
+  m.parameters = f.number(category::kParameters);
+  m.gradients = f.number(category::kGradients);
+  m.optimizer = f.number(category::kOptimizer);
+  m.activations = f.number(category::kActivations);
+  m.communication = f.number(category::kCommunication);
+  m.workspace = f.number(category::kWorkspace);
+  m.other = f.number(category::kOther);
+  m.total = f.number(key::kTotal);
   // Absent categories are 0 (number() gives NaN for an absent field).
   for (double* x : {&m.parameters, &m.gradients, &m.optimizer, &m.activations, &m.communication, &m.workspace,
                     &m.other, &m.total})
@@ -162,41 +164,42 @@ constexpr std::int64_t kMaxRank = 1 << 24;
 
 RunStartEvent readRunStart(Fields& f) {
   RunStartEvent e;
-  e.name = f.string("name");
+  e.name = f.string(key::kName);
   // "device": {"kind", "name", ...} since the GPU backend; a plain string before.
-  if (const json* d = f.raw("device"); d && d->is_object())
-    e.device = f.nested(*d, "device").string("name");
+  if (const json* d = f.raw(key::kDevice); d && d->is_object())
+    e.device = f.nested(*d, key::kDevice).string(key::kName);
   else
-    e.device = f.string("device");
-  e.runDir = f.string("run_dir");
-  e.resumedFrom = f.string("resumed_from");
-  e.ranks = static_cast<int>(f.integer("ranks", false, 0, 0, kMaxRank));
-  e.steps = f.integer("steps", false, 0, 0);
-  e.startStep = f.integer("start_step", false, 0, 0);
-  e.params = f.integer("params", false, 0, 0);
-  if (const json* layers = f.array("layers")) {
+    e.device = f.string(key::kDevice);
+  e.runDir = f.string(key::kRunDir);
+  e.resumedFrom = f.string(key::kResumedFrom);
+  e.ranks = static_cast<int>(f.integer(key::kRanks, false, 0, 0, kMaxRank));
+  e.steps = f.integer(key::kSteps, false, 0, 0);
+  e.startStep = f.integer(key::kStartStep, false, 0, 0);
+  e.params = f.integer(key::kParams, false, 0, 0);
+  if (const json* layers = f.array(key::kLayers)) {
     for (std::size_t i = 0; i < layers->size() && !f.failed(); ++i) {
       const json& l = (*layers)[i];
-      if (!f.requireObject(l, "layers", i)) break;
-      e.layers << f.nested(l, "layers", i).string("name");
+      if (!f.requireObject(l, key::kLayers, i)) break;
+      e.layers << f.nested(l, key::kLayers, i).string(key::kName);
     }
   }
-  if (const json* config = f.object("config")) readConfigSummary(*config, e);
-  if (const json* predicted = f.object("predicted")) {
-    Fields p = f.nested(*predicted, "predicted");
-    e.predictedStepTime = p.number("step_time_s");
-    e.predictedTokensPerS = p.number("tokens_per_s");
-    e.predictedMfu = p.number("mfu");
-    if (const json* ranks = p.array("ranks")) {
+  if (const json* config = f.object(key::kConfig)) readConfigSummary(*config, e);
+  if (const json* predicted = f.object(key::kPredicted)) {
+    Fields p = f.nested(*predicted, key::kPredicted);
+    e.predictedStepTime = p.number(key::kStepTimeS);
+    e.predictedTokensPerS = p.number(key::kTokensPerS);
+    e.predictedMfu = p.number(key::kMfu);
+    if (const json* ranks = p.array(key::kRanks)) {
       for (std::size_t i = 0; i < ranks->size() && !f.failed(); ++i) {
         const json& r = (*ranks)[i];
-        if (!p.requireObject(r, "ranks", i)) break;
-        Fields rf = p.nested(r, "ranks", i);
+        if (!p.requireObject(r, key::kRanks, i)) break;
+        Fields rf = p.nested(r, key::kRanks, i);
         PredictedRank pr;
-        pr.rank = static_cast<int>(rf.integer("rank", true, 0, 0, kMaxRank));
-        pr.stage = static_cast<int>(rf.integer("stage", false, -1, -1, kMaxRank));
-        pr.bubbleFraction = rf.number("bubble_fraction");
-        if (const json* m = rf.object("memory_bytes")) pr.memory = readMemory(rf.nested(*m, "memory_bytes"));
+        pr.rank = static_cast<int>(rf.integer(key::kRank, true, 0, 0, kMaxRank));
+        pr.stage = static_cast<int>(rf.integer(key::kStage, false, -1, -1, kMaxRank));
+        pr.bubbleFraction = rf.number(key::kBubbleFraction);
+        if (const json* m = rf.object(key::kMemoryBytes))
+          pr.memory = readMemory(rf.nested(*m, key::kMemoryBytes));
         e.predictedRanks.push_back(pr);
       }
     }
@@ -206,43 +209,43 @@ RunStartEvent readRunStart(Fields& f) {
 
 StepEvent readStep(Fields& f) {
   StepEvent e;
-  e.step = f.integer("step", true, 0, 0);
-  e.loss = f.number("loss", true);
-  e.lr = f.number("lr");
-  e.gradNorm = f.number("grad_norm");
-  e.stepTime = f.number("step_time_s");
-  e.tokensPerS = f.number("tokens_per_s");
-  e.samplesPerS = f.number("samples_per_s");
-  e.accuracy = f.number("accuracy");
+  e.step = f.integer(key::kStep, true, 0, 0);
+  e.loss = f.number(key::kLoss, true);
+  e.lr = f.number(key::kLr);
+  e.gradNorm = f.number(key::kGradNorm);
+  e.stepTime = f.number(key::kStepTimeS);
+  e.tokensPerS = f.number(key::kTokensPerS);
+  e.samplesPerS = f.number(key::kSamplesPerS);
+  e.accuracy = f.number(key::kAccuracy);
   return e;
 }
 
 SpansEvent readSpans(Fields& f) {
   SpansEvent e;
-  e.step = f.integer("step", true, 0, 0);
-  const json* ranks = f.array("ranks", true);
+  e.step = f.integer(key::kStep, true, 0, 0);
+  const json* ranks = f.array(key::kRanks, true);
   if (!ranks) return e;
   e.ranks.reserve(ranks->size());
   for (std::size_t i = 0; i < ranks->size() && !f.failed(); ++i) {
     const json& r = (*ranks)[i];
-    if (!f.requireObject(r, "ranks", i)) break;
-    Fields rf = f.nested(r, "ranks", i);
+    if (!f.requireObject(r, key::kRanks, i)) break;
+    Fields rf = f.nested(r, key::kRanks, i);
     RankSpans rs;
-    rs.rank = static_cast<int>(rf.integer("rank", true, 0, 0, kMaxRank));
-    const json* spans = rf.array("spans", true);
+    rs.rank = static_cast<int>(rf.integer(key::kRank, true, 0, 0, kMaxRank));
+    const json* spans = rf.array(key::kSpans, true);
     if (!spans) break;
     rs.spans.reserve(spans->size());
     for (std::size_t k = 0; k < spans->size() && !f.failed(); ++k) {
       const json& s = (*spans)[k];
-      if (!rf.requireObject(s, "spans", k)) break;
-      Fields sf = rf.nested(s, "spans", k);
+      if (!rf.requireObject(s, key::kSpans, k)) break;
+      Fields sf = rf.nested(s, key::kSpans, k);
       MeasuredSpan m;
-      m.action = sf.letter("action", true);
-      if (const std::string* layer = sf.rawString("layer")) m.layer = *layer;
-      m.microbatch = static_cast<std::int16_t>(sf.integer("mb", false, -1, -1, INT16_MAX));
-      m.chunk = static_cast<std::int16_t>(sf.integer("chunk", false, -1, -1, INT16_MAX));
-      m.start = sf.number("start", true);
-      m.end = sf.number("end", true);
+      m.action = sf.letter(key::kAction, true);
+      if (const std::string* layer = sf.rawString(key::kLayer)) m.layer = *layer;
+      m.microbatch = static_cast<std::int16_t>(sf.integer(key::kMicrobatch, false, -1, -1, INT16_MAX));
+      m.chunk = static_cast<std::int16_t>(sf.integer(key::kChunk, false, -1, -1, INT16_MAX));
+      m.start = sf.number(key::kStart, true);
+      m.end = sf.number(key::kEnd, true);
       rs.spans.push_back(std::move(m));
     }
     e.ranks.push_back(std::move(rs));
@@ -252,17 +255,17 @@ SpansEvent readSpans(Fields& f) {
 
 MemoryEvent readMemoryLine(Fields& f) {
   MemoryEvent e;
-  e.step = f.integer("step", true, 0, 0);
-  const json* ranks = f.array("ranks", true);
+  e.step = f.integer(key::kStep, true, 0, 0);
+  const json* ranks = f.array(key::kRanks, true);
   if (!ranks) return e;
   for (std::size_t i = 0; i < ranks->size() && !f.failed(); ++i) {
     const json& r = (*ranks)[i];
-    if (!f.requireObject(r, "ranks", i)) break;
-    Fields rf = f.nested(r, "ranks", i);
+    if (!f.requireObject(r, key::kRanks, i)) break;
+    Fields rf = f.nested(r, key::kRanks, i);
     RankMemory m;
-    m.rank = static_cast<int>(rf.integer("rank", true, 0, 0, kMaxRank));
-    if (const json* c = rf.object("current")) m.current = readMemory(rf.nested(*c, "current"));
-    if (const json* p = rf.object("peak")) m.peak = readMemory(rf.nested(*p, "peak"));
+    m.rank = static_cast<int>(rf.integer(key::kRank, true, 0, 0, kMaxRank));
+    if (const json* c = rf.object(key::kCurrent)) m.current = readMemory(rf.nested(*c, key::kCurrent));
+    if (const json* p = rf.object(key::kPeak)) m.peak = readMemory(rf.nested(*p, key::kPeak));
     e.ranks.push_back(m);
   }
   return e;
@@ -270,11 +273,11 @@ MemoryEvent readMemoryLine(Fields& f) {
 
 EvalEvent readEval(Fields& f) {
   EvalEvent e;
-  e.step = f.integer("step", true, 0, 0);
-  e.loss = f.number("loss", true);
-  e.samples = f.integer("samples", false, 0, 0);
-  e.accuracy = f.number("accuracy");
-  e.timeS = f.number("time_s");
+  e.step = f.integer(key::kStep, true, 0, 0);
+  e.loss = f.number(key::kLoss, true);
+  e.samples = f.integer(key::kSamples, false, 0, 0);
+  e.accuracy = f.number(key::kAccuracy);
+  e.timeS = f.number(key::kTimeS);
   return e;
 }
 
@@ -328,11 +331,11 @@ std::vector<MetricsEvent> MetricsReader::parseLine(QByteArrayView line, std::int
   if (!j.is_object()) return error(std::string("not a JSON object (a ") + j.type_name() + ")");
   std::string problem;
   Fields f(j, &problem);
-  const std::int64_t version = f.integer("v", true, 0, 1);
-  const std::string* typePtr = f.rawString("type", true);
+  const std::int64_t version = f.integer(key::kVersion, true, 0, 1);
+  const std::string* typePtr = f.rawString(key::kType, true);
   if (f.failed()) return error(problem);
   const std::string& type = *typePtr;
-  if (version > kKnownMetricsVersion && !m_warnedVersion) {
+  if (version > metrics::kVersion && !m_warnedVersion) {
     m_warnedVersion = true;
     out.push_back(
         LogEvent{QStringLiteral("warning"),
@@ -340,35 +343,35 @@ std::vector<MetricsEvent> MetricsReader::parseLine(QByteArrayView line, std::int
                                 "what it does not know is ignored")
                      .arg(lineNumber)
                      .arg(version)
-                     .arg(kKnownMetricsVersion)});
+                     .arg(metrics::kVersion)});
   }
   MetricsEvent event;
-  if (type == "step") {
+  if (type == metrics::type::kStep) {
     event = readStep(f);
-  } else if (type == "spans") {
+  } else if (type == metrics::type::kSpans) {
     event = readSpans(f);
-  } else if (type == "memory") {
+  } else if (type == metrics::type::kMemory) {
     event = readMemoryLine(f);
-  } else if (type == "run_start") {
+  } else if (type == metrics::type::kRunStart) {
     event = readRunStart(f);
-  } else if (type == "eval") {
+  } else if (type == metrics::type::kEval) {
     event = readEval(f);
-  } else if (type == "checkpoint") {
+  } else if (type == metrics::type::kCheckpoint) {
     CheckpointEvent e;
-    e.step = f.integer("step", true, 0, 0);
-    e.path = f.string("path");
+    e.step = f.integer(key::kStep, true, 0, 0);
+    e.path = f.string(key::kPath);
     event = std::move(e);
-  } else if (type == "log") {
+  } else if (type == metrics::type::kLog) {
     LogEvent e;
-    e.level = f.string("level");
+    e.level = f.string(key::kLevel);
     if (e.level.isEmpty()) e.level = QStringLiteral("info");
-    e.message = f.string("message", true);
+    e.message = f.string(key::kMessage, true);
     event = std::move(e);
-  } else if (type == "run_end") {
+  } else if (type == metrics::type::kRunEnd) {
     RunEndEvent e;
-    e.status = f.string("status", true);
-    e.reason = f.string("reason");
-    e.step = f.integer("step", false, 0, 0);
+    e.status = f.string(key::kStatus, true);
+    e.reason = f.string(key::kReason);
+    e.step = f.integer(key::kStep, false, 0, 0);
     event = std::move(e);
   } else {
     return out;  // a type this studio does not know: ignored, as the protocol asks
@@ -454,8 +457,10 @@ std::vector<MetricsEvent> MetricsReader::finish() {
 }
 
 const char* eventTypeName(const MetricsEvent& event) {
-  static constexpr const char* kNames[] = {"run_start",  "step", "spans",   "memory", "eval",
-                                           "checkpoint", "log",  "run_end", "error"};
+  static constexpr const char* kNames[] = {
+      metrics::type::kRunStart, metrics::type::kStep,   metrics::type::kSpans,
+      metrics::type::kMemory,   metrics::type::kEval,   metrics::type::kCheckpoint,
+      metrics::type::kLog,      metrics::type::kRunEnd, "error"};
   return kNames[event.index()];
 }
 

@@ -1,5 +1,6 @@
 // MetricsReader: the studio's incremental reader of the engine's metrics stream (JSON Lines, one object per
-// line with "v" and "type"; the writer is engine/runtime/metrics.h, the line types are in ARCHITECTURE.md).
+// line with "v" and "type"; the record types and keys are common/metrics_schema.h, shared with the engine's
+// writer, engine/runtime/metrics.h).
 // Bytes arrive in arbitrary pieces (a pipe, a file read in chunks); feed() parses every line completed by the
 // piece and keeps the partial tail for the next one. Each known line is checked and turned into a typed
 // event, so nothing downstream looks at JSON.
@@ -22,9 +23,11 @@
 #include <variant>
 #include <vector>
 
+#include "common/metrics_schema.h"
+
 namespace ms {
 
-inline constexpr int kKnownMetricsVersion = 1;
+inline constexpr int kKnownMetricsVersion = metrics::kVersion;  // the newest version this studio reads
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Bytes by category. Predicted figures (run_start) fill parameters .. other and total; measured ones (memory

@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
+
+#include "runtime/comm_watchdog.h"
 
 namespace ms {
 
@@ -48,22 +51,36 @@ std::string cudaText(cudaError_t e) {
 }
 
 // A pending operation: an event recorded on the communicator's stream after it was enqueued.
+// The wait of an operation on a stream or behind an event, bounded (comm_watchdog.h): polls the CUDA query
+// and the communicator's asynchronous errors; aborts the communicator on an error or the timeout.
+template <typename Query>
+Status boundedWait(const std::string& what, Query query, const std::function<Status()>& health,
+                   const std::function<void()>& abort) {
+  return waitBounded(
+      what,
+      [&]() -> Expected<bool> {
+        const cudaError_t e = query();
+        if (e == cudaSuccess) return true;
+        if (e != cudaErrorNotReady) return Status::error(cudaText(e));
+        MS_TRY(health());
+        return false;
+      },
+      abort);
+}
+
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(cudaEvent_t event, std::string what) : m_event(event), m_what(std::move(what)) {}
-  ~NcclRequest() override {
-    if (m_event) {
-      cudaEventSynchronize(m_event);
-      cudaEventDestroy(m_event);
-    }
-  }
+  NcclRequest(cudaEvent_t event, std::string what, std::function<Status()> health,
+              std::function<void()> abort)
+      : m_event(event), m_what(std::move(what)), m_health(std::move(health)), m_abort(std::move(abort)) {}
+  ~NcclRequest() override { (void)wait(); }
   Status wait() override {
     if (!m_event) return Status::ok();
-    const cudaError_t e = cudaEventSynchronize(m_event);
+    const Status s = boundedWait(
+        m_what, [this] { return cudaEventQuery(m_event); }, m_health, m_abort);
     cudaEventDestroy(m_event);
     m_event = nullptr;
-    if (e != cudaSuccess) return Status::error(m_what + ": " + cudaText(e));
-    return Status::ok();
+    return s;
   }
   // Done (or failed: wait() then says how) once the event is no longer pending.
   bool ready() override { return !m_event || cudaEventQuery(m_event) != cudaErrorNotReady; }
@@ -71,6 +88,8 @@ class NcclRequest final : public CommRequest {
  private:
   cudaEvent_t m_event = nullptr;
   std::string m_what;
+  std::function<Status()> m_health;
+  std::function<void()> m_abort;
 };
 
 }  // namespace
@@ -128,6 +147,7 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(MPI_Comm co
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // Aborted communicators (abortAll) are gone already; their streams end once NCCL has ended their kernels.
   for (auto& [peer, links] : m_peers) {
     for (CUstream_st* stream : {links.outStream, links.inStream})
       if (stream) cudaStreamSynchronize(stream);
@@ -140,7 +160,42 @@ NcclCommunicator::~NcclCommunicator() {
   if (m_comm) ncclCommDestroy(m_comm);
   if (m_computeDone) cudaEventDestroy(m_computeDone);
   if (m_stream) cudaStreamDestroy(m_stream);
-  if (m_mpi != MPI_COMM_NULL) MPI_Comm_free(&m_mpi);
+  if (m_mpi != MPI_COMM_NULL && !communicationAbandoned()) MPI_Comm_free(&m_mpi);
+}
+
+Status NcclCommunicator::health() const {
+  auto asyncError = [&](ncclComm* comm, const std::string& which) -> Status {
+    if (!comm) return Status::ok();
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm, &async);
+    if (r != ncclSuccess)
+      return Status::error("ncclCommGetAsyncError" + which + ": " + ncclGetErrorString(r));
+    if (async == ncclSuccess || async == ncclInProgress) return Status::ok();
+    std::string text = "asynchronous error" + which + ": " + ncclGetErrorString(async);
+    if (const char* last = ncclGetLastError(comm); last && *last) text += std::string(" (") + last + ")";
+    return Status::error(text);
+  };
+  MS_TRY(asyncError(m_comm, ""));
+  for (const auto& [peer, links] : m_peers) {
+    MS_TRY(asyncError(links.out, " (link to rank " + std::to_string(peer) + ")"));
+    MS_TRY(asyncError(links.in, " (link from rank " + std::to_string(peer) + ")"));
+  }
+  return Status::ok();
+}
+
+void NcclCommunicator::abortAll() {
+  // ncclCommAbort ends the communicator's kernels in flight, so the streams waiting on them finish.
+  for (auto& [peer, links] : m_peers)
+    for (ncclComm** comm : {&links.out, &links.in})
+      if (*comm) {
+        ncclCommAbort(*comm);
+        *comm = nullptr;
+      }
+  if (m_comm) {
+    ncclCommAbort(m_comm);
+    m_comm = nullptr;
+  }
+  m_aborted = true;
 }
 
 Status NcclCommunicator::check(int result, const char* what) const {
@@ -154,13 +209,20 @@ Status NcclCommunicator::check(int result, const char* what) const {
   return Status::error(text);
 }
 
+std::string NcclCommunicator::where(const char* what) const {
+  return std::string(what) + " on nccl communicator " + m_label + " (rank " + std::to_string(m_rank) +
+         " of " + std::to_string(m_size) + ")";
+}
+
 Status NcclCommunicator::wait(cudaStream_t stream, const char* what) {
-  if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
-    return Status::error(std::string(what) + " on nccl communicator " + m_label + ": " + cudaText(e));
-  return Status::ok();
+  return boundedWait(
+      where(what), [stream] { return cudaStreamQuery(stream); }, [this] { return health(); },
+      [this] { abortAll(); });
 }
 
 Status NcclCommunicator::afterCompute(cudaStream_t stream, const char* what) {
+  if (m_aborted)
+    return Status::error(where(what) + ": the communicator was aborted after an earlier failure");
   if (!m_compute) return Status::ok();
   // cudaStreamWaitEvent waits for the event's most recent record at the time of the call, so one event
   // serves every operation: re-recording it later does not move an earlier wait.
@@ -181,7 +243,8 @@ Expected<CommRequestPtr> NcclCommunicator::request(cudaStream_t stream, const ch
     cudaEventDestroy(event);
     return Status::error(std::string(what) + ": recording an event: " + cudaText(e));
   }
-  return CommRequestPtr(new NcclRequest(event, std::string(what) + " on nccl communicator " + m_label));
+  return CommRequestPtr(new NcclRequest(
+      event, where(what), [this] { return health(); }, [this] { abortAll(); }));
 }
 
 Expected<CommRequestPtr> NcclCommunicator::iallReduce(const void* send, void* recv, size_t count,

@@ -14,7 +14,10 @@
 // the same order (the unique id is made by rank 0 and handed out with MPI_Bcast); buffers are device pointers
 // on the device given at creation; point-to-point messages between two ranks are matched in the order they
 // were posted (NCCL has no tags: the tag is kept only for error messages); errors come back as Status values
-// naming the operation, the communicator and the NCCL error, never as an abort.
+// naming the operation, the communicator and the NCCL error, never as an abort. Every wait is bounded
+// (comm_watchdog.h): it polls the stream or event and ncclCommGetAsyncError, and on an asynchronous error or
+// the communication timeout aborts every NCCL communicator of this one (ncclCommAbort) and returns the
+// error; later operations on it are refused.
 //
 // Point to point: NCCL runs the operations of one communicator one after the other, and a send or a receive
 // does not finish before its peer's counterpart runs. On one communicator, a pipeline stage's isend of an
@@ -26,7 +29,7 @@
 // same peer, as with MPI.
 //
 // NCCL refuses two ranks on one GPU. ranksShareDevice() tells the engine so before it creates one; it then
-// uses the MPI communicator with host staging and says so once (ARCHITECTURE.md, "Communication").
+// uses the MPI communicator with host staging and says so once (docs/architecture.md, "Communication").
 //
 // Not yet run on a GPU (the machines of the issue that wrote it had none): compiled, and its test
 // (tests/tst_nccl.cpp, label gpu) skips without a device.
@@ -101,6 +104,11 @@ class NcclCommunicator final : public Communicator {
 
   NcclCommunicator() = default;
   Status check(int ncclResult, const char* what) const;  // ncclResult_t as int: nccl.h stays in the .cpp
+  std::string where(const char* what) const;  // "all-reduce on nccl communicator dp0 (rank 1 of 4)"
+  // The asynchronous error of any of this communicator's NCCL communicators (ncclCommGetAsyncError).
+  Status health() const;
+  // ncclCommAbort on every one of them (ending their kernels in flight); later operations are refused.
+  void abortAll();
   Status wait(const char* what) { return wait(m_stream, what); }
   Status wait(CUstream_st* stream, const char* what);  // the stream, synchronously
   Status afterCompute(const char* what) { return afterCompute(m_stream, what); }
@@ -122,6 +130,7 @@ class NcclCommunicator final : public Communicator {
   CUevent_st* m_computeDone = nullptr;  // recorded on m_compute before each operation
   std::map<int, PeerLinks> m_peers;     // by peer rank
   int m_device = 0;
+  bool m_aborted = false;
   int m_rank = 0;
   int m_size = 1;
 };
