@@ -1,9 +1,9 @@
 // The studio's run path under QT_QPA_PLATFORM=offscreen: the metrics reader on split, malformed, mutated,
-// over-long and truncated streams; RunData's timeline, bubbles and bounds; RunView following its source; a
-// real run of the engine (a 2-stage pipeline on 2 cpu ranks) through EngineClient into RunView, replayed from
-// its folder; an engine script that dies, a real rank killed, a missing engine, runs stopped by the studio
-// (cleanly, before the ranks start, and an engine that ignores the first stop) and a client destroyed
-// mid-run.
+// over-long and truncated streams; RunData's timeline, bubbles, bounds and series decimation; RunView
+// following its source; a real run of the engine (a 2-stage pipeline on 2 cpu ranks) through EngineClient
+// into RunView, replayed from its folder; an engine script that dies, a real rank killed, a missing engine,
+// runs stopped by the studio (cleanly, before the ranks start, and an engine that ignores the first stop) and
+// a client destroyed mid-run.
 #include <QtTest>
 
 #include <qcustomplot.h>
@@ -14,6 +14,7 @@
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 
@@ -487,6 +488,90 @@ class TestUiRun : public QObject {
     QCOMPARE(data.steps().loss.size(), 3);
     QCOMPARE(data.evals().size(), 0);
     QVERIFY(data.seriesEpoch() > epoch);
+  }
+
+  void runDataDecimatesLongSeries() {
+    // Whole up to kMaxSeriesPoints rows, then pairs of rows holding each column's min and max over a bucket
+    // of steps, in the order they came; the latest line exact.
+    const int cap = RunData::kMaxSeriesPoints;
+    auto lossAt = [](std::int64_t s) {
+      return s == 70001 ? 1000.0 : s == 90001 ? -5.0 : 2.0 + double(s % 1000) / 8;
+    };
+    auto timeAt = [](std::int64_t s) { return s == 50003 ? 9.0 : 0.01; };
+    auto step = [&](std::int64_t s, double loss) { return StepEvent{s, loss, kNaN, kNaN, timeAt(s)}; };
+    RunData data;
+    for (int s = 1; s < cap; ++s) data.apply(step(s, lossAt(s)));
+    QCOMPARE(data.steps().size(), cap - 1);
+    QCOMPARE(data.steps().decimation, std::int64_t(1));
+    std::uint64_t epoch = data.seriesEpoch();
+    data.apply(step(cap, lossAt(cap)));  // the cap-th row: halved into pairs of 4 steps
+    QCOMPARE(data.steps().size(), cap / 2);
+    QCOMPARE(data.steps().decimation, std::int64_t(4));
+    QVERIFY(data.seriesEpoch() > epoch);
+    const StepSeries& st = data.steps();
+    // Steps 1..4: the loss rises, so min then max; lr never given: NaN.
+    QCOMPARE(st.step[0], 1.0);
+    QCOMPARE(st.step[1], 4.0);
+    QCOMPARE(st.loss[0], lossAt(1));
+    QCOMPARE(st.loss[1], lossAt(4));
+    QVERIFY(std::isnan(st.lr[0]) && std::isnan(st.lr[1]));
+    // Steps 997..1000: 126.625, 126.75, 126.875, then 2: the max (step 999) came before the min (step 1000).
+    QCOMPARE(st.step[498], 997.0);
+    QCOMPARE(st.step[499], 1000.0);
+    QCOMPARE(st.loss[498], 126.875);
+    QCOMPARE(st.loss[499], 2.0);
+
+    const std::int64_t last = 200000;
+    for (std::int64_t s = cap + 1; s <= last; ++s) data.apply(step(s, lossAt(s)));
+    QVERIFY(st.size() <= cap);
+    QCOMPARE(st.size() % 2, 0);
+    const std::int64_t d = st.decimation;
+    QVERIFY2(d >= 8 && (d & (d - 1)) == 0, qPrintable(QString::number(d)));
+    // Every logged step is in a pair, except fewer than `decimation` newest ones waiting for theirs.
+    QCOMPARE(st.logged, last);
+    QVERIFY(std::int64_t(st.size() / 2) * d <= last);
+    QVERIFY(std::int64_t(st.size() / 2 + 1) * d > last);
+    for (int i = 1; i < st.size(); ++i) QVERIFY(st.step[i - 1] < st.step[i]);
+    // Min/max preserved in every column, each at its own step.
+    QCOMPARE(*std::max_element(st.loss.begin(), st.loss.end()), 1000.0);
+    QCOMPARE(*std::min_element(st.loss.begin(), st.loss.end()), -5.0);
+    QCOMPARE(*std::max_element(st.stepTime.begin(), st.stepTime.end()), 9.0);
+    const auto spike = std::find(st.loss.begin(), st.loss.end(), 1000.0) - st.loss.begin();
+    const qsizetype pair = spike & ~qsizetype(1);
+    QVERIFY2(st.step[pair] <= 70001 && 70001 <= st.step[pair + 1],
+             qPrintable(QString("%1..%2").arg(st.step[pair]).arg(st.step[pair + 1])));
+    // The latest line exact.
+    QCOMPARE(data.lastStep(), last);
+    QCOMPARE(data.lastStepLine()->loss, lossAt(last));
+    QCOMPARE(data.lastStepLine()->stepTime, 0.01);
+    // The view draws the rows, and its status line the latest loss.
+    data.setState(RunState::Running);
+    RunView view(nullptr);
+    view.setData(&data);
+    QCOMPARE(view.lossPlot()->graph(0)->dataCount(), st.size());
+    QVERIFY2(view.statusText().contains("step 200000") && view.statusText().contains("loss 2 "),
+             qPrintable(view.statusText()));
+
+    // A resume from an earlier checkpoint into the decimated part: the rows from its step on go.
+    epoch = data.seriesEpoch();
+    data.apply(step(150000, 7.0));
+    QVERIFY(data.seriesEpoch() > epoch);
+    QCOMPARE(data.lastStep(), std::int64_t(150000));
+    QCOMPARE(data.lastStepLine()->loss, 7.0);
+    QVERIFY(st.step.back() < 150000);
+    QVERIFY(st.step.back() >= 150000 - 2 * d);
+    QCOMPARE(st.size() % 2, 0);
+    for (std::int64_t s = 150001; s <= 150000 + 4 * d; ++s) data.apply(step(s, 3.0));
+    QVERIFY(st.step.back() > 150000);
+    for (int i = 1; i < st.size(); ++i) QVERIFY(st.step[i - 1] < st.step[i]);
+
+    // Evaluations the same way.
+    for (int s = 1; s <= cap + 10; ++s) data.apply(EvalEvent{200000 + s, s == 7 ? 0.5 : 4.0, 64});
+    QCOMPARE(data.evals().logged, std::int64_t(cap + 10));
+    QCOMPARE(data.evals().decimation, std::int64_t(4));
+    QVERIFY(data.evals().size() <= cap);
+    QCOMPARE(*std::min_element(data.evals().loss.begin(), data.evals().loss.end()), 0.5);
+    QCOMPARE(data.lastEvalLine()->step, std::int64_t(200000 + cap + 10));
   }
 
   void viewFollowsItsSource() {
