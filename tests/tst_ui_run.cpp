@@ -2,21 +2,26 @@
 // over-long and truncated streams; RunData's timeline, bubbles, bounds and series decimation; RunView
 // following its source; a real run of the engine (a 2-stage pipeline on 2 cpu ranks) through EngineClient
 // into RunView, replayed from its folder; an engine script that dies, a real rank killed, a missing engine,
-// runs stopped by the studio (cleanly, before the ranks start, and an engine that ignores the first stop) and
-// a client destroyed mid-run.
+// runs stopped by the studio (cleanly, before the ranks start, and an engine that ignores the first stop), a
+// client destroyed mid-run, and a flood of 1,000,000 metrics lines from a separate process (back-pressure,
+// bounded memory, a window that keeps ticking).
 #include <QtTest>
 
 #include <qcustomplot.h>
 
+#include <QElapsedTimer>
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+
+#include <sys/resource.h>
 
 // Raw strings with an odd number of quotes confuse moc 6.4 (it loses the class), so those few are escaped.
 
@@ -905,6 +910,142 @@ class TestUiRun : public QObject {
              qPrintable(finished[0][1].toString()));
     QCOMPARE(client.data().state(), RunState::Interrupted);
     QCOMPARE(client.data().steps().size(), 1);
+  }
+
+  void floodOfOneMillionLines() {
+    // A separate process (tests/data/flood-engine.sh: awk) writes 1,000,000 metrics lines (130 MB) as fast
+    // as it can into a client shown in a RunView. The client never holds more than its bound of unapplied
+    // bytes, so the writer is held back (when it had written everything, all but the pipe and the bound were
+    // already applied); RunData stays within its caps; a 10 ms timer on the GUI thread keeps ticking.
+    constexpr qint64 kLines = 1000000;
+    std::int64_t steps = 0, evals = 0, logs = 0, spans = 0, lastSpansStep = 0;
+    double lastEvalLoss = 0;
+    QString lastLog;
+    for (qint64 k = 2; k < kLines; ++k) {
+      if (k % 1000 == 0) {
+        ++spans;
+        lastSpansStep = steps;
+      } else if (k % 100 == 0) {
+        ++logs;
+        lastLog = QString("flood %1").arg(k);
+      } else if (k % 10 == 0) {
+        ++evals;
+        lastEvalLoss = 3 + double(k % 77) / 4;
+      } else {
+        ++steps;
+      }
+    }
+    QCOMPARE(steps, std::int64_t(899999));
+    const double lastLoss = 2 + double(steps % 1000) / 8;
+
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString engine = dir.filePath("flood-engine.sh");
+    QVERIFY(QFile::copy(MS_TEST_DATA_DIR "/flood-engine.sh", engine));
+    QVERIFY(QFile::setPermissions(engine, QFile::permissions(engine) | QFileDevice::ExeOwner));
+    const QString wroteAll = dir.filePath("wrote-all");
+    qputenv("MS_FLOOD_DONE", wroteAll.toLocal8Bit());
+
+    EngineClient client;
+    client.setEnginePath(engine);
+    RunView view(nullptr);
+    view.resize(1200, 800);
+    view.setClient(&client);
+    view.show();
+    QSignalSpy finished(&client, &EngineClient::finished);
+
+    QElapsedTimer clock;
+    qint64 lastTick = -1, maxGap = 0, ticks = 0, appliedWhenWritten = -1, writtenAtMs = -1;
+    bool paused = false;
+    QTimer probe;
+    probe.setTimerType(Qt::PreciseTimer);
+    probe.setInterval(10);
+    connect(&probe, &QTimer::timeout, this, [&] {
+      const qint64 now = clock.elapsed();
+      if (lastTick >= 0) maxGap = std::max(maxGap, now - lastTick);
+      lastTick = now;
+      ++ticks;
+      paused = paused || client.readingPaused();
+      if (appliedWhenWritten < 0 && QFileInfo::exists(wroteAll)) {
+        appliedWhenWritten = client.bytesReceived();
+        writtenAtMs = now;
+      }
+    });
+    // A plain event loop, as the studio's (QTRY_* would sleep 10 ms between its passes), ended by finished()
+    // or after 120 s.
+    QEventLoop loop;
+    connect(&client, &EngineClient::finished, &loop, &QEventLoop::quit);
+    QTimer::singleShot(120000, &loop, &QEventLoop::quit);
+    clock.start();
+    probe.start();
+    QVERIFY(client.start(tinyConfig(3), dir.filePath("run")));
+    loop.exec();
+    const qint64 elapsed = clock.elapsed();
+    probe.stop();
+    qunsetenv("MS_FLOOD_DONE");
+    QCOMPARE(finished.size(), 1);
+    QVERIFY2(finished[0][0].toBool(), qPrintable(finished[0][1].toString()));
+    QCOMPARE(finished[0][1].toString(), QString("finished after step 899999"));
+    QVERIFY(QFileInfo::exists(wroteAll));
+    if (appliedWhenWritten < 0) appliedWhenWritten = client.bytesReceived();
+
+    // Every line, and the last values exactly as written.
+    QCOMPARE(client.linesReceived(), kLines);
+    const RunData& d = client.data();
+    QCOMPARE(d.errorTotal(), std::uint64_t(0));
+    QCOMPARE(d.lastStep(), steps);
+    QCOMPARE(d.lastStepLine()->loss, lastLoss);
+    QCOMPARE(d.lastStepLine()->tokensPerS, 12800.0);
+    QCOMPARE(d.lastEvalLine()->loss, lastEvalLoss);
+    QCOMPARE(d.steps().logged, steps);
+    QCOMPARE(d.evals().logged, evals);
+    QCOMPARE(d.state(), RunState::Finished);
+
+    // The bound held, and the writer was held to it: when it had written its last byte, everything but the
+    // pipe's capacity and the bound had been parsed and applied.
+    const qint64 total = client.bytesReceived();
+    QCOMPARE(total, qint64(130440601));  // the generator's output, measured with wc -c
+    QVERIFY(client.bytesInFlightHighWater() > 0);
+    QVERIFY2(client.bytesInFlightHighWater() <= EngineClient::kMaxBytesInFlight,
+             qPrintable(QString::number(client.bytesInFlightHighWater())));
+    QVERIFY2(
+        total - appliedWhenWritten <= EngineClient::kMaxBytesInFlight + EngineClient::kPipeBytes,
+        qPrintable(
+            QString("%1 of %2 bytes applied when the writer was done").arg(appliedWhenWritten).arg(total)));
+
+    // What RunData keeps, within its caps.
+    QVERIFY(d.steps().size() <= RunData::kMaxSeriesPoints);
+    QVERIFY(d.steps().size() >= RunData::kMaxSeriesPoints / 4);
+    QVERIFY(d.steps().decimation > 1);
+    QVERIFY(std::int64_t(d.steps().size() / 2) * d.steps().decimation <= steps);
+    QVERIFY(std::int64_t(d.steps().size() / 2 + 1) * d.steps().decimation > steps);
+    QCOMPARE(*std::max_element(d.steps().loss.begin(), d.steps().loss.end()), 1000.0);  // the spike
+    QCOMPARE(*std::min_element(d.steps().loss.begin(), d.steps().loss.end()), 2.0);
+    QVERIFY(d.evals().size() <= RunData::kMaxSeriesPoints);
+    QVERIFY(d.evals().decimation > 1);
+    QCOMPARE(d.log().size(), RunData::kMaxLogLines);
+    QVERIFY(d.logTotal() >= std::uint64_t(logs));
+    QCOMPARE(d.logDropped(), d.logTotal() - RunData::kMaxLogLines);
+    auto lastStreamLine = std::find_if(d.log().rbegin(), d.log().rend(),
+                                       [](const LogLine& l) { return l.source == LogLine::Stream; });
+    QVERIFY(lastStreamLine != d.log().rend());
+    QCOMPARE(lastStreamLine->message, lastLog);
+    QCOMPARE(d.spanHistory().size(), RunData::kSpanHistory);
+    QCOMPARE(d.timelineStep(), lastSpansStep);
+
+    // The view shows the decimated rows, and the window kept ticking.
+    view.refresh();
+    QCOMPARE(view.lossPlot()->graph(0)->dataCount(), d.steps().size());
+    QVERIFY2(ticks > 0 && maxGap < 500, qPrintable(QString("largest gap %1 ms").arg(maxGap)));
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    qInfo(
+        "%lld lines (%lld bytes) in %lld ms (the writer done at %lld ms); unapplied bytes at most %lld "
+        "(bound %lld), reading paused: %s; the GUI timer's largest gap %lld ms over %lld ticks; steps kept "
+        "%d rows at decimation %lld; peak RSS of the test process %ld MB",
+        kLines, total, elapsed, writtenAtMs, client.bytesInFlightHighWater(), EngineClient::kMaxBytesInFlight,
+        paused ? "yes" : "no", maxGap, ticks, d.steps().size(), static_cast<long long>(d.steps().decimation),
+        usage.ru_maxrss / 1024);
   }
 
   void destroyedClientLeavesNoProcess() {
