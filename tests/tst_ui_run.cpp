@@ -1,21 +1,27 @@
 // The studio's run path under QT_QPA_PLATFORM=offscreen: the metrics reader on split, malformed, mutated,
-// over-long and truncated streams; RunData's timeline, bubbles and bounds; RunView following its source; a
-// real run of the engine (a 2-stage pipeline on 2 cpu ranks) through EngineClient into RunView, replayed from
-// its folder; an engine script that dies, a real rank killed, a missing engine, runs stopped by the studio
-// (cleanly, before the ranks start, and an engine that ignores the first stop) and a client destroyed
-// mid-run.
+// over-long and truncated streams; RunData's timeline, bubbles, bounds and series decimation; RunView
+// following its source; a real run of the engine (a 2-stage pipeline on 2 cpu ranks) through EngineClient
+// into RunView, replayed from its folder; an engine script that dies, a real rank killed, a missing engine,
+// runs stopped by the studio (cleanly, before the ranks start, and an engine that ignores the first stop), a
+// client destroyed mid-run, and a flood of 1,000,000 metrics lines from a separate process (back-pressure,
+// bounded memory, a window that keeps ticking).
 #include <QtTest>
 
 #include <qcustomplot.h>
 
+#include <QElapsedTimer>
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTimer>
+#include <algorithm>
 #include <cmath>
 #include <csignal>
+
+#include <sys/resource.h>
 
 // Raw strings with an odd number of quotes confuse moc 6.4 (it loses the class), so those few are escaped.
 
@@ -489,6 +495,90 @@ class TestUiRun : public QObject {
     QVERIFY(data.seriesEpoch() > epoch);
   }
 
+  void runDataDecimatesLongSeries() {
+    // Whole up to kMaxSeriesPoints rows, then pairs of rows holding each column's min and max over a bucket
+    // of steps, in the order they came; the latest line exact.
+    const int cap = RunData::kMaxSeriesPoints;
+    auto lossAt = [](std::int64_t s) {
+      return s == 70001 ? 1000.0 : s == 90001 ? -5.0 : 2.0 + double(s % 1000) / 8;
+    };
+    auto timeAt = [](std::int64_t s) { return s == 50003 ? 9.0 : 0.01; };
+    auto step = [&](std::int64_t s, double loss) { return StepEvent{s, loss, kNaN, kNaN, timeAt(s)}; };
+    RunData data;
+    for (int s = 1; s < cap; ++s) data.apply(step(s, lossAt(s)));
+    QCOMPARE(data.steps().size(), cap - 1);
+    QCOMPARE(data.steps().decimation, std::int64_t(1));
+    std::uint64_t epoch = data.seriesEpoch();
+    data.apply(step(cap, lossAt(cap)));  // the cap-th row: halved into pairs of 4 steps
+    QCOMPARE(data.steps().size(), cap / 2);
+    QCOMPARE(data.steps().decimation, std::int64_t(4));
+    QVERIFY(data.seriesEpoch() > epoch);
+    const StepSeries& st = data.steps();
+    // Steps 1..4: the loss rises, so min then max; lr never given: NaN.
+    QCOMPARE(st.step[0], 1.0);
+    QCOMPARE(st.step[1], 4.0);
+    QCOMPARE(st.loss[0], lossAt(1));
+    QCOMPARE(st.loss[1], lossAt(4));
+    QVERIFY(std::isnan(st.lr[0]) && std::isnan(st.lr[1]));
+    // Steps 997..1000: 126.625, 126.75, 126.875, then 2: the max (step 999) came before the min (step 1000).
+    QCOMPARE(st.step[498], 997.0);
+    QCOMPARE(st.step[499], 1000.0);
+    QCOMPARE(st.loss[498], 126.875);
+    QCOMPARE(st.loss[499], 2.0);
+
+    const std::int64_t last = 200000;
+    for (std::int64_t s = cap + 1; s <= last; ++s) data.apply(step(s, lossAt(s)));
+    QVERIFY(st.size() <= cap);
+    QCOMPARE(st.size() % 2, 0);
+    const std::int64_t d = st.decimation;
+    QVERIFY2(d >= 8 && (d & (d - 1)) == 0, qPrintable(QString::number(d)));
+    // Every logged step is in a pair, except fewer than `decimation` newest ones waiting for theirs.
+    QCOMPARE(st.logged, last);
+    QVERIFY(std::int64_t(st.size() / 2) * d <= last);
+    QVERIFY(std::int64_t(st.size() / 2 + 1) * d > last);
+    for (int i = 1; i < st.size(); ++i) QVERIFY(st.step[i - 1] < st.step[i]);
+    // Min/max preserved in every column, each at its own step.
+    QCOMPARE(*std::max_element(st.loss.begin(), st.loss.end()), 1000.0);
+    QCOMPARE(*std::min_element(st.loss.begin(), st.loss.end()), -5.0);
+    QCOMPARE(*std::max_element(st.stepTime.begin(), st.stepTime.end()), 9.0);
+    const auto spike = std::find(st.loss.begin(), st.loss.end(), 1000.0) - st.loss.begin();
+    const qsizetype pair = spike & ~qsizetype(1);
+    QVERIFY2(st.step[pair] <= 70001 && 70001 <= st.step[pair + 1],
+             qPrintable(QString("%1..%2").arg(st.step[pair]).arg(st.step[pair + 1])));
+    // The latest line exact.
+    QCOMPARE(data.lastStep(), last);
+    QCOMPARE(data.lastStepLine()->loss, lossAt(last));
+    QCOMPARE(data.lastStepLine()->stepTime, 0.01);
+    // The view draws the rows, and its status line the latest loss.
+    data.setState(RunState::Running);
+    RunView view(nullptr);
+    view.setData(&data);
+    QCOMPARE(view.lossPlot()->graph(0)->dataCount(), st.size());
+    QVERIFY2(view.statusText().contains("step 200000") && view.statusText().contains("loss 2 "),
+             qPrintable(view.statusText()));
+
+    // A resume from an earlier checkpoint into the decimated part: the rows from its step on go.
+    epoch = data.seriesEpoch();
+    data.apply(step(150000, 7.0));
+    QVERIFY(data.seriesEpoch() > epoch);
+    QCOMPARE(data.lastStep(), std::int64_t(150000));
+    QCOMPARE(data.lastStepLine()->loss, 7.0);
+    QVERIFY(st.step.back() < 150000);
+    QVERIFY(st.step.back() >= 150000 - 2 * d);
+    QCOMPARE(st.size() % 2, 0);
+    for (std::int64_t s = 150001; s <= 150000 + 4 * d; ++s) data.apply(step(s, 3.0));
+    QVERIFY(st.step.back() > 150000);
+    for (int i = 1; i < st.size(); ++i) QVERIFY(st.step[i - 1] < st.step[i]);
+
+    // Evaluations the same way.
+    for (int s = 1; s <= cap + 10; ++s) data.apply(EvalEvent{200000 + s, s == 7 ? 0.5 : 4.0, 64});
+    QCOMPARE(data.evals().logged, std::int64_t(cap + 10));
+    QCOMPARE(data.evals().decimation, std::int64_t(4));
+    QVERIFY(data.evals().size() <= cap);
+    QCOMPARE(*std::min_element(data.evals().loss.begin(), data.evals().loss.end()), 0.5);
+    QCOMPARE(data.lastEvalLine()->step, std::int64_t(200000 + cap + 10));
+  }
+
   void viewFollowsItsSource() {
     RunData a, b;
     for (int s = 1; s <= 4; ++s) a.apply(StepEvent{s, 4.0});
@@ -820,6 +910,142 @@ class TestUiRun : public QObject {
              qPrintable(finished[0][1].toString()));
     QCOMPARE(client.data().state(), RunState::Interrupted);
     QCOMPARE(client.data().steps().size(), 1);
+  }
+
+  void floodOfOneMillionLines() {
+    // A separate process (tests/data/flood-engine.sh: awk) writes 1,000,000 metrics lines (130 MB) as fast
+    // as it can into a client shown in a RunView. The client never holds more than its bound of unapplied
+    // bytes, so the writer is held back (when it had written everything, all but the pipe and the bound were
+    // already applied); RunData stays within its caps; a 10 ms timer on the GUI thread keeps ticking.
+    constexpr qint64 kLines = 1000000;
+    std::int64_t steps = 0, evals = 0, logs = 0, spans = 0, lastSpansStep = 0;
+    double lastEvalLoss = 0;
+    QString lastLog;
+    for (qint64 k = 2; k < kLines; ++k) {
+      if (k % 1000 == 0) {
+        ++spans;
+        lastSpansStep = steps;
+      } else if (k % 100 == 0) {
+        ++logs;
+        lastLog = QString("flood %1").arg(k);
+      } else if (k % 10 == 0) {
+        ++evals;
+        lastEvalLoss = 3 + double(k % 77) / 4;
+      } else {
+        ++steps;
+      }
+    }
+    QCOMPARE(steps, std::int64_t(899999));
+    const double lastLoss = 2 + double(steps % 1000) / 8;
+
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString engine = dir.filePath("flood-engine.sh");
+    QVERIFY(QFile::copy(MS_TEST_DATA_DIR "/flood-engine.sh", engine));
+    QVERIFY(QFile::setPermissions(engine, QFile::permissions(engine) | QFileDevice::ExeOwner));
+    const QString wroteAll = dir.filePath("wrote-all");
+    qputenv("MS_FLOOD_DONE", wroteAll.toLocal8Bit());
+
+    EngineClient client;
+    client.setEnginePath(engine);
+    RunView view(nullptr);
+    view.resize(1200, 800);
+    view.setClient(&client);
+    view.show();
+    QSignalSpy finished(&client, &EngineClient::finished);
+
+    QElapsedTimer clock;
+    qint64 lastTick = -1, maxGap = 0, ticks = 0, appliedWhenWritten = -1, writtenAtMs = -1;
+    bool paused = false;
+    QTimer probe;
+    probe.setTimerType(Qt::PreciseTimer);
+    probe.setInterval(10);
+    connect(&probe, &QTimer::timeout, this, [&] {
+      const qint64 now = clock.elapsed();
+      if (lastTick >= 0) maxGap = std::max(maxGap, now - lastTick);
+      lastTick = now;
+      ++ticks;
+      paused = paused || client.readingPaused();
+      if (appliedWhenWritten < 0 && QFileInfo::exists(wroteAll)) {
+        appliedWhenWritten = client.bytesReceived();
+        writtenAtMs = now;
+      }
+    });
+    // A plain event loop, as the studio's (QTRY_* would sleep 10 ms between its passes), ended by finished()
+    // or after 120 s.
+    QEventLoop loop;
+    connect(&client, &EngineClient::finished, &loop, &QEventLoop::quit);
+    QTimer::singleShot(120000, &loop, &QEventLoop::quit);
+    clock.start();
+    probe.start();
+    QVERIFY(client.start(tinyConfig(3), dir.filePath("run")));
+    loop.exec();
+    const qint64 elapsed = clock.elapsed();
+    probe.stop();
+    qunsetenv("MS_FLOOD_DONE");
+    QCOMPARE(finished.size(), 1);
+    QVERIFY2(finished[0][0].toBool(), qPrintable(finished[0][1].toString()));
+    QCOMPARE(finished[0][1].toString(), QString("finished after step 899999"));
+    QVERIFY(QFileInfo::exists(wroteAll));
+    if (appliedWhenWritten < 0) appliedWhenWritten = client.bytesReceived();
+
+    // Every line, and the last values exactly as written.
+    QCOMPARE(client.linesReceived(), kLines);
+    const RunData& d = client.data();
+    QCOMPARE(d.errorTotal(), std::uint64_t(0));
+    QCOMPARE(d.lastStep(), steps);
+    QCOMPARE(d.lastStepLine()->loss, lastLoss);
+    QCOMPARE(d.lastStepLine()->tokensPerS, 12800.0);
+    QCOMPARE(d.lastEvalLine()->loss, lastEvalLoss);
+    QCOMPARE(d.steps().logged, steps);
+    QCOMPARE(d.evals().logged, evals);
+    QCOMPARE(d.state(), RunState::Finished);
+
+    // The bound held, and the writer was held to it: when it had written its last byte, everything but the
+    // pipe's capacity and the bound had been parsed and applied.
+    const qint64 total = client.bytesReceived();
+    QCOMPARE(total, qint64(130440601));  // the generator's output, measured with wc -c
+    QVERIFY(client.bytesInFlightHighWater() > 0);
+    QVERIFY2(client.bytesInFlightHighWater() <= EngineClient::kMaxBytesInFlight,
+             qPrintable(QString::number(client.bytesInFlightHighWater())));
+    QVERIFY2(
+        total - appliedWhenWritten <= EngineClient::kMaxBytesInFlight + EngineClient::kPipeBytes,
+        qPrintable(
+            QString("%1 of %2 bytes applied when the writer was done").arg(appliedWhenWritten).arg(total)));
+
+    // What RunData keeps, within its caps.
+    QVERIFY(d.steps().size() <= RunData::kMaxSeriesPoints);
+    QVERIFY(d.steps().size() >= RunData::kMaxSeriesPoints / 4);
+    QVERIFY(d.steps().decimation > 1);
+    QVERIFY(std::int64_t(d.steps().size() / 2) * d.steps().decimation <= steps);
+    QVERIFY(std::int64_t(d.steps().size() / 2 + 1) * d.steps().decimation > steps);
+    QCOMPARE(*std::max_element(d.steps().loss.begin(), d.steps().loss.end()), 1000.0);  // the spike
+    QCOMPARE(*std::min_element(d.steps().loss.begin(), d.steps().loss.end()), 2.0);
+    QVERIFY(d.evals().size() <= RunData::kMaxSeriesPoints);
+    QVERIFY(d.evals().decimation > 1);
+    QCOMPARE(d.log().size(), RunData::kMaxLogLines);
+    QVERIFY(d.logTotal() >= std::uint64_t(logs));
+    QCOMPARE(d.logDropped(), d.logTotal() - RunData::kMaxLogLines);
+    auto lastStreamLine = std::find_if(d.log().rbegin(), d.log().rend(),
+                                       [](const LogLine& l) { return l.source == LogLine::Stream; });
+    QVERIFY(lastStreamLine != d.log().rend());
+    QCOMPARE(lastStreamLine->message, lastLog);
+    QCOMPARE(d.spanHistory().size(), RunData::kSpanHistory);
+    QCOMPARE(d.timelineStep(), lastSpansStep);
+
+    // The view shows the decimated rows, and the window kept ticking.
+    view.refresh();
+    QCOMPARE(view.lossPlot()->graph(0)->dataCount(), d.steps().size());
+    QVERIFY2(ticks > 0 && maxGap < 500, qPrintable(QString("largest gap %1 ms").arg(maxGap)));
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    qInfo(
+        "%lld lines (%lld bytes) in %lld ms (the writer done at %lld ms); unapplied bytes at most %lld "
+        "(bound %lld), reading paused: %s; the GUI timer's largest gap %lld ms over %lld ticks; steps kept "
+        "%d rows at decimation %lld; peak RSS of the test process %ld MB",
+        kLines, total, elapsed, writtenAtMs, client.bytesInFlightHighWater(), EngineClient::kMaxBytesInFlight,
+        paused ? "yes" : "no", maxGap, ticks, d.steps().size(), static_cast<long long>(d.steps().decimation),
+        usage.ru_maxrss / 1024);
   }
 
   void destroyedClientLeavesNoProcess() {

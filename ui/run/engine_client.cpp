@@ -1,8 +1,10 @@
 // EngineClient and loadRunFolder; see engine_client.h.
 #include "ui/run/engine_client.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <QCoreApplication>
 #include <QDir>
@@ -11,13 +13,17 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QStandardPaths>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <optional>
 
 namespace ms {
 
 namespace {
 
-constexpr qint64 kReadChunk = 64 * 1024;
+constexpr qint64 kReadChunk = 256 * 1024;   // one read() from the stdout pipe, one piece for the parser
+constexpr qint64 kReadPerTurn = 1 << 20;    // read per readiness of the pipe (the rest on the next pass)
 constexpr int kStderrKeep = 20;             // stderr lines kept for the failure message
 constexpr qsizetype kStderrLineMax = 8192;  // a longer stderr "line" is cut (a progress bar without newlines)
 
@@ -64,6 +70,15 @@ std::optional<RunEndEvent> runEndInFolder(const QString& runDir) {
   return std::nullopt;
 }
 
+// fd moved above the standard streams (kept close-on-exec): the child's stdio is set up by dup2 onto 0..2
+// before our own dup2 onto stdout, which must not find its source overwritten.
+int aboveStdio(int fd) {
+  if (fd > STDERR_FILENO) return fd;
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+  ::close(fd);
+  return moved;
+}
+
 }  // namespace
 
 EngineClient::EngineClient(QObject* parent) : QObject(parent) {
@@ -75,6 +90,9 @@ EngineClient::EngineClient(QObject* parent) : QObject(parent) {
   m_notifyTimer.setSingleShot(true);
   m_notifyTimer.setInterval(kNotifyMs);
   connect(&m_notifyTimer, &QTimer::timeout, this, &EngineClient::dataChanged);
+  m_drainTimer.setSingleShot(true);
+  m_drainTimer.setInterval(kDrainIdleMs);
+  connect(&m_drainTimer, &QTimer::timeout, this, &EngineClient::onDrainIdle);
   m_escalateTimer.setSingleShot(true);
   connect(&m_escalateTimer, &QTimer::timeout, this, [this] {
     if (!m_process) return;
@@ -94,6 +112,7 @@ EngineClient::EngineClient(QObject* parent) : QObject(parent) {
 
 EngineClient::~EngineClient() {
   stopProcessOnDestruction();
+  closeStdout();
   // Parse jobs still queued are dropped with the thread; results already posted die with this object.
   m_parseThread.quit();
   m_parseThread.wait();
@@ -107,12 +126,34 @@ void EngineClient::stopProcessOnDestruction() {
   m_notifyTimer.stop();
   m_escalateTimer.stop();
   interrupt();
-  if (!m_process->waitForFinished(3000)) {
+  if (!waitDiscardingStdout(3000)) {
     signalProcess(SIGTERM);
-    if (!m_process->waitForFinished(3000)) {
+    if (!waitDiscardingStdout(3000)) {
       m_process->kill();
-      m_process->waitForFinished(1000);
+      waitDiscardingStdout(1000);
     }
+  }
+  closeStdout();
+}
+
+bool EngineClient::waitDiscardingStdout(int ms) {
+  // The ranks finish their step and write their last lines while stopping: a full stdout pipe would hold
+  // them in write() (the client no longer reads it: it is going away), so it is emptied meanwhile. Closing it
+  // instead would kill the writer with SIGPIPE before its checkpoint.
+  QElapsedTimer clock;
+  clock.start();
+  char discard[64 * 1024];
+  for (;;) {
+    while (m_stdoutFd >= 0) {
+      const ssize_t n = ::read(m_stdoutFd, discard, sizeof discard);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) closeStdout();
+      break;
+    }
+    if (m_process->state() == QProcess::NotRunning) return true;
+    const qint64 left = ms - clock.elapsed();
+    if (left <= 0) return false;
+    if (m_process->waitForFinished(static_cast<int>(std::min<qint64>(left, 50)))) return true;
   }
 }
 
@@ -151,10 +192,12 @@ bool EngineClient::start(const RunConfig& config, const QString& runDir, bool re
     m_folderBytesAtStart = QFileInfo(QDir(runDir).filePath(QStringLiteral("metrics.jsonl"))).size();
   }
   ++m_generation;
-  m_bytesInFlight = 0;
+  m_bytesInFlight = m_bytesInFlightHighWater = 0;
   m_bytesParsed = m_linesParsed = 0;
   m_finishPosted = false;
-  m_warnedBacklog = false;
+  m_saidBehind = false;
+  m_toApply.clear();
+  closeStdout();
   // A fresh reader for this run, set on the parser thread behind any job of an earlier run.
   QMetaObject::invokeMethod(
       m_parseContext, [this] { m_reader = MetricsReader(); }, Qt::QueuedConnection);
@@ -195,20 +238,50 @@ bool EngineClient::start(const RunConfig& config, const QString& runDir, bool re
   m_data.appendLog(LogLine::Studio, QStringLiteral("info"),
                    QStringLiteral("starting: ") + m_command.join(' '));
 
+  // The stdout pipe, read by this client (see the header): both ends close-on-exec, only the read end
+  // non-blocking (O_NONBLOCK belongs to each end's open file: the engine's writes must block when it is
+  // full).
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0 || (fds[0] = aboveStdio(fds[0])) < 0 ||
+      (fds[1] = aboveStdio(fds[1])) < 0) {
+    fail(QStringLiteral("cannot create a pipe for the engine's output: %1")
+             .arg(QString::fromLocal8Bit(std::strerror(errno))));
+    return false;
+  }
+  ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+#ifdef F_SETPIPE_SZ
+  ::fcntl(fds[0], F_SETPIPE_SZ, kPipeBytes);  // best effort: fewer wake-ups; the bound does not depend on it
+#endif
+  m_stdoutFd = fds[0];
+  const int writeEnd = fds[1];
+  m_stdoutNotifier = new QSocketNotifier(m_stdoutFd, QSocketNotifier::Read, this);
+  connect(m_stdoutNotifier, &QSocketNotifier::activated, this, &EngineClient::readStdout);
+
   m_process = new QProcess(this);
   m_process->setProcessChannelMode(QProcess::SeparateChannels);
-  m_process->setReadChannel(QProcess::StandardOutput);
+  m_process->setStandardOutputFile(QProcess::nullDevice());
+  m_process->setReadChannel(QProcess::StandardError);
+  // Runs in the child between fork and exec, after QProcess set up its stdio: async-signal-safe calls only.
+  m_process->setChildProcessModifier([writeEnd] {
+    if (::dup2(writeEnd, STDOUT_FILENO) < 0) {
+      static const char kMessage[] = "meshstudio: cannot connect the engine's stdout to the studio\n";
+      (void)!::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+      ::_exit(127);
+    }
+  });
   m_process->setWorkingDirectory(QFileInfo(base).isDir() ? base : m_runDir);
   connect(m_process, &QProcess::started, this, [this] {
     if (m_data.state() == RunState::Starting) m_data.setState(RunState::Running);
     emit started();
     scheduleNotify();
   });
-  connect(m_process, &QProcess::readyReadStandardOutput, this, &EngineClient::onReadyStdout);
   connect(m_process, &QProcess::readyReadStandardError, this, &EngineClient::onReadyStderr);
   connect(m_process, &QProcess::finished, this, &EngineClient::onProcessFinished);
   connect(m_process, &QProcess::errorOccurred, this, &EngineClient::onProcessError);
   m_process->start(engine, args, QIODevice::ReadOnly);
+  // The child has its copy (or never started: fail() then closed the read end too). Ours must go, or the
+  // pipe would never report its end.
+  ::close(writeEnd);
   return true;
 }
 
@@ -248,32 +321,84 @@ void EngineClient::signalProcess(int sig) {
   if (pid > 0) ::kill(static_cast<pid_t>(pid), sig);
 }
 
-void EngineClient::onReadyStdout() {
-  pump();
+bool EngineClient::readingPaused() const {
+  return m_stdoutNotifier && !m_stdoutNotifier->isEnabled();
 }
 
-void EngineClient::pump() {
-  if (!m_process) return;
-  // Move what the pipe holds to the parser, up to kMaxBytesInFlight waiting there; the rest stays in the
-  // pipe (the engine waits) until parsed events come back and call pump() again.
-  while (m_process->bytesAvailable() > 0 && m_bytesInFlight < kMaxBytesInFlight) {
-    QByteArray chunk = m_process->read(kReadChunk);
-    if (chunk.isEmpty()) break;
-    post(std::move(chunk), false);
+void EngineClient::readStdout() {
+  if (m_stdoutFd < 0) return;
+  // Read while under the bound (a piece never takes it past); the rest stays in the pipe, and once that is
+  // full, the engine waits in write().
+  if (m_readBuffer.size() != kReadChunk) m_readBuffer.resize(kReadChunk);
+  qint64 read = 0;
+  while (m_bytesInFlight < kMaxBytesInFlight && read < kReadPerTurn) {
+    const qint64 want = std::min(kReadChunk, kMaxBytesInFlight - m_bytesInFlight);
+    const ssize_t n = ::read(m_stdoutFd, m_readBuffer.data(), static_cast<std::size_t>(want));
+    if (n > 0) {
+      read += n;
+      post(QByteArray(m_readBuffer.constData(), n), false);
+      m_bytesInFlightHighWater = std::max(m_bytesInFlightHighWater, m_bytesInFlight);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0)
+      m_data.appendLog(LogLine::Studio, QStringLiteral("error"),
+                       QStringLiteral("reading the engine's output failed: %1")
+                           .arg(QString::fromLocal8Bit(std::strerror(errno))));
+    closeStdout();  // its end: every writer closed it
+    break;
   }
-  // QProcess buffers what the pipe holds whatever we read; a stream faster than one parser thread (about
-  // 45 MB/s, bench/ui_stream) therefore grows that buffer. Said once, so a person knows why memory climbs.
-  if (!m_warnedBacklog && m_process->bytesAvailable() > kBacklogWarnBytes) {
-    m_warnedBacklog = true;
-    m_data.appendLog(
-        LogLine::Studio, QStringLiteral("warning"),
-        QStringLiteral("the engine writes metrics faster than the studio parses them; %1 MB wait")
-            .arg(m_process->bytesAvailable() >> 20));
+  if (m_stdoutNotifier) {
+    const bool behind = m_bytesInFlight >= kMaxBytesInFlight;
+    if (behind && !m_saidBehind) {
+      m_saidBehind = true;
+      m_data.appendLog(LogLine::Studio, QStringLiteral("info"),
+                       QStringLiteral("the engine writes metrics faster than the studio takes them in: "
+                                      "reading pauses while %1 MB wait, and the engine waits on its writes")
+                           .arg(kMaxBytesInFlight >> 20));
+      scheduleNotify();
+    }
+    // Off while behind; applySome() turns it back on once half the bound is applied.
+    m_stdoutNotifier->setEnabled(!behind);
   }
-  if (m_exited && m_process->bytesAvailable() == 0 && !m_finishPosted) {
-    m_finishPosted = true;
-    post(QByteArray(), true);  // finalize() runs when its answer is back: everything before it was applied
+  if (read > 0 && m_exited && m_stdoutFd >= 0) m_drainTimer.start();
+  finishStreamIfDone();
+}
+
+void EngineClient::closeStdout() {
+  m_drainTimer.stop();
+  if (m_stdoutNotifier) {
+    // Possibly inside its own activated(): disabled now, deleted later; before the fd is closed.
+    m_stdoutNotifier->setEnabled(false);
+    m_stdoutNotifier->deleteLater();
+    m_stdoutNotifier = nullptr;
   }
+  if (m_stdoutFd >= 0) {
+    ::close(m_stdoutFd);
+    m_stdoutFd = -1;
+  }
+}
+
+void EngineClient::onDrainIdle() {
+  if (!m_process || m_stdoutFd < 0) return;
+  if (readingPaused()) {  // not silent: the studio is behind
+    m_drainTimer.start();
+    return;
+  }
+  m_data.appendLog(
+      LogLine::Studio, QStringLiteral("warning"),
+      QStringLiteral("the engine exited but its output stayed open and silent for %1 s (a process "
+                     "it started?); stopped reading it")
+          .arg(kDrainIdleMs / 1000.0));
+  closeStdout();
+  finishStreamIfDone();
+}
+
+void EngineClient::finishStreamIfDone() {
+  if (!m_process || !m_exited || m_stdoutFd >= 0 || m_finishPosted) return;
+  m_finishPosted = true;
+  post(QByteArray(), true);  // finalize() runs when its answer is applied: everything before it was
 }
 
 void EngineClient::post(QByteArray bytes, bool finish) {
@@ -297,18 +422,48 @@ void EngineClient::post(QByteArray bytes, bool finish) {
 void EngineClient::onParsed(quint64 generation, std::vector<MetricsEvent> events, qint64 bytes, qint64 lines,
                             bool done) {
   if (generation != m_generation) return;
-  m_bytesInFlight -= bytes;
-  m_bytesParsed += bytes;
-  m_linesParsed = lines;
-  if (!events.empty()) {
-    m_data.apply(events);
-    scheduleNotify();
+  // Only queued here: applying is applySome()'s, a slice per pass of the event loop.
+  m_toApply.push_back(Parsed{std::move(events), 0, bytes, lines, done});
+  scheduleApply();
+}
+
+void EngineClient::scheduleApply() {
+  if (m_applyPosted) return;
+  m_applyPosted = true;
+  // A posted call: the event loop delivers what was posted before it first, and timers, input and paint get
+  // their turn between two slices.
+  QMetaObject::invokeMethod(this, &EngineClient::applySome, Qt::QueuedConnection);
+}
+
+void EngineClient::applySome() {
+  m_applyPosted = false;
+  QElapsedTimer clock;
+  clock.start();
+  constexpr qint64 kSliceNs = qint64(kApplySliceMs) * 1000000;
+  bool applied = false;
+  while (!m_toApply.empty()) {
+    Parsed& p = m_toApply.front();
+    while (p.next < p.events.size()) {
+      m_data.apply(std::move(p.events[p.next++]));
+      applied = true;
+      if (p.next % 16 == 0 && clock.nsecsElapsed() >= kSliceNs) break;
+    }
+    if (p.next < p.events.size()) break;  // the slice is over
+    m_bytesInFlight -= p.bytes;
+    m_bytesParsed += p.bytes;
+    m_linesParsed = p.lines;
+    const bool done = p.done;
+    m_toApply.pop_front();
+    if (done) {
+      finalize();
+      return;
+    }
+    if (clock.nsecsElapsed() >= kSliceNs) break;
   }
-  if (done) {
-    finalize();
-    return;
-  }
-  if (m_process && m_process->bytesAvailable() > 0) pump();
+  if (!m_toApply.empty()) scheduleApply();
+  if (applied) scheduleNotify();
+  // Caught up to half the bound: watch the pipe again (what it holds is then read at once).
+  if (readingPaused() && m_bytesInFlight <= kMaxBytesInFlight / 2) m_stdoutNotifier->setEnabled(true);
 }
 
 void EngineClient::onReadyStderr() {
@@ -340,7 +495,11 @@ void EngineClient::onProcessFinished(int exitCode, QProcess::ExitStatus status) 
     m_stderrTail += '\n';
     onReadyStderr();
   }
-  pump();  // finalizes once stdout is drained
+  // What stdout still holds is read as the bound allows; the stream ends at the pipe's end (or after
+  // kDrainIdleMs of silence while something else holds it open).
+  readStdout();
+  if (m_stdoutFd >= 0) m_drainTimer.start();
+  finishStreamIfDone();  // when stdout had already ended
 }
 
 void EngineClient::onProcessError(QProcess::ProcessError error) {
@@ -356,6 +515,8 @@ void EngineClient::fail(const QString& message) {
     m_process->deleteLater();
     m_process = nullptr;
   }
+  closeStdout();
+  m_toApply.clear();
   m_escalateTimer.stop();
   m_notifyTimer.stop();
   m_data.appendLog(LogLine::Studio, QStringLiteral("error"), message);
@@ -373,6 +534,8 @@ void EngineClient::finalize() {
   m_process->disconnect(this);
   m_process->deleteLater();
   m_process = nullptr;
+  closeStdout();
+  m_toApply.clear();
   m_escalateTimer.stop();
   m_notifyTimer.stop();
 

@@ -5,11 +5,25 @@
 //
 // What always holds: the JSON is parsed on the client's own parser thread, never on the GUI thread (a spans
 // line of a many-rank run is megabytes: about 20 ms per MB, measured by bench/ui_stream); the GUI thread only
-// moves bytes to the parser and applies the parsed events to the RunData, in stream order. At most
-// kMaxBytesInFlight bytes are handed to the parser at a time (the rest waits in QProcess's buffer, which
-// grows when the engine writes faster than one parser thread parses, about 45 MB/s: a log warning says so);
-// dataChanged() is emitted at most once per kNotifyMs, never per line; finished() is emitted exactly once per
-// start(), after everything the engine wrote was read, with ok = the run finished or ended by stop(), and
+// moves bytes to the parser and applies the parsed events to the RunData, in stream order, in slices of at
+// most kApplySliceMs (plus the one event under way) per pass of the event loop, so input, paint and timers
+// get through during a flood. dataChanged() is emitted at most once per kNotifyMs, never per line.
+//
+// Back-pressure: the engine's stdout is a pipe the client reads itself (QProcess's own stdout channel
+// buffers whatever the pipe holds, without bound; QProcess only sees stdout as /dev/null, and the child's
+// stdout is pointed at the client's pipe between fork and exec). The client reads only while the bytes it
+// has read but not yet had parsed and applied are under kMaxBytesInFlight (bytesInFlightHighWater() never
+// exceeds it); at the bound it stops watching the pipe until they are down to half, so the pipe (kPipeBytes)
+// fills and the engine's writes block: a stream faster than the studio slows the engine instead of growing
+// the studio's memory. Under launch the writer on that pipe is mpirun relaying rank 0's stdout: blocked in
+// that write, it stops relaying and rank 0 blocks in its own write in turn (measured with a reader stalled 8
+// s: the run stood still at step 279, about 0.8 MB of metrics, the slack of mpirun's and the pty's buffers);
+// it also handles no signal meanwhile, so stop() takes effect once the studio has caught up, and the
+// destructor empties the pipe while it waits for the engine to end.
+//
+// finished() is emitted exactly once per start(), after everything the engine wrote was read (after the
+// engine exited, its stdout is read to the end: every process holding it, the ranks too, closed it, or it
+// stayed silent kDrainIdleMs, which the log says), with ok = the run finished or ended by stop(), and
 // otherwise the engine's own reason (rank 0's run_end, else the one launch appended to the run folder's
 // metrics.jsonl, with launch's last word on stderr; else the last stderr lines; else the exit code); the
 // engine is not left running when the client is destroyed (SIGINT, then SIGTERM, then SIGKILL, a few seconds
@@ -19,10 +33,13 @@
 #include <QElapsedTimer>
 #include <QObject>
 #include <QProcess>
+#include <QSocketNotifier>
 #include <QString>
 #include <QStringList>
 #include <QThread>
 #include <QTimer>
+#include <deque>
+#include <vector>
 
 #include "common/status.h"
 #include "plan/run_config.h"
@@ -34,9 +51,11 @@ namespace ms {
 class EngineClient : public QObject {
   Q_OBJECT
  public:
-  static constexpr int kNotifyMs = 50;                    // dataChanged() at most this often
-  static constexpr qint64 kMaxBytesInFlight = 32 << 20;   // read but not yet parsed
-  static constexpr qint64 kBacklogWarnBytes = 256 << 20;  // buffered by QProcess: one warning in the log
+  static constexpr int kNotifyMs = 50;                  // dataChanged() at most this often
+  static constexpr qint64 kMaxBytesInFlight = 4 << 20;  // read from stdout, not yet parsed and applied
+  static constexpr int kPipeBytes = 1 << 20;            // the stdout pipe's capacity asked for (else 64 KB)
+  static constexpr int kApplySliceMs = 4;               // GUI-thread time applying events per event-loop pass
+  static constexpr int kDrainIdleMs = 2000;  // after the engine exited: stdout held open but silent this long
   static constexpr int kStopEscalateMs = 20000;  // after stop(): SIGTERM when the run has not ended by then
   static constexpr int kKillGraceMs = 5000;      // after SIGTERM: SIGKILL
 
@@ -69,9 +88,14 @@ class EngineClient : public QObject {
   bool isRunning() const { return m_process != nullptr; }
 
   const RunData& data() const { return m_data; }
-  // Bytes and lines of the metrics stream read so far in this run.
+  // Bytes and lines of the metrics stream read, parsed and applied to data() so far in this run.
   qint64 bytesReceived() const { return m_bytesParsed; }
   qint64 linesReceived() const { return m_linesParsed; }
+  // Bytes read from the engine's stdout and not yet parsed and applied: now, and the most this run.
+  qint64 bytesInFlight() const { return m_bytesInFlight; }
+  qint64 bytesInFlightHighWater() const { return m_bytesInFlightHighWater; }
+  // Whether the client has stopped reading stdout because bytesInFlight() reached the bound.
+  bool readingPaused() const;
   QString runDir() const { return m_runDir; }
   // The command line of the current (or last) run, for the log and for people.
   QStringList commandLine() const { return m_command; }
@@ -82,11 +106,18 @@ class EngineClient : public QObject {
   void finished(bool ok, const QString& message);
 
  private:
-  void onReadyStdout();
   void onReadyStderr();
   void onProcessFinished(int exitCode, QProcess::ExitStatus status);
   void onProcessError(QProcess::ProcessError error);
-  void pump();
+  // Reads the stdout pipe while under the bound; at its end (or error) closes it.
+  void readStdout();
+  void closeStdout();
+  // The stream is over (the engine exited and its stdout closed): the parser's finish() is posted.
+  void finishStreamIfDone();
+  void onDrainIdle();
+  // Applies parsed events for at most kApplySliceMs, then yields to the event loop (posting itself again).
+  void applySome();
+  void scheduleApply();
   void scheduleNotify();
   void finalize();
   void signalProcess(int sig);
@@ -94,6 +125,8 @@ class EngineClient : public QObject {
   void interrupt();
   void fail(const QString& message);
   void stopProcessOnDestruction();
+  // Waits up to ms for the engine to exit, emptying its stdout meanwhile; true when it exited.
+  bool waitDiscardingStdout(int ms);
 
   QString m_enginePath;
   QStringList m_extraArgs;
@@ -108,10 +141,25 @@ class EngineClient : public QObject {
   QObject* m_parseContext = nullptr;
   MetricsReader m_reader;
   quint64 m_generation = 0;    // one per start(); results of an earlier run are dropped
-  qint64 m_bytesInFlight = 0;  // posted to the parser, not yet back
+  qint64 m_bytesInFlight = 0;  // read from the pipe, not yet parsed and applied
+  qint64 m_bytesInFlightHighWater = 0;
   qint64 m_bytesParsed = 0, m_linesParsed = 0;
   bool m_finishPosted = false;
-  bool m_warnedBacklog = false;
+  bool m_saidBehind = false;  // the log said once that reading paused
+  // The parsed pieces not yet applied, in stream order; the front one may be partly applied.
+  struct Parsed {
+    std::vector<MetricsEvent> events;
+    std::size_t next = 0;  // the first event not yet applied
+    qint64 bytes = 0;      // the piece's bytes
+    qint64 lines = 0;      // the reader's line count after it
+    bool done = false;     // the stream's end
+  };
+  std::deque<Parsed> m_toApply;
+  bool m_applyPosted = false;
+  int m_stdoutFd = -1;  // the read end of the engine's stdout pipe (non-blocking), -1 once at its end
+  QSocketNotifier* m_stdoutNotifier = nullptr;  // disabled while bytesInFlight() is over the bound
+  QByteArray m_readBuffer;
+  QTimer m_drainTimer;  // single shot: the engine exited and its stdout stayed open and silent
   RunData m_data;
   QByteArray m_stderrTail;   // an unfinished stderr line
   QStringList m_lastStderr;  // the last few stderr lines, for the failure message

@@ -2,6 +2,7 @@
 #include "ui/run/run_data.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -20,15 +21,120 @@ bool isPipelineWork(SpanKind k) {
   return k == SpanKind::Forward || k == SpanKind::Backward || k == SpanKind::BackwardWeight;
 }
 
-// Removes the points whose step is >= from (the columns are sorted by step).
-void truncateAt(QVector<double>& steps, std::initializer_list<QVector<double>*> columns, double from) {
-  const auto it = std::lower_bound(steps.begin(), steps.end(), from);
-  const qsizetype keep = it - steps.begin();
-  steps.resize(keep);
-  for (QVector<double>* c : columns) c->resize(std::min(c->size(), keep));
+// A series' columns for its SeriesDecimator, the step first.
+std::array<QVector<double>*, 7> columnsOf(StepSeries& s) {
+  return {&s.step, &s.loss, &s.lr, &s.gradNorm, &s.stepTime, &s.throughput, &s.accuracy};
+}
+std::array<QVector<double>*, 4> columnsOf(EvalSeries& s) {
+  return {&s.step, &s.loss, &s.accuracy, &s.samples};
 }
 
 }  // namespace
+
+void SeriesDecimator::Bucket::add(double step, std::span<const double> values, std::int64_t weight) {
+  if (points == 0) {
+    first = step;
+    extremes.assign(values.size(), Extreme{});
+  }
+  last = step;
+  points += weight;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double v = values[i];
+    if (std::isnan(v)) continue;
+    Extreme& e = extremes[i];
+    // Strict comparisons: on a tie the earlier point stays the extreme.
+    if (std::isnan(e.lo) || v < e.lo) e.lo = v, e.loAt = step;
+    if (std::isnan(e.hi) || v > e.hi) e.hi = v, e.hiAt = step;
+  }
+}
+
+void SeriesDecimator::Bucket::add(const Bucket& later) {
+  if (later.points == 0) return;
+  if (points == 0) {
+    *this = later;
+    return;
+  }
+  last = later.last;
+  points += later.points;
+  for (std::size_t i = 0; i < extremes.size(); ++i) {
+    Extreme& e = extremes[i];
+    const Extreme& l = later.extremes[i];
+    if (!std::isnan(l.lo) && (std::isnan(e.lo) || l.lo < e.lo)) e.lo = l.lo, e.loAt = l.loAt;
+    if (!std::isnan(l.hi) && (std::isnan(e.hi) || l.hi > e.hi)) e.hi = l.hi, e.hiAt = l.hiAt;
+  }
+}
+
+// A bucket as its pair of rows: in each column the smallest and the largest value in the order they came
+// (both NaN when the column had none).
+void SeriesDecimator::pushPair(std::span<QVector<double>* const> columns, const Bucket& b) {
+  columns[0]->push_back(b.first);
+  columns[0]->push_back(b.last);
+  for (std::size_t i = 1; i < columns.size(); ++i) {
+    const Extreme& e = b.extremes[i - 1];
+    const bool lowFirst = e.loAt <= e.hiAt;
+    columns[i]->push_back(lowFirst ? e.lo : e.hi);
+    columns[i]->push_back(lowFirst ? e.hi : e.lo);
+  }
+}
+
+void SeriesDecimator::halve(std::span<QVector<double>* const> columns) {
+  // Every 4 rows (4 points, or 2 pairs) become one pair; what is left over (fewer than 4 points, or one
+  // pair) goes back to the waiting points, ahead of those already waiting.
+  const qsizetype rows = columns[0]->size();
+  const qsizetype groups = rows / 4;
+  const std::int64_t weight = m_decimation == 1 ? 1 : m_decimation / 2;  // points per row
+  std::vector<double> values(columns.size() - 1);
+  auto rowValues = [&](qsizetype r) {
+    for (std::size_t i = 1; i < columns.size(); ++i) values[i - 1] = (*columns[i])[r];
+    return std::span<const double>(values);
+  };
+  std::vector<QVector<double>> pairs(columns.size());
+  for (auto& c : pairs) c.reserve(2 * groups);
+  std::vector<QVector<double>*> pairColumns;
+  for (auto& c : pairs) pairColumns.push_back(&c);
+  for (qsizetype g = 0; g < groups; ++g) {
+    Bucket b;
+    for (qsizetype r = 4 * g; r < 4 * g + 4; ++r) b.add((*columns[0])[r], rowValues(r), weight);
+    pushPair(pairColumns, b);
+  }
+  Bucket left;
+  for (qsizetype r = 4 * groups; r < rows; ++r) left.add((*columns[0])[r], rowValues(r), weight);
+  left.add(m_pending);
+  m_pending = std::move(left);
+  for (std::size_t i = 0; i < columns.size(); ++i) *columns[i] = std::move(pairs[i]);
+  m_decimation = m_decimation == 1 ? 4 : 2 * m_decimation;
+}
+
+bool SeriesDecimator::append(std::span<QVector<double>* const> columns, std::span<const double> point) {
+  if (m_decimation == 1) {
+    for (std::size_t i = 0; i < columns.size(); ++i) columns[i]->push_back(point[i]);
+  } else {
+    m_pending.add(point[0], point.subspan(1), 1);
+    if (m_pending.points < m_decimation) return false;
+    pushPair(columns, m_pending);
+    m_pending = Bucket{};
+  }
+  if (columns[0]->size() < RunData::kMaxSeriesPoints) return false;
+  halve(columns);
+  return true;
+}
+
+bool SeriesDecimator::dropFrom(std::span<QVector<double>* const> columns, double step) {
+  bool dropped = false;
+  // The waiting points come after the rows; a pair cannot be split, so one the cut falls in goes whole.
+  if (m_pending.points > 0 && m_pending.last >= step) {
+    m_pending = Bucket{};
+    dropped = true;
+  }
+  QVector<double>& steps = *columns[0];
+  qsizetype keep = std::lower_bound(steps.begin(), steps.end(), step) - steps.begin();
+  if (m_decimation > 1) keep &= ~qsizetype(1);
+  if (keep < steps.size()) {
+    for (QVector<double>* c : columns) c->resize(std::min(c->size(), keep));
+    dropped = true;
+  }
+  return dropped;
+}
 
 const char* toString(RunState state) {
   switch (state) {
@@ -151,37 +257,36 @@ void RunData::onRunStart(RunStartEvent& e) {
 }
 
 void RunData::dropSeriesFrom(double step) {
-  truncateAt(m_steps.step,
-             {&m_steps.loss, &m_steps.lr, &m_steps.gradNorm, &m_steps.stepTime, &m_steps.throughput,
-              &m_steps.accuracy},
-             step);
-  truncateAt(m_evals.step, {&m_evals.loss, &m_evals.accuracy, &m_evals.samples}, step);
+  m_stepDecimator.dropFrom(columnsOf(m_steps), step);
+  m_evalDecimator.dropFrom(columnsOf(m_evals), step);
+  if (m_lastEval && double(m_lastEval->step) >= step) m_lastEval.reset();
   ++m_seriesEpoch;
 }
 
 void RunData::onStep(const StepEvent& e) {
   const double step = static_cast<double>(e.step);
-  if (!m_steps.step.isEmpty() && step <= m_steps.step.back()) dropSeriesFrom(step);
-  if (m_steps.step.isEmpty()) m_steps.throughputIsTokens = !std::isnan(e.tokensPerS);
-  m_steps.step.push_back(step);
-  m_steps.loss.push_back(e.loss);
-  m_steps.lr.push_back(e.lr);
-  m_steps.gradNorm.push_back(e.gradNorm);
-  m_steps.stepTime.push_back(e.stepTime);
-  m_steps.throughput.push_back(m_steps.throughputIsTokens ? e.tokensPerS : e.samplesPerS);
-  m_steps.accuracy.push_back(e.accuracy);
+  if (m_lastStep && e.step <= m_lastStep->step) dropSeriesFrom(step);
+  if (m_steps.logged == 0) m_steps.throughputIsTokens = !std::isnan(e.tokensPerS);
+  m_lastStep = e;
+  ++m_steps.logged;
+  const double point[] = {step,       e.loss,     e.lr,
+                          e.gradNorm, e.stepTime, m_steps.throughputIsTokens ? e.tokensPerS : e.samplesPerS,
+                          e.accuracy};
+  if (m_stepDecimator.append(columnsOf(m_steps), point)) ++m_seriesEpoch;
+  m_steps.decimation = m_stepDecimator.decimation();
 }
 
 void RunData::onEval(const EvalEvent& e) {
   const double step = static_cast<double>(e.step);
-  if (!m_evals.step.isEmpty() && step < m_evals.step.back()) {
-    truncateAt(m_evals.step, {&m_evals.loss, &m_evals.accuracy, &m_evals.samples}, step);
+  if (m_lastEval && e.step < m_lastEval->step) {
+    m_evalDecimator.dropFrom(columnsOf(m_evals), step);
     ++m_seriesEpoch;
   }
-  m_evals.step.push_back(step);
-  m_evals.loss.push_back(e.loss);
-  m_evals.accuracy.push_back(e.accuracy);
-  m_evals.samples.push_back(static_cast<double>(e.samples));
+  m_lastEval = e;
+  ++m_evals.logged;
+  const double point[] = {step, e.loss, e.accuracy, static_cast<double>(e.samples)};
+  if (m_evalDecimator.append(columnsOf(m_evals), point)) ++m_seriesEpoch;
+  m_evals.decimation = m_evalDecimator.decimation();
 }
 
 int RunData::internLayer(const std::string& name) {
@@ -299,7 +404,7 @@ std::int64_t RunData::timelineStep() const {
 }
 
 std::int64_t RunData::lastStep() const {
-  return m_steps.step.isEmpty() ? 0 : static_cast<std::int64_t>(m_steps.step.back());
+  return m_lastStep ? m_lastStep->step : 0;
 }
 
 std::vector<std::pair<int, double>> RunData::meanMeasuredBubble() const {

@@ -3,11 +3,21 @@
 // redraw only when revision() moved.
 //
 // What always holds: revision() increases whenever anything readable here changes; memory is bounded for any
-// run length except the step and eval series, which keep a few doubles per logged step (about 60 bytes, so a
-// million steps is 60 MB) because the curves show the whole run; everything else is capped: the span history
-// keeps the last kSpanHistory steps, the log the last kMaxLogLines lines, checkpoints and errors their last
-// kMaxRecords; a step number that goes back (a run resumed from an earlier checkpoint into the same stream)
-// drops the series points at and after it, so the series stay sorted by step.
+// run length and any stream (1M steps take the same memory as 60k), by these policies:
+// - the step and eval series are kept whole up to kMaxSeriesPoints rows each; past that they are decimated
+//   for drawing, min/max-preserving: each pair of rows then stands for `decimation` consecutive points (its
+//   steps the first and the last of them; in each column the smallest and the largest value among them, in
+//   the order they came), the pairs covering the run evenly; whenever the rows reach kMaxSeriesPoints
+//   again, neighbouring pairs are merged (decimation doubles, the rows halve, seriesEpoch() moves). The
+//   newest points of a decimated series wait, fewer than `decimation` of them, until they fill a pair;
+//   the latest step and eval lines are always kept exact (lastStepLine(), lastEvalLine()), and so are the
+//   counts of lines taken (StepSeries::logged);
+// - the span history keeps the last kSpanHistory steps; the log the last kMaxLogLines lines (logTotal()
+//   counts every line, so logDropped() says how many went); checkpoints and errors their last kMaxRecords;
+//   memory one entry per rank (at most kMaxRanks), layer names at most kMaxLayerNames.
+// A step number that goes back (a run resumed from an earlier checkpoint into the same stream) drops the
+// series points at and after it, so the series stay sorted by step (in a decimated series, the pair the cut
+// falls in and the waiting points go too).
 #pragma once
 
 #include <QString>
@@ -16,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -33,16 +44,49 @@ struct RunInfo : RunStartEvent {
   const PredictedRank* predicted(int rank) const;
 };
 
-// Columns of the logged steps, sorted by step. Absent figures are NaN.
+// Columns of the logged steps, sorted by step. Absent figures are NaN. See RunData for the decimation.
 struct StepSeries {
   QVector<double> step, loss, lr, gradNorm, stepTime, throughput, accuracy;
   bool throughputIsTokens = true;  // tokens/s (gpt) or samples/s
+  // 1: every logged step is a row. Else each pair of rows (from an even index) stands for this many steps.
+  std::int64_t decimation = 1;
+  std::int64_t logged = 0;  // step lines taken in since the data was cleared (rows or not)
   int size() const { return static_cast<int>(step.size()); }
 };
 
 struct EvalSeries {
   QVector<double> step, loss, accuracy, samples;
+  std::int64_t decimation = 1;  // as StepSeries::decimation
+  std::int64_t logged = 0;
   int size() const { return static_cast<int>(step.size()); }
+};
+
+// The decimation of one series (RunData's policy): columns[0] is the step, the others its values.
+class SeriesDecimator {
+ public:
+  // columns: the step column first. True when rows other than new ones at the end changed (a halving).
+  bool append(std::span<QVector<double>* const> columns, std::span<const double> point);
+  // Drops the points whose step is >= step; true when any were dropped.
+  bool dropFrom(std::span<QVector<double>* const> columns, double step);
+  std::int64_t decimation() const { return m_decimation; }
+  std::int64_t waiting() const { return m_pending.points; }  // points not yet in a pair of rows
+
+ private:
+  struct Extreme {
+    double lo = kNaN, hi = kNaN;
+    double loAt = 0, hiAt = 0;  // their steps
+  };
+  struct Bucket {
+    double first = 0, last = 0;  // steps
+    std::int64_t points = 0;
+    std::vector<Extreme> extremes;  // per value column
+    void add(double step, std::span<const double> values, std::int64_t weight);
+    void add(const Bucket& later);
+  };
+  void pushPair(std::span<QVector<double>* const> columns, const Bucket& b);
+  void halve(std::span<QVector<double>* const> columns);
+  std::int64_t m_decimation = 1;
+  Bucket m_pending;
 };
 
 // One step's measured spans as a timeline. Times are relative to origin, the earliest span's start in seconds
@@ -77,6 +121,7 @@ const char* toString(RunState state);
 
 class RunData {
  public:
+  static constexpr int kMaxSeriesPoints = 1 << 15;  // rows of the step series, and of the eval series
   static constexpr std::size_t kSpanHistory = 20;
   static constexpr std::size_t kMaxLogLines = 5000;
   static constexpr std::size_t kMaxRecords = 1000;  // checkpoints, errors
@@ -102,8 +147,11 @@ class RunData {
   const RunInfo& info() const { return m_info; }
   const StepSeries& steps() const { return m_steps; }
   const EvalSeries& evals() const { return m_evals; }
-  // Increases whenever points were dropped from the series (a step number went back): views re-read them
-  // whole instead of appending.
+  // The latest step and eval lines, exact whatever the decimation (empty before the first).
+  const std::optional<StepEvent>& lastStepLine() const { return m_lastStep; }
+  const std::optional<EvalEvent>& lastEvalLine() const { return m_lastEval; }
+  // Increases whenever rows of the series changed other than by new ones at the end (a step number went
+  // back, or a decimated series was halved): views re-read them whole instead of appending.
   std::uint64_t seriesEpoch() const { return m_seriesEpoch; }
   // The latest measured timeline (empty before the first spans line).
   const TimelineData& timeline() const;
@@ -117,13 +165,14 @@ class RunData {
   const std::deque<LogLine>& log() const { return m_log; }
   // Lines ever appended to the log (the log keeps the last kMaxLogLines): a view appends the ones it lacks.
   std::uint64_t logTotal() const { return m_logTotal; }
+  std::uint64_t logDropped() const { return m_logTotal - m_log.size(); }
   const std::deque<CheckpointRecord>& checkpoints() const { return m_checkpoints; }
   const std::deque<QString>& errors() const { return m_errors; }  // malformed lines, newest last
   std::uint64_t errorTotal() const { return m_errorTotal; }
   const std::optional<RunEndEvent>& runEnd() const { return m_runEnd; }
   RunState state() const { return m_state; }
   QString stateMessage() const { return m_stateMessage; }
-  // The latest step line's step (0 before any).
+  // The latest step line's step (0 before any), exact.
   std::int64_t lastStep() const;
 
  private:
@@ -141,6 +190,9 @@ class RunData {
   RunInfo m_info;
   StepSeries m_steps;
   EvalSeries m_evals;
+  SeriesDecimator m_stepDecimator, m_evalDecimator;
+  std::optional<StepEvent> m_lastStep;
+  std::optional<EvalEvent> m_lastEval;
   std::uint64_t m_seriesEpoch = 0;
   std::deque<MeasuredStep> m_history;
   std::vector<MeasuredMemory> m_memory;

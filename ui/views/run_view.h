@@ -11,11 +11,13 @@
 //
 // What always holds: the view never redraws per line: a timer (kRefreshMs) looks at RunData::revision() and
 // redraws only when it moved; curves get only their new points appended (a full re-read only when the series
-// were cut or the data cleared), and the axis ranges are kept as points arrive instead of rescanned, so a
-// redraw costs the new points, not the run's length; the log pane keeps at most RunData::kMaxLogLines lines.
-// Axis labels use SI prefixes and as many ticks as the plot's size leaves readable; legends sit in a row of
-// their own, never over a curve. exportDashboard() draws exactly the panels on screen, in their on-screen
-// arrangement: plots and timelines as vectors in PDF and SVG, and every PNG at the dpi asked for.
+// were cut, halved by RunData's decimation, or the data cleared), and the axis ranges are kept as points
+// arrive instead of rescanned, so a redraw costs the new points, not the run's length; the status line shows
+// the latest step line exactly; the log pane keeps at most RunData::kMaxLogLines lines, and its tab says how
+// many of how many once older ones were dropped. Axis labels use SI prefixes and as many ticks as the plot's
+// size leaves readable; legends sit in a row of their own, never over a curve. exportDashboard() draws
+// exactly the panels on screen, in their on-screen arrangement: plots and timelines as vectors in PDF and
+// SVG, and every PNG at the dpi asked for.
 #pragma once
 
 #include <QPointer>
