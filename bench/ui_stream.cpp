@@ -3,15 +3,17 @@
 // A generator (this program re-executed as the "engine": EngineClient runs `<engine> launch CONFIG -- ...`,
 // so argv[1] == "launch" makes it one) writes a realistic stream at RATE steps/s for SECONDS: per step a step
 // line, a spans line (RANKS ranks x SPANS spans, 1F1B-like actions and layer names) and a memory line, as the
-// engine's trainer writes them. The studio side is the real path: QProcess -> EngineClient (MetricsReader on
-// its parser thread, RunData) -> a visible RunView under the offscreen platform, redrawing on its own timer.
+// engine's trainer writes them. The studio side is the real path: EngineClient (its own stdout pipe, read
+// under its back-pressure bound; MetricsReader on its parser thread; RunData) -> a visible RunView under the
+// offscreen platform, redrawing on its own timer.
 // A 5 ms precise QTimer measures the event loop's lateness (a stall = how late a tick came). The reference,
 // measured in the same run for every rate, is the same generator read by a QProcess whose consumer only
 // discards the bytes.
 //
 // Per rate: lines/s and MB/s absorbed (over the time from start to the last byte handled), max and p99 stall,
-// whether it kept up (the generator wrote at least 95% of its schedule, so the pipe never held it back for
-// long, and the consumer finished within 0.5 s of the generator), and the studio's rate over the reference's.
+// the most bytes the client held read but not yet applied (EngineClient::bytesInFlightHighWater), whether it
+// kept up (the generator wrote at least 95% of its schedule, so the pipe never held it back for long, and the
+// consumer finished within 0.5 s of the generator), and the studio's rate over the reference's.
 // usage: bench_ui_stream [--seconds 3] [--rates 10,30,100,300,1000,3000] [--ranks 8] [--spans 200]
 #include <sys/resource.h>
 #include <unistd.h>
@@ -192,6 +194,7 @@ struct Result {
   double lines = 0;
   long long steps = 0;  // steps received
   double maxStall = 0, p99Stall = 0;
+  double maxUnappliedMb = 0;  // the studio's most bytes read from the pipe and not yet applied
 };
 
 void setShapeEnvironment(const StreamShape& s) {
@@ -267,6 +270,7 @@ Result runStudio(const StreamShape& shape, const QString& self, const QString& r
   r.steps = client.data().steps().size();
   r.lines = double(client.linesReceived());
   r.bytes = double(client.bytesReceived());
+  r.maxUnappliedMb = double(client.bytesInFlightHighWater()) / (1 << 20);
   r.maxStall = stalls.maxMs();
   r.p99Stall = stalls.p99Ms();
   return r;
@@ -349,8 +353,8 @@ int main(int argc, char** argv) {
   std::printf(
       "bench_ui_stream: %d ranks x %d spans per step (%.0f KB of metrics per step), %.1f s per rate\n",
       base.ranks, base.spans, stepBytes / 1024, base.seconds);
-  std::printf("%8s %9s | %9s %8s %5s | %9s %8s %9s %9s %5s | %8s\n", "steps/s", "offer MB/s", "ref MB/s",
-              "ref max", "kept", "lines/s", "MB/s", "max stall", "p99 stall", "kept", "vs ref");
+  std::printf("%8s %9s | %9s %8s %5s | %9s %8s %9s %9s %10s %5s | %8s\n", "steps/s", "offer MB/s", "ref MB/s",
+              "ref max", "kept", "lines/s", "MB/s", "max stall", "p99 stall", "unapplied", "kept", "vs ref");
   const QString runDir =
       QDir::temp().filePath(QStringLiteral("bench_ui_stream-%1").arg(QCoreApplication::applicationPid()));
   double best = 0, bestLines = 0, bestMb = 0;
@@ -366,10 +370,10 @@ int main(int argc, char** argv) {
     const double stBytes = st.bytes;
     const double stSteps = double(st.steps) / st.seconds, refSteps = double(ref.steps) / ref.seconds;
     const bool ok = keptUp(st);
-    std::printf("%8.0f %9.1f | %9.1f %6.1fms %5s | %9.0f %8.1f %7.1fms %7.1fms %5s | %7.2fx\n", rate,
+    std::printf("%8.0f %9.1f | %9.1f %6.1fms %5s | %9.0f %8.1f %7.1fms %7.1fms %8.1fMB %5s | %7.2fx\n", rate,
                 rate * stepBytes / 1e6, ref.bytes / ref.seconds / 1e6, ref.maxStall,
                 keptUp(ref) ? "yes" : "no", st.lines / st.seconds, stBytes / st.seconds / 1e6, st.maxStall,
-                st.p99Stall, ok ? "yes" : "no", stSteps / refSteps);
+                st.p99Stall, st.maxUnappliedMb, ok ? "yes" : "no", stSteps / refSteps);
     std::fflush(stdout);
     if (ok && st.maxStall < 50 && rate > best) {
       best = rate;
@@ -378,14 +382,17 @@ int main(int argc, char** argv) {
     }
   }
   QDir(runDir).removeRecursively();
-  lineCostTable();
   rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double streamsRss = double(usage.ru_maxrss) / 1024;  // before the line-cost table's large lines
+  lineCostTable();
   getrusage(RUSAGE_SELF, &usage);
   if (best > 0)
     std::printf("largest rate kept up with every stall under 50 ms: %.0f steps/s (%.0f lines/s, %.1f MB/s)\n",
                 best, bestLines, bestMb);
   else
     std::printf("no rate was kept up with every stall under 50 ms\n");
-  std::printf("peak resident memory of the studio process: %.0f MB\n", double(usage.ru_maxrss) / 1024);
+  std::printf("peak resident memory of the studio process: %.0f MB over the rates, %.0f MB in all\n",
+              streamsRss, double(usage.ru_maxrss) / 1024);
   return 0;
 }

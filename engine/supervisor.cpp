@@ -551,6 +551,7 @@ class Supervision {
       forwardSignals();
       reap();
       const double now = steadyS();
+      resendStopToLateRanks(now);
       if (m_killAt > 0 && now >= m_killAt) {
         signalSession(m_child, SIGKILL);
         m_killAt = -1;
@@ -581,6 +582,21 @@ class Supervision {
       kill(m_child, SIGUSR1);
     else
       kill(m_child, sig == SIGHUP ? SIGTERM : sig);
+  }
+
+  // A graceful stop asked for before every rank runs would be lost: mpirun forwards SIGUSR1 only to the
+  // ranks it has started, and a rank that has not yet installed its handler dies of it (which ends the run
+  // too). So until every rank has beaten (its handler is installed before its heartbeat starts), the request
+  // is sent again every heartbeat period; a rank that has it already only sets its flag again.
+  void resendStopToLateRanks(double now) {
+    if (m_userSignals != 1 || m_userSignal == SIGHUP || m_childDone || now < m_nextResend) return;
+    m_nextResend = now + kHeartbeatPeriodS;
+    bool all = true;
+    for (size_t r = 0; r < m_watches.size(); ++r) {
+      readHeartbeat(m_options.heartbeatDir, static_cast<int>(r), now, m_watches[r]);
+      all = all && m_watches[r].seen;
+    }
+    if (!all) kill(m_child, SIGUSR1);
   }
 
   void reap() {
@@ -758,6 +774,7 @@ class Supervision {
   int m_childStatus = 0;
   bool m_childDone = false;
   double m_mpirunStoppedAt = -1;
+  double m_nextResend = 0;  // resendStopToLateRanks
 };
 
 }  // namespace

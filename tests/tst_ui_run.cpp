@@ -865,8 +865,11 @@ class TestUiRun : public QObject {
   }
 
   void stopBeforeRanksStartIsAnInterruption() {
-    // Stopped before the ranks run (they have no stop handler yet): launch ends mpirun's job and appends its
-    // run_end to the run folder; the client reads the reason from there.
+    // Stopped before the ranks run (they have no stop handler yet, or mpirun has not started them): launch
+    // sends the stop again until every rank has beaten, so the job ends (a rank without its handler dies of
+    // it) and launch appends its run_end to the run folder; the client reads the reason from there. Before
+    // the resend, a stop that reached mpirun before its ranks was lost, and only the client's escalation
+    // (kStopEscalateMs, 20 s) ended the run: this test failed about 1 run in 10 on its 20 s bound.
     QTemporaryDir dir;
     const QString runDir = dir.filePath("early-stop");
     EngineClient client;

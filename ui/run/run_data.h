@@ -3,7 +3,8 @@
 // redraw only when revision() moved.
 //
 // What always holds: revision() increases whenever anything readable here changes; memory is bounded for any
-// run length and any stream (1M steps take the same memory as 60k), by these policies:
+// run length and any stream (a series keeps at most kMaxSeriesPoints rows however long the run), by these
+// policies:
 // - the step and eval series are kept whole up to kMaxSeriesPoints rows each; past that they are decimated
 //   for drawing, min/max-preserving: each pair of rows then stands for `decimation` consecutive points (its
 //   steps the first and the last of them; in each column the smallest and the largest value among them, in
