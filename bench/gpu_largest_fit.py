@@ -12,7 +12,7 @@ of the ZeRO-3 shards needs ZeRO-3 and so more than one rank.
 
 usage: bench/gpu_largest_fit.py [--engine build/engine/meshstudio-engine] [--device-type h200-141gb]
                                 [--width 2048] [--heads 16] [--seq 1024] [--batch 1] [--run] [--steps 2]
-                                [--host-limit-gb 100] [--settings 1,3,5]
+                                [--host-limit-gb 100] [--settings 1,3,5] [--memory-bytes B|torch]
        without --run it needs no GPU (the planner's answers only).
 """
 import argparse
@@ -36,12 +36,23 @@ SETTINGS = [  # (name, parallel)
 VOCAB = 50304
 
 
+def mesh(args):
+    if not args.memory_bytes:
+        return {"nodes": [{"name": "n0", "device": args.device_type, "count": 1}]}
+    # The GPU as measured: the H100/H200 catalog entries' figures (plan/hardware.cpp; only the memory and the
+    # host memory decide what fits) with the device's own total memory.
+    gpu = {"name": "measured-gpu", "peak_tflops_fp32": 66.9, "peak_tflops_bf16": 989.4,
+           "memory_gb": args.memory_bytes / 1e9, "memory_bandwidth_gbs": 3350, "host_link_gbs": 64,
+           "host_memory_gb": 250, "host_memory_bandwidth_gbs": 76.8}
+    return {"device_types": [gpu], "nodes": [{"name": "n0", "device": "measured-gpu", "count": 1}]}
+
+
 def config(args, layers, parallel, shard):
     return {"version": 1, "name": f"largest-fit-{layers}", "seed": 1, "device": "cuda",
             "model": {"type": "gpt", "layers": layers, "width": args.width, "heads": args.heads, "vocab": VOCAB,
                       "context": args.seq},
             "data": {"kind": "tokens", "train": [shard], "val": [shard]},
-            "mesh": {"nodes": [{"name": "n0", "device": args.device_type, "count": 1}]},
+            "mesh": mesh(args),
             "parallel": parallel, "optimizer": {"type": "adamw", "lr": 1e-4},
             "training": {"steps": args.steps, "batch_size": args.batch, "seq_len": args.seq, "eval_every": 0,
                          "eval_batches": 1, "checkpoint_every": 0, "log_every": 1}}
@@ -73,12 +84,12 @@ def largest(args, tmp, parallel, shard):
     return lo
 
 
-def train(args, tmp, layers, parallel, shard):
+def train(args, tmp, layers, parallel, shard, check=True):
     path = os.path.join(tmp, f"run-{layers}.json")
     with open(path, "w") as f:
         json.dump(config(args, layers, parallel, shard), f)
-    p = subprocess.run([args.engine, "train", path, "--run-dir", path[:-5], "--quiet", "--overwrite"],
-                       capture_output=True, text=True)
+    p = subprocess.run([args.engine, "train", path, "--run-dir", path[:-5], "--quiet", "--overwrite", "--no-checkpoint"] +
+                       ([] if check else ["--skip-memory-check"]), capture_output=True, text=True)
     used = 0
     try:
         for line in open(os.path.join(path[:-5], "metrics.jsonl")):
@@ -99,17 +110,30 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--memory-bytes", default="",
+                    help="plan for a GPU of this many bytes (the device's measured total; 'torch' reads it "
+                         "with torch.cuda.mem_get_info) instead of --device-type's catalog memory")
     ap.add_argument("--run", action="store_true", help="train L and L + 1 layers on the GPU")
     ap.add_argument("--settings", default="", help="comma-separated setting numbers (1-based; all by default)")
     ap.add_argument("--host-limit-gb", type=float, default=100.0,
                     help="with --run, skip offload runs whose predicted host memory is above this")
     args = ap.parse_args()
+    if args.memory_bytes == "torch":
+        import torch
+        args.memory_bytes = float(torch.cuda.mem_get_info()[1])
+    else:
+        try:
+            args.memory_bytes = float(args.memory_bytes or 0)
+        except ValueError:
+            sys.exit(f"gpu_largest_fit.py: --memory-bytes: {args.memory_bytes!r} is neither a number nor 'torch'")
     gib = 2.0 ** 30
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "tokens.bin")
         write_shard(shard, (args.steps + 3) * args.batch * args.seq + 1, VOCAB)
+        on = (f"a GPU of {args.memory_bytes:.0f} bytes ({args.memory_bytes / gib:.2f} GiB, measured)"
+              if args.memory_bytes else f"one {args.device_type}")
         print(f"GPT width {args.width}, {args.heads} heads, context {args.seq}, batch {args.batch}, vocab {VOCAB}, "
-              f"on one {args.device_type}")
+              f"on {on}")
         head = f"{'setting':30s} {'L':>5s} {'params':>8s} {'predicted GiB':>14s} {'capacity':>9s} {'host GiB':>9s}"
         print(head + ("   L runs / used GiB      L + 1" if args.run else ""))
         chosen = [int(x) for x in args.settings.split(",") if x.strip()] or range(1, len(SETTINGS) + 1)
@@ -132,7 +156,9 @@ def main():
                     row += f"   {'ok' if rc == 0 else 'FAILED'} / {used / gib:.2f}"
                     if rc != 0:
                         row += f" ({why[-120:]})"
-                    rc1, why1, _ = train(args, tmp, L + 1, parallel, shard)
+                    # Past the engine's own check (the plan's estimate against the free memory), which
+                    # would refuse it before allocating: what the allocator says is the measurement.
+                    rc1, why1, _ = train(args, tmp, L + 1, parallel, shard, check=False)
                     oom = rc1 != 0 and "out of device memory" in why1
                     row += "   OOM as predicted" if oom else f"   {'ran' if rc1 == 0 else 'failed: ' + why1[-80:]}"
             print(row, flush=True)

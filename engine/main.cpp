@@ -64,12 +64,15 @@ const char* kUsage =
     "commands:\n"
     "  validate CONFIG...                 check run configs (exit 2 if any is invalid)\n"
     "  train CONFIG [--metrics FILE|-] [--run-dir DIR] [--resume [CHECKPOINT]] [--overwrite]\n"
-    "               [--steps N] [--stop-after STEP] [--quiet]\n"
+    "               [--steps N] [--stop-after STEP] [--quiet] [--skip-memory-check] [--no-checkpoint]\n"
     "                                     train; --resume alone continues from the run folder's newest "
     "checkpoint;\n"
     "                                     --steps N sets training.steps; --stop-after STEP keeps the "
     "config's\n"
-    "                                     schedule and stops after STEP with a checkpoint\n"
+    "                                     schedule and stops after STEP with a checkpoint;\n"
+    "                                     --skip-memory-check starts even where the plan's memory\n"
+    "                                     estimate is above what the device has free; --no-checkpoint\n"
+    "                                     saves none, not even the last step's (measuring runs)\n"
     "  eval CONFIG --checkpoint DIR       print the loss (and accuracy) on the evaluation split\n"
     "  dump CONFIG --out DIR [--checkpoint DIR] [--samples N] [--step S] [--emulate-device]\n"
     "                                     write one batch, its logits, loss and gradients (reference "
@@ -207,7 +210,7 @@ void startupRunEnd(const std::string& sink, const std::string& reason) {
 
 int cmdTrain(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {"--metrics", "--run-dir", "--steps", "--stop-after"},
-                     {"--quiet", "--overwrite", "--emulate-device"}, {"--resume"});
+                     {"--quiet", "--overwrite", "--emulate-device", "--skip-memory-check", "--no-checkpoint"}, {"--resume"});
   if (!a.error.empty()) return usageError(a.error);
   const std::string sink = a.get("--metrics");
   if (a.positional.size() != 1) {
@@ -246,6 +249,8 @@ int cmdTrain(int argc, char** argv) {
   if (a.has("--resume")) options.resume = a.get("--resume").empty() ? "latest" : a.get("--resume");
   options.overwrite = a.has("--overwrite");
   options.emulateDevice = a.has("--emulate-device");
+  options.skipMemoryCheck = a.has("--skip-memory-check");
+  options.noCheckpoint = a.has("--no-checkpoint");
   options.progress = !a.has("--quiet") && isatty(STDERR_FILENO);
   options.stopRequested = &g_stopRequested;
   std::signal(SIGINT, onSignal);

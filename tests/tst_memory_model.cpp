@@ -684,6 +684,17 @@ class TestMemoryModel : public QObject {
       QVERIFY(near(m.total(), m.parameters + m.gradients + m.optimizer + m.activations + m.other));
       QVERIFY(near(m.other, ms::otherBreakdown(*plan, m.stage, true).total()));
     }
+    // fp32 converts no GEMM operand; bf16 on a GPU keeps bf16 copies of the largest fp32 output gradient and
+    // fp32 input its GEMMs read (kernels/cuda/cuda_blas.cu's scratch): on the last stage the head's chunk of
+    // logits gradients (8 * T rows of V) and of ln_f's output rows (8 * T rows of C), two bytes each; on the
+    // first a block's (T, F) output gradient per sample of the microbatch of 8. Not on CPUs.
+    QCOMPARE(ms::otherBreakdown(*plan, 1, true).gemmScratch, 0.0);
+    MAKE_PLAN(bf16, 2, (json{{"parallel", {{"pp", 2}, {"microbatches", 2}, {"precision", "bf16"}}}}));
+    QCOMPARE(ms::otherBreakdown(*bf16, 1, true).gemmScratch, 2.0 * 8 * kT * (kV + kC));
+    QCOMPARE(ms::otherBreakdown(*bf16, 0, true).gemmScratch, 2.0 * 8 * kT * kF);
+    QCOMPARE(ms::otherBreakdown(*bf16, 1, false).gemmScratch, 0.0);
+    QVERIFY(near(ms::estimateMemory(*bf16)[1].other, ms::otherBreakdown(*bf16, 1, true).total()));
+
     ms::Plan small = *plan;
     for (auto& d : small.mesh.devices) d.spec.memoryBytes = 100 * kMiB;  // under the CUDA context alone
     for (const auto& m : ms::estimateMemory(small)) {

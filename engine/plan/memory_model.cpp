@@ -307,6 +307,11 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       staging = std::max(staging,
                          2.0 * double(plan.model.layers[static_cast<size_t>(l)].outputBytesPerSample) * mbs);
   double blockWorkspace = 0, blockRowsC = 0, headLogits = 0, headRowsC = 0;  // bytes, floats
+  // The largest fp32 output gradient and fp32 input a GEMM of the stage converts to bf16 (floats): the
+  // blocks' inputs are kept in bf16 already (runtime/layer_impl.h KeptInput) and the weights have bf16
+  // working copies, so what is converted is the blocks' output gradients and the head's logits gradient
+  // chunk and ln_f output rows.
+  double doutFloats = 0, inputFloats = 0;
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
     o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs);
@@ -350,6 +355,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
         // reduce-scatter's (T, C) whole and (T / tp, C) piece.
         if (tp > 1) floats += T * C * (sp ? 1.0 + 1.0 / tp : 1.0) / 2.0;
       }
+      doutFloats = std::max(doutFloats, mbs * T * std::max({C, F / tp, 3.0 * C / tp}));
       blockWorkspace =
           std::max(blockWorkspace, floats * 4.0 * mbs + 2.0 * double(layer.outputBytesPerSample) * mbs);
       o.workspace = std::max(o.workspace, blockWorkspace);
@@ -368,6 +374,8 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       o.workspace = std::max(o.workspace, floats * 4.0);
       headLogits = chunk * vocabLocal;
       headRowsC = rows * C;
+      doutFloats = std::max(doutFloats, chunk * vocabLocal);
+      inputFloats = std::max(inputFloats, chunk * C);
     }
   }
   // The runtime's workspace is slots, each as large as its largest use (runtime/memory.h Workspace), so a
@@ -385,6 +393,10 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
 
   if (p.zero == 3 && p.dp > 1) o.zero3Gathered = zero3GatheredParams(plan, stage) * state.workingBytes;
   if (gpu) o.context = kCudaContextBytes;
+  // Seen on an H100 (bench/gpu_memory.py, GPT-2 124M and 350M): bf16 runs used 124 and 126 MiB more outside
+  // the tracked buffers than fp32 runs; the head's 1280-row chunk of 50304 logits gradients alone is 123 MiB
+  // in bf16.
+  if (gpu && p.precision == Precision::Bf16) o.gemmScratch = 2.0 * (doutFloats + inputFloats);
   return o;
 }
 
@@ -419,6 +431,10 @@ bool isGpuDevice(const DeviceSpec& device) {
   return device.name != "cpu";
 }
 
+double cudaContextAllowanceBytes() {
+  return kCudaContextBytes;
+}
+
 std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   const ParallelConfig& p = plan.config.parallel;
   const int P = plan.partition.stages;
@@ -451,11 +467,12 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
                     recomputeWorkspaceBytes(plan, s);
   }
 
-  // "other" depends on the stage and on whether the device is a GPU: computed once per stage.
-  std::vector<double> otherWithoutContext(static_cast<size_t>(P));
-  for (int s = 0; s < P; ++s)
-    otherWithoutContext[static_cast<size_t>(s)] = otherBreakdown(plan, s, false).total();
-  const double context = otherBreakdown(plan, 0, true).context;
+  // "other" depends on the stage and on whether the device is a GPU: computed once per stage and kind.
+  std::vector<double> otherOnCpu(static_cast<size_t>(P)), otherOnGpu(static_cast<size_t>(P));
+  for (int s = 0; s < P; ++s) {
+    otherOnCpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, false).total();
+    otherOnGpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, true).total();
+  }
 
   std::vector<MemoryBreakdown> ranks;
   const int world = plan.layout.world();
@@ -465,7 +482,7 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     const DeviceSpec& device = r < static_cast<int>(plan.layout.deviceOf.size())
                                    ? plan.mesh.devices[static_cast<size_t>(plan.layout.deviceOf[r])].spec
                                    : stageDevice(plan, m.stage);
-    m.other = otherWithoutContext[static_cast<size_t>(m.stage)] + (isGpuDevice(device) ? context : 0.0);
+    m.other = (isGpuDevice(device) ? otherOnGpu : otherOnCpu)[static_cast<size_t>(m.stage)];
     m.capacity = device.memoryBytes;
     ranks.push_back(m);
   }

@@ -87,8 +87,11 @@ struct OtherBytes {
   double dpBucket = 0;    // ZeRO >= 2's gradient buckets (transient full gradients, staging); 0 for ZeRO 0-1
   double workspace = 0;   // backward gradient buffers of the largest layer, the gpt head's logits chunk
   double zero3Gathered = 0;  // ZeRO-3: two neighbouring layers' working parameters (zero3GatheredParams)
-  double context = 0;        // the CUDA context and library handles on GPUs (500 MiB), 0 on CPUs
-  double total() const { return p2pBuffers + dpBucket + workspace + zero3Gathered + context; }
+  double context = 0;        // the CUDA context and library handles on GPUs (600 MiB), 0 on CPUs
+  // GPUs under "precision": "bf16": the bf16 copies of the fp32 GEMM operands (kernels/cuda/cuda_blas.cu's
+  // scratch, one grow-only buffer per operand kind, outside the tracked buffers), 0 on CPUs.
+  double gemmScratch = 0;
+  double total() const { return p2pBuffers + dpBucket + workspace + zero3Gathered + context + gemmScratch; }
 };
 OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu);
 
@@ -119,6 +122,10 @@ struct MemoryBreakdown {
 
 // One entry per rank, in rank order.
 std::vector<MemoryBreakdown> estimateMemory(const Plan& plan);
+
+// The part of a GPU rank's "other" that is the CUDA context, the cuBLAS/NCCL handles and their workspaces
+// (outside the engine's tracked buffers): the allowance estimateMemory adds for every GPU rank.
+double cudaContextAllowanceBytes();
 
 // Host memory per node: what the node's ranks keep there (HostBytes) against the node's host memory (the
 // sum of its devices' shares, DeviceSpec::hostMemoryBytes; 0 when not known).

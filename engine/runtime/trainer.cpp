@@ -398,9 +398,13 @@ Status checkFits(const Plan& plan, const RunConfig& config, Backend& backend, in
   if (rank < 0 || rank >= static_cast<int>(all.size())) return Status::ok();
   const MemoryBreakdown& m = all[static_cast<size_t>(rank)];
   double available = 0;
+  double needed = m.total();
   std::string where;
   if (backend.info().kind == DeviceKind::Cuda && !backend.info().emulated) {
+    // The CUDA context and the handles exist by now and the free memory excludes them: the estimate's
+    // allowance for them is not counted a second time.
     available = double(backend.memoryInfo().freeBytes);
+    needed -= std::min(needed, cudaContextAllowanceBytes());
     where = "free on " + backend.info().name;
   } else {
     int local = 1;
@@ -410,9 +414,9 @@ Status checkFits(const Plan& plan, const RunConfig& config, Backend& backend, in
     where = "available to it on this machine (MemAvailable " + gib(host) + " over " + std::to_string(local) +
             " rank(s))";
   }
-  if (available <= 0 || m.total() <= available) return Status::ok();
+  if (available <= 0 || needed <= available) return Status::ok();
   const double states = m.parameters + m.gradients + m.optimizer;
-  std::string out = "rank " + std::to_string(rank) + " needs an estimated " + gib(m.total()) +
+  std::string out = "rank " + std::to_string(rank) + " needs an estimated " + gib(needed) +
                     " (activations " + gib(m.activations) + " for microbatches of " +
                     std::to_string(microbatchSize(config)) + " samples, model states " + gib(states) +
                     ", other " + gib(m.other) + "), more than the " + gib(available) + " " + where;
@@ -459,7 +463,7 @@ class TrainingRun {
     auto plan = buildPlan(m_config, /*allowSharing=*/true);
     MS_TRY(agree(plan ? Status::ok() : plan.status(), m_world));
     m_plan = std::move(*plan);
-    MS_TRY(agree(checkFits(*m_plan, m_config, m_backend, m_R), m_world));
+    if (!m_options.skipMemoryCheck) MS_TRY(agree(checkFits(*m_plan, m_config, m_backend, m_R), m_world));
     auto tensorWorld = openTensorWorld(m_world, m_backend, m_commNote);
     MS_TRY(agree(tensorWorld ? Status::ok() : tensorWorld.status(), m_world));
     m_tensorWorld = std::move(*tensorWorld);
@@ -525,13 +529,13 @@ class TrainingRun {
     if ((evalEvery > 0 && done % evalEvery == 0) || last)
       if (Status e = evaluateAt(done); !e) return endWith(metrics::status::kError, e.message());
     const int ckptEvery = m_config.training.checkpointEvery;
-    if ((ckptEvery > 0 && done % ckptEvery == 0) || last)
+    if (!m_options.noCheckpoint && ((ckptEvery > 0 && done % ckptEvery == 0) || last))
       if (Status s = saveAt(done); !s) return endWith(metrics::status::kError, s.message() + whereLastGood());
     return true;
   }
 
   Status finish() {
-    if (m_endStatus == metrics::status::kInterrupted && m_step > m_startStep) {
+    if (m_endStatus == metrics::status::kInterrupted && m_step > m_startStep && !m_options.noCheckpoint) {
       Status s = saveAt(m_step);
       if (!s) m_endReason += "; saving the checkpoint failed: " + s.message() + whereLastGood();
     }

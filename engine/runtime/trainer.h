@@ -34,6 +34,13 @@ struct TrainOptions {
   // With "device": "cpu": run the device code path on the CPU's emulated device (kernels/backend.h), every
   // tensor transfer staged through host memory as on a GPU without NCCL. For tests.
   bool emulateDevice = false;
+  // Skip the check that refuses, before anything is allocated, a rank whose predicted memory is above what
+  // its device (or host) has free: the allocator's own out-of-memory error then ends a run that does not fit.
+  // For measuring where that limit really is (bench/gpu_largest_fit.py).
+  bool skipMemoryCheck = false;
+  // Save no checkpoint, not even the last step's or a stop's (measuring runs, whose model states would
+  // take longer to write than the run takes).
+  bool noCheckpoint = false;
   // Set when rank 0 wrote the run's run_end line to the metrics stream (the caller adds one for failures
   // before the stream began, so that every failure reaches it).
   bool* streamEnded = nullptr;
