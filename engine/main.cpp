@@ -210,7 +210,8 @@ void startupRunEnd(const std::string& sink, const std::string& reason) {
 
 int cmdTrain(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {"--metrics", "--run-dir", "--steps", "--stop-after"},
-                     {"--quiet", "--overwrite", "--emulate-device", "--skip-memory-check", "--no-checkpoint"}, {"--resume"});
+                     {"--quiet", "--overwrite", "--emulate-device", "--skip-memory-check", "--no-checkpoint"},
+                     {"--resume"});
   if (!a.error.empty()) return usageError(a.error);
   const std::string sink = a.get("--metrics");
   if (a.positional.size() != 1) {

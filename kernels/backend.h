@@ -199,6 +199,13 @@ class Backend {
   // ---- pointwise ----------------------------------------------------------------------------------------
   virtual void geluForward(float* out, const float* inp, size_t n) = 0;
   virtual void geluBackward(float* dinp, const float* dout, const float* inp, size_t n) = 0;
+  // The bf16 MLP's GELU in one pass: kept = toBf16(inp) (the GELU input as a bf16 KeptTensor stores it), out
+  // = toBf16(gelu(fromBf16(kept))) (the next GEMM's bf16 operand): bit for bit what toBf16, fromBf16,
+  // geluForward and toBf16 give in sequence, without their fp32 intermediates.
+  virtual void geluForwardBf16(bfloat16* kept, bfloat16* out, const float* inp, size_t n) = 0;
+  // dinp += gelu'(fromBf16(kept)) * dout: geluBackward over the widened bf16 input, without widening it into
+  // a buffer first (bit for bit the same).
+  virtual void geluBackwardBf16(float* dinp, const float* dout, const bfloat16* kept, size_t n) = 0;
   virtual void reluForward(float* out, const float* inp, size_t n) = 0;
   virtual void reluBackward(float* dinp, const float* dout, const float* inp, size_t n) = 0;
   virtual void tanhForward(float* out, const float* inp, size_t n) = 0;

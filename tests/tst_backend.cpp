@@ -224,6 +224,13 @@ void pointwiseCase(Session& s, const Shape& sh) {
   s.out("gelu", out, n);
   s.be.geluBackward(g, y, x, n);
   s.out("gelu backward", g, n);
+  // The fused bf16 GELU's fp32 gradient (its bf16 outputs are held to the unfused sequence's bits on each
+  // backend by fusedGeluMatchesSequence; across backends a GELU rounded to bf16 may differ by an ulp).
+  auto* kept = reinterpret_cast<ms::bfloat16*>(s.alloc<float>((n + 1) / 2));
+  auto* gelu16 = reinterpret_cast<ms::bfloat16*>(s.alloc<float>((n + 1) / 2));
+  s.be.geluForwardBf16(kept, gelu16, x, n);
+  s.be.geluBackwardBf16(g, y, kept, n);
+  s.out("gelu backward bf16", g, n);
   s.be.reluForward(out, x, n);
   s.out("relu", out, n);
   s.be.reluBackward(g, y, x, n);
@@ -667,6 +674,62 @@ QString keptBf16InputsHold(ms::Backend& be) {
         "attentionBackward");
   }
   return refused.isEmpty() ? QString() : QStringLiteral("fp32 with a bf16 input: ") + refused;
+}
+
+// The fused bf16 GELU ops give the bits of the sequences they stand for (Backend::geluForwardBf16,
+// geluBackwardBf16), for sizes on both sides of the CPU's 1M-element staging chunk and inputs out to where
+// exp overflows. "" when all holds, else what differs.
+QString fusedGeluMatchesSequence(ms::Backend& be) {
+  std::mt19937 rng(kSeed + 31);
+  for (const size_t n : {size_t(1), size_t(37), size_t(3) * 1000 * 1000 + 3}) {
+    Vec x = rnd(rng, n, -8.0f, 8.0f);
+    const float specials[] = {-100.0f, -30.0f, -10.0f, 0.0f, 1e-30f, 10.0f, 30.0f, 100.0f};
+    for (size_t i = 0; i < std::size(specials) && i < n; ++i) x[i] = specials[i];
+    const Vec dout = rnd(rng, n), g0 = rnd(rng, n);
+    Session s(be);
+    float* dX = s.up(x);
+    float* dDout = s.up(dout);
+    auto bf16Buffer = [&] { return reinterpret_cast<ms::bfloat16*>(s.alloc<float>((n + 1) / 2)); };
+    ms::bfloat16 *kept1 = bf16Buffer(), *out1 = bf16Buffer(), *kept2 = bf16Buffer(), *out2 = bf16Buffer();
+    float* g1 = s.up(g0);
+    float* g2 = s.up(g0);
+    float* w = s.alloc<float>(n);
+    float* y = s.alloc<float>(n);
+    be.geluForwardBf16(kept1, out1, dX, n);
+    be.geluBackwardBf16(g1, dDout, kept1, n);
+    be.toBf16(kept2, dX, n);
+    be.fromBf16(w, kept2, n);
+    be.geluForward(y, w, n);
+    be.toBf16(out2, y, n);
+    be.geluBackward(g2, dDout, w, n);
+    auto bits = [&](const ms::bfloat16* p) {
+      std::vector<uint16_t> h(n);
+      be.download(h.data(), p, n * sizeof(uint16_t));
+      return h;
+    };
+    if (bits(kept1) != bits(kept2)) return QStringLiteral("n %1: the kept input differs").arg(n);
+    const std::vector<uint16_t> a = bits(out1), b = bits(out2);
+    for (size_t i = 0; i < n; ++i)
+      if (a[i] != b[i])
+        return QStringLiteral("n %1: gelu of x = %2 (index %3): 0x%4, the sequence gives 0x%5")
+            .arg(n)
+            .arg(double(x[i]))
+            .arg(i)
+            .arg(a[i], 0, 16)
+            .arg(b[i], 0, 16);
+    Vec h1(n), h2(n);
+    be.download(h1.data(), g1, n * sizeof(float));
+    be.download(h2.data(), g2, n * sizeof(float));
+    for (size_t i = 0; i < n; ++i)
+      if (floatToBits(h1[i]) != floatToBits(h2[i]))
+        return QStringLiteral("n %1: gelu backward at x = %2 (index %3): %4, the sequence gives %5")
+            .arg(n)
+            .arg(double(x[i]))
+            .arg(i)
+            .arg(double(h1[i]), 0, 'g', 9)
+            .arg(double(h2[i]), 0, 'g', 9);
+  }
+  return QString();
 }
 
 // A parameter's bf16 working value as the weight (TensorIn, runtime/parameters.h weight()): in Bf16 every
@@ -1414,6 +1477,15 @@ class TestBackendCpu : public QObject {
 #endif
   }
 
+  // The fused bf16 GELU on the plain and the emulated CPU backend (fusedGeluMatchesSequence).
+  void fusedGelu() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = fusedGeluMatchesSequence(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+  }
+
   // Kept bf16 inputs on the plain and the emulated CPU backend (keptBf16InputsHold).
   void keptBf16Inputs() {
     for (const bool emulate : {false, true}) {
@@ -1740,6 +1812,12 @@ class TestBackendCuda : public QObject {
     const std::vector<Output> got = runCase(*m_cuda, caseIndex, shapeIndex);
     const bool attention = std::string(kCases[caseIndex].name) == "attention";
     const QString why = closeDifference(got, ref, 1e-4, attention ? kBf16AttentionAtol : 1e-4);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // The fused bf16 GELU kernels against the kernels of the sequence (fusedGeluMatchesSequence).
+  void fusedGelu() {
+    const QString why = fusedGeluMatchesSequence(*m_cuda);
     QVERIFY2(why.isEmpty(), qPrintable(why));
   }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -415,6 +416,52 @@ class TestCudaKernels : public QObject {
                                                               inpG.data(), weightG.data(), N, C, OC);
     CUDA_OK(download(got, dDweight));
     VERIFY_CLOSE(got, dweight2, atol, rtol);
+  }
+
+  // The forward's bias is added in the GEMM's epilogue (cuBLASLt) where the bias is 16-byte aligned and by a
+  // separate kernel where not; cuBLASLt must be told how far each operand is from its default 256-byte
+  // alignment. Every combination of an input, a bias and an output one float off their allocation's start
+  // gives the CPU's result, in both layouts and precisions.
+  void linearEpilogueAlignments_data() {
+    QTest::addColumn<int>("mode");
+    QTest::addColumn<bool>("transposed");
+    for (const cuda::GemmMode mode : {cuda::GemmMode::Fp32, cuda::GemmMode::Bf16})
+      for (const bool transposed : {false, true})
+        QTest::addRow("%s%s", modeName(mode), transposed ? " T" : "") << int(mode) << transposed;
+  }
+
+  void linearEpilogueAlignments() {
+    QFETCH(int, mode);
+    QFETCH(bool, transposed);
+    const auto gemmMode = cuda::GemmMode(mode);
+    const bool bf16 = gemmMode == cuda::GemmMode::Bf16;
+    GemmModeScope scope(gemmMode);
+    const double atol = bf16 ? kBf16LinearAtol : kGemmAtol, rtol = bf16 ? kBf16LinearRtol : kGemmRtol;
+    for (const auto& [N, C, OC] : {std::tuple{37, 33, 97}, std::tuple{128, 256, 768}}) {
+      std::mt19937 rng(kSeed);
+      const Vec inp = randomVec(rng, size_t(N) * C + 1), weight = randomVec(rng, size_t(C) * OC);
+      const Vec bias = randomVec(rng, size_t(OC) + 1);
+      const Vec inpG = bf16 ? roundBf16Host(inp) : inp, weightG = bf16 ? roundBf16Host(weight) : weight;
+      DBuf<float> dInp, dWeight, dBias, dOut;
+      CUDA_OK(upload(dInp, inp));
+      CUDA_OK(upload(dWeight, weight));
+      CUDA_OK(upload(dBias, bias));
+      CUDA_OK(upload(dOut, Vec(size_t(N) * OC + 1, 7.0f)));
+      for (int in = 0; in < 2; ++in)
+        for (int b = 0; b < 2; ++b)
+          for (int o = 0; o < 2; ++o) {
+            Vec want(size_t(N) * OC);
+            (transposed ? cpu::linearForwardT : cpu::linearForward)(
+                want.data(), inpG.data() + in, weightG.data(), bias.data() + b, N, C, OC);
+            CUDA_OK((transposed ? cuda::linearForwardT : cuda::linearForward)(
+                dOut.data() + o, dInp.data() + in, dWeight.data(), dBias.data() + b, N, C, OC, m_stream));
+            Vec got;
+            CUDA_OK(download(got, dOut));
+            got.erase(got.begin(), got.begin() + o);
+            got.resize(want.size());
+            VERIFY_CLOSE(got, want, atol, rtol);
+          }
+    }
   }
 
   // A bf16 weight (the parameter store's working copy, ms::TensorIn) is multiplied as it is: every linear op

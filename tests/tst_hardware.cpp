@@ -55,7 +55,7 @@ class TestHardware : public QObject {
     QTest::addColumn<double>("bf16");
     QTest::addColumn<double>("memory");
     QTest::addColumn<double>("bandwidth");
-    QTest::newRow("h100") << "h100-sxm-80gb" << 66.9e12 << 989.4e12 << 80e9 << 3.35e12;
+    QTest::newRow("h100") << "h100-sxm-80gb" << 66.9e12 << 989.4e12 << 85.017493504e9 << 3.35e12;
     QTest::newRow("h200") << "h200-141gb" << 66.9e12 << 989.4e12 << 150.10988032e9 << 4.8e12;
     QTest::newRow("a100-40gb") << "a100-40gb" << 19.5e12 << 312e12 << 40e9 << 1.555e12;
     QTest::newRow("a100-80gb") << "a100-80gb" << 19.5e12 << 312e12 << 80e9 << 2.039e12;

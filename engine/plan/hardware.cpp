@@ -53,11 +53,13 @@ std::vector<DeviceSpec> makeDeviceCatalog() {
                20, 24 * kGibi / kGiga, 20),
       // NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), table 3, H100 SXM5: FP32 66.9 TFLOPS,
       // TF32 tensor 494.7, BF16 tensor 989.4 (dense; 1978.9 with sparsity); NVIDIA H100 datasheet: 80GB
-      // HBM3, 3.35TB/s.
+      // HBM3, 3.35TB/s. Memory as measured, not the datasheet's 80e9 bytes: cudaMemGetInfo's total on an
+      // H100 80GB HBM3 (driver 580, CUDA 13.0; bench/gpu_memory.py's device.total in
+      // docs/gpu-logs/2026-11-26-h100-gpu-memory.json) is 85,017,493,504 bytes, what allocations can reach.
       // Host (NVIDIA DGX H100 user guide): PCIe Gen5 x16 per GPU (64 GB/s each way, as "pcie" below), 2 TB
       // of system memory for 8 GPUs (250 GB each), two Xeon Platinum 8480C with 8 DDR5-4800 channels each
       // (2 x 8 x 38.4 = 614 GB/s, 76.8 GB/s per GPU).
-      withHost(device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 80, 3350, kGpuFraction),
+      withHost(device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 85.017493504, 3350, kGpuFraction),
                64, 250, 76.8),
       // NVIDIA H200 datasheet: the H100 SXM's compute (FP32 67, TF32 989 and BF16 1,979 TFLOPS with
       // sparsity, as H100's), 141GB HBM3e, 4.8TB/s. Memory as measured, not the datasheet's 141e9 bytes:

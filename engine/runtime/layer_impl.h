@@ -71,6 +71,10 @@ class KeptInput {
     return in();
   }
   TensorIn in() const { return m_bf16 ? TensorIn(bf16Data()) : TensorIn(m_buf.data()); }
+  // After target() in bf16: the bf16 storage itself, for an op that writes the kept values directly (in()
+  // then returns them; keep() is not called).
+  bool bf16() const { return m_bf16; }
+  bfloat16* storage() const { return m_bf16 ? bf16Data() : nullptr; }
 
  private:
   bfloat16* bf16Data() const { return reinterpret_cast<bfloat16*>(const_cast<float*>(m_buf.data())); }
@@ -110,6 +114,10 @@ class KeptTensor {
     m_buf.backend().fromBf16(w, bf16Data(), m_n);
     return w;
   }
+  // After target() in bf16: the bf16 storage, for ops that write the kept values (instead of keep()) or read
+  // them without widening (instead of read()).
+  bool bf16() const { return m_bf16; }
+  bfloat16* storage() { return m_bf16 ? bf16Data() : nullptr; }
 
  private:
   bfloat16* bf16Data() { return reinterpret_cast<bfloat16*>(m_buf.data()); }

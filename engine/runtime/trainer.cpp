@@ -416,10 +416,10 @@ Status checkFits(const Plan& plan, const RunConfig& config, Backend& backend, in
   }
   if (available <= 0 || needed <= available) return Status::ok();
   const double states = m.parameters + m.gradients + m.optimizer;
-  std::string out = "rank " + std::to_string(rank) + " needs an estimated " + gib(needed) +
-                    " (activations " + gib(m.activations) + " for microbatches of " +
-                    std::to_string(microbatchSize(config)) + " samples, model states " + gib(states) +
-                    ", other " + gib(m.other) + "), more than the " + gib(available) + " " + where;
+  std::string out = "rank " + std::to_string(rank) + " needs an estimated " + gib(needed) + " (activations " +
+                    gib(m.activations) + " for microbatches of " + std::to_string(microbatchSize(config)) +
+                    " samples, model states " + gib(states) + ", other " + gib(m.other) +
+                    "), more than the " + gib(available) + " " + where;
   if (m.activations >= states)
     return Status::error("/training/batch_size: " + out +
                          "; lower training.batch_size, raise parallel.microbatches or recompute activations "

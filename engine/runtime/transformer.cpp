@@ -133,7 +133,7 @@ class TransformerBlock final : public Layer {
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
     m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
-    m_be.geluBackward(dF2, dF1, c.fc.read(*m_ws), NF);
+    geluBackward(c, dF2, dF1, NF);
     m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.gemm(), N, C, F);
     allReduceActivations(dC, NC);
     m_be.layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.read(*m_ws), m_ln2w.value(),
@@ -224,10 +224,22 @@ class TransformerBlock final : public Layer {
     const size_t NF = size_t(N) * m_F;
     float* fc = c.fc.target(NF, *m_ws, kFcSlot);
     m_be.linearForward(fc, ln2, m_fcw.gemm(), m_fcb.value(), N, m_C, m_F);
-    c.fc.keep(fc);
     float* gelu = c.gelu.target(NF, *m_ws, kKeptStaging);
+    if (c.fc.bf16() && c.gelu.bf16()) {
+      // Both kept in bf16: one pass rounds fc into its storage and writes the GELU of the rounded values
+      // rounded into the GELU's, bit for bit the unfused sequence below (Backend::geluForwardBf16).
+      m_be.geluForwardBf16(c.fc.storage(), c.gelu.storage(), fc, NF);
+      m_be.linearForward(out, c.gelu.in(), m_fcprojw.gemm(), fcprojBias, N, m_F, m_C);
+      return;
+    }
+    c.fc.keep(fc);
     m_be.geluForward(gelu, fc, NF);
     m_be.linearForward(out, c.gelu.keep(gelu), m_fcprojw.gemm(), fcprojBias, N, m_F, m_C);
+  }
+  // dF2 += gelu'(fc) * dF1, reading the kept GELU input where it is (bf16 without widening it first).
+  void geluBackward(Cache& c, float* dF2, const float* dF1, size_t NF) {
+    if (c.fc.bf16()) return m_be.geluBackwardBf16(dF2, dF1, c.fc.storage(), NF);
+    m_be.geluBackward(dF2, dF1, c.fc.read(*m_ws), NF);
   }
 
   // ---- activation collectives: in bf16 precision the TP all-reduces, reduce-scatters and all-gathers of
@@ -347,7 +359,7 @@ class TransformerBlock final : public Layer {
     // itself.
     takeShard(dres1s, dy, B);
     m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
-    m_be.geluBackward(dF2, dF1, c.fc.read(*m_ws), NF);
+    geluBackward(c, dF2, dF1, NF);
     // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
     // they are deferred to the weight part.
     m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2,

@@ -161,20 +161,55 @@ class CpuBackend final : public Backend {
     gradDone(dweight, size_t(C), 0, "layerNormBackward");
     gradDone(dbias, size_t(C), 1, "layerNormBackward");
   }
-  void geluForward(float* out, const float* inp, size_t n) override { cpu::geluForward(f(out), f(inp), n); }
+  void geluForward(float* out, const float* inp, size_t n) override {
+    cpu::geluForward(f(out), f(inp), n);
+  }
+  // The fused bf16 GELU as the sequence it stands for, a chunk at a time through a staging buffer (the very
+  // loops of toBf16, fromBf16 and geluForward, so every bit is theirs).
+  void geluForwardBf16(bfloat16* kept, bfloat16* out, const float* inp, size_t n) override {
+    if (n == 0) return;
+    uint16_t* k = reinterpret_cast<uint16_t*>(h(kept, "geluForwardBf16"));
+    uint16_t* o = reinterpret_cast<uint16_t*>(h(out, "geluForwardBf16"));
+    const float* x = f(inp);
+    for (size_t i0 = 0; i0 < n; i0 += kFusedChunk) {
+      const size_t m = std::min(kFusedChunk, n - i0);
+      roundInto(k + i0, x + i0, m);
+      float* w = widenInto(m_fused, k + i0, m);
+      cpu::geluForward(w, w, m);
+      roundInto(o + i0, w, m);
+    }
+  }
+  void geluBackwardBf16(float* dinp, const float* dout, const bfloat16* kept, size_t n) override {
+    if (n == 0) return;
+    const uint16_t* k = reinterpret_cast<const uint16_t*>(h(kept, "geluBackwardBf16"));
+    float* d = f(dinp);
+    const float* g = f(dout);
+    for (size_t i0 = 0; i0 < n; i0 += kFusedChunk) {
+      const size_t m = std::min(kFusedChunk, n - i0);
+      cpu::geluBackward(d + i0, g + i0, widenInto(m_fused, k + i0, m), m);
+    }
+  }
   void geluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
     cpu::geluBackward(f(dinp), f(dout), f(inp), n);
   }
-  void reluForward(float* out, const float* inp, size_t n) override { cpu::reluForward(f(out), f(inp), n); }
+  void reluForward(float* out, const float* inp, size_t n) override {
+    cpu::reluForward(f(out), f(inp), n);
+  }
   void reluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
     cpu::reluBackward(f(dinp), f(dout), f(inp), n);
   }
-  void tanhForward(float* out, const float* inp, size_t n) override { cpu::tanhForward(f(out), f(inp), n); }
+  void tanhForward(float* out, const float* inp, size_t n) override {
+    cpu::tanhForward(f(out), f(inp), n);
+  }
   void tanhBackward(float* dinp, const float* dout, const float* out, size_t n) override {
     cpu::tanhBackward(f(dinp), f(dout), f(out), n);
   }
-  void add(float* out, const float* a, const float* b, size_t n) override { cpu::add(f(out), f(a), f(b), n); }
-  void accumulate(float* y, const float* x, size_t n) override { cpu::accumulate(f(y), f(x), n); }
+  void add(float* out, const float* a, const float* b, size_t n) override {
+    cpu::add(f(out), f(a), f(b), n);
+  }
+  void accumulate(float* y, const float* x, size_t n) override {
+    cpu::accumulate(f(y), f(x), n);
+  }
   void accumulateGrad(GradOut y, TensorIn x, size_t n) override {
     if (y.bf16 != x.bf16) throw DeviceFailure("accumulateGrad: the two gradients differ in precision");
     if (!y.bf16) return cpu::accumulate(f(y.f32()), f(x.f32()), n);
@@ -182,13 +217,19 @@ class CpuBackend final : public Backend {
     cpu::accumulate(acc, widen(x, n, m_grads[1], "accumulateGrad"), n);
     gradDone(y, n, 0, "accumulateGrad");
   }
-  void scale(float* y, float s, size_t n) override { cpu::scale(f(y), s, n); }
+  void scale(float* y, float s, size_t n) override {
+    cpu::scale(f(y), s, n);
+  }
   void addRows(float* x, TensorIn row, size_t rows, int C) override {
     cpu::addRows(f(x), pv(row, size_t(C), 0, "addRows", "row"), rows, C);
   }
 
-  size_t attentionSavedFloats(int B, int T, int, int H) const override { return size_t(B) * H * T * T; }
-  size_t attentionScratchFloats(int B, int T, int, int H) const override { return size_t(B) * H * T * T; }
+  size_t attentionSavedFloats(int B, int T, int, int H) const override {
+    return size_t(B) * H * T * T;
+  }
+  size_t attentionScratchFloats(int B, int T, int, int H) const override {
+    return size_t(B) * H * T * T;
+  }
   void attentionForward(float* out, float* saved, const float* qkv, int B, int T, int C, int H,
                         bool causal) override {
     // q, k and v rounded; the probabilities multiply v unrounded (a GPU rounds them too).
@@ -246,7 +287,9 @@ class CpuBackend final : public Backend {
   void argmaxRows(int32_t* out, const float* x, int N, int V) override {
     cpu::argmaxRows(f(out), f(x), N, V);
   }
-  void rowMax(float* mx, const float* logits, int N, int V) override { cpu::rowMax(f(mx), f(logits), N, V); }
+  void rowMax(float* mx, const float* logits, int N, int V) override {
+    cpu::rowMax(f(mx), f(logits), N, V);
+  }
   void crossEntropyPartials(float* sumExp, float* targetLogit, const float* logits, const float* mx,
                             const int32_t* targets, int vocabStart, int N, int V) override {
     cpu::crossEntropyPartials(f(sumExp), f(targetLogit), f(logits), f(mx), f(targets), vocabStart, N, V);
@@ -414,6 +457,20 @@ class CpuBackend final : public Backend {
   const float* gv(TensorIn in, size_t n, const char* what) {
     if (!in.bf16) return f(in.f32());
     return widen(in, n, m_grads[0], what);
+  }
+  // The fused bf16 ops' fp32 staging: 1M floats at a time (each chunk still spread over the threads).
+  static constexpr size_t kFusedChunk = size_t(1) << 20;
+  std::vector<float> m_fused;
+  // n bf16 bits widened exactly into r (grown to n), returned.
+  static float* widenInto(std::vector<float>& r, const uint16_t* s, size_t n) {
+    if (r.size() < n) r.resize(n);
+    float* d = r.data();
+#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(s[i]) << 16;
+      std::memcpy(&d[i], &u, 4);
+    }
+    return d;
   }
   // d (n bf16 bits) = s rounded to nearest even.
   static void roundInto(uint16_t* d, const float* s, size_t n) {

@@ -338,6 +338,13 @@ class CudaBackend final : public Backend {
   void geluBackward(float* dinp, const float* dout, const float* inp, size_t n) override {
     op("geluBackward", cuda::geluBackward, dinp, dout, inp, n);
   }
+  void geluForwardBf16(bfloat16* kept, bfloat16* out, const float* inp, size_t n) override {
+    op("geluForwardBf16", cuda::geluForwardBf16, reinterpret_cast<uint16_t*>(kept),
+       reinterpret_cast<uint16_t*>(out), inp, n);
+  }
+  void geluBackwardBf16(float* dinp, const float* dout, const bfloat16* kept, size_t n) override {
+    op("geluBackwardBf16", cuda::geluBackwardBf16, dinp, dout, reinterpret_cast<const uint16_t*>(kept), n);
+  }
   void reluForward(float* out, const float* inp, size_t n) override {
     op("reluForward", cuda::reluForward, out, inp, n);
   }

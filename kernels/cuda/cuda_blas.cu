@@ -1,15 +1,21 @@
 // cuBLAS plumbing for the CUDA backend: one handle per thread and device, created lazily and bound to the
 // caller's stream on every use; the GEMM wrapper every product goes through (fp32, TF32, or bf16 inputs with
-// fp32 accumulation); the bf16 conversion of GEMM operands into per-thread scratch (GemmMode::Bf16, see
-// cuda_ops.h for the stream rule that makes its reuse safe); and the deterministic column sum used for bias
-// gradients. The handle and scratch caches are thread_local (cuBLAS handles must not be used by two threads
-// at once) and release what they hold when the thread ends.
+// fp32 accumulation); the cuBLASLt GEMM that adds a bias in its epilogue (forward linears); the bf16
+// conversion of GEMM operands into per-thread scratch (GemmMode::Bf16, see cuda_ops.h for the stream rule
+// that makes its reuse safe); and the deterministic column sum used for bias gradients. The handle and
+// scratch caches are thread_local (cuBLAS handles must not be used by two threads at once) and release what
+// they hold when the thread ends.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -156,6 +162,117 @@ __global__ void columnSumFinishKernel(float* out, const float* partial, int OC, 
   out[c] += total;
 }
 
+// ---- cuBLASLt: GEMMs with the bias added in their epilogue (gemmWithBias).
+
+// The largest power of two (at most 256) that divides a pointer: the alignment cuBLASLt's algorithm
+// heuristic must assume (its default, 256 bytes, would let it pick kernels our sub-buffer views break).
+uint32_t alignmentOf(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// A GEMM shape as cuBLASLt plans it: the descriptors and the algorithm its heuristic chose, made once per
+// shape, types and operand alignments and kept for the thread's life (the heuristic costs tens of
+// microseconds, a call a few). supported = false: cuBLASLt offered no algorithm, the caller adds the bias
+// itself.
+struct LtPlan {
+  bool supported = false;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo = {};
+};
+
+using LtKey = std::tuple<int, int, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t>;
+
+struct LtCache {
+  cublasLtHandle_t handles[kMaxDevices] = {};
+  std::map<LtKey, LtPlan> plans;
+  ~LtCache() {  // errors at thread exit have nobody left to report to
+    for (auto& [key, plan] : plans) {
+      if (plan.op) cublasLtMatmulDescDestroy(plan.op);
+      for (cublasLtMatrixLayout_t l : {plan.a, plan.b, plan.c})
+        if (l) cublasLtMatrixLayoutDestroy(l);
+    }
+    for (cublasLtHandle_t h : handles)
+      if (h) cublasLtDestroy(h);
+  }
+};
+
+thread_local LtCache t_lt;
+
+// MESHSTUDIO_GEMM_EPILOGUE=0 turns the fused bias off (every bias a separate kernel, as before it), for
+// measuring what it gains.
+bool epilogueEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MESHSTUDIO_GEMM_EPILOGUE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return enabled;
+}
+
+Status ltStatus(cublasStatus_t status, const char* call, const char* what) {
+  return cublasStatus(status, (std::string(what) + ": " + call).c_str());
+}
+
+// Plans a bias-epilogue GEMM for the key's shape (see LtPlan); an error only for a failure that is not
+// "cuBLASLt has no algorithm for this".
+Status makeLtPlan(LtPlan& plan, cublasLtHandle_t h, cublasOperation_t opA, cublasOperation_t opB, int m,
+                  int n, int k, int lda, int ldb, int ldc, cudaDataType_t inType, cublasComputeType_t compute,
+                  uint32_t alignA, uint32_t alignB, uint32_t alignC, const char* what) {
+  MS_TRY(ltStatus(cublasLtMatmulDescCreate(&plan.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate", what));
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const cudaDataType_t biasType = CUDA_R_32F;
+  MS_TRY(ltStatus(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)),
+                  "cublasLtMatmulDescSetAttribute(TRANSA)", what));
+  MS_TRY(ltStatus(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)),
+                  "cublasLtMatmulDescSetAttribute(TRANSB)", what));
+  MS_TRY(ltStatus(
+      cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+      "cublasLtMatmulDescSetAttribute(EPILOGUE)", what));
+  MS_TRY(ltStatus(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
+                                                 sizeof(biasType)),
+                  "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)", what));
+  // Column-major layouts as stored: A is m x k (k x m transposed), B k x n (n x k transposed), C m x n.
+  const bool ta = opA != CUBLAS_OP_N, tb = opB != CUBLAS_OP_N;
+  MS_TRY(ltStatus(cublasLtMatrixLayoutCreate(&plan.a, inType, ta ? k : m, ta ? m : k, lda),
+                  "cublasLtMatrixLayoutCreate(A)", what));
+  MS_TRY(ltStatus(cublasLtMatrixLayoutCreate(&plan.b, inType, tb ? n : k, tb ? k : n, ldb),
+                  "cublasLtMatrixLayoutCreate(B)", what));
+  MS_TRY(ltStatus(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, m, n, ldc), "cublasLtMatrixLayoutCreate(C)",
+                  what));
+  cublasLtMatmulPreference_t pref = nullptr;
+  MS_TRY(ltStatus(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", what));
+  // No workspace: the bias GEMMs are forward products with large outputs, which need no split reduction,
+  // and the memory model's allowance for library memory stays what was measured.
+  const size_t workspace = 0;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace, sizeof(workspace));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA,
+                                              sizeof(alignA));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB,
+                                              sizeof(alignB));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC,
+                                              sizeof(alignC));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC,
+                                              sizeof(alignC));
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(h, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return Status::ok();
+  MS_TRY(ltStatus(st, "cublasLtMatmulAlgoGetHeuristic", what));
+  plan.algo = result.algo;
+  plan.supported = true;
+  return Status::ok();
+}
+
 }  // namespace
 
 Status cublasStatus(cublasStatus_t status, const char* what) {
@@ -251,6 +368,50 @@ Status gemm(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, i
                      "cublasGemmStridedBatchedEx");
   }
   return s.withContext(what);
+}
+
+Expected<bool> gemmWithBias(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, int m, int n,
+                            int k, GemmOperand A, int lda, GemmOperand B, int ldb, const float* bias,
+                            float* C, int ldc, const char* what) {
+  // The bias vector must be 16-byte aligned for the epilogue (a requirement other projects report
+  // finding on A100s; cuBLASLt's documentation does not state it).
+  if (!epilogueEnabled() || !bias || m <= 0 || n <= 0 || k <= 0 || alignmentOf(bias) < 16) return false;
+  if (A.bf16 != B.bf16)
+    return Status::error(std::string(what) + ": GEMM inputs of different types (one bf16, one fp32)");
+  int device = 0;
+  MS_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices) return false;
+  cublasLtHandle_t& h = t_lt.handles[device];
+  if (!h) MS_TRY(ltStatus(cublasLtCreate(&h), "cublasLtCreate", what));
+  const cudaDataType_t inType = A.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const bool tf32 = !A.bf16 && gemmMode() == GemmMode::Tf32;
+  const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const uint32_t alignA = alignmentOf(A.data), alignB = alignmentOf(B.data), alignC = alignmentOf(C);
+  const LtKey key{device, int(opA), int(opB), m, n, k, lda, ldb, ldc, int(inType) * 16 + int(compute),
+                  alignA, alignB,   alignC};
+  auto [it, fresh] = t_lt.plans.try_emplace(key);
+  LtPlan& plan = it->second;
+  if (fresh) {
+    if (Status s = makeLtPlan(plan, h, opA, opB, m, n, k, lda, ldb, ldc, inType, compute, alignA, alignB,
+                              alignC, what);
+        !s) {
+      plan.supported = false;
+      return s;
+    }
+  }
+  if (!plan.supported) return false;
+  MS_TRY(ltStatus(
+      cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+      "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", what));
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t st = cublasLtMatmul(h, plan.op, &alpha, A.data, plan.a, B.data, plan.b, &beta, C,
+                                           plan.c, C, plan.c, &plan.algo, nullptr, 0, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // the algorithm refused at run time: never again for this shape
+    plan.supported = false;
+    return false;
+  }
+  MS_TRY(ltStatus(st, "cublasLtMatmul", what));
+  return true;
 }
 
 Status columnSumAccumulate(float* out, const float* x, int N, int OC, cudaStream_t stream, const char* what) {

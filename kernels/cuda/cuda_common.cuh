@@ -118,6 +118,15 @@ Status gemm(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, i
             float alpha, GemmOperand A, int lda, long long strideA, GemmOperand B, int ldb, long long strideB,
             float beta, float* C, int ldc, long long strideC, int batch, const char* what);
 
+// Column-major C (m x n) = op(A) @ op(B) + bias (m, broadcast over the n columns), the bias added in the
+// GEMM's epilogue by cuBLASLt (one pass over C instead of two), with gemm()'s types and precision. true when
+// done; false when it was not attempted or cuBLASLt has no algorithm for it (then C is untouched and the
+// caller does the GEMM and the add): the bias not 16-byte aligned, MESHSTUDIO_GEMM_EPILOGUE=0, an empty
+// shape. An error Status only for a failure of the call itself.
+Expected<bool> gemmWithBias(cudaStream_t stream, cublasOperation_t opA, cublasOperation_t opB, int m, int n,
+                            int k, GemmOperand A, int lda, GemmOperand B, int ldb, const float* bias,
+                            float* C, int ldc, const char* what);
+
 // sum over rows of x (N, OC) into out (OC), out += . Deterministic, no atomics: the rows are cut into
 // columnSlices(N, OC) slices, each block sums one slice of 32 columns into scratch, and a second kernel adds
 // the slices in order (the cut depends on the shape alone, so the bits are the same on every GPU).

@@ -1,7 +1,8 @@
 // Linear layers on cuBLAS. cuBLAS is column-major: a row-major (R, K) buffer is, read column-major, its
 // transpose (K, R) with leading dimension K. So every row-major product Y = X @ W is computed as the
 // column-major Y^T = W^T @ X^T on the same pointers, and the comment above each call gives the row-major
-// formula it implements. Bias forward is a separate broadcast add; bias gradients are a deterministic column
+// formula it implements. Bias forward is added in the GEMM's epilogue (cuBLASLt, detail::gemmWithBias) or,
+// where that declines, by a separate broadcast add; bias gradients are a deterministic column
 // sum (cuda_blas.cu). In GemmMode::Bf16 every fp32 operand a call multiplies (inp, weight, dout) is first
 // converted to bf16 into its own scratch slot (detail::gemmOperand; fp32 modes use the buffers as they are),
 // on the same stream as the GEMMs that read it; results, accumulation (beta = 1 for the gradients) and the
@@ -9,6 +10,7 @@
 // store's bf16 working parameters, rounded from the master once per optimizer step) is read as it is, which
 // saves the full pass over every weight that converting it would cost twice per microbatch (forward and
 // input gradient).
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -21,17 +23,21 @@ using detail::kSlotD;
 using detail::kSlotW;
 using detail::kSlotX;
 
-// out (N, OC) += bias (OC) broadcast over rows.
-__global__ void addBiasKernel(float* out, const float* bias, size_t N, int OC) {
-  const size_t total = N * size_t(OC);
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += size_t(gridDim.x) * blockDim.x)
-    out[i] += bias[i % OC];
+// out (N, OC) += bias (OC) broadcast over rows: block (x, y) adds the bias to rows y, y + gridDim.y, ... of
+// its kBlockSize columns (no division per element).
+__global__ void addBiasKernel(float* out, const float* bias, int N, int OC) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC) return;
+  const float b = bias[c];
+  for (int r = blockIdx.y; r < N; r += gridDim.y) out[size_t(r) * OC + c] += b;
 }
 
+// Where the bias was not added in the GEMM's epilogue (detail::gemmWithBias declined).
 Status addBias(float* out, const float* bias, int N, int OC, cudaStream_t stream, const char* what) {
   if (!bias || N <= 0 || OC <= 0) return Status::ok();
-  addBiasKernel<<<detail::gridFor(size_t(N) * OC), detail::kBlockSize, 0, stream>>>(out, bias, size_t(N), OC);
+  const unsigned columns = unsigned((OC + detail::kBlockSize - 1) / detail::kBlockSize);
+  const unsigned rows = unsigned(std::min<size_t>(size_t(N), std::max<size_t>(1, 4096 / columns)));
+  addBiasKernel<<<dim3(columns, rows), detail::kBlockSize, 0, stream>>>(out, bias, N, OC);
   return checkLaunch(what);
 }
 
@@ -77,6 +83,10 @@ Status linearForward(float* out, TensorIn inp, TensorIn weight, const float* bia
   MS_TENSOR_OPERAND(w, weight, size_t(C) * OC, kSlotW, stream, "linearForward: weight");
   MS_TENSOR_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearForward: inp");
   // out = inp @ weight  <=>  out^T (OC, N) = weight^T (OC, C) @ inp^T (C, N)
+  const Expected<bool> fused = detail::gemmWithBias(stream, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, w, OC, x, C,
+                                                    bias, out, OC, "linearForward");
+  if (!fused) return fused.status();
+  if (*fused) return Status::ok();
   MS_TRY(gemm(stream, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, w, OC, 0, x, C, 0, 0.0f, out, OC, 0, 1,
               "linearForward"));
   return addBias(out, bias, N, OC, stream, "linearForward: bias");
@@ -115,6 +125,10 @@ Status linearForwardT(float* out, TensorIn inp, TensorIn weight, const float* bi
   MS_TENSOR_OPERAND(w, weight, size_t(OC) * C, kSlotW, stream, "linearForwardT: weight");
   MS_TENSOR_OPERAND(x, inp, size_t(N) * C, kSlotX, stream, "linearForwardT: inp");
   // out = inp @ weight^T  <=>  out^T (OC, N) = weight (OC, C) @ inp^T (C, N)
+  const Expected<bool> fused = detail::gemmWithBias(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C,
+                                                    bias, out, OC, "linearForwardT");
+  if (!fused) return fused.status();
+  if (*fused) return Status::ok();
   MS_TRY(gemm(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, w, C, 0, x, C, 0, 0.0f, out, OC, 0, 1,
               "linearForwardT"));
   return addBias(out, bias, N, OC, stream, "linearForwardT: bias");

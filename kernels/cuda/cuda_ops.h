@@ -144,6 +144,11 @@ Status layerNormBackward(float* dinp, float* dweight, float* dbias, const float*
 // ---- Pointwise (cuda_pointwise.cu) ----------------------------------------------------------------------
 Status geluForward(float* out, const float* inp, size_t n, cudaStream_t stream);  // tanh approximation
 Status geluBackward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream);  // +=
+// kept (n bf16) = bf16(inp), out (n bf16) = bf16(gelu(kept)): toBf16, fromBf16, geluForward and toBf16 in
+// one kernel, bit for bit (Backend::geluForwardBf16).
+Status geluForwardBf16(uint16_t* kept, uint16_t* out, const float* inp, size_t n, cudaStream_t stream);
+// dinp += gelu'(kept) * dout with kept (n bf16) widened in registers: geluBackward's bits.
+Status geluBackwardBf16(float* dinp, const float* dout, const uint16_t* kept, size_t n, cudaStream_t stream);
 Status reluForward(float* out, const float* inp, size_t n, cudaStream_t stream);
 Status reluBackward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream);  // +=
 Status tanhForward(float* out, const float* inp, size_t n, cudaStream_t stream);

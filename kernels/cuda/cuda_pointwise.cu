@@ -13,27 +13,43 @@ constexpr float kGeluCube = 0.044715f;
 #define MS_GRID_STRIDE(i, n) \
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
 
+// gelu(x) and its derivative, shared by the fp32 kernels and the fused bf16 ones so that both compile to
+// the same instructions (the same contractions into multiply-adds) and give the same bits.
+__device__ __forceinline__ float geluOf(float x) {
+  // 0.5 (1 + tanh u) = sigmoid(2u)
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  return x / (1.0f + expf(-2.0f * u));
+}
+
+__device__ __forceinline__ float geluSlope(float x) {
+  // d/dx = s + 2 x s (1 - s) du/dx with s = sigmoid(2u), 1 - s = e s, e = exp(-2u).
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  // Clamped as the CPU's vexp clamps: below x ~ -10, exp(-2u) overflows to inf and e * s = inf * 0 would
+  // be NaN; with e finite, s underflows to ~0 and the derivative comes out as the exact ~0.
+  const float e = expf(fminf(-2.0f * u, 88.3f));
+  const float s = 1.0f / (1.0f + e);
+  return s + 2.0f * x * s * (e * s) * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+}
+
 __global__ void geluForwardKernel(float* out, const float* inp, size_t n) {
-  MS_GRID_STRIDE(i, n) {
-    // 0.5 (1 + tanh u) = sigmoid(2u)
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCube * x * x * x);
-    out[i] = x / (1.0f + expf(-2.0f * u));
-  }
+  MS_GRID_STRIDE(i, n) out[i] = geluOf(inp[i]);
 }
 
 __global__ void geluBackwardKernel(float* dinp, const float* dout, const float* inp, size_t n) {
+  MS_GRID_STRIDE(i, n) dinp[i] += geluSlope(inp[i]) * dout[i];
+}
+
+// Rounding as cuda_blas.cu's toBf16Kernel rounds (nearest even, __float2bfloat16_rn); widening exact.
+__global__ void geluForwardBf16Kernel(__nv_bfloat16* kept, __nv_bfloat16* out, const float* inp, size_t n) {
   MS_GRID_STRIDE(i, n) {
-    // d/dx = s + 2 x s (1 - s) du/dx with s = sigmoid(2u), 1 - s = e s, e = exp(-2u).
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCube * x * x * x);
-    // Clamped as the CPU's vexp clamps: below x ~ -10, exp(-2u) overflows to inf and e * s = inf * 0 would
-    // be NaN; with e finite, s underflows to ~0 and the derivative comes out as the exact ~0.
-    const float e = expf(fminf(-2.0f * u, 88.3f));
-    const float s = 1.0f / (1.0f + e);
-    const float local = s + 2.0f * x * s * (e * s) * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    dinp[i] += local * dout[i];
+    const __nv_bfloat16 k = __float2bfloat16_rn(inp[i]);
+    kept[i] = k;
+    out[i] = __float2bfloat16_rn(geluOf(__bfloat162float(k)));
   }
+}
+
+__global__ void geluBackwardBf16Kernel(float* dinp, const float* dout, const __nv_bfloat16* kept, size_t n) {
+  MS_GRID_STRIDE(i, n) dinp[i] += geluSlope(__bfloat162float(kept[i])) * dout[i];
 }
 
 __global__ void reluForwardKernel(float* out, const float* inp, size_t n) {
@@ -85,6 +101,14 @@ Status launchPointwise(void (*kernel)(KArgs...), size_t n, cudaStream_t stream, 
 
 Status geluForward(float* out, const float* inp, size_t n, cudaStream_t stream) {
   return launchPointwise(geluForwardKernel, n, stream, "geluForward", out, inp);
+}
+Status geluForwardBf16(uint16_t* kept, uint16_t* out, const float* inp, size_t n, cudaStream_t stream) {
+  return launchPointwise(geluForwardBf16Kernel, n, stream, "geluForwardBf16",
+                         reinterpret_cast<__nv_bfloat16*>(kept), reinterpret_cast<__nv_bfloat16*>(out), inp);
+}
+Status geluBackwardBf16(float* dinp, const float* dout, const uint16_t* kept, size_t n, cudaStream_t stream) {
+  return launchPointwise(geluBackwardBf16Kernel, n, stream, "geluBackwardBf16", dinp, dout,
+                         reinterpret_cast<const __nv_bfloat16*>(kept));
 }
 Status geluBackward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream) {
   return launchPointwise(geluBackwardKernel, n, stream, "geluBackward", dinp, dout, inp);
