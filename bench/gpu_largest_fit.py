@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 from llmc_shard import write_shard
 
@@ -84,7 +85,20 @@ def largest(args, tmp, parallel, shard):
     return lo
 
 
+def wait_for_idle_gpu(seconds=30.0):
+    """Waits (bounded) until the GPU's used memory is under 1 GiB, as nvidia-smi reports it (no CUDA context
+    here): a process that just ended, an out-of-memory run among them, may still be returning its memory."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                           capture_output=True, text=True)
+        if p.returncode != 0 or float(p.stdout.split()[0] or 0) < 1024:
+            return
+        time.sleep(0.5)
+
+
 def train(args, tmp, layers, parallel, shard, check=True):
+    wait_for_idle_gpu()
     path = os.path.join(tmp, f"run-{layers}.json")
     with open(path, "w") as f:
         json.dump(config(args, layers, parallel, shard), f)
@@ -119,8 +133,13 @@ def main():
                     help="with --run, skip offload runs whose predicted host memory is above this")
     args = ap.parse_args()
     if args.memory_bytes == "torch":
-        import torch
-        args.memory_bytes = float(torch.cuda.mem_get_info()[1])
+        # In a child process: a CUDA context in this one would hold about half a GiB of the GPU during the
+        # engine's runs (it did, in the second H100 lease, and the engine refused the bf16 model that fits).
+        p = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.mem_get_info()[1])"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"gpu_largest_fit.py: --memory-bytes torch: {p.stderr.strip()[-300:]}")
+        args.memory_bytes = float(p.stdout.strip())
     else:
         try:
             args.memory_bytes = float(args.memory_bytes or 0)
@@ -155,7 +174,7 @@ def main():
                     rc, why, used = train(args, tmp, L, parallel, shard)
                     row += f"   {'ok' if rc == 0 else 'FAILED'} / {used / gib:.2f}"
                     if rc != 0:
-                        row += f" ({why[-120:]})"
+                        row += f" ({why[-400:]})"
                     # Past the engine's own check (the plan's estimate against the free memory), which
                     # would refuse it before allocating: what the allocator says is the measurement.
                     rc1, why1, _ = train(args, tmp, L + 1, parallel, shard, check=False)
