@@ -470,8 +470,9 @@ int cmdLaunch(int argc, char** argv) {
   if (a.positional.size() != 1) return usageError("launch needs exactly one CONFIG");
   double stallTimeout = 10;
   if (a.has("--stall-timeout")) {
+    const std::string text = a.get("--stall-timeout");  // kept: `end` points into it
     char* end = nullptr;
-    stallTimeout = std::strtod(a.get("--stall-timeout").c_str(), &end);
+    stallTimeout = std::strtod(text.c_str(), &end);
     if (!end || *end || !(stallTimeout >= 0))
       return usageError("--stall-timeout needs a number of seconds (0 turns the watch off)");
   }
