@@ -489,8 +489,8 @@ int cmdLaunch(int argc, char** argv) {
   if (a.positional.size() != 1) return failUsage("launch needs exactly one CONFIG");
   double stallTimeout = 10;
   if (a.has("--stall-timeout")) {
+    const std::string text = a.get("--stall-timeout");  // kept: `end` points into it
     char* end = nullptr;
-    const std::string text = a.get("--stall-timeout");
     stallTimeout = std::strtod(text.c_str(), &end);
     if (text.empty() || !end || *end || !(stallTimeout >= 0 && stallTimeout <= 86400))
       return failUsage("--stall-timeout needs a number of seconds from 0 (the watch off) to 86400");

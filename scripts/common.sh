@@ -8,6 +8,7 @@ MS_PACKAGES=(
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev zlib1g-dev libssl-dev
   dataset-fashion-mnist fortunes python3-torch python3-numpy
+  clang libclang-rt-14-dev libomp-14-dev llvm-14
 )
 
 ms_install_packages() {

@@ -481,7 +481,8 @@ QString bitDifference(const std::vector<Output>& got, const std::vector<Output>&
                           .arg(double(g.f[j]), 0, 'g', 9)
                           .arg(double(r.f[j]), 0, 'g', 9);
     if (g.i != r.i) return name + QStringLiteral(": integers differ");
-    if (std::memcmp(g.d.data(), r.d.data(), r.d.size() * sizeof(double)) != 0)
+    // memcmp on an empty vector's data() (null) is undefined behaviour (UBSan), even for 0 bytes.
+    if (!r.d.empty() && std::memcmp(g.d.data(), r.d.data(), r.d.size() * sizeof(double)) != 0)
       return name +
              QStringLiteral(": %1, expected %2 (bitwise)").arg(g.d[0], 0, 'g', 17).arg(r.d[0], 0, 'g', 17);
   }

@@ -207,6 +207,9 @@ class TestCheckpoint : public QObject {
         "header length 1000 goes beyond the end of the file (18 bytes)");
     row("bad JSON", safetensorsBytes("{\"x\": {", eight), "header is not valid JSON");
     row("not an object", safetensorsBytes("[1,2]", ""), "header is not a JSON object");
+    row("nested too deep",
+        safetensorsBytes("{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}", ""),
+        "the safetensors header nests deeper than 8 levels");
     row("unknown dtype", safetensorsBytes(R"({"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", eight),
         "tensor 'x': unsupported dtype 'F64'");
     row("missing shape", safetensorsBytes(R"({"x":{"dtype":"F32","data_offsets":[0,8]}})", eight),

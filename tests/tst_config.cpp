@@ -781,6 +781,18 @@ class TestConfig : public QObject {
     QCOMPARE(ms::formatConfigErrors(errors, "a.json"),
              std::string("a.json: /parallel/tp: tp (3) must divide model.heads (4)\na.json: whole file"));
     QCOMPARE(ms::formatConfigErrors({}, "a.json"), std::string());
+    // A control character quoted from the config stays on its error's line, escaped (found by fuzz_config:
+    // a name holding "\n" split its error in two, the second line naming no file).
+    QCOMPARE(ms::formatConfigErrors({{"/name", "got \"a\nb\t\""}}, "a.json"),
+             std::string("a.json: /name: got \"a\\u000ab\\u0009\""));
+    ms::ConfigErrors parsed;
+    const auto config = ms::parseRunConfigText(
+        R"({"model": {"type": "mlp"}, "data": {"kind": "fashion_mnist"}, "name": "two\nlines", "sed": 1})",
+        "n.json", &parsed);
+    QVERIFY(!config);
+    QCOMPARE(parsed.size(), std::size_t(2));  // the name, and the unknown key "sed"
+    QCOMPARE(std::count(config.message().begin(), config.message().end(), '\n'), std::ptrdiff_t(1));
+    QVERIFY2(config.message().find("two\\u000alines") != std::string::npos, config.message().c_str());
   }
 
   void schemaFileMatches() {

@@ -258,6 +258,18 @@ class TestUiRun : public QObject {
     QCOMPARE(std::get<RunEndEvent>(events[1]).status, QString("ok"));
     QCOMPARE(reader.linesRead(), std::int64_t(2));
     QVERIFY(reader.pendingBytes() == 0);
+
+    // The same line arriving whole, newline included, in one piece is skipped alike (found by fuzz_metrics:
+    // it used to be parsed, so the outcome depended on how the stream was cut).
+    MetricsReader whole(64);
+    const auto wholeEvents = whole.feed(longLine + "\n" + kRunEnd + "\n");
+    QCOMPARE(wholeEvents.size(), std::size_t(2));
+    const auto& wholeError = std::get<MetricsError>(wholeEvents[0]);
+    QCOMPARE(wholeError.line, std::int64_t(1));
+    QVERIFY2(wholeError.message.startsWith("line 1: line longer than 64 bytes, skipped: {\"v\":1"),
+             qPrintable(wholeError.message));
+    QCOMPARE(std::get<RunEndEvent>(wholeEvents[1]).status, QString("ok"));
+    QCOMPARE(whole.linesRead(), std::int64_t(2));
   }
 
   void readerSurvivesMutatedLines() {

@@ -191,7 +191,11 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
             for (int V : {2, 3, 4})
               if (M % pp == 0 && pp * V <= L) schedules.push_back({Schedule::Interleaved1F1B, V});
           }
-          for (auto [schedule, V] : schedules) {
+          for (const auto& entry : schedules) {
+            // Named variables, not a structured binding: the lambdas below capture them, which clang 14
+            // refuses for bindings (allowed from C++20, implemented in clang 16).
+            const Schedule schedule = entry.first;
+            const int V = entry.second;
             auto key = std::make_pair(pp, V);
             if (!figures.count(key)) figures[key] = stageFigures(spec, pp, V, base.parallel.precision, fused);
             const StageFigures& st = figures[key];

@@ -67,11 +67,32 @@ std::string RunConfig::resolvePath(const std::string& path) const {
   return (std::filesystem::path(baseDir) / path).lexically_normal().string();
 }
 
+namespace {
+
+// One error a line: a control character a message quotes from the config (a name or key holding "\n", found
+// by fuzz_config) is written as its JSON escape.
+std::string oneLine(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+      continue;
+    }
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, "\\u%04x", u);
+    out += escaped;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string formatConfigErrors(const ConfigErrors& errors, const std::string& file) {
   std::string out;
   for (const auto& e : errors) {
     if (!out.empty()) out += '\n';
-    out += file + ": " + (e.path.empty() ? "" : e.path + ": ") + e.message;
+    out += oneLine(file + ": " + (e.path.empty() ? "" : e.path + ": ") + e.message);
   }
   return out;
 }
@@ -504,6 +525,14 @@ Expected<RunConfig> loadRunConfig(const std::string& path, ConfigErrors* errorsO
   const int readErrno = errno;
   std::fclose(file);
   if (readFailed) return failed({{"", "cannot read: " + systemError(readErrno)}}, path, errorsOut);
+  Expected<RunConfig> config = parseRunConfigText(text, path, errorsOut);
+  if (!config) return config;
+  config->baseDir = fs::absolute(fs::path(path), ec).parent_path().lexically_normal().string();
+  return config;
+}
+
+Expected<RunConfig> parseRunConfigText(const std::string& text, const std::string& path,
+                                       ConfigErrors* errorsOut) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     return failed({{"", "the file is empty; expected a JSON object"}}, path, errorsOut);
   if (text.size() > kMaxConfigBytes)
@@ -549,7 +578,6 @@ Expected<RunConfig> loadRunConfig(const std::string& path, ConfigErrors* errorsO
   Expected<RunConfig> config = parseRunConfig(doc, &parseErrors);
   errors.insert(errors.end(), parseErrors.begin(), parseErrors.end());
   if (!errors.empty()) return failed(std::move(errors), path, errorsOut);
-  config->baseDir = fs::absolute(fs::path(path), ec).parent_path().lexically_normal().string();
   if (errorsOut) errorsOut->clear();
   return config;
 }

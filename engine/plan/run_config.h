@@ -211,7 +211,7 @@ struct ConfigError {
 // All problems of a config, in document order. Empty = valid.
 using ConfigErrors = std::vector<ConfigError>;
 
-// Formats errors as "<file>: <path>: <message>" lines.
+// Formats errors as "<file>: <path>: <message>" lines, one an error (control characters written as \u00XX).
 std::string formatConfigErrors(const ConfigErrors& errors, const std::string& file);
 
 // Parses and validates. On failure the Status message holds every error, one per line, each naming the
@@ -220,6 +220,10 @@ Expected<RunConfig> parseRunConfig(const nlohmann::json& doc, ConfigErrors* erro
 // Reads the file (a missing file, unreadable file or JSON syntax error names the file, line and column),
 // then parseRunConfig(). Sets baseDir to the file's directory.
 Expected<RunConfig> loadRunConfig(const std::string& path, ConfigErrors* errorsOut = nullptr);
+// The text of a config file, already read: what loadRunConfig() does after reading, `name` standing for the
+// file in messages. baseDir stays empty (relative paths resolve against the working directory).
+Expected<RunConfig> parseRunConfigText(const std::string& text, const std::string& name,
+                                       ConfigErrors* errorsOut = nullptr);
 // Cross-field checks on an already typed config (tp divides heads, placement covers every layer once, ...).
 ConfigErrors validateRunConfig(const RunConfig& config);
 // The complete config, every field written (defaults included), in the documented key order.

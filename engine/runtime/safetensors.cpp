@@ -254,7 +254,7 @@ LoadedTensor convert(const Entry& e, const unsigned char* data) {
   return t;
 }
 
-Expected<SafetensorsData> parseSafetensors(const std::string& path, const std::string& bytes) {
+Expected<SafetensorsData> parseSafetensorsImpl(const std::string& path, const std::string& bytes) {
   if (bytes.size() < 8) {
     return Status::error(path + ": too short for a safetensors file (" + std::to_string(bytes.size()) +
                          " bytes, the header length alone takes 8)");
@@ -266,8 +266,26 @@ Expected<SafetensorsData> parseSafetensors(const std::string& path, const std::s
     return Status::error(path + ": header length " + std::to_string(headerLength) +
                          " goes beyond the end of the file (" + std::to_string(bytes.size()) + " bytes)");
   }
-  const nlohmann::json header = nlohmann::json::parse(
-      bytes.begin() + 8, bytes.begin() + 8 + static_cast<ptrdiff_t>(headerLength), nullptr, false);
+  // A header nests three levels (the header, a tensor's entry, its shape). A deeper one is refused as the
+  // parse gets there: a header of nested brackets would otherwise take about 37 times its size in memory.
+  constexpr int kMaxHeaderDepth = 8;
+  struct TooDeep {};
+  const nlohmann::json::parser_callback_t depthLimit = [](int depth, nlohmann::json::parse_event_t event,
+                                                          nlohmann::json&) {
+    if ((event == nlohmann::json::parse_event_t::object_start ||
+         event == nlohmann::json::parse_event_t::array_start) &&
+        depth >= kMaxHeaderDepth)
+      throw TooDeep{};
+    return true;
+  };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(
+        bytes.begin() + 8, bytes.begin() + 8 + static_cast<ptrdiff_t>(headerLength), depthLimit, false);
+  } catch (const TooDeep&) {
+    return Status::error(path + ": the safetensors header nests deeper than " +
+                         std::to_string(kMaxHeaderDepth) + " levels (a valid one nests 3)");
+  }
   if (header.is_discarded()) return Status::error(path + ": the safetensors header is not valid JSON");
   if (!header.is_object()) return Status::error(path + ": the safetensors header is not a JSON object");
 
@@ -320,14 +338,18 @@ Status writeSafetensors(const std::string& path, const std::vector<NamedTensor>&
   }
 }
 
+Expected<SafetensorsData> parseSafetensors(const std::string& name, const std::string& bytes) {
+  try {
+    return parseSafetensorsImpl(name, bytes);
+  } catch (const std::exception& e) {
+    return Status::error(name + ": cannot read safetensors file: " + e.what());
+  }
+}
+
 Expected<SafetensorsData> readSafetensors(const std::string& path) {
   Expected<std::string> bytes = readFile(path);
   if (!bytes) return bytes.status();
-  try {
-    return parseSafetensors(path, *bytes);
-  } catch (const std::exception& e) {
-    return Status::error(path + ": cannot read safetensors file: " + e.what());
-  }
+  return parseSafetensors(path, *bytes);
 }
 
 }  // namespace ms

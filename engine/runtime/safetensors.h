@@ -56,6 +56,8 @@ Status writeSafetensors(const std::string& path, const std::vector<NamedTensor>&
                         const std::map<std::string, std::string>& metadata = {});
 // Reads and validates a whole file.
 Expected<SafetensorsData> readSafetensors(const std::string& path);
+// Validates and converts a whole file's bytes, already read; `name` stands for the file in messages.
+Expected<SafetensorsData> parseSafetensors(const std::string& name, const std::string& bytes);
 
 // IEEE half and bfloat16 conversions, round to nearest even; NaN stays NaN, overflow becomes infinity.
 uint16_t floatToBf16(float value);

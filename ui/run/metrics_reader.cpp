@@ -389,17 +389,20 @@ void MetricsReader::takeLine(QByteArrayView line, std::vector<MetricsEvent>& out
 std::vector<MetricsEvent> MetricsReader::feed(QByteArrayView bytes) {
   std::vector<MetricsEvent> out;
   m_bytes += bytes.size();
+  // A line over the limit is reported and skipped, whether it ends in this piece or not.
+  auto overLong = [&](QByteArrayView start) {
+    ++m_lines;
+    ++m_errors;
+    out.push_back(MetricsError{
+        m_lines, lineError(m_lines, "line longer than " + std::to_string(m_maxLineBytes) + " bytes, skipped",
+                           m_tail.isEmpty() ? start : QByteArrayView(m_tail))});
+  };
   while (!bytes.isEmpty()) {
     const qsizetype nl = bytes.indexOf('\n');
     if (nl < 0) {
       if (m_skipping) return out;
       if (static_cast<std::size_t>(m_tail.size() + bytes.size()) > m_maxLineBytes) {
-        ++m_lines;
-        ++m_errors;
-        out.push_back(MetricsError{
-            m_lines,
-            lineError(m_lines, "line longer than " + std::to_string(m_maxLineBytes) + " bytes, skipped",
-                      m_tail.isEmpty() ? bytes : QByteArrayView(m_tail))});
+        overLong(bytes);
         m_tail.clear();
         m_tail.squeeze();
         m_skipping = true;
@@ -412,6 +415,11 @@ std::vector<MetricsEvent> MetricsReader::feed(QByteArrayView bytes) {
     bytes = bytes.sliced(nl + 1);
     if (m_skipping) {
       m_skipping = false;  // the over-long line ends here; it was counted and reported already
+      continue;
+    }
+    if (static_cast<std::size_t>(m_tail.size() + head.size()) > m_maxLineBytes) {
+      overLong(head);
+      m_tail.clear();
       continue;
     }
     if (m_tail.isEmpty()) {
