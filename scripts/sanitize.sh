@@ -18,8 +18,8 @@
 #              example project for 60 steps).
 #   reference: tst_reference (the engine against PyTorch).
 #   mpi:       tst_comm at 2 ranks and tst_parallel. Left out: tst_comm at 3 and 4 ranks (43 s and 69 s under
-#              ASan, oversubscribed on 2 cores; they run in the ordinary suite), tst_equivalence (79 s
-#              Release, 28 plans under mpirun) and tst_failure (its 5 s stall timeouts race the slower
+#              ASan, oversubscribed on 2 cores; they run in the ordinary suite), tst_equivalence (176 s
+#              Release in a fresh clone's ./test.sh, 2026-11-26: 72 rows under mpirun) and tst_failure (its 5 s stall timeouts race the slower
 #              instrumented ranks: under ASan stoppedRankEndsTheRun saw rank 0 named instead of the stopped
 #              rank 3). MS_SANITIZE_ALL=1 runs them all.
 #   gui:       none (the studio is not built here); its metrics reader is fuzzed (fuzz_metrics) instead.
