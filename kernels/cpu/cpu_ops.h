@@ -48,6 +48,48 @@ void linearForwardT(float* out, const float* inp, const float* weight, const flo
 void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
 
+// ---- Convolution, NCHW (conv.cpp) -----------------------------------------------------------------------
+// A 2-D convolution's shape: input (B, C, H, W), weight (OC, C, KH, KW), output (B, OC, outH(), outW()),
+// zero padding pad on every side, the same stride both ways.
+struct Conv2dShape {
+  int B = 1, C = 1, H = 1, W = 1, OC = 1, KH = 1, KW = 1, stride = 1, pad = 0;
+  int outH() const;  // (H + 2 pad - KH) / stride + 1
+  int outW() const;
+};
+// out = conv(inp, weight) + bias (OC, broadcast over positions; nullable).
+void conv2dForward(float* out, const float* inp, const float* weight, const float* bias,
+                   const Conv2dShape& s);
+// dinp +=, dweight (OC, C, KH, KW) +=, dbias (OC) +=; each nullable.
+void conv2dBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                    const float* weight, const Conv2dShape& s);
+
+// ---- Batch norm over (B, C, S) per channel c (S: the positions of a sample, H * W) -----------------------
+// In parts, so that synchronised batch norm can all-reduce the per-channel sums between them.
+// sum[c], sumSq[c] (C doubles each) = sums of x and x^2 over this rank's B * S elements of channel c.
+void batchNormStats(double* sum, double* sumSq, const float* x, int B, int C, int S);
+// mean, rstd = 1 / sqrt(var + eps) from sums over count elements per channel (var biased, the batch's own);
+// var (C doubles, nullable) gets the biased variance for the running statistics.
+void batchNormMoments(float* mean, float* rstd, double* var, const double* sum, const double* sumSq,
+                      double count, int C, float eps);
+// running = (1 - momentum) running + momentum batch (PyTorch's convention), the variance unbiased
+// (var * count / (count - 1)).
+void batchNormUpdateRunning(float* runningMean, float* runningVar, const float* mean, const double* var,
+                            double count, int C, float momentum);
+// out = (x - mean) rstd weight + bias, per channel; weight, bias nullable (1 and 0). Evaluation passes the
+// running mean and 1 / sqrt(running var + eps).
+void batchNormApply(float* out, const float* x, const float* mean, const float* rstd, const float* weight,
+                    const float* bias, int B, int C, int S);
+// sumDy[c], sumDyXhat[c] over this rank's elements, xhat = (x - mean) rstd.
+void batchNormGradStats(double* sumDy, double* sumDyXhat, const float* dout, const float* x,
+                        const float* mean, const float* rstd, int B, int C, int S);
+// dinp += weight rstd / count (count dout - sumDy - xhat sumDyXhat) with the sums over the batch of count
+// elements a channel (all ranks' under synchronised batch norm); dweight += localSumDyXhat, dbias +=
+// localSumDy (this rank's). dinp, dweight, dbias nullable.
+void batchNormBackwardApply(float* dinp, float* dweight, float* dbias, const float* dout, const float* x,
+                            const float* mean, const float* rstd, const float* weight, const double* sumDy,
+                            const double* sumDyXhat, const double* localSumDy, const double* localSumDyXhat,
+                            double count, int B, int C, int S);
+
 // ---- LayerNorm over the last dimension -------------------------------------------------------------------
 // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N) and rstd (N) for backward.
 void layerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
