@@ -90,9 +90,13 @@ def wait_for_idle_gpu(seconds=30.0):
     here): a process that just ended, an out-of-memory run among them, may still be returning its memory."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-                           capture_output=True, text=True)
-        if p.returncode != 0 or float(p.stdout.split()[0] or 0) < 1024:
+        try:
+            p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i",
+                                "0"], capture_output=True, text=True)
+        except OSError:  # no nvidia-smi: nothing to wait with
+            return
+        fields = p.stdout.split()
+        if p.returncode != 0 or not fields or float(fields[0]) < 1024:  # no reading: nothing to wait for
             return
         time.sleep(0.5)
 
