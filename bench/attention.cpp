@@ -1,10 +1,10 @@
-// bench/attention: the fused attention's two kernels (the scalar one and the tensor-core one of
-// kernels/cuda/cuda_flash_attention*.cu) and the materialised cuBLAS path (cuda_attention.cu), forward and
-// backward, on GPT-2 124M's attention: B 8, T 1024, C 768, H 12 (head size 64), causal, GemmMode::Bf16.
-// cudaEvent timing, the median of --iters calls after 3 warm-up calls; ratios against the scalar kernel
-// measured in the same run. The tensor-core results (out, lse, dqkv) are checked against the scalar kernel's
-// outside the timed region with tst_cuda_kernels' bf16 attention tolerance; a mismatch makes the exit
-// status 1. Without a CUDA device it says so and exits 0.
+// bench/attention: the fused attention's kernels (the scalar one and the two tensor-core ones, mma.sync and
+// wmma, of kernels/cuda/cuda_flash_attention*.cu) and the materialised cuBLAS path (cuda_attention.cu),
+// forward and backward, on GPT-2 124M's attention: B 8, T 1024, C 768, H 12 (head size 64), causal,
+// GemmMode::Bf16. cudaEvent timing, the median of --iters calls after 3 warm-up calls; ratios against the
+// scalar kernel measured in the same run. The tensor-core results (out, lse, dqkv) are checked against the
+// scalar kernel's outside the timed region with tst_cuda_kernels' bf16 attention tolerance; a mismatch makes
+// the exit status 1. Without a CUDA device it says so and exits 0.
 //
 // usage: bench_attention [--iters N] [--batch B] [--seq T]
 // Columns: median ms per forward, per backward, their sum, the sum's speed-up over the scalar kernel (> 1:
@@ -158,18 +158,27 @@ int run(const Shape& s, int iters) {
     if (!st.isOk()) return fail(st);
   }
 
-  // Correctness first, outside any timed region: tensor cores against the scalar kernel.
-  Vec out[2], lse[2], dqkv[2];
-  for (const int tc : {0, 1}) {
-    st = flashOnce(tc ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar, b, s,
-                   stream, out[tc], lse[tc], dqkv[tc]);
+  // Correctness first, outside any timed region: each tensor-core kernel against the scalar kernel.
+  const cuda::FlashAttentionKernel checked[] = {cuda::FlashAttentionKernel::Scalar,
+                                                cuda::FlashAttentionKernel::TensorCore,
+                                                cuda::FlashAttentionKernel::TensorCoreWmma};
+  Vec out[3], lse[3], dqkv[3];
+  for (int k = 0; k < 3; ++k) {
+    st = flashOnce(checked[k], b, s, stream, out[k], lse[k], dqkv[k]);
     if (!st.isOk()) return fail(st);
   }
-  double dOut = 0, dLse = 0, dDqkv = 0;
-  const std::string badOut = worst(out[1], out[0], 2e-2, 1e-2, dOut);
-  const std::string badLse = worst(lse[1], lse[0], 1e-4, 1e-4, dLse);
-  const std::string badDqkv = worst(dqkv[1], dqkv[0], 2e-2, 1e-2, dDqkv);
-  const bool ok = badOut.empty() && badLse.empty() && badDqkv.empty();
+  struct Check {
+    double out = 0, lse = 0, dqkv = 0;
+    std::string bad;
+  } checks[3];
+  for (int k = 1; k < 3; ++k) {
+    const std::string badOut = worst(out[k], out[0], 2e-2, 1e-2, checks[k].out);
+    const std::string badLse = worst(lse[k], lse[0], 1e-4, 1e-4, checks[k].lse);
+    const std::string badDqkv = worst(dqkv[k], dqkv[0], 2e-2, 1e-2, checks[k].dqkv);
+    for (const auto& [what, bad] : {std::pair{"out", badOut}, {"lse", badLse}, {"dqkv", badDqkv}})
+      if (!bad.empty()) checks[k].bad += std::string("  ") + what + " " + bad + "\n";
+  }
+  const bool ok = checks[1].bad.empty() && checks[2].bad.empty();
 
   struct Path {
     const char* name;
@@ -190,6 +199,7 @@ int run(const Shape& s, int iters) {
   const Path paths[] = {
       flashPath("flash scalar", cuda::FlashAttentionKernel::Scalar),
       flashPath("flash tensor-core", cuda::FlashAttentionKernel::TensorCore),
+      flashPath("flash tc (wmma)", cuda::FlashAttentionKernel::TensorCoreWmma),
       {"materialised",
        [&] {
          return cuda::attentionForward(b.out.data(), b.att.data(), b.qkv.data(), s.B, s.T, s.C, s.H, s.causal,
@@ -217,11 +227,12 @@ int run(const Shape& s, int iters) {
     std::printf("%-18s %12.3f %12.3f %12.3f %10.2f %10.1f\n", p.name, t->forwardMs, t->backwardMs, total,
                 scalarTotal / total, totalFlops / (total * 1e-3) / 1e12);
   }
-  std::printf("check, tensor-core vs scalar: max |diff| out %.3g, lse %.3g, dqkv %.3g: %s\n", dOut, dLse,
-              dDqkv, ok ? "ok" : "MISMATCH");
-  if (!badOut.empty()) std::printf("  out %s\n", badOut.c_str());
-  if (!badLse.empty()) std::printf("  lse %s\n", badLse.c_str());
-  if (!badDqkv.empty()) std::printf("  dqkv %s\n", badDqkv.c_str());
+  for (int k = 1; k < 3; ++k) {
+    std::printf("check, %s vs scalar: max |diff| out %.3g, lse %.3g, dqkv %.3g: %s\n",
+                k == 1 ? "tensor-core (mma)" : "tensor-core (wmma)", checks[k].out, checks[k].lse,
+                checks[k].dqkv, checks[k].bad.empty() ? "ok" : "MISMATCH");
+    std::printf("%s", checks[k].bad.c_str());
+  }
   cudaStreamDestroy(stream);
   return ok ? 0 : 1;
 }

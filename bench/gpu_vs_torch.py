@@ -18,7 +18,7 @@ eager in fp32, no TF32, against the engine in fp32) compare MFU against the devi
 (--peak-fp32-tflops, else H100 SXM / H200 66.9, A100 19.5). If the engine fails a run, its row says so.
 
 usage: bench/gpu_vs_torch.py [--engine build/engine/meshstudio-engine] [--batch 8] [--steps 20] [--warmup 5]
-                             [--no-compile] [--engine-only] [--precision bf16|fp32|both]
+                             [--no-compile] [--engine-only | --torch-only] [--precision bf16|fp32|both]
        bench/gpu_vs_torch.py --device cpu --tiny      (checks the script on a machine without a GPU)
 """
 import argparse
@@ -135,6 +135,7 @@ def main():
     ap.add_argument("--tiny", action="store_true", help="a 2-layer width-64 model (script check)")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile bf16 row")
     ap.add_argument("--engine-only", action="store_true", help="the engine's rows alone (no PyTorch runs)")
+    ap.add_argument("--torch-only", action="store_true", help="PyTorch's rows alone (no engine runs)")
     ap.add_argument("--precision", choices=["bf16", "fp32", "both"], default="both")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -158,8 +159,10 @@ def main():
             torch_tps, _, loss = run_torch(args, shape, device, precision)
             print(f"{'pytorch ' + precision:16} {torch_tps:12.0f} {100 * torch_tps * fpt / (peak * 1e12):7.1f}%"
                   f"   (final loss {loss:.3f})")
-        engine_tps, why = run_engine(args, shape, precision)
-        if engine_tps is None:
+        engine_tps, why = (None, "--torch-only") if args.torch_only else run_engine(args, shape, precision)
+        if args.torch_only:
+            pass
+        elif engine_tps is None:
             print(f"{'engine ' + precision:16} {'-':>12} {'-':>8}   refused: {why}")
         else:
             print(f"{'engine ' + precision:16} {engine_tps:12.0f} {100 * engine_tps * fpt / (peak * 1e12):7.1f}%"

@@ -22,8 +22,9 @@
 #  5. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine, PyTorch eager (bf16, fp32) and
 #     torch.compile (bf16).
 #  6. bench/gpu_memory.py: GPT-2 124M and 350M, fp32 and bf16: predicted against measured memory per category.
-#  7. A kernel profile of two bf16 GPT-2 124M steps (ncu, one metric: each kernel's duration), summed per
-#     kernel name, when ncu is there (MS_GPU_CHECK_NCU=0 skips it).
+#  7. A kernel profile of bf16 GPT-2 124M steps (scripts/gpu_profile.sh: bench/kernel_profile.cpp's CUPTI
+#     injection library), per kernel name and step; MS_GPU_CHECK_PROFILE=0 skips it. (Nsight Compute, which
+#     these machines have, replays every kernel: two steps took over 120 s on the H200.)
 set -u
 cd "$(dirname "$0")/.."
 budget=${1:-420}
@@ -184,51 +185,9 @@ step 150 "$out/gpu_memory.txt" $run python3 bench/gpu_memory.py --engine /tmp/ms
   --out "$out/gpu_memory.json"
 echo "bench/gpu_memory.py: exit $?"
 cat "$out/gpu_memory.txt"
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-[ "${MS_GPU_CHECK_NCU:-1}" = 0 ] && ncu=""  # the profile skipped (a lease that has other work to do)
-if [ -n "$ncu" ]; then
-  python3 - "$work" <<'PY'
-import json, os, sys
-sys.path.insert(0, "bench")
-from llmc_shard import write_shard
-work = sys.argv[1]
-V, T = 50304, 1024
-write_shard(f"{work}/tokens.bin", 8 * 1024 * 4 + 1, V)
-cfg = {"version": 1, "name": "profile", "seed": 1, "device": "cuda",
-       "model": {"type": "gpt", "layers": 12, "width": 768, "heads": 12, "vocab": V, "context": T},
-       "data": {"kind": "tokens", "train": [f"{work}/tokens.bin"], "val": [f"{work}/tokens.bin"]},
-       "mesh": {"nodes": [{"name": "n0", "device": "h100-sxm-80gb", "count": 1}]},
-       "parallel": {"precision": "bf16"}, "optimizer": {"type": "adamw", "lr": 6e-4},
-       "training": {"steps": 2, "batch_size": 8, "seq_len": T, "eval_every": 0, "eval_batches": 1,
-                    "checkpoint_every": 0}}
-json.dump(cfg, open(f"{work}/profile.json", "w"))
-PY
-  step 120 "$out/ncu.txt" $run "$ncu" --clock-control none --target-processes all --metrics gpu__time_duration.sum \
-    --csv meshstudio-engine train "$work/profile.json" --run-dir "$work/profile" --quiet
-  echo "ncu profile (2 bf16 GPT-2 124M steps): exit $?"
-  python3 - "$out/ncu.txt" <<'PY'
-import csv, sys
-rows = {}
-lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith('"')]
-for r in csv.DictReader(lines):
-    try:
-        name = r.get("Kernel Name") or r.get("Function Name") or "?"
-        avg = float(str(r.get("Metric Value", "0")).replace(",", ""))
-        count = 1  # one row per launch
-        unit = r.get("Metric Unit", "nsecond")
-    except ValueError:
-        continue
-    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(unit, 1e-6)
-    t, c = rows.get(name, (0.0, 0))
-    rows[name] = (t + avg * count * scale, c + count)
-total = sum(t for t, _ in rows.values())
-if not rows:
-    print("ncu: no kernel rows parsed; first lines:", "".join(open(sys.argv[1], errors="replace").readlines()[:8]))
-print(f"kernels: {sum(c for _, c in rows.values())} launches, {total:.1f} ms of kernel time over the run")
-for name, (t, c) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:25]:
-    print(f"{t:9.2f} ms {100 * t / max(total, 1e-9):5.1f}% {c:6d}x  {name[:110]}")
-PY
-else
-  echo "ncu: not on this machine"
+if [ "${MS_GPU_CHECK_PROFILE:-1}" != 0 ]; then  # 0: skipped (a lease that has other work to do)
+  step 150 "$out/profile.txt" bash scripts/gpu_profile.sh "$out" engine
+  echo "kernel profile (scripts/gpu_profile.sh, engine bf16 GPT-2 124M): exit $?"
+  cat "$out/profile-engine.txt" 2>/dev/null | head -32
 fi
 rm -rf "$work"

@@ -802,25 +802,29 @@ class TestCudaKernels : public QObject {
     flashAgainstCpu(B, T, C, H, causal, bf16, std::nullopt);
   }
 
-  // Each kernel named explicitly, in bf16 mode, against the same CPU reference: the tensor-core one (head
-  // sizes 16 to 128; T of one row, inside one 64-row tile, over several with a partial last one, and exact
-  // multiples; several (batch, head) pairs) and the scalar one on the same shapes.
+  // Each kernel named explicitly, in bf16 mode, against the same CPU reference: the tensor-core ones
+  // (mma.sync and wmma; head sizes 16 to 128; T of one row, inside one 64-row tile, over several with a
+  // partial last one, and exact multiples; several (batch, head) pairs) and the scalar one on the same
+  // shapes.
   void flashAttentionKernels_data() {
     QTest::addColumn<int>("B");
     QTest::addColumn<int>("T");
     QTest::addColumn<int>("C");
     QTest::addColumn<int>("H");
     QTest::addColumn<bool>("causal");
-    QTest::addColumn<bool>("tensorCores");
+    QTest::addColumn<int>("kernel");  // cuda::FlashAttentionKernel
     const int shapes[][4] = {{2, 1, 128, 2},   {2, 37, 192, 3}, {1, 100, 256, 2}, {2, 257, 128, 2},
                              {1, 257, 256, 2}, {3, 65, 96, 3},  {1, 130, 192, 2}, {2, 64, 64, 4},
-                             {1, 128, 384, 3}, {2, 17, 256, 2}};
-    for (const bool tensorCores : {true, false})
+                             {1, 128, 384, 3}, {2, 17, 256, 2}, {1, 31, 32, 2},   {2, 95, 64, 1}};
+    const std::pair<cuda::FlashAttentionKernel, const char*> kernels[] = {
+        {cuda::FlashAttentionKernel::TensorCore, "tc"},
+        {cuda::FlashAttentionKernel::TensorCoreWmma, "wmma"},
+        {cuda::FlashAttentionKernel::Scalar, "scalar"}};
+    for (const auto& [kernel, name] : kernels)
       for (const bool causal : {true, false})
         for (const auto& sh : shapes)
-          QTest::addRow("%s %s B%d T%d C%d H%d", tensorCores ? "tc" : "scalar", causal ? "causal" : "full",
-                        sh[0], sh[1], sh[2], sh[3])
-              << sh[0] << sh[1] << sh[2] << sh[3] << causal << tensorCores;
+          QTest::addRow("%s %s B%d T%d C%d H%d", name, causal ? "causal" : "full", sh[0], sh[1], sh[2], sh[3])
+              << sh[0] << sh[1] << sh[2] << sh[3] << causal << int(kernel);
   }
 
   void flashAttentionKernels() {
@@ -829,23 +833,21 @@ class TestCudaKernels : public QObject {
     QFETCH(int, C);
     QFETCH(int, H);
     QFETCH(bool, causal);
-    QFETCH(bool, tensorCores);
-    flashAgainstCpu(
-        B, T, C, H, causal, true,
-        tensorCores ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar);
+    QFETCH(int, kernel);
+    flashAgainstCpu(B, T, C, H, causal, true, static_cast<cuda::FlashAttentionKernel>(kernel));
   }
 
-  // The tensor-core kernels against the scalar ones (both bf16) on the GPT-2 124M attention with the batch
-  // cut to 2 (T 1024, C 768, H 12, causal), from the same non-zero dqkv; then the tensor-core backward run a
-  // second time must give the same bits (no atomics). Tolerances: both multiply the same bf16 operands and
-  // sum in fp32, so the scores agree to about 1e-6 relative and the log-sum-exp (formed from unrounded
-  // probabilities) to the fp32 GEMM tolerance. out and dqkv differ mainly because each kernel rounds its
-  // probabilities to bf16 relative to a different running maximum (32-key tiles against 64-key ones, then
-  // rescaled) and because a probability that moves by 1e-6 can cross a bf16 rounding boundary: every term of
-  // P V, P^T dO and dS K, dS^T Q can differ by 2^-8 of itself, the errors of distinct terms independent.
-  // Summed over a row's terms (weights adding to 1, v and dout in [-2, 2] and [-1, 1]) that is at most 2^-8 *
-  // 2 = 8e-3 and in practice far less; the bf16 attention tolerance holds with room, and a wrong mask, a
-  // missing rescale or a lost tile moves outputs by O(0.1) or more.
+  // The tensor-core kernels (mma.sync and wmma) against the scalar ones (all bf16) on the GPT-2 124M
+  // attention with the batch cut to 2 (T 1024, C 768, H 12, causal), from the same non-zero dqkv; then the
+  // tensor-core backward run a second time must give the same bits (no atomics). Tolerances: both multiply
+  // the same bf16 operands and sum in fp32, so the scores agree to about 1e-6 relative and the log-sum-exp
+  // (formed from unrounded probabilities) to the fp32 GEMM tolerance. out and dqkv differ mainly because each
+  // kernel rounds its probabilities to bf16 relative to a different running maximum (32-key tiles against
+  // 64-key ones, then rescaled) and because a probability that moves by 1e-6 can cross a bf16 rounding
+  // boundary: every term of P V, P^T dO and dS K, dS^T Q can differ by 2^-8 of itself, the errors of distinct
+  // terms independent. Summed over a row's terms (weights adding to 1, v and dout in [-2, 2] and [-1, 1])
+  // that is at most 2^-8 * 2 = 8e-3 and in practice far less; the bf16 attention tolerance holds with room,
+  // and a wrong mask, a missing rescale or a lost tile moves outputs by O(0.1) or more.
   void flashAttentionTensorCoresMatchScalar() {
     const int B = 2, T = 1024, C = 768, H = 12;
     const bool causal = true;
@@ -859,10 +861,12 @@ class TestCudaKernels : public QObject {
     CUDA_OK(upload(dQkv, qkv));
     CUDA_OK(upload(dDout, dout));
     CUDA_OK(upload(dScratch, Vec(lseSize, 5.0f)));
-    Vec out[2], lse[2], dqkv[2];
-    for (const int tc : {0, 1}) {
-      const cuda::FlashAttentionKernel kernel =
-          tc ? cuda::FlashAttentionKernel::TensorCore : cuda::FlashAttentionKernel::Scalar;
+    const cuda::FlashAttentionKernel kernels[] = {cuda::FlashAttentionKernel::Scalar,
+                                                  cuda::FlashAttentionKernel::TensorCore,
+                                                  cuda::FlashAttentionKernel::TensorCoreWmma};
+    Vec out[3], lse[3], dqkv[3];
+    for (const int tc : {0, 1, 2}) {
+      const cuda::FlashAttentionKernel kernel = kernels[tc];
       DBuf<float> dOut, dLse, dDqkv;
       CUDA_OK(upload(dOut, Vec(dout.size(), 5.0f)));
       CUDA_OK(upload(dLse, Vec(lseSize, 5.0f)));
@@ -887,9 +891,11 @@ class TestCudaKernels : public QObject {
                  "the tensor-core backward is not bitwise reproducible");
       }
     }
-    VERIFY_CLOSE(lse[1], lse[0], kGemmAtol, kGemmRtol);
-    VERIFY_CLOSE(out[1], out[0], kBf16AttentionAtol, kBf16AttentionRtol);
-    VERIFY_CLOSE(dqkv[1], dqkv[0], kBf16AttentionAtol, kBf16AttentionRtol);
+    for (const int tc : {1, 2}) {
+      VERIFY_CLOSE(lse[tc], lse[0], kGemmAtol, kGemmRtol);
+      VERIFY_CLOSE(out[tc], out[0], kBf16AttentionAtol, kBf16AttentionRtol);
+      VERIFY_CLOSE(dqkv[tc], dqkv[0], kBf16AttentionAtol, kBf16AttentionRtol);
+    }
   }
 
   // MESHSTUDIO_FLASH_TC: unset or 1 allow the tensor-core kernels, 0 forbids them, anything else is an error

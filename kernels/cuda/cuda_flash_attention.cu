@@ -30,8 +30,9 @@
 // which gives the materialised bf16 path's products. Head sizes up to kFlashAttentionMaxHeadSize.
 //
 // Dispatch: in GemmMode::Bf16 the public functions hand head sizes 16, 32, 64, 96 and 128 to the tensor-core
-// kernels of cuda_flash_attention_tc.cu (same contract, bf16 MMAs), unless MESHSTUDIO_FLASH_TC=0; the
-// backward's D = rowsum(dout * out) comes from flashRowDotKernel below for both.
+// kernels of cuda_flash_attention_mma.cu (same contract, bf16 mma.sync; the wmma kernels of
+// cuda_flash_attention_tc.cu only when named), unless MESHSTUDIO_FLASH_TC=0; the backward's D =
+// rowsum(dout * out) comes from flashRowDotKernel below for all of them.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -382,10 +383,12 @@ Status flashAttentionForwardWith(FlashAttentionKernel kernel, float* out, float*
   if (B <= 0 || T <= 0 || C <= 0 || H <= 0) return Status::ok();
   MS_TRY(checkFlashShape(B, T, C, H, "flashAttentionForward"));
   const int hs = C / H;
-  if (kernel == FlashAttentionKernel::TensorCore) {
+  if (kernel != FlashAttentionKernel::Scalar) {
     const std::string obstacle = tensorCoreObstacle(hs, {out, qkv});
     if (!obstacle.empty()) return Status::error("flashAttentionForward: no tensor-core kernel: " + obstacle);
-    return detail::flashTcForward(out, lse, qkv, B, T, C, H, causal, stream);
+    if (kernel == FlashAttentionKernel::TensorCoreWmma)
+      return detail::flashTcForward(out, lse, qkv, B, T, C, H, causal, stream);
+    return detail::flashMmaForward(out, lse, qkv, B, T, C, H, causal, stream);
   }
   const float scale = 1.0f / std::sqrt(float(hs));
   const bool bf16 = gemmMode() == GemmMode::Bf16;
@@ -400,7 +403,7 @@ Status flashAttentionBackwardWith(FlashAttentionKernel kernel, float* dqkv, floa
   if (B <= 0 || T <= 0 || C <= 0 || H <= 0) return Status::ok();
   MS_TRY(checkFlashShape(B, T, C, H, "flashAttentionBackward"));
   const int hs = C / H;
-  const bool tensorCores = kernel == FlashAttentionKernel::TensorCore;
+  const bool tensorCores = kernel != FlashAttentionKernel::Scalar;
   if (tensorCores) {
     const std::string obstacle = tensorCoreObstacle(hs, {dqkv, dout, qkv});
     if (!obstacle.empty()) return Status::error("flashAttentionBackward: no tensor-core kernel: " + obstacle);
@@ -413,7 +416,9 @@ Status flashAttentionBackwardWith(FlashAttentionKernel kernel, float* dqkv, floa
   flashRowDotKernel<<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(D, dout, out, rows, T, C,
                                                                                      H, hs, bf16);
   MS_TRY(checkLaunch("flashAttentionBackward: rowsum(dout * out)"));
-  if (tensorCores) return detail::flashTcBackward(dqkv, dout, qkv, lse, D, B, T, C, H, causal, stream);
+  if (kernel == FlashAttentionKernel::TensorCoreWmma)
+    return detail::flashTcBackward(dqkv, dout, qkv, lse, D, B, T, C, H, causal, stream);
+  if (tensorCores) return detail::flashMmaBackward(dqkv, dout, qkv, lse, D, B, T, C, H, causal, stream);
   const dim3 grid = flashGrid(B, T, H);
   flashBackwardKVKernel<<<grid, kThreads, sharedBytes(hs), stream>>>(dqkv, dout, qkv, lse, D, T, C, H, hs,
                                                                      scale, causal, bf16);

@@ -69,6 +69,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_flash_attention_tc.h"
+#include "kernels/cuda/cuda_flash_tiles.cuh"
 
 namespace ms::cuda::detail {
 namespace {
@@ -167,28 +168,14 @@ struct BackwardQSmem {
 constexpr int kChunks = kCols / kStrip;  // 16-wide chunks per tile
 constexpr unsigned kFull = 0xffffffffu;
 
-// The fp32 -> bf16 staging, visibility predicate and output staging every kernel shares.
-// Rows [r0, r0 + kCols) of one head (row stride `stride` floats, D columns from src) into a (kCols, D + 8)
-// bf16 tile, rounded to nearest even; zeros for rows past T. The whole block calls it. src and stride are
-// multiples of 4 floats and 16-byte aligned (host-checked), so rows are read as float4.
+// The fp32 -> bf16 staging of every kernel (cuda_flash_tiles.cuh) on this file's tiles, and its mask.
 template <int D>
 __device__ inline void loadTile(bf16* tile, const float* src, size_t stride, int r0, int T) {
-  constexpr int kVec = D / 4;  // float4 per row
-  for (int idx = threadIdx.x; idx < kCols * kVec; idx += kThreads) {
-    const int rr = idx / kVec;
-    const int c = (idx - rr * kVec) * 4;
-    const int r = r0 + rr;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < T) v = *reinterpret_cast<const float4*>(src + size_t(r) * stride + c);
-    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(tile + rr * Tile<D>::kLd + c);  // 8-byte aligned
-    dst[0] = __floats2bfloat162_rn(v.x, v.y);
-    dst[1] = __floats2bfloat162_rn(v.z, v.w);
-  }
+  loadTileBf16<D, kCols, kThreads>(tile, Tile<D>::kLd, src, stride, r0, T);
 }
 
-// The scalar kernel's mask: query i sees key j.
 __device__ inline bool visible(int i, int j, int T, bool causal) {
-  return j < T && (!causal || j <= i);
+  return flashVisible(i, j, T, causal);
 }
 
 // Stores a warp's (16, D) accumulators acc[D / 16] into its fp32 staging strip (ld D + 4). The warp calls it.

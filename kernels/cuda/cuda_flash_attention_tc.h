@@ -1,4 +1,5 @@
-// Internal: the tensor-core (bf16 MMA) FlashAttention kernels of cuda_flash_attention_tc.cu, launched by
+// Internal: the tensor-core (bf16 MMA) FlashAttention kernels of cuda_flash_attention_tc.cu (wmma) and
+// cuda_flash_attention_mma.cu (mma.sync), launched by
 // cuda_flash_attention.cu, which owns the public entry points (cuda_ops.h), validates shapes and picks the
 // kernel. Not part of the public API; included by .cu files of kernels/cuda only.
 #pragma once
@@ -24,5 +25,11 @@ Status flashTcForward(float* out, float* lse, const float* qkv, int B, int T, in
 // dqkv (B, T, 3C) +=. D (B, H, T) = rowsum(bf16(dout) * out), computed by the caller beforehand.
 Status flashTcBackward(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
                        int B, int T, int C, int H, bool causal, cudaStream_t stream);
+
+// The mma.sync kernels of cuda_flash_attention_mma.cu: the same head sizes, preconditions and contract.
+Status flashMmaForward(float* out, float* lse, const float* qkv, int B, int T, int C, int H, bool causal,
+                       cudaStream_t stream);
+Status flashMmaBackward(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+                        int B, int T, int C, int H, bool causal, cudaStream_t stream);
 
 }  // namespace ms::cuda::detail

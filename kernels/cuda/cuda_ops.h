@@ -179,16 +179,17 @@ Status attentionBackward(float* dqkv, float* scratch, const float* dout, const f
 // operand rounding in GemmMode::Bf16 (q, k, v, dout, the probabilities and dS rounded, fp32 sums), fp32
 // otherwise. Deterministic (no atomics). Two kernels:
 // - Scalar: fp32 arithmetic, a warp per row; any head size, every GemmMode.
-// - TensorCore: bf16 MMAs with fp32 accumulation (FlashAttention-2 tiling); bf16 operands ALWAYS, whatever
-// the
-//   GemmMode; head sizes 16, 32, 64, 96 and 128, compute capability 8.0 or newer, and qkv, out,
-//   dout and dqkv 16-byte aligned (cudaMalloc's are).
+// - TensorCore: bf16 MMAs with fp32 accumulation (FlashAttention-2 tiling, mma.sync with the scores in
+//   registers); bf16 operands ALWAYS, whatever the GemmMode; head sizes 16, 32, 64, 96 and 128, compute
+//   capability 8.0 or newer, and qkv, out, dout and dqkv 16-byte aligned (cudaMalloc's are).
+// - TensorCoreWmma: the same through nvcuda::wmma (the first tensor-core kernel, its scores staged in shared
+//   memory), the same conditions; kept to compare against (tests, bench/attention.cpp), never chosen.
 // flashAttentionForward/Backward run TensorCore in GemmMode::Bf16 when it applies, Scalar otherwise. The
 // environment variable MESHSTUDIO_FLASH_TC=0 forces Scalar (to compare the two); it is read once per process,
 // and a value other than 0 or 1 makes every call fail with a message naming it.
 constexpr int kFlashAttentionMaxHeadSize = 128;
 constexpr const char* kFlashTensorCoreEnv = "MESHSTUDIO_FLASH_TC";
-enum class FlashAttentionKernel { Scalar, TensorCore };
+enum class FlashAttentionKernel { Scalar, TensorCore, TensorCoreWmma };
 // out (B, T, C); lse (B, H, T) = log sum_j exp(score_ij) over the keys row i sees.
 Status flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int H,
                              bool causal, cudaStream_t stream);
