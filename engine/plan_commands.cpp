@@ -144,7 +144,9 @@ int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::s
     }
   }
   // MFU is a fraction of a published peak: a device without one (the cpu placeholder) has none to state.
-  std::printf("\nstep %.4f s, %.0f tokens/s, MFU %s, %s\n", sim.stepTime, sim.tokensPerSecond,
+  // A gpt or vit sample is a sequence of tokens (patches); an mlp or cnn sample is one image.
+  std::printf("\nstep %.4f s, %.0f %s, MFU %s, %s\n", sim.stepTime, sim.tokensPerSecond,
+              isTransformer(plan->config.model.type) ? "tokens/s" : "samples/s",
               percentOrNa(sim.mfu, sim.mfuDefined).c_str(),
               j["fits"].get<bool>() ? "fits in memory on every device" : "DOES NOT FIT on every device");
   return 0;

@@ -106,6 +106,16 @@ json mlpMnist() {
     "training":{"batch_size":32,"steps":0}})");
 }
 
+json cnnMnist() {
+  return json::parse(R"({"name":"cnn",
+    "model":{"type":"cnn","channels":[16,32,64],"blocks":2,"bn_momentum":0.1,"classes":10},
+    "data":{"kind":"fashion_mnist"},
+    "mesh":{"nodes":[{"name":"n","device":"cpu","count":4}]},
+    "parallel":{"dp":2,"pp":2,"batchnorm":"sync","schedule":"gpipe","microbatches":2},
+    "optimizer":{"type":"sgd","momentum":0.9},
+    "training":{"batch_size":64,"steps":0}})");
+}
+
 // gptText() as a typed config, for the checks the studio runs on the struct.
 ms::RunConfig typedGpt() {
   auto c = ms::parseRunConfig(gptText());
@@ -118,6 +128,13 @@ struct TypedCase {
   const char* path;
   const char* substring;
 };
+
+// The typed gpt made a cnn on Fashion-MNIST (for the cnn cases).
+ms::RunConfig& asCnn(ms::RunConfig& c) {
+  c.model.type = ms::ModelType::Cnn;
+  c.data.kind = ms::DataKind::FashionMnist;
+  return c;
+}
 
 std::vector<TypedCase> typedCases() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -132,6 +149,26 @@ std::vector<TypedCase> typedCases() {
       {"min_lr_ratio 1.5", [](auto& c) { c.training.minLrRatio = 1.5; }, "/training/min_lr_ratio",
        "must be in [0, 1], got 1.5"},
       {"zero -1", [](auto& c) { c.parallel.zero = -1; }, "/parallel/zero", "must be in 0 .. 3, got -1"},
+      {"cnn tp 2", [](auto& c) { asCnn(c).parallel.tp = 2; }, "/parallel/tp",
+       "a cnn model has no tensor-parallel layers, so tp must be 1, got 2"},
+      {"cnn no stages", [](auto& c) { asCnn(c).model.channels = {}; }, "/model/channels",
+       "a cnn needs at least one stage"},
+      {"cnn channel 0",
+       [](auto& c) {
+         asCnn(c).model.channels = {16, 0};
+       },
+       "/model/channels/1", "must be >= 1, got 0"},
+      {"cnn blocks 0", [](auto& c) { asCnn(c).model.blocks = 0; }, "/model/blocks", "must be >= 1, got 0"},
+      {"cnn image 32", [](auto& c) { asCnn(c).model.imageSize = 32; }, "/model/image_size",
+       "fashion_mnist images are 28x28, so image_size must be 28, got 32"},
+      {"cnn selective", [](auto& c) { asCnn(c).parallel.recompute = ms::Recompute::Selective; },
+       "/parallel/recompute", "a cnn model has no attention"},
+      {"cnn bn momentum 1", [](auto& c) { asCnn(c).model.bnMomentum = 1.0; }, "/model/bn_momentum",
+       "must be in (0, 1), got 1"},
+      {"cnn text data", [](auto& c) { c.model.type = ms::ModelType::Cnn; }, "/data/kind",
+       "model type \"cnn\" needs data kind \"fashion_mnist\", got \"text\""},
+      {"gpt sync batchnorm", [](auto& c) { c.parallel.batchNorm = ms::BatchNormMode::Sync; },
+       "/parallel/batchnorm", "only a cnn model has BatchNorm"},
       {"version 2", [](auto& c) { c.version = 2; }, "/version", "must be 1, got 2"},
       {"empty name", [](auto& c) { c.name = ""; }, "/name", "must not be empty"},
       {"empty file", [](auto& c) { c.data.files = {""}; }, "/data/files/0", "must not be empty"},
@@ -243,6 +280,7 @@ class TestConfig : public QObject {
         << QByteArray::fromStdString(gptTokensEverything().dump()) << QString();
     QTest::newRow("vit") << QByteArray::fromStdString(vitMnist().dump()) << QString();
     QTest::newRow("mlp") << QByteArray::fromStdString(mlpMnist().dump()) << QString();
+    QTest::newRow("cnn") << QByteArray::fromStdString(cnnMnist().dump()) << QString();
     const QDir examples(MS_SOURCE_DIR "/resources/examples");
     for (const QString& f : examples.entryList({"*.json"}, QDir::Files))
       QTest::newRow(qPrintable("example " + f)) << QByteArray() << examples.absoluteFilePath(f);
@@ -824,7 +862,7 @@ class TestConfig : public QObject {
     const json& model = s["properties"]["model"];
     QCOMPARE(model["properties"]["layers"]["minimum"], json(1));
     QCOMPARE(model["properties"]["layers"]["default"], json(4));
-    QCOMPARE(model["properties"]["type"]["enum"], json::array({"gpt", "vit", "mlp"}));
+    QCOMPARE(model["properties"]["type"]["enum"], json::array({"gpt", "vit", "mlp", "cnn"}));
     const json& p = s["properties"]["parallel"]["properties"];
     QCOMPARE(p["zero"]["maximum"], json(3));
     QCOMPARE(p["schedule"]["default"], json("1f1b"));

@@ -2,6 +2,8 @@
 // FLOPs and activation bytes per sample.
 #include <QtTest>
 
+#include <cmath>
+
 #include "plan/model_spec.h"
 
 using namespace ms;
@@ -35,8 +37,8 @@ class TestModelSpec : public QObject {
     QCOMPARE(buildModelSpec(m, 1024).paramCount(), int64_t(124439808) + int64_t(50257) * 768);
   }
 
-  // Forward FLOPs of a block: 2 * 12 C^2 per position for the GEMMs (Kaplan et al. 2020, table 1: 2N per token
-  // with N = 12 C^2 per layer) plus attention's 2 * 2 * T * C per position, halved when causal.
+  // Forward FLOPs of a block: 2 * 12 C^2 per position for the GEMMs (Kaplan et al. 2020, table 1: 2N per
+  // token with N = 12 C^2 per layer) plus attention's 2 * 2 * T * C per position, halved when causal.
   void blockFlops() {
     ModelConfig m;
     m.width = 64;
@@ -69,6 +71,79 @@ class TestModelSpec : public QObject {
     QCOMPARE(mlp.paramCount(), int64_t(784 * 100 + 100 + 100 * 50 + 50 + 50 * 10 + 10));
     QCOMPARE(mlp.layerIndex("head"), 2);
     QCOMPARE(mlp.layerIndex("embedding"), -1);
+  }
+
+  // The cnn against the same network written in PyTorch (torch.nn.Conv2d/BatchNorm2d/Linear, torchvision's
+  // ResNet names, projection shortcuts; counted with /usr/bin/python3: sum(p.numel() for p in
+  // net.parameters()), the running statistics of state_dict(), and a forward hook summing 2 * outputs * in *
+  // KH * KW over the convolutions on one 28x28 image): channels {16, 32, 64} with 3 blocks a stage
+  // (ResNet-20, He et al. 2016's "0.27M" with option B shortcuts) has 272,186 parameters, 1,568
+  // running-statistics floats and 62,042,624 convolution FLOPs; {8, 16} with 2 blocks 10,978, 240 and
+  // 6,936,832.
+  void cnnMatchesPyTorch() {
+    ModelConfig m;
+    m.type = ModelType::Cnn;
+    m.channels = {16, 32, 64};
+    m.blocks = 3;
+    const ModelSpec spec = buildModelSpec(m, 0);
+    QCOMPARE(spec.paramCount(), int64_t(272186));
+    int64_t buffers = 0;
+    double convFlops = 0;
+    for (const LayerSpec& l : spec.layers) {
+      buffers += l.bufferCount();
+      if (l.kind != LayerKind::Head) convFlops += l.forwardFlopsPerSample;
+    }
+    QCOMPARE(buffers, int64_t(1568));
+    QCOMPARE(convFlops, 62042624.0);
+    QCOMPARE(spec.layerNames(), modelLayerNames(m));
+    QCOMPARE(spec.layers.size(), size_t(11));  // stem, 9 blocks, head
+    QCOMPARE(spec.layers.front().name, std::string("stem"));
+    QCOMPARE(spec.layers.front().kind, LayerKind::Embedding);
+    QCOMPARE(spec.samplePositions, 1);
+    // block.3 is layer2.0: stride 2, 16 -> 32 channels, with the 1x1 projection shortcut.
+    const LayerSpec& b3 = spec.layers[4];
+    QCOMPARE(b3.name, std::string("block.3"));
+    std::vector<std::string> names;
+    for (const ParamSpec& p : b3.params) names.push_back(p.name);
+    QCOMPARE(names,
+             (std::vector<std::string>{"layer2.0.conv1.weight", "layer2.0.bn1.weight", "layer2.0.bn1.bias",
+                                       "layer2.0.conv2.weight", "layer2.0.bn2.weight", "layer2.0.bn2.bias",
+                                       "layer2.0.downsample.0.weight", "layer2.0.downsample.1.weight",
+                                       "layer2.0.downsample.1.bias"}));
+    QCOMPARE(b3.params[0].shape, (std::vector<int64_t>{32, 16, 3, 3}));
+    QCOMPARE(b3.params[6].shape, (std::vector<int64_t>{32, 16, 1, 1}));
+    QCOMPARE(b3.buffers.size(), size_t(6));
+    QCOMPARE(b3.buffers[1].name, std::string("layer2.0.bn1.running_var"));
+    QCOMPARE(b3.buffers[1].init, ParamSpec::Init::Ones);
+    // He et al. 2015's fan-out init of the convolutions; BatchNorm weights 1, biases 0, no decay.
+    QCOMPARE(b3.params[0].std, std::sqrt(2.0 / (32 * 9)));
+    QVERIFY(b3.params[0].decay && !b3.params[1].decay);
+    // block.4 (layer2.1) keeps its shape: no shortcut convolution.
+    QCOMPARE(spec.layers[5].params.size(), size_t(6));
+    // Sides 28, 14, 7; the head reads 64 channels.
+    QCOMPARE(cnnStageSides(m), (std::vector<int>{28, 14, 7}));
+    QCOMPARE(spec.layers.back().params[0].shape, (std::vector<int64_t>{64, 10}));
+    QCOMPARE(spec.layers[9].outputBytesPerSample, int64_t(64 * 7 * 7 * 4));
+    // What a projection block keeps: its input and five (c, side, side) tensors; a plain one four.
+    QCOMPARE(b3.activationBytesPerSample, int64_t((16 * 28 * 28 + 5 * 32 * 14 * 14) * 4));
+    QCOMPARE(spec.layers[5].activationBytesPerSample, int64_t((32 * 14 * 14 + 4 * 32 * 14 * 14) * 4));
+
+    m.channels = {8, 16};
+    m.blocks = 2;
+    const ModelSpec small = buildModelSpec(m, 0);
+    QCOMPARE(small.paramCount(), int64_t(10978));
+    buffers = 0;
+    convFlops = 0;
+    for (const LayerSpec& l : small.layers) {
+      buffers += l.bufferCount();
+      if (l.kind != LayerKind::Head) convFlops += l.forwardFlopsPerSample;
+    }
+    QCOMPARE(buffers, int64_t(240));
+    QCOMPARE(convFlops, 6936832.0);
+    // An odd side rounds up, as a stride-2 3x3 convolution with padding 1 does: 9 -> 5 -> 3.
+    m.imageSize = 9;
+    m.channels = {4, 4, 4};
+    QCOMPARE(cnnStageSides(m), (std::vector<int>{9, 5, 3}));
   }
 };
 

@@ -156,7 +156,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   const double rate = device.peakFlops(base.parallel.precision) * device.achievableFraction;
   const double elem = 4.0;  // activations and parameters move in fp32 in both precisions
   // Attention runs fused on GPUs for head sizes the kernel takes (memory_model.h fusedAttention).
-  const bool fused = isGpuDevice(device) && model.type != ModelType::Mlp && model.heads > 0 &&
+  const bool fused = isGpuDevice(device) && isTransformer(model.type) && model.heads > 0 &&
                      model.width % model.heads == 0 &&
                      model.width / model.heads <= kFusedAttentionMaxHeadSize;
   const int positions = spec.samplePositions;
@@ -175,9 +175,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   for (int world : worlds) {
     for (int tp : divisors(world)) {
       if (tp > std::max(perNode, 1)) continue;
-      if (model.type != ModelType::Mlp && (model.heads % tp || F % tp)) continue;
+      if (isTransformer(model.type) && (model.heads % tp || F % tp)) continue;
       if (model.type == ModelType::Gpt && model.vocab % tp) continue;
-      if (model.type == ModelType::Mlp && tp > 1) continue;
+      if (!isTransformer(model.type) && tp > 1) continue;
       for (int pp : divisors(world / tp)) {
         if (pp > L) continue;
         const int dp = world / (tp * pp);

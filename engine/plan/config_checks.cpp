@@ -127,7 +127,15 @@ void checkModel(const RunConfig& c, Findings& out) {
   const int tp = c.parallel.tp;
   const std::string tpText = "tp (" + std::to_string(tp) + ")";
   const std::string modelName = toString(m.type);
-  if (m.type != ModelType::Mlp) {
+  if (m.type == ModelType::Cnn) {
+    // Convolutions are not split by tensor parallelism here (their channels could be, as Megatron splits
+    // linear layers, but the engine has no such layer): data and pipeline parallelism only.
+    if (tp > 1)
+      add(out, "/parallel/tp",
+          "a cnn model has no tensor-parallel layers, so tp must be 1, got " + std::to_string(tp),
+          {"/model/type"});
+    if (m.channels.empty()) add(out, "/model/channels", "a cnn needs at least one stage", {"/model/type"});
+  } else if (isTransformer(m.type)) {
     if (m.heads >= 1 && m.width >= 1 && !divides(m.heads, m.width))
       add(out, "/model/heads",
           "heads (" + std::to_string(m.heads) + ") must divide width (" + std::to_string(m.width) + ")",
@@ -179,7 +187,7 @@ void checkModel(const RunConfig& c, Findings& out) {
     add(out, "/model/vocab",
         "text data is read as bytes, so vocab must be 256, got " + std::to_string(m.vocab), pair);
   if (m.type != ModelType::Gpt && kind == DataKind::FashionMnist) {
-    if (m.type == ModelType::Vit && m.imageSize != 28 && m.imageSize >= 1)
+    if ((m.type == ModelType::Vit || m.type == ModelType::Cnn) && m.imageSize != 28 && m.imageSize >= 1)
       add(out, "/model/image_size",
           "fashion_mnist images are 28x28, so image_size must be 28, got " + std::to_string(m.imageSize),
           pair);
@@ -256,10 +264,15 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
         "recompute " +
             inQuotes(toString(p.recompute)),
         {"/parallel/recompute"});
-  if (p.recompute == Recompute::Selective && c.model.type == ModelType::Mlp)
+  if (p.recompute == Recompute::Selective && !isTransformer(c.model.type))
     add(out, "/parallel/recompute",
-        "selective recompute re-makes the attention matrix, and an mlp model has no attention; use \"full\" "
-        "or \"none\"",
+        std::string("selective recompute re-makes the attention matrix, and ") +
+            (c.model.type == ModelType::Mlp ? "an mlp" : "a cnn") +
+            " model has no attention; use \"full\" or \"none\"",
+        {"/model/type"});
+  if (p.batchNorm == BatchNormMode::Sync && c.model.type != ModelType::Cnn)
+    add(out, "/parallel/batchnorm",
+        "batchnorm \"sync\" synchronises BatchNorm statistics, and only a cnn model has BatchNorm",
         {"/model/type"});
   const std::string schedule = inQuotes(toString(p.schedule));
   const std::vector<std::string> bySchedule = {"/parallel/schedule"};
@@ -340,7 +353,8 @@ void checkPlacement(const RunConfig& c, Findings& out) {
   const ParallelConfig& p = c.parallel;
   const ModelConfig& m = c.model;
   if (p.pp < 1 || p.virtualChunks < 1) return;
-  if (m.type != ModelType::Mlp && m.layers < 1) return;
+  if (isTransformer(m.type) && m.layers < 1) return;
+  if (m.type == ModelType::Cnn && (m.channels.empty() || m.blocks < 1)) return;
   const std::vector<std::string> names = modelLayerNames(m);
   const std::vector<std::string> modelFields = {"/model/type", "/model/layers", "/model/hidden",
                                                 "/parallel/pp", "/parallel/virtual_chunks"};

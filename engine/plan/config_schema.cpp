@@ -185,6 +185,7 @@ Field objectListField(std::string parent, std::string key, Ref ref, std::string 
 constexpr unsigned kGpt = modelBit(ModelType::Gpt);
 constexpr unsigned kVit = modelBit(ModelType::Vit);
 constexpr unsigned kMlp = modelBit(ModelType::Mlp);
+constexpr unsigned kCnn = modelBit(ModelType::Cnn);
 constexpr unsigned kText = dataBit(DataKind::Text);
 constexpr unsigned kTokens = dataBit(DataKind::Tokens);
 constexpr unsigned kMnist = dataBit(DataKind::FashionMnist);
@@ -207,7 +208,8 @@ void addModel(std::vector<Field>& t) {
   const std::string m = "/model";
   t.push_back(section("", "model", "The network.").isRequired().aka({"network", "arch"}));
   t.push_back(enumField(m, "type", kModelTypeNames, MS_REF(model.type),
-                        "Model family: gpt (decoder-only LM), vit (vision transformer) or mlp.")
+                        "Model family: gpt (decoder-only LM), vit (vision transformer), mlp or cnn (a ResNet "
+                        "of basic blocks with BatchNorm).")
                   .isRequired()
                   .aka({"model_type", "arch", "architecture", "kind"}));
   t.push_back(intField(m, "layers", MS_REF(model.layers), atLeast(1), "Transformer blocks (L).")
@@ -240,7 +242,7 @@ void addModel(std::vector<Field>& t) {
                   .aka({"tie_weights", "tie_word_embeddings"}));
   t.push_back(intField(m, "image_size", MS_REF(model.imageSize), atLeast(1),
                        "Side of the square single-channel input images (S).")
-                  .forModels(kVit)
+                  .forModels(kVit | kCnn)
                   .aka({"img_size", "resolution"}));
   t.push_back(intField(m, "patch", MS_REF(model.patch), atLeast(1),
                        "Side of a square patch (P); must divide image_size.")
@@ -251,7 +253,7 @@ void addModel(std::vector<Field>& t) {
                   .forModels(kVit)
                   .aka({"pooling", "global_pool"}));
   t.push_back(intField(m, "classes", MS_REF(model.classes), atLeast(2), "Output classes.")
-                  .forModels(kVit | kMlp)
+                  .forModels(kVit | kMlp | kCnn)
                   .aka({"num_classes", "n_classes", "num_labels"}));
   t.push_back(intListField(m, "hidden", MS_REF(model.hidden), atLeast(1),
                            "Widths of the hidden layers, one block each.")
@@ -261,6 +263,21 @@ void addModel(std::vector<Field>& t) {
                         "Nonlinearity after each hidden layer.")
                   .forModels(kMlp)
                   .aka({"act", "activation_fn", "nonlinearity"}));
+  t.push_back(intListField(m, "channels", MS_REF(model.channels), atLeast(1),
+                           "Channels of each stage of residual blocks (the stem convolution has the first "
+                           "stage's); every stage after the first halves the image side (stride 2).")
+                  .forModels(kCnn)
+                  .aka({"widths", "stage_channels", "filters"}));
+  t.push_back(intField(m, "blocks", MS_REF(model.blocks), atLeast(1), "Residual blocks per stage.")
+                  .forModels(kCnn)
+                  .aka({"blocks_per_stage", "num_blocks", "depth_per_stage"}));
+  t.push_back(numberField(m, "bn_eps", MS_REF(model.bnEps), above(0), "Epsilon of every BatchNorm.")
+                  .forModels(kCnn)
+                  .aka({"batchnorm_eps", "bn_epsilon"}));
+  t.push_back(numberField(m, "bn_momentum", MS_REF(model.bnMomentum), open(0, 1),
+                          "Update weight of the BatchNorm running statistics (PyTorch's momentum).")
+                  .forModels(kCnn)
+                  .aka({"batchnorm_momentum", "bn_decay"}));
   t.push_back(numberField(m, "init_std", MS_REF(model.initStd), above(0),
                           "Standard deviation of the normal initialisation of weight matrices.")
                   .aka({"initializer_range", "init_scale", "std"}));
@@ -424,6 +441,11 @@ void addParallel(std::vector<Field>& t) {
                         "moments on the host and steps there (ZeRO-Offload); parameters (ZeRO-3) also keeps "
                         "the parameter and gradient shards there between uses (FSDP CPU offload).")
                   .aka({"offload_optimizer", "cpu_offload", "offload_param", "zero_offload"}));
+  t.push_back(enumField(p, "batchnorm", kBatchNormModeNames, MS_REF(parallel.batchNorm),
+                        "BatchNorm under data parallelism: local normalises with each replica's own batch; "
+                        "sync all-reduces the per-channel sums over the data-parallel group (SyncBatchNorm).")
+                  .forModels(kCnn)
+                  .aka({"batch_norm", "sync_bn", "bn_mode"}));
   t.push_back(boolField(p, "sequence_parallel", MS_REF(parallel.sequenceParallel),
                         "Shard activations outside the tensor-parallel regions along the sequence.")
                   .aka({"sp", "seq_parallel"}));

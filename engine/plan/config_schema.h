@@ -44,7 +44,7 @@ constexpr unsigned dataBit(DataKind k) {
   return 1u << static_cast<unsigned>(k);
 }
 inline constexpr unsigned kAllModels =
-    modelBit(ModelType::Gpt) | modelBit(ModelType::Vit) | modelBit(ModelType::Mlp);
+    modelBit(ModelType::Gpt) | modelBit(ModelType::Vit) | modelBit(ModelType::Mlp) | modelBit(ModelType::Cnn);
 inline constexpr unsigned kAllDataKinds =
     dataBit(DataKind::Text) | dataBit(DataKind::Tokens) | dataBit(DataKind::FashionMnist);
 
@@ -55,7 +55,9 @@ struct EnumName {
   const char* name;
 };
 inline constexpr EnumName<ModelType> kModelTypeNames[] = {
-    {ModelType::Gpt, "gpt"}, {ModelType::Vit, "vit"}, {ModelType::Mlp, "mlp"}};
+    {ModelType::Gpt, "gpt"}, {ModelType::Vit, "vit"}, {ModelType::Mlp, "mlp"}, {ModelType::Cnn, "cnn"}};
+inline constexpr EnumName<BatchNormMode> kBatchNormModeNames[] = {{BatchNormMode::Local, "local"},
+                                                                  {BatchNormMode::Sync, "sync"}};
 inline constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::Relu, "relu"}, {Activation::Gelu, "gelu"}, {Activation::Tanh, "tanh"}};
 inline constexpr EnumName<Pooling> kPoolingNames[] = {{Pooling::Cls, "cls"}, {Pooling::Mean, "mean"}};

@@ -120,7 +120,7 @@ struct TpCollectives {
 TpCollectives tpCollectives(const LayerSpec& layer, ModelType model) {
   switch (layer.kind) {
     case LayerKind::Block:
-      return model == ModelType::Mlp ? TpCollectives{1, 1} : TpCollectives{2, 2};
+      return isTransformer(model) ? TpCollectives{2, 2} : TpCollectives{1, 1};
     case LayerKind::Embedding:
       return {1, 0};
     case LayerKind::Head:
@@ -200,7 +200,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         const TpCollectives c = tpCollectives(layer, plan.config.model.type);
         // The head's backward all-reduce is of its input, the previous layer's output; the collectives move
         // activations in their precision (bf16 under "precision": "bf16"), but an mlp model's (fp32).
-        const bool mlp = plan.config.model.type == ModelType::Mlp;
+        const bool mlp = !isTransformer(plan.config.model.type);  // mlp and cnn: fp32 activations
         const bool transformerBlock = layer.kind == LayerKind::Block && !mlp;
         const LayerSpec& moved =
             layer.kind == LayerKind::Head && l > 0 ? model.layers[static_cast<size_t>(l - 1)] : layer;

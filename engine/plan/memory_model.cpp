@@ -70,7 +70,7 @@ double layerActivationBytes(const Plan& plan, int l, bool fused) {
                           plan.model.samplePositions, fused))
     full -= layer.attentionMatrixBytesPerSampleIn(p.precision) * plan.microbatchSize();
   const double output = layerOutputBytes(plan, l);
-  const bool transformerBlock = layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp;
+  const bool transformerBlock = layer.kind == LayerKind::Block && isTransformer(plan.config.model.type);
   // Embeddings and heads keep whole tensors on every TP rank (the gpt head its partial input gradient before
   // the all-reduce, row statistics and losses; vit's patches and head inputs are replicated).
   if (!transformerBlock) return full + output;
@@ -191,7 +191,7 @@ double stageParameterCount(const Plan& plan, int stage) {
 
 bool fusedAttention(const Plan& plan, int stage) {
   const ModelConfig& m = plan.config.model;
-  if (m.type == ModelType::Mlp || m.heads <= 0 || m.width % m.heads) return false;
+  if (!isTransformer(m.type) || m.heads <= 0 || m.width % m.heads) return false;
   return isGpuDevice(stageDevice(plan, stage)) && m.width / m.heads <= kFusedAttentionMaxHeadSize;
 }
 
@@ -218,7 +218,7 @@ std::vector<double> chunkSplitBackwardBytes(const Plan& plan) {
   for (size_t k = 0; k < plan.partition.chunks.size(); ++k) {
     const bool fused = fusedAttention(plan, plan.partition.stageOf[k]);
     for (int l : plan.partition.chunks[k]) {
-      if (plan.model.layers[static_cast<size_t>(l)].kind != LayerKind::Block || m.type == ModelType::Mlp)
+      if (plan.model.layers[static_cast<size_t>(l)].kind != LayerKind::Block || !isTransformer(m.type))
         continue;
       // runtime/transformer.cpp, split backward: the output gradients of the MLP's and attention's output
       // projections (T * C each, whole) and of the fc and qkv projections (T * F / tp, T * 3C / tp), fp32.
@@ -322,7 +322,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       o.workspace =
           std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs +
                                     2.0 * mbs * plan.model.samplePositions * plan.config.model.width);
-    if (layer.kind == LayerKind::Block && plan.config.model.type != ModelType::Mlp) {
+    if (layer.kind == LayerKind::Block && isTransformer(plan.config.model.type)) {
       // A transformer block's scratch in the runtime (engine/runtime/transformer.cpp, one shared workspace of
       // slots), per sample in floats, beside the model's two activation-gradient buffers (whole): slot 0 the
       // residual's gradient (T, C), a (T/tp, C) piece under sequence parallelism; 1 the LayerNorm input's

@@ -1,4 +1,4 @@
-// Layer and parameter lists of the gpt, vit and mlp models; see model_spec.h.
+// Layer and parameter lists of the gpt, vit, mlp and cnn models; see model_spec.h.
 #include "plan/model_spec.h"
 
 #include <algorithm>
@@ -18,6 +18,12 @@ int64_t LayerSpec::paramCount() const {
   return n;
 }
 
+int64_t LayerSpec::bufferCount() const {
+  int64_t n = 0;
+  for (const auto& b : buffers) n += b.numel();
+  return n;
+}
+
 int64_t LayerSpec::localParamCount(int tp) const {
   return paramCount() - splitParamCount + splitParamCount / std::max(1, tp);
 }
@@ -30,7 +36,7 @@ bool endsWith(const std::string& s, const char* suffix) {
 }  // namespace
 
 ShardSpec shardSpecOf(const ParamSpec& p, ModelType type) {
-  if (type == ModelType::Mlp) return {};
+  if (!isTransformer(type)) return {};
   const std::string& n = p.name;
   if (n.rfind("h.", 0) == 0) {
     // Column-parallel (output features split): q|k|v projection (three parts) and the MLP's first linear.
@@ -225,7 +231,96 @@ ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
   return spec;
 }
 
+// The cnn: a ResNet of basic blocks for small images (He et al. 2016, "Deep Residual Learning for Image
+// Recognition", section 4.2's CIFAR networks: a 3x3 stem, stages of 3x3 basic blocks whose first block
+// halves the side with stride 2, global average pooling and one linear layer), with a 1x1 convolution and
+// BatchNorm as the shortcut where the shape changes (their option B). Parameter names are torchvision's
+// ResNet names (conv1, bn1, layer{s}.{i}.conv1 ... downsample.0/1), weights in PyTorch's (OC, IC, KH, KW)
+// layout, no convolution biases (BatchNorm follows each); the classifier is "head.weight" (in, out) as the
+// vit's and mlp's heads. Convolution weights are initialised N(0, 2 / fan_out), fan_out = OC KH KW (He et al.
+// 2015, "Delving Deep into Rectifiers", as torchvision's ResNet), BatchNorm weights 1 and biases 0.
+//
+// What a layer keeps for backward (activationBytesPerSample; runtime/cnn_layers.cpp keeps exactly these, in
+// fp32 under either precision): the stem its input image, the convolution's output (BatchNorm's input) and
+// its output (the ReLU's mask); a block its input (the convolutions' input), conv1's output, the ReLU'd
+// BatchNorm of it (conv2's input and that ReLU's mask), conv2's output, the shortcut convolution's output
+// where there is one, and its output (the last ReLU's mask); the head the pooled features and the logits.
+// The per-channel batch statistics (a few floats per channel and batch) are not counted.
+ParamSpec convWeight(std::string name, int64_t oc, int64_t ic, int64_t k) {
+  return ParamSpec{std::move(name), {oc, ic, k, k}, Init::Normal, std::sqrt(2.0 / double(oc * k * k)), true};
+}
+
+void addBatchNorm(LayerSpec& l, const std::string& name, int64_t c) {
+  l.params.push_back(ones(name + ".weight", {c}));
+  l.params.push_back(zeros(name + ".bias", {c}));
+  l.buffers.push_back(zeros(name + ".running_mean", {c}));
+  l.buffers.push_back(ones(name + ".running_var", {c}));
+}
+
+ModelSpec cnnSpec(const ModelConfig& m) {
+  const std::vector<int> sides = cnnStageSides(m);
+  const int64_t S = m.imageSize, c0 = m.channels.front();
+  ModelSpec spec;
+  spec.samplePositions = 1;
+  LayerSpec stem;
+  stem.name = "stem";
+  stem.kind = LayerKind::Embedding;
+  stem.params = {convWeight("conv1.weight", c0, 1, 3)};
+  addBatchNorm(stem, "bn1", c0);
+  stem.forwardFlopsPerSample = 2.0 * c0 * S * S * 9;
+  stem.activationBytesPerSample = (S * S + 2 * c0 * S * S) * 4;
+  stem.outputBytesPerSample = c0 * S * S * 4;
+  spec.layers.push_back(stem);
+  int64_t cin = c0, side = S;
+  int index = 0;
+  for (size_t s = 0; s < m.channels.size(); ++s) {
+    const int64_t c = m.channels[s], out = sides[s];
+    for (int i = 0; i < m.blocks; ++i) {
+      const bool projection = i == 0 && (cin != c || side != out);
+      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(i) + ".";
+      LayerSpec l;
+      l.name = "block." + std::to_string(index++);
+      l.kind = LayerKind::Block;
+      l.params.push_back(convWeight(p + "conv1.weight", c, cin, 3));
+      addBatchNorm(l, p + "bn1", c);
+      l.params.push_back(convWeight(p + "conv2.weight", c, c, 3));
+      addBatchNorm(l, p + "bn2", c);
+      if (projection) {
+        l.params.push_back(convWeight(p + "downsample.0.weight", c, cin, 1));
+        addBatchNorm(l, p + "downsample.1", c);
+      }
+      const double positions = double(out * out);
+      l.forwardFlopsPerSample = 2.0 * positions * c * (cin * 9 + c * 9 + (projection ? cin : 0));
+      l.activationBytesPerSample = (cin * side * side + (projection ? 5 : 4) * c * out * out) * 4;
+      l.outputBytesPerSample = c * out * out * 4;
+      spec.layers.push_back(l);
+      cin = c;
+      side = out;
+    }
+  }
+  LayerSpec head;
+  head.name = "head";
+  head.kind = LayerKind::Head;
+  head.params = {weight("head.weight", {cin, int64_t(m.classes)}, m.initStd),
+                 zeros("head.bias", {int64_t(m.classes)})};
+  head.forwardFlopsPerSample = 2.0 * cin * m.classes + double(cin * side * side);  // + the pooling's adds
+  head.activationBytesPerSample = (cin + m.classes) * 4;
+  head.outputBytesPerSample = 4;
+  spec.layers.push_back(head);
+  return spec;
+}
+
 }  // namespace
+
+std::vector<int> cnnStageSides(const ModelConfig& model) {
+  std::vector<int> sides;
+  int side = model.imageSize;
+  for (size_t s = 0; s < model.channels.size(); ++s) {
+    if (s > 0) side = (side + 1) / 2;
+    sides.push_back(side);
+  }
+  return sides;
+}
 
 ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
   ModelSpec spec;
@@ -239,6 +334,9 @@ ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
     case ModelType::Mlp:
       spec = mlpSpec(model, mlpInputs);
       break;
+    case ModelType::Cnn:
+      spec = cnnSpec(model);
+      break;
   }
   // Which elements tensor parallelism splits, once (the memory and cost models ask per plan and stage).
   for (LayerSpec& layer : spec.layers) {
@@ -251,8 +349,11 @@ ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
 
 std::vector<std::string> modelLayerNames(const ModelConfig& model) {
   std::vector<std::string> names;
-  const int blocks = model.type == ModelType::Mlp ? static_cast<int>(model.hidden.size()) : model.layers;
-  if (model.type != ModelType::Mlp) names.push_back("embedding");
+  int blocks = model.layers;
+  if (model.type == ModelType::Mlp) blocks = static_cast<int>(model.hidden.size());
+  if (model.type == ModelType::Cnn) blocks = static_cast<int>(model.channels.size()) * model.blocks;
+  if (isTransformer(model.type)) names.push_back("embedding");
+  if (model.type == ModelType::Cnn) names.push_back("stem");
   for (int i = 0; i < blocks; ++i) names.push_back("block." + std::to_string(i));
   names.push_back("head");
   return names;

@@ -1,11 +1,11 @@
-// The model as the plan sees it: an ordered list of named layers (the unit of placement: "embedding",
-// "block.0" .. "block.N-1", "head"), each with its parameter tensors (names, shapes, initialisation) and its
+// The model as the plan sees it: an ordered list of named layers (the unit of placement: "embedding" (gpt,
+// vit) or "stem" (cnn), "block.0" .. "block.N-1", "head"), each with its parameter tensors (names, shapes, initialisation) and its
 // cost (forward FLOPs and saved activation bytes per sample). The runtime builds its tensors from this list,
 // so a parameter's shape is written in exactly one place.
 //
 // What always holds: layer names are unique; parameter names are unique across the model and, for gpt,
-// are the Hugging Face GPT-2 checkpoint names (linear weights in (in, out) "Conv1D" layout); a tied LM head
-// owns no parameter (it reads wte.weight of the embedding layer).
+// are the Hugging Face GPT-2 checkpoint names (linear weights in (in, out) "Conv1D" layout), for cnn
+// torchvision's ResNet names; a tied LM head owns no parameter (it reads wte.weight of the embedding layer).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,11 @@ struct LayerSpec {
   std::string name;
   LayerKind kind = LayerKind::Block;
   std::vector<ParamSpec> params;
+  // Non-trainable state kept, synchronised and checkpointed with the parameters but never optimised: the
+  // BatchNorm running statistics of cnn ("<bn>.running_mean" zeros, "<bn>.running_var" ones, fp32, not split
+  // by tensor parallelism). Empty for the other models.
+  std::vector<ParamSpec> buffers;
+  int64_t bufferCount() const;
   double forwardFlopsPerSample = 0;  // multiply-adds count as 2 FLOPs; backward is about 2x forward
   int64_t activationBytesPerSample =
       0;                             // fp32 bytes this layer keeps from forward for backward (all of them)
@@ -109,6 +114,10 @@ struct ModelSpec {
   int layerIndex(const std::string& name) const;
   std::vector<std::string> layerNames() const;
 };
+
+// The cnn's image side after the stem and each stage: S, then halved (rounded up) by every stage after the
+// first (3x3 convolutions with padding 1 and stride 2: (S + 1) / 2). Entry i is stage i's output side.
+std::vector<int> cnnStageSides(const ModelConfig& model);
 
 // Builds the spec from the model config; seqLen is training.seq_len (used by gpt only). The config is assumed
 // structurally valid (positive sizes); inputs is the flattened input size of an mlp (784 for Fashion-MNIST).

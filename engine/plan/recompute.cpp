@@ -25,7 +25,7 @@ bool fullyRecomputed(const RecomputePolicy& policy, const ModelSpec& spec, const
 
 bool recomputesAttention(const RecomputePolicy& policy, ModelType type, LayerKind kind, int positions,
                          bool fusedAttention) {
-  return policy.mode == Recompute::Selective && kind == LayerKind::Block && type != ModelType::Mlp &&
+  return policy.mode == Recompute::Selective && kind == LayerKind::Block && isTransformer(type) &&
          !fusedAttention && positions > 1;
 }
 

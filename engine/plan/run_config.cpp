@@ -28,6 +28,9 @@ namespace ms {
 const char* toString(ModelType v) {
   return enumName(kModelTypeNames, v);
 }
+const char* toString(BatchNormMode v) {
+  return enumName(kBatchNormModeNames, v);
+}
 const char* toString(Activation v) {
   return enumName(kActivationNames, v);
 }

@@ -19,7 +19,13 @@ namespace ms {
 
 inline constexpr int kRunConfigVersion = 1;
 
-enum class ModelType { Gpt, Vit, Mlp };
+enum class ModelType { Gpt, Vit, Mlp, Cnn };
+// Whether the model's blocks are transformer blocks (attention + MLP): gpt and vit. Tensor and sequence
+// parallelism, selective recompute and the attention memory terms apply to these only.
+constexpr bool isTransformer(ModelType t) {
+  return t == ModelType::Gpt || t == ModelType::Vit;
+}
+enum class BatchNormMode { Local, Sync };
 enum class Activation { Gelu, Relu, Tanh };
 enum class Pooling { Cls, Mean };
 enum class DataKind { Text, Tokens, FashionMnist };
@@ -48,12 +54,19 @@ struct ModelConfig {
   int vocab = 256;            // "vocab": V
   int context = 128;          // "context": maximum sequence length (rows of the position table)
   bool tieEmbeddings = true;  // "tie_embeddings": LM head shares the token embedding (GPT-2 default)
+  // vit and cnn
+  int imageSize = 28;  // "image_size": S, square single-channel images
   // vit
-  int imageSize = 28;           // "image_size": S, square single-channel images
   int patch = 7;                // "patch": P, must divide image_size
   Pooling pool = Pooling::Cls;  // "pool": "cls" (class token) | "mean"
-  // vit and mlp
+  // vit, mlp and cnn
   int classes = 10;  // "classes"
+  // cnn (a ResNet of basic blocks, He et al. 2016): a stem convolution, then one stage per entry of
+  // channels, each of `blocks` residual blocks; every stage after the first halves the image side.
+  std::vector<int> channels = {16, 32, 64};  // "channels": output channels of the stem and each stage
+  int blocks = 1;                            // "blocks": residual blocks per stage
+  double bnEps = 1e-5;                       // "bn_eps": epsilon of every BatchNorm
+  double bnMomentum = 0.1;                   // "bn_momentum": running statistics' update (PyTorch's)
   // mlp
   std::vector<int> hidden = {256};           // "hidden": widths of the hidden layers
   Activation activation = Activation::Relu;  // "activation": "relu" | "gelu" | "tanh"
@@ -138,6 +151,7 @@ struct ParallelConfig {
   GradPrecision gradPrecision = GradPrecision::Fp32;  // "grad_precision": "fp32" | "bf16" (bf16 runs only)
   bool sequenceParallel = false;                      // "sequence_parallel"
   Offload offload = Offload::None;                    // "offload": "none" | "optimizer" | "parameters"
+  BatchNormMode batchNorm = BatchNormMode::Local;     // "batchnorm": "local" | "sync" (cnn)
   std::vector<ChunkPlacement> placement;              // "placement": empty = even split over pp stages
   bool operator==(const ParallelConfig&) const = default;
 };
@@ -238,6 +252,7 @@ std::string runConfigMarkdown();
 
 // Names used in the JSON for the enums.
 const char* toString(ModelType v);
+const char* toString(BatchNormMode v);
 const char* toString(Activation v);
 const char* toString(Pooling v);
 const char* toString(DataKind v);

@@ -70,6 +70,8 @@ void TensorParallel::allReduceMax(float* x, size_t n) const {
 
 std::unique_ptr<Layer> makeLayer(const LayerSpec& spec, LayerContext ctx) {
   const ModelType type = ctx.model.type;
+  if (type == ModelType::Cnn)  // refused by checkRunnable first (runtime/trainer.cpp)
+    throw std::invalid_argument("makeLayer: the cnn model has no runtime layers yet");
   switch (spec.kind) {
     case LayerKind::Embedding:
       return type == ModelType::Gpt ? makeGptEmbedding(spec, ctx) : makeVitEmbedding(spec, ctx);

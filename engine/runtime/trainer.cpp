@@ -34,6 +34,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 Status checkRunnable(const RunConfig& c, int worldSize) {
+  if (c.model.type == ModelType::Cnn)
+    return Status::error(
+        "/model/type: \"cnn\" is planned (plan, autoplan, the studio's predictions) but the engine cannot "
+        "train it yet: its convolution and BatchNorm layers are not in the runtime (issue 19)");
   const int ranks = c.parallel.dp * c.parallel.tp * c.parallel.pp;
   if (ranks != worldSize)
     return Status::error("/parallel: the plan has dp*tp*pp = " + std::to_string(ranks) +
@@ -48,8 +52,9 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
           " positions does not split evenly over tp = " + std::to_string(c.parallel.tp) +
           " ranks; choose a sequence length (or image patches) divisible by tp, or turn it off");
   }
-  if (c.parallel.tp > 1 && c.model.type == ModelType::Mlp)
-    return Status::error("/parallel/tp: the mlp model has no tensor-parallel layers; use tp = 1");
+  if (c.parallel.tp > 1 && !isTransformer(c.model.type))
+    return Status::error("/parallel/tp: the " + std::string(toString(c.model.type)) +
+                         " model has no tensor-parallel layers; use tp = 1");
   if (c.parallel.tp > 1 && c.model.type == ModelType::Gpt && c.model.vocab % c.parallel.tp != 0)
     return Status::error("/model/vocab: " + std::to_string(c.model.vocab) +
                          " is not divisible by tp = " + std::to_string(c.parallel.tp) +

@@ -415,7 +415,7 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
                      .arg(c.parallel.microbatches)
                      .arg(formatSeconds(sim.stepTime))
                      .arg(formatSi(sim.tokensPerSecond))
-                     .arg(c.model.type == ModelType::Mlp ? tr("samples/s") : tr("tokens/s"));
+                     .arg(isTransformer(c.model.type) ? tr("tokens/s") : tr("samples/s"));
   // MFU is a fraction of a published peak: a device without one (this machine's CPU) has none to state.
   if (sim.mfuDefined) text += tr(", MFU %1").arg(formatPercent(sim.mfu));
   text += tr(", worst bubble %1").arg(formatPercent(worstBubble));
