@@ -13,7 +13,8 @@
 // - Op semantics are those of kernels/cpu/cpu_ops.h (row-major; Conv1D linear weights; every backward
 //   ACCUMULATES into the gradients it writes; documented-nullable gradients may be nullptr), the reference
 //   every backend is tested against. Ops added here (the *Range embedding, the vocabulary-parallel
-//   cross-entropy pieces, addRows, addPositions) are documented below and in cpu_ops.h.
+//   cross-entropy pieces, addRows, addPositions, convolution and the batch-norm parts) are documented below
+//   and in cpu_ops.h.
 // - A failure (out of memory, a CUDA error) throws DeviceFailure naming the call and the reason; a GPU
 //   context is unusable after most CUDA errors, so the rank treats it as fatal.
 #pragma once
@@ -24,6 +25,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/conv_shape.h"
 
 namespace ms {
 
@@ -195,6 +198,55 @@ class Backend {
   virtual void layerNormBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout,
                                  const float* inp, TensorIn weight, const float* mean, const float* rstd,
                                  int N, int C) = 0;
+
+  // ---- convolution, NCHW --------------------------------------------------------------------------------
+  // ms::cpu::conv2dForward / conv2dBackward: input (B, C, H, W), weight (OC, C, KH, KW), bias (OC), output
+  // (B, OC, outH, outW) as Conv2dShape (kernels/conv_shape.h) says. An im2col GEMM: the GEMM operands (the
+  // input, the weight and, in backward, dout) are rounded to the GemmPrecision as the linear layers' are,
+  // and inp and weight may be bf16 (TensorIn) in GemmPrecision::Bf16 (a bf16 one in another precision throws
+  // DeviceFailure naming the op, whether or not the call reads it); the bias and the bias gradient are fp32
+  // sums of the unrounded values. A shape Conv2dShape::problem() rejects (sizes < 1, a kernel larger than the
+  // padded input, ...) throws DeviceFailure naming the op and the shape.
+  // out = conv(inp, weight) + bias (broadcast over positions; nullable). out is overwritten.
+  virtual void conv2dForward(float* out, TensorIn inp, TensorIn weight, TensorIn bias,
+                             const Conv2dShape& s) = 0;
+  // dinp (B, C, H, W) +=, dweight (OC, C, KH, KW) +=, dbias (OC) +=; each nullable (inp is read only for
+  // dweight, weight only for dinp).
+  virtual void conv2dBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
+                              TensorIn weight, const Conv2dShape& s) = 0;
+
+  // ---- batch norm over (B, C, S) per channel c (S: a sample's positions, H * W) ---------------------------
+  // ms::cpu's batch-norm parts (Ioffe & Szegedy 2015, algorithm 1 and the backward of section 3), split so
+  // that synchronised batch norm can all-reduce the per-channel sums between them. Every per-channel sum
+  // (sum, sumSq, var, sumDy, sumDyXhat, localSumDy, localSumDyXhat) is a plain backend buffer of C DOUBLES,
+  // which the runtime can all-reduce (sum) across ranks as it is. mean and rstd are C floats, the running
+  // statistics C floats; weight and bias are parameters (TensorIn: fp32, or bf16 in GemmPrecision::Bf16,
+  // widened exactly), their gradients GradOut. Element-wise work and sums are fp32 / double in every
+  // GemmPrecision (no GEMM here). Sizes < 1 (or count <= 0) throw DeviceFailure naming the op.
+  // sum[c], sumSq[c] = sums of x and x^2 over this rank's B * S elements of channel c (OVERWRITTEN).
+  virtual void batchNormStats(double* sum, double* sumSq, const float* x, int B, int C, int S) = 0;
+  // mean, rstd = 1 / sqrt(var + eps) from sums over count elements a channel (var biased, the batch's own;
+  // count is every rank's B * S under synchronised batch norm); var (nullable) gets the biased variance.
+  virtual void batchNormMoments(float* mean, float* rstd, double* var, const double* sum, const double* sumSq,
+                                double count, int C, float eps) = 0;
+  // running = (1 - momentum) running + momentum batch (PyTorch's convention), the variance unbiased
+  // (var * count / (count - 1); count 1 leaves it biased).
+  virtual void batchNormUpdateRunning(float* runningMean, float* runningVar, const float* mean,
+                                      const double* var, double count, int C, float momentum) = 0;
+  // out = (x - mean) rstd weight + bias per channel; weight, bias nullable (1 and 0). Evaluation passes the
+  // running mean and 1 / sqrt(running var + eps). out may alias x.
+  virtual void batchNormApply(float* out, const float* x, const float* mean, const float* rstd,
+                              TensorIn weight, TensorIn bias, int B, int C, int S) = 0;
+  // sumDy[c], sumDyXhat[c] (OVERWRITTEN) over this rank's elements, xhat = (x - mean) rstd.
+  virtual void batchNormGradStats(double* sumDy, double* sumDyXhat, const float* dout, const float* x,
+                                  const float* mean, const float* rstd, int B, int C, int S) = 0;
+  // dinp += weight rstd / count (count dout - sumDy - xhat sumDyXhat) with the sums over the batch of count
+  // elements a channel (all ranks' under synchronised batch norm); dweight += localSumDyXhat, dbias +=
+  // localSumDy (this rank's, as rounded to float). weight nullable (1); dinp, dweight, dbias nullable.
+  virtual void batchNormBackwardApply(float* dinp, GradOut dweight, GradOut dbias, const float* dout,
+                                      const float* x, const float* mean, const float* rstd, TensorIn weight,
+                                      const double* sumDy, const double* sumDyXhat, const double* localSumDy,
+                                      const double* localSumDyXhat, double count, int B, int C, int S) = 0;
 
   // ---- pointwise ----------------------------------------------------------------------------------------
   virtual void geluForward(float* out, const float* inp, size_t n) = 0;

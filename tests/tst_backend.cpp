@@ -6,13 +6,17 @@
 //   device pointer given as upload's or download's host side); marks, info, memory calls; the Tf32 and Bf16
 //   GEMM precisions as the Fp32 ops on operands rounded by the test's own rounding, bit for bit; the
 //   multi-tensor optimizer forms against the single forms segment by segment, bit for bit, and the CUDA
-//   launch's plan (host code).
+//   launch's plan (host code); convolution and the batch-norm parts on their own shapes (plain against
+//   emulated, and the plain backend against ms::cpu's kernels called directly, bit for bit; the GEMM
+//   precisions; bf16 parameters, inputs and gradients; bad shapes refused naming the op).
 // - TestBackendCuda (CTest tst_backend_gpu, label gpu; the same binary with the argument "gpu"): the CUDA
 //   backend against the CPU backend on the same cases (fp32 GEMMs: within atol + 1e-4 * |ref|), in Bf16 too
 //   (linear and attention), attention on the fused kernel's shapes and past its head-size limit, plus what
 //   only a GPU has: allocator zero-fill and alignment after reuse, out of memory, event marks, memoryInfo;
 //   the multi-tensor optimizer forms (one launch) against the CPU's single forms (1e-6 relative) and the
-//   CUDA single forms (bitwise). Without a device (or a CUDA build) it skips with "no CUDA device", which
+//   CUDA single forms (bitwise); convolution (fp32 and bf16, up to a chunked 10 x 64 x 56 x 56 and the
+//   224 x 224 stem) and batch norm (up to 100k elements a channel; the double sums within 1e-9) against
+//   the CPU backend. Without a device (or a CUDA build) it skips with "no CUDA device", which
 //   CTest reports as skipped.
 // Shapes are deliberately odd (N = 7, C = 33, V = 50, T = 5, H = 3): multiples of no block size.
 #include <QtTest/QtTest>
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "plan/model_spec.h"
 #ifdef MESHSTUDIO_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -77,6 +82,11 @@ class Session {
   void out(const std::string& name, const float* p, size_t n) {
     Output o{name, Vec(n), {}, {}};
     be.download(o.f.data(), p, n * sizeof(float));
+    outputs.push_back(std::move(o));
+  }
+  void out(const std::string& name, const double* p, size_t n) {
+    Output o{name, {}, {}, std::vector<double>(n)};
+    be.download(o.d.data(), p, n * sizeof(double));
     outputs.push_back(std::move(o));
   }
   void out(const std::string& name, const int32_t* p, size_t n) {
@@ -1152,6 +1162,484 @@ double maxScaledDifference(const std::vector<Output>& got, const std::vector<Out
   return worst;
 }
 
+// ---- Convolution and batch norm
+// ----------------------------------------------------------------------------
+
+// A convolution to run: its shape and whether it has a bias.
+struct ConvCase {
+  const char* name;
+  ms::Conv2dShape s;
+  bool bias;
+};
+
+// Both suites' shapes (kept small: the CPU suite runs each twice and the GPU suite against the CPU): 1x1,
+// 3x3 with padding at strides 1 and 2, the 7x7 stride-2 ResNet stem, odd and non-square sizes, a kernel as
+// large as the input (one output position), batch 1 and batch > 1, with and without a bias.
+const ms::Conv2dShape kConvShapes[] = {
+    // B, C, H, W, OC, KH, KW, stride, pad
+    {2, 3, 5, 4, 4, 1, 1, 1, 0},   {2, 5, 7, 9, 3, 1, 1, 2, 0},   {1, 1, 4, 4, 1, 3, 3, 1, 1},
+    {2, 3, 7, 6, 5, 3, 3, 1, 1},   {3, 4, 9, 8, 6, 3, 3, 2, 1},   {2, 8, 15, 13, 16, 3, 3, 2, 1},
+    {2, 3, 28, 28, 8, 7, 7, 2, 3}, {1, 2, 11, 13, 3, 5, 3, 3, 0}, {2, 4, 5, 5, 6, 5, 5, 1, 0},
+};
+
+std::string convName(const ms::Conv2dShape& s) {
+  return "B" + std::to_string(s.B) + " C" + std::to_string(s.C) + " " + std::to_string(s.H) + "x" +
+         std::to_string(s.W) + " OC" + std::to_string(s.OC) + " k" + std::to_string(s.KH) + "x" +
+         std::to_string(s.KW) + " s" + std::to_string(s.stride) + " p" + std::to_string(s.pad);
+}
+
+void addConvRows(const std::vector<ms::Conv2dShape>& shapes) {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("H");
+  QTest::addColumn<int>("W");
+  QTest::addColumn<int>("OC");
+  QTest::addColumn<int>("KH");
+  QTest::addColumn<int>("KW");
+  QTest::addColumn<int>("stride");
+  QTest::addColumn<int>("pad");
+  QTest::addColumn<bool>("bias");
+  for (const ms::Conv2dShape& s : shapes)
+    for (const bool bias : {true, false})
+      QTest::addRow("%s%s", convName(s).c_str(), bias ? " bias" : "")
+          << s.B << s.C << s.H << s.W << s.OC << s.KH << s.KW << s.stride << s.pad << bias;
+}
+
+ConvCase fetchConvCase() {
+  QFETCH(int, B);
+  QFETCH(int, C);
+  QFETCH(int, H);
+  QFETCH(int, W);
+  QFETCH(int, OC);
+  QFETCH(int, KH);
+  QFETCH(int, KW);
+  QFETCH(int, stride);
+  QFETCH(int, pad);
+  QFETCH(bool, bias);
+  return ConvCase{"conv", ms::Conv2dShape{B, C, H, W, OC, KH, KW, stride, pad}, bias};
+}
+
+// The inputs of a convolution case (fixed seed): the GEMM operands x, w, dout and the rest.
+struct ConvData {
+  Vec x, w, bias, dout, dinp0, dw0, db0;
+};
+
+ConvData convData(const ms::Conv2dShape& s) {
+  std::mt19937 rng(kSeed + 51);
+  ConvData d;
+  d.x = rnd(rng, size_t(s.B) * s.C * s.H * s.W);
+  d.w = rnd(rng, size_t(s.OC) * s.K());
+  d.bias = rnd(rng, size_t(s.OC));
+  d.dout = rnd(rng, size_t(s.B) * s.OC * s.P());
+  d.dinp0 = rnd(rng, d.x.size());  // non-zero: backward accumulates
+  d.dw0 = rnd(rng, d.w.size());
+  d.db0 = rnd(rng, d.bias.size());
+  return d;
+}
+
+// Forward (into a buffer of 7s: overwritten), a full backward, then an input-only, a weight-only and a
+// bias-only backward accumulating on top (the nullable paths; the bias-only call gets no input or weight).
+// With biasDout, the bias gradients come from *biasDout (the GEMM-precision reference: the bias gradient is
+// no GEMM, it reads the unrounded dout).
+std::vector<Output> runConv(ms::Backend& be, const ConvCase& c, const ConvData& d,
+                            const Vec* biasDout = nullptr) {
+  Session s(be);
+  const ms::Conv2dShape& sh = c.s;
+  float* x = s.up(d.x);
+  float* w = s.up(d.w);
+  float* bias = c.bias ? s.up(d.bias) : nullptr;
+  float* dout = s.up(d.dout);
+  float* bdout = biasDout ? s.up(*biasDout) : dout;
+  float* dinp = s.up(d.dinp0);
+  float* dw = s.up(d.dw0);
+  float* db = c.bias ? s.up(d.db0) : nullptr;
+  float* out = s.up(Vec(d.dout.size(), 7.0f));
+  be.conv2dForward(out, x, w, bias, sh);
+  s.out("forward", out, d.dout.size());
+  be.conv2dBackward(dinp, dw, biasDout ? nullptr : db, dout, x, w, sh);
+  if (biasDout && db) be.conv2dBackward(nullptr, nullptr, db, bdout, x, w, sh);
+  be.conv2dBackward(dinp, nullptr, nullptr, dout, x, w, sh);
+  be.conv2dBackward(nullptr, dw, nullptr, dout, x, w, sh);
+  if (db) be.conv2dBackward(nullptr, nullptr, db, bdout, nullptr, nullptr, sh);
+  s.out("dinp", dinp, d.x.size());
+  s.out("dweight", dw, d.w.size());
+  if (db) s.out("dbias", db, d.bias.size());
+  return std::move(s.outputs);
+}
+
+// The same calls on ms::cpu's kernels directly, on host memory (the reference the CPU backend must equal
+// bit for bit in Fp32).
+std::vector<Output> runConvDirect(const ConvCase& c, const ConvData& d) {
+  const ms::Conv2dShape& sh = c.s;
+  Vec out(d.dout.size(), 7.0f), dinp = d.dinp0, dw = d.dw0, db = d.db0;
+  const float* bias = c.bias ? d.bias.data() : nullptr;
+  float* dbias = c.bias ? db.data() : nullptr;
+  ms::cpu::conv2dForward(out.data(), d.x.data(), d.w.data(), bias, sh);
+  ms::cpu::conv2dBackward(dinp.data(), dw.data(), dbias, d.dout.data(), d.x.data(), d.w.data(), sh);
+  ms::cpu::conv2dBackward(dinp.data(), nullptr, nullptr, d.dout.data(), d.x.data(), d.w.data(), sh);
+  ms::cpu::conv2dBackward(nullptr, dw.data(), nullptr, d.dout.data(), d.x.data(), d.w.data(), sh);
+  if (dbias) ms::cpu::conv2dBackward(nullptr, nullptr, dbias, d.dout.data(), nullptr, nullptr, sh);
+  std::vector<Output> o;
+  o.push_back(Output{"forward", out, {}, {}});
+  o.push_back(Output{"dinp", dinp, {}, {}});
+  o.push_back(Output{"dweight", dw, {}, {}});
+  if (dbias) o.push_back(Output{"dbias", db, {}, {}});
+  return o;
+}
+
+// Batch norm over (B, C, S): small and large B * S per channel (one element; S 1 as after pooling; a
+// channel of 100k elements, which the GPU sums in many slices), few and many channels.
+struct BnShape {
+  int B, C, S;
+};
+const BnShape kBnShapes[] = {{1, 3, 1}, {2, 3, 1}, {4, 5, 7}, {3, 16, 49}, {2, 300, 10}, {8, 3, 12544}};
+
+void addBnRows(const std::vector<BnShape>& shapes) {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("S");
+  for (const BnShape& s : shapes)
+    QTest::addRow("B%d C%d S%d (B*S %d)", s.B, s.C, s.S, s.B * s.S) << s.B << s.C << s.S;
+}
+
+struct BnData {
+  Vec x, gamma, beta, dout, runMean0, runVar0, dinp0, dgamma0, dbeta0;
+  Vec mean, rstd;                                    // per channel, from the host's double sums
+  std::vector<double> sum, sumSq, sumDy, sumDyXhat;  // the host's sums (stage inputs)
+};
+
+BnData bnData(const BnShape& b) {
+  std::mt19937 rng(kSeed + 53);
+  const size_t n = size_t(b.B) * b.C * b.S;
+  BnData d;
+  d.x = rnd(rng, n, -2.0f, 3.0f);
+  d.gamma = rnd(rng, size_t(b.C), 0.5f, 1.5f);
+  d.beta = rnd(rng, size_t(b.C));
+  d.dout = rnd(rng, n);
+  d.runMean0 = rnd(rng, size_t(b.C));
+  d.runVar0 = rnd(rng, size_t(b.C), 0.5f, 2.0f);
+  d.dinp0 = rnd(rng, n);
+  d.dgamma0 = rnd(rng, size_t(b.C));
+  d.dbeta0 = rnd(rng, size_t(b.C));
+  d.sum.assign(size_t(b.C), 0.0);
+  d.sumSq.assign(size_t(b.C), 0.0);
+  d.sumDy.assign(size_t(b.C), 0.0);
+  d.sumDyXhat.assign(size_t(b.C), 0.0);
+  d.mean.resize(size_t(b.C));
+  d.rstd.resize(size_t(b.C));
+  const double count = double(b.B) * b.S;
+  for (int c = 0; c < b.C; ++c) {
+    for (int i = 0; i < b.B; ++i)
+      for (int j = 0; j < b.S; ++j) {
+        const double v = d.x[(size_t(i) * b.C + c) * b.S + j];
+        d.sum[c] += v;
+        d.sumSq[c] += v * v;
+      }
+    const double m = d.sum[c] / count;
+    d.mean[c] = float(m);
+    d.rstd[c] = float(1.0 / std::sqrt(std::max(0.0, d.sumSq[c] / count - m * m) + 1e-5));
+    for (int i = 0; i < b.B; ++i)
+      for (int j = 0; j < b.S; ++j) {
+        const size_t at = (size_t(i) * b.C + c) * b.S + j;
+        d.sumDy[c] += d.dout[at];
+        d.sumDyXhat[c] += double(d.dout[at]) * (double(d.x[at]) - d.mean[c]) * d.rstd[c];
+      }
+  }
+  return d;
+}
+
+// Training batch norm as a layer runs it (stats, moments, running statistics, apply, gradient sums,
+// backward), its float outputs; then each part alone on inputs from the host (so that the per-channel
+// double sums compare on their own), their outputs too, doubles included; then the nullable forms (no
+// weight or bias, no variance, no parameter gradients) and an in-place apply.
+std::vector<Output> runBatchNorm(ms::Backend& be, const BnShape& b, const BnData& d) {
+  Session s(be);
+  const int B = b.B, C = b.C, S = b.S;
+  const size_t n = d.x.size(), nc = size_t(C);
+  const double count = double(B) * S;
+  const float eps = 1e-5f, momentum = 0.1f;
+  float* x = s.up(d.x);
+  float* gamma = s.up(d.gamma);
+  float* beta = s.up(d.beta);
+  float* dout = s.up(d.dout);
+  double* sum = s.alloc<double>(nc);
+  double* sumSq = s.alloc<double>(nc);
+  double* var = s.alloc<double>(nc);
+  double* sdy = s.alloc<double>(nc);
+  double* sdyx = s.alloc<double>(nc);
+  float* mean = s.alloc<float>(nc);
+  float* rstd = s.alloc<float>(nc);
+  float* runMean = s.up(d.runMean0);
+  float* runVar = s.up(d.runVar0);
+  float* out = s.up(Vec(n, 7.0f));
+  float* dinp = s.up(d.dinp0);
+  float* dgamma = s.up(d.dgamma0);
+  float* dbeta = s.up(d.dbeta0);
+  be.batchNormStats(sum, sumSq, x, B, C, S);
+  be.batchNormMoments(mean, rstd, var, sum, sumSq, count, C, eps);
+  be.batchNormUpdateRunning(runMean, runVar, mean, var, count, C, momentum);
+  be.batchNormApply(out, x, mean, rstd, gamma, beta, B, C, S);
+  be.batchNormGradStats(sdy, sdyx, dout, x, mean, rstd, B, C, S);
+  be.batchNormBackwardApply(dinp, dgamma, dbeta, dout, x, mean, rstd, gamma, sdy, sdyx, sdy, sdyx, count, B,
+                            C, S);
+  s.out("chain: mean", mean, nc);
+  s.out("chain: rstd", rstd, nc);
+  s.out("chain: running mean", runMean, nc);
+  s.out("chain: running var", runVar, nc);
+  s.out("chain: out", out, n);
+  s.out("chain: dinp", dinp, n);
+  s.out("chain: dweight", dgamma, nc);
+  s.out("chain: dbias", dbeta, nc);
+  // The parts on their own, from the host's values.
+  s.out("stats: sum", sum, nc);
+  s.out("stats: sumSq", sumSq, nc);
+  float* hMean = s.up(d.mean);
+  float* hRstd = s.up(d.rstd);
+  double* hSum = s.up(d.sum);
+  double* hSumSq = s.up(d.sumSq);
+  be.batchNormMoments(mean, rstd, var, hSum, hSumSq, count, C, eps);
+  s.out("moments: mean", mean, nc);
+  s.out("moments: rstd", rstd, nc);
+  s.out("moments: var", var, nc);
+  be.batchNormGradStats(sdy, sdyx, dout, x, hMean, hRstd, B, C, S);
+  s.out("gradStats: sumDy", sdy, nc);
+  s.out("gradStats: sumDyXhat", sdyx, nc);
+  double* hSdy = s.up(d.sumDy);
+  double* hSdyx = s.up(d.sumDyXhat);
+  // Synchronised batch norm's shape of call: global sums (here twice the local ones, over twice the count)
+  // and the local ones for the parameter gradients.
+  std::vector<double> twice(d.sumDy), twiceX(d.sumDyXhat);
+  for (size_t c = 0; c < nc; ++c) twice[c] *= 2, twiceX[c] *= 2;
+  float* dinp2 = s.up(d.dinp0);
+  float* dgamma2 = s.up(d.dgamma0);
+  float* dbeta2 = s.up(d.dbeta0);
+  be.batchNormBackwardApply(dinp2, dgamma2, dbeta2, dout, x, hMean, hRstd, gamma, s.up(twice), s.up(twiceX),
+                            hSdy, hSdyx, 2 * count, B, C, S);
+  s.out("backwardApply: dinp", dinp2, n);
+  s.out("backwardApply: dweight", dgamma2, nc);
+  s.out("backwardApply: dbias", dbeta2, nc);
+  // Nullable forms: no weight or bias, no variance, input gradient only; apply in place.
+  be.batchNormMoments(mean, rstd, nullptr, hSum, hSumSq, count, C, eps);
+  float* out2 = s.alloc<float>(n);
+  be.batchNormApply(out2, x, hMean, hRstd, nullptr, nullptr, B, C, S);
+  s.out("apply without weight and bias", out2, n);
+  float* inPlace = s.up(d.x);
+  be.batchNormApply(inPlace, inPlace, hMean, hRstd, gamma, beta, B, C, S);
+  s.out("apply in place", inPlace, n);
+  float* dinp3 = s.alloc<float>(n);
+  be.batchNormBackwardApply(dinp3, nullptr, nullptr, dout, x, hMean, hRstd, nullptr, hSdy, hSdyx, hSdy, hSdyx,
+                            count, B, C, S);
+  s.out("backwardApply without weight, dinp only", dinp3, n);
+  be.batchNormBackwardApply(nullptr, dgamma2, dbeta2, dout, x, hMean, hRstd, gamma, hSdy, hSdyx, hSdy, hSdyx,
+                            count, B, C, S);
+  s.out("backwardApply parameter gradients only: dweight", dgamma2, nc);
+  s.out("backwardApply parameter gradients only: dbias", dbeta2, nc);
+  return std::move(s.outputs);
+}
+
+// The chain of runBatchNorm on ms::cpu's kernels directly (host memory).
+std::vector<Output> runBatchNormDirect(const BnShape& b, const BnData& d) {
+  const int B = b.B, C = b.C, S = b.S;
+  const size_t n = d.x.size(), nc = size_t(C);
+  const double count = double(B) * S;
+  std::vector<double> sum(nc), sumSq(nc), var(nc), sdy(nc), sdyx(nc);
+  Vec mean(nc), rstd(nc), runMean = d.runMean0, runVar = d.runVar0, out(n, 7.0f), dinp = d.dinp0,
+                          dgamma = d.dgamma0, dbeta = d.dbeta0;
+  ms::cpu::batchNormStats(sum.data(), sumSq.data(), d.x.data(), B, C, S);
+  ms::cpu::batchNormMoments(mean.data(), rstd.data(), var.data(), sum.data(), sumSq.data(), count, C, 1e-5f);
+  ms::cpu::batchNormUpdateRunning(runMean.data(), runVar.data(), mean.data(), var.data(), count, C, 0.1f);
+  ms::cpu::batchNormApply(out.data(), d.x.data(), mean.data(), rstd.data(), d.gamma.data(), d.beta.data(), B,
+                          C, S);
+  ms::cpu::batchNormGradStats(sdy.data(), sdyx.data(), d.dout.data(), d.x.data(), mean.data(), rstd.data(), B,
+                              C, S);
+  ms::cpu::batchNormBackwardApply(dinp.data(), dgamma.data(), dbeta.data(), d.dout.data(), d.x.data(),
+                                  mean.data(), rstd.data(), d.gamma.data(), sdy.data(), sdyx.data(),
+                                  sdy.data(), sdyx.data(), count, B, C, S);
+  return {Output{"chain: mean", mean, {}, {}},
+          Output{"chain: rstd", rstd, {}, {}},
+          Output{"chain: running mean", runMean, {}, {}},
+          Output{"chain: running var", runVar, {}, {}},
+          Output{"chain: out", out, {}, {}},
+          Output{"chain: dinp", dinp, {}, {}},
+          Output{"chain: dweight", dgamma, {}, {}},
+          Output{"chain: dbias", dbeta, {}, {}},
+          Output{"stats: sum", {}, {}, sum},
+          Output{"stats: sumSq", {}, {}, sumSq}};
+}
+
+// The first `count` outputs of v.
+std::vector<Output> firstOutputs(const std::vector<Output>& v, size_t count) {
+  return std::vector<Output>(v.begin(), v.begin() + std::min(count, v.size()));
+}
+
+// Mixed precision on the convolution and batch-norm ops (GemmPrecision::Bf16): a bf16 weight, input or bias
+// (toBf16 of the fp32 one) gives the bits of the fp32 tensor (the convolution's GEMMs round fp32 operands to
+// the same values; the batch-norm parameters are widened exactly); bf16 gradients (GradOut) end as the fp32
+// run's gradients rounded once (one op each: every op rounds a bf16 gradient once). In Fp32 every bf16
+// operand or gradient is refused, naming the op, also by a call that would not read it. "" when all holds,
+// else what failed.
+QString convBatchNormBf16Hold(ms::Backend& be) {
+  const ms::Conv2dShape cs{2, 3, 7, 6, 5, 3, 3, 2, 1};
+  const BnShape bs{3, 4, 10};
+  const ConvData cd = convData(cs);
+  const BnData bd = bnData(bs);
+  Session s(be);
+  be.setGemmPrecision(ms::GemmPrecision::Bf16);
+  // Every tensor as fp32 (its values rounded to bf16, so that the fp32 and bf16 runs see the same) and bf16.
+  struct Pair {
+    float* wide;
+    ms::bfloat16* half;
+  };
+  auto pair = [&](const Vec& v) {
+    const Vec r = roundedHost(v, 16);
+    Pair p{s.up(r), reinterpret_cast<ms::bfloat16*>(s.alloc<uint16_t>(v.size()))};
+    be.toBf16(p.half, p.wide, v.size());
+    return p;
+  };
+  const Pair x = pair(cd.x), w = pair(cd.w), bias = pair(cd.bias), gamma = pair(bd.gamma),
+             beta = pair(bd.beta), dw0 = pair(cd.dw0), db0 = pair(cd.db0), dg0 = pair(bd.dgamma0),
+             dbe0 = pair(bd.dbeta0);
+  float* cdout = s.up(cd.dout);
+  float* bx = s.up(bd.x);
+  float* bdout = s.up(bd.dout);
+  float* mean = s.up(bd.mean);
+  float* rstd = s.up(bd.rstd);
+  double* sdy = s.up(bd.sumDy);
+  double* sdyx = s.up(bd.sumDyXhat);
+  const double count = double(bs.B) * bs.S;
+  // half: bf16 parameters, inputs and gradients; else their fp32 twins, the gradients rounded at the end.
+  auto run = [&](bool half) {
+    Session r(be);
+    auto in = [&](const Pair& p) { return half ? ms::TensorIn(p.half) : ms::TensorIn(p.wide); };
+    auto grad = [&](const Pair& p, size_t n) -> std::pair<ms::GradOut, void*> {
+      if (half) {
+        auto* g = reinterpret_cast<ms::bfloat16*>(r.alloc<uint16_t>(n));
+        be.copy(g, p.half, n * sizeof(uint16_t));
+        return {ms::GradOut(g), g};
+      }
+      float* g = r.alloc<float>(n);
+      be.copy(g, p.wide, n * sizeof(float));
+      return {ms::GradOut(g), g};
+    };
+    const size_t nOut = cd.dout.size(), nx = cd.x.size(), nw = cd.w.size(), oc = size_t(cs.OC),
+                 nc = size_t(bs.C), nb = bd.x.size();
+    float* out = r.alloc<float>(nOut);
+    float* dinp = r.alloc<float>(nx);
+    const auto [dw, dwRaw] = grad(dw0, nw);
+    const auto [db, dbRaw] = grad(db0, oc);
+    const auto [dg, dgRaw] = grad(dg0, nc);
+    const auto [dbe, dbeRaw] = grad(dbe0, nc);
+    be.conv2dForward(out, in(x), in(w), in(bias), cs);
+    be.conv2dBackward(dinp, dw, db, cdout, in(x), in(w), cs);
+    float* bout = r.alloc<float>(nb);
+    float* bdinp = r.alloc<float>(nb);
+    be.batchNormApply(bout, bx, mean, rstd, in(gamma), in(beta), bs.B, bs.C, bs.S);
+    be.batchNormBackwardApply(bdinp, dg, dbe, bdout, bx, mean, rstd, in(gamma), sdy, sdyx, sdy, sdyx, count,
+                              bs.B, bs.C, bs.S);
+    r.out("conv forward", out, nOut);
+    r.out("conv dinp", dinp, nx);
+    r.out("batchNorm out", bout, nb);
+    r.out("batchNorm dinp", bdinp, nb);
+    // The gradients as bf16 values: the bf16 run's as kept, the fp32 run's rounded once now.
+    const std::pair<void*, size_t> grads[] = {{dwRaw, nw}, {dbRaw, oc}, {dgRaw, nc}, {dbeRaw, nc}};
+    const char* names[] = {"conv dweight", "conv dbias", "batchNorm dweight", "batchNorm dbias"};
+    for (int k = 0; k < 4; ++k) {
+      const auto [p, n] = grads[k];
+      std::vector<uint16_t> bits(n);
+      if (half) {
+        be.download(bits.data(), p, n * sizeof(uint16_t));
+      } else {
+        auto* rounded = reinterpret_cast<ms::bfloat16*>(r.alloc<uint16_t>(n));
+        be.toBf16(rounded, static_cast<float*>(p), n);
+        be.download(bits.data(), rounded, n * sizeof(uint16_t));
+      }
+      Output o{names[k], Vec(n), {}, {}};
+      for (size_t i = 0; i < n; ++i) o.f[i] = bitsToFloat(uint32_t(bits[i]) << 16);
+      r.outputs.push_back(std::move(o));
+    }
+    return r.outputs;
+  };
+  const auto half = run(true), wide = run(false);
+  QString why = bitDifference(half, wide);
+  be.setGemmPrecision(ms::GemmPrecision::Fp32);
+  if (!why.isEmpty()) return QStringLiteral("bf16: ") + why;
+  // Fp32 refuses every bf16 operand, naming the op.
+  float* out = s.alloc<float>(cd.dout.size());
+  float* dinp = s.alloc<float>(cd.x.size());
+  const struct {
+    const char* op;
+    std::function<void()> call;
+  } calls[] = {
+      {"conv2dForward", [&] { be.conv2dForward(out, x.wide, w.half, nullptr, cs); }},
+      {"conv2dForward", [&] { be.conv2dForward(out, x.half, w.wide, nullptr, cs); }},
+      {"conv2dForward", [&] { be.conv2dForward(out, x.wide, w.wide, bias.half, cs); }},
+      {"conv2dBackward", [&] { be.conv2dBackward(dinp, nullptr, nullptr, cdout, x.half, w.wide, cs); }},
+      {"conv2dBackward", [&] { be.conv2dBackward(nullptr, dw0.half, nullptr, cdout, x.wide, w.wide, cs); }},
+      {"batchNormApply",
+       [&] { be.batchNormApply(out, bx, mean, rstd, gamma.half, nullptr, bs.B, bs.C, bs.S); }},
+      {"batchNormBackwardApply",
+       [&] {
+         be.batchNormBackwardApply(nullptr, dg0.half, nullptr, bdout, bx, mean, rstd, nullptr, sdy, sdyx, sdy,
+                                   sdyx, count, bs.B, bs.C, bs.S);
+       }},
+  };
+  for (const auto& c : calls) {
+    why = throwsDeviceFailure(c.call, c.op);
+    if (!why.isEmpty()) return QStringLiteral("%1 with a bf16 operand in fp32: ").arg(c.op) + why;
+  }
+  return {};
+}
+
+// Shapes the ops cannot compute are a DeviceFailure naming the op (never a crash), checked before any
+// memory is touched (the pointers here are null). "" when all hold, else what failed.
+QString badConvBatchNormShapesFail(ms::Backend& be) {
+  const ms::Conv2dShape bad[] = {
+      {2, 3, 3, 3, 4, 5, 5, 1, 0},                    // kernel larger than the input: no output positions
+      {2, 3, 3, 3, 4, 5, 5, 2, 0},                    // the same with stride 2 ((3 - 5) / 2 + 1 would say 1)
+      {2, 3, 8, 8, 4, 3, 3, 0, 1},                    // stride 0
+      {2, 3, 8, 8, 4, 3, 3, 1, -1},                   // negative padding
+      {0, 3, 8, 8, 4, 3, 3, 1, 1},                    // empty batch
+      {2, 3, 8, 8, 0, 3, 3, 1, 1},                    // no output channels
+      {1, 1 << 16, 1 << 10, 1 << 10, 1, 1, 1, 1, 0},  // one sample past 2^31 elements
+  };
+  for (const ms::Conv2dShape& s : bad) {
+    QString why = throwsDeviceFailure([&] { be.conv2dForward(nullptr, nullptr, nullptr, nullptr, s); },
+                                      "conv2dForward");
+    if (why.isEmpty())
+      why = throwsDeviceFailure(
+          [&] { be.conv2dBackward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, s); },
+          "conv2dBackward");
+    if (!why.isEmpty()) return QString::fromStdString(convName(s)) + ": " + why;
+  }
+  const struct {
+    const char* op;
+    std::function<void()> call;
+  } calls[] = {
+      {"batchNormStats", [&] { be.batchNormStats(nullptr, nullptr, nullptr, 0, 3, 4); }},
+      {"batchNormStats", [&] { be.batchNormStats(nullptr, nullptr, nullptr, 2, 3, 0); }},
+      {"batchNormMoments",
+       [&] { be.batchNormMoments(nullptr, nullptr, nullptr, nullptr, nullptr, 8, 0, 1e-5f); }},
+      {"batchNormMoments",
+       [&] { be.batchNormMoments(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 3, 1e-5f); }},
+      {"batchNormUpdateRunning",
+       [&] { be.batchNormUpdateRunning(nullptr, nullptr, nullptr, nullptr, -1, 3, 0.1f); }},
+      {"batchNormApply",
+       [&] { be.batchNormApply(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 2, -1, 4); }},
+      {"batchNormGradStats",
+       [&] { be.batchNormGradStats(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 2, 3, 0); }},
+      {"batchNormBackwardApply",
+       [&] {
+         be.batchNormBackwardApply(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, nullptr, nullptr, nullptr, 0, 2, 3, 4);
+       }},
+  };
+  for (const auto& c : calls) {
+    const QString why = throwsDeviceFailure(c.call, c.op);
+    if (!why.isEmpty()) return QString(c.op) + ": " + why;
+  }
+  return {};
+}
+
 // ---- Multi-tensor optimizer updates -----------------------------------------------------------------------
 
 // Segments of one buffer (total floats): sizes[i] elements at offsets[i], 3 floats of padding before each
@@ -1292,6 +1780,100 @@ class TestBackendCpu : public QObject {
     QVERIFY(!ref.empty());
     const QString why = bitDifference(got, ref);
     QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Convolution: the plain CPU backend and the emulated device give the same bits, and the plain backend
+  // those of ms::cpu's kernels called directly (in Fp32 the backend adds nothing but the pointer checks).
+  void convEmulatedMatchesPlain_data() {
+    addConvRows(std::vector<ms::Conv2dShape>(std::begin(kConvShapes), std::end(kConvShapes)));
+  }
+  void convEmulatedMatchesPlain() {
+    const ConvCase c = fetchConvCase();
+    const ConvData d = convData(c.s);
+    const auto plain = ms::makeCpuBackend(false);
+    const auto emu = ms::makeCpuBackend(true);
+    const std::vector<Output> ref = runConv(*plain, c, d);
+    QVERIFY(!ref.empty());
+    QString why = bitDifference(runConv(*emu, c, d), ref);
+    QVERIFY2(why.isEmpty(), qPrintable(QStringLiteral("emulated: ") + why));
+    why = bitDifference(ref, runConvDirect(c, d));
+    QVERIFY2(why.isEmpty(), qPrintable(QStringLiteral("against ms::cpu directly: ") + why));
+  }
+
+  // Batch norm's parts: plain and emulated give the same bits (doubles included), and the chain those of
+  // ms::cpu's kernels called directly.
+  void batchNormEmulatedMatchesPlain_data() {
+    addBnRows(std::vector<BnShape>(std::begin(kBnShapes), std::end(kBnShapes)));
+  }
+  void batchNormEmulatedMatchesPlain() {
+    QFETCH(int, B);
+    QFETCH(int, C);
+    QFETCH(int, S);
+    const BnShape b{B, C, S};
+    const BnData d = bnData(b);
+    const auto plain = ms::makeCpuBackend(false);
+    const auto emu = ms::makeCpuBackend(true);
+    const std::vector<Output> ref = runBatchNorm(*plain, b, d);
+    QVERIFY(!ref.empty());
+    QString why = bitDifference(runBatchNorm(*emu, b, d), ref);
+    QVERIFY2(why.isEmpty(), qPrintable(QStringLiteral("emulated: ") + why));
+    const std::vector<Output> direct = runBatchNormDirect(b, d);
+    why = bitDifference(firstOutputs(ref, direct.size()), direct);
+    QVERIFY2(why.isEmpty(), qPrintable(QStringLiteral("against ms::cpu directly: ") + why));
+    // The parts on the host's inputs agree with the host's double sums (a different order: 1e-9).
+    const QString close = closeDifference(
+        {ref[8], ref[9]}, {Output{"sum", {}, {}, d.sum}, Output{"sumSq", {}, {}, d.sumSq}}, 0, 0);
+    QVERIFY2(close.isEmpty(), qPrintable(close));
+  }
+
+  // Convolution in Bf16 and Tf32: the Fp32 convolution of the input, weight and dout rounded on the host,
+  // bit for bit, the bias gradient from the unrounded dout (no GEMM); and different from the unrounded one.
+  void convPrecisionEmulated_data() {
+    QTest::addColumn<int>("precision");
+    QTest::addColumn<int>("shape");
+    for (const ms::GemmPrecision p : {ms::GemmPrecision::Bf16, ms::GemmPrecision::Tf32})
+      for (const int sh : {0, 4, 6})
+        QTest::addRow("%s %s", ms::toString(p), convName(kConvShapes[sh]).c_str()) << int(p) << sh;
+  }
+  void convPrecisionEmulated() {
+    QFETCH(int, precision);
+    QFETCH(int, shape);
+    const auto p = ms::GemmPrecision(precision);
+    const ConvCase c{"conv", kConvShapes[shape], true};
+    const ConvData d = convData(c.s);
+    ConvData rounded = d;
+    rounded.x = roundedHost(d.x, droppedBits(p));
+    rounded.w = roundedHost(d.w, droppedBits(p));
+    rounded.dout = roundedHost(d.dout, droppedBits(p));
+    const auto fp32 = ms::makeCpuBackend(false);
+    const std::vector<Output> ref = runConv(*fp32, c, rounded, &d.dout);
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      be->setGemmPrecision(p);
+      const QString why = bitDifference(runConv(*be, c, d), ref);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+    const std::vector<Output> unrounded = runConv(*fp32, c, d);
+    QVERIFY(!bitDifference({ref[0]}, {unrounded[0]}).isEmpty());  // forward
+    QVERIFY(bitDifference({ref[3]}, {unrounded[3]}).isEmpty());   // dbias
+  }
+
+  // bf16 parameters, inputs and gradients of the convolution and batch-norm ops (convBatchNormBf16Hold).
+  void convBatchNormBf16() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = convBatchNormBf16Hold(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+  }
+
+  // Shapes the ops cannot compute throw DeviceFailure naming the op (badConvBatchNormShapesFail).
+  void convBatchNormBadShapes() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = badConvBatchNormShapesFail(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
   }
 
   // The multi-tensor optimizer forms give the single forms' bits segment by segment, on the plain backend
@@ -1757,6 +2339,83 @@ class TestBackendCuda : public QObject {
     const bool attention = std::string(kCases[caseIndex].name) == "attention";
     const QString why = closeDifference(got, ref, 1e-4, attention ? 1e-4 : 1e-5);
     QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Convolution against the CPU backend, fp32 GEMMs (within 1e-4 relative and 1e-5 of the output's scale):
+  // the shapes of the CPU suite, plus larger ones: a 3x3 layer of ResNet's second stage over 10 samples
+  // (more columns than one im2col pass holds: two chunks), a wider one and the 224x224 stem.
+  void convMatchesCpu_data() {
+    std::vector<ms::Conv2dShape> shapes(std::begin(kConvShapes), std::end(kConvShapes));
+    shapes.push_back({10, 64, 56, 56, 16, 3, 3, 1, 1});
+    shapes.push_back({4, 32, 32, 32, 64, 3, 3, 1, 1});
+    shapes.push_back({2, 3, 224, 224, 16, 7, 7, 2, 3});
+    addConvRows(shapes);
+  }
+  void convMatchesCpu() {
+    const ConvCase c = fetchConvCase();
+    const ConvData d = convData(c.s);
+    const std::vector<Output> ref = runConv(*m_cpu, c, d);
+    const std::vector<Output> got = runConv(*m_cuda, c, d);
+    const QString why = closeDifference(got, ref, 1e-4, 1e-5);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Convolution in Bf16 against the CPU's emulation (identical bf16 operands, exact products, fp32 sums in
+  // another order: the fp32 tolerance), and different from the GPU's fp32 result.
+  void convBf16MatchesCpu_data() {
+    addConvRows(std::vector<ms::Conv2dShape>(std::begin(kConvShapes), std::end(kConvShapes)));
+  }
+  void convBf16MatchesCpu() {
+    const ConvCase c = fetchConvCase();
+    const ConvData d = convData(c.s);
+    const std::vector<Output> fp32 = runConv(*m_cuda, c, d);
+    PrecisionScope bf16(ms::GemmPrecision::Bf16, {m_cuda.get(), m_cpu.get()});
+    const std::vector<Output> ref = runConv(*m_cpu, c, d);
+    const std::vector<Output> got = runConv(*m_cuda, c, d);
+    const QString why = closeDifference(got, ref, 1e-4, 1e-4);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    QVERIFY(maxScaledDifference({got[0]}, {fp32[0]}) > 1e-5);  // the forward did round
+  }
+
+  // Batch norm's parts against the CPU backend: floats within 1e-4 relative and 1e-5 of the scale, the
+  // per-channel double sums within 1e-9 relative (other summation orders); plus larger shapes (a ResNet
+  // stage's 64 channels of 16 x 56 x 56).
+  void batchNormMatchesCpu_data() {
+    std::vector<BnShape> shapes(std::begin(kBnShapes), std::end(kBnShapes));
+    shapes.push_back({16, 64, 3136});
+    shapes.push_back({5, 7, 100003});
+    addBnRows(shapes);
+  }
+  void batchNormMatchesCpu() {
+    QFETCH(int, B);
+    QFETCH(int, C);
+    QFETCH(int, S);
+    const BnShape b{B, C, S};
+    const BnData d = bnData(b);
+    const std::vector<Output> ref = runBatchNorm(*m_cpu, b, d);
+    const std::vector<Output> got = runBatchNorm(*m_cuda, b, d);
+    const QString why = closeDifference(got, ref, 1e-4, 1e-5);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    // Deterministic: a second run gives the same bits.
+    const QString again = bitDifference(runBatchNorm(*m_cuda, b, d), got);
+    QVERIFY2(again.isEmpty(), qPrintable(QStringLiteral("second run: ") + again));
+  }
+
+  // bf16 parameters, inputs and gradients on the GPU (convBatchNormBf16Hold).
+  void convBatchNormBf16() {
+    const QString why = convBatchNormBf16Hold(*m_cuda);
+    m_cuda->setGemmPrecision(ms::GemmPrecision::Fp32);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Bad shapes fail naming the op, and the backend goes on working.
+  void convBatchNormBadShapes() {
+    const QString why = badConvBatchNormShapesFail(*m_cuda);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    const ConvCase c{"conv", kConvShapes[3], true};
+    const QString after =
+        closeDifference(runConv(*m_cuda, c, convData(c.s)), runConv(*m_cpu, c, convData(c.s)), 1e-4, 1e-5);
+    QVERIFY2(after.isEmpty(), qPrintable(after));
   }
 
   // Attention on the shapes that matter to the fused kernel (odd T: 5 inside one tile, 67 over three; head

@@ -21,10 +21,6 @@
 namespace ms::cpu {
 namespace {
 
-int outSize(int in, int k, int stride, int pad) {
-  return (in + 2 * pad - k) / stride + 1;
-}
-
 // cols (C * KH * KW, OH * OW) from one sample's x (C, H, W); positions outside the image are 0.
 void im2col(float* cols, const float* x, const Conv2dShape& s) {
   const int OH = s.outH(), OW = s.outW(), P = OH * OW;
@@ -64,13 +60,6 @@ void col2imAdd(float* dx, const float* dcols, const Conv2dShape& s) {
 }
 
 }  // namespace
-
-int Conv2dShape::outH() const {
-  return outSize(H, KH, stride, pad);
-}
-int Conv2dShape::outW() const {
-  return outSize(W, KW, stride, pad);
-}
 
 void conv2dForward(float* out, const float* inp, const float* weight, const float* bias,
                    const Conv2dShape& s) {

@@ -161,6 +161,80 @@ class CpuBackend final : public Backend {
     gradDone(dweight, size_t(C), 0, "layerNormBackward");
     gradDone(dbias, size_t(C), 1, "layerNormBackward");
   }
+  // Convolution: the GEMM operands (input, weight, dout) as the linear layers' (g: rounded to the GEMM
+  // precision, or a bf16 one widened), the bias and the bias gradient fp32 (the bias gradient a second call
+  // on the unrounded dout, as linearBackward's).
+  void conv2dForward(float* out, TensorIn inp, TensorIn weight, TensorIn bias,
+                     const Conv2dShape& s) override {
+    checkConv(s, "conv2dForward");
+    checkBf16(inp, "conv2dForward", "input");
+    checkBf16(weight, "conv2dForward", "weight");
+    const size_t nIn = size_t(s.B) * s.C * s.H * s.W, nW = size_t(s.OC) * s.K();
+    cpu::conv2dForward(f(out), g(inp, nIn, 0, "conv2dForward", "input"),
+                       g(weight, nW, 1, "conv2dForward", "weight"),
+                       pv(bias, size_t(s.OC), 0, "conv2dForward", "bias"), s);
+  }
+  void conv2dBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
+                      TensorIn weight, const Conv2dShape& s) override {
+    checkConv(s, "conv2dBackward");
+    checkBf16(inp, "conv2dBackward", "input");
+    checkBf16(weight, "conv2dBackward", "weight");
+    const size_t nIn = size_t(s.B) * s.C * s.H * s.W, nW = size_t(s.OC) * s.K(),
+                 nOut = size_t(s.B) * s.OC * s.P();
+    float* dw = gw(dweight, nW, 0, "conv2dBackward", "weight gradient");
+    float* db = gw(dbias, size_t(s.OC), 1, "conv2dBackward", "bias gradient");
+    if (dinp || dw)
+      cpu::conv2dBackward(f(dinp), dw, nullptr, g(f(dout), nOut, 2),
+                          dw ? g(inp, nIn, 0, "conv2dBackward", "input") : nullptr,
+                          dinp ? g(weight, nW, 1, "conv2dBackward", "weight") : nullptr, s);
+    if (db) cpu::conv2dBackward(nullptr, nullptr, db, f(dout), nullptr, nullptr, s);
+    gradDone(dweight, nW, 0, "conv2dBackward");
+    gradDone(dbias, size_t(s.OC), 1, "conv2dBackward");
+  }
+
+  // Batch norm: the parts as they are; the parameters widened (pv), their gradients through gw/gradDone.
+  void batchNormStats(double* sum, double* sumSq, const float* x, int B, int C, int S) override {
+    checkBatchNorm(B, C, S, "batchNormStats");
+    cpu::batchNormStats(f(sum), f(sumSq), f(x), B, C, S);
+  }
+  void batchNormMoments(float* mean, float* rstd, double* var, const double* sum, const double* sumSq,
+                        double count, int C, float eps) override {
+    checkBatchNorm(1, C, 1, "batchNormMoments");
+    checkCount(count, "batchNormMoments");
+    cpu::batchNormMoments(f(mean), f(rstd), f(var), f(sum), f(sumSq), count, C, eps);
+  }
+  void batchNormUpdateRunning(float* runningMean, float* runningVar, const float* mean, const double* var,
+                              double count, int C, float momentum) override {
+    checkBatchNorm(1, C, 1, "batchNormUpdateRunning");
+    checkCount(count, "batchNormUpdateRunning");
+    cpu::batchNormUpdateRunning(f(runningMean), f(runningVar), f(mean), f(var), count, C, momentum);
+  }
+  void batchNormApply(float* out, const float* x, const float* mean, const float* rstd, TensorIn weight,
+                      TensorIn bias, int B, int C, int S) override {
+    checkBatchNorm(B, C, S, "batchNormApply");
+    cpu::batchNormApply(f(out), f(x), f(mean), f(rstd), pv(weight, size_t(C), 0, "batchNormApply", "weight"),
+                        pv(bias, size_t(C), 1, "batchNormApply", "bias"), B, C, S);
+  }
+  void batchNormGradStats(double* sumDy, double* sumDyXhat, const float* dout, const float* x,
+                          const float* mean, const float* rstd, int B, int C, int S) override {
+    checkBatchNorm(B, C, S, "batchNormGradStats");
+    cpu::batchNormGradStats(f(sumDy), f(sumDyXhat), f(dout), f(x), f(mean), f(rstd), B, C, S);
+  }
+  void batchNormBackwardApply(float* dinp, GradOut dweight, GradOut dbias, const float* dout, const float* x,
+                              const float* mean, const float* rstd, TensorIn weight, const double* sumDy,
+                              const double* sumDyXhat, const double* localSumDy, const double* localSumDyXhat,
+                              double count, int B, int C, int S) override {
+    checkBatchNorm(B, C, S, "batchNormBackwardApply");
+    checkCount(count, "batchNormBackwardApply");
+    const float* w = pv(weight, size_t(C), 0, "batchNormBackwardApply", "weight");
+    float* dw = gw(dweight, size_t(C), 0, "batchNormBackwardApply", "weight gradient");
+    float* db = gw(dbias, size_t(C), 1, "batchNormBackwardApply", "bias gradient");
+    cpu::batchNormBackwardApply(f(dinp), dw, db, f(dout), f(x), f(mean), f(rstd), w, f(sumDy), f(sumDyXhat),
+                                f(localSumDy), f(localSumDyXhat), count, B, C, S);
+    gradDone(dweight, size_t(C), 0, "batchNormBackwardApply");
+    gradDone(dbias, size_t(C), 1, "batchNormBackwardApply");
+  }
+
   void geluForward(float* out, const float* inp, size_t n) override {
     cpu::geluForward(f(out), f(inp), n);
   }
@@ -410,6 +484,19 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static) if (n >= (size_t(1) << 16))
     for (size_t i = 0; i < n; ++i) r[i] = roundMantissa(p[i], drop);
     return r.data();
+  }
+
+  static void checkConv(const Conv2dShape& s, const char* what) {
+    if (const std::string p = s.problem(); !p.empty()) throw DeviceFailure(std::string(what) + ": " + p);
+  }
+  static void checkBatchNorm(int B, int C, int S, const char* what) {
+    if (const std::string p = batchNormShapeProblem(B, C, S); !p.empty())
+      throw DeviceFailure(std::string(what) + ": " + p);
+  }
+  static void checkCount(double count, const char* what) {
+    if (!(count > 0))
+      throw DeviceFailure(std::string(what) + ": the element count must be positive (got " +
+                          std::to_string(count) + ")");
   }
 
   // A bf16 TensorIn is only valid in GemmPrecision::Bf16: in fp32 or TF32 its 8-bit mantissa would silently

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "common/status.h"
+#include "kernels/conv_shape.h"
 
 namespace ms::cpu {
 
@@ -49,13 +50,10 @@ void linearBackwardT(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int N, int C, int OC);
 
 // ---- Convolution, NCHW (conv.cpp) -----------------------------------------------------------------------
-// A 2-D convolution's shape: input (B, C, H, W), weight (OC, C, KH, KW), output (B, OC, outH(), outW()),
-// zero padding pad on every side, the same stride both ways.
-struct Conv2dShape {
-  int B = 1, C = 1, H = 1, W = 1, OC = 1, KH = 1, KW = 1, stride = 1, pad = 0;
-  int outH() const;  // (H + 2 pad - KH) / stride + 1
-  int outW() const;
-};
+// The shape (input (B, C, H, W), weight (OC, C, KH, KW), output (B, OC, outH(), outW()), zero padding pad on
+// every side, the same stride both ways) is ms::Conv2dShape (kernels/conv_shape.h), shared with the Backend.
+// The kernels expect a valid shape (Conv2dShape::problem() empty; the backends check it).
+using ms::Conv2dShape;
 // out = conv(inp, weight) + bias (OC, broadcast over positions; nullable).
 void conv2dForward(float* out, const float* inp, const float* weight, const float* bias,
                    const Conv2dShape& s);

@@ -331,6 +331,68 @@ class CudaBackend final : public Backend {
     gradDone(dbias, size_t(C), 1, "layerNormBackward");
   }
 
+  // ---- convolution and batch norm -------------------------------------------------------------------------
+  // The im2col columns live in scratch slot 4 (cuda::conv2dColumnsFloats: a chunk of samples, at most about
+  // 64 MiB unless one sample needs more), grown in stream order like the others. inp and weight go to the
+  // kernels as TensorIn (cuBLAS multiplies a bf16 one as it is, as in linearForward).
+  void conv2dForward(float* out, TensorIn inp, TensorIn weight, TensorIn bias,
+                     const Conv2dShape& s) override {
+    checkConv(s, "conv2dForward");
+    checkBf16(inp, "conv2dForward");
+    checkBf16(weight, "conv2dForward");
+    const float* b = pv(bias, size_t(s.OC), 0, "conv2dForward");
+    float* cols = scratch(4, cuda::conv2dColumnsFloats(s));
+    op("conv2dForward", cuda::conv2dForward, out, inp, weight, b, s, cols);
+  }
+  void conv2dBackward(float* dinp, GradOut dweight, GradOut dbias, const float* dout, TensorIn inp,
+                      TensorIn weight, const Conv2dShape& s) override {
+    checkConv(s, "conv2dBackward");
+    checkBf16(inp, "conv2dBackward");
+    checkBf16(weight, "conv2dBackward");
+    const size_t nw = size_t(s.OC) * s.K();
+    float* dw = gw(dweight, nw, 0, "conv2dBackward");
+    float* db = gw(dbias, size_t(s.OC), 1, "conv2dBackward");
+    float* cols = (dinp || dw) ? scratch(4, cuda::conv2dColumnsFloats(s)) : nullptr;
+    op("conv2dBackward", cuda::conv2dBackward, dinp, dw, db, dout, inp, weight, s, cols);
+    gradDone(dweight, nw, 0, "conv2dBackward");
+    gradDone(dbias, size_t(s.OC), 1, "conv2dBackward");
+  }
+  void batchNormStats(double* sum, double* sumSq, const float* x, int B, int C, int S) override {
+    op("batchNormStats", cuda::batchNormStats, sum, sumSq, x, B, C, S);
+  }
+  void batchNormMoments(float* mean, float* rstd, double* var, const double* sum, const double* sumSq,
+                        double count, int C, float eps) override {
+    op("batchNormMoments", cuda::batchNormMoments, mean, rstd, var, sum, sumSq, count, C, eps);
+  }
+  void batchNormUpdateRunning(float* runningMean, float* runningVar, const float* mean, const double* var,
+                              double count, int C, float momentum) override {
+    op("batchNormUpdateRunning", cuda::batchNormUpdateRunning, runningMean, runningVar, mean, var, count, C,
+       momentum);
+  }
+  void batchNormApply(float* out, const float* x, const float* mean, const float* rstd, TensorIn weight,
+                      TensorIn bias, int B, int C, int S) override {
+    checkBatchNorm(B, C, S, "batchNormApply");
+    op("batchNormApply", cuda::batchNormApply, out, x, mean, rstd, pv(weight, size_t(C), 0, "batchNormApply"),
+       pv(bias, size_t(C), 1, "batchNormApply"), B, C, S);
+  }
+  void batchNormGradStats(double* sumDy, double* sumDyXhat, const float* dout, const float* x,
+                          const float* mean, const float* rstd, int B, int C, int S) override {
+    op("batchNormGradStats", cuda::batchNormGradStats, sumDy, sumDyXhat, dout, x, mean, rstd, B, C, S);
+  }
+  void batchNormBackwardApply(float* dinp, GradOut dweight, GradOut dbias, const float* dout, const float* x,
+                              const float* mean, const float* rstd, TensorIn weight, const double* sumDy,
+                              const double* sumDyXhat, const double* localSumDy, const double* localSumDyXhat,
+                              double count, int B, int C, int S) override {
+    checkBatchNorm(B, C, S, "batchNormBackwardApply");
+    const float* w = pv(weight, size_t(C), 0, "batchNormBackwardApply");
+    float* dw = gw(dweight, size_t(C), 0, "batchNormBackwardApply");
+    float* db = gw(dbias, size_t(C), 1, "batchNormBackwardApply");
+    op("batchNormBackwardApply", cuda::batchNormBackwardApply, dinp, dw, db, dout, x, mean, rstd, w, sumDy,
+       sumDyXhat, localSumDy, localSumDyXhat, count, B, C, S);
+    gradDone(dweight, size_t(C), 0, "batchNormBackwardApply");
+    gradDone(dbias, size_t(C), 1, "batchNormBackwardApply");
+  }
+
   // ---- pointwise ----------------------------------------------------------------------------------------
   void geluForward(float* out, const float* inp, size_t n) override {
     op("geluForward", cuda::geluForward, out, inp, n);
@@ -584,6 +646,13 @@ class CudaBackend final : public Backend {
   void check(cudaError_t e, const char* what) const {
     if (e != cudaSuccess) fail(what, cudaText(e));
   }
+  // Shapes checked before any scratch is sized from them (the kernels check again, naming the op too).
+  void checkConv(const Conv2dShape& s, const char* what) const {
+    if (const std::string p = s.problem(); !p.empty()) fail(what, p);
+  }
+  void checkBatchNorm(int B, int C, int S, const char* what) const {
+    if (const std::string p = batchNormShapeProblem(B, C, S); !p.empty()) fail(what, p);
+  }
   // A bf16 TensorIn is only valid in GemmPrecision::Bf16 (as on the CPU).
   void checkBf16(TensorIn in, const char* what) const {
     if (in.bf16 && m_gemm != GemmPrecision::Bf16)
@@ -710,9 +779,10 @@ class CudaBackend final : public Backend {
   cudaMemPool_t m_pool = nullptr;
   size_t m_maxPitch = 0;
   double* m_sum = nullptr;  // sumSquares' device accumulator
-  // pv()'s widened parameter vectors (slots 0, 1) and gw()'s widened bf16 gradients (2, 3).
-  float* m_paramScratch[4] = {nullptr, nullptr, nullptr, nullptr};
-  size_t m_paramCapacity[4] = {0, 0, 0, 0};
+  // pv()'s widened parameter vectors (slots 0, 1), gw()'s widened bf16 gradients (2, 3) and the
+  // convolutions' im2col columns (4).
+  float* m_paramScratch[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  size_t m_paramCapacity[5] = {0, 0, 0, 0, 0};
   // The multi-tensor optimizer's segment table (stageSegments): m_tableCapacity entries in pinned host memory
   // and as many in device memory; m_tableCopied is recorded after each copy out of the pinned buffer.
   cuda::OptimizerSegmentEntry* m_tableHost = nullptr;

@@ -141,6 +141,44 @@ Status layerNormBackward(float* dinp, float* dweight, float* dbias, const float*
                          const float* weight, const float* mean, const float* rstd, int N, int C,
                          cudaStream_t stream);
 
+// ---- Convolution and batch norm, NCHW (cuda_conv.cu) ----------------------------------------------------
+// ms::cpu's conv2dForward / conv2dBackward and batch-norm parts (kernels/cpu/cpu_ops.h, Conv2dShape in
+// kernels/conv_shape.h). A shape Conv2dShape::problem() (or batchNormShapeProblem) rejects, or count <= 0,
+// fails naming the op. Deterministic: no atomics anywhere.
+// Convolution: an im2col kernel unfolds up to conv2dChunk(s) samples at a time into the caller's workspace
+// `cols` (conv2dColumnsFloats(s) floats, device memory, contents undefined on return) and cuBLAS multiplies
+// them with the weight (strided-batched over the samples) in the process GemmMode, as the linear layers
+// (inp and weight may be bf16 in GemmMode::Bf16 and are then used as they are; the unfolded columns of a
+// bf16 input are bf16). Backward: dweight += dout_b @ cols_b^T sample by sample (in order), the columns'
+// gradient weight^T @ dout_b folded back by col2im as a gather (each input element sums its kernel offsets
+// in order: no atomics), and dbias the per-channel sum of dout in double (like batchNormStats).
+int conv2dChunk(const Conv2dShape& s);             // samples per im2col pass (1 to B)
+size_t conv2dColumnsFloats(const Conv2dShape& s);  // conv2dChunk(s) * K * P
+// out = conv(inp, weight) + bias (nullable).
+Status conv2dForward(float* out, TensorIn inp, TensorIn weight, const float* bias, const Conv2dShape& s,
+                     float* cols, cudaStream_t stream);
+// dinp +=, dweight +=, dbias +=; each nullable.
+Status conv2dBackward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+                      TensorIn weight, const Conv2dShape& s, float* cols, cudaStream_t stream);
+// Batch norm (Ioffe & Szegedy 2015). The per-channel sums are C doubles in device memory; each is a block
+// per (channel, slice of the channel's B * S elements) summing in double into scratch, and a second kernel
+// adding the slices in order (the cut depends on the shape alone).
+Status batchNormStats(double* sum, double* sumSq, const float* x, int B, int C, int S, cudaStream_t stream);
+Status batchNormMoments(float* mean, float* rstd, double* var, const double* sum, const double* sumSq,
+                        double count, int C, float eps, cudaStream_t stream);
+Status batchNormUpdateRunning(float* runningMean, float* runningVar, const float* mean, const double* var,
+                              double count, int C, float momentum, cudaStream_t stream);
+// weight, bias nullable.
+Status batchNormApply(float* out, const float* x, const float* mean, const float* rstd, const float* weight,
+                      const float* bias, int B, int C, int S, cudaStream_t stream);
+Status batchNormGradStats(double* sumDy, double* sumDyXhat, const float* dout, const float* x,
+                          const float* mean, const float* rstd, int B, int C, int S, cudaStream_t stream);
+// weight nullable; dinp, dweight, dbias nullable.
+Status batchNormBackwardApply(float* dinp, float* dweight, float* dbias, const float* dout, const float* x,
+                              const float* mean, const float* rstd, const float* weight, const double* sumDy,
+                              const double* sumDyXhat, const double* localSumDy, const double* localSumDyXhat,
+                              double count, int B, int C, int S, cudaStream_t stream);
+
 // ---- Pointwise (cuda_pointwise.cu) ----------------------------------------------------------------------
 Status geluForward(float* out, const float* inp, size_t n, cudaStream_t stream);  // tanh approximation
 Status geluBackward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream);  // +=
