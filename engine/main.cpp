@@ -325,7 +325,7 @@ int cmdEval(int argc, char** argv) {
   try {
     ms::MemoryTracker tracker(device->backend.get());
     ms::Model model(config, &tracker);
-    if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params()); !s) {
+    if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params(), model.buffers()); !s) {
       std::fprintf(stderr, "meshstudio-engine eval: %s\n", s.message().c_str());
       return kExitRunFailed;
     }
@@ -376,7 +376,8 @@ int cmdDump(int argc, char** argv) {
     ms::MemoryTracker tracker(&be);
     ms::Model model(config, &tracker);
     if (a.has("--checkpoint")) {
-      if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params()); !s) return fail(s);
+      if (ms::Status s = ms::loadWeights(a.get("--checkpoint"), model.params(), model.buffers()); !s)
+        return fail(s);
     }
     // The first `samples` samples of training batch `step` (0-based), as train() would draw them.
     ms::Batch batch;
@@ -421,8 +422,18 @@ int cmdDump(int argc, char** argv) {
     }
     for (const auto& p : params)
       outputs.push_back({"grad." + p.spec.name, p.spec.shape, ms::DType::F32, grads.data() + p.offset});
-    ms::Status s =
-        ms::saveCheckpoint(out + "/checkpoint", config, model.params(), nullptr, {0, 0, config.seed});
+    // The buffers after the training forward (the cnn's BatchNorm running statistics, updated by it).
+    std::vector<std::vector<float>> bufferValues;
+    for (const ms::LayerBuffer& b : model.buffers()) {
+      bufferValues.emplace_back(size_t(b.spec->numel()));
+      be.download(bufferValues.back().data(), b.data, bufferValues.back().size() * sizeof(float));
+    }
+    const std::vector<ms::LayerBuffer> buffers = model.buffers();
+    for (size_t i = 0; i < buffers.size(); ++i)
+      outputs.push_back({"buffer." + buffers[i].spec->name, buffers[i].spec->shape, ms::DType::F32,
+                         bufferValues[i].data()});
+    ms::Status s = ms::saveCheckpoint(out + "/checkpoint", config, model.params(), nullptr,
+                                      {0, 0, config.seed}, buffers);
     if (s) s = ms::writeSafetensors(out + "/batch.safetensors", batchTensors);
     if (s) s = ms::writeSafetensors(out + "/outputs.safetensors", outputs);
     if (!s) return fail(s);

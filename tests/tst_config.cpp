@@ -167,6 +167,8 @@ std::vector<TypedCase> typedCases() {
        "must be in (0, 1), got 1"},
       {"cnn text data", [](auto& c) { c.model.type = ms::ModelType::Cnn; }, "/data/kind",
        "model type \"cnn\" needs data kind \"fashion_mnist\", got \"text\""},
+      {"cnn full recompute", [](auto& c) { asCnn(c).parallel.recompute = ms::Recompute::Full; },
+       "/parallel/recompute", "updating its running statistics twice"},
       {"gpt sync batchnorm", [](auto& c) { c.parallel.batchNorm = ms::BatchNormMode::Sync; },
        "/parallel/batchnorm", "only a cnn model has BatchNorm"},
       {"version 2", [](auto& c) { c.version = 2; }, "/version", "must be 1, got 2"},

@@ -87,6 +87,13 @@ class TestReference : public QObject {
     QTest::newRow("mlp-gelu") << QString(
                                      "{\"type\": \"mlp\", \"hidden\": [64, 32], \"activation\": \"gelu\"}")
                               << true << 0;
+    // The cnn: the evaluation logits (BatchNorm with the running statistics), the training loss and every
+    // gradient (BatchNorm with the batch's statistics), and the running statistics that forward updated.
+    // Two blocks a stage: identity shortcuts in both stages, a projection with stride 2 into the second.
+    QTest::newRow("cnn") << QString(
+                                "{\"type\": \"cnn\", \"channels\": [4, 8], \"blocks\": 2, "
+                                "\"bn_momentum\": 0.3}")
+                         << true << 0;
   }
   void matchesPyTorch() {
     QFETCH(QString, model);

@@ -270,6 +270,12 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
             (c.model.type == ModelType::Mlp ? "an mlp" : "a cnn") +
             " model has no attention; use \"full\" or \"none\"",
         {"/model/type"});
+  // A recomputed forward would update the BatchNorm running statistics a second time.
+  if (p.recompute == Recompute::Full && c.model.type == ModelType::Cnn)
+    add(out, "/parallel/recompute",
+        "full recompute would run each BatchNorm forward twice, updating its running statistics twice; a cnn "
+        "model takes \"none\"",
+        {"/model/type"});
   if (p.batchNorm == BatchNormMode::Sync && c.model.type != ModelType::Cnn)
     add(out, "/parallel/batchnorm",
         "batchnorm \"sync\" synchronises BatchNorm statistics, and only a cnn model has BatchNorm",

@@ -241,11 +241,12 @@ ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
 // 2015, "Delving Deep into Rectifiers", as torchvision's ResNet), BatchNorm weights 1 and biases 0.
 //
 // What a layer keeps for backward (activationBytesPerSample; runtime/cnn_layers.cpp keeps exactly these, in
-// fp32 under either precision): the stem its input image, the convolution's output (BatchNorm's input) and
-// its output (the ReLU's mask); a block its input (the convolutions' input), conv1's output, the ReLU'd
-// BatchNorm of it (conv2's input and that ReLU's mask), conv2's output, the shortcut convolution's output
-// where there is one, and its output (the last ReLU's mask); the head the pooled features and the logits.
-// The per-channel batch statistics (a few floats per channel and batch) are not counted.
+// fp32 under either precision): the stem the convolution's output (BatchNorm's input) and its output (the
+// ReLU's mask); a block conv1's output, the ReLU'd BatchNorm of it (conv2's input and that ReLU's mask),
+// conv2's output, the shortcut convolution's output where there is one, and its output (the last ReLU's
+// mask); the head the pooled features and the logits. A layer's input is the previous layer's output (or the
+// batch's images), which the model keeps already. The per-channel batch statistics (2 C floats per BatchNorm
+// and microbatch) and the running statistics (LayerSpec::buffers, 2 C floats per BatchNorm) are not counted.
 ParamSpec convWeight(std::string name, int64_t oc, int64_t ic, int64_t k) {
   return ParamSpec{std::move(name), {oc, ic, k, k}, Init::Normal, std::sqrt(2.0 / double(oc * k * k)), true};
 }
@@ -268,7 +269,7 @@ ModelSpec cnnSpec(const ModelConfig& m) {
   stem.params = {convWeight("conv1.weight", c0, 1, 3)};
   addBatchNorm(stem, "bn1", c0);
   stem.forwardFlopsPerSample = 2.0 * c0 * S * S * 9;
-  stem.activationBytesPerSample = (S * S + 2 * c0 * S * S) * 4;
+  stem.activationBytesPerSample = 2 * c0 * S * S * 4;
   stem.outputBytesPerSample = c0 * S * S * 4;
   spec.layers.push_back(stem);
   int64_t cin = c0, side = S;
@@ -291,7 +292,7 @@ ModelSpec cnnSpec(const ModelConfig& m) {
       }
       const double positions = double(out * out);
       l.forwardFlopsPerSample = 2.0 * positions * c * (cin * 9 + c * 9 + (projection ? cin : 0));
-      l.activationBytesPerSample = (cin * side * side + (projection ? 5 : 4) * c * out * out) * 4;
+      l.activationBytesPerSample = (projection ? 5 : 4) * c * out * out * 4;
       l.outputBytesPerSample = c * out * out * 4;
       spec.layers.push_back(l);
       cin = c;

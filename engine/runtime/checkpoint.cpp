@@ -151,16 +151,32 @@ Expected<CheckpointInfo> readState(const std::string& dir, const RunConfig& conf
 namespace {
 
 Status saveCheckpointTo(const std::string& staging, const std::string& dir, const RunConfig& config,
-                        const ParameterStore& params, const Optimizer* optimizer, const CheckpointInfo& info);
+                        const ParameterStore& params, const Optimizer* optimizer, const CheckpointInfo& info,
+                        const std::vector<LayerBuffer>& buffers);
+
+// The buffers' values on the host, one vector each, in order.
+std::vector<std::vector<float>> downloadBuffers(Backend& be, const std::vector<LayerBuffer>& buffers) {
+  std::vector<std::vector<float>> values;
+  for (const LayerBuffer& b : buffers) {
+    values.emplace_back(static_cast<size_t>(b.spec->numel()));
+    be.download(values.back().data(), b.data, values.back().size() * sizeof(float));
+  }
+  return values;
+}
+
+// Sets each buffer from the tensor of its name in a loaded model.safetensors (file: for the errors).
+Status loadBuffers(Backend& be, const std::map<std::string, const LoadedTensor*>& byName,
+                   const std::vector<LayerBuffer>& buffers, const std::string& file);
 
 }  // namespace
 
 Status saveCheckpoint(const std::string& dir, const RunConfig& config, const ParameterStore& params,
-                      const Optimizer* optimizer, const CheckpointInfo& info) {
+                      const Optimizer* optimizer, const CheckpointInfo& info,
+                      const std::vector<LayerBuffer>& buffers) {
   const std::string staging = dir + ".partial";
   std::error_code ec;
   fs::remove_all(staging, ec);
-  Status s = saveCheckpointTo(staging, dir, config, params, optimizer, info);
+  Status s = saveCheckpointTo(staging, dir, config, params, optimizer, info, buffers);
   if (!s) fs::remove_all(staging, ec);  // a failed write (a full disk) leaves no half checkpoint behind
   return s;
 }
@@ -168,8 +184,8 @@ Status saveCheckpoint(const std::string& dir, const RunConfig& config, const Par
 namespace {
 
 Status saveCheckpointTo(const std::string& staging, const std::string& dir, const RunConfig& config,
-                        const ParameterStore& params, const Optimizer* optimizer,
-                        const CheckpointInfo& info) {
+                        const ParameterStore& params, const Optimizer* optimizer, const CheckpointInfo& info,
+                        const std::vector<LayerBuffer>& buffers) {
   MS_TRY(makeDirs(staging));
   // The fp32 values (mixed precision: the master weights), unit by unit (an unsharded store: nothing here is
   // collective).
@@ -181,6 +197,9 @@ Status saveCheckpointTo(const std::string& staging, const std::string& dir, cons
   std::vector<NamedTensor> tensors;
   for (const Parameter& p : params.params())
     tensors.push_back({p.spec.name, p.spec.shape, DType::F32, values.data() + p.offset});
+  const std::vector<std::vector<float>> bufferValues = downloadBuffers(params.backend(), buffers);
+  for (size_t i = 0; i < buffers.size(); ++i)
+    tensors.push_back({buffers[i].spec->name, buffers[i].spec->shape, DType::F32, bufferValues[i].data()});
   MS_TRY(writeSafetensors(staging + "/model.safetensors", tensors,
                           {{"format", "pt"}, {"model", toString(config.model.type)}}));
   if (optimizer) {
@@ -220,7 +239,35 @@ std::string shapeString(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
+namespace {
+
+Status loadBuffers(Backend& be, const std::map<std::string, const LoadedTensor*>& byName,
+                   const std::vector<LayerBuffer>& buffers, const std::string& file) {
+  for (const LayerBuffer& b : buffers) {
+    auto it = byName.find(b.spec->name);
+    if (it == byName.end()) return Status::error(file + ": no tensor \"" + b.spec->name + "\"");
+    const LoadedTensor& t = *it->second;
+    if (t.shape != b.spec->shape || t.f32.size() != static_cast<size_t>(b.spec->numel()))
+      return Status::error(file + ": tensor \"" + b.spec->name + "\" is not a float tensor of shape " +
+                           shapeString(b.spec->shape));
+  }
+  for (const LayerBuffer& b : buffers) {
+    const LoadedTensor& t = *byName.at(b.spec->name);
+    be.upload(b.data, t.f32.data(), t.f32.size() * sizeof(float));
+  }
+  return Status::ok();
+}
+
+bool isBufferName(const std::string& name, const std::vector<LayerBuffer>& buffers) {
+  for (const LayerBuffer& b : buffers)
+    if (b.spec->name == name) return true;
+  return false;
+}
+
+}  // namespace
+
+Status loadWeights(const std::string& dirOrFile, ParameterStore& params,
+                   const std::vector<LayerBuffer>& buffers) {
   const bool dir = fs::is_directory(dirOrFile);
   const std::string file = dir ? (fs::path(dirOrFile) / "model.safetensors").string() : dirOrFile;
   // A directory with a manifest is a checkpoint: verified first. One without is someone else's weights (a
@@ -247,21 +294,23 @@ Status loadWeights(const std::string& dirOrFile, ParameterStore& params) {
     std::copy(t.f32.begin(), t.f32.end(), values.begin() + p.offset);
   }
   for (const auto& [name, t] : byName) {
-    if (!params.find(name) && !isIgnorableExtra(name))
+    if (!params.find(name) && !isIgnorableExtra(name) && !isBufferName(name, buffers))
       return Status::error(file + ": tensor \"" + name + "\" is not a parameter of this model");
   }
+  MS_TRY(loadBuffers(params.backend(), byName, buffers, file));
   for (size_t u = 0; u < params.units().size(); ++u)
     params.setUnitValues(static_cast<int>(u), values.data() + params.units()[u].begin);
   return Status::ok();
 }
 
 Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config,
-                                        ParameterStore& params, Optimizer& optimizer) {
+                                        ParameterStore& params, Optimizer& optimizer,
+                                        const std::vector<LayerBuffer>& buffers) {
   MS_TRY(verifyCheckpoint(dir, kResumeFiles));
   auto state = readState(dir, config);
   if (!state) return state.status();
   const CheckpointInfo info = *state;
-  MS_TRY(loadWeights(dir, params));
+  MS_TRY(loadWeights(dir, params, buffers));
   auto opt = readSafetensors(dir + "/optimizer.safetensors");
   if (!opt) return opt.status();
   MS_TRY(optimizer.loadState(*opt, info.optimizerSteps).withContext(dir + "/optimizer.safetensors"));
@@ -293,7 +342,8 @@ Status packRank(ParameterStore& params, Optimizer& optimizer, std::vector<float>
 }  // namespace
 
 Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroups& groups,
-                             ParameterStore& params, Optimizer& optimizer, const CheckpointInfo& info) {
+                             ParameterStore& params, Optimizer& optimizer, const CheckpointInfo& info,
+                             const std::vector<LayerBuffer>& buffers) {
   const RunConfig& config = plan.config;
   Communicator* world = groups.world;
   const int W = world ? world->size() : 1;
@@ -339,6 +389,47 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
       }
     }
   }
+  // The buffers (in model order): each stage's data-parallel rank 0 of TP rank 0 sends its layers' to rank
+  // 0 (replicated over TP).
+  std::map<std::string, std::vector<float>> bufferValues;  // rank 0: name -> values
+  std::vector<const ParamSpec*> bufferOrder;
+  for (int stage = 0; stage < plan.layout.pp() && s; ++stage) {
+    const int src = plan.layout.rank({0, 0, stage});
+    if (groups.rank != src && !lead) continue;
+    std::vector<const ParamSpec*> specs;  // the stage's buffers, as the source's Model::buffers() lists them
+    for (size_t l = 0; l < plan.model.layers.size(); ++l)
+      for (size_t k = 0; k < plan.partition.chunks.size(); ++k)
+        if (plan.partition.stageOf[k] == stage &&
+            std::find(plan.partition.chunks[k].begin(), plan.partition.chunks[k].end(), int(l)) !=
+                plan.partition.chunks[k].end())
+          for (const ParamSpec& b : plan.model.layers[l].buffers) specs.push_back(&b);
+    size_t n = 0;
+    for (const ParamSpec* b : specs) n += static_cast<size_t>(b->numel());
+    if (n == 0) continue;
+    std::vector<float> flat;
+    if (groups.rank == src) {
+      for (const std::vector<float>& v : downloadBuffers(params.backend(), buffers))
+        flat.insert(flat.end(), v.begin(), v.end());
+      if (flat.size() != n)
+        s = Status::error("checkpoint: rank " + std::to_string(src) + " holds " +
+                          std::to_string(flat.size()) + " buffer floats, its stage " + std::to_string(n));
+    }
+    if (s && src != 0) {
+      if (lead) {
+        flat.resize(n);
+        s = world->recv(flat.data(), n, CommType::F32, src, tag + 1);
+      } else {
+        s = world->send(flat.data(), n, CommType::F32, 0, tag + 1);
+      }
+    }
+    if (!s || !lead) continue;
+    size_t at = 0;
+    for (const ParamSpec* b : specs) {
+      bufferOrder.push_back(b);
+      bufferValues[b->name].assign(flat.begin() + at, flat.begin() + at + b->numel());
+      at += static_cast<size_t>(b->numel());
+    }
+  }
   if (s && lead) {
     const std::string staging = dir + ".partial";
     std::error_code ec;
@@ -351,6 +442,8 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
       for (const std::string& suffix : suffixes)
         state.push_back({name + suffix, spec->shape, DType::F32, full[name + suffix].data()});
     }
+    for (const ParamSpec* spec : bufferOrder)
+      model.push_back({spec->name, spec->shape, DType::F32, bufferValues[spec->name].data()});
     if (s)
       s = writeSafetensors(staging + "/model.safetensors", model,
                            {{"format", "pt"}, {"model", toString(config.model.type)}});
@@ -377,7 +470,8 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
 }
 
 Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan,
-                                               ParameterStore& params, Optimizer& optimizer) {
+                                               ParameterStore& params, Optimizer& optimizer,
+                                               const std::vector<LayerBuffer>& buffers) {
   const RunConfig& config = plan.config;
   MS_TRY(verifyCheckpoint(dir, kResumeFiles));
   auto info = readState(dir, config);
@@ -389,6 +483,7 @@ Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Pla
   if (!opt) return opt.status();
   std::map<std::string, const LoadedTensor*> byName;
   for (const auto& [name, t] : weights->tensors) byName[stripPrefix(name)] = &t;
+  MS_TRY(loadBuffers(params.backend(), byName, buffers, weightsFile));
   const auto suffixes = optimizer.stateSuffixes();
   const StoreLayout& L = params.layout();
   std::vector<float> unit;

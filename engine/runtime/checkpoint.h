@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "plan/run_config.h"
+#include "runtime/layers.h"
 #include "runtime/optimizer.h"
 #include "runtime/parameters.h"
 
@@ -27,16 +28,24 @@ struct CheckpointInfo {
   uint64_t seed = 0;
 };
 
+// buffers (every save and load below): the non-trainable state of the layers the rank holds
+// (Model::buffers(): the cnn's BatchNorm running statistics), saved into model.safetensors beside the
+// parameters under their own names and loaded back from it (a file without them is refused by name). Empty
+// for the other models.
+
 // Writes dir (replacing an existing one). optimizer may be nullptr (weights only).
 Status saveCheckpoint(const std::string& dir, const RunConfig& config, const ParameterStore& params,
-                      const Optimizer* optimizer, const CheckpointInfo& info);
+                      const Optimizer* optimizer, const CheckpointInfo& info,
+                      const std::vector<LayerBuffer>& buffers = {});
 
 // Loads model.safetensors of dir (or dir itself when it is a .safetensors file) into params.
-Status loadWeights(const std::string& dirOrFile, ParameterStore& params);
+Status loadWeights(const std::string& dirOrFile, ParameterStore& params,
+                   const std::vector<LayerBuffer>& buffers = {});
 
 // Loads weights, optimizer state and state.json. The run config's seed must match the checkpoint's.
 Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig& config,
-                                        ParameterStore& params, Optimizer& optimizer);
+                                        ParameterStore& params, Optimizer& optimizer,
+                                        const std::vector<LayerBuffer>& buffers = {});
 
 // Checkpoints of a run under a plan, in the same single-file layout (full tensors), so a run can resume under
 // a different plan (dp, tp, pp, ZeRO). Every rank calls these. Save: the ranks' shards (ZeRO slices gathered
@@ -45,10 +54,14 @@ Expected<CheckpointInfo> loadCheckpoint(const std::string& dir, const RunConfig&
 // files and takes its own pieces. groups.world may be null (one process).
 struct RankGroups;
 struct Plan;
+// The buffers of the model come from data-parallel rank 0 of each stage (under "batchnorm": "local" the
+// replicas' running statistics differ; under "sync" they are equal).
 Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroups& groups,
-                             ParameterStore& params, Optimizer& optimizer, const CheckpointInfo& info);
+                             ParameterStore& params, Optimizer& optimizer, const CheckpointInfo& info,
+                             const std::vector<LayerBuffer>& buffers = {});
 Expected<CheckpointInfo> loadCheckpointSharded(const std::string& dir, const Plan& plan,
-                                               ParameterStore& params, Optimizer& optimizer);
+                                               ParameterStore& params, Optimizer& optimizer,
+                                               const std::vector<LayerBuffer>& buffers = {});
 
 // Checks a checkpoint directory against its manifest.json (written last by the saves above): every file it
 // lists has its size and SHA-256, every `required` file is listed, and the step is the directory name's.

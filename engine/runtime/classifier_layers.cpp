@@ -282,7 +282,63 @@ class MlpHead final : public ClassifierHead {
   BoundParam m_w, m_b;
 };
 
+// The cnn's head: global average pooling of (B, C, side, side) to (B, C), then the linear classifier.
+// The pooling is a GEMM of the (B * C, side^2) rows with a column of ones (exact in every GemmPrecision),
+// scaled by 1 / side^2: its backward spreads each gradient over the positions the same way. Keeps the pooled
+// features and the logits (the loss gradient after a training forward).
+class CnnHead final : public ClassifierHead {
+ public:
+  CnnHead(const LayerSpec& spec, const LayerContext& ctx)
+      : ClassifierHead(spec, ctx),
+        m_C(static_cast<int>(spec.params[0].shape[0])),
+        m_K(ctx.model.classes),
+        m_ones(0, MemoryCategory::Workspace, ctx.tracker) {
+    m_w = bindParam(ctx.params, "head.weight");
+    m_b = bindParam(ctx.params, "head.bias");
+    const std::vector<int> sides = cnnStageSides(ctx.model);
+    m_S2 = sides.back() * sides.back();
+    m_ones.reserve(size_t(m_S2));
+    const std::vector<float> ones(size_t(m_S2), 1.0f);
+    m_be.upload(m_ones.data(), ones.data(), ones.size() * sizeof(float));
+  }
+  int64_t outputFloats(int) const override { return 0; }
+
+  // Acts: a = pooled (B, C).
+  void forward(const float* x, float*, const BatchView& batch, const ForwardMode& mode, int slot) override {
+    const int B = batch.B;
+    Acts& c = m_caches[slot];
+    c.a.reserve(size_t(B) * m_C);
+    c.logits.reserve(size_t(B) * m_K);
+    m_be.linearForward(c.a.data(), x, m_ones.data(), nullptr, B * m_C, m_S2, 1);
+    m_be.scale(c.a.data(), 1.0f / float(m_S2), size_t(B) * m_C);
+    m_be.linearForward(c.logits.data(), c.a.data(), m_w.gemm(), m_b.value(), B, m_C, m_K);
+    c.stats = classify(c, batch, m_K, mode);
+    c.logitsValid = !mode.training;
+    m_lastSlot = slot;
+  }
+  void backward(const float* x, const float*, float* dx, const BatchView& batch, int slot,
+                BackwardPart part) override {
+    if (part == BackwardPart::Weight) return;
+    const int B = batch.B;
+    Acts& c = m_caches[slot];
+    float* dpooled = m_ws->get(0, size_t(B) * m_C, true);
+    m_be.linearBackward(dpooled, m_w.grad(), m_b.grad(), c.logits.data(), c.a.data(), m_w.gemm(), B, m_C,
+                        m_K);
+    m_be.scale(dpooled, 1.0f / float(m_S2), size_t(B) * m_C);
+    m_be.linearBackward(dx, nullptr, nullptr, dpooled, x, m_ones.data(), B * m_C, m_S2, 1);
+  }
+
+ private:
+  int m_C, m_K, m_S2 = 1;
+  BoundParam m_w, m_b;
+  Buffer m_ones;  // (side^2, 1)
+};
+
 }  // namespace
+
+std::unique_ptr<Layer> makeCnnHead(const LayerSpec& spec, const LayerContext& ctx) {
+  return std::make_unique<CnnHead>(spec, ctx);
+}
 
 std::unique_ptr<Layer> makeVitEmbedding(const LayerSpec& spec, const LayerContext& ctx) {
   return std::make_unique<VitEmbedding>(spec, ctx);

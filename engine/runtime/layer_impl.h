@@ -145,5 +145,8 @@ std::unique_ptr<Layer> makeVitEmbedding(const LayerSpec& spec, const LayerContex
 std::unique_ptr<Layer> makeVitHead(const LayerSpec& spec, const LayerContext& ctx);
 std::unique_ptr<Layer> makeMlpBlock(const LayerSpec& spec, const LayerContext& ctx, int index);
 std::unique_ptr<Layer> makeMlpHead(const LayerSpec& spec, const LayerContext& ctx);
+std::unique_ptr<Layer> makeCnnStem(const LayerSpec& spec, const LayerContext& ctx);
+std::unique_ptr<Layer> makeCnnBlock(const LayerSpec& spec, const LayerContext& ctx);
+std::unique_ptr<Layer> makeCnnHead(const LayerSpec& spec, const LayerContext& ctx);
 
 }  // namespace ms

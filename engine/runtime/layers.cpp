@@ -70,8 +70,16 @@ void TensorParallel::allReduceMax(float* x, size_t n) const {
 
 std::unique_ptr<Layer> makeLayer(const LayerSpec& spec, LayerContext ctx) {
   const ModelType type = ctx.model.type;
-  if (type == ModelType::Cnn)  // refused by checkRunnable first (runtime/trainer.cpp)
-    throw std::invalid_argument("makeLayer: the cnn model has no runtime layers yet");
+  if (type == ModelType::Cnn) {
+    switch (spec.kind) {
+      case LayerKind::Embedding:
+        return makeCnnStem(spec, ctx);
+      case LayerKind::Block:
+        return makeCnnBlock(spec, ctx);
+      case LayerKind::Head:
+        return makeCnnHead(spec, ctx);
+    }
+  }
   switch (spec.kind) {
     case LayerKind::Embedding:
       return type == ModelType::Gpt ? makeGptEmbedding(spec, ctx) : makeVitEmbedding(spec, ctx);

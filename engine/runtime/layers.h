@@ -87,6 +87,13 @@ struct BatchView {
 // first and the weight gradient later.
 enum class BackwardPart { All, Input, Weight };
 
+// Non-trainable state a layer keeps (LayerSpec::buffers: the cnn's BatchNorm running statistics), fp32 in
+// backend memory: checkpointed and dumped with the parameters, never optimised.
+struct LayerBuffer {
+  const ParamSpec* spec = nullptr;
+  float* data = nullptr;
+};
+
 class Layer {
  public:
   explicit Layer(const LayerSpec& spec) : m_spec(spec) {}
@@ -110,6 +117,8 @@ class Layer {
   // After the step's last backward of this layer: make the gradients of replicated parameters whole (under
   // sequence parallelism each TP rank holds the part from its piece of the sequence).
   virtual void finalizeGrads() {}
+  // Its buffers (spec().buffers, in that order): none but for the cnn's layers.
+  virtual std::vector<LayerBuffer> buffers() { return {}; }
   // Heads: the loss of the slot's last forward.
   virtual LossStats lossStats(int /*slot*/) const { return {}; }
   // Heads: the logits of the last forward when it was an evaluation (the gpt head: with keepLogits), else
@@ -132,6 +141,10 @@ struct LayerContext {
   // Recompute "selective" (plan/recompute.h): transformer blocks drop their attention matrix after forward
   // and re-make it in backward.
   bool selectiveRecompute = false;
+  // "batchnorm": "sync" (cnn): the group whose BatchNorm statistics are summed (the data-parallel group) and
+  // its size; null under "local" or without data parallelism.
+  Communicator* batchNormGroup = nullptr;
+  int batchNormRanks = 1;
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.

@@ -48,6 +48,10 @@ void Model::build(const RunConfig& config, int) {
   LayerContext ctx{m_backend,    config.model,           *m_params, m_tracker,
                    &m_workspace, m_spec.samplePositions, m_shard.tp};
   ctx.selectiveRecompute = m_shard.recompute.mode == Recompute::Selective;
+  if (config.parallel.batchNorm == BatchNormMode::Sync && m_shard.dp && m_shard.dp->size() > 1) {
+    ctx.batchNormGroup = m_shard.dp;
+    ctx.batchNormRanks = m_shard.dp->size();
+  }
   m_layers.resize(m_spec.layers.size());
   m_acts.resize(m_spec.layers.size());
   m_fullyRecomputed.assign(m_spec.layers.size(), false);
@@ -56,6 +60,14 @@ void Model::build(const RunConfig& config, int) {
       m_layers[l] = makeLayer(m_spec.layers[l], ctx);
       m_fullyRecomputed[l] = fullyRecomputed(m_shard.recompute, m_spec, chunk, l);
     }
+}
+
+std::vector<LayerBuffer> Model::buffers() {
+  std::vector<LayerBuffer> all;
+  for (auto& layer : m_layers)
+    if (layer)
+      for (const LayerBuffer& b : layer->buffers()) all.push_back(b);
+  return all;
 }
 
 void Model::resolveSpans() {

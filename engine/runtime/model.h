@@ -109,6 +109,9 @@ class Model {
   // Evaluation: forward only; with keepLogits the head keeps its logits (head().logits()).
   LossStats forward(const Batch& batch, bool keepLogits = false);
   Layer& head() { return *m_layers.back(); }
+  // The buffers (LayerSpec::buffers: the cnn's BatchNorm running statistics) of the layers this rank holds,
+  // in model order.
+  std::vector<LayerBuffer> buffers();
 
   // Spans go to sink (nullptr: not recorded). clockZero is the run's epoch.
   void setSpanSink(std::vector<Span>* sink, std::chrono::steady_clock::time_point clockZero) {

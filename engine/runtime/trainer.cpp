@@ -34,10 +34,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 Status checkRunnable(const RunConfig& c, int worldSize) {
-  if (c.model.type == ModelType::Cnn)
-    return Status::error(
-        "/model/type: \"cnn\" is planned (plan, autoplan, the studio's predictions) but the engine cannot "
-        "train it yet: its convolution and BatchNorm layers are not in the runtime (issue 19)");
   const int ranks = c.parallel.dp * c.parallel.tp * c.parallel.pp;
   if (ranks != worldSize)
     return Status::error("/parallel: the plan has dp*tp*pp = " + std::to_string(ranks) +
@@ -587,7 +583,8 @@ class TrainingRun {
   // The checkpoint's parameters, optimizer state and step, when resuming.
   Status loadStart() {
     if (m_resumeDir.empty()) return Status::ok();
-    auto info = loadCheckpointSharded(m_resumeDir, *m_plan, m_model->params(), *m_optimizer);
+    auto info =
+        loadCheckpointSharded(m_resumeDir, *m_plan, m_model->params(), *m_optimizer, m_model->buffers());
     if (!info) return info.status().withContext("resuming from " + m_resumeDir);
     m_startStep = info->step;
     // A checkpoint past the run's end has nothing to resume (one at the end has nothing left: fine).
@@ -746,7 +743,8 @@ class TrainingRun {
     setActivity("saving checkpoint " + dir, /*longPhase=*/true);
     injectedDeathWhileSaving(m_R, done);
     MS_TRY(saveCheckpointSharded(dir, *m_plan, *m_groups, m_model->params(), *m_optimizer,
-                                 CheckpointInfo{done, m_optimizer->stepsTaken(), m_config.seed}));
+                                 CheckpointInfo{done, m_optimizer->stepsTaken(), m_config.seed},
+                                 m_model->buffers()));
     m_lastCheckpoint = dir;
     m_metrics.write(metrics::type::kCheckpoint, {{metrics::key::kStep, done}, {metrics::key::kPath, dir}});
     if (m_lead && m_config.training.keepCheckpoints > 0)

@@ -3,7 +3,9 @@
 
 Reads what `meshstudio-engine dump CONFIG --out DIR` wrote: DIR/checkpoint/{config.json,model.safetensors}
 (the weights, Hugging Face GPT-2 names and layouts for gpt), DIR/batch.safetensors (the inputs) and
-DIR/outputs.safetensors (the engine's logits, loss and gradients "grad.<param>"). Rebuilds the model in
+DIR/outputs.safetensors (the engine's logits, loss and gradients "grad.<param>"; for cnn also the BatchNorm
+running statistics after the training forward, "buffer.<name>", and its logits are those of an evaluation
+forward, BatchNorm with the initial running statistics). Rebuilds the model in
 PyTorch from the config alone, in float64, runs the same batch, and compares:
 
   logits, loss:  |engine - torch| <= atol + rtol * |torch|     (atol 1e-4, rtol 1e-4)
@@ -120,6 +122,49 @@ def mlp(p, batch, cfg):
     return logits, F.cross_entropy(logits, batch["targets"].long())
 
 
+def cnn(p, batch, cfg, buffers_out):
+    """A ResNet of basic blocks (He et al. 2016) with torchvision's names, written from the config alone.
+    Returns the evaluation logits (BatchNorm with the running statistics: initially mean 0, variance 1) and
+    the loss of a training forward (the batch's statistics), which also updates the running statistics
+    (buffers_out, as F.batch_norm does: momentum, unbiased variance)."""
+    m = cfg["model"]
+    S, eps, momentum = m["image_size"], m["bn_eps"], m["bn_momentum"]
+    x0 = batch["images"].to(torch.float64).view(-1, 1, S, S)
+    bns = [k[:-len(".weight")] for k in p if k.endswith(".weight") and p[k].dim() == 1]
+
+    def forward(training, running):
+        def bn(x, name):
+            return F.batch_norm(x, running[name + ".running_mean"], running[name + ".running_var"],
+                                p[name + ".weight"], p[name + ".bias"], training=training, momentum=momentum,
+                                eps=eps)
+        h = torch.relu(bn(F.conv2d(x0, p["conv1.weight"], padding=1), "bn1"))
+        for s in range(len(m["channels"])):
+            for i in range(m["blocks"]):
+                pre = f"layer{s + 1}.{i}."
+                stride = 2 if s > 0 and i == 0 else 1
+                o = torch.relu(bn(F.conv2d(h, p[pre + "conv1.weight"], stride=stride, padding=1), pre + "bn1"))
+                o = bn(F.conv2d(o, p[pre + "conv2.weight"], padding=1), pre + "bn2")
+                if pre + "downsample.0.weight" in p:
+                    h = bn(F.conv2d(h, p[pre + "downsample.0.weight"], stride=stride), pre + "downsample.1") + o
+                else:
+                    h = h + o
+                h = torch.relu(h)
+        return h.mean(dim=(2, 3)) @ p["head.weight"] + p["head.bias"]
+
+    def initial():
+        r = {}
+        for n in bns:
+            r[n + ".running_mean"] = torch.zeros(p[n + ".weight"].shape, dtype=torch.float64)
+            r[n + ".running_var"] = torch.ones(p[n + ".weight"].shape, dtype=torch.float64)
+        return r
+    with torch.no_grad():
+        logits = forward(False, initial())
+    running = initial()
+    loss = F.cross_entropy(forward(True, running), batch["targets"].long())
+    buffers_out.update(running)
+    return logits, loss
+
+
 def close(engine, ref, atol, rtol):
     err = (engine - ref).abs()
     bound = atol + rtol * ref.abs()
@@ -135,14 +180,18 @@ def main():
         with open(f"{root}/checkpoint/config.json") as f:
             cfg = json.load(f)
         params = {k: v.to(torch.float64).requires_grad_(True)
-                  for k, v in read_safetensors(f"{root}/checkpoint/model.safetensors").items()}
+                  for k, v in read_safetensors(f"{root}/checkpoint/model.safetensors").items()
+                  if not k.endswith((".running_mean", ".running_var"))}
         batch = read_safetensors(f"{root}/batch.safetensors")
         outputs = read_safetensors(f"{root}/outputs.safetensors")
     except (OSError, KeyError, ValueError) as e:
         print(f"reference.py: cannot read the dump in {root}: {e}", file=sys.stderr)
         return 2
-    model = {"gpt": gpt, "vit": vit, "mlp": mlp}[cfg["model"]["type"]]
-    logits, loss = model(params, batch, cfg)
+    buffers = {}
+    if cfg["model"]["type"] == "cnn":
+        logits, loss = cnn(params, batch, cfg, buffers)
+    else:
+        logits, loss = {"gpt": gpt, "vit": vit, "mlp": mlp}[cfg["model"]["type"]](params, batch, cfg)
     loss.backward()
 
     failures = []
@@ -165,10 +214,20 @@ def main():
         print(f"grad {name:32s} max err {err:.3e} (max |g| {scale:.3e}) {'ok' if ok else 'MISMATCH'}")
         if not ok:
             failures.append("grad." + name)
+    # The BatchNorm running statistics after the training forward (the engine's float32 sums in double).
+    for name, ref in sorted(buffers.items()):
+        eng = outputs.get("buffer." + name)
+        if eng is None:
+            failures.append("buffer." + name + " (missing)")
+            continue
+        ok, err = close(eng.double(), ref, 1e-5, 1e-5)
+        print(f"buffer {name:30s} max err {err:.3e} {'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            failures.append("buffer." + name)
     if failures:
         print("reference mismatch: " + ", ".join(failures))
         return 1
-    print(f"all {2 + len(params)} tensors match")
+    print(f"all {2 + len(params) + len(buffers)} tensors match")
     return 0
 
 
