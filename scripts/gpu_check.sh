@@ -19,6 +19,7 @@
 #     predicted activation memory against the measured peak of the GPU runs (fp32 and bf16).
 #  4. Ranks sharing the GPU: dp2 and pp2 (2 ranks on one GPU, MPI with host staging) match one rank's losses
 #     (1e-5 relative), with the bundle's relocated mpirun.
+#  4b. scripts/gpu_cnn_check.sh: the cnn's GPU dump (fp32) against PyTorch, and 20 training steps on the GPU.
 #  5. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine, PyTorch eager (bf16, fp32) and
 #     torch.compile (bf16).
 #  6. bench/gpu_memory.py: GPT-2 124M and 350M, fp32 and bf16: predicted against measured memory per category.
@@ -178,6 +179,9 @@ for name in ("cuda-dp2", "cuda-pp2"):
         print(f"{name} (2 ranks on one GPU) vs 1 rank: worst relative loss difference {worst:.2e} "
               f"({'ok' if worst < 1e-5 else 'TOO FAR'})")
 PY
+step 150 "$out/cnn.txt" bash scripts/gpu_cnn_check.sh "$work/cnn"
+echo "scripts/gpu_cnn_check.sh: exit $?"
+cat "$out/cnn.txt"
 step 240 "$out/bench.txt" $run python3 bench/gpu_vs_torch.py --engine /tmp/ms-gpu/wrap/meshstudio-engine
 echo "bench/gpu_vs_torch.py: exit $?"
 cat "$out/bench.txt"

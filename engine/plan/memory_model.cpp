@@ -450,6 +450,10 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     const double local = stageLocalParameterCount(plan, s);
     m.stage = s;
     m.parameters = local * state.parameters;
+    // The layers' buffers (the cnn's BatchNorm running statistics): fp32, whole on every rank that holds the
+    // layer, never sharded or offloaded.
+    for (int l : plan.partition.layersOfStage(s))
+      m.parameters += 4.0 * double(plan.model.layers[static_cast<size_t>(l)].bufferCount());
     m.gradients = local * state.gradients;
     m.optimizer = local * state.optimizer;
     m.host.parameters = local * state.hostParameters;

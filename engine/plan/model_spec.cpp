@@ -246,7 +246,8 @@ ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
 // conv2's output, the shortcut convolution's output where there is one, and its output (the last ReLU's
 // mask); the head the pooled features and the logits. A layer's input is the previous layer's output (or the
 // batch's images), which the model keeps already. The per-channel batch statistics (2 C floats per BatchNorm
-// and microbatch) and the running statistics (LayerSpec::buffers, 2 C floats per BatchNorm) are not counted.
+// and microbatch) are not counted; the running statistics (LayerSpec::buffers) count as parameter memory
+// (memory_model.cpp).
 ParamSpec convWeight(std::string name, int64_t oc, int64_t ic, int64_t k) {
   return ParamSpec{std::move(name), {oc, ic, k, k}, Init::Normal, std::sqrt(2.0 / double(oc * k * k)), true};
 }

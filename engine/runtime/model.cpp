@@ -215,7 +215,13 @@ const float* Model::forwardChunk(int c, int slot, const float* input, const Batc
     m_layers[l]->forward(layerInput(l, first, slot, input, v), y, v, mode, slot);
     storeOutput(l, stored, y, batch.B);
     releaseParams(l);
-    if (mode.training && recomputes(l)) m_layers[l]->releaseSlot(slot);
+    // What a layer keeps for backward: dropped now where backward recomputes it, and in evaluation, which
+    // has no backward, for every layer but the head (its loss statistics and logits are read afterwards).
+    // (Evaluation kept every layer's activations of its microbatch: with full recompute that is more than
+    // training ever holds, and the largest model that trained on an H100 ran out of memory in its final
+    // evaluation.)
+    if ((mode.training && recomputes(l)) || (!mode.training && l != numLayers() - 1))
+      m_layers[l]->releaseSlot(slot);
     addSpan('F', l, microbatch, m_shard.chunkIds[c], m0);
   }
   const int last = layers.back();
