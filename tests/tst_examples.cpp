@@ -52,6 +52,7 @@ class TestExamples : public QObject {
     QTest::newRow("gpt-fortunes (the default project)") << "gpt-fortunes.json";
     QTest::newRow("mlp-fashion") << "mlp-fashion.json";
     QTest::newRow("vit-fashion") << "vit-fashion.json";
+    QTest::newRow("cnn-fashion") << "cnn-fashion.json";
   }
 
   void trainsSmoothly() {

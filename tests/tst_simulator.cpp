@@ -177,6 +177,50 @@ class TestSimulator : public QObject {
     QVERIFY(std::abs(modelled.backwardTime(0) - (backward / 2 + 5 * ar)) <= 1e-9 * forward);
   }
 
+  // Synchronised BatchNorm (the cnn): each BatchNorm's all-reduce of 2 C doubles over the data-parallel
+  // group, once in forward and once in backward, on top of the same plan with local BatchNorm; nothing at dp
+  // = 1.
+  void syncBatchNormAllReduces() {
+    const json cnn = {{"model",
+                       {{"type", "cnn"},
+                        {"channels", {16, 32}},
+                        {"blocks", 1},
+                        {"classes", 10},
+                        {"layers", nullptr},
+                        {"width", nullptr},
+                        {"heads", nullptr},
+                        {"vocab", nullptr},
+                        {"context", nullptr}}},
+                      {"data", {{"kind", "fashion_mnist"}, {"train", nullptr}, {"val", nullptr}}},
+                      {"training", {{"seq_len", nullptr}}}};
+    json local = cnn, sync = cnn;
+    local["parallel"] = {{"dp", 4}, {"batchnorm", "local"}};
+    sync["parallel"] = {{"dp", 4}, {"batchnorm", "sync"}};
+    MAKE_PLAN(l, 2, 64, local);
+    MAKE_PLAN(s, 2, 64, sync);
+    const ms::CostModel lc(*l), sc(*s);
+    const ms::LinkSpec nvlink = s->mesh.intraLink;
+    // stem (bn1, 16), block.0 (bn1, bn2: 16 each), block.1 (bn1, bn2, downsample.1: 32 each)
+    const double expected = 3 * ms::smallAllReduceTime(2.0 * 8 * 16, 4, nvlink) +
+                            3 * ms::smallAllReduceTime(2.0 * 8 * 32, 4, nvlink);
+    QVERIFY(expected > 0);
+    QVERIFY(std::abs(sc.forwardTime(0) - lc.forwardTime(0) - expected) <= 1e-12 + 1e-9 * expected);
+    QVERIFY(std::abs(sc.backwardTime(0) - lc.backwardTime(0) - expected) <= 1e-12 + 1e-9 * expected);
+    json one = sync;
+    one["parallel"]["dp"] = 1;
+    json oneLocal = local;
+    oneLocal["parallel"]["dp"] = 1;
+    MAKE_PLAN(o, 2, 64, one);
+    MAKE_PLAN(ol, 2, 64, oneLocal);
+    QCOMPARE(ms::CostModel(*o).forwardTime(0), ms::CostModel(*ol).forwardTime(0));
+    // The small all-reduce: a binary tree's 2 ceil(log2 n) latencies and twice the bytes where that beats the
+    // ring's 2 (n - 1) latencies (small messages), the ring for large messages.
+    const ms::LinkSpec ib = s->mesh.interLink;
+    QCOMPARE(ms::smallAllReduceTime(256, 1024, ib), 2.0 * 256 / ib.bandwidth + 20 * ib.latency);
+    QVERIFY(ms::smallAllReduceTime(256, 1024, ib) < 0.02 * ms::ringAllReduceTime(256, 1024, ib));
+    QVERIFY(ms::smallAllReduceTime(1e9, 8, ib) == ms::ringAllReduceTime(1e9, 8, ib));
+  }
+
   void transfersAndSync() {
     MAKE_PLAN(plan, 2, 16, (json{{"parallel", {{"microbatches", 2}, {"pp", 2}, {"dp", 2}}}}));
     const ms::CostModel cost(*plan);

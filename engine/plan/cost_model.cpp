@@ -84,6 +84,13 @@ double ringAllReduceTime(double bytes, int n, const LinkSpec& link) {
   return (link.bandwidth > 0 ? factor * bytes / link.bandwidth : 0.0) + 2.0 * (n - 1) * link.latency;
 }
 
+double smallAllReduceTime(double bytes, int n, const LinkSpec& link) {
+  if (n <= 1) return 0.0;
+  const double hops = 2.0 * std::ceil(std::log2(double(n)));
+  const double tree = (link.bandwidth > 0 ? 2.0 * bytes / link.bandwidth : 0.0) + hops * link.latency;
+  return std::min(tree, ringAllReduceTime(bytes, n, link));
+}
+
 double ringReduceScatterTime(double bytes, int n, const LinkSpec& link) {
   if (n <= 1) return 0.0;
   const double factor = double(n - 1) / n;  // nccl-tests busbw factor for reduce-scatter and all-gather
@@ -262,6 +269,20 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         m_chunkBackwardComm[static_cast<size_t>(k)] += up + down;
         if (plan.schedule.splitBackward)  // W's gathers upload the shard again
           m_chunkWeightComm[static_cast<size_t>(k)] += up;
+      }
+    }
+    if (p.batchNorm == BatchNormMode::Sync && dp > 1) {
+      // Synchronised BatchNorm (runtime/cnn_layers.cpp): every BatchNorm all-reduces its channels' two sums
+      // (2 C doubles) over the data-parallel group in forward, and the two gradient sums in backward, on the
+      // critical path of the layer (small messages, latency-bound: smallAllReduceTime).
+      const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
+      for (int l : m_chunks[static_cast<size_t>(k)]) {
+        const LayerSpec& layer = model.layers[static_cast<size_t>(l)];
+        for (size_t b = 0; b + 1 < layer.buffers.size(); b += 2) {  // running mean, running var per BatchNorm
+          const double t = smallAllReduceTime(2.0 * 8.0 * double(layer.buffers[b].numel()), dp, link);
+          m_chunkForwardComm[static_cast<size_t>(k)] += t;
+          m_chunkBackwardComm[static_cast<size_t>(k)] += t;
+        }
       }
     }
   }

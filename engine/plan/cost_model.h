@@ -45,6 +45,11 @@ double p2pTime(double bytes, const LinkSpec& link);
 // all-reduce algorithms for clusters of workstations"; nccl-tests doc/PERFORMANCE.md: busbw = algbw *
 // 2(n-1)/n). 0 for n <= 1.
 double ringAllReduceTime(double bytes, int n, const LinkSpec& link);
+// A latency-bound all-reduce of a small message (synchronised BatchNorm's per-channel sums): the faster of
+// the ring and a tree, reduce up and broadcast down a binary tree, 2 ceil(log2 n) latencies plus the bytes
+// twice, as NCCL switches to its (double binary) trees for small messages (Sanders, Speck and Traff 2009,
+// "Two-tree algorithms for full bandwidth broadcast, reduction and scan"; NCCL 2.4).
+double smallAllReduceTime(double bytes, int n, const LinkSpec& link);
 // Ring reduce-scatter and all-gather, half an all-reduce each: (n-1)/n * bytes / bw + (n-1) * latency
 // (nccl-tests: busbw = algbw * (n-1)/n). `bytes` is the unsharded buffer. 0 for n <= 1.
 double ringReduceScatterTime(double bytes, int n, const LinkSpec& link);

@@ -121,6 +121,9 @@ QList<ProjectTemplate> projectTemplates() {
        QObject::tr("A 4-layer vision transformer classifying Fashion-MNIST; runs on CPUs.")},
       {QStringLiteral("mlp"), QObject::tr("MLP on Fashion-MNIST"),
        QObject::tr("A multilayer perceptron classifying Fashion-MNIST; runs on CPUs in seconds.")},
+      {QStringLiteral("cnn"), QObject::tr("ResNet on Fashion-MNIST"),
+       QObject::tr("A small ResNet (convolutions, BatchNorm, residual blocks) classifying Fashion-MNIST; "
+                   "synchronised BatchNorm under data parallelism; runs on CPUs.")},
       {QStringLiteral("gpt1b"), QObject::tr("GPT 1.3B on 2 x 4 A100 (planning only)"),
        QObject::tr("A 1.3B GPT with dp 2 x tp 2 x pp 2 on two 4-GPU nodes: plan, predict and export.")},
       {QStringLiteral("gpt3"), QObject::tr("GPT-3 175B (planning only)"),
@@ -138,6 +141,7 @@ Expected<RunConfig> templateConfig(const QString& key) {
       {QStringLiteral("gpt"), QStringLiteral(":/examples/gpt-fortunes.json")},
       {QStringLiteral("vit"), QStringLiteral(":/examples/vit-fashion.json")},
       {QStringLiteral("mlp"), QStringLiteral(":/examples/mlp-fashion.json")},
+      {QStringLiteral("cnn"), QStringLiteral(":/examples/cnn-fashion.json")},
       {QStringLiteral("gpt1b"), QStringLiteral(":/examples/gpt-1b-8xa100.json")},
       {QStringLiteral("gpt3"), QStringLiteral(":/examples/gpt3-175b-plan.json")},
       {QStringLiteral("gpt3-16k"), QStringLiteral(":/examples/gpt3-175b-16k.json")},

@@ -65,7 +65,7 @@ class ProjectDocument : public QObject {
   quint64 m_revision = 0;
 };
 
-// Built-in templates for File > New. Each returns a valid config; "gpt", "vit" and "mlp" train on this
+// Built-in templates for File > New. Each returns a valid config; "gpt", "vit", "mlp" and "cnn" train on this
 // machine's CPUs in a few minutes, "gpt1b", "gpt3" and "gpt3-16k" are planning-only GPTs on 8, 1024 and
 // 16384 GPUs.
 struct ProjectTemplate {
