@@ -296,6 +296,29 @@ class TestUiEditing : public QObject {
     precision->setCurrentText("fp32");
     QCOMPARE(doc.config().parallel.offload, ms::Offload::None);
 
+    // The BatchNorm mode applies to the cnn only: disabled here (gpt), enabled and undoable for a cnn.
+    auto* batchNorm = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/batchnorm"));
+    QVERIFY(batchNorm);
+    QVERIFY(!batchNorm->isEnabled());
+    {
+      ProjectDocument cnnDoc;
+      ms::RunConfig cnn = smallConfig();
+      cnn.model.type = ms::ModelType::Cnn;
+      cnn.model.channels = {8, 16};
+      cnn.data.kind = ms::DataKind::FashionMnist;
+      cnn.parallel.tp = 1;
+      cnnDoc.reset(cnn);
+      ms::Inspector cnnInspector(&cnnDoc);
+      auto* mode = qobject_cast<QComboBox*>(cnnInspector.editorFor("/parallel/batchnorm"));
+      QVERIFY(mode && mode->isEnabled());
+      QCOMPARE(mode->currentText(), QString("local"));
+      mode->setCurrentText("sync");
+      QCOMPARE(cnnDoc.config().parallel.batchNorm, ms::BatchNormMode::Sync);
+      cnnDoc.undoStack()->undo();
+      QCOMPARE(cnnDoc.config().parallel.batchNorm, ms::BatchNormMode::Local);
+      QCOMPARE(mode->currentText(), QString("local"));
+    }
+
     // Other kinds of editor: a combo box, the learning rate as text (a bad number is refused locally).
     auto* schedule = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/schedule"));
     schedule->setCurrentText("gpipe");

@@ -169,6 +169,10 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
       par, "/parallel/sequence_parallel", tr("Sequence parallel"),
       [](const RunConfig& c) { return c.parallel.sequenceParallel; },
       [](RunConfig& c, bool v) { c.parallel.sequenceParallel = v; });
+  addChoice(
+      par, "/parallel/batchnorm", tr("BatchNorm"), enumNames(kBatchNormModeNames),
+      [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.batchNorm)); },
+      [](RunConfig& c, const QString& v) { setEnum(c.parallel.batchNorm, kBatchNormModeNames, v); });
 
   QFormLayout* opt = addSection(tr("Optimizer"), "/optimizer");
   addChoice(
@@ -484,6 +488,9 @@ void Inspector::refresh() {
   for (const char* p : {"/optimizer/betas/0", "/optimizer/betas/1"})
     if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(adamw);
   if (QWidget* w = editorFor(QStringLiteral("/optimizer/momentum"))) w->setEnabled(!adamw);
+  // Likewise the BatchNorm mode: only the cnn has BatchNorm.
+  if (QWidget* w = editorFor(QStringLiteral("/parallel/batchnorm")))
+    w->setEnabled(config.model.type == ModelType::Cnn);
 }
 
 }  // namespace ms
