@@ -423,12 +423,12 @@ int cmdDump(int argc, char** argv) {
     for (const auto& p : params)
       outputs.push_back({"grad." + p.spec.name, p.spec.shape, ms::DType::F32, grads.data() + p.offset});
     // The buffers after the training forward (the cnn's BatchNorm running statistics, updated by it).
+    const std::vector<ms::LayerBuffer> buffers = model.buffers();
     std::vector<std::vector<float>> bufferValues;
-    for (const ms::LayerBuffer& b : model.buffers()) {
+    for (const ms::LayerBuffer& b : buffers) {
       bufferValues.emplace_back(size_t(b.spec->numel()));
       be.download(bufferValues.back().data(), b.data, bufferValues.back().size() * sizeof(float));
     }
-    const std::vector<ms::LayerBuffer> buffers = model.buffers();
     for (size_t i = 0; i < buffers.size(); ++i)
       outputs.push_back({"buffer." + buffers[i].spec->name, buffers[i].spec->shape, ms::DType::F32,
                          bufferValues[i].data()});

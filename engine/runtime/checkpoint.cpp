@@ -397,12 +397,8 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
     const int src = plan.layout.rank({0, 0, stage});
     if (groups.rank != src && !lead) continue;
     std::vector<const ParamSpec*> specs;  // the stage's buffers, as the source's Model::buffers() lists them
-    for (size_t l = 0; l < plan.model.layers.size(); ++l)
-      for (size_t k = 0; k < plan.partition.chunks.size(); ++k)
-        if (plan.partition.stageOf[k] == stage &&
-            std::find(plan.partition.chunks[k].begin(), plan.partition.chunks[k].end(), int(l)) !=
-                plan.partition.chunks[k].end())
-          for (const ParamSpec& b : plan.model.layers[l].buffers) specs.push_back(&b);
+    for (int l : plan.partition.layersOfStage(stage))
+      for (const ParamSpec& b : plan.model.layers[static_cast<size_t>(l)].buffers) specs.push_back(&b);
     size_t n = 0;
     for (const ParamSpec* b : specs) n += static_cast<size_t>(b->numel());
     if (n == 0) continue;
