@@ -24,6 +24,13 @@
 //   checkpoint  step*, path
 //   log         level ("info", "warning", "error"; default info), message*
 //   run_end     status* ("ok", "interrupted", "error"), reason, step
+//   ps          (parameter-server mode, with each step line and at the end) step*, version (updates applied
+//               by server 0), staleness [updates applied with staleness 0, 1, ... since the last ps line],
+//               staleness_total [the same over the run], discarded (sync pushes of an older version),
+//               worker_states [{worker*, live*, steps (pushes applied), step_time_s, samples_per_s (since the
+//               last ps line)}], final
+// Parameter-server runs add to run_start: servers, workers, consistency; to step: version; to eval: worker
+// (the worker that evaluated).
 // Memory categories: parameters, gradients, optimizer, activations, communication, workspace, other, total
 // (bytes); "host" objects (offloaded model states) have parameters, gradients, optimizer, staging, total.
 #pragma once
@@ -42,6 +49,7 @@ inline constexpr char kEval[] = "eval";
 inline constexpr char kCheckpoint[] = "checkpoint";
 inline constexpr char kLog[] = "log";
 inline constexpr char kRunEnd[] = "run_end";
+inline constexpr char kPs[] = "ps";
 }  // namespace type
 
 // run_end statuses.
@@ -120,6 +128,18 @@ inline constexpr char kMessage[] = "message";
 // run_end.
 inline constexpr char kStatus[] = "status";
 inline constexpr char kReason[] = "reason";
+// parameter-server mode (run_start, step, eval, ps).
+inline constexpr char kPsServers[] = "servers";
+inline constexpr char kPsWorkers[] = "workers";
+inline constexpr char kConsistency[] = "consistency";
+inline constexpr char kPsWorker[] = "worker";
+inline constexpr char kPsVersion[] = "version";
+inline constexpr char kPsLive[] = "live";
+inline constexpr char kPsStaleness[] = "staleness";
+inline constexpr char kPsStalenessTotal[] = "staleness_total";
+inline constexpr char kPsDiscarded[] = "discarded";
+inline constexpr char kPsFinal[] = "final";
+inline constexpr char kPsWorkerStates[] = "worker_states";
 }  // namespace key
 
 // Memory category keys: the engine's MemoryCategory names (engine/runtime/memory.h) and the memory model's

@@ -41,6 +41,8 @@
 #include "runtime/mpi_communicator.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
+#include "ps_launch.h"
+#include "runtime/ps.h"
 #include "supervisor.h"
 
 namespace {
@@ -89,6 +91,13 @@ const char* kUsage =
     "                                     the run, with the reason, when a rank dies or stops responding\n"
     "                                     for S seconds (default 10, 0 = never); --dry-run prints the\n"
     "                                     command (and the hostfile it would write)\n"
+    "                                     parameter_server mode: starts the servers and workers of\n"
+    "                                     the config on this machine and supervises them (a dead worker\n"
+    "                                     is dropped, a dead server restarted from its checkpoint);\n"
+    "                                     --kill-worker W:STEP, --kill-server S:STEP kill one mid-run\n"
+    "  ps-server CONFIG --index S --bind ENDPOINT [--run-dir DIR] [--metrics FILE|-] [--resume]\n"
+    "  ps-worker CONFIG --index W --servers ENDPOINT[,...] [--emulate-device]\n"
+    "                                     one parameter server or worker (what launch starts)\n"
     "  export CONFIG --out DIR            write DIR/config.json, launch.sh (mpirun), slurm.sbatch and, for\n"
     "                                     several nodes, hostfile: the plan as files for a headless run\n"
     "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n";
@@ -477,6 +486,146 @@ using ms::shellQuote;
 // several nodes (unless given), --oversubscribe when one node runs more ranks than it has cores,
 // --allow-run-as-root for root, --bind-to none (threads of a rank spread over cores). Without --dry-run the
 // supervisor (supervisor.h) runs it and ends the run, with the reason, when a rank dies or stops responding.
+// The engine binary's own path (for the processes it starts).
+std::string selfExe(const char* argv0) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  return n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv0);
+}
+
+// "W:STEP" (a process index and a step from 1).
+bool indexAndStep(const std::string& text, int& index, int& step) {
+  const size_t colon = text.find(':');
+  long long i = 0, s = 0;
+  if (colon == std::string::npos || !integerArg(text.substr(0, colon), 0, kIntMax, i) ||
+      !integerArg(text.substr(colon + 1), 1, kIntMax, s))
+    return false;
+  index = static_cast<int>(i);
+  step = static_cast<int>(s);
+  return true;
+}
+
+// launch for "mode": "parameter_server" (engine/ps_launch.h). The arguments after -- are the ones train
+// takes that make sense for the whole job: --metrics, --run-dir, --resume, --overwrite, --emulate-device.
+int launchParameterServer(const ms::RunConfig& config, const Args& a, int split, int argc, char** argv,
+                          const std::string& metricsArg, const std::string& runDirArg) {
+  ms::PsLaunchOptions o;
+  o.exe = selfExe(argv[0]);
+  o.configPath = a.positional[0];
+  o.runDir = ms::runDirectory(config, runDirArg);
+  o.metricsSink = metricsArg;
+  o.dryRun = a.has("--dry-run");
+  auto fail = [&](const std::string& message) {
+    startupRunEnd(metricsArg, message);
+    return usageError(message);
+  };
+  if (a.has("--hostfile")) return fail("--hostfile: parameter_server mode starts its processes on this machine");
+  if (a.has("--kill-worker") && !indexAndStep(a.get("--kill-worker"), o.killWorker, o.killWorkerStep))
+    return fail("--kill-worker needs WORKER:STEP (a worker index and its step, from 1)");
+  if (a.has("--kill-server") && !indexAndStep(a.get("--kill-server"), o.killServer, o.killServerStep))
+    return fail("--kill-server needs SERVER:STEP (a server index and a global step, from 1)");
+  for (int i = split + 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--metrics" || arg == "--run-dir") {
+      ++i;
+      continue;
+    }
+    if (arg == "--resume")
+      o.resume = true;
+    else if (arg == "--overwrite")
+      o.overwrite = true;
+    else if (arg == "--emulate-device")
+      o.emulateDevice = true;
+    else if (arg != "--quiet")
+      return fail("launch -- " + arg +
+                  ": parameter_server mode passes on --metrics, --run-dir, --resume, --overwrite and "
+                  "--emulate-device only");
+  }
+  bool interrupted = false;
+  if (ms::Status s = ms::launchParameterServer(config, o, &interrupted); !s) {
+    std::fprintf(stderr, "meshstudio-engine launch: %s\n", s.message().c_str());
+    if (s.message().find("run folder") != std::string::npos || s.message().find("--kill") == 0) {
+      startupRunEnd(metricsArg, s.message());
+      return kExitUsage;
+    }
+    return kExitRunFailed;
+  }
+  if (interrupted) {
+    std::fprintf(stderr, "meshstudio-engine launch: stopped on request; the servers' checkpoints are saved\n");
+    return ms::kExitInterrupted;
+  }
+  return kExitOk;
+}
+
+// ps-server CONFIG --index S --bind ENDPOINT [--run-dir DIR] [--metrics SINK] [--resume] [--die-at-step N]
+int cmdPsServer(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--index", "--bind", "--run-dir", "--metrics", "--die-at-step"}, {"--resume"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1 || !a.has("--index") || !a.has("--bind"))
+    return usageError("ps-server needs CONFIG, --index S and --bind ENDPOINT");
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  if (config.parallel.mode != ms::ParallelMode::ParameterServer)
+    return usageError(a.positional[0] + ": /parallel/mode is not \"parameter_server\"");
+  long long index = 0, die = 0;
+  if (!integerArg(a.get("--index"), 0, config.parallel.servers - 1, index))
+    return rangeError("--index", 0, config.parallel.servers - 1);
+  if (a.has("--die-at-step") && !integerArg(a.get("--die-at-step"), 1, kIntMax, die))
+    return rangeError("--die-at-step", 1, kIntMax);
+  ms::PsServerOptions o;
+  o.index = static_cast<int>(index);
+  o.bind = a.get("--bind");
+  o.runDir = a.get("--run-dir");
+  o.metricsSink = a.get("--metrics");
+  o.resume = a.has("--resume");
+  o.dieAtStep = die;
+  o.stopRequested = &g_stopRequested;
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  ms::Status s = ms::runPsServer(config, o);
+  if (!s) {
+    std::fprintf(stderr, "meshstudio-engine ps-server %d: %s\n", o.index, s.message().c_str());
+    return g_stopRequested.load() ? ms::kExitInterrupted : kExitRunFailed;
+  }
+  return kExitOk;
+}
+
+// ps-worker CONFIG --index W --servers ENDPOINT[,ENDPOINT...] [--emulate-device] [--die-at-step N]
+int cmdPsWorker(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--index", "--servers", "--die-at-step"}, {"--emulate-device"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1 || !a.has("--index") || !a.has("--servers"))
+    return usageError("ps-worker needs CONFIG, --index W and --servers ENDPOINT[,ENDPOINT...]");
+  ms::RunConfig config;
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  if (config.parallel.mode != ms::ParallelMode::ParameterServer)
+    return usageError(a.positional[0] + ": /parallel/mode is not \"parameter_server\"");
+  long long index = 0, die = 0;
+  if (!integerArg(a.get("--index"), 0, config.parallel.workers - 1, index))
+    return rangeError("--index", 0, config.parallel.workers - 1);
+  if (a.has("--die-at-step") && !integerArg(a.get("--die-at-step"), 1, kIntMax, die))
+    return rangeError("--die-at-step", 1, kIntMax);
+  ms::PsWorkerOptions o;
+  o.index = static_cast<int>(index);
+  const std::string list = a.get("--servers");
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) o.servers.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  o.emulateDevice = a.has("--emulate-device");
+  o.dieAtStep = die;
+  o.stopRequested = &g_stopRequested;
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  ms::Status s = ms::runPsWorker(config, o);
+  if (!s) {
+    std::fprintf(stderr, "meshstudio-engine ps-worker %d: %s\n", o.index, s.message().c_str());
+    return g_stopRequested.load() ? ms::kExitInterrupted : kExitRunFailed;
+  }
+  return kExitOk;
+}
+
 int cmdLaunch(int argc, char** argv) {
   int split = argc;
   for (int i = 2; i < argc; ++i)
@@ -495,7 +644,8 @@ int cmdLaunch(int argc, char** argv) {
     startupRunEnd(metricsArg, message);
     return usageError(message);
   };
-  Args a = parseArgs(split, argv, 2, {"--hostfile", "--stall-timeout"}, {"--dry-run"});
+  Args a = parseArgs(split, argv, 2, {"--hostfile", "--stall-timeout", "--kill-worker", "--kill-server"},
+                     {"--dry-run"});
   if (!a.error.empty()) return failUsage(a.error);
   if (a.positional.size() != 1) return failUsage("launch needs exactly one CONFIG");
   double stallTimeout = 10;
@@ -514,6 +664,10 @@ int cmdLaunch(int argc, char** argv) {
   } else {
     config = std::move(*loaded);
   }
+  if (config.parallel.mode == ms::ParallelMode::ParameterServer)
+    return launchParameterServer(config, a, split, argc, argv, metricsArg, runDirArg);
+  if (a.has("--kill-worker") || a.has("--kill-server"))
+    return failUsage("--kill-worker and --kill-server are for parameter_server mode");
   const int ranks = config.parallel.dp * config.parallel.tp * config.parallel.pp;
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -617,7 +771,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   // The engine's environment knobs, before a command builds a model with them.
-  if (cmd == "train" || cmd == "eval" || cmd == "dump") {
+  if (cmd == "train" || cmd == "eval" || cmd == "dump" || cmd == "ps-worker") {
     if (ms::Expected<int64_t> rows = ms::headChunkRowsOverride(); !rows) {
       std::fprintf(stderr, "meshstudio-engine %s: %s\n", cmd.c_str(), rows.message().c_str());
       return kExitUsage;
@@ -631,6 +785,8 @@ int main(int argc, char** argv) {
     if (cmd == "dump") return cmdDump(argc, argv);
     if (cmd == "plan") return cmdPlan(argc, argv);
     if (cmd == "launch") return cmdLaunch(argc, argv);
+    if (cmd == "ps-server") return cmdPsServer(argc, argv);
+    if (cmd == "ps-worker") return cmdPsWorker(argc, argv);
     if (cmd == "autoplan") return cmdAutoplan(argc, argv);
     if (cmd == "schema") return cmdSchema(argc, argv);
   } catch (const std::bad_alloc&) {

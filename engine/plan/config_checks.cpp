@@ -433,6 +433,85 @@ void checkPlacement(const RunConfig& c, Findings& out) {
 
 }  // namespace
 
+// Parameter-server mode (engine/runtime/ps/): the workers are the replicas, each holding the whole model and
+// computing on its share of every batch; what the collective mode splits or shards is not split here.
+void checkParameterServer(const RunConfig& c, Findings& out) {
+  const ParallelConfig& p = c.parallel;
+  if (p.mode != ParallelMode::ParameterServer) {
+    const std::vector<std::string> byMode = {"/parallel/mode"};
+    if (p.servers != 1)
+      add(out, "/parallel/servers", "servers are parameter-server processes and need \"mode\": \"parameter_server\"",
+          byMode);
+    if (p.workers != 1)
+      add(out, "/parallel/workers",
+          "workers are parameter-server processes and need \"mode\": \"parameter_server\" (collective data "
+          "parallelism has dp)",
+          byMode);
+    if (!p.stragglers.empty())
+      add(out, "/parallel/stragglers", "stragglers slow parameter-server workers and need \"mode\": "
+          "\"parameter_server\"", byMode);
+    return;
+  }
+  const std::vector<std::string> byMode = {"/parallel/mode"};
+  const auto one = [&](const char* path, int v, const char* what) {
+    if (v != 1)
+      add(out, path,
+          std::string("parameter_server mode runs whole-model workers: ") + what + " must be 1, got " +
+              std::to_string(v),
+          byMode);
+  };
+  one("/parallel/dp", p.dp, "dp (the workers are the replicas; set parallel.workers)");
+  one("/parallel/tp", p.tp, "tp");
+  one("/parallel/pp", p.pp, "pp");
+  if (p.zero != 0)
+    add(out, "/parallel/zero", "parameter_server mode shards the model states over the servers; zero must be 0",
+        byMode);
+  if (p.offload != Offload::None)
+    add(out, "/parallel/offload", "the servers hold the optimizer state in host memory already; offload must be "
+        "\"none\" in parameter_server mode", byMode);
+  if (p.gradPrecision != GradPrecision::Fp32)
+    add(out, "/parallel/grad_precision", "parameter_server workers push fp32 gradients; grad_precision must be "
+        "\"fp32\"", byMode);
+  if (p.sequenceParallel)
+    add(out, "/parallel/sequence_parallel", "sequence parallelism needs tp > 1, which parameter_server mode "
+        "does not run", byMode);
+  if (p.batchNorm == BatchNormMode::Sync)
+    add(out, "/parallel/batchnorm", "parameter_server workers do not talk to each other, so BatchNorm "
+        "statistics cannot be synchronised; use \"local\"", byMode);
+  if (p.workers >= 1 && p.microbatches >= 1 && c.training.batchSize >= 1 &&
+      c.training.batchSize % (int64_t(p.workers) * p.microbatches) != 0)
+    add(out, "/training/batch_size",
+        "batch_size (" + std::to_string(c.training.batchSize) + ") must be divisible by workers * microbatches = " +
+            std::to_string(int64_t(p.workers) * p.microbatches),
+        {"/parallel/workers", "/parallel/microbatches"});
+  if (p.servers > 1 && c.training.gradClip > 0)
+    add(out, "/training/grad_clip",
+        "with several servers each applies its shard's updates on its own, so no server knows the global "
+        "gradient norm; set grad_clip to 0 or use one server",
+        {"/parallel/servers"});
+  int64_t devices = 0;
+  for (const NodeConfig& n : c.mesh.nodes) devices += n.count;
+  if (!c.mesh.nodes.empty() && p.workers > devices)
+    add(out, "/parallel/workers",
+        std::to_string(p.workers) + " workers, but the mesh has only " + std::to_string(devices) + " devices",
+        {"/mesh/nodes"});
+  std::map<int, size_t> seen;
+  for (size_t i = 0; i < p.stragglers.size(); ++i) {
+    const Straggler& s = p.stragglers[i];
+    const std::string at = "/parallel/stragglers/" + std::to_string(i);
+    if (s.worker >= p.workers)
+      add(out, at + "/worker",
+          "worker " + std::to_string(s.worker) + " does not exist (workers are 0 .. " +
+              std::to_string(p.workers - 1) + ")",
+          {"/parallel/workers"});
+    const auto [it, inserted] = seen.emplace(s.worker, i);
+    if (!inserted)
+      add(out, at + "/worker",
+          "worker " + std::to_string(s.worker) + " is already slowed at /parallel/stragglers/" +
+              std::to_string(it->second));
+  }
+}
+
 std::vector<ConfigFinding> checkRunConfig(const RunConfig& config) {
   Findings out;
   checkFields(runConfigFields(), "", config, 0, out);
@@ -441,6 +520,7 @@ std::vector<ConfigFinding> checkRunConfig(const RunConfig& config) {
   checkHardwareTypes(config, out);
   checkMeshAndLayout(config, out);
   checkPlacement(config, out);
+  checkParameterServer(config, out);
   return out;
 }
 

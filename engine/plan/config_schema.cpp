@@ -449,6 +449,46 @@ void addParallel(std::vector<Field>& t) {
   t.push_back(boolField(p, "sequence_parallel", MS_REF(parallel.sequenceParallel),
                         "Shard activations outside the tensor-parallel regions along the sequence.")
                   .aka({"sp", "seq_parallel"}));
+  t.push_back(enumField(p, "mode", kParallelModeNames, MS_REF(parallel.mode),
+                        "How replicas combine gradients: collective (all-reduce inside one MPI job) or "
+                        "parameter_server (workers pull parameters from and push gradients to server "
+                        "processes, which outlive lost workers).")
+                  .aka({"parallel_mode", "strategy", "ps"}));
+  t.push_back(intField(p, "servers", MS_REF(parallel.servers), atLeast(1),
+                       "Parameter-server mode: server processes; the parameters are split over them by "
+                       "bytes, each layer whole.")
+                  .aka({"num_servers", "ps_servers", "num_ps"}));
+  t.push_back(intField(p, "workers", MS_REF(parallel.workers), atLeast(1),
+                       "Parameter-server mode: worker processes, each training on its own share of every "
+                       "batch (the replicas; dp stays 1).")
+                  .aka({"num_workers", "ps_workers", "replicas"}));
+  t.push_back(enumField(p, "consistency", kConsistencyNames, MS_REF(parallel.consistency),
+                        "Parameter-server mode: sync applies the sum of every live worker's push of a "
+                        "step (equal to collective data parallelism); async applies each push as it "
+                        "arrives; bounded does too while no worker is more than staleness steps ahead of "
+                        "the slowest (stale-synchronous parallel).")
+                  .aka({"sync_mode", "synchronization", "ps_mode"}));
+  t.push_back(intField(p, "staleness", MS_REF(parallel.staleness), atLeast(0),
+                       "Parameter-server mode, bounded: most steps a worker may be ahead of the slowest "
+                       "live worker.")
+                  .aka({"max_staleness", "staleness_bound", "ssp_bound"}));
+  t.push_back(numberField(p, "worker_timeout_s", MS_REF(parallel.workerTimeoutS), above(0),
+                          "Parameter-server mode: seconds without a message (its heartbeats included) after "
+                          "which the servers drop a worker and go on with the rest.")
+                  .aka({"heartbeat_timeout_s", "worker_timeout"}));
+  t.push_back(objectListField(p, "stragglers", MS_REF(parallel.stragglers),
+                              "Parameter-server mode: workers slowed down on purpose, to see what "
+                              "asynchronous training is for.")
+                  .aka({"slow_workers", "straggler"}));
+  const std::string st = "/parallel/stragglers/*";
+  t.push_back(intField(st, "worker", MS_REF(parallel.stragglers[i].worker), atLeast(0),
+                       "The slowed worker, in [0, workers).")
+                  .isRequired()
+                  .aka({"index", "id"}));
+  t.push_back(numberField(st, "slowdown", MS_REF(parallel.stragglers[i].slowdown), atLeast(1),
+                          "Its steps take this many times as long (it sleeps for the difference).")
+                  .isRequired()
+                  .aka({"factor", "slow_factor"}));
   t.push_back(objectListField(p, "placement", MS_REF(parallel.placement),
                               "Chunks in model order, each a run of layers on one stage; empty = even split.")
                   .aka({"layer_placement", "stages_layout"}));

@@ -31,6 +31,12 @@ const char* toString(ModelType v) {
 const char* toString(BatchNormMode v) {
   return enumName(kBatchNormModeNames, v);
 }
+const char* toString(ParallelMode v) {
+  return enumName(kParallelModeNames, v);
+}
+const char* toString(Consistency v) {
+  return enumName(kConsistencyNames, v);
+}
 const char* toString(Activation v) {
   return enumName(kActivationNames, v);
 }

@@ -26,6 +26,13 @@ constexpr bool isTransformer(ModelType t) {
   return t == ModelType::Gpt || t == ModelType::Vit;
 }
 enum class BatchNormMode { Local, Sync };
+// How replicas combine gradients: collectives inside one job (all-reduce, reduce-scatter), or parameter servers
+// that workers pull from and push to (engine/runtime/ps/).
+enum class ParallelMode { Collective, ParameterServer };
+// When a parameter server applies pushes: after every live worker's push of a version (sync), each push as it
+// arrives (async), or as it arrives while no worker is more than `staleness` steps ahead of the slowest
+// (bounded: stale-synchronous parallel, Ho et al. 2013).
+enum class Consistency { Sync, Async, Bounded };
 enum class Activation { Gelu, Relu, Tanh };
 enum class Pooling { Cls, Mean };
 enum class DataKind { Text, Tokens, FashionMnist };
@@ -136,6 +143,13 @@ struct ChunkPlacement {
   bool operator==(const ChunkPlacement&) const = default;
 };
 
+// A worker slowed down on purpose (parameter-server mode): its steps take `slowdown` times as long.
+struct Straggler {
+  int worker = 0;        // "worker"
+  double slowdown = 2;   // "slowdown": >= 1
+  bool operator==(const Straggler&) const = default;
+};
+
 struct ParallelConfig {
   int dp = 1;                              // "dp": data-parallel replicas
   int tp = 1;                              // "tp": tensor-parallel ways, must divide heads
@@ -153,6 +167,14 @@ struct ParallelConfig {
   Offload offload = Offload::None;                    // "offload": "none" | "optimizer" | "parameters"
   BatchNormMode batchNorm = BatchNormMode::Local;     // "batchnorm": "local" | "sync" (cnn)
   std::vector<ChunkPlacement> placement;              // "placement": empty = even split over pp stages
+  // Parameter-server mode ("mode": "parameter_server"; dp, tp and pp stay 1, the workers are the replicas).
+  ParallelMode mode = ParallelMode::Collective;      // "mode": "collective" | "parameter_server"
+  int servers = 1;                                   // "servers": processes holding the parameter shards
+  int workers = 1;                                   // "workers": processes computing gradients
+  Consistency consistency = Consistency::Sync;       // "consistency": "sync" | "async" | "bounded"
+  int staleness = 2;                                 // "staleness": bounded's most steps ahead of the slowest
+  double workerTimeoutS = 10;                        // "worker_timeout_s": silence after which a worker is dropped
+  std::vector<Straggler> stragglers;                 // "stragglers": workers slowed on purpose
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -212,8 +234,11 @@ struct RunConfig {
 
 // Samples per microbatch on one DP replica: batch_size / (dp * microbatches) (validation makes it exact). The
 // one place this is computed: the plan, the engine's pipeline and evaluation, and the studio's calibration.
+// In parameter-server mode the replicas are the workers: batch_size / (workers * microbatches).
 inline int microbatchSize(const RunConfig& c) {
-  return c.training.batchSize / (std::max(1, c.parallel.dp) * std::max(1, c.parallel.microbatches));
+  const int replicas =
+      c.parallel.mode == ParallelMode::ParameterServer ? std::max(1, c.parallel.workers) : std::max(1, c.parallel.dp);
+  return c.training.batchSize / (replicas * std::max(1, c.parallel.microbatches));
 }
 
 // One problem found in a config: the JSON path of the field ("/parallel/tp", "/model/heads") and the reason.
@@ -253,6 +278,8 @@ std::string runConfigMarkdown();
 // Names used in the JSON for the enums.
 const char* toString(ModelType v);
 const char* toString(BatchNormMode v);
+const char* toString(ParallelMode v);
+const char* toString(Consistency v);
 const char* toString(Activation v);
 const char* toString(Pooling v);
 const char* toString(DataKind v);

@@ -1,0 +1,45 @@
+// Parameter-server placement; see parameter_server.h.
+#include "plan/parameter_server.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+namespace ms {
+
+Expected<ServerShards> assignServers(const ModelSpec& spec, const RunConfig& config) {
+  const int S = std::max(1, config.parallel.servers);
+  const int L = static_cast<int>(spec.layers.size());
+  std::vector<int> order(L);
+  std::iota(order.begin(), order.end(), 0);
+  int withParams = 0;
+  for (const LayerSpec& l : spec.layers) withParams += l.paramCount() > 0 ? 1 : 0;
+  if (S > withParams)
+    return Status::error("/parallel/servers: " + std::to_string(S) + " servers, but only " +
+                         std::to_string(withParams) +
+                         " layers of the model hold parameters and a layer stays whole on one server; use at "
+                         "most " +
+                         std::to_string(withParams));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return spec.layers[a].paramCount() > spec.layers[b].paramCount(); });
+  ServerShards out;
+  out.layers.assign(S, {});
+  out.params.assign(S, 0);
+  const bool tiedHead = config.model.type == ModelType::Gpt && config.model.tieEmbeddings && L > 1;
+  for (int layer : order) {
+    if (tiedHead && layer == L - 1) continue;
+    const int s = static_cast<int>(std::min_element(out.params.begin(), out.params.end()) - out.params.begin());
+    out.layers[s].push_back(layer);
+    out.params[s] += spec.layers[layer].paramCount();
+  }
+  if (tiedHead)
+    for (int s = 0; s < S; ++s)
+      if (std::find(out.layers[s].begin(), out.layers[s].end(), 0) != out.layers[s].end()) {
+        out.layers[s].push_back(L - 1);
+        out.params[s] += spec.layers[L - 1].paramCount();
+      }
+  for (auto& l : out.layers) std::sort(l.begin(), l.end());
+  return out;
+}
+
+}  // namespace ms
