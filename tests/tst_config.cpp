@@ -171,6 +171,39 @@ std::vector<TypedCase> typedCases() {
        "/parallel/recompute", "updating its running statistics twice"},
       {"gpt sync batchnorm", [](auto& c) { c.parallel.batchNorm = ms::BatchNormMode::Sync; },
        "/parallel/batchnorm", "only a cnn model has BatchNorm"},
+      {"collective servers 2", [](auto& c) { c.parallel.servers = 2; }, "/parallel/servers",
+       "need \"mode\": \"parameter_server\""},
+      {"ps dp 2",
+       [](auto& c) {
+         c.parallel.mode = ms::ParallelMode::ParameterServer;
+         c.parallel.dp = 2;
+       },
+       "/parallel/dp", "the workers are the replicas"},
+      {"ps batch over workers",
+       [](auto& c) {
+         c.parallel.mode = ms::ParallelMode::ParameterServer;
+         c.parallel.workers = 3;
+       },
+       "/training/batch_size", "divisible by workers * microbatches = 3"},
+      {"ps clip over servers",
+       [](auto& c) {
+         c.parallel.mode = ms::ParallelMode::ParameterServer;
+         c.parallel.servers = 2;
+         c.training.gradClip = 1;
+       },
+       "/training/grad_clip", "no server knows the global gradient norm"},
+      {"ps straggler slowdown",
+       [](auto& c) {
+         c.parallel.mode = ms::ParallelMode::ParameterServer;
+         c.parallel.stragglers = {{0, 0.5}};
+       },
+       "/parallel/stragglers/0/slowdown", "must be >= 1, got 0.5"},
+      {"ps zero 1",
+       [](auto& c) {
+         c.parallel.mode = ms::ParallelMode::ParameterServer;
+         c.parallel.zero = 1;
+       },
+       "/parallel/zero", "zero must be 0"},
       {"version 2", [](auto& c) { c.version = 2; }, "/version", "must be 1, got 2"},
       {"empty name", [](auto& c) { c.name = ""; }, "/name", "must not be empty"},
       {"empty file", [](auto& c) { c.data.files = {""}; }, "/data/files/0", "must not be empty"},
@@ -391,6 +424,34 @@ class TestConfig : public QObject {
     }
   }
 
+  // Parameter-server mode's fields are written (and round-trip) in that mode, and left out of others.
+  void parameterServerFields() {
+    json j = mlpMnist();
+    j["mesh"] = {{"nodes", json::array({{{"name", "n0"}, {"count", 4}}})}};
+    j["parallel"] = {{"mode", "parameter_server"}, {"servers", 2},           {"workers", 4},
+                     {"consistency", "bounded"},  {"staleness", 3},         {"worker_timeout_s", 2.5},
+                     {"stragglers", json::array({{{"worker", 1}, {"slowdown", 4}}})}};
+    j["training"]["grad_clip"] = 0;
+    const auto c = ms::parseRunConfig(j);
+    QVERIFY2(c.isOk(), c.message().c_str());
+    QCOMPARE(c->parallel.consistency, ms::Consistency::Bounded);
+    QCOMPARE(c->parallel.stragglers.size(), size_t(1));
+    QCOMPARE(c->parallel.stragglers[0].slowdown, 4.0);
+    QVERIFY2(ms::validateRunConfig(*c).empty(), describe(ms::validateRunConfig(*c)).c_str());
+    const json written = ms::toJson(*c);
+    QCOMPARE(written["parallel"]["servers"].get<int>(), 2);
+    QCOMPARE(written["parallel"]["worker_timeout_s"].get<double>(), 2.5);
+    const auto again = ms::parseRunConfig(json::parse(written.dump()));
+    QVERIFY(again.isOk());
+    QVERIFY(*again == *c);
+    ms::RunConfig collective = *c;
+    collective.parallel = {};
+    const json plain = ms::toJson(collective);
+    QVERIFY(!plain["parallel"].contains("servers"));
+    QVERIFY(!plain["parallel"].contains("stragglers"));
+    QCOMPARE(plain["parallel"]["mode"].get<std::string>(), std::string("collective"));
+  }
+
   void everyFieldIsWritten() {
     const auto c = ms::parseRunConfig(gptTokensEverything());
     QVERIFY2(c.isOk(), c.message().c_str());
@@ -399,7 +460,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["model"].size(), size_t(10));  // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));    // kind, train, val
     QCOMPARE(j["mesh"].size(), size_t(5));    // nodes, links, and the (empty) lists of own types
-    QCOMPARE(j["parallel"].size(), size_t(14));
+    QCOMPARE(j["parallel"].size(), size_t(15));  // mode; the parameter-server fields only in that mode
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(15));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));
@@ -860,7 +921,7 @@ class TestConfig : public QObject {
       }
     };
     visit(s);
-    QCOMPARE(objects, 11);  // top level, six sections, mesh node, device type, link type, placement chunk
+    QCOMPARE(objects, 12);  // top level, six sections, mesh node, device type, link type, placement chunk, straggler
     const json& model = s["properties"]["model"];
     QCOMPARE(model["properties"]["layers"]["minimum"], json(1));
     QCOMPARE(model["properties"]["layers"]["default"], json(4));

@@ -80,7 +80,7 @@ void checkList(const Field& f, const std::string& path, const nlohmann::ordered_
 void checkFields(const std::vector<Field>& fields, const std::string& parent, const RunConfig& c, size_t item,
                  Findings& out) {
   for (const Field* f : childFields(fields, parent)) {
-    if (!f->appliesTo(c.model.type, c.data.kind)) continue;
+    if (!f->appliesTo(c)) continue;
     const std::string path = concretePath(*f, item);
     switch (f->kind) {
       case FieldKind::Object:

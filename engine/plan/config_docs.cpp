@@ -37,6 +37,7 @@ std::string fullDescription(const Field& f) {
   if (f.models != kAllModels) d += " Model types: " + maskNames(f.models, kModelTypeNames, modelMask) + ".";
   if (f.dataKinds != kAllDataKinds)
     d += " Data kinds: " + maskNames(f.dataKinds, kDataKindNames, dataMask) + ".";
+  if (f.parameterServerOnly) d += " With \"mode\": \"parameter_server\" only.";
   return d;
 }
 

@@ -457,28 +457,34 @@ void addParallel(std::vector<Field>& t) {
   t.push_back(intField(p, "servers", MS_REF(parallel.servers), atLeast(1),
                        "Parameter-server mode: server processes; the parameters are split over them by "
                        "bytes, each layer whole.")
+                  .forParameterServer()
                   .aka({"num_servers", "ps_servers", "num_ps"}));
   t.push_back(intField(p, "workers", MS_REF(parallel.workers), atLeast(1),
                        "Parameter-server mode: worker processes, each training on its own share of every "
                        "batch (the replicas; dp stays 1).")
+                  .forParameterServer()
                   .aka({"num_workers", "ps_workers", "replicas"}));
   t.push_back(enumField(p, "consistency", kConsistencyNames, MS_REF(parallel.consistency),
                         "Parameter-server mode: sync applies the sum of every live worker's push of a "
                         "step (equal to collective data parallelism); async applies each push as it "
                         "arrives; bounded does too while no worker is more than staleness steps ahead of "
                         "the slowest (stale-synchronous parallel).")
+                  .forParameterServer()
                   .aka({"sync_mode", "synchronization", "ps_mode"}));
   t.push_back(intField(p, "staleness", MS_REF(parallel.staleness), atLeast(0),
                        "Parameter-server mode, bounded: most steps a worker may be ahead of the slowest "
                        "live worker.")
+                  .forParameterServer()
                   .aka({"max_staleness", "staleness_bound", "ssp_bound"}));
   t.push_back(numberField(p, "worker_timeout_s", MS_REF(parallel.workerTimeoutS), above(0),
                           "Parameter-server mode: seconds without a message (its heartbeats included) after "
                           "which the servers drop a worker and go on with the rest.")
+                  .forParameterServer()
                   .aka({"heartbeat_timeout_s", "worker_timeout"}));
   t.push_back(objectListField(p, "stragglers", MS_REF(parallel.stragglers),
                               "Parameter-server mode: workers slowed down on purpose, to see what "
                               "asynchronous training is for.")
+                  .forParameterServer()
                   .aka({"slow_workers", "straggler"}));
   const std::string st = "/parallel/stragglers/*";
   t.push_back(intField(st, "worker", MS_REF(parallel.stragglers[i].worker), atLeast(0),
@@ -640,6 +646,11 @@ bool Field::appliesTo(ModelType model, DataKind data) const {
   return (models & modelBit(model)) != 0 && (dataKinds & dataBit(data)) != 0;
 }
 
+bool Field::appliesTo(const RunConfig& c) const {
+  return appliesTo(c.model.type, c.data.kind) &&
+         (!parameterServerOnly || c.parallel.mode == ParallelMode::ParameterServer);
+}
+
 std::vector<const Field*> childFields(const std::vector<Field>& fields, const std::string& parent) {
   std::vector<const Field*> out;
   for (const auto& f : fields)
@@ -677,7 +688,7 @@ nlohmann::ordered_json fieldsToJson(const std::vector<Field>& fields, const std:
                                     const RunConfig& config, size_t item) {
   ojson obj = ojson::object();
   for (const Field* f : childFields(fields, parent)) {
-    if (!f->appliesTo(config.model.type, config.data.kind)) continue;
+    if (!f->appliesTo(config)) continue;
     if (f->kind == FieldKind::Object) {
       obj[f->key] = fieldsToJson(fields, f->path(), config, 0);
     } else if (f->kind == FieldKind::ObjectList) {

@@ -137,6 +137,14 @@ struct Field {
   std::string itemParent() const { return path() + "/*"; }
   bool isContainer() const { return kind == FieldKind::Object || kind == FieldKind::ObjectList; }
   bool appliesTo(ModelType model, DataKind data) const;
+  // The model and data kinds, and the parallel mode (the parameter-server fields are written and checked in
+  // that mode only).
+  bool appliesTo(const RunConfig& config) const;
+  bool parameterServerOnly = false;
+  Field& forParameterServer() {
+    parameterServerOnly = true;
+    return *this;
+  }
   // Builder helpers for the table.
   Field& forModels(unsigned mask) {
     models = mask;

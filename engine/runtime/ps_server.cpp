@@ -39,6 +39,7 @@ struct WorkerState {
   std::string peer;       // its pull socket's routing id (the heartbeat socket has another)
   Clock::time_point lastSeen{};
   int64_t steps = 0;  // its pushes applied
+  int64_t clock = 0;  // bounded's step clock: its pushes applied, raised to the slowest's when it (re)joins
   // A pull waiting for the consistency to allow it (one per worker: a resent pull replaces it).
   bool pullPending = false;
   int64_t pullReq = 0;
@@ -234,8 +235,8 @@ class Server {
         log("info", "worker " + std::to_string(id) + (w->known ? " rejoined" : " joined") + " at step " +
                         std::to_string(globalStep()));
         w->known = true;
-        // Bounded staleness counts steps from here: a rejoining worker starts level with the slowest.
-        w->steps = std::max(w->steps, minLiveSteps(id));
+        // Bounded staleness counts steps from here: a (re)joining worker starts level with the slowest.
+        w->clock = std::max(w->clock, minLiveClock(id));
       }
       w->peer = m.peer;
       w->pullPending = true;
@@ -268,10 +269,10 @@ class Server {
     }
   }
 
-  int64_t minLiveSteps(int except) const {
+  int64_t minLiveClock(int except) const {
     int64_t least = -1;
     for (int i = 0; i < m_W; ++i)
-      if (i != except && m_workers[i].live && (least < 0 || m_workers[i].steps < least)) least = m_workers[i].steps;
+      if (i != except && m_workers[i].live && (least < 0 || m_workers[i].clock < least)) least = m_workers[i].clock;
     return least < 0 ? 0 : least;
   }
 
@@ -305,6 +306,7 @@ class Server {
     apply(1.0f);
     recordStaleness(staleness);
     w.steps += 1;
+    w.clock += 1;
   }
 
   // ---- updates ----
@@ -330,6 +332,7 @@ class Server {
     apply(scale);
     for (auto& [id, push] : m_pending) {
       m_workers[id].steps += 1;
+      m_workers[id].clock += 1;
       recordStaleness(0);
     }
     m_pending.clear();
@@ -434,7 +437,7 @@ class Server {
       case Consistency::Sync:
         return m_version >= w.pullMinVersion;
       case Consistency::Bounded:
-        return w.steps - minLiveSteps(-1) <= m_config.parallel.staleness;
+        return w.clock - minLiveClock(-1) <= m_config.parallel.staleness;
       case Consistency::Async:
         return true;
     }

@@ -34,6 +34,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 Status checkRunnable(const RunConfig& c, int worldSize) {
+  if (c.parallel.mode == ParallelMode::ParameterServer)
+    return Status::error(
+        "/parallel/mode: parameter_server runs as server and worker processes, not as one training job; start "
+        "it with `meshstudio-engine launch CONFIG`");
   const int ranks = c.parallel.dp * c.parallel.tp * c.parallel.pp;
   if (ranks != worldSize)
     return Status::error("/parallel: the plan has dp*tp*pp = " + std::to_string(ranks) +
