@@ -11,6 +11,7 @@
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
 #include "plan/plan.h"
+#include "plan/ps_model.h"
 #include "plan/simulator.h"
 
 namespace ms {
@@ -83,7 +84,106 @@ nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& me
   return j;
 }
 
+// Parameter-server mode: the servers' and workers' memory and times (plan/ps_model.h).
+int runPsPlanCommand(const RunConfig& config, bool json) {
+  auto pred = predictParameterServer(config);
+  if (!pred) {
+    std::fprintf(stderr, "meshstudio-engine plan: %s\n", pred.message().c_str());
+    return 2;
+  }
+  const ModelSpec spec = buildModelSpec(config.model, config.training.seqLen);
+  nlohmann::json servers = nlohmann::json::array(), workers = nlohmann::json::array(), timeline = nlohmann::json::array();
+  for (const PsServerPrediction& s : pred->servers) {
+    std::vector<std::string> names;
+    for (int l : s.layers) names.push_back(spec.layers[static_cast<size_t>(l)].name);
+    servers.push_back({{"server", s.index},
+                       {"node", s.node},
+                       {"layers", names},
+                       {"params", s.params},
+                       {"memory_bytes",
+                        {{"parameters", s.parameterBytes},
+                         {"gradients", s.gradientBytes},
+                         {"optimizer", s.optimizerBytes},
+                         {"other", s.otherBytes},
+                         {"total", s.total()}}},
+                       {"update_time_s", s.updateTime},
+                       {"link_time_s", s.linkTime}});
+  }
+  bool fits = true;
+  for (const PsWorkerPrediction& w : pred->workers) {
+    fits = fits && w.total() <= w.capacity;
+    workers.push_back({{"worker", w.index},
+                       {"device", w.device},
+                       {"memory_bytes",
+                        {{"parameters", w.parameterBytes},
+                         {"gradients", w.gradientBytes},
+                         {"optimizer", w.optimizerBytes},
+                         {"activations", w.activationBytes},
+                         {"other", w.otherBytes},
+                         {"total", w.total()}}},
+                       {"capacity_bytes", w.capacity},
+                       {"slowdown", w.slowdown},
+                       {"compute_time_s", w.computeTime},
+                       {"pull_time_s", w.pullTime},
+                       {"push_time_s", w.pushTime}});
+  }
+  for (const PsSpan& sp : pred->timeline)
+    timeline.push_back({{"lane", std::string(sp.server ? "server " : "worker ") + std::to_string(sp.index)},
+                        {"action", std::string(1, sp.action)},
+                        {"start", sp.start},
+                        {"end", sp.end}});
+  const nlohmann::json j = {{"mode", "parameter_server"},
+                            {"consistency", toString(pred->consistency)},
+                            {"step_time_s", pred->stepTime},
+                            {"samples_per_s", pred->samplesPerSecond},
+                            {"mean_staleness", pred->meanStaleness},
+                            {"fits", fits},
+                            {"servers", servers},
+                            {"workers", workers},
+                            {"timeline", timeline}};
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-7s %-5s %-28s %12s %8s %8s %8s %8s %9s %10s %10s\n", "server", "node", "layers", "params",
+              "params", "grads", "optim", "other", "total GiB", "update ms", "link ms");
+  for (const auto& s : servers) {
+    const auto& m = s["memory_bytes"];
+    std::string layers = layerSummary(s["layers"].get<std::vector<std::string>>());
+    if (layers.size() > 28) layers = layers.substr(0, 25) + "...";
+    std::printf("%-7d %-5d %-28s %12.0f %8.2f %8.2f %8.2f %8.2f %9.2f %10.3f %10.3f\n", s["server"].get<int>(),
+                s["node"].get<int>(), layers.c_str(), s["params"].get<double>(), m["parameters"].get<double>() / kGiB,
+                m["gradients"].get<double>() / kGiB, m["optimizer"].get<double>() / kGiB,
+                m["other"].get<double>() / kGiB, m["total"].get<double>() / kGiB,
+                1e3 * s["update_time_s"].get<double>(), 1e3 * s["link_time_s"].get<double>());
+  }
+  std::printf("\n%-7s %-7s %8s %8s %8s %8s %8s %9s %9s %10s %9s %9s %8s\n", "worker", "device", "params", "grads",
+              "optim", "activ", "other", "total GiB", "capacity", "compute ms", "pull ms", "push ms", "slowdown");
+  for (const auto& w : workers) {
+    const auto& m = w["memory_bytes"];
+    const double total = m["total"].get<double>(), cap = w["capacity_bytes"].get<double>();
+    std::printf("%-7d %-7d %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %10.3f %9.3f %9.3f %8.1f%s\n",
+                w["worker"].get<int>(), w["device"].get<int>(), m["parameters"].get<double>() / kGiB,
+                m["gradients"].get<double>() / kGiB, m["optimizer"].get<double>() / kGiB,
+                m["activations"].get<double>() / kGiB, m["other"].get<double>() / kGiB, total / kGiB, cap / kGiB,
+                1e3 * w["compute_time_s"].get<double>(), 1e3 * w["pull_time_s"].get<double>(),
+                1e3 * w["push_time_s"].get<double>(), w["slowdown"].get<double>(), total > cap ? "  DOES NOT FIT" : "");
+  }
+  std::printf("\n%s: step %.4f s, %.0f samples/s, mean staleness %.1f updates, %s\n", toString(pred->consistency),
+              pred->stepTime, pred->samplesPerSecond, pred->meanStaleness,
+              fits ? "fits in memory on every worker" : "DOES NOT FIT on every worker");
+  return 0;
+}
+
 int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::string& writePath) {
+  if (input.parallel.mode == ParallelMode::ParameterServer) {
+    if (balance || !writePath.empty()) {
+      std::fprintf(stderr, "meshstudio-engine plan: --balance and --write place pipeline stages, which "
+                           "parameter_server mode does not have\n");
+      return 2;
+    }
+    return runPsPlanCommand(input, json);
+  }
   RunConfig config = input;
   if (balance) {
     auto balanced = withBalancedPlacement(input);

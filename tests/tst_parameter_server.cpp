@@ -63,6 +63,10 @@ Run runEngine(const QStringList& args, const QString& metrics, int timeoutMs = 1
   p.setProcessEnvironment(environment());
   p.start(kEngine, args);
   Run r;
+  if (!p.waitForStarted(10000)) {
+    r.err = "could not start " + kEngine + ": " + p.errorString();
+    return r;
+  }
   if (!p.waitForFinished(timeoutMs)) {
     p.kill();
     p.waitForFinished(5000);
