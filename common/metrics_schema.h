@@ -29,8 +29,9 @@
 //               staleness_total [the same over the run], discarded (sync pushes of an older version),
 //               worker_states [{worker*, live*, steps (pushes applied), step_time_s, samples_per_s (since the
 //               last ps line)}], final
-// Parameter-server runs add to run_start: servers, workers, consistency; to step: version; to eval: worker
-// (the worker that evaluated).
+// Parameter-server runs add to run_start: servers, workers, consistency, and predicted {step_time_s,
+// tokens_per_s (samples/s for classifiers), mean_staleness}; to step: version; to eval: worker (the worker
+// that evaluated).
 // Memory categories: parameters, gradients, optimizer, activations, communication, workspace, other, total
 // (bytes); "host" objects (offloaded model states) have parameters, gradients, optimizer, staging, total.
 #pragma once
@@ -140,6 +141,7 @@ inline constexpr char kPsStalenessTotal[] = "staleness_total";
 inline constexpr char kPsDiscarded[] = "discarded";
 inline constexpr char kPsFinal[] = "final";
 inline constexpr char kPsWorkerStates[] = "worker_states";
+inline constexpr char kPsMeanStaleness[] = "mean_staleness";  // run_start's predicted
 }  // namespace key
 
 // Memory category keys: the engine's MemoryCategory names (engine/runtime/memory.h) and the memory model's

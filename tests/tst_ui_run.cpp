@@ -30,6 +30,7 @@
 #include "ui/run/engine_client.h"
 #include "ui/run/metrics_reader.h"
 #include "ui/run/run_data.h"
+#include "ui/views/ps_panel.h"
 #include "ui/views/run_view.h"
 
 using namespace ms;
@@ -181,6 +182,12 @@ class TestUiRun : public QObject {
         << QByteArray(R"({"v":1,"type":"run_end","reason":""})") << R"(missing "status")";
     QTest::newRow("version zero") << QByteArray(R"({"v":0,"type":"step","step":1,"loss":1})")
                                   << R"("v": out of range)";
+    QTest::newRow("ps negative count")
+        << QByteArray(R"({"v":1,"type":"ps","step":1,"staleness_total":[3,-1]})")
+        << R"("staleness_total": expected an array of counts, got number -1)";
+    QTest::newRow("ps worker without index")
+        << QByteArray(R"({"v":1,"type":"ps","step":1,"worker_states":[{"live":true}]})")
+        << R"(missing "worker_states[0].worker")";
   }
 
   void readerRejectsMalformedLine() {
@@ -634,6 +641,71 @@ class TestUiRun : public QObject {
     QVERIFY(view.savePlots(dir.filePath("hidden"), "png"));
     QImage loss(dir.filePath("hidden/loss.png"));
     QCOMPARE(loss.size(), QSize(800, 500));
+  }
+
+  // A parameter-server run through the studio's client: its tab appears, with the staleness of every update
+  // and every worker's state; the collective tabs stay as they are.
+  void parameterServerRunLive() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    RunConfig c = tinyConfig(6);
+    c.parallel = {};
+    c.parallel.mode = ParallelMode::ParameterServer;
+    c.parallel.servers = 2;
+    c.parallel.workers = 2;
+    c.parallel.consistency = Consistency::Async;
+    c.training.gradClip = 0;
+    EngineClient client;
+    RunView view(nullptr);
+    view.resize(1000, 700);
+    view.show();
+    view.setClient(&client);
+    QSignalSpy finished(&client, &EngineClient::finished);
+    QVERIFY(client.start(c, dir.filePath("run")));
+    QTRY_VERIFY_WITH_TIMEOUT(finished.size() == 1, 60000);
+    QVERIFY2(finished[0][0].toBool(), qPrintable(finished[0][1].toString() + "\n" + view.logText()));
+    const RunData& d = client.data();
+    QCOMPARE(d.info().psServers, 2);
+    QCOMPARE(d.info().psWorkers, 2);
+    QCOMPARE(d.info().consistency, QString("async"));
+    QCOMPARE(d.info().predictedMeanStaleness, 1.0);  // two workers: one other update in flight
+    QCOMPARE(d.steps().size(), 6);
+    QVERIFY(d.lastPs().has_value());
+    const PsEvent& ps = *d.lastPs();
+    QVERIFY(ps.final);
+    std::int64_t updates = 0, pushes = 0;
+    for (std::int64_t n : ps.stalenessTotal) updates += n;
+    QCOMPARE(updates, std::int64_t(12));  // 6 steps of 2 updates
+    QCOMPARE(ps.workers.size(), std::size_t(2));
+    for (const PsWorkerState& w : ps.workers) pushes += w.steps;
+    QCOMPARE(pushes, std::int64_t(12));
+    view.refresh();
+    QVERIFY(view.sideTabs()->isTabVisible(RunView::PsTab));
+    PsPanel* panel = view.psPanel();
+    QCOMPARE(panel->workerTable()->rowCount(), 2);
+    QCOMPARE(panel->workerTable()->item(0, PsPanel::ColState)->text(), QString("finished"));
+    QCOMPARE(panel->workerTable()->item(1, PsPanel::ColSteps)->text(), QString::number(ps.workers[1].steps));
+    auto* bars = qobject_cast<QCPBars*>(panel->histogram()->plottable(0));
+    QVERIFY(bars);
+    QCOMPARE(bars->data()->size(), int(ps.stalenessTotal.size()));
+    double barSum = 0;
+    for (auto it = bars->data()->constBegin(); it != bars->data()->constEnd(); ++it) barSum += it->value;
+    QCOMPARE(barSum, 12.0);
+    QVERIFY2(panel->summary().contains("12 updates applied"), qPrintable(panel->summary()));
+    QVERIFY2(panel->summary().contains("predicted mean 1.00"), qPrintable(panel->summary()));
+    // Replayed from its folder: the same.
+    RunData replay;
+    QVERIFY(loadRunFolder(dir.filePath("run"), replay).isOk());
+    QVERIFY(replay.lastPs().has_value());
+    QCOMPARE(replay.lastPs()->stalenessTotal, ps.stalenessTotal);
+    // A collective run hides the tab again.
+    view.setData(&replay);
+    view.refresh();
+    QVERIFY(view.sideTabs()->isTabVisible(RunView::PsTab));
+    RunData empty;
+    view.setData(&empty);
+    view.refresh();
+    QVERIFY(!view.sideTabs()->isTabVisible(RunView::PsTab));
   }
 
   void realRunLiveAndReplayed() {

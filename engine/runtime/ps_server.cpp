@@ -12,6 +12,7 @@
 
 #include "common/metrics_schema.h"
 #include "plan/parameter_server.h"
+#include "plan/ps_model.h"
 #include "runtime/file_io.h"
 #include "runtime/heartbeat.h"
 #include "runtime/metrics.h"
@@ -123,6 +124,8 @@ class Server {
       serveWaitingPulls();
       if (m_options.stopRequested && m_options.stopRequested->load()) {
         saveCheckpoint(/*final=*/true);
+        // A server other than 0 stopped after the run ended on server 0 (launch stops it then): a normal end.
+        if (!m_lead && (done() || anyFinished())) break;
         return endWith(metrics::status::kInterrupted,
                        "stopped by request at step " + std::to_string(globalStep()));
       }
@@ -169,12 +172,19 @@ class Server {
       if (w.finished) return true;
     return false;
   }
-  // The run is over for this server: done (or the workers finished without it, when pushes to it were lost)
-  // and nobody left to serve, and (server 0) the final evaluation in or its worker gone.
-  bool finished() const {
-    if (liveCount() > 0) return false;
-    if (!done() && !anyFinished()) return false;
-    return true;
+  // The run is over for this server: nobody left to serve, and done; or (servers other than 0, whose
+  // pushes may have been lost) the workers finished the run on server 0 and none has come for
+  // worker_timeout_s since (a worker still starting may not have reached this server yet; under launch,
+  // server 0's end stops this one anyway).
+  bool finished() {
+    if (liveCount() > 0) {
+      m_idleSince.reset();
+      return false;
+    }
+    if (done()) return true;
+    if (!anyFinished()) return false;
+    if (!m_idleSince) m_idleSince = Clock::now();
+    return secondsSince(*m_idleSince) > m_config.parallel.workerTimeoutS;
   }
 
   void writeRunStart() {
@@ -191,9 +201,20 @@ class Server {
                      {key::kRunDir, m_runDir},
                      {key::kResumedFrom, m_resumedFrom},
                      {key::kStartUnix, unixTimeS()},
+                     {key::kPredicted, predictedJson()},
                      {key::kPsServers, m_S},
                      {key::kPsWorkers, m_W},
                      {key::kConsistency, toString(m_config.parallel.consistency)}});
+  }
+
+  // The plan's predictions for this run (plan/ps_model.h), as collective runs' run_start carries theirs.
+  nlohmann::json predictedJson() const {
+    auto p = predictParameterServer(m_config);
+    if (!p) return nlohmann::json::object();
+    const double perSample = m_config.model.type == ModelType::Gpt ? m_config.training.seqLen : 1;
+    return {{key::kStepTimeS, p->stepTime},
+            {key::kTokensPerS, p->samplesPerSecond * perSample},
+            {key::kPsMeanStaleness, p->meanStaleness}};
   }
 
   void log(const char* level, const std::string& message) {
@@ -641,6 +662,7 @@ class Server {
   int64_t m_evalDue = 0;
   bool m_finalEvalDone = false;
   bool m_started = false;  // every worker has joined (or the wait for them is over)
+  std::optional<Clock::time_point> m_idleSince;  // no live worker since
   Clock::time_point m_startTime = Clock::now();
   std::string m_resumedFrom;
   std::vector<float> m_values;

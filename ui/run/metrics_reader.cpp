@@ -95,6 +95,20 @@ class Fields {
                  element.type_name();
     return false;
   }
+  // A list of counts (histograms): integers >= 0; empty (and the line failed) otherwise.
+  std::vector<std::int64_t> counts(const char* key) {
+    std::vector<std::int64_t> out;
+    const json* a = array(key);
+    if (!a) return out;
+    for (const json& v : *a) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0) {
+        fail(key, "an array of counts", v);
+        return {};
+      }
+      out.push_back(v.get<std::int64_t>());
+    }
+    return out;
+  }
 
  private:
   const json* find(const char* key, bool required) {
@@ -184,11 +198,15 @@ RunStartEvent readRunStart(Fields& f) {
     }
   }
   if (const json* config = f.object(key::kConfig)) readConfigSummary(*config, e);
+  e.psServers = static_cast<int>(f.integer(key::kPsServers, false, 0, 0, kMaxRank));
+  e.psWorkers = static_cast<int>(f.integer(key::kPsWorkers, false, 0, 0, kMaxRank));
+  e.consistency = f.string(key::kConsistency);
   if (const json* predicted = f.object(key::kPredicted)) {
     Fields p = f.nested(*predicted, key::kPredicted);
     e.predictedStepTime = p.number(key::kStepTimeS);
     e.predictedTokensPerS = p.number(key::kTokensPerS);
     e.predictedMfu = p.number(key::kMfu);
+    e.predictedMeanStaleness = p.number(key::kPsMeanStaleness);
     if (const json* ranks = p.array(key::kRanks)) {
       for (std::size_t i = 0; i < ranks->size() && !f.failed(); ++i) {
         const json& r = (*ranks)[i];
@@ -281,6 +299,31 @@ EvalEvent readEval(Fields& f) {
   return e;
 }
 
+PsEvent readPs(Fields& f) {
+  PsEvent e;
+  e.step = f.integer(key::kStep, true, 0, 0);
+  e.version = f.integer(key::kPsVersion, false, 0, 0);
+  e.staleness = f.counts(key::kPsStaleness);
+  e.stalenessTotal = f.counts(key::kPsStalenessTotal);
+  e.discarded = f.integer(key::kPsDiscarded, false, 0, 0);
+  if (const json* final = f.raw(key::kPsFinal); final && final->is_boolean()) e.final = final->get<bool>();
+  if (const json* workers = f.array(key::kPsWorkerStates)) {
+    for (std::size_t i = 0; i < workers->size() && !f.failed(); ++i) {
+      const json& w = (*workers)[i];
+      if (!f.requireObject(w, key::kPsWorkerStates, i)) break;
+      Fields wf = f.nested(w, key::kPsWorkerStates, i);
+      PsWorkerState st;
+      st.worker = static_cast<int>(wf.integer(key::kPsWorker, true, 0, 0, kMaxRank));
+      if (const json* live = wf.raw(key::kPsLive); live && live->is_boolean()) st.live = live->get<bool>();
+      st.steps = wf.integer(key::kSteps, false, 0, 0);
+      st.samplesPerS = wf.number(key::kSamplesPerS);
+      st.stepTime = wf.number(key::kStepTimeS);
+      e.workers.push_back(st);
+    }
+  }
+  return e;
+}
+
 // "line N: reason: first 80 characters".
 QString lineError(std::int64_t lineNumber, const std::string& reason, QByteArrayView line) {
   // Decode a little more than 80 bytes so that 80 characters survive multi-byte UTF-8.
@@ -356,6 +399,8 @@ std::vector<MetricsEvent> MetricsReader::parseLine(QByteArrayView line, std::int
     event = readRunStart(f);
   } else if (type == metrics::type::kEval) {
     event = readEval(f);
+  } else if (type == metrics::type::kPs) {
+    event = readPs(f);
   } else if (type == metrics::type::kCheckpoint) {
     CheckpointEvent e;
     e.step = f.integer(key::kStep, true, 0, 0);
@@ -468,7 +513,8 @@ const char* eventTypeName(const MetricsEvent& event) {
   static constexpr const char* kNames[] = {
       metrics::type::kRunStart, metrics::type::kStep,   metrics::type::kSpans,
       metrics::type::kMemory,   metrics::type::kEval,   metrics::type::kCheckpoint,
-      metrics::type::kLog,      metrics::type::kRunEnd, "error"};
+      metrics::type::kLog,      metrics::type::kRunEnd, metrics::type::kPs,
+      "error"};
   return kNames[event.index()];
 }
 

@@ -69,6 +69,10 @@ struct RunStartEvent {
   double predictedTokensPerS = kNaN;
   double predictedMfu = kNaN;
   std::vector<PredictedRank> predictedRanks;
+  // Parameter-server runs: the process counts and the consistency (0 and empty otherwise).
+  int psServers = 0, psWorkers = 0;
+  QString consistency;
+  double predictedMeanStaleness = kNaN;
 };
 
 struct StepEvent {
@@ -121,6 +125,25 @@ struct EvalEvent {
   double timeS = kNaN;
 };
 
+// Parameter-server mode's state (a "ps" line): server 0's updates, their staleness, every worker's state.
+struct PsWorkerState {
+  int worker = 0;
+  bool live = false;
+  std::int64_t steps = 0;     // its pushes applied
+  double samplesPerS = kNaN;  // since the previous ps line (NaN when it pushed nothing since)
+  double stepTime = kNaN;
+};
+
+struct PsEvent {
+  std::int64_t step = 0;
+  std::int64_t version = 0;
+  std::vector<std::int64_t> staleness;       // updates with staleness 0, 1, ... since the previous ps line
+  std::vector<std::int64_t> stalenessTotal;  // the same over the run
+  std::int64_t discarded = 0;
+  std::vector<PsWorkerState> workers;
+  bool final = false;
+};
+
 struct CheckpointEvent {
   std::int64_t step = 0;
   QString path;
@@ -144,7 +167,7 @@ struct MetricsError {
 };
 
 using MetricsEvent = std::variant<RunStartEvent, StepEvent, SpansEvent, MemoryEvent, EvalEvent,
-                                  CheckpointEvent, LogEvent, RunEndEvent, MetricsError>;
+                                  CheckpointEvent, LogEvent, RunEndEvent, PsEvent, MetricsError>;
 
 class MetricsReader {
  public:

@@ -236,6 +236,8 @@ void RunData::apply(MetricsEvent event) {
                              : e.status == QLatin1String("interrupted") ? RunState::Interrupted
                                                                         : RunState::Failed;
           setState(s, e.reason);
+        } else if constexpr (std::is_same_v<T, PsEvent>) {
+          onPs(e);
         } else if constexpr (std::is_same_v<T, MetricsError>) {
           addError(e.message);
         }
@@ -274,6 +276,28 @@ void RunData::onStep(const StepEvent& e) {
                           e.accuracy};
   if (m_stepDecimator.append(columnsOf(m_steps), point)) ++m_seriesEpoch;
   m_steps.decimation = m_stepDecimator.decimation();
+}
+
+void RunData::onPs(const PsEvent& e) {
+  std::int64_t count = 0, weighted = 0;
+  for (std::size_t s = 0; s < e.staleness.size(); ++s) {
+    count += e.staleness[s];
+    weighted += static_cast<std::int64_t>(s) * e.staleness[s];
+  }
+  if (count > 0 && !e.final) {
+    if (m_psSteps.size() >= kMaxSeriesPoints) {
+      QVector<double> steps, means;
+      for (qsizetype i = 0; i < m_psSteps.size(); i += 2) {
+        steps.push_back(m_psSteps[i]);
+        means.push_back(m_psMeanStaleness[i]);
+      }
+      m_psSteps = std::move(steps);
+      m_psMeanStaleness = std::move(means);
+    }
+    m_psSteps.push_back(double(e.step));
+    m_psMeanStaleness.push_back(double(weighted) / double(count));
+  }
+  m_lastPs = e;
 }
 
 void RunData::onEval(const EvalEvent& e) {

@@ -151,6 +151,12 @@ class RunData {
   // The latest step and eval lines, exact whatever the decimation (empty before the first).
   const std::optional<StepEvent>& lastStepLine() const { return m_lastStep; }
   const std::optional<EvalEvent>& lastEvalLine() const { return m_lastEval; }
+  // Parameter-server runs: the latest ps line (staleness histograms, every worker's state), and the mean
+  // staleness of each ps line's window against its step (at most kMaxSeriesPoints rows: every other row
+  // is dropped when full).
+  const std::optional<PsEvent>& lastPs() const { return m_lastPs; }
+  const QVector<double>& psSteps() const { return m_psSteps; }
+  const QVector<double>& psMeanStaleness() const { return m_psMeanStaleness; }
   // Increases whenever rows of the series changed other than by new ones at the end (a step number went
   // back, or a decimated series was halved): views re-read them whole instead of appending.
   std::uint64_t seriesEpoch() const { return m_seriesEpoch; }
@@ -182,6 +188,7 @@ class RunData {
   void onSpans(SpansEvent& e);
   void onMemory(const MemoryEvent& e);
   void onEval(const EvalEvent& e);
+  void onPs(const PsEvent& e);
   void addError(const QString& message);
   int internLayer(const std::string& name);
   void dropSeriesFrom(double step);
@@ -194,6 +201,8 @@ class RunData {
   SeriesDecimator m_stepDecimator, m_evalDecimator;
   std::optional<StepEvent> m_lastStep;
   std::optional<EvalEvent> m_lastEval;
+  std::optional<PsEvent> m_lastPs;
+  QVector<double> m_psSteps, m_psMeanStaleness;
   std::uint64_t m_seriesEpoch = 0;
   std::deque<MeasuredStep> m_history;
   std::vector<MeasuredMemory> m_memory;

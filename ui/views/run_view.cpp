@@ -20,6 +20,7 @@
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
 #include "ui/views/memory_view.h"
+#include "ui/views/ps_panel.h"
 #include "ui/views/timeline_view.h"
 
 namespace ms {
@@ -200,6 +201,9 @@ RunView::RunView(QWidget* parent) : QWidget(parent) {
   m_side->addTab(m_memory, tr("Memory"));
   m_side->addTab(m_table, tr("Per rank"));
   m_side->addTab(m_log, tr("Log"));
+  m_ps = new PsPanel(this);
+  m_side->addTab(m_ps, tr("Parameter server"));
+  m_side->setTabVisible(PsTab, false);
 
   auto* plots = new QWidget(this);
   auto* plotRow = new QHBoxLayout(plots);
@@ -296,6 +300,13 @@ void RunView::refresh() {
   updateMemory();
   updateStatus();
   updateLog();
+  // Parameter-server runs: their tab, shown only for them.
+  const bool ps = d && d->info().psWorkers > 0;
+  if (m_side->isTabVisible(PsTab) != ps) m_side->setTabVisible(PsTab, ps);
+  if (ps) {
+    m_ps->setPredictedStaleness(d->info().predictedMeanStaleness);
+    m_ps->update(*d);
+  }
   // The measured timeline: replaced when a new step's spans arrived.
   const std::uint64_t timelineRevision = d ? std::uint64_t(d->timelineStep()) ^ (generation << 32) : 0;
   if (timelineRevision != m_shownTimelineRevision) {

@@ -38,6 +38,7 @@ namespace ms {
 
 class EngineClient;
 class MemoryView;
+class PsPanel;
 class RunData;
 class TimelineView;
 struct PlanSnapshot;
@@ -56,7 +57,7 @@ class RunView : public QWidget {
     ColMeasuredBubble,
     NUM_COLUMNS
   };
-  enum SideTab { MemoryTab, TableTab, LogTab };
+  enum SideTab { MemoryTab, TableTab, LogTab, PsTab };  // PsTab: parameter-server runs only
 
   explicit RunView(QWidget* parent);
   // Shows the client's run (live); the client must outlive the view or be destroyed first (it is then
@@ -78,6 +79,7 @@ class RunView : public QWidget {
   MemoryView* memoryView() const { return m_memory; }
   QTableWidget* memoryTable() const { return m_table; }
   QTabWidget* sideTabs() const { return m_side; }
+  PsPanel* psPanel() const { return m_ps; }
   QString statusText() const;
   QString logText() const;
   void showLog();  // brings the log tab forward (a failed run)
@@ -134,6 +136,7 @@ class RunView : public QWidget {
   QString m_error;
 
   QLabel* m_status = nullptr;
+  PsPanel* m_ps = nullptr;
   QCustomPlot* m_loss = nullptr;
   QCustomPlot* m_throughput = nullptr;
   QCustomPlot* m_stepTime = nullptr;
