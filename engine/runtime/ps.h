@@ -24,6 +24,9 @@
 // collective data parallelism); async and bounded hand out the next (batch, slot) pair on each pull from
 // server 0, so no sample is used twice whichever workers come and go.
 //
+// MS_PS_TRACE=1 in a server's environment prints every message it receives and every pull it answers, with
+// times (seconds since it started), on stderr.
+//
 // Server 0 writes the run's metrics stream (run_start, step, ps, eval, checkpoint, log, run_end) and has the
 // evaluations done by a worker (the first one pulling after an evaluation is due).
 #pragma once

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/metrics_schema.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "plan/parameter_server.h"
 #include "plan/ps_model.h"
 #include "runtime/file_io.h"
@@ -75,6 +76,9 @@ class Server {
   }
 
   Status prepare() {
+    // One thread: a server's work is memory-bound streaming, and idle OpenMP threads spinning between
+    // updates would take cores from the workers on the same machine.
+    cpu::setThreads(1);
     auto shards = assignServers(m_spec, m_config);
     if (!shards) return shards.status();
     StoreLayout layout;
@@ -244,6 +248,9 @@ class Server {
 
   void handle(ps::Message& m) {
     const std::string type = m.header.value("type", "");
+    if (std::getenv("MS_PS_TRACE") && type != "beat")
+      std::fprintf(stderr, "%.6f recv %s w%d v%lld\n", secondsSince(m_startTime), type.c_str(),
+                   m.header.value("worker", -1), static_cast<long long>(m_version));
     WorkerState* w = workerOf(m.header);
     if (!w) return;
     const int id = static_cast<int>(w - m_workers.data());
@@ -499,11 +506,18 @@ class Server {
       }
       if (!gatherValues()) continue;
       ps::send(m_socket, h, m_values.data(), m_values.size(), &w.peer);
+      if (std::getenv("MS_PS_TRACE"))
+        std::fprintf(stderr, "%.6f sent params w%d v%lld\n", secondsSince(m_startTime), id,
+                     static_cast<long long>(m_version));
     }
   }
 
-  // The shard's values in the store's flat layout (mixed precision: the fp32 master weights).
+  // The shard's values in the store's flat layout (mixed precision: the fp32 master weights), gathered once
+  // per version whatever the pulls.
   bool gatherValues() {
+    if (m_valuesVersion == m_version && m_valuesIncarnation) return true;
+    m_valuesVersion = m_version;
+    m_valuesIncarnation = true;
     m_values.assign(m_params->size(), 0.0f);
     std::vector<float> unit;
     for (size_t u = 0; u < m_params->units().size(); ++u) {
@@ -666,6 +680,8 @@ class Server {
   Clock::time_point m_startTime = Clock::now();
   std::string m_resumedFrom;
   std::vector<float> m_values;
+  int64_t m_valuesVersion = -1;
+  bool m_valuesIncarnation = false;  // m_values holds this process's values of m_valuesVersion
 };
 
 }  // namespace

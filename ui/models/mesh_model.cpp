@@ -188,7 +188,14 @@ MeshRanks MeshRanks::compute(const RunConfig& config) {
   }
   // No sharing: the config's validation refuses more ranks than devices, so a mapping of several ranks to one
   // device would show a layout no plan has.
-  auto layout = layoutRanks(config.parallel, *mesh, /*allowSharing=*/false);
+  // Parameter-server mode: the workers are the replicas, one per device (as the launcher and the prediction
+  // place them); the servers are host processes, not on the devices.
+  ParallelConfig parallel = config.parallel;
+  if (parallel.mode == ParallelMode::ParameterServer) {
+    parallel = {};
+    parallel.dp = std::max(1, config.parallel.workers);
+  }
+  auto layout = layoutRanks(parallel, *mesh, /*allowSharing=*/false);
   if (!layout) {
     out.error = QString::fromStdString(layout.message());
     return out;

@@ -52,7 +52,8 @@ Status addLinkType(MeshConfig& mesh, const LinkTypeConfig& type);
 Status setLink(MeshConfig& mesh, bool intra, const std::string& name);
 
 // Which ranks run on which device of the config's mesh (RankLayout::deviceOf inverted); empty, with the
-// reason, when the mesh or the parallel layout does not resolve.
+// reason, when the mesh or the parallel layout does not resolve. In parameter-server mode rank w is worker w
+// (a replica of the whole model on device w).
 struct MeshRanks {
   RankLayout layout;                            // valid when ok()
   std::vector<std::vector<int>> ranksOnDevice;  // per device, increasing; empty = idle

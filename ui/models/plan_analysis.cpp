@@ -87,6 +87,34 @@ std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64
       out->memory = estimateMemory(*out->plan);
       phase(AnalysisPhase::Timeline, ranks);
       out->timeline = timelineFromSimulation(*out->plan, out->sim);
+      if (config.parallel.mode == ParallelMode::ParameterServer) {
+        // The plan above is one worker's (the whole model at its microbatch); the mode's own prediction
+        // replaces its step, throughput, memory and timeline.
+        auto ps = predictParameterServer(config);
+        if (!ps) {
+          out->plan.reset();
+          out->error = QString::fromStdString(ps.message());
+        } else {
+          const double perSample = config.model.type == ModelType::Gpt ? config.training.seqLen : 1;
+          out->sim.stepTime = ps->stepTime;
+          out->sim.tokensPerSecond = ps->samplesPerSecond * perSample;
+          out->sim.mfuDefined = false;
+          out->memory.clear();
+          for (const PsWorkerPrediction& w : ps->workers) {
+            MemoryBreakdown m;
+            m.rank = w.index;
+            m.parameters = w.parameterBytes;
+            m.gradients = w.gradientBytes;
+            m.optimizer = w.optimizerBytes;
+            m.activations = w.activationBytes;
+            m.other = w.otherBytes;
+            m.capacity = w.capacity;
+            out->memory.push_back(m);
+          }
+          out->timeline = timelineFromPsPrediction(*ps);
+          out->ps = std::move(*ps);
+        }
+      }
     }
   }
   out->millis = double(timer.nsecsElapsed()) / 1e6;

@@ -20,6 +20,7 @@
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
 #include "plan/plan.h"
+#include "plan/ps_model.h"
 #include "plan/run_config.h"
 #include "plan/simulator.h"
 #include "ui/models/timeline_data.h"
@@ -45,7 +46,10 @@ struct PlanSnapshot {
   QString error;             // why not (validation errors or buildPlan's message), else empty
   SimResult sim;
   std::vector<MemoryBreakdown> memory;  // per rank
-  TimelineData timeline;                // predicted, from sim
+  TimelineData timeline;                // predicted, from sim (parameter-server mode: from ps)
+  // Parameter-server mode: its own prediction (plan/ps_model.h); sim then carries its step time and
+  // throughput, memory its workers' breakdowns.
+  std::optional<PsPrediction> ps;
   double millis = 0;                    // time the analysis took
   bool calibrated = false;              // the compute times are a run's measurements
   QString calibrationNote;              // from where, or why a calibration did not apply

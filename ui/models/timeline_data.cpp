@@ -1,6 +1,8 @@
 // Timeline data; see timeline_data.h.
 #include "ui/models/timeline_data.h"
 
+#include "plan/ps_model.h"
+
 #include <algorithm>
 
 namespace ms {
@@ -114,6 +116,41 @@ TimelineData timelineFromSimulation(const Plan& plan, const SimResult& sim) {
     std::stable_sort(row.spans.begin(), row.spans.end(),
                      [](const TimelineSpan& a, const TimelineSpan& b) { return a.start < b.start; });
   }
+  out.updateExtent();
+  return out;
+}
+
+TimelineData timelineFromPsPrediction(const PsPrediction& p) {
+  TimelineData out;
+  int workerRows = 0, serverRows = 0;
+  for (const PsSpan& s : p.timeline) (s.server ? serverRows : workerRows) = std::max(s.server ? serverRows : workerRows, s.index + 1);
+  const int W = static_cast<int>(p.workers.size());
+  out.rows.resize(static_cast<std::size_t>(workerRows + serverRows));
+  for (int w = 0; w < workerRows; ++w) {
+    TimelineRow& row = out.rows[static_cast<std::size_t>(w)];
+    row.rank = w;
+    row.stage = 0;
+    row.label = QStringLiteral("worker %1 · dev %2").arg(w).arg(p.workers[static_cast<std::size_t>(w)].device);
+  }
+  for (int s = 0; s < serverRows; ++s) {
+    TimelineRow& row = out.rows[static_cast<std::size_t>(workerRows + s)];
+    row.rank = W + s;
+    row.stage = 0;
+    row.label = QStringLiteral("server %1 · node %2").arg(s).arg(p.servers[static_cast<std::size_t>(s)].node);
+  }
+  for (const PsSpan& s : p.timeline) {
+    TimelineSpan t;
+    t.start = s.start;
+    t.end = s.end;
+    t.kind = s.action == 'P'   ? SpanKind::HostToDevice
+             : s.action == 'S' ? SpanKind::DeviceToHost
+             : s.action == 'U' ? SpanKind::Optimizer
+                               : SpanKind::Forward;
+    out.rows[static_cast<std::size_t>(s.server ? workerRows + s.index : s.index)].spans.push_back(t);
+  }
+  for (TimelineRow& row : out.rows)
+    std::stable_sort(row.spans.begin(), row.spans.end(),
+                     [](const TimelineSpan& a, const TimelineSpan& b) { return a.start < b.start; });
   out.updateExtent();
   return out;
 }

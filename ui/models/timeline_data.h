@@ -66,4 +66,10 @@ struct TimelineData {
 // The simulator's spans of every rank (one row per rank, in rank order), with the bubble fractions.
 TimelineData timelineFromSimulation(const Plan& plan, const SimResult& sim);
 
+// Parameter-server mode's predicted lanes (plan/ps_model.h): one row per worker shown (pull as
+// HostToDevice, its forward and backward as one Forward span, push as DeviceToHost), then one per server
+// (its updates as Optimizer spans). Rows are numbered workers first, then servers (rank = workers + s).
+struct PsPrediction;
+TimelineData timelineFromPsPrediction(const PsPrediction& prediction);
+
 }  // namespace ms

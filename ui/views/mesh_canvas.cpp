@@ -194,7 +194,21 @@ void MeshCanvas::rebuild() {
   }
 
   QString summary;
-  if (m_ranks.ok()) {
+  const ParallelConfig& par = config.parallel;
+  if (m_ranks.ok() && par.mode == ParallelMode::ParameterServer) {
+    // Servers are host processes: server s on node s mod nodes (plan/ps_model.h).
+    QStringList where;
+    for (int s = 0; s < par.servers && s < 8; ++s)
+      where << QString::fromStdString(config.mesh.nodes[static_cast<size_t>(s) % config.mesh.nodes.size()].name);
+    summary = tr("parameter servers: %1 workers (%2) on %3 of %4 devices; %5 servers on %6%7")
+                  .arg(par.workers)
+                  .arg(QString::fromLatin1(toString(par.consistency)))
+                  .arg(m_ranks.layout.world())
+                  .arg(m_geometry.deviceCount())
+                  .arg(par.servers)
+                  .arg(where.join(QStringLiteral(", ")))
+                  .arg(par.servers > 8 ? QStringLiteral(", …") : QString());
+  } else if (m_ranks.ok()) {
     const RankLayout& l = m_ranks.layout;
     summary = tr("dp %1 × tp %2 × pp %3 = %4 ranks on %5 devices in %6 %7")
                   .arg(l.dp())
@@ -310,6 +324,8 @@ QString MeshCanvas::tileLabel(int device) const {
   if (rank < 0) return tr("device %1\n%2").arg(device).arg(m_ranks.ok() ? tr("idle") : tr("no layout"));
   const auto& ranks = m_ranks.ranksOnDevice[static_cast<size_t>(device)];
   const RankCoord c = m_ranks.layout.coord(rank);
+  if (m_doc->config().parallel.mode == ParallelMode::ParameterServer)
+    return tr("worker %1\nwhole model\npulls, pushes").arg(rank);
   if (ranks.size() == 1)
     return tr("rank %1 · stage %2\ntp %3 · dp %4\n%5")
         .arg(rank)
@@ -351,9 +367,15 @@ QString MeshCanvas::tileToolTip(int device) const {
                 .arg(formatBytes(spec->memoryBytes));
   const int rank = m_ranks.firstRank(device);
   if (rank < 0) return text + tr("\nIdle: no rank runs here (drops are refused)");
+  const bool ps = config.parallel.mode == ParallelMode::ParameterServer;
   for (int r : m_ranks.ranksOnDevice[static_cast<size_t>(device)]) {
     const RankCoord c = m_ranks.layout.coord(r);
-    text += tr("\nRank %1: stage %2, tp %3, dp %4").arg(r).arg(c.pp).arg(c.tp).arg(c.dp);
+    if (ps)
+      text += tr("\nWorker %1: the whole model, pulling from and pushing to %2 server(s)")
+                  .arg(r)
+                  .arg(config.parallel.servers);
+    else
+      text += tr("\nRank %1: stage %2, tp %3, dp %4").arg(r).arg(c.pp).arg(c.tp).arg(c.dp);
     if (r < static_cast<int>(m_memory.size())) {
       const MemoryBreakdown& m = m_memory[static_cast<size_t>(r)];
       text += tr("\n  memory %1 of %2 (parameters %3, gradients %4, optimizer %5, activations %6, other %7)")
