@@ -610,6 +610,35 @@ class TestStudio : public QObject {
     }
   }
 
+  // The parameter-server example: its workers on the mesh, its predicted worker and server lanes and worker
+  // memory, and no layer placement (the servers split the layers).
+  void parameterServerProject() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY2(w.newProject("mlp-ps"), qPrintable(w.lastError()));
+    QVERIFY(waitForSnapshot(w));
+    const auto snap = w.snapshot();
+    QVERIFY2(snap->ok(), qPrintable(snap->error));
+    QVERIFY(snap->ps.has_value());
+    QCOMPARE(snap->ps->workers.size(), std::size_t(4));
+    QCOMPARE(snap->ps->servers.size(), std::size_t(2));
+    QCOMPARE(snap->memory.size(), std::size_t(4));
+    QCOMPARE(snap->ps->workers[3].slowdown, 3.0);
+    // Lanes: four workers, then two servers.
+    QCOMPARE(snap->timeline.rows.size(), std::size_t(6));
+    QCOMPARE(snap->timeline.rows[3].label, QString("worker 3 · dev 3"));
+    QCOMPARE(snap->timeline.rows[4].label, QString("server 0 · node 0"));
+    bool updates = false;
+    for (const ms::TimelineSpan& sp : snap->timeline.rows[5].spans) updates = updates || sp.kind == ms::SpanKind::Optimizer;
+    QVERIFY(updates);
+    QCOMPARE(snap->sim.stepTime, snap->ps->stepTime);
+    ms::MeshCanvas* mesh = w.meshCanvas();
+    QVERIFY2(mesh->tileLabel(2).startsWith("worker 2"), qPrintable(mesh->tileLabel(2)));
+    QVERIFY2(mesh->legendText().contains("parameter servers: 4 workers (async)"), qPrintable(mesh->legendText()));
+    QVERIFY(!mesh->dropLayers(0, 0, 1));
+    QVERIFY2(mesh->lastRefusal().contains("whole model"), qPrintable(mesh->lastRefusal()));
+  }
+
   // A project that fails validation cannot run; the reason is shown, nothing starts.
   void invalidProjectDoesNotRun() {
     ms::MainWindow w;

@@ -319,6 +319,39 @@ class TestUiEditing : public QObject {
       QCOMPARE(mode->currentText(), QString("local"));
     }
 
+    // Parameter-server mode: the switch carries dp over to workers and back, the mode's fields are enabled
+    // only in it (and the collective layout's only outside it), and it undoes in one step.
+    {
+      ProjectDocument psDoc;
+      ms::RunConfig mlp = smallConfig();
+      mlp.model.type = ms::ModelType::Mlp;
+      mlp.data.kind = ms::DataKind::FashionMnist;
+      mlp.parallel = {};
+      mlp.parallel.dp = 2;
+      mlp.mesh.nodes = {{"n0", "cpu", 2}};
+      psDoc.reset(mlp);
+      ms::Inspector psInspector(&psDoc);
+      auto* mode = qobject_cast<QComboBox*>(psInspector.editorFor("/parallel/mode"));
+      QVERIFY(mode && mode->isEnabled());
+      QVERIFY(!psInspector.editorFor("/parallel/workers")->isEnabled());
+      mode->setCurrentText("parameter_server");
+      const ms::RunConfig& c = psDoc.config();
+      QCOMPARE(c.parallel.mode, ms::ParallelMode::ParameterServer);
+      QCOMPARE(c.parallel.workers, 2);
+      QCOMPARE(c.parallel.dp, 1);
+      QVERIFY2(ms::validateRunConfig(c).empty(), ms::formatConfigErrors(ms::validateRunConfig(c), "mlp").c_str());
+      QVERIFY(psInspector.editorFor("/parallel/workers")->isEnabled());
+      QVERIFY(!psInspector.editorFor("/parallel/dp")->isEnabled());
+      QVERIFY(!psInspector.editorFor("/parallel/staleness")->isEnabled());
+      qobject_cast<QComboBox*>(psInspector.editorFor("/parallel/consistency"))->setCurrentText("bounded");
+      QVERIFY(psInspector.editorFor("/parallel/staleness")->isEnabled());
+      psDoc.undoStack()->undo();
+      psDoc.undoStack()->undo();
+      QCOMPARE(psDoc.config().parallel.mode, ms::ParallelMode::Collective);
+      QCOMPARE(psDoc.config().parallel.dp, 2);
+      QVERIFY(psInspector.editorFor("/parallel/dp")->isEnabled());
+    }
+
     // Other kinds of editor: a combo box, the learning rate as text (a bad number is refused locally).
     auto* schedule = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/schedule"));
     schedule->setCurrentText("gpipe");

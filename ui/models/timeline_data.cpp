@@ -128,14 +128,15 @@ TimelineData timelineFromPsPrediction(const PsPrediction& p) {
   out.rows.resize(static_cast<std::size_t>(workerRows + serverRows));
   for (int w = 0; w < workerRows; ++w) {
     TimelineRow& row = out.rows[static_cast<std::size_t>(w)];
+    // Every lane its own group (timeline_groups.h groups rows by stage): the lanes are not replicas.
     row.rank = w;
-    row.stage = 0;
+    row.stage = w;
     row.label = QStringLiteral("worker %1 · dev %2").arg(w).arg(p.workers[static_cast<std::size_t>(w)].device);
   }
   for (int s = 0; s < serverRows; ++s) {
     TimelineRow& row = out.rows[static_cast<std::size_t>(workerRows + s)];
     row.rank = W + s;
-    row.stage = 0;
+    row.stage = workerRows + s;
     row.label = QStringLiteral("server %1 · node %2").arg(s).arg(p.servers[static_cast<std::size_t>(s)].node);
   }
   for (const PsSpan& s : p.timeline) {

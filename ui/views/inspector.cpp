@@ -174,6 +174,49 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.batchNorm)); },
       [](RunConfig& c, const QString& v) { setEnum(c.parallel.batchNorm, kBatchNormModeNames, v); });
 
+  // Parameter-server mode (runtime/ps.h): switching modes carries the replica count across (dp <-> workers)
+  // and resets what the other mode does not run, so that the switch makes a valid plan.
+  QFormLayout* ps = addSection(tr("Parameter servers"), QString());
+  addChoice(
+      ps, "/parallel/mode", tr("Mode"), enumNames(kParallelModeNames),
+      [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.mode)); },
+      [](RunConfig& c, const QString& v) {
+        const ParallelMode before = c.parallel.mode;
+        setEnum(c.parallel.mode, kParallelModeNames, v);
+        ParallelConfig& p = c.parallel;
+        if (before == p.mode) return;
+        if (p.mode == ParallelMode::ParameterServer) {
+          p.workers = std::max(1, p.dp);
+          p.dp = p.tp = p.pp = 1;
+          p.zero = 0;
+          p.virtualChunks = 1;
+          p.offload = Offload::None;
+          p.gradPrecision = GradPrecision::Fp32;
+          p.sequenceParallel = false;
+          p.batchNorm = BatchNormMode::Local;
+          p.placement.clear();
+          if (p.servers > 1) c.training.gradClip = 0;
+        } else {
+          p.dp = std::max(1, p.workers);
+          p.workers = p.servers = 1;
+          p.stragglers.clear();
+        }
+      });
+  addInt(
+      ps, "/parallel/servers", tr("Servers"), [](const RunConfig& c) { return c.parallel.servers; },
+      [](RunConfig& c, int v) { c.parallel.servers = v; });
+  addInt(
+      ps, "/parallel/workers", tr("Workers"), [](const RunConfig& c) { return c.parallel.workers; },
+      [](RunConfig& c, int v) { c.parallel.workers = v; });
+  addChoice(
+      ps, "/parallel/consistency", tr("Consistency"), enumNames(kConsistencyNames),
+      [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.consistency)); },
+      [](RunConfig& c, const QString& v) { setEnum(c.parallel.consistency, kConsistencyNames, v); });
+  addInt(
+      ps, "/parallel/staleness", tr("Staleness bound"),
+      [](const RunConfig& c) { return c.parallel.staleness; },
+      [](RunConfig& c, int v) { c.parallel.staleness = v; });
+
   QFormLayout* opt = addSection(tr("Optimizer"), "/optimizer");
   addChoice(
       opt, "/optimizer/type", tr("Type"), enumNames(kOptimizerTypeNames),
@@ -491,6 +534,16 @@ void Inspector::refresh() {
   // Likewise the BatchNorm mode: only the cnn has BatchNorm.
   if (QWidget* w = editorFor(QStringLiteral("/parallel/batchnorm")))
     w->setEnabled(config.model.type == ModelType::Cnn);
+  // The parameter-server fields in that mode; the collective layout's in the other.
+  const bool ps = config.parallel.mode == ParallelMode::ParameterServer;
+  for (const char* p : {"/parallel/servers", "/parallel/workers", "/parallel/consistency"})
+    if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(ps);
+  if (QWidget* w = editorFor(QStringLiteral("/parallel/staleness")))
+    w->setEnabled(ps && config.parallel.consistency == Consistency::Bounded);
+  for (const char* p :
+       {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/parallel/schedule", "/parallel/virtual_chunks",
+        "/parallel/zero", "/parallel/offload", "/parallel/sequence_parallel"})
+    if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(!ps);
 }
 
 }  // namespace ms

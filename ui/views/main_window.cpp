@@ -405,20 +405,39 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
     overflowing += m.fits() ? 0 : 1;
   }
   const RunConfig& c = snap->config;
-  QString text = tr("%1: dp %2 x tp %3 x pp %4 (%5 ranks), %6, %7 microbatches. Predicted step %8, %9 %10")
-                     .arg(QString::fromStdString(c.name))
-                     .arg(c.parallel.dp)
-                     .arg(c.parallel.tp)
-                     .arg(c.parallel.pp)
-                     .arg(snap->plan->layout.world())
-                     .arg(QString::fromLatin1(toString(c.parallel.schedule)))
-                     .arg(c.parallel.microbatches)
-                     .arg(formatSeconds(sim.stepTime))
-                     .arg(formatSi(sim.tokensPerSecond))
-                     .arg(isTransformer(c.model.type) ? tr("tokens/s") : tr("samples/s"));
-  // MFU is a fraction of a published peak: a device without one (this machine's CPU) has none to state.
-  if (sim.mfuDefined) text += tr(", MFU %1").arg(formatPercent(sim.mfu));
-  text += tr(", worst bubble %1").arg(formatPercent(worstBubble));
+  QString text;
+  if (snap->ps) {
+    // Parameter-server mode (plan/ps_model.h).
+    double serverBytes = 0;
+    for (const PsServerPrediction& s : snap->ps->servers) serverBytes = std::max(serverBytes, s.total());
+    text =
+        tr("%1: parameter servers, %2 workers and %3 servers, %4. Predicted step %5, %6 %7, mean staleness "
+           "%8 updates, largest server %9 of host memory")
+            .arg(QString::fromStdString(c.name))
+            .arg(c.parallel.workers)
+            .arg(c.parallel.servers)
+            .arg(QString::fromLatin1(toString(c.parallel.consistency)))
+            .arg(formatSeconds(sim.stepTime))
+            .arg(formatSi(sim.tokensPerSecond))
+            .arg(isTransformer(c.model.type) ? tr("tokens/s") : tr("samples/s"))
+            .arg(snap->ps->meanStaleness, 0, 'f', 1)
+            .arg(formatBytes(serverBytes));
+  } else {
+    text = tr("%1: dp %2 x tp %3 x pp %4 (%5 ranks), %6, %7 microbatches. Predicted step %8, %9 %10")
+               .arg(QString::fromStdString(c.name))
+               .arg(c.parallel.dp)
+               .arg(c.parallel.tp)
+               .arg(c.parallel.pp)
+               .arg(snap->plan->layout.world())
+               .arg(QString::fromLatin1(toString(c.parallel.schedule)))
+               .arg(c.parallel.microbatches)
+               .arg(formatSeconds(sim.stepTime))
+               .arg(formatSi(sim.tokensPerSecond))
+               .arg(isTransformer(c.model.type) ? tr("tokens/s") : tr("samples/s"));
+    // MFU is a fraction of a published peak: a device without one (this machine's CPU) has none to state.
+    if (sim.mfuDefined) text += tr(", MFU %1").arg(formatPercent(sim.mfu));
+    text += tr(", worst bubble %1").arg(formatPercent(worstBubble));
+  }
   if (fullest) {
     // Enough decimals that a small model on a large device does not read as "0%".
     const double fill = fullest->capacity > 0 ? fullest->total() / fullest->capacity : 0.0;

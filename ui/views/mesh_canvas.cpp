@@ -198,16 +198,20 @@ void MeshCanvas::rebuild() {
   if (m_ranks.ok() && par.mode == ParallelMode::ParameterServer) {
     // Servers are host processes: server s on node s mod nodes (plan/ps_model.h).
     QStringList where;
-    for (int s = 0; s < par.servers && s < 8; ++s)
-      where << QString::fromStdString(config.mesh.nodes[static_cast<size_t>(s) % config.mesh.nodes.size()].name);
-    summary = tr("parameter servers: %1 workers (%2) on %3 of %4 devices; %5 servers on %6%7")
+    const size_t nodes = config.mesh.nodes.size();
+    for (size_t n = 0; n < std::min<size_t>(nodes, 4); ++n) {
+      QStringList ids;
+      for (int s = int(n); s < par.servers && ids.size() < 4; s += int(nodes)) ids << QString::number(s);
+      if (ids.isEmpty()) continue;
+      if (int(n) + 4 * int(nodes) < par.servers) ids << QStringLiteral("…");
+      where << tr("%1 on %2").arg(ids.join(QStringLiteral(", ")), QString::fromStdString(config.mesh.nodes[n].name));
+    }
+    summary = tr("parameter servers: %1 workers (%2) on %3 of %4 devices; servers %5")
                   .arg(par.workers)
                   .arg(QString::fromLatin1(toString(par.consistency)))
                   .arg(m_ranks.layout.world())
                   .arg(m_geometry.deviceCount())
-                  .arg(par.servers)
-                  .arg(where.join(QStringLiteral(", ")))
-                  .arg(par.servers > 8 ? QStringLiteral(", …") : QString());
+                  .arg(where.join(QStringLiteral("; ")));
   } else if (m_ranks.ok()) {
     const RankLayout& l = m_ranks.layout;
     summary = tr("dp %1 × tp %2 × pp %3 = %4 ranks on %5 devices in %6 %7")
