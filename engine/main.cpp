@@ -30,6 +30,7 @@
 #include "plan/launch_script.h"
 #include "plan/run_config.h"
 #include "plan_commands.h"
+#include "ps_launch.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/device.h"
@@ -39,10 +40,9 @@
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/ps.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
-#include "ps_launch.h"
-#include "runtime/ps.h"
 #include "supervisor.h"
 
 namespace {
@@ -519,7 +519,8 @@ int launchParameterServer(const ms::RunConfig& config, const Args& a, int split,
     startupRunEnd(metricsArg, message);
     return usageError(message);
   };
-  if (a.has("--hostfile")) return fail("--hostfile: parameter_server mode starts its processes on this machine");
+  if (a.has("--hostfile"))
+    return fail("--hostfile: parameter_server mode starts its processes on this machine");
   if (a.has("--kill-worker") && !indexAndStep(a.get("--kill-worker"), o.killWorker, o.killWorkerStep))
     return fail("--kill-worker needs WORKER:STEP (a worker index and its step, from 1)");
   if (a.has("--kill-server") && !indexAndStep(a.get("--kill-server"), o.killServer, o.killServerStep))
@@ -551,27 +552,47 @@ int launchParameterServer(const ms::RunConfig& config, const Args& a, int split,
     return kExitRunFailed;
   }
   if (interrupted) {
-    std::fprintf(stderr, "meshstudio-engine launch: stopped on request; the servers' checkpoints are saved\n");
+    std::fprintf(stderr,
+                 "meshstudio-engine launch: stopped on request; the servers' checkpoints are saved\n");
     return ms::kExitInterrupted;
   }
   return kExitOk;
 }
 
+// What ps-server and ps-worker share: the config (in parameter-server mode), the process's --index among
+// `count(config)` and --die-at-step. Returns -1 when all is well, else the exit code.
+int psProcessArgs(const Args& a, int (*count)(const ms::RunConfig&), ms::RunConfig& config, long long& index,
+                  long long& die) {
+  if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  if (config.parallel.mode != ms::ParallelMode::ParameterServer)
+    return usageError(a.positional[0] + ": /parallel/mode is not \"parameter_server\"");
+  if (!integerArg(a.get("--index"), 0, count(config) - 1, index))
+    return rangeError("--index", 0, count(config) - 1);
+  if (a.has("--die-at-step") && !integerArg(a.get("--die-at-step"), 1, kIntMax, die))
+    return rangeError("--die-at-step", 1, kIntMax);
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  return -1;
+}
+
+// A parameter-server process's end: its error printed, 130 when it was asked to stop.
+int psProcessEnd(const ms::Status& s, const char* command, int index) {
+  if (s) return kExitOk;
+  std::fprintf(stderr, "meshstudio-engine %s %d: %s\n", command, index, s.message().c_str());
+  return g_stopRequested.load() ? ms::kExitInterrupted : kExitRunFailed;
+}
+
 // ps-server CONFIG --index S --bind ENDPOINT [--run-dir DIR] [--metrics SINK] [--resume] [--die-at-step N]
 int cmdPsServer(int argc, char** argv) {
-  Args a = parseArgs(argc, argv, 2, {"--index", "--bind", "--run-dir", "--metrics", "--die-at-step"}, {"--resume"});
+  Args a = parseArgs(argc, argv, 2, {"--index", "--bind", "--run-dir", "--metrics", "--die-at-step"},
+                     {"--resume"});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1 || !a.has("--index") || !a.has("--bind"))
     return usageError("ps-server needs CONFIG, --index S and --bind ENDPOINT");
   ms::RunConfig config;
-  if (!loadConfig(a.positional[0], config)) return kExitUsage;
-  if (config.parallel.mode != ms::ParallelMode::ParameterServer)
-    return usageError(a.positional[0] + ": /parallel/mode is not \"parameter_server\"");
   long long index = 0, die = 0;
-  if (!integerArg(a.get("--index"), 0, config.parallel.servers - 1, index))
-    return rangeError("--index", 0, config.parallel.servers - 1);
-  if (a.has("--die-at-step") && !integerArg(a.get("--die-at-step"), 1, kIntMax, die))
-    return rangeError("--die-at-step", 1, kIntMax);
+  const auto servers = [](const ms::RunConfig& c) { return c.parallel.servers; };
+  if (int code = psProcessArgs(a, servers, config, index, die); code >= 0) return code;
   ms::PsServerOptions o;
   o.index = static_cast<int>(index);
   o.bind = a.get("--bind");
@@ -580,14 +601,7 @@ int cmdPsServer(int argc, char** argv) {
   o.resume = a.has("--resume");
   o.dieAtStep = die;
   o.stopRequested = &g_stopRequested;
-  std::signal(SIGINT, onSignal);
-  std::signal(SIGTERM, onSignal);
-  ms::Status s = ms::runPsServer(config, o);
-  if (!s) {
-    std::fprintf(stderr, "meshstudio-engine ps-server %d: %s\n", o.index, s.message().c_str());
-    return g_stopRequested.load() ? ms::kExitInterrupted : kExitRunFailed;
-  }
-  return kExitOk;
+  return psProcessEnd(ms::runPsServer(config, o), "ps-server", o.index);
 }
 
 // ps-worker CONFIG --index W --servers ENDPOINT[,ENDPOINT...] [--emulate-device] [--die-at-step N]
@@ -597,14 +611,9 @@ int cmdPsWorker(int argc, char** argv) {
   if (a.positional.size() != 1 || !a.has("--index") || !a.has("--servers"))
     return usageError("ps-worker needs CONFIG, --index W and --servers ENDPOINT[,ENDPOINT...]");
   ms::RunConfig config;
-  if (!loadConfig(a.positional[0], config)) return kExitUsage;
-  if (config.parallel.mode != ms::ParallelMode::ParameterServer)
-    return usageError(a.positional[0] + ": /parallel/mode is not \"parameter_server\"");
   long long index = 0, die = 0;
-  if (!integerArg(a.get("--index"), 0, config.parallel.workers - 1, index))
-    return rangeError("--index", 0, config.parallel.workers - 1);
-  if (a.has("--die-at-step") && !integerArg(a.get("--die-at-step"), 1, kIntMax, die))
-    return rangeError("--die-at-step", 1, kIntMax);
+  const auto workers = [](const ms::RunConfig& c) { return c.parallel.workers; };
+  if (int code = psProcessArgs(a, workers, config, index, die); code >= 0) return code;
   ms::PsWorkerOptions o;
   o.index = static_cast<int>(index);
   const std::string list = a.get("--servers");
@@ -616,14 +625,7 @@ int cmdPsWorker(int argc, char** argv) {
   o.emulateDevice = a.has("--emulate-device");
   o.dieAtStep = die;
   o.stopRequested = &g_stopRequested;
-  std::signal(SIGINT, onSignal);
-  std::signal(SIGTERM, onSignal);
-  ms::Status s = ms::runPsWorker(config, o);
-  if (!s) {
-    std::fprintf(stderr, "meshstudio-engine ps-worker %d: %s\n", o.index, s.message().c_str());
-    return g_stopRequested.load() ? ms::kExitInterrupted : kExitRunFailed;
-  }
-  return kExitOk;
+  return psProcessEnd(ms::runPsWorker(config, o), "ps-worker", o.index);
 }
 
 int cmdLaunch(int argc, char** argv) {

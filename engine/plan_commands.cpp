@@ -92,7 +92,8 @@ int runPsPlanCommand(const RunConfig& config, bool json) {
     return 2;
   }
   const ModelSpec spec = buildModelSpec(config.model, config.training.seqLen);
-  nlohmann::json servers = nlohmann::json::array(), workers = nlohmann::json::array(), timeline = nlohmann::json::array();
+  nlohmann::json servers = nlohmann::json::array(), workers = nlohmann::json::array(),
+                 timeline = nlohmann::json::array();
   for (const PsServerPrediction& s : pred->servers) {
     std::vector<std::string> names;
     for (int l : s.layers) names.push_back(spec.layers[static_cast<size_t>(l)].name);
@@ -151,26 +152,29 @@ int runPsPlanCommand(const RunConfig& config, bool json) {
     const auto& m = s["memory_bytes"];
     std::string layers = layerSummary(s["layers"].get<std::vector<std::string>>());
     if (layers.size() > 28) layers = layers.substr(0, 25) + "...";
-    std::printf("%-7d %-5d %-28s %12.0f %8.2f %8.2f %8.2f %8.2f %9.2f %10.3f %10.3f\n", s["server"].get<int>(),
-                s["node"].get<int>(), layers.c_str(), s["params"].get<double>(), m["parameters"].get<double>() / kGiB,
-                m["gradients"].get<double>() / kGiB, m["optimizer"].get<double>() / kGiB,
-                m["other"].get<double>() / kGiB, m["total"].get<double>() / kGiB,
-                1e3 * s["update_time_s"].get<double>(), 1e3 * s["link_time_s"].get<double>());
+    std::printf("%-7d %-5d %-28s %12.0f %8.2f %8.2f %8.2f %8.2f %9.2f %10.3f %10.3f\n",
+                s["server"].get<int>(), s["node"].get<int>(), layers.c_str(), s["params"].get<double>(),
+                m["parameters"].get<double>() / kGiB, m["gradients"].get<double>() / kGiB,
+                m["optimizer"].get<double>() / kGiB, m["other"].get<double>() / kGiB,
+                m["total"].get<double>() / kGiB, 1e3 * s["update_time_s"].get<double>(),
+                1e3 * s["link_time_s"].get<double>());
   }
-  std::printf("\n%-7s %-7s %8s %8s %8s %8s %8s %9s %9s %10s %9s %9s %8s\n", "worker", "device", "params", "grads",
-              "optim", "activ", "other", "total GiB", "capacity", "compute ms", "pull ms", "push ms", "slowdown");
+  std::printf("\n%-7s %-7s %8s %8s %8s %8s %8s %9s %9s %10s %9s %9s %8s\n", "worker", "device", "params",
+              "grads", "optim", "activ", "other", "total GiB", "capacity", "compute ms", "pull ms", "push ms",
+              "slowdown");
   for (const auto& w : workers) {
     const auto& m = w["memory_bytes"];
     const double total = m["total"].get<double>(), cap = w["capacity_bytes"].get<double>();
     std::printf("%-7d %-7d %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %10.3f %9.3f %9.3f %8.1f%s\n",
                 w["worker"].get<int>(), w["device"].get<int>(), m["parameters"].get<double>() / kGiB,
                 m["gradients"].get<double>() / kGiB, m["optimizer"].get<double>() / kGiB,
-                m["activations"].get<double>() / kGiB, m["other"].get<double>() / kGiB, total / kGiB, cap / kGiB,
-                1e3 * w["compute_time_s"].get<double>(), 1e3 * w["pull_time_s"].get<double>(),
-                1e3 * w["push_time_s"].get<double>(), w["slowdown"].get<double>(), total > cap ? "  DOES NOT FIT" : "");
+                m["activations"].get<double>() / kGiB, m["other"].get<double>() / kGiB, total / kGiB,
+                cap / kGiB, 1e3 * w["compute_time_s"].get<double>(), 1e3 * w["pull_time_s"].get<double>(),
+                1e3 * w["push_time_s"].get<double>(), w["slowdown"].get<double>(),
+                total > cap ? "  DOES NOT FIT" : "");
   }
-  std::printf("\n%s: step %.4f s, %.0f samples/s, mean staleness %.1f updates, %s\n", toString(pred->consistency),
-              pred->stepTime, pred->samplesPerSecond, pred->meanStaleness,
+  std::printf("\n%s: step %.4f s, %.0f samples/s, mean staleness %.1f updates, %s\n",
+              toString(pred->consistency), pred->stepTime, pred->samplesPerSecond, pred->meanStaleness,
               fits ? "fits in memory on every worker" : "DOES NOT FIT on every worker");
   return 0;
 }
@@ -178,8 +182,9 @@ int runPsPlanCommand(const RunConfig& config, bool json) {
 int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::string& writePath) {
   if (input.parallel.mode == ParallelMode::ParameterServer) {
     if (balance || !writePath.empty()) {
-      std::fprintf(stderr, "meshstudio-engine plan: --balance and --write place pipeline stages, which "
-                           "parameter_server mode does not have\n");
+      std::fprintf(stderr,
+                   "meshstudio-engine plan: --balance and --write place pipeline stages, which "
+                   "parameter_server mode does not have\n");
       return 2;
     }
     return runPsPlanCommand(input, json);

@@ -28,7 +28,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::atomic<int> g_signal{0};
-void onStop(int sig) { g_signal.store(sig); }
+void onStop(int sig) {
+  g_signal.store(sig);
+}
 
 // A free TCP port on the loopback interface (the kernel's choice; another process could take it before the
 // server binds it, in which case the server's bind fails and says so).
@@ -80,7 +82,8 @@ Status spawn(Child& c) {
   envp.push_back(nullptr);
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data());
-  if (rc != 0) return Status::error("starting " + c.role + " " + std::to_string(c.index) + ": " + std::strerror(rc));
+  if (rc != 0)
+    return Status::error("starting " + c.role + " " + std::to_string(c.index) + ": " + std::strerror(rc));
   c.pid = pid;
   c.running = true;
   return Status::ok();
@@ -98,8 +101,10 @@ std::string commandLine(const Child& c) {
 
 Status launchParameterServer(const RunConfig& config, const PsLaunchOptions& o, bool* interrupted) {
   const int S = config.parallel.servers, W = config.parallel.workers;
-  if (o.killWorker >= W) return Status::error("--kill-worker: worker " + std::to_string(o.killWorker) + " does not exist");
-  if (o.killServer >= S) return Status::error("--kill-server: server " + std::to_string(o.killServer) + " does not exist");
+  if (o.killWorker >= W)
+    return Status::error("--kill-worker: worker " + std::to_string(o.killWorker) + " does not exist");
+  if (o.killServer >= S)
+    return Status::error("--kill-server: server " + std::to_string(o.killServer) + " does not exist");
   RunFolderLock lock;
   if (!o.dryRun) {
     MS_TRY(lock.acquire(o.runDir));
@@ -126,8 +131,8 @@ Status launchParameterServer(const RunConfig& config, const PsLaunchOptions& o, 
     Child c;
     c.role = "server";
     c.index = s;
-    c.args = {o.exe, "ps-server", o.configPath, "--index", std::to_string(s), "--bind", endpoints[s],
-              "--run-dir", o.runDir};
+    c.args = {o.exe,    "ps-server",  o.configPath, "--index", std::to_string(s),
+              "--bind", endpoints[s], "--run-dir",  o.runDir};
     if (s == 0 && !o.metricsSink.empty()) c.args.insert(c.args.end(), {"--metrics", o.metricsSink});
     if (o.resume) c.args.push_back("--resume");
     if (s == o.killServer) c.args.insert(c.args.end(), {"--die-at-step", std::to_string(o.killServerStep)});
@@ -211,8 +216,8 @@ Status launchParameterServer(const RunConfig& config, const PsLaunchOptions& o, 
     // A server.
     if (!clean && !stopping && WIFSIGNALED(status) && c->restarts < 3) {
       ++c->restarts;
-      std::fprintf(stderr, "launch: server %d (pid %d) %s; restarting it from its newest checkpoint\n", c->index,
-                   static_cast<int>(pid), describe(status).c_str());
+      std::fprintf(stderr, "launch: server %d (pid %d) %s; restarting it from its newest checkpoint\n",
+                   c->index, static_cast<int>(pid), describe(status).c_str());
       // The restarted server resumes, appends to the metrics stream, and is not killed again.
       std::vector<std::string> args;
       for (size_t i = 0; i < c->args.size(); ++i) {
@@ -237,13 +242,15 @@ Status launchParameterServer(const RunConfig& config, const PsLaunchOptions& o, 
       // Server 0 ended the run: the rest stop (other servers checkpoint on SIGTERM; workers have had their
       // "done" and are leaving).
       if (!clean && !(WIFEXITED(status) && WEXITSTATUS(status) == 130))
-        result = Status::error("server 0 " + describe(status) + "; see the run's metrics.jsonl for its reason");
+        result =
+            Status::error("server 0 " + describe(status) + "; see the run's metrics.jsonl for its reason");
       stopping = true;
       stopAt = Clock::now() - std::chrono::seconds(10);  // 10 s for the others to leave on their own
       stopAll(SIGTERM);
     } else if (!clean && !stopping) {
-      result = Status::error("server " + std::to_string(c->index) + " " + describe(status) +
-                             (c->restarts ? " after " + std::to_string(c->restarts) + " restarts" : std::string()));
+      result = Status::error(
+          "server " + std::to_string(c->index) + " " + describe(status) +
+          (c->restarts ? " after " + std::to_string(c->restarts) + " restarts" : std::string()));
       stopping = true;
       stopAt = Clock::now();
       stopAll(SIGTERM);

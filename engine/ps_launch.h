@@ -19,9 +19,9 @@
 namespace ms {
 
 struct PsLaunchOptions {
-  std::string exe;         // this engine binary
-  std::string configPath;  // passed on to every process
-  std::string runDir;      // the run folder (servers/, metrics.jsonl)
+  std::string exe;          // this engine binary
+  std::string configPath;   // passed on to every process
+  std::string runDir;       // the run folder (servers/, metrics.jsonl)
   std::string metricsSink;  // server 0's --metrics
   bool resume = false;      // servers continue from their newest checkpoints
   bool overwrite = false;   // remove an earlier run's server checkpoints first

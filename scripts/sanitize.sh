@@ -21,7 +21,8 @@
 #              ASan, oversubscribed on 2 cores; they run in the ordinary suite), tst_equivalence (176 s
 #              Release in a fresh clone's ./test.sh, 2026-11-26: 72 rows under mpirun) and tst_failure (its 5 s stall timeouts race the slower
 #              instrumented ranks: under ASan stoppedRankEndsTheRun saw rank 0 named instead of the stopped
-#              rank 3). MS_SANITIZE_ALL=1 runs them all.
+#              rank 3), tst_parameter_server (45 s Release: 15 launches of server and worker processes whose
+#              timeouts of a few seconds would race instrumented processes). MS_SANITIZE_ALL=1 runs them all.
 #   gui:       none (the studio is not built here); its metrics reader is fuzzed (fuzz_metrics) instead.
 #   fuzz:      every target's seed-corpus replay (fuzz_*_seeds, label unit) and MS_FUZZ_SECONDS of fuzzing.
 set -euo pipefail
@@ -33,10 +34,10 @@ jobs=$(nproc)
 
 # The tests, in two ctest passes (see "tests" below): ctest -L/-E arguments.
 unit_tests=(-L 'unit|reference' -E '^(tst_cli|tst_examples)$')
-mpi_tests=(-L mpi -E '^(tst_equivalence|tst_failure|tst_comm_np3|tst_comm_np4)$')
+mpi_tests=(-L mpi -E '^(tst_equivalence|tst_failure|tst_parameter_server|tst_comm_np3|tst_comm_np4)$')
 if [ "${MS_SANITIZE_ALL:-0}" = 1 ]; then
   unit_tests=(-L 'unit|reference' -E '^tst_cli$')
-  mpi_tests=(-R '^(tst_cli|tst_parallel|tst_equivalence|tst_failure|tst_comm_np[0-9]+)$')  # tst_cli runs mpirun
+  mpi_tests=(-R '^(tst_cli|tst_parallel|tst_equivalence|tst_failure|tst_parameter_server|tst_comm_np[0-9]+)$')  # tst_cli runs mpirun
 fi
 fuzzers=(fuzz_config fuzz_safetensors fuzz_tokens fuzz_idx fuzz_metrics)
 

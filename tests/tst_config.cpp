@@ -428,8 +428,12 @@ class TestConfig : public QObject {
   void parameterServerFields() {
     json j = mlpMnist();
     j["mesh"] = {{"nodes", json::array({{{"name", "n0"}, {"count", 4}}})}};
-    j["parallel"] = {{"mode", "parameter_server"}, {"servers", 2},           {"workers", 4},
-                     {"consistency", "bounded"},  {"staleness", 3},         {"worker_timeout_s", 2.5},
+    j["parallel"] = {{"mode", "parameter_server"},
+                     {"servers", 2},
+                     {"workers", 4},
+                     {"consistency", "bounded"},
+                     {"staleness", 3},
+                     {"worker_timeout_s", 2.5},
                      {"stragglers", json::array({{{"worker", 1}, {"slowdown", 4}}})}};
     j["training"]["grad_clip"] = 0;
     const auto c = ms::parseRunConfig(j);
@@ -457,9 +461,9 @@ class TestConfig : public QObject {
     QVERIFY2(c.isOk(), c.message().c_str());
     const json j = ms::toJson(*c);
     QCOMPARE(j.size(), size_t(10));
-    QCOMPARE(j["model"].size(), size_t(10));  // the gpt fields only
-    QCOMPARE(j["data"].size(), size_t(3));    // kind, train, val
-    QCOMPARE(j["mesh"].size(), size_t(5));    // nodes, links, and the (empty) lists of own types
+    QCOMPARE(j["model"].size(), size_t(10));     // the gpt fields only
+    QCOMPARE(j["data"].size(), size_t(3));       // kind, train, val
+    QCOMPARE(j["mesh"].size(), size_t(5));       // nodes, links, and the (empty) lists of own types
     QCOMPARE(j["parallel"].size(), size_t(15));  // mode; the parameter-server fields only in that mode
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(15));
@@ -921,7 +925,8 @@ class TestConfig : public QObject {
       }
     };
     visit(s);
-    QCOMPARE(objects, 12);  // top level, six sections, mesh node, device type, link type, placement chunk, straggler
+    QCOMPARE(objects,
+             12);  // top level, six sections, mesh node, device type, link type, placement chunk, straggler
     const json& model = s["properties"]["model"];
     QCOMPARE(model["properties"]["layers"]["minimum"], json(1));
     QCOMPARE(model["properties"]["layers"]["default"], json(4));

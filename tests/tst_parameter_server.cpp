@@ -89,15 +89,14 @@ json baseConfig(const QString& dir, const std::string& name, bool gpt) {
     c["model"] = {{"type", "gpt"}, {"layers", 2}, {"width", 32}, {"heads", 2}, {"context", 16}};
     c["data"] = {{"kind", "text"}, {"files", json::array({text.toStdString()})}};
     c["optimizer"] = {{"type", "adamw"}, {"lr", 3e-3}};
-    c["training"] = {{"steps", 12}, {"batch_size", 8}, {"seq_len", 16}, {"eval_batches", 2}, {"threads", 1},
-                     {"grad_clip", 0}};
+    c["training"] = {{"steps", 12},       {"batch_size", 8}, {"seq_len", 16},
+                     {"eval_batches", 2}, {"threads", 1},    {"grad_clip", 0}};
   } else {
     c["model"] = {{"type", "mlp"}, {"hidden", json::array({128, 64})}, {"classes", 10}};
     c["data"] = {{"kind", "fashion_mnist"}};
     c["optimizer"] = {{"type", "sgd"}, {"lr", 0.05}, {"momentum", 0.9}};
-    c["training"] = {{"steps", 20},       {"batch_size", 64}, {"eval_batches", 8},
-                     {"threads", 1},      {"grad_clip", 0},   {"warmup_steps", 2},
-                     {"lr_schedule", "cosine"}};
+    c["training"] = {{"steps", 20},    {"batch_size", 64},  {"eval_batches", 8},      {"threads", 1},
+                     {"grad_clip", 0}, {"warmup_steps", 2}, {"lr_schedule", "cosine"}};
   }
   c["mesh"] = {{"nodes", json::array({{{"name", "n0"}, {"device", "cpu"}, {"count", 4}}})}};
   return c;
@@ -179,7 +178,8 @@ class TestParameterServer : public QObject {
                                         .arg(x, 0, 'g', 17)
                                         .arg(y, 0, 'g', 17)));
       else
-        QVERIFY2(std::abs(x - y) <= tolerance * std::abs(x), qPrintable(QString("step %1: %2 vs %3").arg(i + 1).arg(x).arg(y)));
+        QVERIFY2(std::abs(x - y) <= tolerance * std::abs(x),
+                 qPrintable(QString("step %1: %2 vs %3").arg(i + 1).arg(x).arg(y)));
       QCOMPARE(sb[i]["version"].get<int64_t>(), int64_t(i + 1));
     }
     const auto ea = ofType(a.lines, "eval"), eb = ofType(b.lines, "eval");
@@ -221,11 +221,11 @@ class TestParameterServer : public QObject {
     QVERIFY2(last < 0.6 * first, qPrintable(QString("loss %1 -> %2").arg(first).arg(last)));
     const auto evals = ofType(r.lines, "eval");
     QCOMPARE(evals.size(), size_t(1));
-    QVERIFY2(evals[0]["accuracy"].get<double>() > 0.6, qPrintable(QString::number(evals[0]["accuracy"].get<double>())));
+    QVERIFY2(evals[0]["accuracy"].get<double>() > 0.6,
+             qPrintable(QString::number(evals[0]["accuracy"].get<double>())));
     const json total = ofType(r.lines, "ps").back()["staleness_total"];
     QCOMPARE(histogramSum(total), int64_t(160));
-    if (consistency == "bounded")
-      QVERIFY2(int(total.size()) - 1 <= (1 + 1) * 4 - 1, total.dump().c_str());
+    if (consistency == "bounded") QVERIFY2(int(total.size()) - 1 <= (1 + 1) * 4 - 1, total.dump().c_str());
     int64_t pushes = 0;
     const json states = ofType(r.lines, "ps").back()["worker_states"];
     for (const json& w : states) pushes += w["steps"].get<int64_t>();
@@ -329,7 +329,8 @@ class TestParameterServer : public QObject {
     QVERIFY2(r.err.contains("launch -- --steps"), qPrintable(r.err));
     r = runEngine({"train", config, "--run-dir", dir.path() + "/r"}, "");
     QCOMPARE(r.code, 2);
-    QVERIFY2(r.err.contains("/parallel/mode") && r.err.contains("meshstudio-engine launch"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("/parallel/mode") && r.err.contains("meshstudio-engine launch"),
+             qPrintable(r.err));
     r = runEngine({"ps-worker", config, "--index", "2", "--servers", "tcp://127.0.0.1:1"}, "");
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.contains("--index"), qPrintable(r.err));
@@ -347,7 +348,8 @@ class TestParameterServer : public QObject {
     bad["name"] = "bad";
     r = runEngine({"validate", write(dir.path(), bad)}, "");
     QCOMPARE(r.code, 2);
-    QVERIFY2(r.err.contains("/parallel/dp") && r.err.contains("/parallel/stragglers/0/worker"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("/parallel/dp") && r.err.contains("/parallel/stragglers/0/worker"),
+             qPrintable(r.err));
   }
 };
 

@@ -23,15 +23,21 @@ ms::RunConfig config(int servers, int workers, const std::string& consistency, i
                      const std::string& device = "cpu") {
   json nodeList = json::array();
   for (int n = 0; n < nodes; ++n)
-    nodeList.push_back({{"name", "n" + std::to_string(n)}, {"device", device}, {"count", (workers + nodes - 1) / nodes}});
-  const json j = {{"name", "ps"},
-                  {"model", {{"type", "gpt"}, {"layers", 4}, {"width", 256}, {"heads", 4}, {"context", 128}, {"vocab", 256}}},
-                  {"data", {{"kind", "text"}, {"files", json::array({"x.txt"})}}},
-                  {"mesh", {{"nodes", nodeList}, {"inter_link", "ethernet"}}},
-                  {"parallel",
-                   {{"mode", "parameter_server"}, {"servers", servers}, {"workers", workers}, {"consistency", consistency}}},
-                  {"optimizer", {{"type", "adamw"}}},
-                  {"training", {{"batch_size", 8 * workers}, {"seq_len", 128}, {"grad_clip", 0}}}};
+    nodeList.push_back(
+        {{"name", "n" + std::to_string(n)}, {"device", device}, {"count", (workers + nodes - 1) / nodes}});
+  const json j = {
+      {"name", "ps"},
+      {"model",
+       {{"type", "gpt"}, {"layers", 4}, {"width", 256}, {"heads", 4}, {"context", 128}, {"vocab", 256}}},
+      {"data", {{"kind", "text"}, {"files", json::array({"x.txt"})}}},
+      {"mesh", {{"nodes", nodeList}, {"inter_link", "ethernet"}}},
+      {"parallel",
+       {{"mode", "parameter_server"},
+        {"servers", servers},
+        {"workers", workers},
+        {"consistency", consistency}}},
+      {"optimizer", {{"type", "adamw"}}},
+      {"training", {{"batch_size", 8 * workers}, {"seq_len", 128}, {"grad_clip", 0}}}};
   auto c = ms::parseRunConfig(j);
   if (!c) qFatal("%s", c.message().c_str());
   return *c;
@@ -84,8 +90,8 @@ class TestPsModel : public QObject {
       params += s.params;
       QCOMPARE(s.parameterBytes, 4 * s.params);
       QCOMPARE(s.gradientBytes, 4 * s.params);
-      QCOMPARE(s.optimizerBytes, 8 * s.params);              // AdamW's two moments
-      QCOMPARE(s.otherBytes, 4 * s.params * (4 + 1));        // sync holds every worker's push and a reply
+      QCOMPARE(s.optimizerBytes, 8 * s.params);        // AdamW's two moments
+      QCOMPARE(s.otherBytes, 4 * s.params * (4 + 1));  // sync holds every worker's push and a reply
     }
     const ms::ModelSpec spec = ms::buildModelSpec(c.model, c.training.seqLen);
     QCOMPARE(params, double(spec.paramCount()));
@@ -119,18 +125,20 @@ class TestPsModel : public QObject {
     const ms::PsServerPrediction& server = sync.servers[0];
     const double close = 1e-12;
     // sync: the straggler's whole cycle (or the server's link, if longer), then the update.
-    QVERIFY(std::abs(sync.stepTime - (std::max(slow.cycleTime(), server.linkTime) + server.updateTime)) < close);
+    QVERIFY(std::abs(sync.stepTime - (std::max(slow.cycleTime(), server.linkTime) + server.updateTime)) <
+            close);
     // async: three workers at the fast rate and one at a third of it, each push a quarter of the batch,
     // unless the server's update or link rate is lower.
     const double share = 32.0 / 4;
     // (Its server updates without sync's sum of the pushes: less memory traffic per update.)
     const ms::PsServerPrediction& asyncServer = async.servers[0];
     QVERIFY(asyncServer.updateTime < server.updateTime);
-    const double rate = std::min({3 / fast.cycleTime() + 1 / slow.cycleTime(), 1 / asyncServer.updateTime,
-                                  4 / asyncServer.linkTime});
+    const double rate = std::min(
+        {3 / fast.cycleTime() + 1 / slow.cycleTime(), 1 / asyncServer.updateTime, 4 / asyncServer.linkTime});
     QVERIFY(std::abs(async.samplesPerSecond - rate * share) < 1e-9 * rate * share);
     // bounded: everyone at the slowest's pace, without sync's wait for the update.
-    const double slowest = std::min({4 / slow.cycleTime(), 1 / asyncServer.updateTime, 4 / asyncServer.linkTime});
+    const double slowest =
+        std::min({4 / slow.cycleTime(), 1 / asyncServer.updateTime, 4 / asyncServer.linkTime});
     QVERIFY(std::abs(bounded.samplesPerSecond - slowest * share) < 1e-9 * slowest * share);
     QVERIFY(async.samplesPerSecond > bounded.samplesPerSecond);
     QVERIFY(bounded.samplesPerSecond > sync.samplesPerSecond);

@@ -629,12 +629,14 @@ class TestStudio : public QObject {
     QCOMPARE(snap->timeline.rows[3].label, QString("worker 3 · dev 3"));
     QCOMPARE(snap->timeline.rows[4].label, QString("server 0 · node 0"));
     bool updates = false;
-    for (const ms::TimelineSpan& sp : snap->timeline.rows[5].spans) updates = updates || sp.kind == ms::SpanKind::Optimizer;
+    for (const ms::TimelineSpan& sp : snap->timeline.rows[5].spans)
+      updates = updates || sp.kind == ms::SpanKind::Optimizer;
     QVERIFY(updates);
     QCOMPARE(snap->sim.stepTime, snap->ps->stepTime);
     ms::MeshCanvas* mesh = w.meshCanvas();
     QVERIFY2(mesh->tileLabel(2).startsWith("worker 2"), qPrintable(mesh->tileLabel(2)));
-    QVERIFY2(mesh->legendText().contains("parameter servers: 4 workers (async)"), qPrintable(mesh->legendText()));
+    QVERIFY2(mesh->legendText().contains("parameter servers: 4 workers (async)"),
+             qPrintable(mesh->legendText()));
     QVERIFY(!mesh->dropLayers(0, 0, 1));
     QVERIFY2(mesh->lastRefusal().contains("whole model"), qPrintable(mesh->lastRefusal()));
   }

@@ -339,7 +339,8 @@ class TestUiEditing : public QObject {
       QCOMPARE(c.parallel.mode, ms::ParallelMode::ParameterServer);
       QCOMPARE(c.parallel.workers, 2);
       QCOMPARE(c.parallel.dp, 1);
-      QVERIFY2(ms::validateRunConfig(c).empty(), ms::formatConfigErrors(ms::validateRunConfig(c), "mlp").c_str());
+      QVERIFY2(ms::validateRunConfig(c).empty(),
+               ms::formatConfigErrors(ms::validateRunConfig(c), "mlp").c_str());
       QVERIFY(psInspector.editorFor("/parallel/workers")->isEnabled());
       QVERIFY(!psInspector.editorFor("/parallel/dp")->isEnabled());
       QVERIFY(!psInspector.editorFor("/parallel/staleness")->isEnabled());

@@ -440,16 +440,18 @@ void checkParameterServer(const RunConfig& c, Findings& out) {
   if (p.mode != ParallelMode::ParameterServer) {
     const std::vector<std::string> byMode = {"/parallel/mode"};
     if (p.servers != 1)
-      add(out, "/parallel/servers", "servers are parameter-server processes and need \"mode\": \"parameter_server\"",
-          byMode);
+      add(out, "/parallel/servers",
+          "servers are parameter-server processes and need \"mode\": \"parameter_server\"", byMode);
     if (p.workers != 1)
       add(out, "/parallel/workers",
           "workers are parameter-server processes and need \"mode\": \"parameter_server\" (collective data "
           "parallelism has dp)",
           byMode);
     if (!p.stragglers.empty())
-      add(out, "/parallel/stragglers", "stragglers slow parameter-server workers and need \"mode\": "
-          "\"parameter_server\"", byMode);
+      add(out, "/parallel/stragglers",
+          "stragglers slow parameter-server workers and need \"mode\": "
+          "\"parameter_server\"",
+          byMode);
     return;
   }
   const std::vector<std::string> byMode = {"/parallel/mode"};
@@ -464,24 +466,33 @@ void checkParameterServer(const RunConfig& c, Findings& out) {
   one("/parallel/tp", p.tp, "tp");
   one("/parallel/pp", p.pp, "pp");
   if (p.zero != 0)
-    add(out, "/parallel/zero", "parameter_server mode shards the model states over the servers; zero must be 0",
-        byMode);
+    add(out, "/parallel/zero",
+        "parameter_server mode shards the model states over the servers; zero must be 0", byMode);
   if (p.offload != Offload::None)
-    add(out, "/parallel/offload", "the servers hold the optimizer state in host memory already; offload must be "
-        "\"none\" in parameter_server mode", byMode);
+    add(out, "/parallel/offload",
+        "the servers hold the optimizer state in host memory already; offload must be "
+        "\"none\" in parameter_server mode",
+        byMode);
   if (p.gradPrecision != GradPrecision::Fp32)
-    add(out, "/parallel/grad_precision", "parameter_server workers push fp32 gradients; grad_precision must be "
-        "\"fp32\"", byMode);
+    add(out, "/parallel/grad_precision",
+        "parameter_server workers push fp32 gradients; grad_precision must be "
+        "\"fp32\"",
+        byMode);
   if (p.sequenceParallel)
-    add(out, "/parallel/sequence_parallel", "sequence parallelism needs tp > 1, which parameter_server mode "
-        "does not run", byMode);
+    add(out, "/parallel/sequence_parallel",
+        "sequence parallelism needs tp > 1, which parameter_server mode "
+        "does not run",
+        byMode);
   if (p.batchNorm == BatchNormMode::Sync)
-    add(out, "/parallel/batchnorm", "parameter_server workers do not talk to each other, so BatchNorm "
-        "statistics cannot be synchronised; use \"local\"", byMode);
+    add(out, "/parallel/batchnorm",
+        "parameter_server workers do not talk to each other, so BatchNorm "
+        "statistics cannot be synchronised; use \"local\"",
+        byMode);
   if (p.workers >= 1 && p.microbatches >= 1 && c.training.batchSize >= 1 &&
       c.training.batchSize % (int64_t(p.workers) * p.microbatches) != 0)
     add(out, "/training/batch_size",
-        "batch_size (" + std::to_string(c.training.batchSize) + ") must be divisible by workers * microbatches = " +
+        "batch_size (" + std::to_string(c.training.batchSize) +
+            ") must be divisible by workers * microbatches = " +
             std::to_string(int64_t(p.workers) * p.microbatches),
         {"/parallel/workers", "/parallel/microbatches"});
   if (p.servers > 1 && c.training.gradClip > 0)

@@ -58,8 +58,8 @@ inline constexpr EnumName<ModelType> kModelTypeNames[] = {
     {ModelType::Gpt, "gpt"}, {ModelType::Vit, "vit"}, {ModelType::Mlp, "mlp"}, {ModelType::Cnn, "cnn"}};
 inline constexpr EnumName<BatchNormMode> kBatchNormModeNames[] = {{BatchNormMode::Local, "local"},
                                                                   {BatchNormMode::Sync, "sync"}};
-inline constexpr EnumName<ParallelMode> kParallelModeNames[] = {{ParallelMode::Collective, "collective"},
-                                                                {ParallelMode::ParameterServer, "parameter_server"}};
+inline constexpr EnumName<ParallelMode> kParallelModeNames[] = {
+    {ParallelMode::Collective, "collective"}, {ParallelMode::ParameterServer, "parameter_server"}};
 inline constexpr EnumName<Consistency> kConsistencyNames[] = {
     {Consistency::Sync, "sync"}, {Consistency::Async, "async"}, {Consistency::Bounded, "bounded"}};
 inline constexpr EnumName<Activation> kActivationNames[] = {

@@ -28,7 +28,8 @@ Expected<ServerShards> assignServers(const ModelSpec& spec, const RunConfig& con
   const bool tiedHead = config.model.type == ModelType::Gpt && config.model.tieEmbeddings && L > 1;
   for (int layer : order) {
     if (tiedHead && layer == L - 1) continue;
-    const int s = static_cast<int>(std::min_element(out.params.begin(), out.params.end()) - out.params.begin());
+    const int s =
+        static_cast<int>(std::min_element(out.params.begin(), out.params.end()) - out.params.begin());
     out.layers[s].push_back(layer);
     out.params[s] += spec.layers[layer].paramCount();
   }

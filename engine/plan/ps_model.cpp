@@ -71,7 +71,8 @@ Expected<PsPrediction> predictParameterServer(const RunConfig& config) {
 
   // Workers.
   double compute1 = 0;  // one worker's forward and backward over its microbatches, unslowed
-  for (int k = 0; k < costs.chunkCount(); ++k) compute1 += costs.forwardTime(k) + costs.backwardTime(k) + costs.weightTime(k);
+  for (int k = 0; k < costs.chunkCount(); ++k)
+    compute1 += costs.forwardTime(k) + costs.backwardTime(k) + costs.weightTime(k);
   compute1 *= M;
   for (int w = 0; w < W; ++w) {
     PsWorkerPrediction p;
@@ -89,7 +90,8 @@ Expected<PsPrediction> predictParameterServer(const RunConfig& config) {
     p.computeTime = compute1 * p.slowdown;
     // Every server's shard, over the link to its node; GPU workers also through the host link.
     double localBytes = 0, remoteBytes = 0;
-    for (const PsServerPrediction& s : out.servers) (s.node == dev.node ? localBytes : remoteBytes) += 4 * s.params;
+    for (const PsServerPrediction& s : out.servers)
+      (s.node == dev.node ? localBytes : remoteBytes) += 4 * s.params;
     double t = std::max(localBytes / local.bandwidth, remoteBytes / plan.mesh.interLink.bandwidth);
     t += remoteBytes > 0 ? plan.mesh.interLink.latency : local.latency;
     if (dev.spec.hostLinkBandwidth > 0 && dev.spec.name != "cpu") t += 4 * P / dev.spec.hostLinkBandwidth;
@@ -160,7 +162,8 @@ Expected<PsPrediction> predictParameterServer(const RunConfig& config) {
       lastPush = std::max(lastPush, t0 + linkBound);
       double end = lastPush;
       for (const PsServerPrediction& s : out.servers) {
-        if (s.index < kTimelineServers) out.timeline.push_back({true, s.index, 'U', lastPush, lastPush + s.updateTime});
+        if (s.index < kTimelineServers)
+          out.timeline.push_back({true, s.index, 'U', lastPush, lastPush + s.updateTime});
         end = std::max(end, lastPush + s.updateTime);
       }
       t0 = end;

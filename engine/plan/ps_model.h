@@ -58,13 +58,15 @@ struct PsWorkerPrediction {
   int index = 0;
   int device = 0;
   double parameterBytes = 0, gradientBytes = 0, optimizerBytes = 0, activationBytes = 0, otherBytes = 0;
-  double capacity = 0;  // its device's memory
+  double capacity = 0;     // its device's memory
   double computeTime = 0;  // forward and backward of its share, slowdown included
   double pullTime = 0;     // every server's shard
   double pushTime = 0;
   double slowdown = 1;
   double cycleTime() const { return pullTime + computeTime + pushTime; }
-  double total() const { return parameterBytes + gradientBytes + optimizerBytes + activationBytes + otherBytes; }
+  double total() const {
+    return parameterBytes + gradientBytes + optimizerBytes + activationBytes + otherBytes;
+  }
 };
 
 // One span of the predicted timeline: lane "worker N" (pull, compute, push) or "server N" (update).
@@ -79,9 +81,9 @@ struct PsPrediction {
   Consistency consistency = Consistency::Sync;
   std::vector<PsServerPrediction> servers;
   std::vector<PsWorkerPrediction> workers;
-  double stepTime = 0;          // seconds per global step (batch_size samples)
-  double samplesPerSecond = 0;  // batch_size / stepTime
-  double meanStaleness = 0;     // versions; 0 under sync
+  double stepTime = 0;           // seconds per global step (batch_size samples)
+  double samplesPerSecond = 0;   // batch_size / stepTime
+  double meanStaleness = 0;      // versions; 0 under sync
   std::vector<PsSpan> timeline;  // two global steps (sync) or the same time span (async, bounded)
 };
 

@@ -26,8 +26,8 @@ constexpr bool isTransformer(ModelType t) {
   return t == ModelType::Gpt || t == ModelType::Vit;
 }
 enum class BatchNormMode { Local, Sync };
-// How replicas combine gradients: collectives inside one job (all-reduce, reduce-scatter), or parameter servers
-// that workers pull from and push to (engine/runtime/ps/).
+// How replicas combine gradients: collectives inside one job (all-reduce, reduce-scatter), or parameter
+// servers that workers pull from and push to (engine/runtime/ps/).
 enum class ParallelMode { Collective, ParameterServer };
 // When a parameter server applies pushes: after every live worker's push of a version (sync), each push as it
 // arrives (async), or as it arrives while no worker is more than `staleness` steps ahead of the slowest
@@ -145,8 +145,8 @@ struct ChunkPlacement {
 
 // A worker slowed down on purpose (parameter-server mode): its steps take `slowdown` times as long.
 struct Straggler {
-  int worker = 0;        // "worker"
-  double slowdown = 2;   // "slowdown": >= 1
+  int worker = 0;       // "worker"
+  double slowdown = 2;  // "slowdown": >= 1
   bool operator==(const Straggler&) const = default;
 };
 
@@ -168,13 +168,13 @@ struct ParallelConfig {
   BatchNormMode batchNorm = BatchNormMode::Local;     // "batchnorm": "local" | "sync" (cnn)
   std::vector<ChunkPlacement> placement;              // "placement": empty = even split over pp stages
   // Parameter-server mode ("mode": "parameter_server"; dp, tp and pp stay 1, the workers are the replicas).
-  ParallelMode mode = ParallelMode::Collective;      // "mode": "collective" | "parameter_server"
-  int servers = 1;                                   // "servers": processes holding the parameter shards
-  int workers = 1;                                   // "workers": processes computing gradients
-  Consistency consistency = Consistency::Sync;       // "consistency": "sync" | "async" | "bounded"
-  int staleness = 2;                                 // "staleness": bounded's most steps ahead of the slowest
-  double workerTimeoutS = 10;                        // "worker_timeout_s": silence after which a worker is dropped
-  std::vector<Straggler> stragglers;                 // "stragglers": workers slowed on purpose
+  ParallelMode mode = ParallelMode::Collective;  // "mode": "collective" | "parameter_server"
+  int servers = 1;                               // "servers": processes holding the parameter shards
+  int workers = 1;                               // "workers": processes computing gradients
+  Consistency consistency = Consistency::Sync;   // "consistency": "sync" | "async" | "bounded"
+  int staleness = 2;                             // "staleness": bounded's most steps ahead of the slowest
+  double workerTimeoutS = 10;         // "worker_timeout_s": silence after which a worker is dropped
+  std::vector<Straggler> stragglers;  // "stragglers": workers slowed on purpose
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -236,8 +236,8 @@ struct RunConfig {
 // one place this is computed: the plan, the engine's pipeline and evaluation, and the studio's calibration.
 // In parameter-server mode the replicas are the workers: batch_size / (workers * microbatches).
 inline int microbatchSize(const RunConfig& c) {
-  const int replicas =
-      c.parallel.mode == ParallelMode::ParameterServer ? std::max(1, c.parallel.workers) : std::max(1, c.parallel.dp);
+  const int replicas = c.parallel.mode == ParallelMode::ParameterServer ? std::max(1, c.parallel.workers)
+                                                                        : std::max(1, c.parallel.dp);
   return c.training.batchSize / (replicas * std::max(1, c.parallel.microbatches));
 }
 

@@ -8,7 +8,8 @@
 //   sync     a server applies, per version, the sum of every live worker's push in worker order, scaled by
 //            workers / pushes when some were lost; with every worker alive this is collective data
 //            parallelism's step bit for bit (two workers; more sum in another order than MPI's all-reduce);
-//   async    each push is applied as it arrives (Dean et al. 2012, Downpour SGD): the worker's gradient is the
+//   async    each push is applied as it arrives (Dean et al. 2012, Downpour SGD): the worker's gradient is
+//   the
 //            mean over its own share of the batch, and a step of the schedule is `workers` updates;
 //   bounded  async, but a worker's pull waits while it is more than `staleness` steps ahead of the slowest
 //            live worker (stale-synchronous parallel, Ho et al. 2013).

@@ -32,7 +32,9 @@ namespace {
 
 namespace key = metrics::key;
 
-double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct WorkerState {
   bool known = false;     // has pulled at least once
@@ -99,8 +101,8 @@ class Server {
       m_socket.set(zmq::sockopt::linger, 0);
       m_socket.bind(m_options.bind);
     } catch (const zmq::error_t& e) {
-      return Status::error("server " + std::to_string(m_options.index) + ": cannot listen on " + m_options.bind +
-                           ": " + e.what());
+      return Status::error("server " + std::to_string(m_options.index) + ": cannot listen on " +
+                           m_options.bind + ": " + e.what());
     }
     std::fprintf(stderr, "server %d: %zu layers, %lld parameters, listening on %s%s\n", m_options.index,
                  layoutLayers(), static_cast<long long>(paramCount()), m_options.bind.c_str(),
@@ -151,8 +153,10 @@ class Server {
     if (m_version < m_target)
       reason = "the workers finished with " + std::to_string(m_version) + " of " + std::to_string(m_target) +
                " updates applied on server " + std::to_string(m_options.index);
-    if (m_lead && !m_finalEvalDone) reason += std::string(reason.empty() ? "" : "; ") + "no final evaluation "
-                                              "(the worker evaluating it was lost)";
+    if (m_lead && !m_finalEvalDone)
+      reason += std::string(reason.empty() ? "" : "; ") +
+                "no final evaluation "
+                "(the worker evaluating it was lost)";
     return endWith(metrics::status::kOk, reason);
   }
 
@@ -193,22 +197,22 @@ class Server {
 
   void writeRunStart() {
     nlohmann::json layers = nlohmann::json::array();
-    for (const LayerSpec& l : m_spec.layers) layers.push_back({{key::kName, l.name}, {key::kParams, l.paramCount()}});
-    m_metrics.write(metrics::type::kRunStart,
-                    {{key::kName, m_config.name},
-                     {key::kConfig, toJson(m_config)},
-                     {key::kRanks, m_S + m_W},
-                     {key::kParams, m_spec.paramCount()},
-                     {key::kLayers, layers},
-                     {key::kStartStep, globalStep()},
-                     {key::kSteps, m_config.training.steps},
-                     {key::kRunDir, m_runDir},
-                     {key::kResumedFrom, m_resumedFrom},
-                     {key::kStartUnix, unixTimeS()},
-                     {key::kPredicted, predictedJson()},
-                     {key::kPsServers, m_S},
-                     {key::kPsWorkers, m_W},
-                     {key::kConsistency, toString(m_config.parallel.consistency)}});
+    for (const LayerSpec& l : m_spec.layers)
+      layers.push_back({{key::kName, l.name}, {key::kParams, l.paramCount()}});
+    m_metrics.write(metrics::type::kRunStart, {{key::kName, m_config.name},
+                                               {key::kConfig, toJson(m_config)},
+                                               {key::kRanks, m_S + m_W},
+                                               {key::kParams, m_spec.paramCount()},
+                                               {key::kLayers, layers},
+                                               {key::kStartStep, globalStep()},
+                                               {key::kSteps, m_config.training.steps},
+                                               {key::kRunDir, m_runDir},
+                                               {key::kResumedFrom, m_resumedFrom},
+                                               {key::kStartUnix, unixTimeS()},
+                                               {key::kPredicted, predictedJson()},
+                                               {key::kPsServers, m_S},
+                                               {key::kPsWorkers, m_W},
+                                               {key::kConsistency, toString(m_config.parallel.consistency)}});
   }
 
   // The plan's predictions for this run (plan/ps_model.h), as collective runs' run_start carries theirs.
@@ -234,7 +238,8 @@ class Server {
     }
     if (std::string(status) == metrics::status::kError) return Status::error(reason);
     if (!reason.empty()) std::fprintf(stderr, "server %d: %s\n", m_options.index, reason.c_str());
-    if (std::string(status) == metrics::status::kInterrupted) return Status::error(reason).withContext("interrupted");
+    if (std::string(status) == metrics::status::kInterrupted)
+      return Status::error(reason).withContext("interrupted");
     return m_lead ? m_metrics.status() : Status::ok();
   }
 
@@ -269,8 +274,9 @@ class Server {
       w->peer = m.peer;
       w->pullPending = true;
       w->pullReq = m.header.value("req", int64_t(0));
-      w->pullMinVersion =
-          m.header.value("incarnation", int64_t(0)) == m_incarnation ? m.header.value("min_version", int64_t(0)) : 0;
+      w->pullMinVersion = m.header.value("incarnation", int64_t(0)) == m_incarnation
+                              ? m.header.value("min_version", int64_t(0))
+                              : 0;
       return;
     }
     if (type == ps::msg::kPush) {
@@ -300,7 +306,8 @@ class Server {
   int64_t minLiveClock(int except) const {
     int64_t least = -1;
     for (int i = 0; i < m_W; ++i)
-      if (i != except && m_workers[i].live && (least < 0 || m_workers[i].clock < least)) least = m_workers[i].clock;
+      if (i != except && m_workers[i].live && (least < 0 || m_workers[i].clock < least))
+        least = m_workers[i].clock;
     return least < 0 ? 0 : least;
   }
 
@@ -330,7 +337,8 @@ class Server {
     // async, bounded: applied now.
     float* g = m_params->grads();
     std::copy(m.payload.begin(), m.payload.end(), g);
-    const int64_t staleness = sameIncarnation && base >= 0 ? std::max<int64_t>(0, m_version - base) : m_version;
+    const int64_t staleness =
+        sameIncarnation && base >= 0 ? std::max<int64_t>(0, m_version - base) : m_version;
     apply(1.0f);
     recordStaleness(staleness);
     w.steps += 1;
@@ -408,13 +416,14 @@ class Server {
     const int64_t stepsSince = std::max<int64_t>(1, step - m_lastLineStep);
     m_lastLine = Clock::now();
     m_lastLineStep = step;
-    nlohmann::json line = {{key::kStep, step},
-                           {key::kLoss, m_window.count ? m_window.lossSum / double(m_window.count) : 0.0},
-                           {key::kLr, m_lastLr},
-                           {key::kGradNorm, m_lastGradNorm},
-                           {key::kStepTimeS, secs / double(stepsSince)},
-                           {key::kSamplesPerS, double(m_window.samplesTotal(m_workers)) / std::max(secs, 1e-9)},
-                           {key::kPsVersion, m_version}};
+    nlohmann::json line = {
+        {key::kStep, step},
+        {key::kLoss, m_window.count ? m_window.lossSum / double(m_window.count) : 0.0},
+        {key::kLr, m_lastLr},
+        {key::kGradNorm, m_lastGradNorm},
+        {key::kStepTimeS, secs / double(stepsSince)},
+        {key::kSamplesPerS, double(m_window.samplesTotal(m_workers)) / std::max(secs, 1e-9)},
+        {key::kPsVersion, m_version}};
     if (m_config.model.type == ModelType::Gpt)
       line[key::kTokensPerS] =
           double(m_window.samplesTotal(m_workers)) * m_config.training.seqLen / std::max(secs, 1e-9);
@@ -445,7 +454,8 @@ class Server {
     if (!m_windowStaleness.empty()) {
       window = nlohmann::json::array();
       const int64_t most = m_windowStaleness.rbegin()->first;
-      for (int64_t s = 0; s <= most; ++s) window.push_back(m_windowStaleness.count(s) ? m_windowStaleness[s] : 0);
+      for (int64_t s = 0; s <= most; ++s)
+        window.push_back(m_windowStaleness.count(s) ? m_windowStaleness[s] : 0);
     }
     m_windowStaleness.clear();
     m_metrics.write(metrics::type::kPs, {{key::kStep, globalStep()},
@@ -489,8 +499,8 @@ class Server {
       WorkerState& w = m_workers[id];
       if (!w.pullPending || !pullAllowed(id, w)) continue;
       w.pullPending = false;
-      nlohmann::json h = {{"type", ps::msg::kParams},   {"req", w.pullReq},          {"version", m_version},
-                          {"incarnation", m_incarnation}, {"done", done()},          {"evaluate", false}};
+      nlohmann::json h = {{"type", ps::msg::kParams},     {"req", w.pullReq}, {"version", m_version},
+                          {"incarnation", m_incarnation}, {"done", done()},   {"evaluate", false}};
       if (m_config.parallel.consistency == Consistency::Sync) {
         h["batch"] = m_version;
         h["slot"] = id;
@@ -565,8 +575,10 @@ class Server {
     }
     std::vector<std::vector<float>> host;
     for (NamedTensor& t : m_optimizer->stateTensors(host)) tensors.push_back(t);
-    nlohmann::json meta = {{"version", m_version},         {"handed_out", m_handedOut},
-                           {"optimizer_steps", m_optimizer->stepsTaken()}, {"staleness", m_staleness},
+    nlohmann::json meta = {{"version", m_version},
+                           {"handed_out", m_handedOut},
+                           {"optimizer_steps", m_optimizer->stepsTaken()},
+                           {"staleness", m_staleness},
                            {"discarded", m_discarded}};
     const std::string path = checkpointPath(m_version);
     if (Status s = writeSafetensors(path, tensors, {{"meshstudio_ps", meta.dump()}}); !s) {
@@ -574,8 +586,7 @@ class Server {
       return;
     }
     m_savedVersion = m_version;
-    if (m_lead)
-      m_metrics.write(metrics::type::kCheckpoint, {{key::kStep, globalStep()}, {key::kPath, path}});
+    if (m_lead) m_metrics.write(metrics::type::kCheckpoint, {{key::kStep, globalStep()}, {key::kPath, path}});
     // Keep the newest keep_checkpoints (default 2): a restart needs one, a write cut short needs the one
     // before it.
     const int keep = m_config.training.keepCheckpoints > 0 ? m_config.training.keepCheckpoints : 2;
@@ -584,7 +595,7 @@ class Server {
       std::error_code ec;
       fs::remove(all[i], ec);
     }
-    (void)final;
+    (void) final;
   }
 
   std::vector<std::string> listCheckpoints() const {
@@ -592,7 +603,8 @@ class Server {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(m_dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (name.rfind("version-", 0) == 0 && e.path().extension() == ".safetensors") out.push_back(e.path().string());
+      if (name.rfind("version-", 0) == 0 && e.path().extension() == ".safetensors")
+        out.push_back(e.path().string());
     }
     std::sort(out.begin(), out.end());
     return out;
@@ -601,7 +613,8 @@ class Server {
   Status loadNewest() {
     const std::vector<std::string> all = listCheckpoints();
     if (all.empty()) {
-      std::fprintf(stderr, "server %d: no checkpoint in %s; starting afresh\n", m_options.index, m_dir.c_str());
+      std::fprintf(stderr, "server %d: no checkpoint in %s; starting afresh\n", m_options.index,
+                   m_dir.c_str());
       return Status::ok();
     }
     const std::string path = all.back();
@@ -675,7 +688,7 @@ class Server {
   int64_t m_lastLineStep = 0;
   int64_t m_evalDue = 0;
   bool m_finalEvalDone = false;
-  bool m_started = false;  // every worker has joined (or the wait for them is over)
+  bool m_started = false;                        // every worker has joined (or the wait for them is over)
   std::optional<Clock::time_point> m_idleSince;  // no live worker since
   Clock::time_point m_startTime = Clock::now();
   std::string m_resumedFrom;

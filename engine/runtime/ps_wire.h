@@ -36,8 +36,8 @@ struct Message {
 
 // Sends [peer?][header][payload?]. False when ZeroMQ could not queue it (the peer is gone and the queue
 // full): the caller treats the message as lost, as it would on a dead link.
-bool send(zmq::socket_t& socket, const nlohmann::json& header, const float* payload = nullptr, size_t count = 0,
-          const std::string* peer = nullptr);
+bool send(zmq::socket_t& socket, const nlohmann::json& header, const float* payload = nullptr,
+          size_t count = 0, const std::string* peer = nullptr);
 // Receives one message without blocking (nullopt when none is waiting, or a malformed one, which is dropped).
 // withPeer: the socket is a ROUTER (a routing-id frame comes first).
 std::optional<Message> receive(zmq::socket_t& socket, bool withPeer);

@@ -25,7 +25,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // One server as this worker sees it: its socket, which of the worker's units it holds (in the server's flat
 // order), and what the last pull said.
@@ -37,8 +39,8 @@ struct ServerLink {
   size_t size = 0;            // the server's flat size
   int64_t version = 0;        // of the parameters last pulled
   int64_t incarnation = 0;
-  int64_t minVersion = 0;     // sync: the version after the one last pushed
-  nlohmann::json reply;       // the last pull's header
+  int64_t minVersion = 0;  // sync: the version after the one last pushed
+  nlohmann::json reply;    // the last pull's header
 };
 
 class Worker {
@@ -102,7 +104,8 @@ class Worker {
       if (lead.value("evaluate", false)) evaluateNow(lead.value("eval_step", int64_t(0)));
       if (done) {
         bye(true);
-        std::fprintf(stderr, "worker %d: done after %lld steps of its own\n", m_id, static_cast<long long>(localStep));
+        std::fprintf(stderr, "worker %d: done after %lld steps of its own\n", m_id,
+                     static_cast<long long>(localStep));
         return Status::ok();
       }
       ++localStep;
@@ -143,7 +146,8 @@ class Worker {
       for (const Unit& u : plan.units) {
         auto it = unitByName.find(u.name);
         if (it == unitByName.end() || mine.units()[it->second].size != u.size)
-          return Status::error("server " + std::to_string(s) + "'s unit " + u.name + " does not match the worker's");
+          return Status::error("server " + std::to_string(s) + "'s unit " + u.name +
+                               " does not match the worker's");
         link.units.push_back(it->second);
         link.begin.push_back(u.begin);
       }
@@ -193,10 +197,12 @@ class Worker {
         ServerLink& link = m_links[s];
         if (got[s]) continue;
         while (auto m = ps::receive(link.socket, /*withPeer=*/false)) {
-          if (m->header.value("type", "") != ps::msg::kParams || m->header.value("req", int64_t(-1)) != req) continue;
+          if (m->header.value("type", "") != ps::msg::kParams || m->header.value("req", int64_t(-1)) != req)
+            continue;
           if (m->payload.size() != link.size)
-            return Status::error("server " + std::to_string(s) + " sent " + std::to_string(m->payload.size()) +
-                                 " values, its shard has " + std::to_string(link.size));
+            return Status::error("server " + std::to_string(s) + " sent " +
+                                 std::to_string(m->payload.size()) + " values, its shard has " +
+                                 std::to_string(link.size));
           link.reply = m->header;
           link.version = m->header.value("version", int64_t(0));
           link.incarnation = m->header.value("incarnation", int64_t(0));
@@ -248,9 +254,12 @@ class Worker {
         const Unit& u = store.units()[link.units[i]];
         std::copy(grads + u.begin, grads + u.begin + u.size, payload.begin() + link.begin[i]);
       }
-      nlohmann::json h = {{"type", ps::msg::kPush},       {"worker", m_id},
-                          {"req", m_req},                 {"version", link.version},
-                          {"incarnation", link.incarnation}, {"compute_s", computeS},
+      nlohmann::json h = {{"type", ps::msg::kPush},
+                          {"worker", m_id},
+                          {"req", m_req},
+                          {"version", link.version},
+                          {"incarnation", link.incarnation},
+                          {"compute_s", computeS},
                           {"samples", m_share}};
       if (s == 0) {
         h["loss_sum"] = stats.lossSum;
@@ -266,7 +275,7 @@ class Worker {
     setActivity("worker " + std::to_string(m_id) + ": evaluation at step " + std::to_string(step), true);
     const auto t0 = Clock::now();
     const EvalResult r = evaluate(*m_model, *m_data, m_config, m_config.training.evalBatches);
-    nlohmann::json h = {{"type", ps::msg::kEval}, {"worker", m_id},        {"step", step},
+    nlohmann::json h = {{"type", ps::msg::kEval}, {"worker", m_id},       {"step", step},
                         {"loss", r.loss},         {"samples", r.samples}, {"time_s", secondsSince(t0)}};
     if (r.hasAccuracy) h["accuracy"] = r.accuracy;
     ps::send(m_links[0].socket, h);
@@ -276,7 +285,8 @@ class Worker {
   }
 
   void bye(bool complete) {
-    for (ServerLink& link : m_links) ps::send(link.socket, {{"type", ps::msg::kBye}, {"worker", m_id}, {"complete", complete}});
+    for (ServerLink& link : m_links)
+      ps::send(link.socket, {{"type", ps::msg::kBye}, {"worker", m_id}, {"complete", complete}});
     // Give ZeroMQ's I/O thread a moment to hand the last messages over before the sockets close.
     for (ServerLink& link : m_links) link.socket.set(zmq::sockopt::linger, 2000);
   }

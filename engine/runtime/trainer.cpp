@@ -36,7 +36,8 @@ using Clock = std::chrono::steady_clock;
 Status checkRunnable(const RunConfig& c, int worldSize) {
   if (c.parallel.mode == ParallelMode::ParameterServer)
     return Status::error(
-        "/parallel/mode: parameter_server runs as server and worker processes, not as one training job; start "
+        "/parallel/mode: parameter_server runs as server and worker processes, not as one training job; "
+        "start "
         "it with `meshstudio-engine launch CONFIG`");
   const int ranks = c.parallel.dp * c.parallel.tp * c.parallel.pp;
   if (ranks != worldSize)

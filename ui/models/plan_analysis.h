@@ -50,10 +50,10 @@ struct PlanSnapshot {
   // Parameter-server mode: its own prediction (plan/ps_model.h); sim then carries its step time and
   // throughput, memory its workers' breakdowns.
   std::optional<PsPrediction> ps;
-  double millis = 0;                    // time the analysis took
-  bool calibrated = false;              // the compute times are a run's measurements
-  QString calibrationNote;              // from where, or why a calibration did not apply
-  quint64 generation = 0;               // request counter, increasing
+  double millis = 0;        // time the analysis took
+  bool calibrated = false;  // the compute times are a run's measurements
+  QString calibrationNote;  // from where, or why a calibration did not apply
+  quint64 generation = 0;   // request counter, increasing
   bool ok() const { return plan.has_value(); }
 };
 

@@ -125,8 +125,9 @@ QList<ProjectTemplate> projectTemplates() {
        QObject::tr("A small ResNet (convolutions, BatchNorm, residual blocks) classifying Fashion-MNIST; "
                    "synchronised BatchNorm under data parallelism; runs on CPUs.")},
       {QStringLiteral("mlp-ps"), QObject::tr("Parameter servers on Fashion-MNIST"),
-       QObject::tr("The MLP trained by 4 workers and 2 parameter servers, asynchronously, one worker slowed 3x: "
-                   "switch consistency to sync or bounded to compare; runs on CPUs.")},
+       QObject::tr(
+           "The MLP trained by 4 workers and 2 parameter servers, asynchronously, one worker slowed 3x: "
+           "switch consistency to sync or bounded to compare; runs on CPUs.")},
       {QStringLiteral("gpt1b"), QObject::tr("GPT 1.3B on 2 x 4 A100 (planning only)"),
        QObject::tr("A 1.3B GPT with dp 2 x tp 2 x pp 2 on two 4-GPU nodes: plan, predict and export.")},
       {QStringLiteral("gpt3"), QObject::tr("GPT-3 175B (planning only)"),

@@ -123,7 +123,8 @@ TimelineData timelineFromSimulation(const Plan& plan, const SimResult& sim) {
 TimelineData timelineFromPsPrediction(const PsPrediction& p) {
   TimelineData out;
   int workerRows = 0, serverRows = 0;
-  for (const PsSpan& s : p.timeline) (s.server ? serverRows : workerRows) = std::max(s.server ? serverRows : workerRows, s.index + 1);
+  for (const PsSpan& s : p.timeline)
+    (s.server ? serverRows : workerRows) = std::max(s.server ? serverRows : workerRows, s.index + 1);
   const int W = static_cast<int>(p.workers.size());
   out.rows.resize(static_cast<std::size_t>(workerRows + serverRows));
   for (int w = 0; w < workerRows; ++w) {
@@ -131,7 +132,8 @@ TimelineData timelineFromPsPrediction(const PsPrediction& p) {
     // Every lane its own group (timeline_groups.h groups rows by stage): the lanes are not replicas.
     row.rank = w;
     row.stage = w;
-    row.label = QStringLiteral("worker %1 · dev %2").arg(w).arg(p.workers[static_cast<std::size_t>(w)].device);
+    row.label =
+        QStringLiteral("worker %1 · dev %2").arg(w).arg(p.workers[static_cast<std::size_t>(w)].device);
   }
   for (int s = 0; s < serverRows; ++s) {
     TimelineRow& row = out.rows[static_cast<std::size_t>(workerRows + s)];

@@ -510,11 +510,11 @@ std::vector<MetricsEvent> MetricsReader::finish() {
 }
 
 const char* eventTypeName(const MetricsEvent& event) {
-  static constexpr const char* kNames[] = {
-      metrics::type::kRunStart, metrics::type::kStep,   metrics::type::kSpans,
-      metrics::type::kMemory,   metrics::type::kEval,   metrics::type::kCheckpoint,
-      metrics::type::kLog,      metrics::type::kRunEnd, metrics::type::kPs,
-      "error"};
+  static constexpr const char* kNames[] = {metrics::type::kRunStart, metrics::type::kStep,
+                                           metrics::type::kSpans,    metrics::type::kMemory,
+                                           metrics::type::kEval,     metrics::type::kCheckpoint,
+                                           metrics::type::kLog,      metrics::type::kRunEnd,
+                                           metrics::type::kPs,       "error"};
   return kNames[event.index()];
 }
 

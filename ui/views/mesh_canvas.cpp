@@ -204,7 +204,8 @@ void MeshCanvas::rebuild() {
       for (int s = int(n); s < par.servers && ids.size() < 4; s += int(nodes)) ids << QString::number(s);
       if (ids.isEmpty()) continue;
       if (int(n) + 4 * int(nodes) < par.servers) ids << QStringLiteral("…");
-      where << tr("%1 on %2").arg(ids.join(QStringLiteral(", ")), QString::fromStdString(config.mesh.nodes[n].name));
+      where << tr("%1 on %2")
+                   .arg(ids.join(QStringLiteral(", ")), QString::fromStdString(config.mesh.nodes[n].name));
     }
     summary = tr("parameter servers: %1 workers (%2) on %3 of %4 devices; servers %5")
                   .arg(par.workers)

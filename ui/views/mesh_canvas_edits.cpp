@@ -140,8 +140,9 @@ void MeshCanvas::askLinkType(bool intra) {
 bool MeshCanvas::dropLayers(int first, int last, int device) {
   if (device < 0) return refuse(tr("Drop the layers on a device tile: empty space runs no pipeline stage"));
   if (m_doc->config().parallel.mode == ParallelMode::ParameterServer)
-    return refuse(tr("Parameter-server workers hold the whole model: layers are not placed on devices (the "
-                     "servers split them by bytes)"));
+    return refuse(
+        tr("Parameter-server workers hold the whole model: layers are not placed on devices (the "
+           "servers split them by bytes)"));
   const int stage = stageOfDevice(device);
   if (stage < 0) {
     if (!m_ranks.ok()) return refuse(tr("Device %1 runs no rank: %2").arg(device).arg(m_ranks.error));

@@ -22,7 +22,8 @@ PsPanel::PsPanel(QWidget* parent) : QWidget(parent) {
 
   m_histogram = new QCustomPlot(this);
   m_histogram->plotLayout()->insertRow(0);
-  m_histogram->plotLayout()->addElement(0, 0, new QCPTextElement(m_histogram, tr("Staleness of every update")));
+  m_histogram->plotLayout()->addElement(0, 0,
+                                        new QCPTextElement(m_histogram, tr("Staleness of every update")));
   m_histogram->xAxis->setLabel(tr("staleness (server versions)"));
   m_histogram->yAxis->setLabel(tr("updates"));
   auto* bars = new QCPBars(m_histogram->xAxis, m_histogram->yAxis);
@@ -45,12 +46,14 @@ PsPanel::PsPanel(QWidget* parent) : QWidget(parent) {
   layout->addWidget(m_staleness, 1);
 
   m_table = new QTableWidget(0, NUM_COLUMNS, this);
-  m_table->setHorizontalHeaderLabels({tr("worker"), tr("state"), tr("pushes"), tr("samples/s"), tr("step s")});
+  m_table->setHorizontalHeaderLabels(
+      {tr("worker"), tr("state"), tr("pushes"), tr("samples/s"), tr("step s")});
   m_table->verticalHeader()->setVisible(false);
   m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-  m_table->setToolTip(tr("Each worker as server 0 sees it: live, or dropped after worker_timeout_s of silence; its "
-                         "pushes applied; its samples/s and step time since the previous report."));
+  m_table->setToolTip(
+      tr("Each worker as server 0 sees it: live, or dropped after worker_timeout_s of silence; its "
+         "pushes applied; its samples/s and step time since the previous report."));
   layout->addWidget(m_table, 1);
 }
 
@@ -62,7 +65,9 @@ void PsPanel::setPredictedStaleness(double mean) {
   m_shown = ~std::uint64_t(0);
 }
 
-QString PsPanel::summary() const { return m_summary->text(); }
+QString PsPanel::summary() const {
+  return m_summary->text();
+}
 
 void PsPanel::update(const RunData& data) {
   if (data.revision() == m_shown) return;
@@ -104,8 +109,7 @@ void PsPanel::update(const RunData& data) {
     const PsWorkerState& w = ps->workers[static_cast<size_t>(r)];
     live += w.live ? 1 : 0;
     const QString cells[NUM_COLUMNS] = {
-        QString::number(w.worker),
-        w.live ? tr("live") : (ps->final ? tr("finished") : tr("dropped")),
+        QString::number(w.worker), w.live ? tr("live") : (ps->final ? tr("finished") : tr("dropped")),
         QString::number(w.steps),
         std::isfinite(w.samplesPerS) ? QString::number(w.samplesPerS, 'f', 0) : QStringLiteral("–"),
         std::isfinite(w.stepTime) ? QString::number(w.stepTime, 'g', 3) : QStringLiteral("–")};
@@ -115,7 +119,8 @@ void PsPanel::update(const RunData& data) {
       if (item->text() != cells[c]) item->setText(cells[c]);
     }
   }
-  QString text = tr("%1 server(s), %2 worker(s), %3").arg(info.psServers).arg(info.psWorkers).arg(info.consistency);
+  QString text =
+      tr("%1 server(s), %2 worker(s), %3").arg(info.psServers).arg(info.psWorkers).arg(info.consistency);
   if (ps) {
     text += tr(" — %1 updates applied, mean staleness %2, largest %3")
                 .arg(updates)
