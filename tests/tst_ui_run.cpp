@@ -30,6 +30,7 @@
 #include "ui/run/engine_client.h"
 #include "ui/run/metrics_reader.h"
 #include "ui/run/run_data.h"
+#include "ui/views/compare_view.h"
 #include "ui/views/ps_panel.h"
 #include "ui/views/run_view.h"
 
@@ -706,6 +707,57 @@ class TestUiRun : public QObject {
     view.setData(&empty);
     view.refresh();
     QVERIFY(!view.sideTabs()->isTabVisible(RunView::PsTab));
+  }
+
+  // The same model trained sync and async, side by side: loss against steps and wall time, the staleness of
+  // each (all fresh under sync), the table; a folder that is no run is refused and changes nothing.
+  void compareSyncAndAsync() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    QStringList folders;
+    for (const char* consistency : {"sync", "async"}) {
+      RunConfig c = tinyConfig(6);
+      c.name = std::string("tiny-") + consistency;
+      c.parallel = {};
+      c.parallel.mode = ParallelMode::ParameterServer;
+      c.parallel.workers = 2;
+      c.parallel.consistency = std::string(consistency) == "sync" ? Consistency::Sync : Consistency::Async;
+      c.training.gradClip = 0;
+      EngineClient client;
+      QSignalSpy finished(&client, &EngineClient::finished);
+      const QString runDir = dir.filePath(QString::fromLatin1(consistency));
+      QVERIFY(client.start(c, runDir));
+      QTRY_VERIFY_WITH_TIMEOUT(finished.size() == 1, 60000);
+      QVERIFY2(finished[0][0].toBool(), qPrintable(finished[0][1].toString()));
+      folders << runDir;
+    }
+    CompareView view;
+    for (const QString& f : folders) QVERIFY(view.addRunFolder(f).isOk());
+    QCOMPARE(view.runCount(), 2);
+    QVERIFY(!view.addRunFolder(dir.filePath("nothing-here")).isOk());
+    QCOMPARE(view.runCount(), 2);
+    QCOMPARE(view.table()->rowCount(), 2);
+    QCOMPARE(view.table()->item(0, CompareView::ColConsistency)->text(), QString("sync"));
+    QCOMPARE(view.table()->item(1, CompareView::ColConsistency)->text(), QString("async"));
+    QCOMPARE(view.table()->item(0, CompareView::ColSteps)->text(), QString("6"));
+    QCOMPARE(view.table()->item(0, CompareView::ColStaleness)->text(), QString("0.00"));
+    QCOMPARE(view.lossByStep()->graphCount(), 2);
+    QCOMPARE(view.lossByTime()->graphCount(), 2);
+    for (int g = 0; g < 2; ++g) {
+      QCOMPARE(view.lossByStep()->graph(g)->data()->size(), 6);
+      QCOMPARE(view.lossByTime()->graph(g)->data()->size(), 6);
+      double last = -1;
+      for (auto it = view.lossByTime()->graph(g)->data()->constBegin();
+           it != view.lossByTime()->graph(g)->data()->constEnd(); ++it) {
+        QVERIFY(it->key > last);  // seconds on the run's clock, increasing
+        last = it->key;
+      }
+    }
+    QCOMPARE(view.staleness()->plottableCount(), 2);
+    auto* syncBars = qobject_cast<QCPBars*>(view.staleness()->plottable(0));
+    QVERIFY(syncBars);
+    QCOMPARE(syncBars->data()->size(), 1);
+    QCOMPARE(syncBars->data()->constBegin()->value, 1.0);  // every sync update fresh
   }
 
   void realRunLiveAndReplayed() {

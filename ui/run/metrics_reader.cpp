@@ -228,6 +228,7 @@ RunStartEvent readRunStart(Fields& f) {
 StepEvent readStep(Fields& f) {
   StepEvent e;
   e.step = f.integer(key::kStep, true, 0, 0);
+  e.t = f.number(key::kT);
   e.loss = f.number(key::kLoss, true);
   e.lr = f.number(key::kLr);
   e.gradNorm = f.number(key::kGradNorm);

@@ -84,6 +84,7 @@ struct StepEvent {
   double tokensPerS = kNaN;   // gpt
   double samplesPerS = kNaN;  // every model
   double accuracy = kNaN;     // classifiers
+  double t = kNaN;            // the line's time on the run's clock (seconds since its start)
 };
 
 // One span as the engine measured it: seconds since the run started, on one clock for all ranks.

@@ -28,6 +28,7 @@
 #include "ui/models/units.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
+#include "ui/views/compare_view.h"
 #include "ui/views/inspector.h"
 #include "ui/views/layer_palette.h"
 #include "ui/views/memory_view.h"
@@ -311,6 +312,10 @@ void MainWindow::buildMenus() {
   run->addAction(tr("&Calibrate Plan from Run"), this, [this] { calibrateFromRun(); })
       ->setStatusTip(tr("Predict with the per-layer compute times the last run measured on this machine"));
   run->addAction(tr("Use &Analytic Costs"), this, &MainWindow::clearCalibration);
+  run->addSeparator();
+  run->addAction(tr("C&ompare Runs..."), this,
+                 [this] { compareRuns(m_lastRunDir.isEmpty() ? QStringList() : QStringList{m_lastRunDir}); })
+      ->setStatusTip(tr("Loss against steps and wall time, and staleness, of finished runs side by side"));
   m_stopAction->setEnabled(false);
 
   QToolBar* bar = addToolBar(tr("Main"));
@@ -320,6 +325,20 @@ void MainWindow::buildMenus() {
   bar->addSeparator();
   bar->addAction(m_runAction);
   bar->addAction(m_stopAction);
+}
+
+CompareView* MainWindow::compareRuns(const QStringList& dirs) {
+  if (!m_compare) {
+    m_compare = new CompareView(this);
+    m_compare->setWindowFlag(Qt::Window);
+  }
+  QStringList problems;
+  for (const QString& dir : dirs)
+    if (Status s = m_compare->addRunFolder(dir); !s) problems << QString::fromStdString(s.message());
+  if (!problems.isEmpty()) showError(tr("Compare runs"), problems.join('\n'));
+  m_compare->show();
+  m_compare->raise();
+  return m_compare;
 }
 
 void MainWindow::showError(const QString& title, const QString& message) {

@@ -33,6 +33,7 @@ class QTimer;
 
 namespace ms {
 
+class CompareView;
 class EngineClient;
 class Inspector;
 class LayerPalette;
@@ -57,6 +58,9 @@ class MainWindow : public QMainWindow {
   bool saveProjectAs(const QString& path);  // no dialog
   // Replays a finished (or crashed) run from its folder's metrics.jsonl.
   bool openRunFolder(const QString& dir);
+  // Opens (or brings forward) the Compare Runs window with these run folders added; the ones that do not load
+  // are reported in lastError(). Returns the window.
+  CompareView* compareRuns(const QStringList& dirs);
   // Starts the current plan on this machine; runDir empty = a new folder beside the project.
   bool startRun(const QString& runDir = QString());
   // Continues a run from its newest checkpoint with the current config (e.g. more steps): the given folder,
@@ -161,7 +165,8 @@ class MainWindow : public QMainWindow {
   QAction* m_runAction = nullptr;
   QAction* m_stopAction = nullptr;
   QAction* m_resumeAction = nullptr;
-  QString m_lastRunDir;  // the folder of the last run started or reopened (Resume continues it)
+  QString m_lastRunDir;              // the folder of the last run started or reopened (Resume continues it)
+  CompareView* m_compare = nullptr;  // the Compare Runs window, once opened (a top-level child)
   std::optional<RunConfig> m_lastRunConfig;  // the config that run used (calibration needs its microbatch)
   QString m_lastError;
   std::function<QMessageBox::StandardButton()> m_unsavedHandler;
