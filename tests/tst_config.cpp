@@ -198,6 +198,20 @@ std::vector<TypedCase> typedCases() {
          c.parallel.stragglers = {{0, 0.5}};
        },
        "/parallel/stragglers/0/slowdown", "must be >= 1, got 0.5"},
+      {"ps server nodes count",
+       [](auto& c) {
+         c.parallel.mode = ms::ParallelMode::ParameterServer;
+         c.parallel.servers = 2;
+         c.training.gradClip = 0;
+         c.parallel.serverNodes = {c.mesh.nodes[0].name};
+       },
+       "/parallel/server_nodes", "names 1 node(s) for 2 servers"},
+      {"ps server node unknown",
+       [](auto& c) {
+         c.parallel.mode = ms::ParallelMode::ParameterServer;
+         c.parallel.serverNodes = {"nowhere"};
+       },
+       "/parallel/server_nodes/0", "\"nowhere\" is not a node of the mesh"},
       {"ps zero 1",
        [](auto& c) {
          c.parallel.mode = ms::ParallelMode::ParameterServer;

@@ -158,6 +158,23 @@ class TestPsModel : public QObject {
              qPrintable(QString("%1 vs %2").arg(four.stepTime).arg(one.stepTime)));
   }
 
+  // server_nodes puts a server on another node: its node in the prediction, and its traffic crosses the
+  // inter-node link (1 Gb Ethernet here, slower than shared memory), so the workers' pulls take longer.
+  void serverNodesPlaceServers() {
+    ms::RunConfig local = config(1, 2, "sync", 2);
+    local.mesh.linkTypes = {{"gbe", 0.125, 50}};  // 1 Gb Ethernet between the nodes
+    local.mesh.interLink = "gbe";
+    ms::RunConfig remote = local;
+    remote.parallel.serverNodes = {"n1"};
+    const ms::PsPrediction a = *ms::predictParameterServer(local), b = *ms::predictParameterServer(remote);
+    QCOMPARE(a.servers[0].node, 0);
+    QCOMPARE(b.servers[0].node, 1);
+    QCOMPARE(ms::serverNode(remote, 0), 1);
+    // Worker 0 sits on node 0: its server moved away; worker 1 (node 1) now has it nearby.
+    QVERIFY(b.workers[0].pullTime > a.workers[0].pullTime);
+    QVERIFY(b.workers[1].pullTime < a.workers[1].pullTime);
+  }
+
   // The sync timeline: each worker's pull, compute and push back to back; the servers update once the last
   // push is in; the second step starts after the update.
   void syncTimeline() {

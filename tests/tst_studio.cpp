@@ -639,6 +639,18 @@ class TestStudio : public QObject {
              qPrintable(mesh->legendText()));
     QVERIFY(!mesh->dropLayers(0, 0, 1));
     QVERIFY2(mesh->lastRefusal().contains("whole model"), qPrintable(mesh->lastRefusal()));
+    // Servers placed by node, undoably; the placement lands in parallel.server_nodes.
+    QVERIFY(mesh->addServer(0));
+    QCOMPARE(w.document()->config().parallel.servers, 3);
+    QCOMPARE(w.document()->config().parallel.serverNodes, (std::vector<std::string>{"node0", "node0", "node0"}));
+    QVERIFY(w.document()->errors().empty());
+    QVERIFY2(mesh->legendText().contains("servers 0, 1, 2 on node0"), qPrintable(mesh->legendText()));
+    w.document()->undoStack()->undo();
+    QCOMPARE(w.document()->config().parallel.servers, 2);
+    QVERIFY(mesh->removeServer(0));
+    QCOMPARE(w.document()->config().parallel.servers, 1);
+    QVERIFY(!mesh->removeServer(0));
+    QVERIFY2(mesh->lastRefusal().contains("at least one server"), qPrintable(mesh->lastRefusal()));
   }
 
   // A project that fails validation cannot run; the reason is shown, nothing starts.

@@ -506,6 +506,18 @@ void checkParameterServer(const RunConfig& c, Findings& out) {
     add(out, "/parallel/workers",
         std::to_string(p.workers) + " workers, but the mesh has only " + std::to_string(devices) + " devices",
         {"/mesh/nodes"});
+  if (!p.serverNodes.empty() && static_cast<int>(p.serverNodes.size()) != p.servers)
+    add(out, "/parallel/server_nodes",
+        "names " + std::to_string(p.serverNodes.size()) + " node(s) for " + std::to_string(p.servers) +
+            " servers; give one node per server, or none",
+        {"/parallel/servers"});
+  for (size_t i = 0; i < p.serverNodes.size(); ++i) {
+    bool found = false;
+    for (const NodeConfig& n : c.mesh.nodes) found = found || n.name == p.serverNodes[i];
+    if (!found)
+      add(out, "/parallel/server_nodes/" + std::to_string(i),
+          inQuotes(p.serverNodes[i]) + " is not a node of the mesh", {"/mesh/nodes"});
+  }
   std::map<int, size_t> seen;
   for (size_t i = 0; i < p.stragglers.size(); ++i) {
     const Straggler& s = p.stragglers[i];

@@ -481,6 +481,11 @@ void addParallel(std::vector<Field>& t) {
                           "which the servers drop a worker and go on with the rest.")
                   .forParameterServer()
                   .aka({"heartbeat_timeout_s", "worker_timeout"}));
+  t.push_back(stringListField(p, "server_nodes", FieldKind::StringArray, MS_REF(parallel.serverNodes),
+                              "Parameter-server mode: the mesh node of each server, in server order; empty: "
+                              "server s on node s mod nodes.")
+                  .forParameterServer()
+                  .aka({"ps_nodes", "server_placement"}));
   t.push_back(objectListField(p, "stragglers", MS_REF(parallel.stragglers),
                               "Parameter-server mode: workers slowed down on purpose, to see what "
                               "asynchronous training is for.")

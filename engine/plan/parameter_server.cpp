@@ -43,4 +43,14 @@ Expected<ServerShards> assignServers(const ModelSpec& spec, const RunConfig& con
   return out;
 }
 
+int serverNode(const RunConfig& config, int server) {
+  const auto& nodes = config.mesh.nodes;
+  if (nodes.empty()) return 0;
+  const auto& names = config.parallel.serverNodes;
+  if (server >= 0 && server < static_cast<int>(names.size()))
+    for (size_t n = 0; n < nodes.size(); ++n)
+      if (nodes[n].name == names[static_cast<size_t>(server)]) return static_cast<int>(n);
+  return server % static_cast<int>(nodes.size());
+}
+
 }  // namespace ms

@@ -26,4 +26,7 @@ struct ServerShards {
 // layers with parameters, naming /parallel/servers.
 Expected<ServerShards> assignServers(const ModelSpec& spec, const RunConfig& config);
 
+// The mesh node (index into mesh.nodes) of server s: parallel.server_nodes[s] when given, else s mod nodes.
+int serverNode(const RunConfig& config, int server);
+
 }  // namespace ms

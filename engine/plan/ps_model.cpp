@@ -38,7 +38,6 @@ Expected<PsPrediction> predictParameterServer(const RunConfig& config) {
   const MemoryBreakdown& single = memory.at(0);
   const bool mixed = config.parallel.precision == Precision::Bf16;
   const double P = double(plan.model.paramCount());
-  const int nodes = std::max(1, static_cast<int>(plan.mesh.nodes.size()));
   const LinkSpec local = sameNodeLink();
   PsPrediction out;
   out.consistency = config.parallel.consistency;
@@ -49,7 +48,7 @@ Expected<PsPrediction> predictParameterServer(const RunConfig& config) {
   for (int s = 0; s < S; ++s) {
     PsServerPrediction p;
     p.index = s;
-    p.node = s % nodes;
+    p.node = serverNode(config, s);
     p.layers = shards->layers[s];
     p.params = double(shards->params[s]);
     p.parameterBytes = 4 * p.params;

@@ -3,9 +3,9 @@
 // will see. The studio draws these next to what a run measures; `meshstudio-engine plan` prints them.
 //
 // The model, and where it approximates:
-// - Placement: worker w runs on mesh device w (node-major, as ranks fill the mesh); server s on node
-//   s mod nodes, a process in host memory beside the workers (the launcher runs everything on one machine
-//   today; the prediction is for the mesh).
+// - Placement: worker w runs on mesh device w (node-major, as ranks fill the mesh); server s on the node
+//   parallel.server_nodes names (else node s mod nodes), a process in host memory beside the workers (the
+//   launcher runs everything on one machine today; the prediction is for the mesh).
 // - Worker memory: the single-rank plan of the whole model at microbatch batch_size / (workers *
 //   microbatches) (plan/memory_model.h), without the optimizer's moments, which live on the servers; under
 //   bf16 the worker keeps fp32 copies of the parameters it pulls (4 bytes each, as the engine's store does).

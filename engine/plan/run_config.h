@@ -173,8 +173,9 @@ struct ParallelConfig {
   int workers = 1;                               // "workers": processes computing gradients
   Consistency consistency = Consistency::Sync;   // "consistency": "sync" | "async" | "bounded"
   int staleness = 2;                             // "staleness": bounded's most steps ahead of the slowest
-  double workerTimeoutS = 10;         // "worker_timeout_s": silence after which a worker is dropped
-  std::vector<Straggler> stragglers;  // "stragglers": workers slowed on purpose
+  double workerTimeoutS = 10;            // "worker_timeout_s": silence after which a worker is dropped
+  std::vector<Straggler> stragglers;     // "stragglers": workers slowed on purpose
+  std::vector<std::string> serverNodes;  // "server_nodes": each server's node by name; empty: s mod nodes
   bool operator==(const ParallelConfig&) const = default;
 };
 

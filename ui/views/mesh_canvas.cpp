@@ -5,6 +5,8 @@
 // the actions and the layer drop in mesh_canvas_edits.cpp.
 #include "ui/views/mesh_canvas.h"
 
+#include "plan/parameter_server.h"
+
 #include <QAction>
 #include <QContextMenuEvent>
 #include <QDragEnterEvent>
@@ -197,16 +199,22 @@ void MeshCanvas::rebuild() {
   const ParallelConfig& par = config.parallel;
   if (m_ranks.ok() && par.mode == ParallelMode::ParameterServer) {
     // Servers are host processes: server s on node s mod nodes (plan/ps_model.h).
+    // Servers by node (plan/parameter_server.h serverNode), the first few of each.
     QStringList where;
     const size_t nodes = config.mesh.nodes.size();
-    for (size_t n = 0; n < std::min<size_t>(nodes, 4); ++n) {
-      QStringList ids;
-      for (int s = int(n); s < par.servers && ids.size() < 4; s += int(nodes)) ids << QString::number(s);
-      if (ids.isEmpty()) continue;
-      if (int(n) + 4 * int(nodes) < par.servers) ids << QStringLiteral("…");
-      where << tr("%1 on %2")
-                   .arg(ids.join(QStringLiteral(", ")), QString::fromStdString(config.mesh.nodes[n].name));
+    std::vector<QStringList> ids(nodes);
+    for (int s = 0; s < par.servers; ++s) {
+      QStringList& list = ids[static_cast<size_t>(serverNode(config, s))];
+      if (list.size() < 4)
+        list << QString::number(s);
+      else if (list.size() == 4)
+        list << QStringLiteral("…");
     }
+    for (size_t n = 0; n < nodes && where.size() < 4; ++n)
+      if (!ids[n].isEmpty())
+        where << tr("%1 on %2")
+                     .arg(ids[n].join(QStringLiteral(", ")),
+                          QString::fromStdString(config.mesh.nodes[n].name));
     summary = tr("parameter servers: %1 workers (%2) on %3 of %4 devices; servers %5")
                   .arg(par.workers)
                   .arg(QString::fromLatin1(toString(par.consistency)))
@@ -587,6 +595,10 @@ void MeshCanvas::contextMenuEvent(QContextMenuEvent* event) {
     menu.addAction(m_removeNode);
     QMenu* types = menu.addMenu(tr("Device type"));
     fillDeviceTypeMenu(types, node);
+    if (m_doc->config().parallel.mode == ParallelMode::ParameterServer) {
+      menu.addAction(tr("Add a Parameter Server Here"), this, [this, node] { addServer(node); });
+      menu.addAction(tr("Remove a Parameter Server from Here"), this, [this, node] { removeServer(node); });
+    }
     menu.addSeparator();
   }
   menu.addAction(m_addNode);

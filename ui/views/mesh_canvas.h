@@ -102,6 +102,10 @@ class MeshCanvas : public QGraphicsView {
   bool defineLinkType(const LinkTypeConfig& type, bool intra);
   // The drop itself: layers [first, last] onto the stage of `device` (-1: empty space).
   bool dropLayers(int first, int last, int device);
+  // Parameter-server mode: one more server, on this node; or the last server on this node removed (refused
+  // when it is the only server, or none is there). The placement is written to parallel.server_nodes.
+  bool addServer(int node);
+  bool removeServer(int node);
 
   void selectDevice(int device);  // also selects its node; -1 clears
   void selectNode(int node);      // clears the device selection

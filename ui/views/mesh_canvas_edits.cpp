@@ -9,6 +9,8 @@
 #include "ui/models/plan_analysis.h"
 #include "ui/models/project_document.h"
 #include "ui/views/mesh_canvas.h"
+
+#include "plan/parameter_server.h"
 #include "ui/views/mesh_canvas_items.h"
 #include "ui/views/type_dialog.h"
 
@@ -135,6 +137,54 @@ void MeshCanvas::askDeviceType(int node) {
 void MeshCanvas::askLinkType(bool intra) {
   TypeDialog dialog(m_doc->config().mesh, false, this);
   if (dialog.exec() == QDialog::Accepted) defineLinkType(dialog.linkType(), intra);
+}
+
+namespace {
+
+// Every server's node name: the config's placement, or the default one (plan/parameter_server.h serverNode).
+std::vector<std::string> serverNodeNames(const RunConfig& c) {
+  std::vector<std::string> out;
+  for (int s = 0; s < c.parallel.servers; ++s)
+    out.push_back(c.mesh.nodes[static_cast<size_t>(serverNode(c, s))].name);
+  return out;
+}
+
+}  // namespace
+
+bool MeshCanvas::addServer(int node) {
+  const RunConfig& c = m_doc->config();
+  if (c.parallel.mode != ParallelMode::ParameterServer)
+    return refuse(tr("Servers belong to the parameter-server mode: choose it in the inspector first"));
+  if (node < 0 || node >= static_cast<int>(c.mesh.nodes.size())) return refuse(tr("No such node"));
+  RunConfig next = c;
+  next.parallel.serverNodes = serverNodeNames(c);
+  next.parallel.serverNodes.push_back(c.mesh.nodes[static_cast<size_t>(node)].name);
+  next.parallel.servers += 1;
+  if (next.parallel.servers > 1) next.training.gradClip = 0;  // no server knows the global norm
+  m_doc->setConfig(
+      tr("Add a server on %1").arg(QString::fromStdString(c.mesh.nodes[static_cast<size_t>(node)].name)),
+      next);
+  return true;
+}
+
+bool MeshCanvas::removeServer(int node) {
+  const RunConfig& c = m_doc->config();
+  if (c.parallel.mode != ParallelMode::ParameterServer)
+    return refuse(tr("Servers belong to the parameter-server mode"));
+  if (node < 0 || node >= static_cast<int>(c.mesh.nodes.size())) return refuse(tr("No such node"));
+  if (c.parallel.servers <= 1) return refuse(tr("The run needs at least one server"));
+  std::vector<std::string> names = serverNodeNames(c);
+  const std::string& name = c.mesh.nodes[static_cast<size_t>(node)].name;
+  for (int s = static_cast<int>(names.size()) - 1; s >= 0; --s)
+    if (names[static_cast<size_t>(s)] == name) {
+      RunConfig next = c;
+      names.erase(names.begin() + s);
+      next.parallel.serverNodes = names;
+      next.parallel.servers -= 1;
+      m_doc->setConfig(tr("Remove a server from %1").arg(QString::fromStdString(name)), next);
+      return true;
+    }
+  return refuse(tr("No server runs on %1").arg(QString::fromStdString(name)));
 }
 
 bool MeshCanvas::dropLayers(int first, int last, int device) {
