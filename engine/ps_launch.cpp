@@ -52,7 +52,7 @@ Expected<int> freePort() {
   return static_cast<int>(ntohs(a.sin_port));
 }
 
-std::string describe(int status) {
+std::string describeStatus(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status))
     return "died (signal " + std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) + ")";
@@ -70,7 +70,7 @@ struct Child {
   int restarts = 0;
 };
 
-Status spawn(Child& c) {
+Status spawnChild(Child& c) {
   std::vector<char*> argv;
   for (std::string& s : c.args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -160,7 +160,7 @@ Status launchParameterServer(const RunConfig& config, const PsLaunchOptions& o, 
   std::fprintf(stderr, "launch: %d server(s) and %d worker(s), consistency %s, on this machine\n", S, W,
                toString(config.parallel.consistency));
   for (Child& c : children) {
-    if (Status s = spawn(c); !s) {
+    if (Status s = spawnChild(c); !s) {
       for (Child& k : children)
         if (k.running) ::kill(k.pid, SIGKILL);
       for (Child& k : children)
@@ -210,14 +210,14 @@ Status launchParameterServer(const RunConfig& config, const PsLaunchOptions& o, 
     if (c->role == "worker") {
       if (!clean && !stopping)
         std::fprintf(stderr, "launch: worker %d (pid %d) %s; the servers go on without it\n", c->index,
-                     static_cast<int>(pid), describe(status).c_str());
+                     static_cast<int>(pid), describeStatus(status).c_str());
       continue;
     }
     // A server.
     if (!clean && !stopping && WIFSIGNALED(status) && c->restarts < 3) {
       ++c->restarts;
       std::fprintf(stderr, "launch: server %d (pid %d) %s; restarting it from its newest checkpoint\n",
-                   c->index, static_cast<int>(pid), describe(status).c_str());
+                   c->index, static_cast<int>(pid), describeStatus(status).c_str());
       // The restarted server resumes, appends to the metrics stream, and is not killed again.
       std::vector<std::string> args;
       for (size_t i = 0; i < c->args.size(); ++i) {
@@ -230,7 +230,7 @@ Status launchParameterServer(const RunConfig& config, const PsLaunchOptions& o, 
       }
       args.push_back("--resume");
       c->args = args;
-      if (Status s = spawn(*c); !s) {
+      if (Status s = spawnChild(*c); !s) {
         result = s;
         stopping = true;
         stopAt = Clock::now();
@@ -243,13 +243,13 @@ Status launchParameterServer(const RunConfig& config, const PsLaunchOptions& o, 
       // "done" and are leaving).
       if (!clean && !(WIFEXITED(status) && WEXITSTATUS(status) == 130))
         result =
-            Status::error("server 0 " + describe(status) + "; see the run's metrics.jsonl for its reason");
+            Status::error("server 0 " + describeStatus(status) + "; see the run's metrics.jsonl for its reason");
       stopping = true;
       stopAt = Clock::now() - std::chrono::seconds(10);  // 10 s for the others to leave on their own
       stopAll(SIGTERM);
     } else if (!clean && !stopping) {
       result = Status::error(
-          "server " + std::to_string(c->index) + " " + describe(status) +
+          "server " + std::to_string(c->index) + " " + describeStatus(status) +
           (c->restarts ? " after " + std::to_string(c->restarts) + " restarts" : std::string()));
       stopping = true;
       stopAt = Clock::now();

@@ -60,12 +60,6 @@ char actionCode(ActionType t) {
 
 namespace {
 
-bool isSend(ActionType t) {
-  return t == ActionType::SendActivation || t == ActionType::SendGrad;
-}
-bool isRecv(ActionType t) {
-  return t == ActionType::RecvActivation || t == ActionType::RecvGrad;
-}
 
 std::string token(const Action& a) {
   std::string s(1, actionCode(a.type));

@@ -46,6 +46,13 @@ enum class ActionType {
 const char* toString(ActionType t);
 // One-letter code used in spans and printouts: F B W s r S R G O (send/recv of activations lower case).
 char actionCode(ActionType t);
+// A point-to-point send (activation or gradient), or a receive.
+inline bool isSend(ActionType t) {
+  return t == ActionType::SendActivation || t == ActionType::SendGrad;
+}
+inline bool isRecv(ActionType t) {
+  return t == ActionType::RecvActivation || t == ActionType::RecvGrad;
+}
 
 struct Action {
   ActionType type = ActionType::Forward;

@@ -16,12 +16,6 @@ namespace {
 bool isCompute(ActionType t) {
   return t == ActionType::Forward || t == ActionType::Backward || t == ActionType::BackwardWeight;
 }
-bool isSend(ActionType t) {
-  return t == ActionType::SendActivation || t == ActionType::SendGrad;
-}
-bool isRecv(ActionType t) {
-  return t == ActionType::RecvActivation || t == ActionType::RecvGrad;
-}
 bool isGradMessage(ActionType t) {
   return t == ActionType::SendGrad || t == ActionType::RecvGrad;
 }

@@ -32,10 +32,6 @@ namespace {
 
 namespace key = metrics::key;
 
-double secondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 struct WorkerState {
   bool known = false;     // has pulled at least once
   bool live = false;      // pulling and pushing, not dropped, not gone
@@ -139,7 +135,7 @@ class Server {
       // Nobody to train with: bounded, not a hang.
       const double grace = std::max(60.0, 3 * m_config.parallel.workerTimeoutS);
       if (liveCount() > 0) m_lastLive = Clock::now();
-      if (secondsSince(m_lastLive) > grace) {
+      if (ps::secondsSince(m_lastLive) > grace) {
         saveCheckpoint(/*final=*/true);
         return endWith(metrics::status::kError,
                        "no live worker for " + std::to_string(static_cast<int>(grace)) + " s at step " +
@@ -192,7 +188,7 @@ class Server {
     if (done()) return true;
     if (!anyFinished()) return false;
     if (!m_idleSince) m_idleSince = Clock::now();
-    return secondsSince(*m_idleSince) > m_config.parallel.workerTimeoutS;
+    return ps::secondsSince(*m_idleSince) > m_config.parallel.workerTimeoutS;
   }
 
   void writeRunStart() {
@@ -254,7 +250,7 @@ class Server {
   void handle(ps::Message& m) {
     const std::string type = m.header.value("type", "");
     if (std::getenv("MS_PS_TRACE") && type != "beat")
-      std::fprintf(stderr, "%.6f recv %s w%d v%lld\n", secondsSince(m_startTime), type.c_str(),
+      std::fprintf(stderr, "%.6f recv %s w%d v%lld\n", ps::secondsSince(m_startTime), type.c_str(),
                    m.header.value("worker", -1), static_cast<long long>(m_version));
     WorkerState* w = workerOf(m.header);
     if (!w) return;
@@ -412,7 +408,7 @@ class Server {
   }
 
   void writeStepLine(int64_t step) {
-    const double secs = secondsSince(m_lastLine);
+    const double secs = ps::secondsSince(m_lastLine);
     const int64_t stepsSince = std::max<int64_t>(1, step - m_lastLineStep);
     m_lastLine = Clock::now();
     m_lastLineStep = step;
@@ -489,7 +485,7 @@ class Server {
     if (m_started) return true;
     int known = 0;
     for (const WorkerState& w : m_workers) known += w.known ? 1 : 0;
-    if (known == m_W || secondsSince(m_startTime) > m_config.parallel.workerTimeoutS) m_started = true;
+    if (known == m_W || ps::secondsSince(m_startTime) > m_config.parallel.workerTimeoutS) m_started = true;
     return m_started;
   }
 
@@ -517,7 +513,7 @@ class Server {
       if (!gatherValues()) continue;
       ps::send(m_socket, h, m_values.data(), m_values.size(), &w.peer);
       if (std::getenv("MS_PS_TRACE"))
-        std::fprintf(stderr, "%.6f sent params w%d v%lld\n", secondsSince(m_startTime), id,
+        std::fprintf(stderr, "%.6f sent params w%d v%lld\n", ps::secondsSince(m_startTime), id,
                      static_cast<long long>(m_version));
     }
   }
@@ -544,7 +540,7 @@ class Server {
     const double timeout = m_config.parallel.workerTimeoutS;
     for (int id = 0; id < m_W; ++id) {
       WorkerState& w = m_workers[id];
-      if (!w.live || secondsSince(w.lastSeen) <= timeout) continue;
+      if (!w.live || ps::secondsSince(w.lastSeen) <= timeout) continue;
       w.live = false;
       w.pullPending = false;
       m_pending.erase(id);

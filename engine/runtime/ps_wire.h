@@ -10,6 +10,7 @@
 // Server -> worker: params   req, version, incarnation, done, batch, slot, evaluate, eval_step   + values
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,11 @@ inline constexpr char kBeat[] = "beat";
 inline constexpr char kBye[] = "bye";
 inline constexpr char kParams[] = "params";
 }  // namespace msg
+
+// Seconds from t to now on the steady clock (timeouts, rates).
+inline double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 struct Message {
   std::string peer;  // the ROUTER's routing id of the sender (server side)

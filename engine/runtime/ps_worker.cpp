@@ -25,10 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double secondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // One server as this worker sees it: its socket, which of the worker's units it holds (in the server's flat
 // order), and what the last pull said.
 struct ServerLink {
@@ -120,10 +116,10 @@ class Worker {
       const auto t0 = Clock::now();
       LossStats stats = computeGradients(lead.value("batch", int64_t(0)), lead.value("slot", 0));
       m_device.backend->synchronize();
-      const double compute = secondsSince(t0);
+      const double compute = ps::secondsSince(t0);
       if (m_slowdown > 1)
         std::this_thread::sleep_for(std::chrono::duration<double>(compute * (m_slowdown - 1)));
-      pushAll(stats, secondsSince(t0));
+      pushAll(stats, ps::secondsSince(t0));
     }
   }
 
@@ -214,11 +210,11 @@ class Worker {
           break;
         }
         if (got[s]) continue;
-        if (secondsSince(sent[s]) > 1.0) {
+        if (ps::secondsSince(sent[s]) > 1.0) {
           sendPull(link, req);
           sent[s] = Clock::now();
         }
-        if (secondsSince(asked) > m_options.serverTimeoutS && !waitingAllowed(s))
+        if (ps::secondsSince(asked) > m_options.serverTimeoutS && !waitingAllowed(s))
           return Status::error("worker " + std::to_string(m_id) + ": server " + std::to_string(s) + " (" +
                                link.endpoint + ") has not answered for " +
                                std::to_string(static_cast<int>(m_options.serverTimeoutS)) + " s");
@@ -276,7 +272,7 @@ class Worker {
     const auto t0 = Clock::now();
     const EvalResult r = evaluate(*m_model, *m_data, m_config, m_config.training.evalBatches);
     nlohmann::json h = {{"type", ps::msg::kEval}, {"worker", m_id},       {"step", step},
-                        {"loss", r.loss},         {"samples", r.samples}, {"time_s", secondsSince(t0)}};
+                        {"loss", r.loss},         {"samples", r.samples}, {"time_s", ps::secondsSince(t0)}};
     if (r.hasAccuracy) h["accuracy"] = r.accuracy;
     ps::send(m_links[0].socket, h);
     if (r.hasAccuracy)
