@@ -107,7 +107,6 @@ class Server {
   }
 
   Status run() {
-    const auto started = Clock::now();
     m_lastLine = Clock::now();
     m_lastLive = Clock::now();
     for (;;) {
@@ -142,7 +141,6 @@ class Server {
                            std::to_string(globalStep()) + " (" + std::to_string(m_version) +
                            " updates applied); the servers' checkpoints are in " + m_runDir + "/servers");
       }
-      (void)started;
     }
     saveCheckpoint(/*final=*/true);
     std::string reason;
@@ -521,9 +519,8 @@ class Server {
   // The shard's values in the store's flat layout (mixed precision: the fp32 master weights), gathered once
   // per version whatever the pulls.
   bool gatherValues() {
-    if (m_valuesVersion == m_version && m_valuesIncarnation) return true;
+    if (m_valuesVersion == m_version) return true;
     m_valuesVersion = m_version;
-    m_valuesIncarnation = true;
     m_values.assign(m_params->size(), 0.0f);
     std::vector<float> unit;
     for (size_t u = 0; u < m_params->units().size(); ++u) {
@@ -690,7 +687,6 @@ class Server {
   std::string m_resumedFrom;
   std::vector<float> m_values;
   int64_t m_valuesVersion = -1;
-  bool m_valuesIncarnation = false;  // m_values holds this process's values of m_valuesVersion
 };
 
 }  // namespace
