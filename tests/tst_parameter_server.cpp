@@ -195,10 +195,13 @@ class TestParameterServer : public QObject {
     QCOMPARE(ofType(b.lines, "run_end").back()["status"].get<std::string>(), std::string("ok"));
   }
 
-  // Async and bounded train the mlp: the loss falls well below its start and the final accuracy is far
-  // above chance; every push is applied once and counted in the staleness histogram; bounded's staleness
-  // stays within (k + 1) * workers - 1 versions (a worker at most k steps ahead of the slowest, each step
-  // being `workers` updates).
+  // Async and bounded train the mlp: the loss falls to under half its start and the final accuracy is
+  // five times chance. Asynchrony makes the figures depend on how the OS schedules six processes (a CI
+  // run under load once reached 0.55 after 40 steps where 0.66-0.69 is usual), so the run is 60 steps
+  // (accuracy 0.68-0.74 and last loss 0.64-0.87 over twelve runs beside two busy loops) and the bounds
+  // keep a wide margin; every push is applied once and counted in the staleness histogram; bounded's
+  // staleness stays within (k + 1) * workers - 1 versions (a worker at most k steps ahead of the slowest,
+  // each step being `workers` updates).
   void asyncAndBoundedTrain_data() {
     QTest::addColumn<QString>("consistency");
     QTest::newRow("async") << "async";
@@ -209,27 +212,29 @@ class TestParameterServer : public QObject {
     QTemporaryDir dir;
     json c = psConfig(baseConfig(dir.path(), "a", false), 2, 4, consistency.toStdString());
     c["parallel"]["staleness"] = 1;
-    c["training"]["steps"] = 40;
+    c["training"]["steps"] = 60;
     c["training"]["eval_batches"] = 16;
     c["optimizer"]["lr"] = 0.02;
     const Run r = launch(dir.path(), write(dir.path(), c), "run");
     QVERIFY2(r.code == 0, qPrintable(r.err));
     const auto steps = ofType(r.lines, "step");
-    QCOMPARE(int(steps.size()), 40);
-    QCOMPARE(steps.back()["version"].get<int64_t>(), int64_t(160));
+    QCOMPARE(int(steps.size()), 60);
+    QCOMPARE(steps.back()["version"].get<int64_t>(), int64_t(240));
     const double first = steps.front()["loss"], last = steps.back()["loss"];
-    QVERIFY2(last < 0.6 * first, qPrintable(QString("loss %1 -> %2").arg(first).arg(last)));
+    QVERIFY2(last < 0.5 * first, qPrintable(QString("loss %1 -> %2").arg(first).arg(last)));
     const auto evals = ofType(r.lines, "eval");
     QCOMPARE(evals.size(), size_t(1));
-    QVERIFY2(evals[0]["accuracy"].get<double>() > 0.6,
+    qInfo("%s: loss %.4f -> %.4f, accuracy %.4f, staleness %s", qPrintable(consistency), first, last,
+          evals[0]["accuracy"].get<double>(), ofType(r.lines, "ps").back()["staleness_total"].dump().c_str());
+    QVERIFY2(evals[0]["accuracy"].get<double>() > 0.5,
              qPrintable(QString::number(evals[0]["accuracy"].get<double>())));
     const json total = ofType(r.lines, "ps").back()["staleness_total"];
-    QCOMPARE(histogramSum(total), int64_t(160));
+    QCOMPARE(histogramSum(total), int64_t(240));
     if (consistency == "bounded") QVERIFY2(int(total.size()) - 1 <= (1 + 1) * 4 - 1, total.dump().c_str());
     int64_t pushes = 0;
     const json states = ofType(r.lines, "ps").back()["worker_states"];
     for (const json& w : states) pushes += w["steps"].get<int64_t>();
-    QCOMPARE(pushes, int64_t(160));
+    QCOMPARE(pushes, int64_t(240));
   }
 
   void killedWorkerIsDropped() {
