@@ -24,12 +24,13 @@ build=${1:-build-gpu}
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHSTUDIO_BUILD_UI=OFF >/dev/null
 fi
-ninja -C "$build" meshstudio-engine tst_backend tst_cuda_kernels tst_nccl bench_attention ms_kernel_profile >/dev/null
+ninja -C "$build" meshstudio-engine meshstudio_cuda tst_backend tst_cuda_kernels tst_nccl bench_attention ms_kernel_profile >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-cp "$build/engine/meshstudio-engine" "$build/tests/tst_backend" "$build/tests/tst_cuda_kernels" \
-  "$build/tests/tst_nccl" "$build/bench/bench_attention" "$stage/bin/"
+# The engine's CUDA plugin (engine/runtime/cuda_plugin.h) beside it: the engine opens it from there.
+cp "$build/engine/meshstudio-engine" "$build/engine/libmeshstudio_cuda.so" "$build/tests/tst_backend" \
+  "$build/tests/tst_cuda_kernels" "$build/tests/tst_nccl" "$build/bench/bench_attention" "$stage/bin/"
 # The kernel profiler (bench/kernel_profile.cpp, a CUDA injection library) and its CUPTI, the one it was built
 # against: lib/ is on the packed programs' library path.
 cp "$build/bench/libms_kernel_profile.so" "$stage/lib/"

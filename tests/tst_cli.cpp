@@ -27,8 +27,10 @@ struct Result {
   QString err;
 };
 
-Result engine(const QStringList& args, const QString& cwd = {}) {
+Result engine(const QStringList& args, const QString& cwd = {},
+              const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
   QProcess p;
+  p.setProcessEnvironment(env);
   if (!cwd.isEmpty()) p.setWorkingDirectory(cwd);
   p.start(kEngine, args);
   Result r;
@@ -535,6 +537,20 @@ class TestCli : public QObject {
       QCOMPARE(r.code, 1);
       QVERIFY2(r.err.contains("/device: \"cuda\": no usable CUDA device ("), qPrintable(r.err));
       QVERIFY(!QFile::exists(tmp.path() + "/cuda-run/metrics.jsonl"));
+#ifdef MS_HAVE_CUDA_PLUGIN
+      // The CUDA plugin (engine/runtime/cuda_plugin.h) opened, every symbol resolved against the engine,
+      // and CUDA itself gave the reason; a plugin that is not there is named.
+      QVERIFY2(!r.err.contains("plugin"), qPrintable(r.err));
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      env.insert("MESHSTUDIO_CUDA_PLUGIN", tmp.path() + "/nowhere/libmeshstudio_cuda.so");
+      const Result missing = engine({"train", cudaConfig, "--run-dir", tmp.path() + "/cuda-run"}, {}, env);
+      QCOMPARE(missing.code, 1);
+      QVERIFY2(missing.err.contains("the CUDA plugin is missing (looked for " + tmp.path() +
+                                    "/nowhere/libmeshstudio_cuda.so)"),
+               qPrintable(missing.err));
+#else
+      QVERIFY2(r.err.contains("this engine was built without CUDA"), qPrintable(r.err));
+#endif
       const Result e =
           engine({"train", cudaConfig, "--run-dir", tmp.path() + "/cuda-run", "--emulate-device"});
       QCOMPARE(e.code, 1);

@@ -4,15 +4,9 @@
 #include <cstdlib>
 
 #include "plan/hardware.h"
-#include "runtime/staging_communicator.h"
-#if defined(MESHSTUDIO_HAVE_CUDA)
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_info.h"
-#endif
-#if defined(MESHSTUDIO_HAVE_NCCL)
-#include "runtime/cuda/nccl_communicator.h"
+#include "runtime/cuda_plugin.h"
 #include "runtime/mpi_communicator.h"
-#endif
+#include "runtime/staging_communicator.h"
 
 namespace ms {
 
@@ -23,13 +17,11 @@ int localRankFromEnvironment() {
 
 namespace {
 
-// Why no GPU can be used, or "" when one can.
+// Why no GPU can be used, or "" when one can. Opens the CUDA plugin (cuda_plugin.h) the first time.
 std::string cudaUnavailable() {
-#if defined(MESHSTUDIO_HAVE_CUDA)
-  return cuda::unavailableReason();
-#else
-  return "this engine was built without CUDA";
-#endif
+  std::string why;
+  const CudaPlugin* cuda = cudaPlugin(&why);
+  return cuda ? cuda->unavailableReason() : why;
 }
 
 }  // namespace
@@ -57,10 +49,10 @@ Expected<OpenedDevice> openDevice(DeviceChoice choice, int localRank, bool emula
     out.note = "device \"auto\": no usable CUDA device (" + why + "); training on the CPU";
     return out;
   }
-#if defined(MESHSTUDIO_HAVE_CUDA)
-  const int count = cuda::deviceCount();
+  const CudaPlugin* cuda = cudaPlugin(nullptr);
+  const int count = cuda->deviceCount();
   const int index = localRank % count;
-  auto backend = makeCudaBackend(index);
+  auto backend = cuda->makeBackend(index);
   if (!backend) {
     if (choice == DeviceChoice::Cuda) return backend.status().withContext("/device: \"cuda\"");
     out.backend = makeCpuBackend(false);
@@ -72,9 +64,6 @@ Expected<OpenedDevice> openDevice(DeviceChoice choice, int localRank, bool emula
   out.note = std::string("device \"") + (choice == DeviceChoice::Auto ? "auto" : "cuda") +
              "\": training on " + out.backend->info().name + " (cuda:" + std::to_string(index) + ")";
   return out;
-#else
-  return Status::error("/device: unreachable without CUDA");
-#endif
 }
 
 DevicePeak peakOfDevice(const DeviceInfo& info) {
@@ -108,22 +97,15 @@ Expected<std::unique_ptr<Communicator>> openTensorWorld(Communicator* world, Bac
                                                         std::string& note) {
   note.clear();
   if (!backend.deviceMemory() || !world) return std::unique_ptr<Communicator>();
-#if defined(MESHSTUDIO_HAVE_NCCL)
-  if (backend.kind() == DeviceKind::Cuda) {
-    auto* mpi = dynamic_cast<MpiCommunicator*>(world);
-    if (mpi) {
-      auto shared = ranksShareDevice(mpi->comm(), backend.info().index);
-      if (!shared) return shared.status().withContext("checking whether ranks share a GPU");
-      if (!*shared) {
-        auto nccl = NcclCommunicator::create(mpi->comm(), backend.info().index, "world");
-        if (!nccl) return nccl.status().withContext("creating the NCCL communicator");
-        (*nccl)->setComputeStream(computeStream(backend));
-        return std::unique_ptr<Communicator>(std::move(*nccl));
-      }
-      note = "ranks share a GPU, which NCCL refuses: tensors travel by MPI through host memory (slower)";
+  // A CUDA backend came from the plugin, so it is open here.
+  const CudaPlugin* cuda = backend.kind() == DeviceKind::Cuda ? cudaPlugin(nullptr) : nullptr;
+  if (cuda && cuda->openNcclWorld) {
+    if (auto* mpi = dynamic_cast<MpiCommunicator*>(world)) {
+      auto nccl = cuda->openNcclWorld(mpi->comm(), backend, note);
+      if (!nccl) return nccl.status();
+      if (*nccl) return std::move(*nccl);
     }
   }
-#endif
   if (backend.kind() == DeviceKind::Cuda && note.empty())
     note = "this engine was built without NCCL: tensors travel by MPI through host memory (slower)";
   return std::unique_ptr<Communicator>(new StagingCommunicator(*world, backend));
