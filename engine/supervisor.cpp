@@ -587,16 +587,20 @@ class Supervision {
   // A graceful stop asked for before every rank runs would be lost: mpirun forwards SIGUSR1 only to the
   // ranks it has started, and a rank that has not yet installed its handler dies of it (which ends the run
   // too). So until every rank has beaten (its handler is installed before its heartbeat starts), the request
-  // is sent again every heartbeat period; a rank that has it already only sets its flag again.
+  // is sent again every heartbeat period, and once more when all have: a send while the last rank was still
+  // being started was dropped by mpirun (seen once in a CI run when ranks started within 0.1 s, the stop
+  // then ending only by the client's 20 s escalation). A rank that has it already only sets its flag again.
   void resendStopToLateRanks(double now) {
-    if (m_userSignals != 1 || m_userSignal == SIGHUP || m_childDone || now < m_nextResend) return;
+    if (m_userSignals != 1 || m_userSignal == SIGHUP || m_childDone || m_stopReachedAll || now < m_nextResend)
+      return;
     m_nextResend = now + kHeartbeatPeriodS;
     bool all = true;
     for (size_t r = 0; r < m_watches.size(); ++r) {
       readHeartbeat(m_options.heartbeatDir, static_cast<int>(r), now, m_watches[r]);
       all = all && m_watches[r].seen;
     }
-    if (!all) kill(m_child, SIGUSR1);
+    kill(m_child, SIGUSR1);
+    m_stopReachedAll = all;
   }
 
   void reap() {
@@ -774,7 +778,8 @@ class Supervision {
   int m_childStatus = 0;
   bool m_childDone = false;
   double m_mpirunStoppedAt = -1;
-  double m_nextResend = 0;  // resendStopToLateRanks
+  double m_nextResend = 0;        // resendStopToLateRanks
+  bool m_stopReachedAll = false;  // resendStopToLateRanks: sent once every rank had beaten
 };
 
 }  // namespace
