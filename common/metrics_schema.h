@@ -142,6 +142,7 @@ inline constexpr char kPsDiscarded[] = "discarded";
 inline constexpr char kPsFinal[] = "final";
 inline constexpr char kPsWorkerStates[] = "worker_states";
 inline constexpr char kPsMeanStaleness[] = "mean_staleness";  // run_start's predicted
+inline constexpr char kPsLane[] = "lane";  // spans: a ranks entry's lane ("worker 2", "server 0")
 }  // namespace key
 
 // Memory category keys: the engine's MemoryCategory names (engine/runtime/memory.h) and the memory model's

@@ -86,15 +86,18 @@ const char* kUsage =
     "  autoplan CONFIG [--top N] [--json] [--write FILE]\n"
     "                                     search dp x tp x pp, microbatches, schedule, ZeRO and recompute;\n"
     "                                     --write saves the best plan as a config\n"
-    "  launch CONFIG [--hostfile FILE] [--stall-timeout S] [--dry-run] [-- TRAIN-ARGS...]\n"
+    "  launch CONFIG [--hostfile FILE] [--stall-timeout S] [--rsh CMD] [--port P] [--dry-run]\n"
+    "         [-- TRAIN-ARGS...]\n"
     "                                     run train under mpirun with one rank per planned device and end\n"
     "                                     the run, with the reason, when a rank dies or stops responding\n"
     "                                     for S seconds (default 10, 0 = never); --dry-run prints the\n"
     "                                     command (and the hostfile it would write)\n"
-    "                                     parameter_server mode: starts the servers and workers of\n"
-    "                                     the config on this machine and supervises them (a dead worker\n"
-    "                                     is dropped, a dead server restarted from its checkpoint);\n"
-    "                                     --kill-worker W:STEP, --kill-server S:STEP kill one mid-run\n"
+    "                                     parameter_server mode: starts the servers and workers on the\n"
+    "                                     mesh's nodes (other hosts through --rsh CMD, default ssh, or\n"
+    "                                     srun; hosts: node names or --hostfile; servers on --port P + s,\n"
+    "                                     default 29600) and supervises them (a dead worker is dropped,\n"
+    "                                     a dead server restarted from its checkpoint); --kill-worker\n"
+    "                                     W:STEP, --kill-server S:STEP kill one mid-run\n"
     "  ps-server CONFIG --index S --bind ENDPOINT [--run-dir DIR] [--metrics FILE|-] [--resume]\n"
     "  ps-worker CONFIG --index W --servers ENDPOINT[,...] [--emulate-device]\n"
     "                                     one parameter server or worker (what launch starts)\n"
@@ -519,8 +522,23 @@ int launchParameterServer(const ms::RunConfig& config, const Args& a, int split,
     startupRunEnd(metricsArg, message);
     return usageError(message);
   };
-  if (a.has("--hostfile"))
-    return fail("--hostfile: parameter_server mode starts its processes on this machine");
+  if (a.has("--hostfile")) {
+    auto hosts = ms::readHostfile(a.get("--hostfile"), config.mesh.nodes.size());
+    if (!hosts) return fail("--hostfile: " + hosts.status().message());
+    o.hosts = std::move(*hosts);
+  }
+  if (a.has("--rsh")) {
+    o.rsh = a.get("--rsh");
+    if (o.rsh.find_first_not_of(" \t") == std::string::npos)
+      return fail("--rsh needs a command (ssh, \"ssh -p 2222\", srun, ...)");
+  }
+  if (a.has("--port")) {
+    long long port = 0;
+    if (!integerArg(a.get("--port"), 1024, 65535 - config.parallel.servers + 1, port))
+      return fail("--port needs a port from 1024 to " + std::to_string(65536 - config.parallel.servers) +
+                  " (server s listens on PORT + s)");
+    o.basePort = static_cast<int>(port);
+  }
   if (a.has("--kill-worker") && !indexAndStep(a.get("--kill-worker"), o.killWorker, o.killWorkerStep))
     return fail("--kill-worker needs WORKER:STEP (a worker index and its step, from 1)");
   if (a.has("--kill-server") && !indexAndStep(a.get("--kill-server"), o.killServer, o.killServerStep))
@@ -646,7 +664,8 @@ int cmdLaunch(int argc, char** argv) {
     startupRunEnd(metricsArg, message);
     return usageError(message);
   };
-  Args a = parseArgs(split, argv, 2, {"--hostfile", "--stall-timeout", "--kill-worker", "--kill-server"},
+  Args a = parseArgs(split, argv, 2,
+                     {"--hostfile", "--stall-timeout", "--kill-worker", "--kill-server", "--rsh", "--port"},
                      {"--dry-run"});
   if (!a.error.empty()) return failUsage(a.error);
   if (a.positional.size() != 1) return failUsage("launch needs exactly one CONFIG");
@@ -670,6 +689,9 @@ int cmdLaunch(int argc, char** argv) {
     return launchParameterServer(config, a, split, argc, argv, metricsArg, runDirArg);
   if (a.has("--kill-worker") || a.has("--kill-server"))
     return failUsage("--kill-worker and --kill-server are for parameter_server mode");
+  if (a.has("--rsh") || a.has("--port"))
+    return failUsage(
+        "--rsh and --port are for parameter_server mode (mpirun starts a collective job's ranks)");
   const int ranks = config.parallel.dp * config.parallel.tp * config.parallel.pp;
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

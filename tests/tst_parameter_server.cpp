@@ -8,14 +8,26 @@
 //   - a worker killed mid-run is dropped and the run finishes with the rest;
 //   - a server killed mid-run restarts from its checkpoint and the run finishes;
 //   - a worker started later joins the running job;
+//   - a two-node mesh starts the other node's processes through a remote starter (a stand-in for ssh that
+//     runs the command here; the other node's address is another loopback address), equals the one-node run
+//     bit for bit, restarts a remote server, and stops every remote process when the launcher is stopped;
 //   - bad launches are refused with the field or option named.
 // Every wait is bounded (QProcess timeouts; the engine's own worker and server timeouts are seconds).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <QDir>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -77,6 +89,40 @@ Run runEngine(const QStringList& args, const QString& metrics, int timeoutMs = 1
   r.err = QString::fromUtf8(p.readAllStandardError());
   if (!metrics.isEmpty()) r.lines = readLines(metrics);
   return r;
+}
+
+// A port p with p and p + 1 free on every interface (two servers listen on p + s), or 0.
+int freePortPair() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    int fds[2] = {::socket(AF_INET, SOCK_STREAM, 0), ::socket(AF_INET, SOCK_STREAM, 0)};
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (::bind(fds[0], reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(fds[0], reinterpret_cast<sockaddr*>(&a), &len) == 0 && ntohs(a.sin_port) < 65535) {
+      port = ntohs(a.sin_port);
+      a.sin_port = htons(static_cast<uint16_t>(port + 1));
+      if (::bind(fds[1], reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) port = 0;
+    }
+    ::close(fds[0]);
+    ::close(fds[1]);
+    if (port) return port;
+  }
+  return 0;
+}
+
+// Engine processes whose command line mentions `text` (their config's path).
+int processesMentioning(const QString& text) {
+  int n = 0;
+  for (const QString& pid : QDir("/proc").entryList(QDir::Dirs)) {
+    QFile f("/proc/" + pid + "/cmdline");
+    if (!f.open(QIODevice::ReadOnly)) continue;
+    const QByteArray cmd = f.readAll().replace('\0', ' ');
+    if (cmd.contains("meshstudio-engine") && cmd.contains(text.toUtf8())) ++n;
+  }
+  return n;
 }
 
 // The mlp on Fashion-MNIST (or, with gpt, a tied 2-block GPT on a text file), one thread per process.
@@ -235,6 +281,39 @@ class TestParameterServer : public QObject {
     const json states = ofType(r.lines, "ps").back()["worker_states"];
     for (const json& w : states) pushes += w["steps"].get<int64_t>();
     QCOMPARE(pushes, int64_t(240));
+
+    // The measured timeline: spans lines with a lane for every worker and server. A worker's pulls,
+    // computes and pushes follow one another without overlapping, one compute per applied push; server 0
+    // records each of its 240 updates; server 1's reach it through worker 0.
+    std::map<std::string, std::vector<std::tuple<double, double, std::string>>> lanes;
+    for (const json& line : ofType(r.lines, "spans"))
+      for (const json& rank : line["ranks"])
+        for (const json& sp : rank["spans"])
+          lanes[rank["lane"].get<std::string>()].emplace_back(
+              sp["start"].get<double>(), sp["end"].get<double>(), sp["action"].get<std::string>());
+    QCOMPARE(int(lanes.size()), 6);
+    int computes = 0;
+    for (int w = 0; w < 4; ++w) {
+      auto& spans = lanes["worker " + std::to_string(w)];
+      std::sort(spans.begin(), spans.end());
+      std::set<std::string> actions;
+      for (size_t i = 0; i < spans.size(); ++i) {
+        const auto& [start, end, action] = spans[i];
+        actions.insert(action);
+        computes += action == "C" ? 1 : 0;
+        QVERIFY2(end >= start, action.c_str());
+        if (i + 1 < spans.size())
+          QVERIFY2(end <= std::get<0>(spans[i + 1]) + 1e-6,
+                   qPrintable(
+                       QString("worker %1: %2 ends after the next span starts").arg(w).arg(action.c_str())));
+      }
+      QVERIFY(actions == (std::set<std::string>{"C", "P", "S"}));
+    }
+    QCOMPARE(computes, 240);
+    QCOMPARE(int(lanes["server 0"].size()), 240);
+    QVERIFY(!lanes["server 1"].empty() && lanes["server 1"].size() <= 240);
+    for (const char* server : {"server 0", "server 1"})
+      for (const auto& [start, end, action] : lanes[server]) QVERIFY(action == "U" && end >= start);
   }
 
   void killedWorkerIsDropped() {
@@ -317,6 +396,147 @@ class TestParameterServer : public QObject {
     QVERIFY(states[1]["steps"].get<int64_t>() > 0);
     QCOMPARE(states[0]["steps"].get<int64_t>() + states[1]["steps"].get<int64_t>(), int64_t(80));
     QCOMPARE(ofType(lines, "run_end").back()["status"].get<std::string>(), std::string("ok"));
+  }
+
+  // Two nodes: n0 is this machine (127.0.0.1); n1's processes (server 1, workers 2 and 3) go through the
+  // remote starter, a stand-in for ssh that records its host and runs the command here, listening and
+  // connecting on 127.0.0.2 (a loopback address: another host as far as the addresses go).
+  void multiNodeLaunch() {
+    QTemporaryDir dir;
+    json one = psConfig(baseConfig(dir.path(), "m1", false), 2, 4, "sync");
+    one["training"]["steps"] = 12;
+    json two = one;
+    two["name"] = "m2";
+    two["mesh"]["nodes"] = json::array({{{"name", "n0"}, {"device", "cpu"}, {"count", 2}},
+                                        {{"name", "n1"}, {"device", "cpu"}, {"count", 2}}});
+    two["parallel"]["server_nodes"] = json::array({"n0", "n1"});
+    const QString twoPath = write(dir.path(), two);
+    const QString hostfile = dir.path() + "/hostfile";
+    std::ofstream(hostfile.toStdString())
+        << "# the mesh's nodes in order\n127.0.0.1 slots=2\n127.0.0.2 slots=2\n";
+    const QString rsh = dir.path() + "/fake-rsh", rshLog = dir.path() + "/rsh.log";
+    std::ofstream(rsh.toStdString()) << "#!/bin/sh\necho \"$1\" >> '" << rshLog.toStdString()
+                                     << "'\nshift\nexec sh -c \"$*\"\n";
+    QFile::setPermissions(rsh, QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    const int port = freePortPair();
+    QVERIFY(port > 0);
+    const QStringList spread = {"--hostfile", hostfile, "--rsh", rsh, "--port", QString::number(port)};
+
+    // What would run: the local processes directly, n1's through the starter.
+    Run dry = runEngine(QStringList{"launch", twoPath, "--dry-run"} + spread, "");
+    QVERIFY2(dry.code == 0, qPrintable(dry.err));
+    const Run a = launch(dir.path(), write(dir.path(), one), "one");
+    QVERIFY2(a.code == 0, qPrintable(a.err));
+    const Run b = launch(dir.path(), twoPath, "two", spread);
+    QVERIFY2(b.code == 0, qPrintable(b.err));
+    QVERIFY2(b.err.contains("3 of them started through"), qPrintable(b.err));
+    QFile logFile(rshLog);
+    QVERIFY(logFile.open(QIODevice::ReadOnly));
+    QCOMPARE(QString::fromUtf8(logFile.readAll()), QString("127.0.0.2\n127.0.0.2\n127.0.0.2\n"));
+    logFile.close();
+    const auto sa = ofType(a.lines, "step"), sb = ofType(b.lines, "step");
+    QCOMPARE(sb.size(), size_t(12));
+    QCOMPARE(sa.size(), sb.size());
+    for (size_t i = 0; i < sa.size(); ++i) QCOMPARE(sb[i]["loss"].get<double>(), sa[i]["loss"].get<double>());
+    QCOMPARE(ofType(b.lines, "eval").back()["loss"].get<double>(),
+             ofType(a.lines, "eval").back()["loss"].get<double>());
+
+    // A long run: remote server 1 killed at step 5 restarts through the starter from its step-4
+    // checkpoint; then the launcher is stopped, and every process, remote ones included, ends.
+    two["training"]["steps"] = 400;
+    two["training"]["checkpoint_every"] = 4;
+    two["name"] = "m3";
+    const QString longPath = write(dir.path(), two);
+    const QString metrics = dir.path() + "/long.jsonl";
+    QProcess launcher;
+    launcher.setProcessEnvironment(environment());
+    launcher.start(kEngine,
+                   QStringList{"launch", longPath, "--kill-server", "1:5"} + spread +
+                       QStringList{"--", "--metrics", metrics, "--run-dir", dir.path() + "/runs/long"});
+    bool progressed = false;
+    for (int i = 0; i < 600 && !progressed; ++i) {
+      QTest::qWait(100);
+      progressed = ofType(readLines(metrics), "step").size() >= 12;
+    }
+    QString err = QString::fromUtf8(launcher.readAllStandardError());  // (QVERIFY2 reads its message always)
+    QVERIFY2(progressed, qPrintable(err));
+    launcher.terminate();
+    QVERIFY2(launcher.waitForFinished(60000), "the launcher did not stop in 60 s");
+    err += QString::fromUtf8(launcher.readAllStandardError());
+    QCOMPARE(launcher.exitCode(), 130);
+    // Stopped by their closed input, not by the launcher's kill after its 20 s grace.
+    QVERIFY2(!err.contains("killing them"), qPrintable(err));
+    QVERIFY2(
+        err.contains("server 1") && err.contains("on 127.0.0.2; restarting it from its newest checkpoint"),
+        qPrintable(err));
+    int left = processesMentioning(longPath);
+    for (int i = 0; i < 100 && left > 0; ++i) {
+      QTest::qWait(100);
+      left = processesMentioning(longPath);
+    }
+    QVERIFY2(left == 0, qPrintable(QString("%1 engine processes of the run still running").arg(left)));
+    // Server 1 kept its checkpoints past the restart, short of the run's 400 versions (sync: one a step).
+    const QStringList kept = QDir(dir.path() + "/runs/long/servers/server-1")
+                                 .entryList({"version-*.safetensors"}, QDir::Files, QDir::Name);
+    QVERIFY2(!kept.isEmpty() && kept.back() >= "version-000000000008.safetensors" &&
+                 kept.back() < "version-000000000400.safetensors",
+             qPrintable(kept.join(' ')));
+
+    // A hostfile that does not match the mesh is refused, naming it.
+    std::ofstream(hostfile.toStdString()) << "127.0.0.1\n";
+    const Run bad = runEngine(QStringList{"launch", twoPath, "--hostfile", hostfile}, "");
+    QCOMPARE(bad.code, 2);
+    QVERIFY2(bad.err.contains(hostfile + ": 1 hosts for a mesh of 2 nodes"), qPrintable(bad.err));
+  }
+
+  // export writes scripts that run the mode through launch (not mpirun and train, which refuses it): the
+  // one-node launch.sh trains here; a two-node export has the hostfile, and its Slurm script starts the
+  // other node's processes with srun.
+  void exportedScriptsLaunch() {
+    QTemporaryDir dir;
+    json c = psConfig(baseConfig(dir.path(), "x", false), 1, 2, "async");
+    c["training"]["steps"] = 6;
+    const QString out = dir.path() + "/export";
+    Run r = runEngine({"export", write(dir.path(), c), "--out", out}, "");
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY(!QFile::exists(out + "/hostfile"));
+    QProcess run;
+    QProcessEnvironment env = environment();
+    env.insert("MESHSTUDIO_ENGINE", kEngine);
+    run.setProcessEnvironment(env);
+    run.start(out + "/launch.sh", {"--metrics", out + "/m.jsonl", "--quiet"});
+    QVERIFY(run.waitForFinished(120000));
+    QVERIFY2(run.exitCode() == 0, qPrintable(run.readAllStandardError()));
+    const auto lines = readLines(out + "/m.jsonl");
+    QCOMPARE(int(ofType(lines, "step").size()), 6);
+    QCOMPARE(ofType(lines, "run_end").back()["status"].get<std::string>(), std::string("ok"));
+    QVERIFY(QFile::exists(out + "/runs/x-ps/servers/server-0/version-000000000012.safetensors"));
+
+    c["mesh"]["nodes"] = json::array(
+        {{{"name", "a"}, {"device", "cpu"}, {"count", 1}}, {{"name", "b"}, {"device", "cpu"}, {"count", 1}}});
+    c["name"] = "y";
+    const QString two = dir.path() + "/two";
+    r = runEngine({"export", write(dir.path(), c), "--out", two}, "");
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    auto text = [](const QString& path) {
+      QFile f(path);
+      return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+    };
+    QCOMPARE(text(two + "/hostfile"), QString("a slots=1\nb slots=1\n"));
+    const QString launchSh = text(two + "/launch.sh"), sbatch = text(two + "/slurm.sbatch");
+    QVERIFY2(
+        launchSh.contains("exec \"$engine\" launch \"$here/config.json\" --hostfile \"$here/hostfile\" -- "),
+        qPrintable(launchSh));
+    QVERIFY2(sbatch.contains("#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n") &&
+                 sbatch.contains("--hostfile \"$hosts\" --rsh srun -- --run-dir"),
+             qPrintable(sbatch));
+    QVERIFY(!launchSh.contains("mpirun") && !sbatch.contains("mpirun"));
+    for (const QString& script : {two + "/launch.sh", two + "/slurm.sbatch"}) {
+      QProcess bash;
+      bash.start("bash", {"-n", script});
+      QVERIFY(bash.waitForFinished(10000));
+      QVERIFY2(bash.exitCode() == 0, qPrintable(script + ": " + bash.readAllStandardError()));
+    }
   }
 
   void badLaunchesAreRefused() {

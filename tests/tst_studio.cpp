@@ -633,6 +633,23 @@ class TestStudio : public QObject {
       updates = updates || sp.kind == ms::SpanKind::Optimizer;
     QVERIFY(updates);
     QCOMPARE(snap->sim.stepTime, snap->ps->stepTime);
+    // Memory: a bar per worker, then one per server in its node's host memory (its shard, gradients and
+    // optimizer state: SGD's momentum, one float a parameter).
+    ms::MemoryView* memory = w.memoryView();
+    QCOMPARE(memory->barCount(), 6);
+    QCOMPARE(memory->barLabel(3), QString("worker 3"));
+    QCOMPARE(memory->barLabel(4), QString("server 0 (node0)"));
+    const ms::PsServerPrediction& s1 = snap->ps->servers[1];
+    QVERIFY(s1.params > 0);
+    QCOMPARE(s1.optimizerBytes, 4 * s1.params);
+    auto barValue = [&](ms::MemoryView::Category c, int bar) {
+      return memory->bars(c)->data()->at(bar)->value * memory->unitBytes();
+    };
+    QVERIFY(std::abs(barValue(ms::MemoryView::Optimizer, 5) - s1.optimizerBytes) < 1e-6 * s1.optimizerBytes);
+    QVERIFY(std::abs(barValue(ms::MemoryView::Parameters, 5) - s1.parameterBytes) < 1e-6 * s1.parameterBytes);
+    QCOMPARE(barValue(ms::MemoryView::Activations, 5), 0.0);
+    QVERIFY(s1.capacity > 0 && std::isfinite(s1.capacity));
+    QVERIFY(!memory->rankShownAsOverflow(5));
     ms::MeshCanvas* mesh = w.meshCanvas();
     QVERIFY2(mesh->tileLabel(2).startsWith("worker 2"), qPrintable(mesh->tileLabel(2)));
     QVERIFY2(mesh->legendText().contains("parameter servers: 4 workers (async)"),
@@ -642,7 +659,8 @@ class TestStudio : public QObject {
     // Servers placed by node, undoably; the placement lands in parallel.server_nodes.
     QVERIFY(mesh->addServer(0));
     QCOMPARE(w.document()->config().parallel.servers, 3);
-    QCOMPARE(w.document()->config().parallel.serverNodes, (std::vector<std::string>{"node0", "node0", "node0"}));
+    QCOMPARE(w.document()->config().parallel.serverNodes,
+             (std::vector<std::string>{"node0", "node0", "node0"}));
     QVERIFY(w.document()->errors().empty());
     QVERIFY2(mesh->legendText().contains("servers 0, 1, 2 on node0"), qPrintable(mesh->legendText()));
     w.document()->undoStack()->undo();

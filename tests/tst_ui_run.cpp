@@ -6,6 +6,8 @@
 // client destroyed mid-run, and a flood of 1,000,000 metrics lines from a separate process (back-pressure,
 // bounded memory, a window that keeps ticking).
 #include <QtTest>
+#include <map>
+#include <set>
 
 #include <qcustomplot.h>
 
@@ -694,6 +696,26 @@ class TestUiRun : public QObject {
     QCOMPARE(barSum, 12.0);
     QVERIFY2(panel->summary().contains("12 updates applied"), qPrintable(panel->summary()));
     QVERIFY2(panel->summary().contains("predicted mean 1.00"), qPrintable(panel->summary()));
+    // The measured timeline: lanes named as the predicted one names them; a worker pulls (host to device),
+    // computes and pushes (device to host); the servers update, server 0 all 12 times. Which lanes a line
+    // has depends on which worker pushed in its window (async), so the lines are taken together.
+    QVERIFY(!d.spanHistory().empty());
+    std::map<QString, std::set<SpanKind>> kinds;
+    std::map<QString, int> spanCount;
+    for (const MeasuredStep& m : d.spanHistory())
+      for (const TimelineRow& row : m.timeline.rows)
+        for (const TimelineSpan& sp : row.spans) {
+          kinds[row.label].insert(sp.kind);
+          ++spanCount[row.label];
+        }
+    QStringList labels;
+    for (const auto& [label, k] : kinds) labels << label;
+    QCOMPARE(labels, QStringList({"server 0", "server 1", "worker 0", "worker 1"}));
+    for (const QString w : {"worker 0", "worker 1"})
+      QVERIFY(kinds[w].count(SpanKind::HostToDevice) && kinds[w].count(SpanKind::Forward));
+    QVERIFY(kinds["server 0"] == std::set<SpanKind>{SpanKind::Optimizer});
+    QVERIFY(kinds["server 1"] == std::set<SpanKind>{SpanKind::Optimizer});
+    QCOMPARE(spanCount["server 0"], 12);
     // Replayed from its folder: the same.
     RunData replay;
     QVERIFY(loadRunFolder(dir.filePath("run"), replay).isOk());

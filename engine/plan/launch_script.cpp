@@ -37,8 +37,12 @@ bool meshHasGpus(const MeshConfig& mesh) {
 std::string describe(const RunConfig& c) {
   std::ostringstream s;
   const ParallelConfig& p = c.parallel;
-  s << "dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << " = " << p.dp * p.tp * p.pp << " ranks on "
-    << c.mesh.nodes.size() << (c.mesh.nodes.size() == 1 ? " node" : " nodes");
+  if (p.mode == ParallelMode::ParameterServer)
+    s << p.servers << " parameter server(s) and " << p.workers << " worker(s), " << toString(p.consistency)
+      << ", on ";
+  else
+    s << "dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << " = " << p.dp * p.tp * p.pp << " ranks on ";
+  s << c.mesh.nodes.size() << (c.mesh.nodes.size() == 1 ? " node" : " nodes");
   std::set<std::string> types;
   for (const NodeConfig& n : c.mesh.nodes) types.insert(n.device);
   s << " (";
@@ -67,7 +71,65 @@ RunConfig exportedConfig(const RunConfig& config) {
   return out;
 }
 
+namespace {
+
+// Parameter-server mode: `meshstudio-engine launch` starts and supervises the servers and workers itself
+// (engine/ps_launch.h), over ssh on other nodes, or srun inside a Slurm allocation.
+LaunchFiles parameterServerLaunchFiles(const RunConfig& config, const std::string& configFile) {
+  LaunchFiles out;
+  const bool multiNode = config.mesh.nodes.size() > 1;
+  const std::string runDir = runDirOf(config);
+  const std::string runDirArg =
+      !runDir.empty() && runDir[0] == '/' ? shellQuote(runDir) : "\"$here\"/" + shellQuote(runDir);
+  for (const NodeConfig& n : config.mesh.nodes)
+    out.hostfile += n.name + " slots=" + std::to_string(n.count) + "\n";
+  if (!multiNode) out.hostfile.clear();
+  std::ostringstream l;
+  l << "#!/usr/bin/env bash\n"
+    << "# MeshStudio launch script for " << shellQuote(config.name) << ": " << describe(config) << ".\n"
+    << "# Generated with " << configFile << (multiNode ? " and hostfile" : "")
+    << "; run it from anywhere. `meshstudio-engine launch` starts the servers and\n"
+    << "# workers"
+    << (multiNode ? " on the hostfile's hosts (ssh to the others; --rsh CMD and --port P before --\n"
+                    "# change how and where)"
+                  : " on this machine")
+    << " and supervises them. Extra arguments go to the job after -- (--resume,\n"
+    << "# --overwrite, --metrics FILE). The engine is $MESHSTUDIO_ENGINE, else meshstudio-engine on PATH"
+    << (multiNode ? ",\n# at the same path on every node, as are this folder and the data" : "") << ".\n"
+    << "set -euo pipefail\n"
+    << "here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
+    << "engine=\"${MESHSTUDIO_ENGINE:-meshstudio-engine}\"\n"
+    << "exec \"$engine\" launch \"$here/" << configFile << "\""
+    << (multiNode ? " --hostfile \"$here/hostfile\"" : "") << " -- --run-dir " << runDirArg << " \"$@\"\n";
+  out.launchScript = l.str();
+  std::ostringstream s;
+  const int nodes = static_cast<int>(config.mesh.nodes.size());
+  s << "#!/usr/bin/env bash\n"
+    << "# MeshStudio Slurm batch script for " << shellQuote(config.name) << ": " << describe(config) << ".\n"
+    << "# Submit from this folder: sbatch slurm.sbatch [launch arguments after --]. Slurm picks the nodes:\n"
+    << "# the allocation's hosts stand for the mesh's nodes in order, and the launcher, on the first, "
+       "starts\n"
+    << "# the other nodes' servers and workers with srun.\n"
+    << "#SBATCH --job-name=" << shellQuote(config.name) << "\n"
+    << "#SBATCH --nodes=" << nodes << "\n"
+    << "#SBATCH --ntasks-per-node=1\n"
+    << "#SBATCH --output=%x-%j.out\n"
+    << "set -euo pipefail\n"
+    << "here=\"${SLURM_SUBMIT_DIR:-$(pwd)}\"\n"
+    << "engine=\"${MESHSTUDIO_ENGINE:-meshstudio-engine}\"\n"
+    << "hosts=\"$here/hostfile.${SLURM_JOB_ID:-local}\"\n"
+    << "scontrol show hostnames \"$SLURM_JOB_NODELIST\" > \"$hosts\"\n"
+    << "exec \"$engine\" launch \"$here/" << configFile << "\" --hostfile \"$hosts\" --rsh srun -- --run-dir "
+    << runDirArg << " \"$@\"\n";
+  out.slurmScript = s.str();
+  return out;
+}
+
+}  // namespace
+
 LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile) {
+  if (config.parallel.mode == ParallelMode::ParameterServer)
+    return parameterServerLaunchFiles(config, configFile);
   LaunchFiles out;
   const ParallelConfig& p = config.parallel;
   const int ranks = p.dp * p.tp * p.pp;

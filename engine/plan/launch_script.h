@@ -10,6 +10,10 @@
 //   oversubscribing when the node has fewer cores than ranks (CPU plans). Extra arguments go to `train`.
 // - slurm.sbatch: the same run inside a Slurm allocation of as many nodes as the mesh (submitted from the
 //   export folder: `cd DIR && sbatch slurm.sbatch`); GPUs requested per node for GPU meshes.
+// - parameter_server mode: launch.sh runs `meshstudio-engine launch` (engine/ps_launch.h), which starts and
+//   supervises the servers and workers itself, with the hostfile for several nodes; slurm.sbatch takes one
+//   task a node, writes the allocation's hosts as the hostfile and has the launcher start the other nodes'
+//   processes with srun. Extra arguments go to the job after --.
 // Ranks are never bound to one core (--bind-to none): a rank runs its threads (training.threads, or cores /
 // local ranks) and Open MPI's default binding for small jobs would pin them all to one core.
 //

@@ -53,4 +53,17 @@ int serverNode(const RunConfig& config, int server) {
   return server % static_cast<int>(nodes.size());
 }
 
+int workerNode(const RunConfig& config, int worker) {
+  const auto& nodes = config.mesh.nodes;
+  int devices = 0;
+  for (const NodeConfig& n : nodes) devices += std::max(0, n.count);
+  if (nodes.empty() || devices == 0) return 0;
+  int w = worker % devices;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (w < nodes[n].count) return static_cast<int>(n);
+    w -= std::max(0, nodes[n].count);
+  }
+  return 0;
+}
+
 }  // namespace ms

@@ -29,4 +29,8 @@ Expected<ServerShards> assignServers(const ModelSpec& spec, const RunConfig& con
 // The mesh node (index into mesh.nodes) of server s: parallel.server_nodes[s] when given, else s mod nodes.
 int serverNode(const RunConfig& config, int server);
 
+// The mesh node of worker w: the node of device w, devices numbered node by node in mesh order (as the plan
+// lays out ranks, plan/layout.h). Workers beyond the mesh's devices (refused by the config checks) wrap.
+int workerNode(const RunConfig& config, int worker);
+
 }  // namespace ms

@@ -312,6 +312,7 @@ class Server {
                          " values, the shard has " + std::to_string(m_params->size()) + "; dropped");
       return;
     }
+    if (m_lead) takeSpans(id, m.header);
     const int64_t base = m.header.value("version", int64_t(-1));
     const bool sameIncarnation = m.header.value("incarnation", int64_t(0)) == m_incarnation;
     m_window.lossSum += m.header.value("loss_sum", 0.0);
@@ -371,6 +372,7 @@ class Server {
 
   // One optimizer update from the gradients in the store, times scale.
   void apply(float scale) {
+    const double start = ps::wallSeconds();
     const int64_t step = m_version / m_updatesPerStep;
     const double lr = learningRate(m_config, step);
     const double norm = std::sqrt(m_params->ownedGradSquares()) * scale;
@@ -378,8 +380,62 @@ class Server {
     m_lastLr = lr;
     m_optimizer->step(static_cast<float>(lr), clipFactor(norm, m_config.training.gradClip) * scale);
     (void)m_params->finishUpdate();
+    // The update's span: server 0 keeps its own for the stream; another server hands its spans to worker 0's
+    // next pull, which relays them to server 0 with its push.
+    const nlohmann::json span = nlohmann::json::array({"U", start, ps::wallSeconds()});
+    if (m_lead)
+      addSpan(m_W, span);
+    else if (m_relayOut.size() < kMaxLaneSpans)
+      m_relayOut.push_back(nlohmann::json::array({span[1], span[2]}));
     ++m_version;
     afterUpdate();
+  }
+
+  // ---- the measured timeline (server 0) ----
+
+  // Lane l: worker l (l < W) or server l - W.
+  void addSpan(int lane, const nlohmann::json& span) {
+    nlohmann::json& spans = m_lanes[static_cast<size_t>(lane)];
+    if (spans.size() >= kMaxLaneSpans) spans.erase(spans.begin());  // the newest kept
+    spans.push_back(span);
+  }
+
+  // A push's spans: the worker's own ["P"|"C"|"S", start, end], and from worker 0 the other servers' updates
+  // [server, start, end]. Malformed entries are skipped: the stream stays valid whatever a peer sends.
+  void takeSpans(int id, const nlohmann::json& header) {
+    auto valid = [](const nlohmann::json& a, size_t n) {
+      if (!a.is_array() || a.size() != n) return false;
+      for (size_t i = 1; i < n; ++i)
+        if (!a[i].is_number()) return false;
+      return true;
+    };
+    if (const auto it = header.find("spans"); it != header.end() && it->is_array())
+      for (const nlohmann::json& sp : *it)
+        if (valid(sp, 3) && sp[0].is_string() && sp[0].get<std::string>().size() == 1) addSpan(id, sp);
+    if (const auto it = header.find("server_spans"); id == 0 && it != header.end() && it->is_array())
+      for (const nlohmann::json& sp : *it)
+        if (valid(sp, 3) && sp[0].is_number_integer() && sp[0].get<int>() > 0 && sp[0].get<int>() < m_S)
+          addSpan(m_W + sp[0].get<int>(), nlohmann::json::array({"U", sp[1], sp[2]}));
+  }
+
+  // The spans line after a step line: every lane's spans since the last one, times in wall-clock seconds
+  // (the studio draws them from the earliest).
+  void writeSpansLine(int64_t step) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int lane = 0; lane < m_W + m_S; ++lane) {
+      nlohmann::json& spans = m_lanes[static_cast<size_t>(lane)];
+      if (spans.empty()) continue;
+      nlohmann::json list = nlohmann::json::array();
+      for (const nlohmann::json& sp : spans)
+        list.push_back({{key::kAction, sp[0]}, {key::kStart, sp[1]}, {key::kEnd, sp[2]}});
+      ranks.push_back({{key::kRank, lane},
+                       {key::kPsLane, lane < m_W ? "worker " + std::to_string(lane)
+                                                 : "server " + std::to_string(lane - m_W)},
+                       {key::kSpans, std::move(list)}});
+      spans = nlohmann::json::array();
+    }
+    if (!ranks.empty())
+      m_metrics.write(metrics::type::kSpans, {{key::kStep, step}, {key::kRanks, std::move(ranks)}});
   }
 
   void recordStaleness(int64_t s) {
@@ -425,6 +481,7 @@ class Server {
       line[key::kAccuracy] = double(m_window.correct) / double(m_window.count);
     m_metrics.write(metrics::type::kStep, line);
     writePsLine(false);
+    writeSpansLine(step);
     m_window = {};
   }
 
@@ -509,6 +566,10 @@ class Server {
         m_evalDue = 0;
       }
       if (!gatherValues()) continue;
+      if (!m_lead && id == 0 && !m_relayOut.empty()) {
+        h["updates"] = std::move(m_relayOut);
+        m_relayOut = nlohmann::json::array();
+      }
       ps::send(m_socket, h, m_values.data(), m_values.size(), &w.peer);
       if (std::getenv("MS_PS_TRACE"))
         std::fprintf(stderr, "%.6f sent params w%d v%lld\n", ps::secondsSince(m_startTime), id,
@@ -687,6 +748,12 @@ class Server {
   std::string m_resumedFrom;
   std::vector<float> m_values;
   int64_t m_valuesVersion = -1;
+  // The measured timeline: server 0's lanes (workers, then servers) since the last spans line; another
+  // server's update spans not yet handed to worker 0.
+  static constexpr size_t kMaxLaneSpans = 512;
+  std::vector<nlohmann::json> m_lanes =
+      std::vector<nlohmann::json>(static_cast<size_t>(m_W + m_S), nlohmann::json::array());
+  nlohmann::json m_relayOut = nlohmann::json::array();
 };
 
 }  // namespace

@@ -34,6 +34,11 @@ inline double secondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// Seconds since the Unix epoch on the system clock: span times that processes compare with each other.
+inline double wallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 struct Message {
   std::string peer;  // the ROUTER's routing id of the sender (server side)
   nlohmann::json header;

@@ -94,7 +94,9 @@ class Worker {
         return Status::error("worker " + std::to_string(m_id) + ": stopped by request");
       }
       setActivity("worker " + std::to_string(m_id) + ": pull");
+      const double pullStart = ps::wallSeconds();
       MS_TRY(pullAll());
+      m_spans = nlohmann::json::array({nlohmann::json::array({"P", pullStart, ps::wallSeconds()})});
       const nlohmann::json& lead = m_links[0].reply;
       const bool done = lead.value("done", false);
       if (lead.value("evaluate", false)) evaluateNow(lead.value("eval_step", int64_t(0)));
@@ -114,12 +116,16 @@ class Worker {
       }
       setActivity("worker " + std::to_string(m_id) + ": step " + std::to_string(localStep));
       const auto t0 = Clock::now();
+      const double computeStart = ps::wallSeconds();
       LossStats stats = computeGradients(lead.value("batch", int64_t(0)), lead.value("slot", 0));
       m_device.backend->synchronize();
       const double compute = ps::secondsSince(t0);
       if (m_slowdown > 1)
         std::this_thread::sleep_for(std::chrono::duration<double>(compute * (m_slowdown - 1)));
+      m_spans.push_back(nlohmann::json::array({"C", computeStart, ps::wallSeconds()}));
+      const double pushStart = ps::wallSeconds();
       pushAll(stats, ps::secondsSince(t0));
+      m_lastPush = {pushStart, ps::wallSeconds()};
     }
   }
 
@@ -200,6 +206,12 @@ class Worker {
                                  std::to_string(m->payload.size()) + " values, its shard has " +
                                  std::to_string(link.size));
           link.reply = m->header;
+          // Worker 0 relays the other servers' update spans to server 0, which writes the stream.
+          if (const auto u = m->header.find("updates");
+              m_id == 0 && s > 0 && u != m->header.end() && u->is_array())
+            for (const nlohmann::json& span : *u)
+              if (m_relay.size() < kMaxRelayedSpans && span.is_array() && span.size() == 2)
+                m_relay.push_back(nlohmann::json::array({static_cast<int>(s), span[0], span[1]}));
           link.version = m->header.value("version", int64_t(0));
           link.incarnation = m->header.value("incarnation", int64_t(0));
           ParameterStore& store = m_model->params();
@@ -261,6 +273,15 @@ class Worker {
         h["loss_sum"] = stats.lossSum;
         h["count"] = stats.count;
         h["correct"] = stats.correct;
+        // This step's pull and compute and the previous step's push, for the measured timeline.
+        nlohmann::json spans = m_spans;
+        if (m_lastPush.first > 0)
+          spans.push_back(nlohmann::json::array({"S", m_lastPush.first, m_lastPush.second}));
+        h["spans"] = std::move(spans);
+        if (!m_relay.empty()) {
+          h["server_spans"] = std::move(m_relay);
+          m_relay = nlohmann::json::array();
+        }
       }
       ps::send(link.socket, h, payload.data(), payload.size());
       link.minVersion = link.version + 1;
@@ -319,6 +340,12 @@ class Worker {
   float m_lossScale = 1;
   double m_slowdown = 1;
   int64_t m_req = 0;
+  // The measured timeline (sent with the push to server 0): this step's spans ["P"|"C"|"S", start, end] in
+  // wall-clock seconds, the last push's, and (worker 0) the other servers' update spans [server, start, end].
+  static constexpr size_t kMaxRelayedSpans = 512;
+  nlohmann::json m_spans = nlohmann::json::array();
+  std::pair<double, double> m_lastPush{-1, -1};
+  nlohmann::json m_relay = nlohmann::json::array();
   std::atomic<int64_t> m_progress{0};
   std::atomic<bool> m_beating{false};
   std::thread m_beat;

@@ -2,6 +2,7 @@
 #include "ui/models/plan_analysis.h"
 
 #include <QElapsedTimer>
+#include <limits>
 #include <utility>
 
 #include "plan/cost_model.h"
@@ -118,6 +119,36 @@ std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64
     }
   }
   out->millis = double(timer.nsecsElapsed()) / 1e6;
+  return out;
+}
+
+MemoryBars memoryBars(const PlanSnapshot& snapshot) {
+  MemoryBars out;
+  out.memory = snapshot.memory;
+  if (!snapshot.ps) return out;
+  const auto& nodes = snapshot.config.mesh.nodes;
+  for (MemoryBreakdown& m : out.memory) {
+    m.stage = 0;
+    out.names << QObject::tr("worker %1").arg(m.rank);
+  }
+  for (const PsServerPrediction& s : snapshot.ps->servers) {
+    MemoryBreakdown m;
+    m.rank = s.index;
+    m.stage = 1;
+    m.parameters = s.parameterBytes;
+    m.gradients = s.gradientBytes;
+    m.optimizer = s.optimizerBytes;
+    m.other = s.otherBytes;
+    // A catalog without host memory for the node: no capacity to hold it against (drawn as fitting).
+    m.capacity = s.capacity > 0 ? s.capacity : std::numeric_limits<double>::infinity();
+    out.memory.push_back(m);
+    const QString node = s.node >= 0 && s.node < static_cast<int>(nodes.size())
+                             ? QString::fromStdString(nodes[static_cast<size_t>(s.node)].name)
+                             : QString();
+    out.names << (node.isEmpty() ? QObject::tr("server %1").arg(s.index)
+                                 : QObject::tr("server %1 (%2)").arg(s.index).arg(node));
+  }
+  out.groupNames << QObject::tr("workers") << QObject::tr("servers");
   return out;
 }
 

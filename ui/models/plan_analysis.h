@@ -11,6 +11,7 @@
 #pragma once
 
 #include <QObject>
+#include <QStringList>
 #include <QThreadPool>
 #include <functional>
 #include <memory>
@@ -56,6 +57,17 @@ struct PlanSnapshot {
   quint64 generation = 0;   // request counter, increasing
   bool ok() const { return plan.has_value(); }
 };
+
+// The memory view's bars for a snapshot: one per rank; in parameter-server mode one per worker (group 0,
+// "worker w") then one per server (group 1, "server s", its node's host memory as capacity: a server holds
+// its shard, gradients and optimizer state in host memory). names and groupNames are empty for collective
+// plans (the view then says "rank r" and "stage s").
+struct MemoryBars {
+  std::vector<MemoryBreakdown> memory;
+  QStringList names;       // per bar
+  QStringList groupNames;  // per MemoryBreakdown::stage, for grouped bars
+};
+MemoryBars memoryBars(const PlanSnapshot& snapshot);
 
 // Whether the studio lets ranks share a device for this config (the CPU engine runs several ranks per host).
 bool allowsDeviceSharing(const RunConfig& config);

@@ -120,6 +120,13 @@ TimelineData timelineFromSimulation(const Plan& plan, const SimResult& sim) {
   return out;
 }
 
+SpanKind spanKindFromPsCode(char code) {
+  return code == 'P'   ? SpanKind::HostToDevice
+         : code == 'S' ? SpanKind::DeviceToHost
+         : code == 'U' ? SpanKind::Optimizer
+                       : SpanKind::Forward;
+}
+
 TimelineData timelineFromPsPrediction(const PsPrediction& p) {
   TimelineData out;
   int workerRows = 0, serverRows = 0;
@@ -145,10 +152,7 @@ TimelineData timelineFromPsPrediction(const PsPrediction& p) {
     TimelineSpan t;
     t.start = s.start;
     t.end = s.end;
-    t.kind = s.action == 'P'   ? SpanKind::HostToDevice
-             : s.action == 'S' ? SpanKind::DeviceToHost
-             : s.action == 'U' ? SpanKind::Optimizer
-                               : SpanKind::Forward;
+    t.kind = spanKindFromPsCode(s.action);
     out.rows[static_cast<std::size_t>(s.server ? workerRows + s.index : s.index)].spans.push_back(t);
   }
   for (TimelineRow& row : out.rows)

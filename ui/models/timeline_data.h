@@ -33,6 +33,9 @@ enum class SpanKind : std::uint8_t {
 const char* toString(SpanKind kind);
 // The one-letter codes of the schedule and the metrics stream (F B W s r S R G O) to a kind.
 SpanKind spanKindFromCode(char code);
+// Parameter-server mode's actions (plan/ps_model.h PsSpan, and the engine's measured spans of that mode):
+// 'P' pull (drawn as host to device), 'S' push (device to host), 'U' a server's update, 'C' compute.
+SpanKind spanKindFromPsCode(char code);
 // Lane of a kind: 0 compute, 1 communication.
 int laneOf(SpanKind kind);
 

@@ -251,6 +251,7 @@ SpansEvent readSpans(Fields& f) {
     Fields rf = f.nested(r, key::kRanks, i);
     RankSpans rs;
     rs.rank = static_cast<int>(rf.integer(key::kRank, true, 0, 0, kMaxRank));
+    if (const std::string* lane = rf.rawString(key::kPsLane)) rs.lane = *lane;
     const json* spans = rf.array(key::kSpans, true);
     if (!spans) break;
     rs.spans.reserve(spans->size());

@@ -100,6 +100,7 @@ struct MeasuredSpan {
 struct RankSpans {
   int rank = 0;
   std::vector<MeasuredSpan> spans;
+  std::string lane;  // parameter-server mode: "worker 2", "server 0" (its spans' actions are PsSpan's)
 };
 
 struct SpansEvent {

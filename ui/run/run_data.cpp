@@ -337,6 +337,7 @@ void RunData::onSpans(SpansEvent& e) {
   m.step = e.step;
   m.origin = origin;
   TimelineData& t = m.timeline;
+  bool psLanes = false;
   const int stageWidth = std::max(1, m_info.dp * m_info.tp);
   for (RankSpans& r : e.ranks) {
     if (r.rank >= kMaxRanks) {
@@ -346,12 +347,16 @@ void RunData::onSpans(SpansEvent& e) {
                    .arg(kMaxRanks));
       continue;
     }
+    const bool lane = !r.lane.empty();  // parameter-server mode: a worker's or a server's lane
+    psLanes = psLanes || lane;
     if (t.rows.empty() || t.rows.back().rank != r.rank) {
       TimelineRow row;
       row.rank = r.rank;
       const PredictedRank* p = m_info.predicted(r.rank);
-      row.stage = p && p->stage >= 0 ? p->stage : r.rank / stageWidth;
-      row.label = QStringLiteral("rank %1 · stage %2").arg(r.rank).arg(row.stage);
+      // A lane is its own group (the lanes are not replicas), as in the predicted timeline.
+      row.stage = lane ? r.rank : p && p->stage >= 0 ? p->stage : r.rank / stageWidth;
+      row.label = lane ? QString::fromStdString(r.lane)
+                       : QStringLiteral("rank %1 · stage %2").arg(r.rank).arg(row.stage);
       t.rows.push_back(std::move(row));
     }
     std::vector<TimelineSpan>& spans = t.rows.back().spans;
@@ -361,7 +366,7 @@ void RunData::onSpans(SpansEvent& e) {
       TimelineSpan ts;
       ts.start = s.start - origin;
       ts.end = std::max(s.end, s.start) - origin;
-      ts.kind = spanKindFromCode(s.action);
+      ts.kind = lane ? spanKindFromPsCode(s.action) : spanKindFromCode(s.action);
       ts.microbatch = s.microbatch;
       ts.chunk = s.chunk;
       ts.layer = internLayer(s.layer);
@@ -373,7 +378,8 @@ void RunData::onSpans(SpansEvent& e) {
                      [](const TimelineSpan& a, const TimelineSpan& b) { return a.start < b.start; });
   t.layerNames = m_layerNames;  // implicitly shared: a copy of the pointer while the list does not change
   t.updateExtent();
-  computeMeasuredBubbles(t, m_info.dp, m_info.tp);
+  if (!psLanes)
+    computeMeasuredBubbles(t, m_info.dp, m_info.tp);  // pipeline bubbles: no pipeline in the PS mode
   pushBounded(m_history, std::move(m), kSpanHistory);
 }
 

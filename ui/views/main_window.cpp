@@ -476,7 +476,8 @@ void MainWindow::onSnapshot(std::shared_ptr<const PlanSnapshot> snap) {
   const std::shared_ptr<const TimelineData> timeline(snap, &snap->timeline);
   m_predicted->setData(timeline);
   m_memory->setModelStates(modelStateText(snap->plan->config.parallel, snap->plan->config.optimizer));
-  m_memory->setPredicted(snap->memory);
+  const MemoryBars bars = memoryBars(*snap);
+  m_memory->setPredicted(bars.memory, bars.names, bars.groupNames);
   setPlanOutdated(current ? QString() : tr("re-planning after the last change…"));
   // The views hold the new snapshot now; the old one is freed off the GUI thread (hundreds of MB at 16384
   // ranks).

@@ -145,18 +145,28 @@ bool MemoryView::rankShownAsOverflow(int rank) const {
 QString MemoryView::barLabel(int bar) const {
   if (bar < 0 || bar >= barCount()) return {};
   const Bar& b = m_barData[bar];
-  if (m_grouped) return tr("stage %1 (%2 ranks)").arg(b.figures.stage).arg(b.ranks.size());
+  if (m_grouped) {
+    if (b.figures.stage >= 0 && b.figures.stage < m_groupNames.size())
+      return QStringLiteral("%1 (%2)").arg(m_groupNames[b.figures.stage]).arg(b.ranks.size());
+    return tr("stage %1 (%2 ranks)").arg(b.figures.stage).arg(b.ranks.size());
+  }
+  if (m_names.size() == static_cast<int>(m_memory.size())) return m_names[b.ranks.front()];
   return barCount() <= kMaxLabelledBars ? tr("rank %1").arg(b.figures.rank) : QString::number(b.figures.rank);
 }
 
 QString MemoryView::barToolTip(int bar) const {
   if (bar < 0 || bar >= barCount()) return {};
   const Bar& b = m_barData[bar];
-  QString text = m_grouped ? tr("stage %1: ranks %2 to %3 (largest figures)")
-                                 .arg(b.figures.stage)
-                                 .arg(b.ranks.front())
-                                 .arg(b.ranks.back())
-                           : tr("rank %1 · stage %2").arg(b.figures.rank).arg(b.figures.stage);
+  const bool named = m_names.size() == static_cast<int>(m_memory.size());
+  QString text =
+      m_grouped
+          ? (named ? tr("%1 to %2 (largest figures)").arg(m_names[b.ranks.front()], m_names[b.ranks.back()])
+                   : tr("stage %1: ranks %2 to %3 (largest figures)")
+                         .arg(b.figures.stage)
+                         .arg(b.ranks.front())
+                         .arg(b.ranks.back()))
+      : named ? m_names[b.ranks.front()]
+              : tr("rank %1 · stage %2").arg(b.figures.rank).arg(b.figures.stage);
   for (int c = 0; c < NUM_CATEGORIES; ++c) {
     text += QStringLiteral("\n%1: %2").arg(categoryName(Category(c)), formatBytes(category(b.figures, c)));
     const std::string& perParam = c == Parameters  ? m_states.parameters
@@ -165,7 +175,9 @@ QString MemoryView::barToolTip(int bar) const {
                                                    : std::string();
     if (!perParam.empty()) text += tr(" (%1 per parameter)").arg(QString::fromStdString(perParam));
   }
-  text += tr("\ntotal %1 of %2").arg(formatBytes(b.figures.total()), formatBytes(b.figures.capacity));
+  text += std::isfinite(b.figures.capacity)
+              ? tr("\ntotal %1 of %2").arg(formatBytes(b.figures.total()), formatBytes(b.figures.capacity))
+              : tr("\ntotal %1 (capacity not known)").arg(formatBytes(b.figures.total()));
   if (b.overflow) text += tr(" — does not fit");
   if (b.measured >= 0) text += tr("\nmeasured peak %1").arg(formatBytes(b.measured));
   const HostBytes& h = b.figures.host;
@@ -182,8 +194,11 @@ void MemoryView::setModelStates(const ModelStateText& text) {
   m_states = text;
 }
 
-void MemoryView::setPredicted(const std::vector<MemoryBreakdown>& memory) {
+void MemoryView::setPredicted(const std::vector<MemoryBreakdown>& memory, const QStringList& names,
+                              const QStringList& groupNames) {
   m_memory = memory;
+  m_names = names;
+  m_groupNames = groupNames;
   if (m_measuredPeaks.size() != m_memory.size()) m_measuredPeaks.clear();
   rebuild();
 }
@@ -274,7 +289,7 @@ void MemoryView::rebuild() {
   double top = 0, maxCapacity = 0;
   for (const Bar& b : m_barData) {
     top = std::max({top, b.figures.total(), b.measured, b.figures.host.total()});
-    maxCapacity = std::max(maxCapacity, b.figures.capacity);
+    if (std::isfinite(b.figures.capacity)) maxCapacity = std::max(maxCapacity, b.figures.capacity);
   }
   const bool capacityOnScale = maxCapacity <= 8 * top || top <= 0;
   const double scaleTop = std::max(capacityOnScale ? std::max(top, maxCapacity) : top, 1.0);
@@ -292,7 +307,9 @@ void MemoryView::rebuild() {
   // Capacity: one short segment per bar, NaN between them so the line breaks.
   QVector<double> capKeys, capValues;
   for (int i = 0; i < n; ++i) {
-    const double cap = m_barData[i].figures.capacity / m_unitBytes;
+    const double cap = std::isfinite(m_barData[i].figures.capacity)
+                           ? m_barData[i].figures.capacity / m_unitBytes
+                           : std::numeric_limits<double>::quiet_NaN();
     capKeys << i - 0.45 << i + 0.45 << i + 0.5;
     capValues << cap << cap << std::numeric_limits<double>::quiet_NaN();
   }
@@ -361,8 +378,12 @@ void MemoryView::rebuild() {
   }
   m_plot->xAxis->setTicker(ticker);
   m_plot->xAxis->setRange(-0.6, n - 1 + 0.7);
-  m_plot->xAxis->setLabel(!m_grouped  ? tr("rank")
-                          : sameRanks ? tr("pipeline stage (%1 ranks each, the largest figures shown)")
+  const bool named = m_names.size() == static_cast<int>(m_memory.size());
+  m_plot->xAxis->setLabel(named && !m_grouped
+                              ? tr("process (workers on their devices, servers in host memory)")
+                          : named      ? tr("process group (the largest figures shown)")
+                          : !m_grouped ? tr("rank")
+                          : sameRanks  ? tr("pipeline stage (%1 ranks each, the largest figures shown)")
                                             .arg(m_barData.front().ranks.size())
                                       : tr("pipeline stage (ranks grouped, the largest figures shown)"));
   m_plot->yAxis->setLabel(tr("memory (%1)").arg(m_unitName));

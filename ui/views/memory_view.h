@@ -14,6 +14,7 @@
 #pragma once
 
 #include <QString>
+#include <QStringList>
 #include <QWidget>
 #include <array>
 #include <vector>
@@ -39,7 +40,11 @@ class MemoryView : public QWidget {
 
   // The plan's figures, one per rank in rank order (empty: clears the view and says there is no plan).
   // Measured peaks already set stay while the number of ranks is the same.
-  void setPredicted(const std::vector<MemoryBreakdown>& memory);
+  // names: one per entry in place of "rank r" (parameter-server mode's "worker w", "server s"); groupNames:
+  // per MemoryBreakdown::stage, in place of "stage s" for grouped bars. A capacity that is not finite is
+  // not known: no capacity line for that bar.
+  void setPredicted(const std::vector<MemoryBreakdown>& memory, const QStringList& names = {},
+                    const QStringList& groupNames = {});
   // Measured peak bytes per rank, drawn beside the predicted bars; empty clears them. False (and nothing
   // drawn) when the count does not match the predicted ranks: message() says why.
   bool setMeasured(const std::vector<double>& peakBytesPerRank);
@@ -102,6 +107,7 @@ class MemoryView : public QWidget {
   QCPBars* m_host = nullptr;
   QCPGraph* m_capacity = nullptr;
   std::vector<MemoryBreakdown> m_memory;
+  QStringList m_names, m_groupNames;  // setPredicted
   std::vector<double> m_measuredPeaks;
   std::vector<Bar> m_barData;
   std::vector<int> m_barOfRank;

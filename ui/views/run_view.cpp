@@ -266,7 +266,8 @@ void RunView::setPlan(std::shared_ptr<const PlanSnapshot> plan) {
   m_memory->setModelStates(m_plan && m_plan->plan
                                ? modelStateText(m_plan->plan->config.parallel, m_plan->plan->config.optimizer)
                                : ModelStateText{});
-  m_memory->setPredicted(m_plan ? m_plan->memory : std::vector<MemoryBreakdown>{});
+  const MemoryBars bars = m_plan ? memoryBars(*m_plan) : MemoryBars{};
+  m_memory->setPredicted(bars.memory, bars.names, bars.groupNames);
   updateMemory();
   updateTable();
   alignTimelines();
