@@ -21,7 +21,7 @@
 #              ASan, oversubscribed on 2 cores; they run in the ordinary suite), tst_equivalence (176 s
 #              Release in a fresh clone's ./test.sh, 2026-11-26: 72 rows under mpirun) and tst_failure (its 5 s stall timeouts race the slower
 #              instrumented ranks: under ASan stoppedRankEndsTheRun saw rank 0 named instead of the stopped
-#              rank 3), tst_parameter_server (45 s Release: 15 launches of server and worker processes whose
+#              rank 3), tst_parameter_server (40 s Release: 21 launches of server and worker processes whose
 #              timeouts of a few seconds would race instrumented processes). MS_SANITIZE_ALL=1 runs them all.
 #   gui:       none (the studio is not built here); its metrics reader is fuzzed (fuzz_metrics) instead.
 #   fuzz:      every target's seed-corpus replay (fuzz_*_seeds, label unit) and MS_FUZZ_SECONDS of fuzzing.

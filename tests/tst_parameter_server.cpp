@@ -15,6 +15,7 @@
 // Every wait is bounded (QProcess timeouts; the engine's own worker and server timeouts are seconds).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <QDir>
@@ -333,6 +334,66 @@ class TestParameterServer : public QObject {
     QCOMPARE(states[1]["steps"].get<int64_t>(), int64_t(3));  // its three steps before the fourth killed it
     QCOMPARE(states[0]["steps"].get<int64_t>(), int64_t(30));
     QVERIFY(!ofType(r.lines, "eval").empty());
+  }
+
+  // A worker that stops responding (SIGSTOP stops its heartbeat thread too) is dropped after
+  // worker_timeout_s while the other goes on; continued, it pulls again, rejoins and trains to the end.
+  void stoppedWorkerIsDroppedAndRejoins() {
+    QTemporaryDir dir;
+    json c = psConfig(baseConfig(dir.path(), "z", false), 1, 2, "async");
+    c["training"]["steps"] = 300;
+    c["training"]["log_every"] = 1;
+    c["training"]["eval_batches"] = 1;
+    c["parallel"]["worker_timeout_s"] = 1;
+    // Slowed so that the run outlasts the stop: worker 0 alone would need its 600 updates at 40x.
+    c["parallel"]["stragglers"] =
+        json::array({{{"worker", 0}, {"slowdown", 40}}, {{"worker", 1}, {"slowdown", 10}}});
+    const QString config = write(dir.path(), c), metrics = dir.path() + "/run.jsonl";
+    QProcess launcher;
+    launcher.setProcessEnvironment(environment());
+    launcher.start(kEngine,
+                   {"launch", config, "--", "--metrics", metrics, "--run-dir", dir.path() + "/runs/z"});
+    auto logged = [&](const std::string& text) {
+      for (const json& l : ofType(readLines(metrics), "log"))
+        if (l.value("message", "").find(text) != std::string::npos) return true;
+      return false;
+    };
+    bool going = false;
+    for (int i = 0; i < 300 && !going; ++i) {
+      QTest::qWait(100);
+      going = ofType(readLines(metrics), "step").size() >= 3;
+    }
+    QVERIFY(going);
+    // Worker 1's process: "ps-worker CONFIG --index 1".
+    qint64 pid = 0;
+    const QByteArray wanted = QByteArray("ps-worker") + '\0' + config.toUtf8() + '\0' + "--index" + '\0' + "1" + '\0';
+    for (const QString& entry : QDir("/proc").entryList(QDir::Dirs)) {
+      QFile f("/proc/" + entry + "/cmdline");
+      if (f.open(QIODevice::ReadOnly) && f.readAll().contains(wanted)) pid = entry.toLongLong();
+    }
+    QVERIFY(pid > 0);
+    QCOMPARE(::kill(pid_t(pid), SIGSTOP), 0);
+    bool dropped = false;
+    for (int i = 0; i < 300 && !dropped; ++i) {
+      QTest::qWait(100);
+      dropped = logged("worker 1 dropped");
+    }
+    int64_t atDrop = -1;  // worker 1's pushes when it was dropped
+    if (const auto ps = ofType(readLines(metrics), "ps"); !ps.empty())
+      atDrop = ps.back()["worker_states"][1]["steps"].get<int64_t>();
+    ::kill(pid_t(pid), SIGCONT);
+    QVERIFY2(dropped, "worker 1 was not dropped within 30 s of its stop");
+    QVERIFY2(launcher.waitForFinished(120000), "the run did not end in 120 s");
+    QCOMPARE(launcher.exitCode(), 0);
+    QVERIFY(logged("worker 1 rejoined"));
+    const auto lines = readLines(metrics);
+    QCOMPARE(ofType(lines, "run_end").back()["status"].get<std::string>(), std::string("ok"));
+    const json states = ofType(lines, "ps").back()["worker_states"];
+    QCOMPARE(states[0]["steps"].get<int64_t>() + states[1]["steps"].get<int64_t>(), int64_t(600));
+    QVERIFY2(atDrop >= 0 && states[1]["steps"].get<int64_t>() > atDrop,
+             qPrintable(QString("worker 1: %1 pushes at the drop, %2 at the end")
+                            .arg(atDrop)
+                            .arg(states[1]["steps"].get<int64_t>())));
   }
 
   // Server 0 (which writes the stream) dies at step 15; the launcher restarts it from its step-10

@@ -56,6 +56,20 @@ std::string runDirOf(const RunConfig& c) {
   return c.training.runDir.empty() ? "runs/" + c.name : c.training.runDir;
 }
 
+// The run folder as a script's argument: absolute as given, else under the script's folder ($here).
+std::string runDirArgument(const RunConfig& c) {
+  const std::string runDir = runDirOf(c);
+  return !runDir.empty() && runDir[0] == '/' ? shellQuote(runDir) : "\"$here\"/" + shellQuote(runDir);
+}
+
+// "NODE slots=N" a line, in mesh order; empty for a one-node mesh (nothing to place).
+std::string hostfileOf(const RunConfig& c) {
+  std::string out;
+  if (c.mesh.nodes.size() > 1)
+    for (const NodeConfig& n : c.mesh.nodes) out += n.name + " slots=" + std::to_string(n.count) + "\n";
+  return out;
+}
+
 }  // namespace
 
 RunConfig exportedConfig(const RunConfig& config) {
@@ -78,12 +92,8 @@ namespace {
 LaunchFiles parameterServerLaunchFiles(const RunConfig& config, const std::string& configFile) {
   LaunchFiles out;
   const bool multiNode = config.mesh.nodes.size() > 1;
-  const std::string runDir = runDirOf(config);
-  const std::string runDirArg =
-      !runDir.empty() && runDir[0] == '/' ? shellQuote(runDir) : "\"$here\"/" + shellQuote(runDir);
-  for (const NodeConfig& n : config.mesh.nodes)
-    out.hostfile += n.name + " slots=" + std::to_string(n.count) + "\n";
-  if (!multiNode) out.hostfile.clear();
+  const std::string runDirArg = runDirArgument(config);
+  out.hostfile = hostfileOf(config);
   std::ostringstream l;
   l << "#!/usr/bin/env bash\n"
     << "# MeshStudio launch script for " << shellQuote(config.name) << ": " << describe(config) << ".\n"
@@ -135,11 +145,8 @@ LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile) 
   const int ranks = p.dp * p.tp * p.pp;
   const bool multiNode = config.mesh.nodes.size() > 1;
   const bool gpu = meshHasGpus(config.mesh);
-  const std::string runDir = runDirOf(config);
-  const bool runDirAbsolute = !runDir.empty() && runDir[0] == '/';
-  for (const NodeConfig& n : config.mesh.nodes)
-    out.hostfile += n.name + " slots=" + std::to_string(n.count) + "\n";
-  if (!multiNode) out.hostfile.clear();
+  const std::string runDirArg = runDirArgument(config);
+  out.hostfile = hostfileOf(config);
 
   std::ostringstream l;
   l << "#!/usr/bin/env bash\n"
@@ -161,8 +168,7 @@ LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile) 
     l << "# One node: ranks share its cores when there are fewer cores than ranks (CPU plans).\n"
       << "if [ \"$(nproc)\" -lt " << ranks << " ]; then opts+=(--oversubscribe); fi\n";
   l << "exec mpirun -np " << ranks << " \"${opts[@]}\" \\\n"
-    << "  \"$engine\" train \"$here/" << configFile << "\" --run-dir "
-    << (runDirAbsolute ? shellQuote(runDir) : "\"$here\"/" + shellQuote(runDir)) << " \"$@\"\n";
+    << "  \"$engine\" train \"$here/" << configFile << "\" --run-dir " << runDirArg << " \"$@\"\n";
   out.launchScript = l.str();
 
   std::ostringstream s;
@@ -191,8 +197,7 @@ LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile) 
     << "here=\"${SLURM_SUBMIT_DIR:-$(pwd)}\"\n"
     << "engine=\"${MESHSTUDIO_ENGINE:-meshstudio-engine}\"\n"
     << "mpirun -np " << ranks << " --map-by slot --bind-to none \\\n"
-    << "  \"$engine\" train \"$here/" << configFile << "\" --run-dir "
-    << (runDirAbsolute ? shellQuote(runDir) : "\"$here\"/" + shellQuote(runDir)) << " \"$@\"\n";
+    << "  \"$engine\" train \"$here/" << configFile << "\" --run-dir " << runDirArg << " \"$@\"\n";
   out.slurmScript = s.str();
   return out;
 }
