@@ -3,6 +3,8 @@
 #include "plan_commands.h"
 
 #include <cstdio>
+#include <map>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -107,10 +109,21 @@ int runPsPlanCommand(const RunConfig& config, bool json) {
                          {"optimizer", s.optimizerBytes},
                          {"other", s.otherBytes},
                          {"total", s.total()}}},
+                       {"capacity_bytes", s.capacity},
                        {"update_time_s", s.updateTime},
                        {"link_time_s", s.linkTime}});
   }
   bool fits = true;
+  // Servers of one node share its host memory.
+  std::map<int, double> nodeBytes, nodeCapacity;
+  for (const PsServerPrediction& s : pred->servers) {
+    nodeBytes[s.node] += s.total();
+    nodeCapacity[s.node] = s.capacity;
+  }
+  std::set<int> fullNodes;
+  for (const auto& [node, bytes] : nodeBytes)
+    if (nodeCapacity[node] > 0 && bytes > nodeCapacity[node]) fullNodes.insert(node);
+  fits = fullNodes.empty();
   for (const PsWorkerPrediction& w : pred->workers) {
     fits = fits && w.total() <= w.capacity;
     workers.push_back({{"worker", w.index},
@@ -146,18 +159,19 @@ int runPsPlanCommand(const RunConfig& config, bool json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("%-7s %-5s %-28s %12s %8s %8s %8s %8s %9s %10s %10s\n", "server", "node", "layers", "params",
-              "params", "grads", "optim", "other", "total GiB", "update ms", "link ms");
+  std::printf("%-7s %-5s %-28s %12s %8s %8s %8s %8s %9s %9s %10s %10s\n", "server", "node", "layers",
+              "params", "params", "grads", "optim", "other", "total GiB", "host GiB", "update ms", "link ms");
   for (const auto& s : servers) {
     const auto& m = s["memory_bytes"];
     std::string layers = layerSummary(s["layers"].get<std::vector<std::string>>());
     if (layers.size() > 28) layers = layers.substr(0, 25) + "...";
-    std::printf("%-7d %-5d %-28s %12.0f %8.2f %8.2f %8.2f %8.2f %9.2f %10.3f %10.3f\n",
+    std::printf("%-7d %-5d %-28s %12.0f %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %10.3f %10.3f%s\n",
                 s["server"].get<int>(), s["node"].get<int>(), layers.c_str(), s["params"].get<double>(),
                 m["parameters"].get<double>() / kGiB, m["gradients"].get<double>() / kGiB,
                 m["optimizer"].get<double>() / kGiB, m["other"].get<double>() / kGiB,
-                m["total"].get<double>() / kGiB, 1e3 * s["update_time_s"].get<double>(),
-                1e3 * s["link_time_s"].get<double>());
+                m["total"].get<double>() / kGiB, s["capacity_bytes"].get<double>() / kGiB,
+                1e3 * s["update_time_s"].get<double>(), 1e3 * s["link_time_s"].get<double>(),
+                fullNodes.count(s["node"].get<int>()) ? "  NODE'S SERVERS DO NOT FIT" : "");
   }
   std::printf("\n%-7s %-7s %8s %8s %8s %8s %8s %9s %9s %10s %9s %9s %8s\n", "worker", "device", "params",
               "grads", "optim", "activ", "other", "total GiB", "capacity", "compute ms", "pull ms", "push ms",
@@ -175,7 +189,8 @@ int runPsPlanCommand(const RunConfig& config, bool json) {
   }
   std::printf("\n%s: step %.4f s, %.0f samples/s, mean staleness %.1f updates, %s\n",
               toString(pred->consistency), pred->stepTime, pred->samplesPerSecond, pred->meanStaleness,
-              fits ? "fits in memory on every worker" : "DOES NOT FIT on every worker");
+              fits ? "fits in memory on every worker and server node"
+                   : "DOES NOT FIT on every worker and server node");
   return 0;
 }
 

@@ -366,7 +366,8 @@ class TestParameterServer : public QObject {
     QVERIFY(going);
     // Worker 1's process: "ps-worker CONFIG --index 1".
     qint64 pid = 0;
-    const QByteArray wanted = QByteArray("ps-worker") + '\0' + config.toUtf8() + '\0' + "--index" + '\0' + "1" + '\0';
+    const QByteArray wanted =
+        QByteArray("ps-worker") + '\0' + config.toUtf8() + '\0' + "--index" + '\0' + "1" + '\0';
     for (const QString& entry : QDir("/proc").entryList(QDir::Dirs)) {
       QFile f("/proc/" + entry + "/cmdline");
       if (f.open(QIODevice::ReadOnly) && f.readAll().contains(wanted)) pid = entry.toLongLong();
@@ -598,6 +599,47 @@ class TestParameterServer : public QObject {
       QVERIFY(bash.waitForFinished(10000));
       QVERIFY2(bash.exitCode() == 0, qPrintable(script + ": " + bash.readAllStandardError()));
     }
+  }
+
+  // `plan` in this mode: each server against its node's host memory, the servers of one node together.
+  // Workers of a 1.2B GPT on four H100s fit; its two servers on one CPU node (24 GiB) do not: AdamW's
+  // parameters, gradients and moments, and sync's held pushes and reply, 36 bytes a parameter.
+  void planWeighsServersAgainstHostMemory() {
+    QTemporaryDir dir;
+    json c = psConfig(baseConfig(dir.path(), "p", true), 2, 4, "sync");
+    c["model"] = {{"type", "gpt"}, {"layers", 24}, {"width", 2048}, {"heads", 16}, {"context", 256}};
+    c["device"] = "auto";
+    c["mesh"]["nodes"] = json::array({{{"name", "gpus"}, {"device", "h100-sxm-80gb"}, {"count", 4}},
+                                      {{"name", "host"}, {"device", "cpu"}, {"count", 1}}});
+    c["parallel"]["server_nodes"] = json::array({"host", "host"});
+    c["training"]["seq_len"] = 256;
+    auto plan = [&](const json& config) {
+      QProcess p;
+      p.setProcessEnvironment(environment());
+      p.start(kEngine, {"plan", write(dir.path(), config), "--json"});
+      if (!p.waitForFinished(60000) || p.exitCode() != 0) return json();
+      return json::parse(p.readAllStandardOutput().toStdString(), nullptr, false);
+    };
+    const json j = plan(c);
+    QVERIFY(j.is_object());
+    double servers = 0;
+    for (const json& s : j["servers"]) {
+      QCOMPARE(s["node"].get<int>(), 1);
+      QCOMPARE(s["capacity_bytes"].get<double>(), 24.0 * 1024 * 1024 * 1024);
+      servers += s["memory_bytes"]["total"].get<double>();
+    }
+    QVERIFY2(servers > 24.0 * 1024 * 1024 * 1024, qPrintable(QString::number(servers)));
+    for (const json& w : j["workers"])
+      QVERIFY(w["memory_bytes"]["total"].get<double>() < w["capacity_bytes"].get<double>());
+    QCOMPARE(j["fits"].get<bool>(), false);
+    // One server a node: each fits its host.
+    c["mesh"]["nodes"].push_back({{"name", "host2"}, {"device", "cpu"}, {"count", 1}});
+    c["parallel"]["server_nodes"] = json::array({"host", "host2"});
+    const json k = plan(c);
+    QVERIFY(k.is_object());
+    for (const json& s : k["servers"])
+      QVERIFY(s["memory_bytes"]["total"].get<double>() < s["capacity_bytes"].get<double>());
+    QCOMPARE(k["fits"].get<bool>(), true);
   }
 
   void badLaunchesAreRefused() {

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "plan/cost_model.h"
+#include "plan/hardware.h"
 #include "plan/memory_model.h"
 #include "plan/parameter_server.h"
 #include "plan/plan.h"
@@ -106,6 +107,13 @@ class TestPsModel : public QObject {
       QVERIFY(w.total() < single.total());
     }
     QCOMPARE(ms::microbatchSize(c), 8);  // batch 32 over 4 workers
+    // A server lives in its node's host memory: four A100 80GB's shares of a DGX A100 (250 GB each).
+    for (const auto& s : p->servers) QCOMPARE(s.capacity, 4 * 250e9);
+    // CPU devices of a node share one machine's memory (the catalog's "cpu": 24 GiB in all).
+    auto cpu = ms::predictParameterServer(config(2, 4, "sync"));
+    QVERIFY(cpu.isOk());
+    QCOMPARE(cpu->servers[0].capacity, ms::findDevice("cpu")->hostMemoryBytes);
+    QVERIFY(std::abs(cpu->servers[0].capacity - 24.0 * 1024 * 1024 * 1024) < 1e3);
   }
 
   // A worker three times slower: sync waits for it every step; async keeps the fast ones going; bounded

@@ -55,14 +55,19 @@ Expected<PsPrediction> predictParameterServer(const RunConfig& config) {
     p.gradientBytes = 4 * p.params;
     p.optimizerBytes = (adam ? 8 : 4) * p.params;
     p.otherBytes = 4 * p.params * (sync ? W + 1 : 2);
-    // Host bandwidth of the server's node: its first device's share. Its host memory: every device's share.
-    double hostBw = 0;
+    // Host bandwidth of the server's node: its first device's share. Its host memory: the GPUs' shares
+    // summed; CPU devices of a node share one machine's memory (the catalog gives each the whole of it).
+    double hostBw = 0, gpuShares = 0, cpuMemory = 0;
     for (const MeshDevice& d : plan.mesh.devices) {
       if (d.node != p.node) continue;
       if (hostBw <= 0) hostBw = d.spec.hostMemoryBandwidth;
-      p.capacity += d.spec.hostMemoryBytes > 0 ? d.spec.hostMemoryBytes
-                                               : (isGpuDevice(d.spec) ? 0 : d.spec.memoryBytes);
+      if (isGpuDevice(d.spec))
+        gpuShares += d.spec.hostMemoryBytes;
+      else
+        cpuMemory =
+            std::max(cpuMemory, d.spec.hostMemoryBytes > 0 ? d.spec.hostMemoryBytes : d.spec.memoryBytes);
     }
+    p.capacity = gpuShares > 0 ? gpuShares : cpuMemory;
     if (hostBw <= 0) hostBw = kFallbackHostBandwidth;
     const double perParam = (adam ? 28.0 : 20.0) + (sync ? 4.0 * W + 4.0 : 0.0);
     p.updateTime = perParam * p.params / hostBw;

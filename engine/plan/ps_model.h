@@ -51,8 +51,8 @@ struct PsServerPrediction {
   double otherBytes = 0;      // pull reply copy, sync's held pushes
   double updateTime = 0;      // seconds per update (sync: with the sum of the pushes)
   double linkTime = 0;        // seconds its link is busy per step (every worker's pull and push)
-  double capacity = 0;        // its node's host memory (a server lives in host memory): the devices' shares,
-                              // a CPU device's own memory being host memory; 0 when the catalog has none
+  double capacity = 0;        // its node's host memory (a server lives in host memory): its GPUs' shares, or
+                              // the memory its CPU devices share; 0 when the catalog has none
   double total() const { return parameterBytes + gradientBytes + optimizerBytes + otherBytes; }
 };
 
