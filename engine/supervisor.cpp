@@ -18,6 +18,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -467,6 +468,9 @@ Expected<nlohmann::json> appendRunEnd(const std::string& path, const std::string
   // "t" continues the run's clock: the last line's t plus the wall time since that line was written (both
   // clocks are this machine's when rank 0 ran here; the stream has no "t" before its run_start).
   if (tail->lastT >= 0) fields[key::kT] = tail->lastT + std::max(0.0, unixTimeS() - tail->lastTime);
+  // The wall time set here, not by each write: stdout's copy of this line must be the same line (its time
+  // once crossed a millisecond between the two writes, and tst_failure compared them unequal).
+  fields[key::kTime] = std::round(unixTimeS() * 1e3) / 1e3;
   if (!tail->endsWithNewline) {
     // Rank 0 was killed in the middle of a line: end it, so that ours stands on a line of its own.
     std::FILE* f = std::fopen(path.c_str(), "a");
