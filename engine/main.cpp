@@ -399,7 +399,7 @@ int cmdDump(int argc, char** argv) {
     if (ms::Status s = ms::makeDirs(out); !s) return fail(s);
     // Logits from an evaluation forward (training overwrites them with their gradient).
     model.forward(batch, /*keepLogits=*/true);
-    const bool isGpt = config.model.type == ms::ModelType::Gpt;
+    const bool isGpt = ms::isLanguageModel(config.model.type);
     const int64_t rows = isGpt ? int64_t(batch.B) * batch.T : batch.B;
     const int64_t V = isGpt ? config.model.vocab : config.model.classes;
     std::vector<float> logits(size_t(rows * V));

@@ -199,6 +199,24 @@ class Backend {
                                  const float* inp, TensorIn weight, const float* mean, const float* rstd,
                                  int N, int C) = 0;
 
+  // ---- Llama-family pieces (cpu_ops.h: rmsNorm*, swiglu*, rope*Qkv) --------------------------------------
+  // RMSNorm: out (N, C) = inp * rstd * weight, rstd (N) saved; weight a parameter (TensorIn).
+  virtual void rmsNormForward(float* out, float* rstd, const float* inp, TensorIn weight, int N, int C,
+                              float eps) = 0;
+  // dinp (N, C) +=, dweight (C) += (nullable).
+  virtual void rmsNormBackward(float* dinp, GradOut dweight, const float* dout, const float* inp,
+                               TensorIn weight, const float* rstd, int N, int C) = 0;
+  // out = silu(gate) * up; backward dgate +=, dup += (fp32 element-wise in every precision).
+  virtual void swigluForward(float* out, const float* gate, const float* up, size_t n) = 0;
+  virtual void swigluBackward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                              size_t n) = 0;
+  // Rotary embeddings and grouped-query head repetition into attention's fused q|k|v layout, and the
+  // transpose (dq, dk, dv OVERWRITTEN); positions posStart + t. H must be a multiple of KV, hs even.
+  virtual void ropePackQkv(float* qkv, const float* q, const float* k, const float* v, int B, int T, int H,
+                           int KV, int hs, float theta, int posStart) = 0;
+  virtual void ropeUnpackQkv(float* dq, float* dk, float* dv, const float* dqkv, int B, int T, int H, int KV,
+                             int hs, float theta, int posStart) = 0;
+
   // ---- convolution, NCHW --------------------------------------------------------------------------------
   // ms::cpu::conv2dForward / conv2dBackward: input (B, C, H, W), weight (OC, C, KH, KW), bias (OC), output
   // (B, OC, outH, outW) as Conv2dShape (kernels/conv_shape.h) says. An im2col GEMM: the GEMM operands (the

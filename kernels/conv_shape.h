@@ -54,4 +54,14 @@ inline std::string batchNormShapeProblem(int B, int C, int S) {
   return {};
 }
 
+// "" when rotary embeddings with grouped-query repetition apply to H query heads, KV key/value heads of hs
+// elements (KV >= 1 dividing H, hs even), else what is wrong.
+inline std::string ropeShapeProblem(int H, int KV, int hs) {
+  if (H < 1 || KV < 1 || H % KV != 0)
+    return "the query heads (" + std::to_string(H) +
+           ") must be a positive multiple of the key/value heads (" + std::to_string(KV) + ")";
+  if (hs < 2 || hs % 2 != 0) return "the head size (" + std::to_string(hs) + ") must be even";
+  return {};
+}
+
 }  // namespace ms

@@ -8,7 +8,9 @@
 //   multi-tensor optimizer forms against the single forms segment by segment, bit for bit, and the CUDA
 //   launch's plan (host code); convolution and the batch-norm parts on their own shapes (plain against
 //   emulated, and the plain backend against ms::cpu's kernels called directly, bit for bit; the GEMM
-//   precisions; bf16 parameters, inputs and gradients; bad shapes refused naming the op).
+//   precisions; bf16 parameters, inputs and gradients; bad shapes refused naming the op); the Llama-family
+//   ops (RMSNorm, SwiGLU, RoPE with grouped-query heads) in every case, RMSNorm with a bf16 weight and
+//   gradient, bad RoPE shapes refused naming the op.
 // - TestBackendCuda (CTest tst_backend_gpu, label gpu; the same binary with the argument "gpu"): the CUDA
 //   backend against the CPU backend on the same cases (fp32 GEMMs: within atol + 1e-4 * |ref|), in Bf16 too
 //   (linear and attention), attention on the fused kernel's shapes and past its head-size limit, plus what
@@ -16,8 +18,8 @@
 //   the multi-tensor optimizer forms (one launch) against the CPU's single forms (1e-6 relative) and the
 //   CUDA single forms (bitwise); convolution (fp32 and bf16, up to a chunked 10 x 64 x 56 x 56 and the
 //   224 x 224 stem) and batch norm (up to 100k elements a channel; the double sums within 1e-9) against
-//   the CPU backend. Without a device (or a CUDA build) it skips with "no CUDA device", which
-//   CTest reports as skipped.
+//   the CPU backend; the Llama-family ops on Llama-like heads at positions past 4000. Without a device (or a
+//   CUDA build) it skips with "no CUDA device", which CTest reports as skipped.
 // Shapes are deliberately odd (N = 7, C = 33, V = 50, T = 5, H = 3): multiples of no block size.
 #include <QtTest/QtTest>
 
@@ -440,6 +442,74 @@ void sumSquaresCase(Session& s, const Shape& sh) {
   s.value("none", s.be.sumSquares(ptrs, sizes, 0));
 }
 
+// The Llama-family ops' shape: RMSNorm and SwiGLU over (B T, C); RoPE over H query heads and KV key/value
+// heads of hs elements, positions from posStart.
+struct LlamaShape {
+  int B, T, C, H, KV, hs, posStart;
+};
+
+// RMSNorm forward and backward (twice onto non-zero gradients, the second without the weight gradient),
+// SwiGLU forward (also into its gate: aliasing) and backward onto non-zero gradients, RoPE's pack into a
+// buffer of 7s and its transpose (dq, dk, dv start at 7: overwritten). Output names start with `tag`.
+void llamaOps(Session& s, const LlamaShape& l, const std::string& tag, unsigned seed) {
+  std::mt19937 rng(seed);
+  const int N = l.B * l.T, C = l.C;
+  const size_t n = size_t(N) * C;
+  float* inp = s.up(rnd(rng, n, -2.0f, 3.0f));
+  float* w = s.up(rnd(rng, size_t(C), 0.5f, 1.5f));
+  float* dout = s.up(rnd(rng, n));
+  float* dinp = s.up(rnd(rng, n));
+  float* dw = s.up(rnd(rng, size_t(C)));
+  float* out = s.up(Vec(n, 7.0f));
+  float* rstd = s.up(Vec(size_t(N), 7.0f));
+  s.be.rmsNormForward(out, rstd, inp, w, N, C, 1e-5f);
+  s.out(tag + "rmsNorm out", out, n);
+  s.out(tag + "rmsNorm rstd", rstd, size_t(N));
+  s.be.rmsNormBackward(dinp, dw, dout, inp, w, rstd, N, C);
+  s.be.rmsNormBackward(dinp, nullptr, dout, inp, w, rstd, N, C);
+  s.out(tag + "rmsNorm dinp (twice)", dinp, n);
+  s.out(tag + "rmsNorm dweight", dw, size_t(C));
+
+  float* gate = s.up(rnd(rng, n, -6.0f, 6.0f));
+  float* up = s.up(rnd(rng, n, -2.0f, 2.0f));
+  float* dgate = s.up(rnd(rng, n));
+  float* dup = s.up(rnd(rng, n));
+  float* sw = s.up(Vec(n, 7.0f));
+  s.be.swigluForward(sw, gate, up, n);
+  s.out(tag + "swiglu", sw, n);
+  s.be.swigluBackward(dgate, dup, dout, gate, up, n);
+  s.out(tag + "swiglu dgate", dgate, n);
+  s.out(tag + "swiglu dup", dup, n);
+  s.be.swigluForward(gate, gate, up, n);
+  s.out(tag + "swiglu into its gate", gate, n);
+
+  const size_t nq = size_t(N) * l.H * l.hs, nkv = size_t(N) * l.KV * l.hs;
+  float* q = s.up(rnd(rng, nq));
+  float* k = s.up(rnd(rng, nkv));
+  float* v = s.up(rnd(rng, nkv));
+  float* qkv = s.up(Vec(3 * nq, 7.0f));
+  s.be.ropePackQkv(qkv, q, k, v, l.B, l.T, l.H, l.KV, l.hs, 10000.0f, l.posStart);
+  s.out(tag + "rope qkv", qkv, 3 * nq);
+  float* dqkv = s.up(rnd(rng, 3 * nq));
+  float* dq = s.up(Vec(nq, 7.0f));
+  float* dk = s.up(Vec(nkv, 7.0f));
+  float* dv = s.up(Vec(nkv, 7.0f));
+  s.be.ropeUnpackQkv(dq, dk, dv, dqkv, l.B, l.T, l.H, l.KV, l.hs, 10000.0f, l.posStart);
+  s.out(tag + "rope dq", dq, nq);
+  s.out(tag + "rope dk", dk, nkv);
+  s.out(tag + "rope dv", dv, nkv);
+}
+
+// The Llama ops on the shape's rows and heads, head size 2 * max(1, C / 2H) (even): every query head its own
+// key/value head (MHA) from position 0, one shared by all (MQA) from position 5, and groups of two (GQA) from
+// position 3 where H is even.
+void llamaCase(Session& s, const Shape& sh) {
+  const int hs = 2 * std::max(1, sh.C / (2 * sh.H));
+  llamaOps(s, {sh.B, sh.T, sh.C, sh.H, sh.H, hs, 0}, "MHA ", kSeed + 61);
+  llamaOps(s, {sh.B, sh.T, sh.C, sh.H, 1, hs, 5}, "MQA ", kSeed + 62);
+  if (sh.H % 2 == 0) llamaOps(s, {sh.B, sh.T, sh.C, sh.H, sh.H / 2, hs, 3}, "GQA ", kSeed + 63);
+}
+
 using CaseFn = void (*)(Session&, const Shape&);
 const struct {
   const char* name;
@@ -448,6 +518,7 @@ const struct {
     {"memory", memoryCase},
     {"linear", linearCase},
     {"layerNorm", layerNormCase},
+    {"llama", llamaCase},
     {"pointwise", pointwiseCase},
     {"attention", attentionCase},
     {"embedding", embeddingCase},
@@ -1640,6 +1711,103 @@ QString badConvBatchNormShapesFail(ms::Backend& be) {
   return {};
 }
 
+// RMSNorm in GemmPrecision::Bf16 (the backend is left in Bf16): its weight a bf16 working parameter (half)
+// or the fp32 tensor of the same values (wide), its weight gradient bf16 (half, starting from the bf16 of an
+// initial gradient) or fp32 (wide, from the same values) rounded once at the end. Outputs out, rstd, dinp and
+// the weight gradient as bf16 values.
+std::vector<Output> runRmsNormBf16(ms::Backend& be, bool half) {
+  std::mt19937 rng(kSeed + 65);
+  const int N = 11, C = 37;
+  const size_t n = size_t(N) * C;
+  const Vec inp = rnd(rng, n, -2.0f, 3.0f), w = roundedHost(rnd(rng, size_t(C), 0.5f, 1.5f), 16),
+            dout = rnd(rng, n), dinp0 = rnd(rng, n), dw0 = roundedHost(rnd(rng, size_t(C)), 16);
+  be.setGemmPrecision(ms::GemmPrecision::Bf16);
+  Session s(be);
+  float* x = s.up(inp);
+  float* dy = s.up(dout);
+  float* dinp = s.up(dinp0);
+  float* wWide = s.up(w);
+  auto* wHalf = reinterpret_cast<ms::bfloat16*>(s.alloc<uint16_t>(size_t(C)));
+  be.toBf16(wHalf, wWide, size_t(C));  // exact: w holds bf16 values
+  float* dwWide = s.up(dw0);
+  auto* dwHalf = reinterpret_cast<ms::bfloat16*>(s.alloc<uint16_t>(size_t(C)));
+  be.toBf16(dwHalf, dwWide, size_t(C));
+  const ms::TensorIn weight = half ? ms::TensorIn(wHalf) : ms::TensorIn(wWide);
+  float* out = s.alloc<float>(n);
+  float* rstd = s.alloc<float>(size_t(N));
+  be.rmsNormForward(out, rstd, x, weight, N, C, 1e-5f);
+  be.rmsNormBackward(dinp, half ? ms::GradOut(dwHalf) : ms::GradOut(dwWide), dy, x, weight, rstd, N, C);
+  s.out("rmsNorm out", out, n);
+  s.out("rmsNorm rstd", rstd, size_t(N));
+  s.out("rmsNorm dinp", dinp, n);
+  if (!half) be.toBf16(dwHalf, dwWide, size_t(C));
+  std::vector<uint16_t> bits(static_cast<size_t>(C));
+  be.download(bits.data(), dwHalf, bits.size() * sizeof(uint16_t));
+  Output o{"rmsNorm dweight (bf16)", Vec(bits.size()), {}, {}};
+  for (size_t i = 0; i < bits.size(); ++i) o.f[i] = bitsToFloat(uint32_t(bits[i]) << 16);
+  s.outputs.push_back(std::move(o));
+  return std::move(s.outputs);
+}
+
+// Mixed precision on RMSNorm: a bf16 weight gives the bits of its fp32 values, a bf16 weight gradient the
+// fp32 run's rounded once; in Fp32 a bf16 weight or weight gradient is refused naming the op. "" when all
+// holds.
+QString rmsNormBf16Hold(ms::Backend& be) {
+  const std::vector<Output> half = runRmsNormBf16(be, true), wide = runRmsNormBf16(be, false);
+  be.setGemmPrecision(ms::GemmPrecision::Fp32);
+  if (const QString why = bitDifference(half, wide); !why.isEmpty()) return QStringLiteral("bf16: ") + why;
+  Session s(be);
+  const int N = 3, C = 8;
+  float* x = s.up(Vec(size_t(N) * C, 1.0f));
+  float* w = s.up(Vec(size_t(C), 1.0f));
+  auto* wHalf = reinterpret_cast<ms::bfloat16*>(s.alloc<uint16_t>(size_t(C)));
+  auto* dwHalf = reinterpret_cast<ms::bfloat16*>(s.alloc<uint16_t>(size_t(C)));
+  float* out = s.alloc<float>(size_t(N) * C);
+  float* rstd = s.up(Vec(size_t(N), 1.0f));
+  float* dinp = s.alloc<float>(size_t(N) * C);
+  const struct {
+    const char* op;
+    std::function<void()> call;
+  } calls[] = {
+      {"rmsNormForward", [&] { be.rmsNormForward(out, rstd, x, wHalf, N, C, 1e-5f); }},
+      {"rmsNormBackward", [&] { be.rmsNormBackward(dinp, nullptr, x, x, wHalf, rstd, N, C); }},
+      {"rmsNormBackward", [&] { be.rmsNormBackward(dinp, dwHalf, x, x, w, rstd, N, C); }},
+  };
+  for (const auto& c : calls)
+    if (const QString why = throwsDeviceFailure(c.call, c.op); !why.isEmpty())
+      return QStringLiteral("%1 with a bf16 weight or gradient in fp32: ").arg(c.op) + why;
+  return {};
+}
+
+// RoPE shapes the ops cannot compute (H not a positive multiple of KV, an odd head size) are a DeviceFailure
+// naming the op and the problem, checked before any memory is touched (null pointers here), whatever the
+// batch. "" when all hold, else what failed.
+QString badRopeShapesFail(ms::Backend& be) {
+  const struct {
+    int B, H, KV, hs;
+    const char* problem;
+  } bad[] = {
+      {1, 3, 2, 4, "key/value heads"}, {0, 3, 2, 4, "key/value heads"}, {2, 4, 0, 8, "key/value heads"},
+      {1, 2, 4, 8, "key/value heads"}, {1, 4, 2, 5, "must be even"},    {1, 4, 4, 0, "must be even"},
+  };
+  for (const auto& b : bad) {
+    const QString shape = QStringLiteral("B %1 H %2 KV %3 hs %4: ").arg(b.B).arg(b.H).arg(b.KV).arg(b.hs);
+    for (const char* mention : {"ropePackQkv", b.problem}) {
+      const QString why = throwsDeviceFailure(
+          [&] { be.ropePackQkv(nullptr, nullptr, nullptr, nullptr, b.B, 3, b.H, b.KV, b.hs, 1e4f, 0); },
+          mention);
+      if (!why.isEmpty()) return shape + "ropePackQkv: " + why;
+    }
+    for (const char* mention : {"ropeUnpackQkv", b.problem}) {
+      const QString why = throwsDeviceFailure(
+          [&] { be.ropeUnpackQkv(nullptr, nullptr, nullptr, nullptr, b.B, 3, b.H, b.KV, b.hs, 1e4f, 7); },
+          mention);
+      if (!why.isEmpty()) return shape + "ropeUnpackQkv: " + why;
+    }
+  }
+  return {};
+}
+
 // ---- Multi-tensor optimizer updates -----------------------------------------------------------------------
 
 // Segments of one buffer (total floats): sizes[i] elements at offsets[i], 3 floats of padding before each
@@ -2106,6 +2274,32 @@ class TestBackendCpu : public QObject {
     }
   }
 
+  // RMSNorm with a bf16 weight and weight gradient in Bf16: the emulated device gives the plain backend's
+  // bits, and both hold rmsNormBf16Hold (the bits of the fp32 values; refused in Fp32). The six ops in fp32
+  // are in emulatedMatchesPlain (the "llama" case).
+  void llamaBf16EmulatedMatchesPlain() {
+    const auto plain = ms::makeCpuBackend(false);
+    const auto emu = ms::makeCpuBackend(true);
+    const std::vector<Output> ref = runRmsNormBf16(*plain, true);
+    QVERIFY(!ref.empty());
+    const QString why = bitDifference(runRmsNormBf16(*emu, true), ref);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    for (ms::Backend* be : {plain.get(), emu.get()}) {
+      const QString hold = rmsNormBf16Hold(*be);
+      QVERIFY2(hold.isEmpty(),
+               qPrintable((be == emu.get() ? QStringLiteral("emulated: ") : QString()) + hold));
+    }
+  }
+
+  // Bad RoPE shapes throw DeviceFailure naming the op (badRopeShapesFail), plain and emulated.
+  void llamaBadRopeShapes() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = badRopeShapesFail(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+  }
+
   void gemmPrecisionEmulated_data() {
     QTest::addColumn<int>("precision");
     QTest::addColumn<int>("op");
@@ -2508,6 +2702,70 @@ class TestBackendCuda : public QObject {
     const QString why = bf16WeightsHold(*m_cuda);
     m_cuda->setGemmPrecision(ms::GemmPrecision::Fp32);
     QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // The Llama ops against the CPU backend beyond matchesCpu's shapes (within 1e-4 relative and 1e-5 of the
+  // output's scale): Llama-like heads (hs 64 and 128, GQA and MQA) at positions past 4000, where the angles
+  // must be formed as on the CPU; RMSNorm over more rows than one slice of the weight-gradient reduction and
+  // over a wide row. A second run gives the same bits (no atomics).
+  void llamaMatchesCpu_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("H");
+    QTest::addColumn<int>("KV");
+    QTest::addColumn<int>("hs");
+    QTest::addColumn<int>("posStart");
+    const int rows[][7] = {{4, 64, 512, 8, 2, 64, 0},
+                           {2, 33, 96, 6, 1, 128, 4000},
+                           {1, 4099, 33, 4, 4, 8, 0},
+                           {3, 5, 4099, 4, 2, 80, 17},
+                           {2, 7, 1, 1, 1, 2, 8190}};
+    for (const auto& r : rows)
+      QTest::addRow("B%d T%d C%d H%d KV%d hs%d pos%d", r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+          << r[0] << r[1] << r[2] << r[3] << r[4] << r[5] << r[6];
+  }
+  void llamaMatchesCpu() {
+    QFETCH(int, B);
+    QFETCH(int, T);
+    QFETCH(int, C);
+    QFETCH(int, H);
+    QFETCH(int, KV);
+    QFETCH(int, hs);
+    QFETCH(int, posStart);
+    const LlamaShape l{B, T, C, H, KV, hs, posStart};
+    auto run = [&](ms::Backend& be) {
+      Session s(be);
+      llamaOps(s, l, "", kSeed + 67);
+      return std::move(s.outputs);
+    };
+    const std::vector<Output> ref = run(*m_cpu);
+    const std::vector<Output> got = run(*m_cuda);
+    const QString why = closeDifference(got, ref, 1e-4, 1e-5);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    const QString again = bitDifference(run(*m_cuda), got);
+    QVERIFY2(again.isEmpty(), qPrintable(QStringLiteral("second run: ") + again));
+  }
+
+  // RMSNorm's bf16 weight and weight gradient on the GPU (rmsNormBf16Hold): widened exactly, accumulated in
+  // fp32, rounded once.
+  void llamaBf16() {
+    const QString why = rmsNormBf16Hold(*m_cuda);
+    m_cuda->setGemmPrecision(ms::GemmPrecision::Fp32);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Bad RoPE shapes fail naming the op (badRopeShapesFail), and the backend goes on working.
+  void llamaBadRopeShapes() {
+    const QString why = badRopeShapesFail(*m_cuda);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    auto run = [&](ms::Backend& be) {
+      Session s(be);
+      llamaCase(s, kShapes[2]);
+      return std::move(s.outputs);
+    };
+    const QString after = closeDifference(run(*m_cuda), run(*m_cpu), 1e-4, 1e-5);
+    QVERIFY2(after.isEmpty(), qPrintable(after));
   }
 
   // The mode is applied: Bf16 results differ from Fp32 ones on the same device by the size of bf16 rounding

@@ -129,6 +129,13 @@ struct TypedCase {
   const char* substring;
 };
 
+// The typed gpt made a llama (for the llama cases): 4 heads of 32, 2 key/value heads.
+ms::RunConfig& asLlama(ms::RunConfig& c) {
+  c.model.type = ms::ModelType::Llama;
+  c.model.kvHeads = 2;
+  return c;
+}
+
 // The typed gpt made a cnn on Fashion-MNIST (for the cnn cases).
 ms::RunConfig& asCnn(ms::RunConfig& c) {
   c.model.type = ms::ModelType::Cnn;
@@ -257,6 +264,33 @@ std::vector<TypedCase> typedCases() {
          c.mesh.nodes[0].count = 8;
        },
        "/parallel/tp", "tp (8) must divide model.vocab (300)"},
+      {"llama kv_heads 3", [](auto& c) { asLlama(c).model.kvHeads = 3; }, "/model/kv_heads",
+       "kv_heads (3) must divide heads (4)"},
+      {"llama tp 4 over 2 kv heads",
+       [](auto& c) {
+         asLlama(c).parallel.tp = 4;
+         c.mesh.nodes[0].count = 4;
+       },
+       "/parallel/tp", "tp (4) must divide the key/value heads (kv_heads: 2)"},
+      {"llama odd head size",
+       [](auto& c) {
+         asLlama(c).model.width = 20;
+         c.model.kvHeads = 4;
+       },
+       "/model/heads", "the head size width / heads (5) must be even"},
+      {"llama tp 3 ffn",
+       [](auto& c) {
+         asLlama(c).model.heads = 6;
+         c.model.width = 96;
+         c.model.kvHeads = 3;
+         c.model.ffnHidden = 100;
+         c.parallel.tp = 3;
+         c.model.vocab = 256;
+         c.mesh.nodes[0].count = 3;
+       },
+       "/parallel/tp", "tp (3) must divide the MLP hidden width (ffn_hidden: 100)"},
+      {"llama on fashion_mnist", [](auto& c) { asLlama(c).data.kind = ms::DataKind::FashionMnist; },
+       "/data/kind", "model type \"llama\" needs data kind \"text\" or \"tokens\""},
       {"zb_h1 chunks",
        [](auto& c) {
          c.parallel.schedule = ms::Schedule::ZbH1;
@@ -330,6 +364,11 @@ class TestConfig : public QObject {
     QTest::newRow("vit") << QByteArray::fromStdString(vitMnist().dump()) << QString();
     QTest::newRow("mlp") << QByteArray::fromStdString(mlpMnist().dump()) << QString();
     QTest::newRow("cnn") << QByteArray::fromStdString(cnnMnist().dump()) << QString();
+    json llama = gptText();
+    llama["model"] = {
+        {"type", "llama"}, {"layers", 2},       {"width", 64},  {"heads", 4},     {"kv_heads", 1},
+        {"ffn_hidden", 0}, {"rope_theta", 5e5}, {"vocab", 256}, {"context", 128}, {"tie_embeddings", false}};
+    QTest::newRow("llama") << QByteArray::fromStdString(llama.dump()) << QString();
     const QDir examples(MS_SOURCE_DIR "/resources/examples");
     for (const QString& f : examples.entryList({"*.json"}, QDir::Files))
       QTest::newRow(qPrintable("example " + f)) << QByteArray() << examples.absoluteFilePath(f);
@@ -944,7 +983,7 @@ class TestConfig : public QObject {
     const json& model = s["properties"]["model"];
     QCOMPARE(model["properties"]["layers"]["minimum"], json(1));
     QCOMPARE(model["properties"]["layers"]["default"], json(4));
-    QCOMPARE(model["properties"]["type"]["enum"], json::array({"gpt", "vit", "mlp", "cnn"}));
+    QCOMPARE(model["properties"]["type"]["enum"], json::array({"gpt", "vit", "mlp", "cnn", "llama"}));
     const json& p = s["properties"]["parallel"]["properties"];
     QCOMPARE(p["zero"]["maximum"], json(3));
     QCOMPARE(p["schedule"]["default"], json("1f1b"));

@@ -47,6 +47,11 @@ constexpr double kBf16AttentionAtol = 2e-2, kBf16AttentionRtol = 1e-2;
 // far closer to the rounded-operand reference than to the unrounded one (bf16 rounding moves it ~1e-3).
 constexpr double kBf16LinearAtol = 1e-3, kBf16LinearRtol = 1e-3;
 
+// RoPE: the GPU forms the same fp32 angles and the same cos and sin as the CPU (ropeTables), so the rotated
+// values differ only where one side fuses a multiply-add the other rounds twice (an ulp or two of values up
+// to 2); the repeated heads' value gradients are the same fp32 sums in the same order: exact.
+constexpr double kRopeAtol = 1e-6, kRopeRtol = 1e-5;
+
 // The GEMM precisions of the linear and attention tests (GemmModeScope's argument).
 const char* modeName(cuda::GemmMode m) {
   return m == cuda::GemmMode::Bf16 ? "bf16" : m == cuda::GemmMode::Tf32 ? "tf32" : "fp32";
@@ -613,6 +618,221 @@ class TestCudaKernels : public QObject {
     VERIFY_CLOSE(got, dinp, 1e-4, 1e-4);
     CUDA_OK(download(got, dDw));
     VERIFY_CLOSE(got, dweight, 1e-4, 1e-4);
+  }
+
+  // RMSNorm (cuda_llama.cu) against ms::cpu: out, rstd, and the gradients accumulated onto non-zero values
+  // (the weight gradient's two-stage reduction over one slice and many, a short last one); a second backward
+  // without the weight gradient; and the same bits again on a second run (no atomics).
+  void rmsNorm_data() {
+    QTest::addColumn<int>("N");
+    QTest::addColumn<int>("C");
+    QTest::newRow("N1 C7") << 1 << 7;
+    QTest::newRow("N3 C1") << 3 << 1;
+    QTest::newRow("N37 C33") << 37 << 33;
+    QTest::newRow("N64 C768") << 64 << 768;
+    QTest::newRow("N9 C4099") << 9 << 4099;
+    QTest::newRow("N4099 C33") << 4099 << 33;
+    QTest::newRow("N777 C4096") << 777 << 4096;
+  }
+
+  void rmsNorm() {
+    QFETCH(int, N);
+    QFETCH(int, C);
+    std::mt19937 rng(kSeed + 20);
+    const Vec inp = randomVec(rng, size_t(N) * C, -2.0f, 3.0f);  // (N, C)
+    const Vec weight = randomVec(rng, size_t(C), 0.5f, 1.5f);
+    const Vec dout = randomVec(rng, inp.size());
+    const Vec dinp0 = randomVec(rng, inp.size());
+    const Vec dweight0 = randomVec(rng, size_t(C));
+    const float eps = 1e-5f;
+    Vec out(inp.size()), rstd(N), dinp = dinp0, dweight = dweight0;
+    cpu::rmsNormForward(out.data(), rstd.data(), inp.data(), weight.data(), N, C, eps);
+    cpu::rmsNormBackward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), rstd.data(), N,
+                         C);
+
+    DBuf<float> dInp, dW, dOut, dRstd, dDout, dDinp, dDw;
+    CUDA_OK(upload(dInp, inp));
+    CUDA_OK(upload(dW, weight));
+    CUDA_OK(upload(dOut, Vec(out.size(), 7.0f)));
+    CUDA_OK(upload(dRstd, Vec(N, 7.0f)));
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dDinp, dinp0));
+    CUDA_OK(upload(dDw, dweight0));
+    CUDA_OK(cuda::rmsNormForward(dOut.data(), dRstd.data(), dInp.data(), dW.data(), N, C, eps, m_stream));
+    CUDA_OK(cuda::rmsNormBackward(dDinp.data(), dDw.data(), dDout.data(), dInp.data(), dW.data(),
+                                  dRstd.data(), N, C, m_stream));
+    Vec got;
+    CUDA_OK(download(got, dOut));
+    VERIFY_CLOSE(got, out, kAtol, kRtol);
+    CUDA_OK(download(got, dRstd));
+    VERIFY_CLOSE(got, rstd, kAtol, kRtol);
+    CUDA_OK(download(got, dDinp));
+    VERIFY_CLOSE(got, dinp, 1e-4, 1e-4);
+    Vec gotDw;
+    CUDA_OK(download(gotDw, dDw));
+    VERIFY_CLOSE(gotDw, dweight, 1e-4, 1e-4);
+
+    // Deterministic: the same call on the same inputs gives the same bits.
+    CUDA_OK(upload(dDinp, dinp0));
+    CUDA_OK(upload(dDw, dweight0));
+    CUDA_OK(cuda::rmsNormBackward(dDinp.data(), dDw.data(), dDout.data(), dInp.data(), dW.data(),
+                                  dRstd.data(), N, C, m_stream));
+    Vec again;
+    CUDA_OK(download(again, dDw));
+    VERIFY_CLOSE(again, gotDw, 0.0, 0.0);
+    CUDA_OK(download(again, dDinp));
+    VERIFY_CLOSE(again, got, 0.0, 0.0);
+
+    // No weight gradient: dinp accumulates a second time, dweight stays.
+    cpu::rmsNormBackward(dinp.data(), nullptr, dout.data(), inp.data(), weight.data(), rstd.data(), N, C);
+    CUDA_OK(cuda::rmsNormBackward(dDinp.data(), nullptr, dDout.data(), dInp.data(), dW.data(), dRstd.data(),
+                                  N, C, m_stream));
+    CUDA_OK(download(got, dDinp));
+    VERIFY_CLOSE(got, dinp, 1e-4, 1e-4);
+    CUDA_OK(download(got, dDw));
+    VERIFY_CLOSE(got, gotDw, 0.0, 0.0);
+  }
+
+  // SwiGLU (cuda_llama.cu) against ms::cpu, the tails included (exp(-g) clamped as the CPU's vexp clamps it:
+  // no NaN, the same ~0), out aliasing gate or up, the gradients accumulated onto non-zero values.
+  void swiglu_data() {
+    QTest::addColumn<qulonglong>("n");
+    QTest::newRow("n1") << qulonglong(1);
+    QTest::newRow("n1000") << qulonglong(1000);
+    QTest::newRow("n2^20+3") << qulonglong((1u << 20) + 3);
+    QTest::newRow("n2^24+5") << qulonglong((1u << 24) + 5);  // more than the grid-stride launch's threads
+  }
+
+  void swiglu() {
+    QFETCH(qulonglong, n);
+    std::mt19937 rng(kSeed + 21);
+    Vec gate = randomVec(rng, n, -6.0f, 6.0f);
+    if (n >= 8) {
+      const float tails[] = {-1000.0f, -100.0f, -89.0f, -30.0f, 0.0f, 30.0f, 100.0f, 1000.0f};
+      std::copy(std::begin(tails), std::end(tails), gate.begin());
+    }
+    const Vec up = randomVec(rng, n, -2.0f, 2.0f);
+    const Vec dout = randomVec(rng, n);
+    const Vec dgate0 = randomVec(rng, n), dup0 = randomVec(rng, n);
+    Vec out(n), dgate = dgate0, dup = dup0;
+    cpu::swigluForward(out.data(), gate.data(), up.data(), n);
+    cpu::swigluBackward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
+
+    DBuf<float> dGate, dUp, dOut, dDout, dDgate, dDup;
+    CUDA_OK(upload(dGate, gate));
+    CUDA_OK(upload(dUp, up));
+    CUDA_OK(upload(dOut, Vec(n, 7.0f)));
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dDgate, dgate0));
+    CUDA_OK(upload(dDup, dup0));
+    CUDA_OK(cuda::swigluForward(dOut.data(), dGate.data(), dUp.data(), n, m_stream));
+    CUDA_OK(cuda::swigluBackward(dDgate.data(), dDup.data(), dDout.data(), dGate.data(), dUp.data(), n,
+                                 m_stream));
+    Vec got, gotOut;
+    CUDA_OK(download(gotOut, dOut));
+    VERIFY_CLOSE(gotOut, out, kAtol, kRtol);
+    CUDA_OK(download(got, dDgate));
+    for (size_t i = 0; i < got.size(); ++i)
+      QVERIFY2(std::isfinite(got[i]), qPrintable(QStringLiteral("dgate at gate %1").arg(gate[i])));
+    VERIFY_CLOSE(got, dgate, kAtol, kRtol);
+    CUDA_OK(download(got, dDup));
+    VERIFY_CLOSE(got, dup, kAtol, kRtol);
+    // out aliasing gate, then up: the same bits as the separate output.
+    CUDA_OK(cuda::swigluForward(dGate.data(), dGate.data(), dUp.data(), n, m_stream));
+    CUDA_OK(download(got, dGate));
+    VERIFY_CLOSE(got, gotOut, 0.0, 0.0);
+    CUDA_OK(upload(dGate, gate));
+    CUDA_OK(cuda::swigluForward(dUp.data(), dGate.data(), dUp.data(), n, m_stream));
+    CUDA_OK(download(got, dUp));
+    VERIFY_CLOSE(got, gotOut, 0.0, 0.0);
+  }
+
+  // RoPE with grouped-query heads (cuda_llama.cu) against ms::cpu: the pack (into a buffer of 7s) within
+  // kRopeAtol, and its transpose OVERWRITING dq, dk, dv (they start at 7), dv's sums exact; MHA, GQA and MQA,
+  // positions from 0 and past 4000 (the angles formed alike), Llama head sizes and the largest one allowed.
+  void rope_data() {
+    QTest::addColumn<int>("B");
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("H");
+    QTest::addColumn<int>("KV");
+    QTest::addColumn<int>("hs");
+    QTest::addColumn<float>("theta");
+    QTest::addColumn<int>("posStart");
+    const struct {
+      int B, T, H, KV, hs;
+      float theta;
+      int posStart;
+    } rows[] = {
+        {1, 1, 1, 1, 2, 1e4f, 0},     {2, 5, 4, 2, 8, 1e4f, 3},     {2, 5, 4, 1, 8, 1e4f, 3},
+        {3, 7, 3, 3, 10, 5e5f, 100},  {4, 64, 32, 8, 128, 5e5f, 0}, {2, 33, 8, 1, 64, 1e4f, 4000},
+        {1, 1100, 4, 2, 96, 1e6f, 7}, {1, 3, 2, 2, 8192, 1e4f, 0},
+    };
+    for (const auto& r : rows)
+      QTest::addRow("B%d T%d H%d KV%d hs%d theta %g pos %d", r.B, r.T, r.H, r.KV, r.hs, double(r.theta),
+                    r.posStart)
+          << r.B << r.T << r.H << r.KV << r.hs << r.theta << r.posStart;
+  }
+
+  void rope() {
+    QFETCH(int, B);
+    QFETCH(int, T);
+    QFETCH(int, H);
+    QFETCH(int, KV);
+    QFETCH(int, hs);
+    QFETCH(float, theta);
+    QFETCH(int, posStart);
+    const size_t nq = size_t(B) * T * H * hs, nkv = size_t(B) * T * KV * hs;
+    std::mt19937 rng(kSeed + 22);
+    const Vec q = randomVec(rng, nq), k = randomVec(rng, nkv), v = randomVec(rng, nkv);
+    const Vec dqkv = randomVec(rng, 3 * nq);
+    Vec qkv(3 * nq), dq(nq), dk(nkv), dv(nkv);
+    cpu::ropePackQkv(qkv.data(), q.data(), k.data(), v.data(), B, T, H, KV, hs, theta, posStart);
+    cpu::ropeUnpackQkv(dq.data(), dk.data(), dv.data(), dqkv.data(), B, T, H, KV, hs, theta, posStart);
+
+    DBuf<float> dQ, dK, dV, dQkv, dDqkv, dDq, dDk, dDv;
+    CUDA_OK(upload(dQ, q));
+    CUDA_OK(upload(dK, k));
+    CUDA_OK(upload(dV, v));
+    CUDA_OK(upload(dQkv, Vec(3 * nq, 7.0f)));
+    CUDA_OK(upload(dDqkv, dqkv));
+    CUDA_OK(upload(dDq, Vec(nq, 7.0f)));
+    CUDA_OK(upload(dDk, Vec(nkv, 7.0f)));
+    CUDA_OK(upload(dDv, Vec(nkv, 7.0f)));
+    CUDA_OK(cuda::ropePackQkv(dQkv.data(), dQ.data(), dK.data(), dV.data(), B, T, H, KV, hs, theta, posStart,
+                              m_stream));
+    CUDA_OK(cuda::ropeUnpackQkv(dDq.data(), dDk.data(), dDv.data(), dDqkv.data(), B, T, H, KV, hs, theta,
+                                posStart, m_stream));
+    Vec got;
+    CUDA_OK(download(got, dQkv));
+    VERIFY_CLOSE(got, qkv, kRopeAtol, kRopeRtol);
+    CUDA_OK(download(got, dDq));
+    VERIFY_CLOSE(got, dq, kRopeAtol, kRopeRtol);
+    CUDA_OK(download(got, dDk));
+    VERIFY_CLOSE(got, dk, kRopeAtol * (H / KV), kRopeRtol);
+    CUDA_OK(download(got, dDv));
+    VERIFY_CLOSE(got, dv, 0.0, 0.0);
+  }
+
+  // Shapes RoPE cannot compute fail naming the op and the problem, before any launch (null pointers).
+  void ropeRejects() {
+    const struct {
+      int H, KV, hs;
+      const char* problem;
+    } bad[] = {
+        {3, 2, 8, "key/value heads"}, {4, 0, 8, "key/value heads"}, {4, 2, 5, "even"}, {2, 2, 8194, "8192"}};
+    for (const auto& b : bad) {
+      const ms::Status pack =
+          cuda::ropePackQkv(nullptr, nullptr, nullptr, nullptr, 1, 2, b.H, b.KV, b.hs, 1e4f, 0, m_stream);
+      QVERIFY2(!pack.isOk() && pack.message().find("ropePackQkv") != std::string::npos &&
+                   pack.message().find(b.problem) != std::string::npos,
+               pack.message().c_str());
+      const ms::Status unpack =
+          cuda::ropeUnpackQkv(nullptr, nullptr, nullptr, nullptr, 1, 2, b.H, b.KV, b.hs, 1e4f, 0, m_stream);
+      QVERIFY2(!unpack.isOk() && unpack.message().find("ropeUnpackQkv") != std::string::npos &&
+                   unpack.message().find(b.problem) != std::string::npos,
+               unpack.message().c_str());
+    }
+    CUDA_OK(cuda::synchronize(m_stream));  // nothing was launched: no error left behind
   }
 
   void pointwise_data() {

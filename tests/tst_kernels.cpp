@@ -176,6 +176,118 @@ double refGelu(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 
+// ---- Llama-family references (double) --------------------------------------------------------------------
+
+struct RmsNormRef {
+  DVec out, rstd;
+};
+
+// RMSNorm (Zhang & Sennrich 2019, eq. 4): out = x / sqrt(mean(x^2) + eps) * w.
+RmsNormRef refRmsNorm(const DVec& inp, const DVec& w, int N, int C, double eps) {
+  RmsNormRef r{DVec(size_t(N) * C), DVec(N)};
+  for (int n = 0; n < N; n++) {
+    const double* x = inp.data() + size_t(n) * C;
+    double sq = 0.0;
+    for (int c = 0; c < C; c++) sq += x[c] * x[c];
+    const double s = 1.0 / std::sqrt(sq / C + eps);
+    for (int c = 0; c < C; c++) r.out[size_t(n) * C + c] = x[c] * s * w[c];
+    r.rstd[n] = s;
+  }
+  return r;
+}
+
+// The analytic backward in double (fresh): dx = s w dy - x s^3 mean(w dy x), dw = sum_n x s dy.
+void refRmsNormBackward(DVec& dinp, DVec& dw, const DVec& dout, const DVec& inp, const DVec& w, int N, int C,
+                        double eps) {
+  const RmsNormRef f = refRmsNorm(inp, w, N, C, eps);
+  dinp.assign(size_t(N) * C, 0.0);
+  dw.assign(C, 0.0);
+  for (int n = 0; n < N; n++) {
+    const double s = f.rstd[n];
+    const double* x = inp.data() + size_t(n) * C;
+    const double* dy = dout.data() + size_t(n) * C;
+    double dot = 0.0;
+    for (int c = 0; c < C; c++) dot += w[c] * dy[c] * x[c];
+    dot /= C;
+    for (int c = 0; c < C; c++) {
+      dinp[size_t(n) * C + c] = s * w[c] * dy[c] - x[c] * s * s * s * dot;
+      dw[c] += x[c] * s * dy[c];
+    }
+  }
+}
+
+// SwiGLU (Shazeer 2020, eq. 6): silu(g) u, silu(g) = g sigmoid(g).
+double refSwiglu(double g, double u) {
+  return g / (1.0 + std::exp(-g)) * u;
+}
+
+// A RoPE configuration: q (B, T, H hs), k and v (B, T, KV hs), positions posStart + t.
+struct RopeShape {
+  int B, T, H, KV, hs;
+  float theta;
+  int posStart;
+  size_t qSize() const { return size_t(B) * T * H * hs; }
+  size_t kvSize() const { return size_t(B) * T * KV * hs; }
+  size_t qkvSize() const { return 3 * qSize(); }
+};
+
+// The angle of pair i at position pos, in double from the formula (Su et al. 2021, eq. 34: theta_i =
+// theta^(-2i / hs)); the kernels form it in fp32 (Hugging Face's inv_freq), within a few fp32 ulps of it.
+double refRopeAngle(const RopeShape& r, int pos, int i) {
+  return double(pos) * std::pow(double(r.theta), -2.0 * i / r.hs);
+}
+
+// qkv (B, T, 3 H hs): [q rotated | k rotated, head h from kv head h / (H / KV) | v repeated likewise],
+// element i of a head paired with element i + hs / 2 (Hugging Face's rotate_half).
+DVec refRopePack(const DVec& q, const DVec& k, const DVec& v, const RopeShape& r) {
+  const int half = r.hs / 2, group = r.H / r.KV;
+  const size_t Cq = size_t(r.H) * r.hs, Ckv = size_t(r.KV) * r.hs;
+  DVec qkv(r.qkvSize());
+  for (int b = 0; b < r.B; b++)
+    for (int t = 0; t < r.T; t++) {
+      const size_t n = size_t(b) * r.T + t;
+      for (int h = 0; h < r.H; h++) {
+        const size_t qh = n * Cq + size_t(h) * r.hs, kh = n * Ckv + size_t(h / group) * r.hs;
+        const size_t oq = n * 3 * Cq + size_t(h) * r.hs, ok = oq + Cq, ov = oq + 2 * Cq;
+        for (int i = 0; i < half; i++) {
+          const double a = refRopeAngle(r, r.posStart + t, i), c = std::cos(a), s = std::sin(a);
+          qkv[oq + i] = q[qh + i] * c - q[qh + i + half] * s;
+          qkv[oq + i + half] = q[qh + i + half] * c + q[qh + i] * s;
+          qkv[ok + i] = k[kh + i] * c - k[kh + i + half] * s;
+          qkv[ok + i + half] = k[kh + i + half] * c + k[kh + i] * s;
+        }
+        for (int d = 0; d < r.hs; d++) qkv[ov + d] = v[kh + d];
+      }
+    }
+  return qkv;
+}
+
+// The transpose of refRopePack: dq, dk, dv from dqkv (each head rotated back by -angle, a kv head's repeated
+// heads summed).
+void refRopeUnpack(DVec& dq, DVec& dk, DVec& dv, const DVec& dqkv, const RopeShape& r) {
+  const int half = r.hs / 2, group = r.H / r.KV;
+  const size_t Cq = size_t(r.H) * r.hs, Ckv = size_t(r.KV) * r.hs;
+  dq.assign(r.qSize(), 0.0);
+  dk.assign(r.kvSize(), 0.0);
+  dv.assign(r.kvSize(), 0.0);
+  for (int b = 0; b < r.B; b++)
+    for (int t = 0; t < r.T; t++) {
+      const size_t n = size_t(b) * r.T + t;
+      for (int h = 0; h < r.H; h++) {
+        const size_t qh = n * Cq + size_t(h) * r.hs, kh = n * Ckv + size_t(h / group) * r.hs;
+        const size_t gq = n * 3 * Cq + size_t(h) * r.hs, gk = gq + Cq, gv = gq + 2 * Cq;
+        for (int i = 0; i < half; i++) {
+          const double a = refRopeAngle(r, r.posStart + t, i), c = std::cos(a), s = std::sin(a);
+          dq[qh + i] = dqkv[gq + i] * c + dqkv[gq + i + half] * s;
+          dq[qh + i + half] = dqkv[gq + i + half] * c - dqkv[gq + i] * s;
+          dk[kh + i] += dqkv[gk + i] * c + dqkv[gk + i + half] * s;
+          dk[kh + i + half] += dqkv[gk + i + half] * c - dqkv[gk + i] * s;
+        }
+        for (int d = 0; d < r.hs; d++) dv[kh + d] += dqkv[gv + d];
+      }
+    }
+}
+
 struct AttentionRef {
   DVec out, att;
 };
@@ -297,6 +409,14 @@ class TestKernels : public QObject {
 
   void layerNorm_data();
   void layerNorm();
+
+  void rmsNorm_data();
+  void rmsNorm();
+  void swiglu_data();
+  void swiglu();
+  void rope_data();
+  void rope();
+  void llamaDeterministicThreads();
 
   void pointwise_data();
   void pointwise();
@@ -523,6 +643,270 @@ void TestKernels::layerNorm() {
   cpu::layerNormBackward(dinp.data(), nullptr, db.data(), dout.data(), inp.data(), w.data(), mean.data(),
                          rstd.data(), N, C);
   VERIFY_CLOSE(db.data(), rdb.data(), C, 1e-4, 1e-4);
+}
+
+// ---- Llama-family pieces
+// -------------------------------------------------------------------------------
+
+void TestKernels::rmsNorm_data() {
+  QTest::addColumn<int>("N");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<float>("offset");
+  const int shapes[][2] = {{1, 1}, {1, 5}, {7, 5}, {33, 64}, {7, 97}, {300, 97}, {64, 768}};
+  for (const auto& s : shapes) QTest::addRow("N=%d C=%d", s[0], s[1]) << s[0] << s[1] << 0.0f;
+  QTest::addRow("N=33 C=97 mean 10") << 33 << 97 << 10.0f;
+}
+
+void TestKernels::rmsNorm() {
+  QFETCH(int, N);
+  QFETCH(int, C);
+  QFETCH(float, offset);
+  const float eps = 1e-5f;
+  std::mt19937 rng(kSeed + 20);
+  const Vec inp = randomVec(rng, size_t(N) * C, offset - 1.0f, offset + 1.0f);  // (N, C)
+  const Vec w = randomVec(rng, C, 0.5f, 1.5f);                                  // (C)
+  const Vec dout = randomVec(rng, size_t(N) * C);                               // (N, C)
+
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Vec out(inp.size(), nan), rstd(N, nan);  // NaN: must be overwritten
+  cpu::rmsNormForward(out.data(), rstd.data(), inp.data(), w.data(), N, C, eps);
+  const RmsNormRef ref = refRmsNorm(toDouble(inp), toDouble(w), N, C, eps);
+  VERIFY_CLOSE(out.data(), ref.out.data(), out.size(), 1e-5, 1e-4);
+  VERIFY_CLOSE(rstd.data(), ref.rstd.data(), N, 1e-6, 1e-5);
+
+  DVec rdinp, rdw;
+  refRmsNormBackward(rdinp, rdw, toDouble(dout), toDouble(inp), toDouble(w), N, C, eps);
+  Vec dinp(inp.size(), 0.0f), dw(C, 0.0f);
+  cpu::rmsNormBackward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+  // With C = 1 the input gradient is a difference of two nearly equal terms (s w dy (1 - x^2 s^2)): the
+  // absolute tolerance carries it.
+  VERIFY_CLOSE(dinp.data(), rdinp.data(), dinp.size(), 1e-4, 1e-3);
+  VERIFY_CLOSE(dw.data(), rdw.data(), C, 1e-4, 1e-4);
+
+  if (size_t(N) * C <= 500 && offset == 0.0f) {
+    // Central differences of the scalar loss sum(out * dout) of the double forward: the kernel's gradients,
+    // not only the analytic reference's.
+    DVec x = toDouble(inp), wd = toDouble(w);
+    const DVec R = toDouble(dout);
+    auto f = [&] { return refRmsNorm(x, wd, N, C, eps).out; };
+    VERIFY_CLOSE(dinp.data(), finiteDifference(x, R, f).data(), dinp.size(), 1e-4, 1e-3);
+    VERIFY_CLOSE(dw.data(), finiteDifference(wd, R, f).data(), C, 1e-5, 1e-4);
+  }
+
+  // Accumulation: two calls onto random initial gradients give init + 2 * grad.
+  const Vec dinp0 = randomVec(rng, dinp.size()), dw0 = randomVec(rng, C);
+  dinp = dinp0, dw = dw0;
+  for (int rep = 0; rep < 2; rep++)
+    cpu::rmsNormBackward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+  VERIFY_CLOSE(dinp.data(), plusTimes(dinp0, rdinp, 2).data(), dinp.size(), 1e-4, 1e-3);
+  VERIFY_CLOSE(dw.data(), plusTimes(dw0, rdw, 2).data(), C, 1e-4, 1e-4);
+
+  // No weight gradient: the input gradient alone.
+  dinp = dinp0;
+  cpu::rmsNormBackward(dinp.data(), nullptr, dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+  VERIFY_CLOSE(dinp.data(), plusTimes(dinp0, rdinp, 1).data(), dinp.size(), 1e-4, 1e-3);
+}
+
+void TestKernels::swiglu_data() {
+  QTest::addColumn<int>("n");
+  for (int n : {1, 7, 33, 1000, 100003}) QTest::addRow("n=%d", n) << n;
+}
+
+void TestKernels::swiglu() {
+  QFETCH(int, n);
+  std::mt19937 rng(kSeed + 21);
+  Vec gate = randomVec(rng, n, -6.0f, 6.0f);
+  if (n >= 7) {  // the tails (exp(-g) saturating on the CPU past 88.3), and around 0
+    gate[0] = -30.0f, gate[1] = 30.0f, gate[2] = 1e-4f, gate[3] = -100.0f, gate[4] = 100.0f, gate[5] = 0.0f;
+  }
+  const Vec up = randomVec(rng, n, -2.0f, 2.0f);
+  const Vec dout = randomVec(rng, n);
+  const Vec dgate0 = randomVec(rng, n), dup0 = randomVec(rng, n);
+
+  Vec out(n, std::numeric_limits<float>::quiet_NaN());
+  cpu::swigluForward(out.data(), gate.data(), up.data(), n);
+  DVec ref(n);
+  for (int i = 0; i < n; i++) ref[i] = refSwiglu(gate[i], up[i]);
+  VERIFY_CLOSE(out.data(), ref.data(), n, 1e-6, 1e-5);
+  // out may alias gate or up: the same bits.
+  Vec aliasGate = gate, aliasUp = up;
+  cpu::swigluForward(aliasGate.data(), aliasGate.data(), up.data(), n);
+  cpu::swigluForward(aliasUp.data(), gate.data(), aliasUp.data(), n);
+  VERIFY_BITWISE(aliasGate, out);
+  VERIFY_BITWISE(aliasUp, out);
+
+  // The gradients of the scalar loss sum(out * dout) by central differences of the double forward: over the
+  // whole loss where that is cheap, element by element (the only term that depends on an element) beyond.
+  DVec rdgate(n), rdup(n);
+  if (n <= 1000) {
+    DVec g = toDouble(gate), u = toDouble(up);
+    auto f = [&] {
+      DVec o(g.size());
+      for (size_t i = 0; i < o.size(); i++) o[i] = refSwiglu(g[i], u[i]);
+      return o;
+    };
+    const DVec R = toDouble(dout);
+    rdgate = finiteDifference(g, R, f);
+    rdup = finiteDifference(u, R, f);
+  } else {
+    const double h = 1e-6;
+    for (int i = 0; i < n; i++) {
+      const double g = gate[i], u = up[i], d = dout[i];
+      rdgate[i] = d * (refSwiglu(g + h, u) - refSwiglu(g - h, u)) / (2.0 * h);
+      rdup[i] = d * (refSwiglu(g, u + h) - refSwiglu(g, u - h)) / (2.0 * h);
+    }
+  }
+  // Backward twice onto random initial values: init + 2 * grad.
+  Vec dgate = dgate0, dup = dup0;
+  for (int rep = 0; rep < 2; rep++)
+    cpu::swigluBackward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
+  VERIFY_CLOSE(dgate.data(), plusTimes(dgate0, rdgate, 2).data(), n, 1e-5, 1e-4);
+  VERIFY_CLOSE(dup.data(), plusTimes(dup0, rdup, 2).data(), n, 1e-5, 1e-4);
+}
+
+void TestKernels::rope_data() {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("T");
+  QTest::addColumn<int>("H");
+  QTest::addColumn<int>("KV");
+  QTest::addColumn<int>("hs");
+  QTest::addColumn<float>("theta");
+  QTest::addColumn<int>("posStart");
+  const struct {
+    int B, T, H, KV, hs;
+    float theta;
+    int posStart;
+  } rows[] = {
+      {1, 1, 1, 1, 2, 10000.0f, 0},   {2, 5, 3, 3, 6, 10000.0f, 0},     {2, 5, 4, 2, 8, 10000.0f, 3},
+      {2, 5, 4, 1, 8, 10000.0f, 3},   {3, 7, 4, 2, 10, 500000.0f, 100}, {1, 6, 4, 1, 16, 10000.0f, 17},
+      {2, 64, 8, 2, 64, 10000.0f, 0},  // the parallel path (B T H hs >= 2^14)
+  };
+  for (const auto& r : rows)
+    QTest::addRow("%s B=%d T=%d H=%d KV=%d hs=%d theta=%g pos=%d",
+                  r.KV == r.H ? "MHA"
+                  : r.KV == 1 ? "MQA"
+                              : "GQA",
+                  r.B, r.T, r.H, r.KV, r.hs, double(r.theta), r.posStart)
+        << r.B << r.T << r.H << r.KV << r.hs << r.theta << r.posStart;
+}
+
+void TestKernels::rope() {
+  QFETCH(int, B);
+  QFETCH(int, T);
+  QFETCH(int, H);
+  QFETCH(int, KV);
+  QFETCH(int, hs);
+  QFETCH(float, theta);
+  QFETCH(int, posStart);
+  const RopeShape r{B, T, H, KV, hs, theta, posStart};
+  const int group = H / KV;
+  std::mt19937 rng(kSeed + 22);
+  const Vec q = randomVec(rng, r.qSize()), k = randomVec(rng, r.kvSize()), v = randomVec(rng, r.kvSize());
+  const Vec dqkv = randomVec(rng, r.qkvSize());
+  // The kernels form the angle in fp32 (inverse frequency and product rounded: a relative error of a few
+  // 2^-24), the reference in double: a difference growing with the position, bounded by |x0| + |x1| <= 2
+  // times the angle's error.
+  const double atol = 2e-6 + 5e-7 * double(posStart + T - 1);
+
+  Vec qkv(r.qkvSize(), std::numeric_limits<float>::quiet_NaN());  // every element written
+  cpu::ropePackQkv(qkv.data(), q.data(), k.data(), v.data(), B, T, H, KV, hs, theta, posStart);
+  const DVec ref = refRopePack(toDouble(q), toDouble(k), toDouble(v), r);
+  VERIFY_CLOSE(qkv.data(), ref.data(), qkv.size(), atol, 1e-5);
+  // v is copied, never rounded: exactly the reference's (its kv head repeated).
+  for (size_t i = 0; i < qkv.size(); i++)
+    if ((i / (size_t(H) * hs)) % 3 == 2)
+      QVERIFY2(double(qkv[i]) == ref[i],
+               qPrintable(QStringLiteral("v at %1: %2 vs %3").arg(i).arg(qkv[i]).arg(ref[i])));
+
+  // The transpose: dq, dk, dv OVERWRITTEN (they start at 7), against the double transpose; dk sums `group`
+  // rotated-back gradients, dv `group` copies.
+  Vec dq(r.qSize(), 7.0f), dk(r.kvSize(), 7.0f), dv(r.kvSize(), 7.0f);
+  cpu::ropeUnpackQkv(dq.data(), dk.data(), dv.data(), dqkv.data(), B, T, H, KV, hs, theta, posStart);
+  DVec rdq, rdk, rdv;
+  refRopeUnpack(rdq, rdk, rdv, toDouble(dqkv), r);
+  VERIFY_CLOSE(dq.data(), rdq.data(), dq.size(), atol, 1e-5);
+  VERIFY_CLOSE(dk.data(), rdk.data(), dk.size(), atol * group, 1e-5);
+  VERIFY_CLOSE(dv.data(), rdv.data(), dv.size(), 1e-6 * group, 1e-6);
+
+  // Exactly the transpose of the pack: <pack(q, k, v), dqkv> = <(q, k, v), unpack(dqkv)>, both sides summed
+  // in double over the kernels' float outputs (1e-5 relative: each output is within a few ulps).
+  double lhs = 0.0, rhs = 0.0;
+  for (size_t i = 0; i < qkv.size(); i++) lhs += double(qkv[i]) * double(dqkv[i]);
+  for (size_t i = 0; i < q.size(); i++) rhs += double(q[i]) * double(dq[i]);
+  for (size_t i = 0; i < k.size(); i++) rhs += double(k[i]) * double(dk[i]) + double(v[i]) * double(dv[i]);
+  QVERIFY2(std::fabs(lhs - rhs) <= 1e-5 * std::max(std::fabs(lhs), std::fabs(rhs)),
+           qPrintable(QStringLiteral("<pack(x), y> = %1, <x, unpack(y)> = %2")
+                          .arg(lhs, 0, 'g', 17)
+                          .arg(rhs, 0, 'g', 17)));
+
+  // Overwritten, not accumulated: a second call onto the first one's results gives the same bits.
+  const Vec dq1 = dq, dk1 = dk, dv1 = dv;
+  cpu::ropeUnpackQkv(dq.data(), dk.data(), dv.data(), dqkv.data(), B, T, H, KV, hs, theta, posStart);
+  VERIFY_BITWISE(dq, dq1);
+  VERIFY_BITWISE(dk, dk1);
+  VERIFY_BITWISE(dv, dv1);
+
+  // Position posStart + t: the pack of positions [posStart, posStart + T) equals rows t of a pack from
+  // position 0 over posStart + T positions (one batch element), up to the angle's fp32 rounding, which is
+  // the same product here: bit for bit.
+  if (B == 1 && posStart > 0) {
+    const RopeShape full{1, posStart + T, H, KV, hs, theta, 0};
+    const Vec fq = randomVec(rng, full.qSize()), fk = randomVec(rng, full.kvSize()),
+              fv = randomVec(rng, full.kvSize());
+    Vec whole(full.qkvSize()), tail(size_t(T) * 3 * H * hs);
+    cpu::ropePackQkv(whole.data(), fq.data(), fk.data(), fv.data(), 1, posStart + T, H, KV, hs, theta, 0);
+    cpu::ropePackQkv(tail.data(), fq.data() + size_t(posStart) * H * hs,
+                     fk.data() + size_t(posStart) * KV * hs, fv.data() + size_t(posStart) * KV * hs, 1, T, H,
+                     KV, hs, theta, posStart);
+    const Vec wholeTail(whole.begin() + size_t(posStart) * 3 * H * hs, whole.end());
+    VERIFY_BITWISE(tail, wholeTail);
+  }
+}
+
+// The Llama pieces' parallel paths: the same bits for the same thread count; with another thread count the
+// same bits for everything but RMSNorm's weight gradient (per-thread partials summed in thread order) and
+// SwiGLU (element-wise, but which elements the vector loop or its remainder computes may move).
+void TestKernels::llamaDeterministicThreads() {
+  const int N = 512, C = 97, B = 4, T = 64, H = 8, KV = 2, hs = 16;
+  const size_t n = 100003;
+  std::mt19937 rng(kSeed + 23);
+  const Vec inp = randomVec(rng, size_t(N) * C), dout = randomVec(rng, size_t(N) * C);
+  const Vec w = randomVec(rng, C, 0.5f, 1.5f);
+  const Vec gate = randomVec(rng, n, -6.0f, 6.0f), up = randomVec(rng, n), gdout = randomVec(rng, n);
+  const RopeShape r{B, T, H, KV, hs, 10000.0f, 5};
+  const Vec q = randomVec(rng, r.qSize()), k = randomVec(rng, r.kvSize()), v = randomVec(rng, r.kvSize());
+  const Vec dqkv = randomVec(rng, r.qkvSize());
+  struct Results {
+    Vec out, rstd, dinp, dw, swiglu, dgate, dup, qkv, dq, dk, dv;
+  };
+  auto run = [&](int threads) {
+    cpu::setThreads(threads);
+    Results x;
+    x.out.resize(inp.size()), x.rstd.resize(N);
+    cpu::rmsNormForward(x.out.data(), x.rstd.data(), inp.data(), w.data(), N, C, 1e-5f);
+    x.dinp.assign(inp.size(), 0.0f), x.dw.assign(C, 0.0f);
+    cpu::rmsNormBackward(x.dinp.data(), x.dw.data(), dout.data(), inp.data(), w.data(), x.rstd.data(), N, C);
+    x.swiglu.resize(n), x.dgate.assign(n, 0.0f), x.dup.assign(n, 0.0f);
+    cpu::swigluForward(x.swiglu.data(), gate.data(), up.data(), n);
+    cpu::swigluBackward(x.dgate.data(), x.dup.data(), gdout.data(), gate.data(), up.data(), n);
+    x.qkv.resize(r.qkvSize()), x.dq.resize(r.qSize()), x.dk.resize(r.kvSize()), x.dv.resize(r.kvSize());
+    cpu::ropePackQkv(x.qkv.data(), q.data(), k.data(), v.data(), B, T, H, KV, hs, r.theta, r.posStart);
+    cpu::ropeUnpackQkv(x.dq.data(), x.dk.data(), x.dv.data(), dqkv.data(), B, T, H, KV, hs, r.theta,
+                       r.posStart);
+    return x;
+  };
+  const Results a = run(2), a2 = run(2), one = run(1);
+  cpu::setThreads(2);
+  for (auto field : {&Results::out, &Results::rstd, &Results::dinp, &Results::dw, &Results::swiglu,
+                     &Results::dgate, &Results::dup, &Results::qkv, &Results::dq, &Results::dk, &Results::dv})
+    VERIFY_BITWISE(a.*field, a2.*field);
+  for (auto field : {&Results::out, &Results::rstd, &Results::dinp, &Results::qkv, &Results::dq, &Results::dk,
+                     &Results::dv})
+    VERIFY_BITWISE(a.*field, one.*field);
+  VERIFY_CLOSE(a.dw.data(), one.dw.data(), C, 1e-5, 1e-5);
+  VERIFY_CLOSE(a.swiglu.data(), one.swiglu.data(), n, 1e-7, 1e-6);
+  VERIFY_CLOSE(a.dgate.data(), one.dgate.data(), n, 1e-7, 1e-6);
+  VERIFY_CLOSE(a.dup.data(), one.dup.data(), n, 1e-7, 1e-6);
 }
 
 // ---- Pointwise

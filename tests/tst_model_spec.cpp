@@ -37,6 +37,49 @@ class TestModelSpec : public QObject {
     QCOMPARE(buildModelSpec(m, 1024).paramCount(), int64_t(124439808) + int64_t(50257) * 768);
   }
 
+  // Llama 3 8B (Grattafiori et al. 2024, table 3: 32 layers, width 4096, 32 heads, 8 key/value heads, FFN
+  // 14336, vocabulary 128256, untied): 8,030,261,248 parameters, the count of the Hugging Face
+  // "Meta-Llama-3-8B" checkpoint. Llama 2 7B (Touvron et al. 2023; multi-head, FFN by Meta's rule, 11008,
+  // vocabulary 32000): 6,738,415,616. Names and (out, in) shapes are Hugging Face's.
+  void llamaParameterCounts() {
+    ModelConfig m;
+    m.type = ModelType::Llama;
+    m.layers = 32;
+    m.width = 4096;
+    m.heads = 32;
+    m.kvHeads = 8;
+    m.ffnHidden = 14336;
+    m.vocab = 128256;
+    m.tieEmbeddings = false;
+    const ModelSpec spec = buildModelSpec(m, 8192);
+    QCOMPARE(spec.paramCount(), int64_t(8030261248));
+    QCOMPARE(static_cast<int>(spec.layers.size()), 34);
+    const LayerSpec& block = spec.layers[1];
+    QCOMPARE(block.params[2].name, std::string("model.layers.0.self_attn.k_proj.weight"));
+    QCOMPARE(block.params[2].shape, (std::vector<int64_t>{1024, 4096}));
+    QCOMPARE(block.params[8].name, std::string("model.layers.0.mlp.down_proj.weight"));
+    QCOMPARE(block.params[8].shape, (std::vector<int64_t>{4096, 14336}));
+    QCOMPARE(spec.layers.front().params[0].name, std::string("model.embed_tokens.weight"));
+    QCOMPARE(spec.layers.back().params.back().name, std::string("lm_head.weight"));
+    // Tensor parallelism splits every block matrix (q, k, v, gate, up by rows, o and down by columns) and
+    // keeps the two RMSNorm weights whole.
+    QCOMPARE(block.splitParamCount, block.paramCount() - 2 * 4096);
+    QCOMPARE(block.localParamCount(8), (block.paramCount() - 2 * 4096) / 8 + 2 * 4096);
+    QVERIFY((shardSpecOf(block.params[4], ModelType::Llama).dim == 1));  // o_proj: row-parallel
+    QVERIFY((shardSpecOf(block.params[6], ModelType::Llama).dim == 0));  // gate_proj: column-parallel
+    // Forward FLOPs per position: 2 (q, k, v, o, gate, up, down) weights + causal attention 2 T C.
+    const double perPosition =
+        2.0 * (4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3.0 * 4096 * 14336) + 2.0 * 8192 * 4096;
+    QCOMPARE(block.forwardFlopsPerSample, perPosition * 8192);
+
+    m.layers = 32;
+    m.kvHeads = 0;
+    m.ffnHidden = 0;
+    m.vocab = 32000;
+    QCOMPARE(llamaFfnHidden(4096), int64_t(11008));
+    QCOMPARE(buildModelSpec(m, 4096).paramCount(), int64_t(6738415616));
+  }
+
   // Forward FLOPs of a block: 2 * 12 C^2 per position for the GEMMs (Kaplan et al. 2020, table 1: 2N per
   // token with N = 12 C^2 per layer) plus attention's 2 * 2 * T * C per position, halved when causal.
   void blockFlops() {

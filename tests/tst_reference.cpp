@@ -1,7 +1,7 @@
 // The engine against an independent PyTorch model (tests/reference/reference.py, Debian's python3-torch):
-// the engine dumps its weights (safetensors, Hugging Face GPT-2 names), one batch, its logits, loss and every
-// parameter gradient; the script rebuilds the model from the config in float64 and compares within the
-// tolerances stated in its header. A perturbed checkpoint must make the comparison fail.
+// the engine dumps its weights (safetensors, Hugging Face GPT-2 and Llama names), one batch, its logits, loss
+// and every parameter gradient; the script rebuilds the model from the config in float64 and compares within
+// the tolerances stated in its header. A perturbed checkpoint must make the comparison fail.
 #include <QtTest>
 
 #include <fstream>
@@ -81,6 +81,16 @@ class TestReference : public QObject {
         << QString("{%1, \"tie_embeddings\": true}").arg(gptBase) << false << 5;
     QTest::newRow("gpt-untied-head-chunks")
         << QString("{%1, \"tie_embeddings\": false}").arg(gptBase) << false << 7;
+    // llama: RMSNorm, rotary embeddings (a small base, so the angles vary over 24 positions), SwiGLU and
+    // grouped-query attention with groups of 2 and 6 query heads (multi-query), untied and tied heads, and
+    // the head in chunks.
+    const char* llamaBase =
+        "\"type\": \"llama\", \"layers\": 2, \"width\": 48, \"heads\": 6, \"ffn_hidden\": 72, "
+        "\"rope_theta\": 500, \"vocab\": 256, \"context\": 32";
+    QTest::newRow("llama-gqa-untied")
+        << QString("{%1, \"kv_heads\": 3, \"tie_embeddings\": false}").arg(llamaBase) << false << 0;
+    QTest::newRow("llama-mqa-tied-head-chunks")
+        << QString("{%1, \"kv_heads\": 1, \"tie_embeddings\": true}").arg(llamaBase) << false << 7;
     const char* vitBase = "\"type\": \"vit\", \"layers\": 2, \"width\": 32, \"heads\": 4, \"patch\": 7";
     QTest::newRow("vit-cls") << QString("{%1, \"pool\": \"cls\"}").arg(vitBase) << true << 0;
     QTest::newRow("vit-mean") << QString("{%1, \"pool\": \"mean\"}").arg(vitBase) << true << 0;
@@ -139,6 +149,14 @@ class TestReference : public QObject {
                " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.1},"
                " \"parallel\": {\"microbatches\": 2},"
                " \"training\": {\"steps\": 8, \"batch_size\": 4, \"seq_len\": 32, \"warmup_steps\": 2,"
+               " \"grad_clip\": 0.5, \"eval_batches\": 1, \"threads\": 1}")
+        << false;
+    QTest::newRow("llama-adamw")
+        << QString(
+               "\"model\": {\"type\": \"llama\", \"layers\": 2, \"width\": 32, \"heads\": 4, \"kv_heads\": 2,"
+               " \"ffn_hidden\": 64, \"rope_theta\": 1000, \"context\": 32, \"tie_embeddings\": false},"
+               " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.1},"
+               " \"training\": {\"steps\": 6, \"batch_size\": 4, \"seq_len\": 32, \"warmup_steps\": 2,"
                " \"grad_clip\": 0.5, \"eval_batches\": 1, \"threads\": 1}")
         << false;
     QTest::newRow("vit-adamw")

@@ -160,7 +160,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                      model.width % model.heads == 0 &&
                      model.width / model.heads <= kFusedAttentionMaxHeadSize;
   const int positions = spec.samplePositions;
-  const int F = model.mlpRatio * model.width;
+  const int64_t F = model.mlpHidden();
+  const int KV = model.kvHeadCount();
 
   std::vector<int> worlds;
   const int devices = mesh->deviceCount();
@@ -175,8 +176,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   for (int world : worlds) {
     for (int tp : divisors(world)) {
       if (tp > std::max(perNode, 1)) continue;
-      if (isTransformer(model.type) && (model.heads % tp || F % tp)) continue;
-      if (model.type == ModelType::Gpt && model.vocab % tp) continue;
+      if (isTransformer(model.type) && (model.heads % tp || F % tp || KV % tp)) continue;
+      if (isLanguageModel(model.type) && model.vocab % tp) continue;
       if (!isTransformer(model.type) && tp > 1) continue;
       for (int pp : divisors(world / tp)) {
         if (pp > L) continue;

@@ -186,6 +186,9 @@ constexpr unsigned kGpt = modelBit(ModelType::Gpt);
 constexpr unsigned kVit = modelBit(ModelType::Vit);
 constexpr unsigned kMlp = modelBit(ModelType::Mlp);
 constexpr unsigned kCnn = modelBit(ModelType::Cnn);
+constexpr unsigned kLlama = modelBit(ModelType::Llama);
+constexpr unsigned kLanguage = kGpt | kLlama;
+constexpr unsigned kTransformers = kGpt | kVit | kLlama;
 constexpr unsigned kText = dataBit(DataKind::Text);
 constexpr unsigned kTokens = dataBit(DataKind::Tokens);
 constexpr unsigned kMnist = dataBit(DataKind::FashionMnist);
@@ -208,37 +211,54 @@ void addModel(std::vector<Field>& t) {
   const std::string m = "/model";
   t.push_back(section("", "model", "The network.").isRequired().aka({"network", "arch"}));
   t.push_back(enumField(m, "type", kModelTypeNames, MS_REF(model.type),
-                        "Model family: gpt (decoder-only LM), vit (vision transformer), mlp or cnn (a ResNet "
-                        "of basic blocks with BatchNorm).")
+                        "Model family: gpt (decoder-only LM, GPT-2 blocks), llama (decoder-only LM, Llama "
+                        "blocks: RMSNorm, rotary embeddings, SwiGLU, grouped-query attention), vit (vision "
+                        "transformer), mlp or cnn (a ResNet of basic blocks with BatchNorm).")
                   .isRequired()
                   .aka({"model_type", "arch", "architecture", "kind"}));
   t.push_back(intField(m, "layers", MS_REF(model.layers), atLeast(1), "Transformer blocks (L).")
-                  .forModels(kGpt | kVit)
+                  .forModels(kTransformers)
                   .aka({"n_layer", "n_layers", "num_layers", "depth", "num_hidden_layers"}));
   t.push_back(intField(m, "width", MS_REF(model.width), atLeast(1), "Channels of the residual stream (C).")
-                  .forModels(kGpt | kVit)
+                  .forModels(kTransformers)
                   .aka({"n_embd", "hidden_size", "d_model", "dim", "embed_dim"}));
   t.push_back(intField(m, "heads", MS_REF(model.heads), atLeast(1), "Attention heads (H); must divide width.")
-                  .forModels(kGpt | kVit)
+                  .forModels(kTransformers)
                   .aka({"n_head", "n_heads", "num_heads", "num_attention_heads"}));
   t.push_back(
       intField(m, "mlp_ratio", MS_REF(model.mlpRatio), atLeast(1), "MLP hidden width as a multiple of width.")
           .forModels(kGpt | kVit)
           .aka({"mlp_mult", "ffn_ratio", "expansion"}));
-  t.push_back(
-      numberField(m, "layer_norm_eps", MS_REF(model.layerNormEps), above(0), "Epsilon of every LayerNorm.")
-          .forModels(kGpt | kVit)
-          .aka({"ln_eps", "norm_eps", "layer_norm_epsilon"}));
+  t.push_back(numberField(m, "layer_norm_eps", MS_REF(model.layerNormEps), above(0),
+                          "Epsilon of every LayerNorm (RMSNorm for llama).")
+                  .forModels(kTransformers)
+                  .aka({"ln_eps", "norm_eps", "layer_norm_epsilon", "rms_norm_eps"}));
+  t.push_back(intField(m, "kv_heads", MS_REF(model.kvHeads), atLeast(0),
+                       "Key/value heads of grouped-query attention (Ainslie et al. 2023); must divide heads; "
+                       "1 is multi-query attention, 0 means heads (multi-head attention).")
+                  .forModels(kLlama)
+                  .aka({"num_key_value_heads", "n_kv_heads", "num_query_groups", "kv_groups"}));
+  t.push_back(intField(m, "ffn_hidden", MS_REF(model.ffnHidden), atLeast(0),
+                       "Hidden width of the SwiGLU MLP; 0 means Llama's rule, 2/3 of 4 width rounded up to a "
+                       "multiple of 256.")
+                  .forModels(kLlama)
+                  .aka({"intermediate_size", "ffn_hidden_size", "hidden_dim", "ffn_dim"}));
+  t.push_back(numberField(m, "rope_theta", MS_REF(model.ropeTheta), above(0),
+                          "Base of the rotary position embedding's angles (10000 in Llama 2, 500000 in Llama "
+                          "3).")
+                  .forModels(kLlama)
+                  .aka({"rope_base", "rotary_base", "rotary_emb_base"}));
   t.push_back(intField(m, "vocab", MS_REF(model.vocab), atLeast(2), "Vocabulary size (V); 256 for text data.")
-                  .forModels(kGpt)
+                  .forModels(kLanguage)
                   .aka({"vocab_size", "n_vocab"}));
   t.push_back(intField(m, "context", MS_REF(model.context), atLeast(1),
-                       "Maximum sequence length: rows of the position table.")
-                  .forModels(kGpt)
+                       "Maximum sequence length (for gpt the rows of the position table).")
+                  .forModels(kLanguage)
                   .aka({"block_size", "n_ctx", "n_positions", "max_seq_len", "context_length"}));
   t.push_back(boolField(m, "tie_embeddings", MS_REF(model.tieEmbeddings),
-                        "The LM head shares the token embedding matrix (as in GPT-2).")
-                  .forModels(kGpt)
+                        "The LM head shares the token embedding matrix (as in GPT-2; Llama 2 and 3 8B+ "
+                        "have their own, set false).")
+                  .forModels(kLanguage)
                   .aka({"tie_weights", "tie_word_embeddings"}));
   t.push_back(intField(m, "image_size", MS_REF(model.imageSize), atLeast(1),
                        "Side of the square single-channel input images (S).")

@@ -43,8 +43,9 @@ constexpr unsigned modelBit(ModelType t) {
 constexpr unsigned dataBit(DataKind k) {
   return 1u << static_cast<unsigned>(k);
 }
-inline constexpr unsigned kAllModels =
-    modelBit(ModelType::Gpt) | modelBit(ModelType::Vit) | modelBit(ModelType::Mlp) | modelBit(ModelType::Cnn);
+inline constexpr unsigned kAllModels = modelBit(ModelType::Gpt) | modelBit(ModelType::Vit) |
+                                       modelBit(ModelType::Mlp) | modelBit(ModelType::Cnn) |
+                                       modelBit(ModelType::Llama);
 inline constexpr unsigned kAllDataKinds =
     dataBit(DataKind::Text) | dataBit(DataKind::Tokens) | dataBit(DataKind::FashionMnist);
 
@@ -54,8 +55,11 @@ struct EnumName {
   E value;
   const char* name;
 };
-inline constexpr EnumName<ModelType> kModelTypeNames[] = {
-    {ModelType::Gpt, "gpt"}, {ModelType::Vit, "vit"}, {ModelType::Mlp, "mlp"}, {ModelType::Cnn, "cnn"}};
+inline constexpr EnumName<ModelType> kModelTypeNames[] = {{ModelType::Gpt, "gpt"},
+                                                          {ModelType::Vit, "vit"},
+                                                          {ModelType::Mlp, "mlp"},
+                                                          {ModelType::Cnn, "cnn"},
+                                                          {ModelType::Llama, "llama"}};
 inline constexpr EnumName<BatchNormMode> kBatchNormModeNames[] = {{BatchNormMode::Local, "local"},
                                                                   {BatchNormMode::Sync, "sync"}};
 inline constexpr EnumName<ParallelMode> kParallelModeNames[] = {

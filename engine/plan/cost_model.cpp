@@ -172,7 +172,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const double rate = device.peakFlops(p.precision) * device.achievableFraction;
     const double f = rate > 0 ? model.layers[l].forwardFlopsPerSample * mbs / rate / tp : 0.0;
     const LayerSpec& layer = model.layers[l];
-    if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt) {
+    if (layer.kind == LayerKind::Head && isLanguageModel(plan.config.model.type)) {
       m_analytic.forward[l] = 3.0 * f;
       continue;
     }
@@ -313,12 +313,10 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   const int headLayer = model.layers.empty() ? -1 : static_cast<int>(L) - 1;
   const int embeddingLayer = model.layerIndex("embedding");
   const bool tiedApart =
-      plan.config.model.type == ModelType::Gpt && plan.config.model.tieEmbeddings && embeddingLayer >= 0 &&
-      headLayer >= 0 &&
+      plan.config.model.tiedHead() && embeddingLayer >= 0 && headLayer >= 0 &&
       plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(headLayer)])] !=
           plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(embeddingLayer)])];
-  const bool tiedEmbedding =
-      plan.config.model.type == ModelType::Gpt && plan.config.model.tieEmbeddings && embeddingLayer >= 0;
+  const bool tiedEmbedding = plan.config.model.tiedHead() && embeddingLayer >= 0;
   const double wteLocal = double(plan.config.model.vocab) * plan.config.model.width / tp;
   for (int k = 0; k < K && modelled; ++k) {
     const int stage = plan.partition.stageOf[static_cast<size_t>(k)];

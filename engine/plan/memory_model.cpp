@@ -38,7 +38,7 @@ TiedHead tiedHead(const Plan& plan) {
   const ModelConfig& m = plan.config.model;
   const int head = plan.model.layerIndex("head");
   const int embedding = plan.model.layerIndex("embedding");
-  if (m.type != ModelType::Gpt || !m.tieEmbeddings || head < 0 || embedding < 0) return t;
+  if (!m.tiedHead() || head < 0 || embedding < 0) return t;
   const std::vector<int> chunkOf = chunkOfLayers(plan);
   const int hc = chunkOf[static_cast<size_t>(head)], ec = chunkOf[static_cast<size_t>(embedding)];
   if (plan.partition.stageOf[static_cast<size_t>(hc)] == plan.partition.stageOf[static_cast<size_t>(ec)])
@@ -83,7 +83,9 @@ double layerActivationBytes(const Plan& plan, int l, bool fused) {
   if (p.sequenceParallel) return full / tp + output;
   const double T = plan.model.samplePositions, C = plan.config.model.width;
   const double kept = p.precision == Precision::Bf16 ? 2.0 : 4.0;
-  const double whole = 3.0 * T * C * kept + 4.0 * T * 4.0;
+  // (llama's RMSNorms keep only rstd: 2 * T statistics.)
+  const double stats = plan.config.model.type == ModelType::Llama ? 2.0 : 4.0;
+  const double whole = 3.0 * T * C * kept + stats * T * 4.0;
   const double replicated = std::min(full, whole * plan.microbatchSize());
   return replicated + (full - replicated) / tp + output;
 }
@@ -107,7 +109,7 @@ double layerCheckpointBytes(const Plan& plan, int l) {
 double largestUnitParams(const Plan& plan, int stage) {
   const int tp = std::max(1, plan.config.parallel.tp);
   const ModelConfig& m = plan.config.model;
-  const bool tied = m.type == ModelType::Gpt && m.tieEmbeddings;
+  const bool tied = m.tiedHead();
   const double wteLocal = tied ? double(m.vocab) / tp * m.width : 0.0;
   double largest = 0;
   for (int l : plan.partition.layersOfStage(stage)) {
@@ -151,7 +153,7 @@ std::vector<double> chunkLocalParameterCount(const Plan& plan) {
 std::vector<double> zero3LayerParams(const Plan& plan) {
   const int tp = std::max(1, plan.config.parallel.tp);
   const ModelConfig& m = plan.config.model;
-  const bool tied = m.type == ModelType::Gpt && m.tieEmbeddings;
+  const bool tied = m.tiedHead();
   std::vector<double> g;
   for (const LayerSpec& layer : plan.model.layers) {
     double n = double(layer.localParamCount(tp));  // the embedding's includes wte
@@ -213,16 +215,19 @@ std::vector<double> chunkSplitBackwardBytes(const Plan& plan) {
   if (!plan.schedule.splitBackward) return bytes;
   const ParallelConfig& p = plan.config.parallel;
   const ModelConfig& m = plan.config.model;
-  const double tp = std::max(1, p.tp), T = plan.model.samplePositions, C = m.width,
-               F = double(m.mlpRatio) * C;
+  const double tp = std::max(1, p.tp), T = plan.model.samplePositions, C = m.width, F = double(m.mlpHidden());
   for (size_t k = 0; k < plan.partition.chunks.size(); ++k) {
     const bool fused = fusedAttention(plan, plan.partition.stageOf[k]);
     for (int l : plan.partition.chunks[k]) {
       if (plan.model.layers[static_cast<size_t>(l)].kind != LayerKind::Block || !isTransformer(m.type))
         continue;
       // runtime/transformer.cpp, split backward: the output gradients of the MLP's and attention's output
-      // projections (T * C each, whole) and of the fc and qkv projections (T * F / tp, T * 3C / tp), fp32.
-      double b = (2.0 * C + (F + 3.0 * C) / tp) * T * 4.0 * plan.microbatchSize();
+      // projections (T * C each, whole) and of the fc and qkv projections (T * F / tp, T * 3C / tp), fp32;
+      // llama's gate and up (T * 2F / tp) and q, k and v (T * (H + 2 KV) hs / tp).
+      const bool llama = m.type == ModelType::Llama;
+      const double mlpIn = llama ? 2.0 * F : F;
+      const double qkvOut = llama ? double(m.heads + 2 * m.kvHeadCount()) * (C / m.heads) : 3.0 * C;
+      double b = (2.0 * C + (mlpIn + qkvOut) / tp) * T * 4.0 * plan.microbatchSize();
       // A recomputed block's activations, re-made in B, stay until W.
       if (recomputed(plan, static_cast<int>(k), l))
         b += layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l);
@@ -276,7 +281,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   // two stages) and kept whole until then.
   if (p.zero >= 2) {
     const ModelConfig& m = plan.config.model;
-    const bool tied = m.type == ModelType::Gpt && m.tieEmbeddings;
+    const bool tied = m.tiedHead();
     const double wteLocal = tied ? double(m.vocab) / tp * m.width : 0.0;
     std::vector<double> units;
     bool holdsTied = false;
@@ -317,7 +322,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
     o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs);
     // A gpt embedding's TP all-reduce of its lookup, staged in bf16 (runtime allReduceActivations; a
     // block's staging, counted below, is at least as large, and so is the head's).
-    if (p.precision == Precision::Bf16 && tp > 1 && plan.config.model.type == ModelType::Gpt &&
+    if (p.precision == Precision::Bf16 && tp > 1 && isLanguageModel(plan.config.model.type) &&
         layer.kind == LayerKind::Embedding)
       o.workspace =
           std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs +
@@ -334,7 +339,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       // parallelism 6 a gathered (T, C) gradient and 7 a (T/tp, C) piece.
       const ModelConfig& m = plan.config.model;
       const bool bf16 = p.precision == Precision::Bf16, sp = p.sequenceParallel && tp > 1;
-      const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpRatio) * m.width;
+      const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpHidden());
       const double Cs = C / seqSplit, spC = sp ? C : 0.0;
       const double attention = fused ? double(m.heads) * T + (bf16 ? T * C : 0.0) : double(m.heads) * T * T;
       double floats =
@@ -361,7 +366,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       o.workspace = std::max(o.workspace, blockWorkspace);
       blockRowsC = std::max(blockRowsC, mbs * T * C);
     }
-    if (layer.kind == LayerKind::Head && plan.config.model.type == ModelType::Gpt) {
+    if (layer.kind == LayerKind::Head && isLanguageModel(plan.config.model.type)) {
       // The fused LM head and loss (runtime/gpt_layers.cpp): ln_f's output and one chunk of logits (plus
       // three floats a row for the vocabulary-parallel loss), beside the input gradient it hands back.
       const double rows = mbs * plan.model.samplePositions, C = plan.config.model.width;

@@ -1,4 +1,4 @@
-// Layer and parameter lists of the gpt, vit, mlp and cnn models; see model_spec.h.
+// Layer and parameter lists of the gpt, llama, vit, mlp and cnn models; see model_spec.h.
 #include "plan/model_spec.h"
 
 #include <algorithm>
@@ -48,8 +48,19 @@ ShardSpec shardSpecOf(const ParamSpec& p, ModelType type) {
     if (endsWith(n, ".attn.c_proj.weight") || endsWith(n, ".mlp.c_proj.weight")) return {0, 1};
     return {};
   }
+  if (type == ModelType::Llama && n.rfind("model.layers.", 0) == 0) {
+    // nn.Linear (out, in) weights, no biases: column-parallel q, k, v, gate and up split their rows,
+    // row-parallel o and down their columns.
+    if (endsWith(n, ".self_attn.q_proj.weight") || endsWith(n, ".self_attn.k_proj.weight") ||
+        endsWith(n, ".self_attn.v_proj.weight") || endsWith(n, ".mlp.gate_proj.weight") ||
+        endsWith(n, ".mlp.up_proj.weight"))
+      return {0, 1};
+    if (endsWith(n, ".self_attn.o_proj.weight") || endsWith(n, ".mlp.down_proj.weight")) return {1, 1};
+    return {};
+  }
   // Vocab-parallel embedding and LM head (rows are vocabulary entries).
   if (type == ModelType::Gpt && (n == "wte.weight" || n == "lm_head.weight")) return {0, 1};
+  if (type == ModelType::Llama && (n == "model.embed_tokens.weight" || n == "lm_head.weight")) return {0, 1};
   return {};
 }
 
@@ -169,6 +180,73 @@ ModelSpec gptSpec(const ModelConfig& m, int T) {
   // Training fuses the LM head with the loss (headChunkRows): forward keeps ln_f's input gradient (T, C),
   // its row statistics and the losses; the logits live one chunk at a time in the workspace.
   head.activationBytesPerSample = (int64_t(T) * C + 3 * int64_t(T)) * 4;
+  head.outputBytesPerSample = int64_t(T) * 4;
+  spec.layers.push_back(head);
+  return spec;
+}
+
+// A Llama block (Touvron et al. 2023, "LLaMA", section 2.2: pre-normalisation with RMSNorm, SwiGLU, rotary
+// embeddings; Llama 2's grouped-query attention, Ainslie et al. 2023), parameters named and laid out as in
+// the Hugging Face Llama checkpoints (nn.Linear (out, in) weights, no biases). The residual outputs (o_proj,
+// down_proj) start scaled by 1/sqrt(2L) as gpt's do.
+LayerSpec llamaBlock(const ModelConfig& m, int i, int T) {
+  const int64_t C = m.width, F = m.mlpHidden(), H = m.heads, KV = m.kvHeadCount(), hs = C / H;
+  const double projStd = m.initStd / std::sqrt(2.0 * m.layers);
+  const std::string p = "model.layers." + std::to_string(i) + ".";
+  LayerSpec l;
+  l.name = "block." + std::to_string(i);
+  l.kind = LayerKind::Block;
+  l.params = {ones(p + "input_layernorm.weight", {C}),
+              weight(p + "self_attn.q_proj.weight", {H * hs, C}, m.initStd),
+              weight(p + "self_attn.k_proj.weight", {KV * hs, C}, m.initStd),
+              weight(p + "self_attn.v_proj.weight", {KV * hs, C}, m.initStd),
+              weight(p + "self_attn.o_proj.weight", {C, H * hs}, projStd),
+              ones(p + "post_attention_layernorm.weight", {C}),
+              weight(p + "mlp.gate_proj.weight", {F, C}, m.initStd),
+              weight(p + "mlp.up_proj.weight", {F, C}, m.initStd),
+              weight(p + "mlp.down_proj.weight", {C, F}, projStd)};
+  // Forward FLOPs: q, k, v, o and the three MLP GEMMs (2 * in * out per position), and causal attention's
+  // two T x T products over all H query heads (grouped-query attention shares K and V, not the products).
+  const double gemm = 2.0 * T * (C * (H + 2 * KV) * hs + H * hs * C + 3 * C * F);
+  const double attn = 2.0 * 2.0 * double(T) * T * H * hs * 0.5;
+  l.forwardFlopsPerSample = gemm + attn;
+  l.attentionFlopsPerSample = attn;
+  // Saved for backward (runtime/transformer.cpp): the first RMSNorm's output, the rotated q|k|v with the
+  // key/value heads repeated as attention reads them, the attention probabilities, attention's output, the
+  // first residual, the second RMSNorm's output, the gate and up projections and the SwiGLU output, plus
+  // each RMSNorm's per-row rstd; all but the rstds bf16 in bf16 precision.
+  const int64_t kept = T * (C + 3 * H * hs + H * hs + C + C + F + F + F);
+  l.activationBytesPerSample = (kept + H * int64_t(T) * T + 2 * int64_t(T)) * 4;
+  l.bf16BytesPerSample = kept * 4;
+  l.attentionMatrixBytesPerSample = H * int64_t(T) * T * 4;
+  l.attentionRowBytesPerSample = H * int64_t(T) * 4;
+  l.outputBytesPerSample = int64_t(T) * C * 4;
+  return l;
+}
+
+// Llama: a token embedding without positions (rotary embeddings act inside attention), the blocks, a final
+// RMSNorm and the LM head (lm_head.weight, or the embedding when tied), Hugging Face's names.
+ModelSpec llamaSpec(const ModelConfig& m, int T) {
+  const int64_t C = m.width, V = m.vocab;
+  ModelSpec spec;
+  spec.samplePositions = T;
+  LayerSpec emb;
+  emb.name = "embedding";
+  emb.kind = LayerKind::Embedding;
+  emb.params = {weight("model.embed_tokens.weight", {V, C}, m.initStd)};
+  emb.forwardFlopsPerSample = 0;
+  emb.activationBytesPerSample = 0;
+  emb.outputBytesPerSample = int64_t(T) * C * 4;
+  spec.layers.push_back(emb);
+  for (int i = 0; i < m.layers; ++i) spec.layers.push_back(llamaBlock(m, i, T));
+  LayerSpec head;
+  head.name = "head";
+  head.kind = LayerKind::Head;
+  head.params = {ones("model.norm.weight", {C})};
+  if (!m.tieEmbeddings) head.params.push_back(weight("lm_head.weight", {V, C}, m.initStd));
+  head.forwardFlopsPerSample = 2.0 * T * C * V;
+  // As gpt's fused head: the norm's input gradient (T, C), its rstd and the losses.
+  head.activationBytesPerSample = (int64_t(T) * C + 2 * int64_t(T)) * 4;
   head.outputBytesPerSample = int64_t(T) * 4;
   spec.layers.push_back(head);
   return spec;
@@ -324,6 +402,12 @@ std::vector<int> cnnStageSides(const ModelConfig& model) {
   return sides;
 }
 
+const char* tokenEmbeddingName(ModelType type) {
+  if (type == ModelType::Gpt) return "wte.weight";
+  if (type == ModelType::Llama) return "model.embed_tokens.weight";
+  return "";
+}
+
 ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
   ModelSpec spec;
   switch (model.type) {
@@ -338,6 +422,9 @@ ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
       break;
     case ModelType::Cnn:
       spec = cnnSpec(model);
+      break;
+    case ModelType::Llama:
+      spec = llamaSpec(model, seqLen);
       break;
   }
   // Which elements tensor parallelism splits, once (the memory and cost models ask per plan and stage).

@@ -1,10 +1,11 @@
 // The model as the plan sees it: an ordered list of named layers (the unit of placement: "embedding" (gpt,
-// vit) or "stem" (cnn), "block.0" .. "block.N-1", "head"), each with its parameter tensors (names, shapes, initialisation) and its
-// cost (forward FLOPs and saved activation bytes per sample). The runtime builds its tensors from this list,
-// so a parameter's shape is written in exactly one place.
+// vit) or "stem" (cnn), "block.0" .. "block.N-1", "head"), each with its parameter tensors (names, shapes,
+// initialisation) and its cost (forward FLOPs and saved activation bytes per sample). The runtime builds its
+// tensors from this list, so a parameter's shape is written in exactly one place.
 //
 // What always holds: layer names are unique; parameter names are unique across the model and, for gpt,
-// are the Hugging Face GPT-2 checkpoint names (linear weights in (in, out) "Conv1D" layout), for cnn
+// are the Hugging Face GPT-2 checkpoint names (linear weights in (in, out) "Conv1D" layout), for llama the
+// Hugging Face Llama names (nn.Linear (out, in) weights), for cnn
 // torchvision's ResNet names; a tied LM head owns no parameter (it reads wte.weight of the embedding layer).
 #pragma once
 
@@ -38,8 +39,9 @@ struct ShardSpec {
 };
 // The TP sharding of a parameter of the model (by its name and the model type): column-parallel q|k|v and
 // MLP fc (weights and biases), row-parallel projections (weights; their biases stay whole), vocab-parallel
-// gpt wte and lm_head; everything else (LayerNorms, positions, row-parallel biases, vit's patch embedding
-// and head) replicated.
+// gpt wte and lm_head; llama's q, k, v, gate and up split by rows (output features), o and down by columns,
+// embed_tokens and lm_head by vocabulary; everything else (LayerNorms, positions, row-parallel biases, vit's
+// patch embedding and head) replicated.
 ShardSpec shardSpecOf(const ParamSpec& param, ModelType type);
 
 struct LayerSpec {
@@ -118,6 +120,10 @@ struct ModelSpec {
 // The cnn's image side after the stem and each stage: S, then halved (rounded up) by every stage after the
 // first (3x3 convolutions with padding 1 and stride 2: (S + 1) / 2). Entry i is stage i's output side.
 std::vector<int> cnnStageSides(const ModelConfig& model);
+
+// The token embedding's parameter name (which a tied LM head reads): gpt's "wte.weight", llama's
+// "model.embed_tokens.weight"; "" for the other models.
+const char* tokenEmbeddingName(ModelType type);
 
 // Builds the spec from the model config; seqLen is training.seq_len (used by gpt only). The config is assumed
 // structurally valid (positive sizes); inputs is the flattened input size of an mlp (784 for Fashion-MNIST).

@@ -25,7 +25,7 @@ Expected<ServerShards> assignServers(const ModelSpec& spec, const RunConfig& con
   ServerShards out;
   out.layers.assign(S, {});
   out.params.assign(S, 0);
-  const bool tiedHead = config.model.type == ModelType::Gpt && config.model.tieEmbeddings && L > 1;
+  const bool tiedHead = config.model.tiedHead() && L > 1;
   for (int layer : order) {
     if (tiedHead && layer == L - 1) continue;
     const int s =

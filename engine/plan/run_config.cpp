@@ -25,6 +25,16 @@
 
 namespace ms {
 
+int64_t llamaFfnHidden(int64_t width) {
+  const int64_t multiple = 256, hidden = 2 * (4 * width) / 3;
+  return (hidden + multiple - 1) / multiple * multiple;
+}
+
+int64_t ModelConfig::mlpHidden() const {
+  if (type == ModelType::Llama) return ffnHidden > 0 ? ffnHidden : llamaFfnHidden(width);
+  return int64_t(mlpRatio) * width;
+}
+
 const char* toString(ModelType v) {
   return enumName(kModelTypeNames, v);
 }

@@ -19,11 +19,16 @@ namespace ms {
 
 inline constexpr int kRunConfigVersion = 1;
 
-enum class ModelType { Gpt, Vit, Mlp, Cnn };
-// Whether the model's blocks are transformer blocks (attention + MLP): gpt and vit. Tensor and sequence
-// parallelism, selective recompute and the attention memory terms apply to these only.
+enum class ModelType { Gpt, Vit, Mlp, Cnn, Llama };
+// Whether the model's blocks are transformer blocks (attention + MLP): gpt, llama and vit. Tensor and
+// sequence parallelism, selective recompute and the attention memory terms apply to these only.
 constexpr bool isTransformer(ModelType t) {
-  return t == ModelType::Gpt || t == ModelType::Vit;
+  return t == ModelType::Gpt || t == ModelType::Vit || t == ModelType::Llama;
+}
+// Whether the model is a decoder-only language model (token data, a vocabulary, an LM head, causal
+// attention): gpt and llama.
+constexpr bool isLanguageModel(ModelType t) {
+  return t == ModelType::Gpt || t == ModelType::Llama;
 }
 enum class BatchNormMode { Local, Sync };
 // How replicas combine gradients: collectives inside one job (all-reduce, reduce-scatter), or parameter
@@ -57,10 +62,14 @@ struct ModelConfig {
   int heads = 4;               // "heads": H, must divide width
   int mlpRatio = 4;            // "mlp_ratio": MLP hidden = mlp_ratio * width
   double layerNormEps = 1e-5;  // "layer_norm_eps"
-  // gpt
+  // gpt and llama
   int vocab = 256;            // "vocab": V
-  int context = 128;          // "context": maximum sequence length (rows of the position table)
+  int context = 128;          // "context": maximum sequence length (rows of gpt's position table)
   bool tieEmbeddings = true;  // "tie_embeddings": LM head shares the token embedding (GPT-2 default)
+  // llama (Touvron et al. 2023, "Llama 2", section 2.2; Llama 3 (Grattafiori et al. 2024), table 3)
+  int kvHeads = 0;             // "kv_heads": key/value heads (grouped-query attention); 0 = heads
+  int ffnHidden = 0;           // "ffn_hidden": SwiGLU hidden width; 0 = Llama's rule (llamaFfnHidden)
+  double ropeTheta = 10000.0;  // "rope_theta": base of the rotary embedding angles
   // vit and cnn
   int imageSize = 28;  // "image_size": S, square single-channel images
   // vit
@@ -80,7 +89,19 @@ struct ModelConfig {
   // all
   double initStd = 0.02;  // "init_std": std of the normal init of weight matrices
   bool operator==(const ModelConfig&) const = default;
+  // Key/value heads: kv_heads, or heads where it is 0 (or the model is not a llama: gpt and vit attention
+  // is multi-head).
+  int kvHeadCount() const { return type == ModelType::Llama && kvHeads > 0 ? kvHeads : heads; }
+  // The MLP's hidden width: mlp_ratio * width for gpt and vit; for llama ffn_hidden, or where it is 0
+  // Meta's rule (llamaFfnHidden).
+  int64_t mlpHidden() const;
+  // Whether the LM head reads the token embedding (a language model with tie_embeddings).
+  bool tiedHead() const { return isLanguageModel(type) && tieEmbeddings; }
 };
+// Llama's default SwiGLU width for a model of `width` (Meta's llama reference, model.py FeedForward: 2/3 of
+// 4 width, rounded up to a multiple of 256, so the three matrices hold as many parameters as a 4x GELU MLP's
+// two): 11008 for width 4096 (Llama 2 7B).
+int64_t llamaFfnHidden(int64_t width);
 
 struct DataConfig {
   DataKind kind = DataKind::Text;  // "kind": "text" | "tokens" | "fashion_mnist"

@@ -1,5 +1,6 @@
 // GPT-2's embedding (token + learned position) and head (final LayerNorm, LM head fused with the softmax
-// cross-entropy in training).
+// cross-entropy in training), and llama's: the token embedding alone (rotary embeddings act in attention)
+// and the head with a final RMSNorm; Hugging Face's names for each.
 // The LM head reads the token embedding wte (V, C) when tie_embeddings is on (GPT-2's default), else its own
 // lm_head.weight (V, C); both are stored (V, C) as in Hugging Face checkpoints, so logits = x @ W^T.
 // All tensor work runs through the rank's Backend; the host only sees the losses (downloaded for the loss
@@ -24,6 +25,10 @@ class GptEmbedding final : public Layer {
         m_Vl(ctx.model.vocab / ctx.tp.size),
         m_tp(ctx.tp),
         m_ws(ctx.workspace) {
+    if (ctx.model.type == ModelType::Llama) {
+      m_wte = bindParam(ctx.params, "model.embed_tokens.weight");
+      return;
+    }
     m_wte = bindParam(ctx.params, "wte.weight");
     m_wpe = bindParam(ctx.params, "wpe.weight");
   }
@@ -32,6 +37,12 @@ class GptEmbedding final : public Layer {
   // range (0 elsewhere), the pieces are all-reduced, then the positions are added. In bf16 the all-reduce
   // moves bf16, and loses nothing: each value has one non-zero term, a bf16 working weight.
   void forward(const float*, float* y, const BatchView& batch, const ForwardMode&, int) override {
+    if (!m_wpe.store) {  // llama: the tokens' rows (this rank's vocabulary range under TP, all-reduced)
+      const int N = batch.B * m_T;
+      m_be.embeddingRangeForward(y, batch.tokens, m_wte.value(), m_tp.rank * m_Vl, m_Vl, N, m_C);
+      if (m_tp.size > 1) allReduceActivations(m_tp, m_be, *m_ws, y, size_t(N) * m_C);
+      return;
+    }
     if (m_tp.size == 1) {
       m_be.embeddingForward(y, batch.tokens, m_wte.value(), m_wpe.value(), batch.B, m_T, m_C);
       return;
@@ -46,6 +57,9 @@ class GptEmbedding final : public Layer {
   void backward(const float*, const float* dy, float*, const BatchView& batch, int,
                 BackwardPart part) override {
     if (part == BackwardPart::Weight) return;
+    if (!m_wpe.store)
+      return m_be.embeddingRangeBackward(m_wte.grad(), dy, batch.tokens, m_tp.rank * m_Vl, m_Vl,
+                                         batch.B * m_T, m_C);
     if (m_tp.size == 1) {
       m_be.embeddingBackward(m_wte.grad(), m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C, m_Vl);
       return;
@@ -77,6 +91,11 @@ class GptHead final : public Layer {
         m_caches(ctx.tracker),
         m_ws(ctx.workspace),
         m_chunkOverride(chunkRowsOverride()) {
+    if (ctx.model.type == ModelType::Llama) {
+      m_lnfw = bindParam(ctx.params, "model.norm.weight");
+      m_w = bindParam(ctx.params, ctx.model.tieEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+      return;
+    }
     m_lnfw = bindParam(ctx.params, "ln_f.weight");
     m_lnfb = bindParam(ctx.params, "ln_f.bias");
     m_w = bindParam(ctx.params, ctx.model.tieEmbeddings ? "wte.weight" : "lm_head.weight");
@@ -88,13 +107,16 @@ class GptHead final : public Layer {
   void forward(const float* x, float*, const BatchView& batch, const ForwardMode& mode, int slot) override {
     const int N = batch.B * m_T;
     Cache& c = m_caches[slot];
-    c.mean.reserve(N);
+    if (m_lnfb.store) c.mean.reserve(N);
     c.rstd.reserve(N);
     c.losses.reserve(N);  // (B, T)
     // lnf (B, T, C) is read only within this call: workspace slot 0.
     float* lnf = m_ws->get(0, size_t(N) * m_C, false);
-    m_be.layerNormForward(lnf, c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
-                          m_eps);
+    if (m_lnfb.store)
+      m_be.layerNormForward(lnf, c.mean.data(), c.rstd.data(), x, m_lnfw.value(), m_lnfb.value(), N, m_C,
+                            m_eps);
+    else  // llama's RMSNorm
+      m_be.rmsNormForward(lnf, c.rstd.data(), x, m_lnfw.value(), N, m_C, m_eps);
     if (mode.keepLogits && !mode.training) {
       c.logits.reserve(size_t(N) * m_Vl);  // (B, T, Vl), kept for logits()
       m_be.linearForwardT(c.logits.data(), lnf, m_w.gemm(), nullptr, N, m_C, m_Vl);
@@ -127,6 +149,8 @@ class GptHead final : public Layer {
     Cache& c = m_caches[slot];
     float* dlnf = c.dlnf.data();  // (B, T, C)
     allReduceActivations(m_tp, m_be, *m_ws, dlnf, size_t(N) * m_C);
+    if (!m_lnfb.store)
+      return m_be.rmsNormBackward(dx, m_lnfw.grad(), dlnf, x, m_lnfw.value(), c.rstd.data(), N, m_C);
     m_be.layerNormBackward(dx, m_lnfw.grad(), m_lnfb.grad(), dlnf, x, m_lnfw.value(), c.mean.data(),
                            c.rstd.data(), N, m_C);
   }

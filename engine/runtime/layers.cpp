@@ -82,12 +82,12 @@ std::unique_ptr<Layer> makeLayer(const LayerSpec& spec, LayerContext ctx) {
   }
   switch (spec.kind) {
     case LayerKind::Embedding:
-      return type == ModelType::Gpt ? makeGptEmbedding(spec, ctx) : makeVitEmbedding(spec, ctx);
+      return isLanguageModel(type) ? makeGptEmbedding(spec, ctx) : makeVitEmbedding(spec, ctx);
     case LayerKind::Block:
       if (type == ModelType::Mlp) return makeMlpBlock(spec, ctx, std::stoi(spec.name.substr(6)));
-      return makeTransformerBlock(spec, ctx, type == ModelType::Gpt);
+      return makeTransformerBlock(spec, ctx, isLanguageModel(type));
     case LayerKind::Head:
-      if (type == ModelType::Gpt) return makeGptHead(spec, ctx);
+      if (isLanguageModel(type)) return makeGptHead(spec, ctx);
       return type == ModelType::Vit ? makeVitHead(spec, ctx) : makeMlpHead(spec, ctx);
   }
   return nullptr;

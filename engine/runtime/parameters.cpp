@@ -123,9 +123,9 @@ StorePlan planStore(const ModelSpec& spec, ModelType type, bool tied, const Stor
   for (int li : L.layers) holdsHead |= spec.layers[li].kind == LayerKind::Head;
   // The tied token embedding is its own unit, held by the embedding's rank and (as a copy) the head's.
   const ParamSpec* wte = nullptr;
-  if (type == ModelType::Gpt && tied) {
+  if (isLanguageModel(type) && tied) {
     for (const ParamSpec& ps : spec.layers.front().params)
-      if (ps.name == "wte.weight") wte = &ps;
+      if (ps.name == tokenEmbeddingName(type)) wte = &ps;
   }
   if (wte && (L.holdsEmbedding || holdsHead)) {
     out.tiedUnit = 0;

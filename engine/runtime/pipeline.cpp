@@ -27,7 +27,7 @@ Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* hostWorld, C
   g.dp = std::move(*dp);
   // The tied token embedding lives on the first and the last stage: their copies' gradients are summed.
   const int last = L.pp() - 1;
-  const bool tied = plan.config.model.type == ModelType::Gpt && plan.config.model.tieEmbeddings && last > 0;
+  const bool tied = plan.config.model.tiedHead() && last > 0;
   const int color = tied && (c.pp == 0 || c.pp == last) ? c.dp * L.tp() + c.tp : -1;
   auto emb = world->split(color, c.pp);
   if (!emb) return emb.status().withContext("creating the embedding groups");
@@ -282,7 +282,7 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   // The tied embedding: the first stage's and the last stage's gradients are summed (Megatron-LM's embedding
   // group), then synced over data parallelism like any unit.
   if (m_groups.embedding && p.tiedUnit() >= 0) {
-    const int wte = p.indexOf("wte.weight");
+    const int wte = p.indexOf(tokenEmbeddingName(m_plan.config.model.type));
     MS_TRY(p.ensureGrads(p.tiedUnit()));
     void* g = p.gradOut(wte).data;
     MS_TRY(m_groups.embedding->allReduce(g, g, p.params()[wte].numel, p.gradType(), ReduceOp::Sum));

@@ -213,7 +213,7 @@ class Server {
   nlohmann::json predictedJson() const {
     auto p = predictParameterServer(m_config);
     if (!p) return nlohmann::json::object();
-    const double perSample = m_config.model.type == ModelType::Gpt ? m_config.training.seqLen : 1;
+    const double perSample = isLanguageModel(m_config.model.type) ? m_config.training.seqLen : 1;
     return {{key::kStepTimeS, p->stepTime},
             {key::kTokensPerS, p->samplesPerSecond * perSample},
             {key::kPsMeanStaleness, p->meanStaleness}};
@@ -474,7 +474,7 @@ class Server {
         {key::kStepTimeS, secs / double(stepsSince)},
         {key::kSamplesPerS, double(m_window.samplesTotal(m_workers)) / std::max(secs, 1e-9)},
         {key::kPsVersion, m_version}};
-    if (m_config.model.type == ModelType::Gpt)
+    if (isLanguageModel(m_config.model.type))
       line[key::kTokensPerS] =
           double(m_window.samplesTotal(m_workers)) * m_config.training.seqLen / std::max(secs, 1e-9);
     else if (m_window.count)

@@ -76,7 +76,7 @@ class Worker {
     m_mbs = microbatchSize(m_config);
     // sync: collective data parallelism's scale (1 / the whole batch's targets), the servers sum the pushes;
     // async, bounded: each push is an update of its own, the mean over this worker's share.
-    const int64_t perSample = m_config.model.type == ModelType::Gpt ? m_config.training.seqLen : 1;
+    const int64_t perSample = isLanguageModel(m_config.model.type) ? m_config.training.seqLen : 1;
     const int64_t targets = (m_config.parallel.consistency == Consistency::Sync ? B : m_share) * perSample;
     m_lossScale = 1.0f / static_cast<float>(targets);
     for (const Straggler& s : m_config.parallel.stragglers)

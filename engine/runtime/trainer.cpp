@@ -56,7 +56,7 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
   if (c.parallel.tp > 1 && !isTransformer(c.model.type))
     return Status::error("/parallel/tp: the " + std::string(toString(c.model.type)) +
                          " model has no tensor-parallel layers; use tp = 1");
-  if (c.parallel.tp > 1 && c.model.type == ModelType::Gpt && c.model.vocab % c.parallel.tp != 0)
+  if (c.parallel.tp > 1 && isLanguageModel(c.model.type) && c.model.vocab % c.parallel.tp != 0)
     return Status::error("/model/vocab: " + std::to_string(c.model.vocab) +
                          " is not divisible by tp = " + std::to_string(c.parallel.tp) +
                          " (the vocab-parallel embedding splits the vocabulary evenly)");
@@ -116,7 +116,7 @@ EvalResult evaluate(Model& model, const DataSource& data, const RunConfig& confi
   EvalResult r;
   r.samples = S;
   r.loss = sum.count ? sum.lossSum / double(sum.count) : 0.0;
-  r.hasAccuracy = config.model.type != ModelType::Gpt;
+  r.hasAccuracy = !isLanguageModel(config.model.type);
   r.accuracy = r.hasAccuracy && sum.count ? double(sum.correct) / double(sum.count) : 0.0;
   return r;
 }
@@ -676,7 +676,7 @@ class TrainingRun {
     return true;
   }
 
-  bool isGpt() const { return m_config.model.type == ModelType::Gpt; }
+  bool isGpt() const { return isLanguageModel(m_config.model.type); }
   int64_t targetsPerStep() const {
     return isGpt() ? int64_t(m_config.training.batchSize) * m_config.training.seqLen
                    : m_config.training.batchSize;

@@ -1,6 +1,12 @@
-// The pre-LayerNorm transformer block shared by gpt (causal) and vit (bidirectional):
+// The pre-norm transformer block shared by gpt (causal) and vit (bidirectional):
 //   y = r + MLP(LN2(r)),  r = x + Attn(LN1(x))          (Radford et al. 2019, GPT-2, section 2.3)
 // Shapes: x, y (B, T, C); F = mlp_ratio * C; hs = C / H.
+// llama's block (Touvron et al. 2023, section 2.2) is the same skeleton with other parts, each behind one
+// helper below: RMSNorm for the LayerNorms (rstd only), q, k and v as three nn.Linear (out, in) GEMMs
+// without biases whose outputs ropePackQkv rotates (RoPE) and lays out for attention with each key/value
+// head repeated for its group of query heads (GQA), an o projection without bias, and a SwiGLU MLP
+// (down(silu(gate(h)) * up(h)), F = ffn_hidden) whose gate and up outputs are kept side by side in one
+// (B, T, 2Fl) tensor. Tensor parallelism splits q heads and kv heads alike (KVl = KV/tp per rank).
 // Tensor parallel over tp ranks (Shoeybi et al. 2019, "Megatron-LM", section 3, figure 3): the q|k|v
 // projection and the MLP's first linear are column-parallel (each rank computes H/tp heads and F/tp hidden
 // units), the attention output projection and the MLP's second linear row-parallel (each rank's partial sums
@@ -23,6 +29,7 @@
 // bf16 precision keeps every saved tensor in bf16 but the LayerNorm statistics (and fused attention's fp32
 // row log-sum-exps), as Megatron-LM does (Korthikanti et al. 2022, section 4.1): sbh(32 + 2as/h) bytes per
 // layer with the block's input, the paper's count without dropout (plan/model_spec.h).
+#include <algorithm>
 #include <string>
 
 #include "plan/recompute.h"
@@ -39,7 +46,11 @@ class TransformerBlock final : public Layer {
         m_C(ctx.model.width),
         m_H(ctx.model.heads / ctx.tp.size),
         m_Cl(ctx.model.width / ctx.tp.size),
-        m_F(ctx.model.mlpRatio * ctx.model.width / ctx.tp.size),
+        m_F(static_cast<int>(ctx.model.mlpHidden() / ctx.tp.size)),
+        m_llama(ctx.model.type == ModelType::Llama),
+        m_KVl(ctx.model.kvHeadCount() / ctx.tp.size),
+        m_hs(ctx.model.width / ctx.model.heads),
+        m_theta(static_cast<float>(ctx.model.ropeTheta)),
         m_T(ctx.positions),
         m_eps(static_cast<float>(ctx.model.layerNormEps)),
         m_causal(causal),
@@ -51,7 +62,21 @@ class TransformerBlock final : public Layer {
     m_fused = m_be.attentionSavedFloats(1, m_T, m_Cl, m_H) != size_t(m_H) * m_T * m_T;
     const RecomputePolicy policy{ctx.selectiveRecompute ? Recompute::Selective : Recompute::None, 0};
     m_recomputeAttention = recomputesAttention(policy, ctx.model.type, spec.kind, m_T, m_fused);
-    const std::string p = "h." + spec.name.substr(spec.name.find('.') + 1) + ".";
+    const std::string index = spec.name.substr(spec.name.find('.') + 1);
+    if (m_llama) {
+      const std::string p = "model.layers." + index + ".";
+      m_ln1w = bindParam(ctx.params, p + "input_layernorm.weight");
+      m_qkvw = bindParam(ctx.params, p + "self_attn.q_proj.weight");
+      m_kw = bindParam(ctx.params, p + "self_attn.k_proj.weight");
+      m_vw = bindParam(ctx.params, p + "self_attn.v_proj.weight");
+      m_projw = bindParam(ctx.params, p + "self_attn.o_proj.weight");
+      m_ln2w = bindParam(ctx.params, p + "post_attention_layernorm.weight");
+      m_fcw = bindParam(ctx.params, p + "mlp.gate_proj.weight");
+      m_upw = bindParam(ctx.params, p + "mlp.up_proj.weight");
+      m_fcprojw = bindParam(ctx.params, p + "mlp.down_proj.weight");
+      return;
+    }
+    const std::string p = "h." + index + ".";
     m_ln1w = bindParam(ctx.params, p + "ln_1.weight");
     m_ln1b = bindParam(ctx.params, p + "ln_1.bias");
     m_qkvw = bindParam(ctx.params, p + "attn.c_attn.weight");
@@ -72,27 +97,24 @@ class TransformerBlock final : public Layer {
     const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl;
     const int N = B * T;
     Cache& c = m_caches[slot];
-    c.ensure(B, T, m_sp ? m_tp.size : 1);
+    c.ensure(B, T, m_sp ? m_tp.size : 1, m_llama);
     if (m_sp) return forwardSequenceParallel(x, y, B, c);
     // A row-parallel linear's bias is added by one rank only, so the all-reduced sum holds it once.
     const bool addsBias = m_tp.rank == 0;
     float* ln1 = c.ln1.target(size_t(N) * C, *m_ws, kKeptStaging);
-    m_be.layerNormForward(ln1, c.ln1Mean.data(), c.ln1Rstd.data(), x, m_ln1w.value(), m_ln1b.value(), N, C,
-                          m_eps);
+    norm(ln1, c.ln1Mean, c.ln1Rstd, x, m_ln1w, m_ln1b, N);
     float* qkv = c.qkv.target(size_t(N) * 3 * Cl, *m_ws, kQkvSlot);
-    m_be.linearForward(qkv, c.ln1.keep(ln1), m_qkvw.gemm(), m_qkvb.value(), N, C, 3 * Cl);
+    qkvForward(qkv, c.ln1.keep(ln1), B);
     c.qkv.keep(qkv);
     float* atty = attentionForward(c, B, qkv);
     float* res1 = c.res1.target(size_t(N) * C, *m_ws, kRes1Slot);
-    m_be.linearForward(res1, c.atty.keep(atty), m_projw.gemm(), addsBias ? m_projb.value() : nullptr, N, Cl,
-                       C);
+    linear(res1, c.atty.keep(atty), m_projw, addsBias ? bias(m_projb) : nullptr, N, Cl, C);
     allReduceActivations(res1, size_t(N) * C);
     m_be.add(res1, res1, x, size_t(N) * C);
     c.res1.keep(res1);
     float* ln2 = c.ln2.target(size_t(N) * C, *m_ws, kKeptStaging);
-    m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), res1, m_ln2w.value(), m_ln2b.value(), N, C,
-                          m_eps);
-    mlpForward(c, N, c.ln2.keep(ln2), y, addsBias ? m_fcprojb.value() : nullptr);
+    norm(ln2, c.ln2Mean, c.ln2Rstd, res1, m_ln2w, m_ln2b, N);
+    mlpForward(c, N, c.ln2.keep(ln2), y, addsBias ? bias(m_fcprojb) : nullptr);
     allReduceActivations(y, size_t(N) * C);
     m_be.add(y, y, res1, size_t(N) * C);
   }
@@ -109,14 +131,11 @@ class TransformerBlock final : public Layer {
       auto whole = [&](const KeptInput& ln) {
         return m_sp ? gatheredLayerNorm(ln.in(), m_ws->get(6, NC, false), B) : ln.in();
       };
-      m_be.linearBackward(nullptr, m_fcprojw.grad(), m_fcprojb.grad(), c.gOut.data(), c.gelu.in(),
-                          m_fcprojw.gemm(), N, F, C);
-      m_be.linearBackward(nullptr, m_fcw.grad(), m_fcb.grad(), c.gFc.data(), whole(c.ln2), m_fcw.gemm(), N, C,
-                          F);
-      m_be.linearBackward(nullptr, m_projw.grad(), m_projb.grad(), c.gProj.data(), c.atty.in(),
-                          m_projw.gemm(), N, Cl, C);
-      m_be.linearBackward(nullptr, m_qkvw.grad(), m_qkvb.grad(), c.gQkv.data(), whole(c.ln1), m_qkvw.gemm(),
-                          N, C, 3 * Cl);
+      linearBack(nullptr, m_fcprojw.grad(), biasGrad(m_fcprojb), c.gOut.data(), c.gelu.in(), m_fcprojw, N, F,
+                 C);
+      mlpInputBackward(nullptr, c.gFc.data(), whole(c.ln2), N, true);
+      linearBack(nullptr, m_projw.grad(), biasGrad(m_projb), c.gProj.data(), c.atty.in(), m_projw, N, Cl, C);
+      qkvInputBackward(nullptr, c.gQkv.data(), whole(c.ln1), N, true);
       for (Buffer* b : {&c.gOut, &c.gFc, &c.gProj, &c.gQkv}) b->clear();
       return;
     }
@@ -124,43 +143,43 @@ class TransformerBlock final : public Layer {
     if (m_sp) return backwardSequenceParallel(x, dy, dx, B, c, deferWeights);
     auto wgrad = [&](const BoundParam& p) { return deferWeights ? nullptr : p.grad(); };
     // Scratch from the shared workspace (slots 0-5), zeroed where a backward accumulates into it.
-    float* dres1 = m_ws->get(0, NC, false);     // (B, T, C)
-    float* dC = m_ws->get(1, NC, true);         // (B, T, C), or (B, T, Cl)
-    float* dF1 = m_ws->get(2, NF, true);        // (B, T, Fl)
-    float* dF2 = m_ws->get(3, NF, true);        // (B, T, Fl)
-    float* dqkv = m_ws->get(4, 3 * NCl, true);  // (B, T, 3Cl)
+    float* dres1 = m_ws->get(0, NC, false);       // (B, T, C)
+    float* dC = m_ws->get(1, NC, true);           // (B, T, C), or (B, T, Cl)
+    float* dF1 = m_ws->get(2, NF, true);          // (B, T, Fl)
+    float* dF2 = slot3(N, NF * mlpInputParts());  // (B, T, Fl), llama (B, T, 2Fl)
+    float* dqkv = m_ws->get(4, 3 * NCl, true);    // (B, T, 3Cl)
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
-    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
-    geluBackward(c, dF2, dF1, NF);
-    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2, c.ln2.in(), m_fcw.gemm(), N, C, F);
+    linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dy, c.gelu.in(),
+               m_fcprojw, N, F, C);
+    activationBackward(c, dF2, dF1, NF);
+    mlpInputBackward(dC, dF2, c.ln2.in(), N, !deferWeights);
     allReduceActivations(dC, NC);
-    m_be.layerNormBackward(dres1, m_ln2w.grad(), m_ln2b.grad(), dC, c.res1.read(*m_ws), m_ln2w.value(),
-                           c.ln2Mean.data(), c.ln2Rstd.data(), N, C);
+    normBack(dres1, dC, c.res1.read(*m_ws), m_ln2w, m_ln2b, c.ln2Mean, c.ln2Rstd, N);
     if (deferWeights) {
       keep(c.gOut, dy, NC);
-      keep(c.gFc, dF2, NF);
+      keep(c.gFc, dF2, NF * mlpInputParts());
       keep(c.gProj, dres1, NC);
     }
     // Attention branch: r = x + proj(attn(qkv(ln1(x)))).
     m_be.zero(dC, NCl * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dres1, c.atty.in(), m_projw.gemm(), N, Cl, C);
+    linearBack(dC, wgrad(m_projw), deferWeights ? nullptr : biasGrad(m_projb), dres1, c.atty.in(), m_projw, N,
+               Cl, C);
     const float* qkv = c.qkv.read(*m_ws);
     m_be.attentionBackward(dqkv, scratch, dC, qkv, attentionState(c, B, qkv), c.atty.in(), B, T, Cl, H,
                            m_causal);
     m_be.zero(dC, NC * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv, c.ln1.in(), m_qkvw.gemm(), N, C, 3 * Cl);
+    const float* dproj = qkvGradients(dqkv, B);
+    qkvInputBackward(dC, dproj, c.ln1.in(), N, !deferWeights);
     allReduceActivations(dC, NC);
-    if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
+    if (deferWeights) keep(c.gQkv, dproj, qkvProjectionFloats(N));
     if (dx) {
       m_be.accumulate(dx, dres1, NC);
-      m_be.layerNormBackward(dx, m_ln1w.grad(), m_ln1b.grad(), dC, x, m_ln1w.value(), c.ln1Mean.data(),
-                             c.ln1Rstd.data(), N, C);
+      normBack(dx, dC, x, m_ln1w, m_ln1b, c.ln1Mean, c.ln1Rstd, N);
     } else {
       // First layer of the model: only the parameter gradients of LN1 are wanted.
-      m_be.layerNormBackward(dres1, m_ln1w.grad(), m_ln1b.grad(), dC, x, m_ln1w.value(), c.ln1Mean.data(),
-                             c.ln1Rstd.data(), N, C);
+      normBack(dres1, dC, x, m_ln1w, m_ln1b, c.ln1Mean, c.ln1Rstd, N);
     }
   }
 
@@ -169,7 +188,7 @@ class TransformerBlock final : public Layer {
   void finalizeGrads() override {
     if (!m_sp) return;
     for (const BoundParam* p : {&m_ln1w, &m_ln1b, &m_ln2w, &m_ln2b})
-      m_tp.allReduce(p->grad(), p->info().numel);
+      if (p->store) m_tp.allReduce(p->grad(), p->info().numel);
   }
 
  private:
@@ -183,6 +202,8 @@ class TransformerBlock final : public Layer {
   // In bf16, where the KeptTensors stage their fp32 values in forward and widen them in backward: q|k|v
   // (B, T, 3Cl), the attention state, the residual (B, T, C) or (B, Ts, C), the GELU's input (B, T, Fl).
   static constexpr int kQkvSlot = 9, kAttSlot = 10, kRes1Slot = 11, kFcSlot = 12;
+  // llama's q, k and v projections in forward (slot 7 is used only by the sequence-parallel backward).
+  static constexpr int kQkvProjectionSlot = 7;
   // The bf16 staging of the activation collectives (allReduceActivations).
   static constexpr int kCommSlot = kActivationCommSlot;
 
@@ -220,8 +241,19 @@ class TransformerBlock final : public Layer {
   }
   // The MLP from ln_2's output (N, C): fc, GELU and fcproj into out (partial sums under TP; the bias added
   // when given), keeping the GELU's input and output. out may hold ln2 (fc has read it before fcproj writes).
+  // llama: gate and up side by side into the kept fc (N, 2Fl), SwiGLU into the kept "gelu" (N, Fl), down.
   void mlpForward(Cache& c, int N, TensorIn ln2, float* out, TensorIn fcprojBias) {
     const size_t NF = size_t(N) * m_F;
+    if (m_llama) {
+      float* gu = c.fc.target(2 * NF, *m_ws, kFcSlot);
+      m_be.linearForwardT(gu, ln2, m_fcw.gemm(), nullptr, N, m_C, m_F);
+      m_be.linearForwardT(gu + NF, ln2, m_upw.gemm(), nullptr, N, m_C, m_F);
+      c.fc.keep(gu);  // in bf16 the product below reads the rounded gate and up, as backward will
+      float* h = c.gelu.target(NF, *m_ws, kKeptStaging);
+      m_be.swigluForward(h, gu, gu + NF, NF);
+      m_be.linearForwardT(out, c.gelu.keep(h), m_fcprojw.gemm(), nullptr, N, m_F, m_C);
+      return;
+    }
     float* fc = c.fc.target(NF, *m_ws, kFcSlot);
     m_be.linearForward(fc, ln2, m_fcw.gemm(), m_fcb.value(), N, m_C, m_F);
     float* gelu = c.gelu.target(NF, *m_ws, kKeptStaging);
@@ -236,10 +268,106 @@ class TransformerBlock final : public Layer {
     m_be.geluForward(gelu, fc, NF);
     m_be.linearForward(out, c.gelu.keep(gelu), m_fcprojw.gemm(), fcprojBias, N, m_F, m_C);
   }
-  // dF2 += gelu'(fc) * dF1, reading the kept GELU input where it is (bf16 without widening it first).
-  void geluBackward(Cache& c, float* dF2, const float* dF1, size_t NF) {
+  // dF2 += gelu'(fc) * dF1, reading the kept GELU input where it is (bf16 without widening it first);
+  // llama: dF2 (N, 2Fl) += the SwiGLU's gate and up gradients.
+  void activationBackward(Cache& c, float* dF2, const float* dF1, size_t NF) {
+    if (m_llama) {
+      const float* gu = c.fc.read(*m_ws);
+      return m_be.swigluBackward(dF2, dF2 + NF, dF1, gu, gu + NF, NF);
+    }
     if (c.fc.bf16()) return m_be.geluBackwardBf16(dF2, dF1, c.fc.storage(), NF);
     m_be.geluBackward(dF2, dF1, c.fc.read(*m_ws), NF);
+  }
+  // The MLP's input-side GEMMs backward from their output gradients dF2 ((N, Fl); llama's gate and up
+  // (N, 2Fl)): dln2 (N, C, nullable) +=, and with `weights` the weight (and bias) gradients from ln2.
+  size_t mlpInputParts() const { return m_llama ? 2 : 1; }
+  void mlpInputBackward(float* dln2, const float* dF2, TensorIn ln2, int N, bool weights) {
+    if (!m_llama)
+      return m_be.linearBackward(dln2, weights ? m_fcw.grad() : nullptr, weights ? m_fcb.grad() : nullptr,
+                                 dF2, ln2, m_fcw.gemm(), N, m_C, m_F);
+    const size_t NF = size_t(N) * m_F;
+    m_be.linearBackwardT(dln2, weights ? m_fcw.grad() : nullptr, nullptr, dF2, ln2, m_fcw.gemm(), N, m_C,
+                         m_F);
+    m_be.linearBackwardT(dln2, weights ? m_upw.grad() : nullptr, nullptr, dF2 + NF, ln2, m_upw.gemm(), N, m_C,
+                         m_F);
+  }
+
+  // ---- the parts gpt and llama do differently ----
+  // out (N, OC) = in W + bias: gpt's Conv1D (C, OC) weights, llama's nn.Linear (OC, C).
+  void linear(float* out, TensorIn in, const BoundParam& w, TensorIn bias, int N, int C, int OC) {
+    if (m_llama) return m_be.linearForwardT(out, in, w.gemm(), bias, N, C, OC);
+    m_be.linearForward(out, in, w.gemm(), bias, N, C, OC);
+  }
+  void linearBack(float* din, GradOut dw, GradOut db, const float* dout, TensorIn in, const BoundParam& w,
+                  int N, int C, int OC) {
+    if (m_llama) return m_be.linearBackwardT(din, dw, db, dout, in, w.gemm(), N, C, OC);
+    m_be.linearBackward(din, dw, db, dout, in, w.gemm(), N, C, OC);
+  }
+  // llama has no biases: unbound parameters read as none.
+  static TensorIn bias(const BoundParam& b) { return b.store ? b.value() : TensorIn(); }
+  static GradOut biasGrad(const BoundParam& b) { return b.store ? b.grad() : GradOut(); }
+  // LayerNorm (mean and rstd kept) or RMSNorm (rstd kept) over rows of C.
+  void norm(float* out, Buffer& mean, Buffer& rstd, const float* x, const BoundParam& w, const BoundParam& b,
+            int N) {
+    if (m_llama) return m_be.rmsNormForward(out, rstd.data(), x, w.value(), N, m_C, m_eps);
+    m_be.layerNormForward(out, mean.data(), rstd.data(), x, w.value(), b.value(), N, m_C, m_eps);
+  }
+  // din += the norm's input gradient from dout; the weight (and bias) gradients +=.
+  void normBack(float* din, const float* dout, const float* x, const BoundParam& w, const BoundParam& b,
+                const Buffer& mean, const Buffer& rstd, int N) {
+    if (m_llama) return m_be.rmsNormBackward(din, w.grad(), dout, x, w.value(), rstd.data(), N, m_C);
+    m_be.layerNormBackward(din, w.grad(), b.grad(), dout, x, w.value(), mean.data(), rstd.data(), N, m_C);
+  }
+  // The q|k|v attention reads, (B, T, 3Cl), from the first norm's output (N, C): gpt's one GEMM; llama's
+  // three (q (N, Hl hs), k and v (N, KVl hs) side by side in workspace slot 7, free in forward) rotated and
+  // head-repeated by ropePackQkv.
+  size_t qkvProjectionFloats(int N) const {
+    return size_t(N) * (m_llama ? size_t(m_H + 2 * m_KVl) * m_hs : 3 * size_t(m_Cl));
+  }
+  void qkvForward(float* qkv, TensorIn ln1, int B) {
+    const int N = B * m_T;
+    if (!m_llama) return m_be.linearForward(qkv, ln1, m_qkvw.gemm(), m_qkvb.value(), N, m_C, 3 * m_Cl);
+    float* q = m_ws->get(kQkvProjectionSlot, qkvProjectionFloats(N), false);
+    float* k = q + size_t(N) * m_Cl;
+    float* v = k + size_t(N) * m_KVl * m_hs;
+    m_be.linearForwardT(q, ln1, m_qkvw.gemm(), nullptr, N, m_C, m_Cl);
+    m_be.linearForwardT(k, ln1, m_kw.gemm(), nullptr, N, m_C, m_KVl * m_hs);
+    m_be.linearForwardT(v, ln1, m_vw.gemm(), nullptr, N, m_C, m_KVl * m_hs);
+    m_be.ropePackQkv(qkv, q, k, v, B, m_T, m_H, m_KVl, m_hs, m_theta, 0);
+  }
+  // The gradients of the q|k|v projections' outputs from attention's dqkv: dqkv itself for gpt; llama's
+  // dq|dk|dv (rotated back, the repeated heads summed) in workspace slot 3, whose MLP gradients are done
+  // with by now.
+  const float* qkvGradients(const float* dqkv, int B) {
+    if (!m_llama) return dqkv;
+    const int N = B * m_T;
+    float* dq = slot3(N, 0);
+    float* dk = dq + size_t(N) * m_Cl;
+    float* dv = dk + size_t(N) * m_KVl * m_hs;
+    m_be.ropeUnpackQkv(dq, dk, dv, dqkv, B, m_T, m_H, m_KVl, m_hs, m_theta, 0);
+    return dq;
+  }
+  // Workspace slot 3 sized once per backward for both its uses (so the second get() never moves it): the
+  // MLP's input-side gradients dF2, its first `zeroed` floats zeroed, and for llama then qkvGradients'.
+  float* slot3(int N, size_t zeroed) {
+    const size_t n = std::max(size_t(N) * m_F * mlpInputParts(), m_llama ? qkvProjectionFloats(N) : 0);
+    float* p = m_ws->get(3, n, false);
+    if (zeroed) m_be.zero(p, zeroed * sizeof(float));
+    return p;
+  }
+  // The q|k|v projections backward from their output gradients dproj (qkvGradients): dln1 (nullable) +=,
+  // and with `weights` their weight (and bias) gradients from ln1.
+  void qkvInputBackward(float* dln1, const float* dproj, TensorIn ln1, int N, bool weights) {
+    if (!m_llama)
+      return m_be.linearBackward(dln1, weights ? m_qkvw.grad() : nullptr, weights ? m_qkvb.grad() : nullptr,
+                                 dproj, ln1, m_qkvw.gemm(), N, m_C, 3 * m_Cl);
+    const int kvw = m_KVl * m_hs;
+    const float* dk = dproj + size_t(N) * m_Cl;
+    const float* dv = dk + size_t(N) * kvw;
+    m_be.linearBackwardT(dln1, weights ? m_qkvw.grad() : nullptr, nullptr, dproj, ln1, m_qkvw.gemm(), N, m_C,
+                         m_Cl);
+    m_be.linearBackwardT(dln1, weights ? m_kw.grad() : nullptr, nullptr, dk, ln1, m_kw.gemm(), N, m_C, kvw);
+    m_be.linearBackwardT(dln1, weights ? m_vw.grad() : nullptr, nullptr, dv, ln1, m_vw.gemm(), N, m_C, kvw);
   }
 
   // ---- activation collectives: in bf16 precision the TP all-reduces, reduce-scatters and all-gathers of
@@ -317,26 +445,23 @@ class TransformerBlock final : public Layer {
         m_ws->get(4, size_t(N) * C, false);  // the gathered LayerNorm outputs, then the projections'
     takeShard(xs, x, B);
     float* ln1 = c.ln1.target(NsC, *m_ws, kKeptStaging);
-    m_be.layerNormForward(ln1, c.ln1Mean.data(), c.ln1Rstd.data(), xs, m_ln1w.value(), m_ln1b.value(), Ns, C,
-                          m_eps);
+    norm(ln1, c.ln1Mean, c.ln1Rstd, xs, m_ln1w, m_ln1b, Ns);
     float* qkv = c.qkv.target(size_t(N) * 3 * Cl, *m_ws, kQkvSlot);
-    m_be.linearForward(qkv, gatheredLayerNorm(c.ln1.keep(ln1), full, B), m_qkvw.gemm(), m_qkvb.value(), N, C,
-                       3 * Cl);
+    qkvForward(qkv, gatheredLayerNorm(c.ln1.keep(ln1), full, B), B);
     c.qkv.keep(qkv);
     float* atty = attentionForward(c, B, qkv);
-    m_be.linearForward(full, c.atty.keep(atty), m_projw.gemm(), nullptr, N, Cl, C);
+    linear(full, c.atty.keep(atty), m_projw, nullptr, N, Cl, C);
     float* res1 = c.res1.target(NsC, *m_ws, kRes1Slot);
     reduceScatterSequence(res1, full, B);  // res1s = reduce-scatter(partial) + bias + xs
-    addBias(res1, m_projb.value(), Ns);
+    if (m_projb.store) addBias(res1, m_projb.value(), Ns);
     m_be.accumulate(res1, xs, NsC);
     c.res1.keep(res1);
     float* ln2 = c.ln2.target(NsC, *m_ws, kKeptStaging);
-    m_be.layerNormForward(ln2, c.ln2Mean.data(), c.ln2Rstd.data(), res1, m_ln2w.value(), m_ln2b.value(), Ns,
-                          C, m_eps);
+    norm(ln2, c.ln2Mean, c.ln2Rstd, res1, m_ln2w, m_ln2b, Ns);
     mlpForward(c, N, gatheredLayerNorm(c.ln2.keep(ln2), full, B), full, nullptr);
     float* ys = xs;  // xs is done with
     reduceScatterSequence(ys, full, B);
-    addBias(ys, m_fcprojb.value(), Ns);
+    if (m_fcprojb.store) addBias(ys, m_fcprojb.value(), Ns);
     m_be.accumulate(ys, res1, NsC);
     gatherActivations(y, ys, B);
   }
@@ -347,51 +472,50 @@ class TransformerBlock final : public Layer {
     const int N = B * T, Ns = N / m_tp.size;
     const size_t NC = size_t(N) * C, NsC = size_t(Ns) * C, NCl = size_t(N) * Cl, NF = size_t(N) * F;
     auto wgrad = [&](const BoundParam& p) { return deferWeights ? nullptr : p.grad(); };
-    float* dres1s = m_ws->get(0, NsC, false);   // (B, Ts, C)
-    float* dC = m_ws->get(1, NC, true);         // (B, T, C) or (B, T, Cl)
-    float* dF1 = m_ws->get(2, NF, true);        // (B, T, Fl)
-    float* dF2 = m_ws->get(3, NF, true);        // (B, T, Fl)
-    float* dqkv = m_ws->get(4, 3 * NCl, true);  // (B, T, 3Cl)
-    float* dfull = m_ws->get(6, NC, false);     // (B, T, C)
-    float* dshard = m_ws->get(7, NsC, false);   // (B, Ts, C)
+    float* dres1s = m_ws->get(0, NsC, false);     // (B, Ts, C)
+    float* dC = m_ws->get(1, NC, true);           // (B, T, C) or (B, T, Cl)
+    float* dF1 = m_ws->get(2, NF, true);          // (B, T, Fl)
+    float* dF2 = slot3(N, NF * mlpInputParts());  // (B, T, Fl), llama (B, T, 2Fl)
+    float* dqkv = m_ws->get(4, 3 * NCl, true);    // (B, T, 3Cl)
+    float* dfull = m_ws->get(6, NC, false);       // (B, T, C)
+    float* dshard = m_ws->get(7, NsC, false);     // (B, Ts, C)
     // The output was gathered from every rank's ys and is used whole downstream on every rank alike, so the
     // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
     // itself.
     takeShard(dres1s, dy, B);
-    m_be.linearBackward(dF1, wgrad(m_fcprojw), wgrad(m_fcprojb), dy, c.gelu.in(), m_fcprojw.gemm(), N, F, C);
-    geluBackward(c, dF2, dF1, NF);
+    linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dy, c.gelu.in(),
+               m_fcprojw, N, F, C);
+    activationBackward(c, dF2, dF1, NF);
     // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
     // they are deferred to the weight part.
-    m_be.linearBackward(dC, wgrad(m_fcw), wgrad(m_fcb), dF2,
-                        deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln2.in(), dfull, B),
-                        m_fcw.gemm(), N, C, F);
+    mlpInputBackward(dC, dF2, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln2.in(), dfull, B), N,
+                     !deferWeights);
     reduceScatterSequence(dshard, dC, B);
-    m_be.layerNormBackward(dres1s, m_ln2w.grad(), m_ln2b.grad(), dshard, c.res1.read(*m_ws), m_ln2w.value(),
-                           c.ln2Mean.data(), c.ln2Rstd.data(), Ns, C);
+    normBack(dres1s, dshard, c.res1.read(*m_ws), m_ln2w, m_ln2b, c.ln2Mean, c.ln2Rstd, Ns);
     gatherActivations(dfull, dres1s, B);  // the proj output's gradient, whole
     if (deferWeights) {
       keep(c.gOut, dy, NC);
-      keep(c.gFc, dF2, NF);
+      keep(c.gFc, dF2, NF * mlpInputParts());
       keep(c.gProj, dfull, NC);
     }
     m_be.zero(dC, NCl * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_projw), wgrad(m_projb), dfull, c.atty.in(), m_projw.gemm(), N, Cl, C);
+    linearBack(dC, wgrad(m_projw), deferWeights ? nullptr : biasGrad(m_projb), dfull, c.atty.in(), m_projw, N,
+               Cl, C);
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     const float* qkv = c.qkv.read(*m_ws);
     m_be.attentionBackward(dqkv, scratch, dC, qkv, attentionState(c, B, qkv), c.atty.in(), B, T, Cl, H,
                            m_causal);
     m_be.zero(dC, NC * sizeof(float));
-    m_be.linearBackward(dC, wgrad(m_qkvw), wgrad(m_qkvb), dqkv,
-                        deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln1.in(), dfull, B),
-                        m_qkvw.gemm(), N, C, 3 * Cl);
-    if (deferWeights) keep(c.gQkv, dqkv, 3 * NCl);
+    const float* dproj = qkvGradients(dqkv, B);
+    qkvInputBackward(dC, dproj, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln1.in(), dfull, B), N,
+                     !deferWeights);
+    if (deferWeights) keep(c.gQkv, dproj, qkvProjectionFloats(N));
     reduceScatterSequence(dshard, dC, B);
     float* xs = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)
     takeShard(xs, x, B);
     float* dxs = dF2;
     m_be.copy(dxs, dres1s, NsC * sizeof(float));
-    m_be.layerNormBackward(dxs, m_ln1w.grad(), m_ln1b.grad(), dshard, xs, m_ln1w.value(), c.ln1Mean.data(),
-                           c.ln1Rstd.data(), Ns, C);
+    normBack(dxs, dshard, xs, m_ln1w, m_ln1b, c.ln1Mean, c.ln1Rstd, Ns);
     if (dx) {
       gatherActivations(dfull, dxs, B);
       m_be.accumulate(dx, dfull, NC);
@@ -421,9 +545,11 @@ class TransformerBlock final : public Layer {
           gQkv(0, MemoryCategory::Activations, t) {}
     // seqSplit: the TP size under sequence parallelism (the LayerNorm statistics then cover this rank's piece
     // of the sequence only), else 1. The kept tensors are sized by forward (target()).
-    void ensure(int B, int T, int seqSplit) {
+    void ensure(int B, int T, int seqSplit, bool rmsNorm) {
       const size_t Ns = size_t(B) * T / size_t(seqSplit);
-      for (Buffer* b : {&ln1Mean, &ln1Rstd, &ln2Mean, &ln2Rstd}) b->reserve(Ns);  // (B, T) or (B, Ts)
+      for (Buffer* b : {&ln1Rstd, &ln2Rstd}) b->reserve(Ns);  // (B, T) or (B, Ts)
+      if (!rmsNorm)
+        for (Buffer* b : {&ln1Mean, &ln2Mean}) b->reserve(Ns);
     }
     Buffer ln1Mean, ln1Rstd, ln2Mean, ln2Rstd;
     // qkv (B, T, 3Cl); att: the backend's attention state ((B, Hl, T, T) when it keeps the softmax); res1
@@ -438,15 +564,21 @@ class TransformerBlock final : public Layer {
   }
 
   Backend& m_be;
-  int m_C, m_H, m_Cl, m_F, m_T;
+  int m_C, m_H, m_Cl, m_F;
+  bool m_llama;
+  int m_KVl, m_hs;
+  float m_theta;
+  int m_T;
   float m_eps;
   bool m_causal;
   TensorParallel m_tp;
   bool m_sp;
   bool m_fused = false;               // the backend saves row log-sum-exps, not the softmax
   bool m_recomputeAttention = false;  // selective recompute on a backend that materialises the softmax
+  // llama binds m_qkvw to q_proj, m_fcw to gate_proj, m_fcprojw to down_proj, m_projw to o_proj and the
+  // norms' weights, plus m_kw, m_vw and m_upw; its biases (and the norms') stay unbound.
   BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw,
-      m_fcprojb;
+      m_fcprojb, m_kw, m_vw, m_upw;
   SlotCaches<Cache> m_caches;
   Workspace* m_ws;
 };

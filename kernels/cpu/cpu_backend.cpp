@@ -235,6 +235,36 @@ class CpuBackend final : public Backend {
     gradDone(dbias, size_t(C), 1, "batchNormBackwardApply");
   }
 
+  void rmsNormForward(float* out, float* rstd, const float* inp, TensorIn weight, int N, int C,
+                      float eps) override {
+    cpu::rmsNormForward(f(out), f(rstd), f(inp), pv(weight, size_t(C), 0, "rmsNormForward", "weight"), N, C,
+                        eps);
+  }
+  void rmsNormBackward(float* dinp, GradOut dweight, const float* dout, const float* inp, TensorIn weight,
+                       const float* rstd, int N, int C) override {
+    float* dw = gw(dweight, size_t(C), 0, "rmsNormBackward", "weight gradient");
+    cpu::rmsNormBackward(f(dinp), dw, f(dout), f(inp), pv(weight, size_t(C), 0, "rmsNormBackward", "weight"),
+                         f(rstd), N, C);
+    gradDone(dweight, size_t(C), 0, "rmsNormBackward");
+  }
+  void swigluForward(float* out, const float* gate, const float* up, size_t n) override {
+    cpu::swigluForward(f(out), f(gate), f(up), n);
+  }
+  void swigluBackward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                      size_t n) override {
+    cpu::swigluBackward(f(dgate), f(dup), f(dout), f(gate), f(up), n);
+  }
+  void ropePackQkv(float* qkv, const float* q, const float* k, const float* v, int B, int T, int H, int KV,
+                   int hs, float theta, int posStart) override {
+    checkHeads(H, KV, hs, "ropePackQkv");
+    cpu::ropePackQkv(f(qkv), f(q), f(k), f(v), B, T, H, KV, hs, theta, posStart);
+  }
+  void ropeUnpackQkv(float* dq, float* dk, float* dv, const float* dqkv, int B, int T, int H, int KV, int hs,
+                     float theta, int posStart) override {
+    checkHeads(H, KV, hs, "ropeUnpackQkv");
+    cpu::ropeUnpackQkv(f(dq), f(dk), f(dv), f(dqkv), B, T, H, KV, hs, theta, posStart);
+  }
+
   void geluForward(float* out, const float* inp, size_t n) override {
     cpu::geluForward(f(out), f(inp), n);
   }
@@ -491,6 +521,10 @@ class CpuBackend final : public Backend {
   }
   static void checkBatchNorm(int B, int C, int S, const char* what) {
     if (const std::string p = batchNormShapeProblem(B, C, S); !p.empty())
+      throw DeviceFailure(std::string(what) + ": " + p);
+  }
+  static void checkHeads(int H, int KV, int hs, const char* what) {
+    if (const std::string p = ropeShapeProblem(H, KV, hs); !p.empty())
       throw DeviceFailure(std::string(what) + ": " + p);
   }
   static void checkCount(double count, const char* what) {

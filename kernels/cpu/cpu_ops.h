@@ -96,6 +96,33 @@ void layerNormForward(float* out, float* mean, float* rstd, const float* inp, co
 void layerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, const float* mean, const float* rstd, int N, int C);
 
+// ---- Llama-family pieces (kernels/cpu/llama.cpp)
+// ------------------------------------------------------------ RMSNorm over the last dimension (Zhang &
+// Sennrich 2019, "Root Mean Square Layer Normalization", eq. 4): out (N, C) = inp * rstd * weight, rstd (N) =
+// 1 / sqrt(mean(inp^2) + eps), saved for backward.
+void rmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+// dinp (N, C) +=, dweight (C) += (nullable).
+void rmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                     const float* rstd, int N, int C);
+// SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6 without the projections):
+// out = silu(gate) * up, silu(x) = x sigmoid(x). out may alias gate or up.
+void swigluForward(float* out, const float* gate, const float* up, size_t n);
+// dgate += dout * up * silu'(gate), dup += dout * silu(gate).
+void swigluBackward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                    size_t n);
+// Rotary position embeddings (Su et al. 2021, "RoFormer", eq. 34) in the half-split pairing Hugging Face's
+// Llama uses (element i of a head pairs with element i + hs/2; rotate_half), angle t * theta^(-2i/hs) at
+// position t of the sequence, with grouped-query attention's key/value heads repeated (Ainslie et al. 2023,
+// "GQA": q head h reads kv head h / (H / KV)). From q (B, T, H hs), k and v (B, T, KV hs) it writes the
+// fused layout attentionForward reads, qkv (B, T, 3 H hs): q and k rotated, k and v heads repeated.
+// Positions are posStart + t (t < T).
+void ropePackQkv(float* qkv, const float* q, const float* k, const float* v, int B, int T, int H, int KV,
+                 int hs, float theta, int posStart);
+// The transpose: dq (B, T, H hs), dk, dv (B, T, KV hs) OVERWRITTEN from dqkv (B, T, 3 H hs): the repeated
+// heads' gradients summed per kv head, q and k rotated back.
+void ropeUnpackQkv(float* dq, float* dk, float* dv, const float* dqkv, int B, int T, int H, int KV, int hs,
+                   float theta, int posStart);
+
 // ---- Pointwise -------------------------------------------------------------------------------------------
 // GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in section 2; as GPT-2 uses it).
 void geluForward(float* out, const float* inp, size_t n);

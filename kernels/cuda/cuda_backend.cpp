@@ -331,6 +331,39 @@ class CudaBackend final : public Backend {
     gradDone(dbias, size_t(C), 1, "layerNormBackward");
   }
 
+  // ---- Llama-family pieces --------------------------------------------------------------------------------
+  // RMSNorm's weight widened like the layer norm's (pv), its gradient through gw/gradDone; the RoPE shape
+  // checked here as on the CPU (the kernels check again).
+  void rmsNormForward(float* out, float* rstd, const float* inp, TensorIn weight, int N, int C,
+                      float eps) override {
+    op("rmsNormForward", cuda::rmsNormForward, out, rstd, inp, pv(weight, size_t(C), 0, "rmsNormForward"), N,
+       C, eps);
+  }
+  void rmsNormBackward(float* dinp, GradOut dweight, const float* dout, const float* inp, TensorIn weight,
+                       const float* rstd, int N, int C) override {
+    float* dw = gw(dweight, size_t(C), 0, "rmsNormBackward");
+    op("rmsNormBackward", cuda::rmsNormBackward, dinp, dw, dout, inp,
+       pv(weight, size_t(C), 0, "rmsNormBackward"), rstd, N, C);
+    gradDone(dweight, size_t(C), 0, "rmsNormBackward");
+  }
+  void swigluForward(float* out, const float* gate, const float* up, size_t n) override {
+    op("swigluForward", cuda::swigluForward, out, gate, up, n);
+  }
+  void swigluBackward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                      size_t n) override {
+    op("swigluBackward", cuda::swigluBackward, dgate, dup, dout, gate, up, n);
+  }
+  void ropePackQkv(float* qkv, const float* q, const float* k, const float* v, int B, int T, int H, int KV,
+                   int hs, float theta, int posStart) override {
+    checkHeads(H, KV, hs, "ropePackQkv");
+    op("ropePackQkv", cuda::ropePackQkv, qkv, q, k, v, B, T, H, KV, hs, theta, posStart);
+  }
+  void ropeUnpackQkv(float* dq, float* dk, float* dv, const float* dqkv, int B, int T, int H, int KV, int hs,
+                     float theta, int posStart) override {
+    checkHeads(H, KV, hs, "ropeUnpackQkv");
+    op("ropeUnpackQkv", cuda::ropeUnpackQkv, dq, dk, dv, dqkv, B, T, H, KV, hs, theta, posStart);
+  }
+
   // ---- convolution and batch norm -------------------------------------------------------------------------
   // The im2col columns live in scratch slot 4 (cuda::conv2dColumnsFloats: a chunk of samples, at most about
   // 64 MiB unless one sample needs more), grown in stream order like the others. inp and weight go to the
@@ -652,6 +685,9 @@ class CudaBackend final : public Backend {
   }
   void checkBatchNorm(int B, int C, int S, const char* what) const {
     if (const std::string p = batchNormShapeProblem(B, C, S); !p.empty()) fail(what, p);
+  }
+  void checkHeads(int H, int KV, int hs, const char* what) const {
+    if (const std::string p = ropeShapeProblem(H, KV, hs); !p.empty()) fail(what, p);
   }
   // A bf16 TensorIn is only valid in GemmPrecision::Bf16 (as on the CPU).
   void checkBf16(TensorIn in, const char* what) const {

@@ -141,6 +141,28 @@ Status layerNormBackward(float* dinp, float* dweight, float* dbias, const float*
                          const float* weight, const float* mean, const float* rstd, int N, int C,
                          cudaStream_t stream);
 
+// ---- Llama-family pieces (cuda_llama.cu): the ops of kernels/cpu/llama.cpp -----------------------------
+// RMSNorm (Zhang & Sennrich 2019): out (N, C) = inp * rstd * weight, rstd (N) = 1 / sqrt(mean(inp^2) + eps).
+Status rmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                      cudaStream_t stream);
+// dinp (N, C) +=, dweight (C) += (nullable; layerNormBackward's deterministic two-stage column sum).
+Status rmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                       const float* rstd, int N, int C, cudaStream_t stream);
+// SwiGLU (Shazeer 2020): out = silu(gate) * up (out may alias gate or up); backward dgate +=, dup +=.
+Status swigluForward(float* out, const float* gate, const float* up, size_t n, cudaStream_t stream);
+Status swigluBackward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                      size_t n, cudaStream_t stream);
+// Rotary embeddings (Su et al. 2021; Hugging Face Llama's half-split pairs) with grouped-query key/value
+// heads repeated (Ainslie et al. 2023): qkv (B, T, 3 H hs) from q (B, T, H hs), k, v (B, T, KV hs), positions
+// posStart + t, the angles formed as the CPU forms them. The transpose OVERWRITES dq, dk and dv, a key/value
+// head's repeated gradients summed in head order (the CPU's fp32 sums) and rotated back. A shape
+// ropeShapeProblem rejects (H not a positive multiple of KV, hs odd), or hs above 8192 (the angle tables live
+// in shared memory), fails naming the op. Deterministic.
+Status ropePackQkv(float* qkv, const float* q, const float* k, const float* v, int B, int T, int H, int KV,
+                   int hs, float theta, int posStart, cudaStream_t stream);
+Status ropeUnpackQkv(float* dq, float* dk, float* dv, const float* dqkv, int B, int T, int H, int KV, int hs,
+                     float theta, int posStart, cudaStream_t stream);
+
 // ---- Convolution and batch norm, NCHW (cuda_conv.cu) ----------------------------------------------------
 // ms::cpu's conv2dForward / conv2dBackward and batch-norm parts (kernels/cpu/cpu_ops.h, Conv2dShape in
 // kernels/conv_shape.h). A shape Conv2dShape::problem() (or batchNormShapeProblem) rejects, or count <= 0,

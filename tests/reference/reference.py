@@ -2,7 +2,7 @@
 """Independent PyTorch reference for MeshStudio's models.
 
 Reads what `meshstudio-engine dump CONFIG --out DIR` wrote: DIR/checkpoint/{config.json,model.safetensors}
-(the weights, Hugging Face GPT-2 names and layouts for gpt), DIR/batch.safetensors (the inputs) and
+(the weights, Hugging Face GPT-2 names and layouts for gpt, Llama's for llama), DIR/batch.safetensors (the inputs) and
 DIR/outputs.safetensors (the engine's logits, loss and gradients "grad.<param>"; for cnn also the BatchNorm
 running statistics after the training forward, "buffer.<name>", and its logits are those of an evaluation
 forward, BatchNorm with the initial running statistics). Rebuilds the model in
@@ -88,6 +88,65 @@ def gpt(p, batch, cfg):
     x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], m["layer_norm_eps"])
     w = p["wte.weight"] if m["tie_embeddings"] else p["lm_head.weight"]
     logits = x @ w.t()  # (B, T, V)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["targets"].long().reshape(-1))
+    return logits, loss
+
+
+def rms_norm(x, w, eps):
+    # RMSNorm (Zhang & Sennrich 2019, eq. 4): x / sqrt(mean(x^2) + eps) * w.
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotary(x, theta):
+    """Rotary embeddings (Su et al. 2021) on x (B, heads, T, hs), pairing element i with i + hs/2 (the
+    half-split layout of Hugging Face's Llama checkpoints). The angles are computed in float32 as the
+    engine (and Hugging Face) compute them, then widened."""
+    B, nh, T, hs = x.shape
+    inv = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]  # (T, hs/2), float32 products
+    cos = torch.cat([ang.double().cos(), ang.double().cos()], -1).float().double()
+    sin = torch.cat([ang.double().sin(), ang.double().sin()], -1).float().double()
+    x1, x2 = x[..., : hs // 2], x[..., hs // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def llama_block(x, p, i, cfg):
+    """A Llama block with Hugging Face names: nn.Linear weights are (out, in), no biases; grouped-query
+    attention repeats each key/value head for heads / kv_heads query heads (Ainslie et al. 2023)."""
+    m = cfg["model"]
+    B, T, C = x.shape
+    H = m["heads"]
+    KV = m.get("kv_heads", 0) or H
+    hs = C // H
+    eps = m["layer_norm_eps"]
+    pre = f"model.layers.{i}."
+    h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+    q = (h @ p[pre + "self_attn.q_proj.weight"].t()).view(B, T, H, hs).transpose(1, 2)
+    k = (h @ p[pre + "self_attn.k_proj.weight"].t()).view(B, T, KV, hs).transpose(1, 2)
+    v = (h @ p[pre + "self_attn.v_proj.weight"].t()).view(B, T, KV, hs).transpose(1, 2)
+    q, k = rotary(q, m["rope_theta"]), rotary(k, m["rope_theta"])
+    k = k.repeat_interleave(H // KV, dim=1)
+    v = v.repeat_interleave(H // KV, dim=1)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, T, C)
+    x = x + y @ p[pre + "self_attn.o_proj.weight"].t()
+    h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+    gate = h @ p[pre + "mlp.gate_proj.weight"].t()
+    up = h @ p[pre + "mlp.up_proj.weight"].t()
+    return x + (F.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].t()
+
+
+def llama(p, batch, cfg):
+    m = cfg["model"]
+    tokens = batch["tokens"].long()
+    x = p["model.embed_tokens.weight"][tokens]
+    for i in range(m["layers"]):
+        x = llama_block(x, p, i, cfg)
+    x = rms_norm(x, p["model.norm.weight"], m["layer_norm_eps"])
+    w = p["model.embed_tokens.weight"] if m["tie_embeddings"] else p["lm_head.weight"]
+    logits = x @ w.t()
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["targets"].long().reshape(-1))
     return logits, loss
 
@@ -191,7 +250,7 @@ def main():
     if cfg["model"]["type"] == "cnn":
         logits, loss = cnn(params, batch, cfg, buffers)
     else:
-        logits, loss = {"gpt": gpt, "vit": vit, "mlp": mlp}[cfg["model"]["type"]](params, batch, cfg)
+        logits, loss = {"gpt": gpt, "llama": llama, "vit": vit, "mlp": mlp}[cfg["model"]["type"]](params, batch, cfg)
     loss.backward()
 
     failures = []

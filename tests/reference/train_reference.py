@@ -143,7 +143,7 @@ def main():
     except (OSError, KeyError, ValueError) as e:
         print(f"train_reference.py: bad input: {e}", file=sys.stderr)
         return 2
-    model = {"gpt": R.gpt, "vit": R.vit, "mlp": R.mlp}[cfg["model"]["type"]]
+    model = {"gpt": R.gpt, "llama": R.llama, "vit": R.vit, "mlp": R.mlp}[cfg["model"]["type"]]
     sample = text_sampler(cfg) if cfg["data"]["kind"] == "text" else mnist_sampler(cfg)
     o = cfg["optimizer"]
     groups = [{"params": [p for n, p in params.items() if decays(n, p)], "weight_decay": o["weight_decay"]},

@@ -96,7 +96,7 @@ std::shared_ptr<const PlanSnapshot> analyzePlan(const RunConfig& config, quint64
           out->plan.reset();
           out->error = QString::fromStdString(ps.message());
         } else {
-          const double perSample = config.model.type == ModelType::Gpt ? config.training.seqLen : 1;
+          const double perSample = isLanguageModel(config.model.type) ? config.training.seqLen : 1;
           out->sim.stepTime = ps->stepTime;
           out->sim.tokensPerSecond = ps->samplesPerSecond * perSample;
           out->sim.mfuDefined = false;

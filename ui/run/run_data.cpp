@@ -157,7 +157,8 @@ const char* toString(RunState state) {
 }
 
 double RunInfo::predictedThroughput() const {
-  if (modelType.isEmpty() || modelType == QLatin1String("gpt")) return predictedTokensPerS;
+  if (modelType.isEmpty() || modelType == QLatin1String("gpt") || modelType == QLatin1String("llama"))
+    return predictedTokensPerS;
   if (batchSize > 0 && predictedStepTime > 0) return batchSize / predictedStepTime;
   return kNaN;
 }
