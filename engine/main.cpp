@@ -9,6 +9,8 @@
 //                                   supervised (engine/supervisor.h), or print the mpirun line
 //   export CONFIG --out DIR         config, launch.sh, slurm.sbatch (and hostfile) for headless runs
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
+//   import-hf HF_CONFIG --base CONFIG [--name N] [--out FILE]   a Hugging Face config.json as the model of
+//                                   a run config (plan/hf_import.h)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config, 130 (kExitInterrupted) train or
 // launch stopped on request after saving a checkpoint (a rank that launch stops, by SIGUSR1, exits 0 after
 // its checkpoint, so that mpirun has nothing to report; launch then exits 130). This file is the only place
@@ -21,12 +23,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "plan/hf_import.h"
 #include "plan/launch_script.h"
 #include "plan/run_config.h"
 #include "plan_commands.h"
@@ -103,7 +107,12 @@ const char* kUsage =
     "                                     one parameter server or worker (what launch starts)\n"
     "  export CONFIG --out DIR            write DIR/config.json, launch.sh (mpirun), slurm.sbatch and, for\n"
     "                                     several nodes, hostfile: the plan as files for a headless run\n"
-    "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n";
+    "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n"
+    "  import-hf HF_CONFIG --base CONFIG [--name NAME] [--out FILE]\n"
+    "                                     the model of a Hugging Face config.json (gpt2, llama, mistral,\n"
+    "                                     qwen2) in CONFIG's place: its mesh, data, parallel and training\n"
+    "                                     settings kept; the run config to FILE (default stdout), what\n"
+    "                                     the import approximates to stderr\n";
 
 int usageError(const std::string& message) {
   std::fprintf(stderr, "meshstudio-engine: %s\n\n%s", message.c_str(), kUsage);
@@ -775,6 +784,50 @@ int cmdExport(int argc, char** argv) {
   return kExitOk;
 }
 
+int cmdImportHf(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--base", "--name", "--out"}, {});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1) return usageError("import-hf needs exactly one HF_CONFIG");
+  if (!a.has("--base"))
+    return usageError("import-hf needs --base CONFIG (the project whose model it replaces)");
+  const std::string file = a.positional[0];
+  std::ifstream in(file);
+  if (!in) {
+    std::fprintf(stderr, "%s: cannot read the file (%s)\n", file.c_str(), std::strerror(errno));
+    return kExitUsage;
+  }
+  const nlohmann::json hf = nlohmann::json::parse(in, nullptr, false);
+  if (hf.is_discarded()) {
+    std::fprintf(stderr, "%s: not valid JSON\n", file.c_str());
+    return kExitUsage;
+  }
+  auto imported = ms::importHfConfig(hf, file);
+  if (!imported) {
+    std::fprintf(stderr, "%s\n", imported.message().c_str());
+    return kExitUsage;
+  }
+  ms::RunConfig base;
+  if (!loadConfig(a.get("--base"), base)) return kExitUsage;
+  auto config = ms::runConfigFromHf(*imported, base, a.get("--name"));
+  if (!config) {
+    std::fprintf(stderr, "%s: the imported model does not fit %s's plan:\n%s\n", file.c_str(),
+                 a.get("--base").c_str(), config.message().c_str());
+    return kExitUsage;
+  }
+  for (const std::string& w : imported->warnings)
+    std::fprintf(stderr, "%s: note: %s\n", file.c_str(), w.c_str());
+  if (!a.has("--out")) {
+    std::printf("%s\n", ms::toJson(*config).dump(2).c_str());
+    return kExitOk;
+  }
+  if (ms::Status s = ms::saveRunConfig(*config, a.get("--out")); !s) {
+    std::fprintf(stderr, "meshstudio-engine import-hf: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  std::printf("%s\n", a.get("--out").c_str());
+  return kExitOk;
+}
+
 int cmdSchema(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {}, {"--markdown"});
   if (!a.error.empty()) return usageError(a.error);
@@ -813,6 +866,7 @@ int main(int argc, char** argv) {
     if (cmd == "ps-worker") return cmdPsWorker(argc, argv);
     if (cmd == "autoplan") return cmdAutoplan(argc, argv);
     if (cmd == "schema") return cmdSchema(argc, argv);
+    if (cmd == "import-hf") return cmdImportHf(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "meshstudio-engine %s: out of memory\n", cmd.c_str());
     return kExitRunFailed;

@@ -723,6 +723,50 @@ class TestCli : public QObject {
     QVERIFY(QFile(out).open(QIODevice::ReadOnly));
   }
 
+  // import-hf: Mistral 7B's config.json as the model of the Llama 3 8B template (its mesh, data, parallel and
+  // training kept, seq_len kept under the model's context), the approximation said on stderr; a
+  // mixture-of-experts config, a broken file and a missing --base refused with the file and field named.
+  void importHfCommand() {
+    QTemporaryDir tmp;
+    const QString base = MS_SOURCE_DIR "/resources/examples/llama3-8b-8xh100.json";
+    const QString hf = MS_SOURCE_DIR "/tests/data/hf/mistral-7b.json";
+    const QString out = tmp.path() + "/mistral.json";
+    const Result r = engine({"import-hf", hf, "--base", base, "--name", "mistral-7b", "--out", out});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY2(r.err.contains("mistral-7b.json: note: sliding_window 4096"), qPrintable(r.err));
+    QFile f(out);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject c = QJsonDocument::fromJson(f.readAll()).object();
+    const QJsonObject m = c["model"].toObject();
+    QCOMPARE(m["type"].toString(), QString("llama"));
+    QCOMPARE(m["kv_heads"].toInt(), 8);
+    QCOMPARE(m["vocab"].toInt(), 32000);
+    QCOMPARE(c["name"].toString(), QString("mistral-7b"));
+    QCOMPARE(c["parallel"].toObject()["zero"].toInt(), 3);
+    const Result p = engine({"plan", out});
+    QVERIFY2(p.code == 0, qPrintable(p.err));
+    QVERIFY(p.out.contains("fits in memory on every device"));
+
+    const Result moe =
+        engine({"import-hf", MS_SOURCE_DIR "/tests/data/hf/mixtral-8x7b.json", "--base", base});
+    QCOMPARE(moe.code, 2);
+    QVERIFY2(moe.err.contains("mixtral-8x7b.json: /model_type: \"mixtral\" is a mixture-of-experts model"),
+             qPrintable(moe.err));
+    const QString broken = tmp.path() + "/broken.json";
+    std::ofstream(broken.toStdString()) << "{\"model_type\": \"llama\", \"hidden_size\": 64";
+    const Result b = engine({"import-hf", broken, "--base", base});
+    QCOMPARE(b.code, 2);
+    QVERIFY2(b.err.contains("broken.json: not valid JSON"), qPrintable(b.err));
+    const Result noBase = engine({"import-hf", hf});
+    QCOMPARE(noBase.code, 2);
+    QVERIFY(noBase.err.contains("import-hf needs --base CONFIG"));
+    // The model must suit the base's data: GPT-2's 50257-token vocabulary is not the text data's bytes.
+    const Result text = engine({"import-hf", MS_SOURCE_DIR "/tests/data/hf/gpt2.json", "--base",
+                                MS_SOURCE_DIR "/resources/examples/gpt-fortunes.json"});
+    QCOMPARE(text.code, 2);
+    QVERIFY2(text.err.contains("vocab must be 256"), qPrintable(text.err));
+  }
+
   void autoplanCommand() {
     QTemporaryDir tmp;
     const QString best = tmp.path() + "/best.json";

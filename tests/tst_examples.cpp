@@ -50,6 +50,7 @@ class TestExamples : public QObject {
   void trainsSmoothly_data() {
     QTest::addColumn<QString>("example");
     QTest::newRow("gpt-fortunes (the default project)") << "gpt-fortunes.json";
+    QTest::newRow("llama-fortunes") << "llama-fortunes.json";
     QTest::newRow("mlp-fashion") << "mlp-fashion.json";
     QTest::newRow("vit-fashion") << "vit-fashion.json";
     QTest::newRow("cnn-fashion") << "cnn-fashion.json";

@@ -177,6 +177,28 @@ class TestStudio : public QObject {
     QVERIFY(w.lastError().contains("/proc/cannot/write.json"));
   }
 
+  // File > New > From a Hugging Face config.json: the open project's mesh and settings around the imported
+  // model, its approximations noted; a refused config keeps the open project.
+  void newProjectFromHfConfig() {
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.newProject("llama3-8b"));
+    QVERIFY2(w.newProjectFromHfConfig(MS_SOURCE_DIR "/tests/data/hf/qwen2-7b.json"),
+             qPrintable(w.lastError()));
+    const ms::RunConfig& c = w.document()->config();
+    QVERIFY(c.model.type == ms::ModelType::Llama);
+    QCOMPARE(c.model.width, 3584);
+    QCOMPARE(c.model.kvHeads, 4);
+    QCOMPARE(c.name, std::string("qwen2-7b"));
+    QCOMPARE(c.parallel.dp, 8);
+    QVERIFY(w.lastImportNotes().join(" ").contains("biases are not modelled"));
+    QVERIFY(waitForSnapshot(w));
+    QVERIFY2(w.snapshot()->ok(), qPrintable(w.snapshot()->error));
+    QVERIFY(!w.newProjectFromHfConfig(MS_SOURCE_DIR "/tests/data/hf/mixtral-8x7b.json"));
+    QVERIFY(w.lastError().contains("mixture-of-experts"));
+    QCOMPARE(w.document()->config().name, std::string("qwen2-7b"));
+  }
+
   void exportsLaunchFilesAndPredictedTrace() {
     QTemporaryDir dir;
     ms::MainWindow w;

@@ -342,20 +342,25 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpHidden());
       const double Cs = C / seqSplit, spC = sp ? C : 0.0;
       const double attention = fused ? double(m.heads) * T + (bf16 ? T * C : 0.0) : double(m.heads) * T * T;
-      double floats =
-          T * (Cs + C + std::max(F / tp, bf16 ? Cs : 0.0) + F / tp + std::max(3.0 * C / tp, spC)) +
-          std::max(attention / tp, T * spC) + (sp ? T * (C + C / tp) : 0.0);
+      // llama: slot 3 holds the gate and up gradients (2F / tp) and then the q, k, v projections' gradients
+      // ((H + 2 KV) hs / tp); slot 7 the q, k, v projections in forward.
+      const bool llama = m.type == ModelType::Llama;
+      const double qkvProjections = llama ? double(m.heads + 2 * m.kvHeadCount()) * (C / m.heads) / tp : 0.0;
+      const double slot3 = llama ? std::max(2.0 * F / tp, qkvProjections) : F / tp;
+      const double slot7 = std::max(sp ? C / tp : 0.0, qkvProjections);
+      double floats = T * (Cs + C + std::max(F / tp, bf16 ? Cs : 0.0) + slot3 + std::max(3.0 * C / tp, spC)) +
+                      std::max(attention / tp, T * spC) + T * ((sp ? C : 0.0) + slot7);
       // Selective recompute (recompute.h) re-makes the attention matrix in slot 8, with the attention output
       // the re-run writes and nobody reads: (H, T, T) + (T, C) per sample, / tp.
       const bool selective =
           recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused);
       if (selective) floats += (double(m.heads) * T * T + T * C) / tp;
-      // In bf16 the kept q|k|v, attention matrix, residual and GELU input (layer_impl.h KeptTensor) are
-      // staged in fp32 in slots 9-12 in forward and widened there in backward; under selective recompute the
-      // matrix's slot holds the re-made matrix's bf16 rounding, half the size.
+      // In bf16 the kept q|k|v, attention matrix, residual and GELU input (llama's gate and up) (layer_impl.h
+      // KeptTensor) are staged in fp32 in slots 9-12 in forward and widened there in backward; under
+      // selective recompute the matrix's slot holds the re-made matrix's bf16 rounding, half the size.
       if (bf16) {
         const double matrix = fused ? 0.0 : double(m.heads) * T * T * (selective ? 0.5 : 1.0);
-        floats += ((3.0 * C + F) * T + matrix) / tp + T * Cs;
+        floats += ((3.0 * C + (llama ? 2.0 * F : F)) * T + matrix) / tp + T * Cs;
         // Slot 13, the TP collectives' bf16 staging: a (T, C) all-reduce, or under sequence parallelism a
         // reduce-scatter's (T, C) whole and (T / tp, C) piece.
         if (tp > 1) floats += T * C * (sp ? 1.0 + 1.0 / tp : 1.0) / 2.0;

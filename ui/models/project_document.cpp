@@ -117,6 +117,9 @@ QList<ProjectTemplate> projectTemplates() {
   return {
       {QStringLiteral("gpt"), QObject::tr("GPT on fortunes"),
        QObject::tr("A 4-layer character GPT trained on the fortune files; runs on this machine's CPUs.")},
+      {QStringLiteral("llama"), QObject::tr("Llama on fortunes"),
+       QObject::tr("A 4-layer character Llama (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention) "
+                   "trained on the fortune files; runs on this machine's CPUs.")},
       {QStringLiteral("vit"), QObject::tr("ViT on Fashion-MNIST"),
        QObject::tr("A 4-layer vision transformer classifying Fashion-MNIST; runs on CPUs.")},
       {QStringLiteral("mlp"), QObject::tr("MLP on Fashion-MNIST"),
@@ -137,6 +140,13 @@ QList<ProjectTemplate> projectTemplates() {
        QObject::tr(
            "GPT-3 175B on 2048 nodes of 8 H100s (dp 128 x tp 8 x pp 16, interleaved): a cluster-scale "
            "plan to explore; too large to run here.")},
+      {QStringLiteral("llama3-8b"), QObject::tr("Llama 3 8B on 8 H100 (planning only)"),
+       QObject::tr("Llama 3 8B, 8192-token sequences, sharded over one node of 8 H100s (ZeRO-3).")},
+      {QStringLiteral("llama3-70b"), QObject::tr("Llama 3 70B on 64 H100 (planning only)"),
+       QObject::tr("Llama 3 70B on 8 nodes of 8 H100s: tp 8 in a node, ZeRO-3 over nodes.")},
+      {QStringLiteral("llama3-405b"), QObject::tr("Llama 3 405B on 16384 H100 (planning only)"),
+       QObject::tr("Llama 3 405B on 2048 nodes of 8 H100s, the Llama 3 paper's layout (tp 8 x pp 16 x dp "
+                   "128, 8192-token sequences).")},
   };
 }
 
@@ -150,6 +160,10 @@ Expected<RunConfig> templateConfig(const QString& key) {
       {QStringLiteral("gpt1b"), QStringLiteral(":/examples/gpt-1b-8xa100.json")},
       {QStringLiteral("gpt3"), QStringLiteral(":/examples/gpt3-175b-plan.json")},
       {QStringLiteral("gpt3-16k"), QStringLiteral(":/examples/gpt3-175b-16k.json")},
+      {QStringLiteral("llama"), QStringLiteral(":/examples/llama-fortunes.json")},
+      {QStringLiteral("llama3-8b"), QStringLiteral(":/examples/llama3-8b-8xh100.json")},
+      {QStringLiteral("llama3-70b"), QStringLiteral(":/examples/llama3-70b-64xh100.json")},
+      {QStringLiteral("llama3-405b"), QStringLiteral(":/examples/llama3-405b-16k.json")},
   };
   if (!files.contains(key)) return Status::error("unknown project template \"" + key.toStdString() + "\"");
   QFile f(files[key]);

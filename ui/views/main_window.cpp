@@ -226,6 +226,17 @@ void MainWindow::buildMenus() {
     a->setStatusTip(t.description);
     if (t.key == QLatin1String("gpt")) a->setShortcut(QKeySequence::New);
   }
+  newMenu->addSeparator();
+  newMenu
+      ->addAction(tr("From a &Hugging Face config.json..."), this,
+                  [this] {
+                    const QString path = QFileDialog::getOpenFileName(
+                        this, tr("Hugging Face model config"), dialogFolder(), tr("Model configs (*.json)"));
+                    if (!path.isEmpty()) newProjectFromHfConfig(path);
+                  })
+      ->setStatusTip(
+          tr("The model of a Hugging Face config.json (GPT-2, Llama, Mistral, Qwen2) on this project's "
+             "mesh and settings"));
   file->addAction(tr("&Open..."), QKeySequence::Open, this, [this] {
     const QString path =
         QFileDialog::getOpenFileName(this, tr("Open project"), dialogFolder(), tr("Run configs (*.json)"));

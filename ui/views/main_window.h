@@ -54,6 +54,11 @@ class MainWindow : public QMainWindow {
   // keeping the project that was open.
   bool openProject(const QString& path);
   bool newProject(const QString& templateKey);
+  // A new project: the open one with its model replaced by a Hugging Face config.json's (plan/hf_import.h);
+  // what the import approximates is shown in the status bar and kept in lastImportNotes(). On failure the
+  // error is shown and the open project kept.
+  bool newProjectFromHfConfig(const QString& hfPath);
+  QStringList lastImportNotes() const { return m_lastImportNotes; }
   bool saveProject();                       // Save As when the project has no file yet
   bool saveProjectAs(const QString& path);  // no dialog
   // Replays a finished (or crashed) run from its folder's metrics.jsonl.
@@ -169,6 +174,7 @@ class MainWindow : public QMainWindow {
   CompareView* m_compare = nullptr;  // the Compare Runs window, once opened (a top-level child)
   std::optional<RunConfig> m_lastRunConfig;  // the config that run used (calibration needs its microbatch)
   QString m_lastError;
+  QStringList m_lastImportNotes;
   std::function<QMessageBox::StandardButton()> m_unsavedHandler;
 };
 

@@ -12,6 +12,7 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 
+#include "plan/hf_import.h"
 #include "plan/launch_script.h"
 #include "ui/models/chrome_trace.h"
 #include "ui/models/project_document.h"
@@ -89,6 +90,51 @@ bool MainWindow::newProject(const QString& templateKey) {
   for (const ProjectTemplate& t : projectTemplates())
     if (t.key == templateKey)
       statusBar()->showMessage(tr("New project from the template %1").arg(t.title), 5000);
+  return true;
+}
+
+bool MainWindow::newProjectFromHfConfig(const QString& hfPath) {
+  const std::string file = QFileInfo(hfPath).fileName().toStdString();
+  QFile f(hfPath);
+  if (!f.open(QIODevice::ReadOnly)) {
+    showError(tr("New from Hugging Face config"),
+              tr("%1: cannot read the file (%2)").arg(hfPath, f.errorString()));
+    return false;
+  }
+  const QByteArray bytes = f.readAll();
+  const nlohmann::json hf =
+      nlohmann::json::parse(bytes.constData(), bytes.constData() + bytes.size(), nullptr, false);
+  if (hf.is_discarded()) {
+    showError(tr("New from Hugging Face config"), tr("%1: not valid JSON").arg(hfPath));
+    return false;
+  }
+  auto imported = importHfConfig(hf, file);
+  if (!imported) {
+    showError(tr("New from Hugging Face config"), QString::fromStdString(imported.message()));
+    return false;
+  }
+  // The open project's mesh, data, parallel and training settings around the imported model.
+  const QString name = QFileInfo(hfPath).dir().dirName();
+  auto config = runConfigFromHf(*imported, m_doc->config(),
+                                QFileInfo(hfPath).baseName() == QLatin1String("config") && !name.isEmpty()
+                                    ? name.toStdString()
+                                    : QFileInfo(hfPath).baseName().toStdString());
+  if (!config) {
+    showError(tr("New from Hugging Face config"), tr("%1 does not fit the open project's plan:\n%2")
+                                                      .arg(hfPath, QString::fromStdString(config.message())));
+    return false;
+  }
+  if (!maybeSave()) return false;
+  m_doc->reset(*config);
+  m_lastError.clear();
+  QStringList notes;
+  for (const std::string& w : imported->warnings) notes << QString::fromStdString(w);
+  m_lastImportNotes = notes;
+  statusBar()->showMessage(
+      tr("New project: the model of %1 on the previous project's mesh%2")
+          .arg(QFileInfo(hfPath).fileName(),
+               notes.isEmpty() ? QString() : tr(" (%1)").arg(notes.join(QStringLiteral("; ")))),
+      15000);
   return true;
 }
 

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""bench/templates.py: how long the engine takes to load and plan each cluster-scale template (what the
+studio computes, off its GUI thread, when File > New opens one), with the plan's predictions, and the
+predicted figures against the published ones where a template reproduces a published run.
+
+usage: bench/templates.py [--engine build/engine/meshstudio-engine] [--runs 5]
+
+Per template: the median wall time of `meshstudio-engine plan --json TEMPLATE` over --runs runs (a process
+start, reading the config, building and checking the plan, simulating its step; the studio does the same
+work minus the process start), the predicted step time, tokens/s, MFU, and the largest device's predicted
+memory against its capacity.
+
+Published: the Llama 3 paper (Grattafiori et al. 2024, "The Llama 3 Herd of Models", table 4) reports
+400 TFLOPs a GPU, 41% bf16 MFU, for 405B on 16384 H100s with tp 8, cp 1, pp 16, dp 128, 8192-token
+sequences and 16 a data-parallel group; its other rows are 43% (8192 GPUs, dp 64) and 38% (cp 16, 131072-
+token sequences).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+TEMPLATES = ["llama3-8b-8xh100", "llama3-70b-64xh100", "llama3-405b-16k", "gpt3-175b-plan", "gpt3-175b-16k"]
+# Variants: a template with parallel settings changed (what the template's choice is weighed against).
+VARIANTS = {"llama3-405b-16k no recompute": ("llama3-405b-16k", {"recompute": "none"})}
+PUBLISHED_MFU = {"llama3-405b-16k": (0.41, "Llama 3 paper, table 4")}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", default=os.path.join(ROOT, "build", "engine", "meshstudio-engine"))
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    print(f"{'template':30s} {'plan ms':>8s} {'devices':>7s} {'step s':>8s} {'tokens/s':>11s} {'MFU':>6s}"
+          f" {'max GiB':>8s} {'capacity':>8s}  published")
+    tmp = tempfile.TemporaryDirectory()
+    rows = [(n, os.path.join(ROOT, "resources", "examples", n + ".json")) for n in TEMPLATES]
+    for name, (base, change) in VARIANTS.items():
+        with open(os.path.join(ROOT, "resources", "examples", base + ".json")) as f:
+            c = json.load(f)
+        c["parallel"].update(change)
+        path = os.path.join(tmp.name, base + "-variant.json")
+        with open(path, "w") as f:
+            json.dump(c, f)
+        rows.append((name, path))
+    for name, path in rows:
+        times = []
+        out = None
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            r = subprocess.run([args.engine, "plan", "--json", path], capture_output=True, text=True)
+            times.append(time.perf_counter() - t0)
+            if r.returncode != 0:
+                print(f"{name}: plan failed: {r.stderr.strip()}", file=sys.stderr)
+                return 1
+            out = json.loads(r.stdout)
+        devices = out["devices"]
+        worst = max(devices, key=lambda d: d["memory_bytes"]["total"])
+        pub = PUBLISHED_MFU.get(name.split()[0])
+        pub_text = f"MFU {pub[0] * 100:.0f}% ({pub[1]})" if pub else ""
+        print(f"{name:30s} {statistics.median(times) * 1e3:8.0f} {len(devices):7d} {out['step_time_s']:8.2f}"
+              f" {out['tokens_per_s']:11.0f} {out['mfu'] * 100:5.1f}% {worst['memory_bytes']['total'] / 2**30:8.1f}"
+              f" {worst['capacity_bytes'] / 2**30:8.1f}  {pub_text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
