@@ -118,6 +118,16 @@ ParamSpec ones(std::string name, std::vector<int64_t> shape) {
   return ParamSpec{std::move(name), std::move(shape), Init::Ones, 0.0, false};
 }
 
+// The activation figures of a transformer block that keeps `kept` floats a sample (bf16 in bf16 precision),
+// `stats` fp32 norm statistics and the (H, T, T) attention matrix, and hands on a (T, C) output.
+void setBlockActivations(LayerSpec& l, int64_t kept, int64_t stats, int64_t H, int64_t T, int64_t C) {
+  l.activationBytesPerSample = (kept + H * T * T + stats) * 4;
+  l.bf16BytesPerSample = kept * 4;
+  l.attentionMatrixBytesPerSample = H * T * T * 4;
+  l.attentionRowBytesPerSample = H * T * 4;
+  l.outputBytesPerSample = T * C * 4;
+}
+
 // A pre-LayerNorm transformer block (GPT-2, Radford et al. 2019, section 2.3), parameters named as in the
 // Hugging Face GPT-2 checkpoints. The output projections of attention and MLP are scaled by 1/sqrt(2L), the
 // GPT-2 paper's "scale the weights of residual layers at initialization by 1/sqrt(N)".
@@ -148,12 +158,7 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int T, bool causal) {
   // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
   // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics; all but the statistics bf16 in
   // bf16 precision.
-  const int64_t floats = T * (C + 3 * C + C + C + C + F + F) + H * int64_t(T) * T + 4 * int64_t(T);
-  l.activationBytesPerSample = floats * 4;
-  l.bf16BytesPerSample = T * (C + 3 * C + C + C + C + F + F) * 4;
-  l.attentionMatrixBytesPerSample = H * int64_t(T) * T * 4;
-  l.attentionRowBytesPerSample = H * int64_t(T) * 4;
-  l.outputBytesPerSample = int64_t(T) * C * 4;
+  setBlockActivations(l, T * (C + 3 * C + C + C + C + F + F), 4 * int64_t(T), H, T, C);
   return l;
 }
 
@@ -215,12 +220,7 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int T) {
   // key/value heads repeated as attention reads them, the attention probabilities, attention's output, the
   // first residual, the second RMSNorm's output, the gate and up projections and the SwiGLU output, plus
   // each RMSNorm's per-row rstd; all but the rstds bf16 in bf16 precision.
-  const int64_t kept = T * (C + 3 * H * hs + H * hs + C + C + F + F + F);
-  l.activationBytesPerSample = (kept + H * int64_t(T) * T + 2 * int64_t(T)) * 4;
-  l.bf16BytesPerSample = kept * 4;
-  l.attentionMatrixBytesPerSample = H * int64_t(T) * T * 4;
-  l.attentionRowBytesPerSample = H * int64_t(T) * 4;
-  l.outputBytesPerSample = int64_t(T) * C * 4;
+  setBlockActivations(l, T * (C + 3 * H * hs + H * hs + C + C + F + F + F), 2 * int64_t(T), H, T, C);
   return l;
 }
 
