@@ -25,7 +25,8 @@ import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-TEMPLATES = ["llama3-8b-8xh100", "llama3-70b-64xh100", "llama3-405b-16k", "gpt3-175b-plan", "gpt3-175b-16k"]
+TEMPLATES = ["llama3-8b-8xh100", "llama3-70b-64xh100", "llama3-405b-16k", "mixtral-8x7b-64xh100", "gpt3-175b-plan",
+             "gpt3-175b-16k"]
 # Variants: a template with parallel settings changed (what the template's choice is weighed against).
 VARIANTS = {"llama3-405b-16k no recompute": ("llama3-405b-16k", {"recompute": "none"})}
 PUBLISHED_MFU = {"llama3-405b-16k": (0.41, "Llama 3 paper, table 4")}

@@ -217,6 +217,16 @@ class Backend {
   virtual void ropeUnpackQkv(float* dq, float* dk, float* dv, const float* dqkv, int B, int T, int H, int KV,
                              int hs, float theta, int posStart) = 0;
 
+  // ---- mixture of experts: rows moved by index lists (the routing is chosen on the host and uploaded)
+  // ------ dst (n, C) = scale[r] * src[idx[r]] for r < n (scale nullable: 1). idx: n int32 backend values.
+  virtual void gatherRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n,
+                          int C) = 0;
+  // dst[idx[r]] += scale[r] * src[r] for r < n (scale nullable: 1); the idx entries of one call are distinct.
+  virtual void scatterAddRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n,
+                              int C) = 0;
+  // out[r] = sum_c a[idx[r], c] * b[r, c] for r < n (OVERWRITTEN; fp32 sums in every precision).
+  virtual void rowDots(float* out, const float* a, const int32_t* idx, const float* b, int n, int C) = 0;
+
   // ---- convolution, NCHW --------------------------------------------------------------------------------
   // ms::cpu::conv2dForward / conv2dBackward: input (B, C, H, W), weight (OC, C, KH, KW), bias (OC), output
   // (B, OC, outH, outW) as Conv2dShape (kernels/conv_shape.h) says. An im2col GEMM: the GEMM operands (the

@@ -7,6 +7,8 @@ parallel layouts their trainers published:
                        sequences (torchtitan's Llama 3 8B recipe: one sequence a GPU)
   llama3-70b-64xh100   8 nodes; tp 8 inside a node x ZeRO-3 data parallelism over nodes, sequence parallel,
                        full recompute (torchtitan's Llama 3 70B recipe layout)
+  mixtral-8x7b-64xh100 8 nodes; the experts split by tp 8 inside a node as the dense MLPs are (expert
+                       parallelism is to come), ZeRO-1 over the 8 nodes, 4096-token sequences
   llama3-405b-16k      2048 nodes; tp 8, pp 16, dp 128, 8192-token sequences, 16 sequences a data-parallel
                        group (2048 a step, 16M tokens), interleaved 1F1B (the Llama 3 paper, table 4, first
                        16384-GPU row), 4 virtual chunks a stage; with full recompute, which the engine needs
@@ -34,12 +36,19 @@ def llama3(layers, width, heads, ffn):
             "context": 8192, "tie_embeddings": False}
 
 
-def config(name, model, nodes, parallel, batch, steps, lr, warmup):
+def mixtral():
+    # Mixtral 8x7B (Jiang et al. 2024): Mistral 7B's blocks, 8 experts of 14336 a block, 2 a token.
+    return {"type": "llama", "layers": 32, "width": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
+            "rope_theta": 1000000, "layer_norm_eps": 1e-5, "vocab": 32000, "context": 32768,
+            "tie_embeddings": False, "experts": 8, "experts_per_token": 2, "aux_loss_coef": 0.02}
+
+
+def config(name, model, nodes, parallel, batch, steps, lr, warmup, seq=8192):
     return {"version": 1, "name": name, "seed": 1, "device": "cuda", "model": model,
             "data": {"kind": "tokens", "train": ["data/llama3/train_*.bin"], "val": ["data/llama3/val_*.bin"]},
             "mesh": mesh(nodes), "parallel": parallel,
             "optimizer": {"type": "adamw", "lr": lr, "betas": [0.9, 0.95], "weight_decay": 0.1},
-            "training": {"steps": steps, "batch_size": batch, "seq_len": 8192, "warmup_steps": warmup,
+            "training": {"steps": steps, "batch_size": batch, "seq_len": seq, "warmup_steps": warmup,
                          "grad_clip": 1.0}}
 
 
@@ -57,6 +66,11 @@ TEMPLATES = {
         {"dp": 128, "tp": 8, "pp": 16, "schedule": "interleaved_1f1b", "virtual_chunks": 4, "microbatches": 16,
          "zero": 1, "sequence_parallel": True, "recompute": "full", "precision": "bf16"},
         2048, 1200000, 8e-5, 8000),
+    "mixtral-8x7b-64xh100": config(
+        "mixtral-8x7b-64xh100", mixtral(), 8,
+        {"dp": 8, "tp": 8, "microbatches": 8, "zero": 1, "sequence_parallel": True, "recompute": "full",
+         "precision": "bf16"},
+        64, 1000, 1e-4, 200, seq=4096),
 }
 
 

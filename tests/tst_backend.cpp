@@ -10,7 +10,8 @@
 //   emulated, and the plain backend against ms::cpu's kernels called directly, bit for bit; the GEMM
 //   precisions; bf16 parameters, inputs and gradients; bad shapes refused naming the op); the Llama-family
 //   ops (RMSNorm, SwiGLU, RoPE with grouped-query heads) in every case, RMSNorm with a bf16 weight and
-//   gradient, bad RoPE shapes refused naming the op.
+//   gradient, bad RoPE shapes refused naming the op; the mixture-of-experts row ops (gatherRows,
+//   scatterAddRows, rowDots) with their index lists and gates in backend memory.
 // - TestBackendCuda (CTest tst_backend_gpu, label gpu; the same binary with the argument "gpu"): the CUDA
 //   backend against the CPU backend on the same cases (fp32 GEMMs: within atol + 1e-4 * |ref|), in Bf16 too
 //   (linear and attention), attention on the fused kernel's shapes and past its head-size limit, plus what
@@ -18,8 +19,9 @@
 //   the multi-tensor optimizer forms (one launch) against the CPU's single forms (1e-6 relative) and the
 //   CUDA single forms (bitwise); convolution (fp32 and bf16, up to a chunked 10 x 64 x 56 x 56 and the
 //   224 x 224 stem) and batch norm (up to 100k elements a channel; the double sums within 1e-9) against
-//   the CPU backend; the Llama-family ops on Llama-like heads at positions past 4000. Without a device (or a
-//   CUDA build) it skips with "no CUDA device", which CTest reports as skipped.
+//   the CPU backend; the Llama-family ops on Llama-like heads at positions past 4000; the MoE row ops on wide
+//   rows and past the row grid, bad MoE shapes refused naming the op. Without a device (or a CUDA build) it
+//   skips with "no CUDA device", which CTest reports as skipped.
 // Shapes are deliberately odd (N = 7, C = 33, V = 50, T = 5, H = 3): multiples of no block size.
 #include <QtTest/QtTest>
 
@@ -30,6 +32,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -510,6 +513,58 @@ void llamaCase(Session& s, const Shape& sh) {
   if (sh.H % 2 == 0) llamaOps(s, {sh.B, sh.T, sh.C, sh.H, sh.H / 2, hs, 3}, "GQA ", kSeed + 63);
 }
 
+// Mixture-of-experts row movement as a top-2 layer routes it: N tokens' rows of C gathered into 2N expert
+// rows (each token twice, so source rows repeat) with and without the gates, into a buffer of 7s; the
+// experts' outputs added back onto non-zero values, one call a slot (distinct rows in each), with the gates
+// and then without; the gates' gradients (rowDots into 7s: overwritten). The index list and the gates are
+// backend memory, also passed from an offset into their buffers; calls with n = 0 change nothing. Output
+// names start with `tag`.
+void moeOps(Session& s, int N, int C, const std::string& tag, unsigned seed) {
+  std::mt19937 rng(seed);
+  const int n = 2 * N;
+  Ints idx(size_t(n), 0);
+  for (int k = 0; k < 2; ++k) {  // slot k: a permutation of the tokens
+    const auto slot = idx.begin() + ptrdiff_t(k) * N;
+    std::iota(slot, slot + N, 0);
+    std::shuffle(slot, slot + N, rng);
+  }
+  int32_t* dIdx = s.up(idx);
+  float* gates = s.up(rnd(rng, size_t(n), 0.0f, 1.0f));
+  float* x = s.up(rnd(rng, size_t(N) * C));
+  float* gathered = s.up(Vec(size_t(n) * C, 7.0f));
+  s.be.gatherRows(gathered, x, dIdx, gates, n, C);
+  s.out(tag + "gatherRows scaled", gathered, size_t(n) * C);
+  s.be.gatherRows(gathered, x, dIdx, nullptr, n, C);
+  s.out(tag + "gatherRows", gathered, size_t(n) * C);
+
+  float* y = s.up(rnd(rng, size_t(n) * C));  // the experts' outputs, (2N, C)
+  float* sum = s.up(rnd(rng, size_t(N) * C));
+  for (int k = 0; k < 2; ++k)
+    s.be.scatterAddRows(sum, y + size_t(k) * N * C, dIdx + size_t(k) * N, gates + size_t(k) * N, N, C);
+  s.out(tag + "scatterAddRows scaled (two slots)", sum, size_t(N) * C);
+  s.be.scatterAddRows(sum, y + size_t(N) * C, dIdx + N, nullptr, N, C);
+  s.out(tag + "scatterAddRows (second slot again)", sum, size_t(N) * C);
+
+  float* dout = s.up(rnd(rng, size_t(N) * C));
+  float* dgates = s.up(Vec(size_t(n), 7.0f));
+  s.be.rowDots(dgates, dout, dIdx, y, n, C);
+  s.out(tag + "rowDots", dgates, size_t(n));
+
+  s.be.gatherRows(gathered, x, dIdx, gates, 0, C);
+  s.be.scatterAddRows(sum, y, dIdx, gates, 0, C);
+  s.be.rowDots(dgates, dout, dIdx, y, 0, C);
+  s.be.gatherRows(gathered, x, nullptr, nullptr, 0, C);
+  s.be.scatterAddRows(sum, y, nullptr, nullptr, 0, C);
+  s.be.rowDots(dgates, dout, nullptr, y, 0, C);
+  s.out(tag + "gatherRows n = 0", gathered, size_t(n) * C);
+  s.out(tag + "scatterAddRows n = 0", sum, size_t(N) * C);
+  s.out(tag + "rowDots n = 0", dgates, size_t(n));
+}
+
+void moeCase(Session& s, const Shape& sh) {
+  moeOps(s, sh.N(), sh.C, "", kSeed + 70);
+}
+
 using CaseFn = void (*)(Session&, const Shape&);
 const struct {
   const char* name;
@@ -519,6 +574,7 @@ const struct {
     {"linear", linearCase},
     {"layerNorm", layerNormCase},
     {"llama", llamaCase},
+    {"moe", moeCase},
     {"pointwise", pointwiseCase},
     {"attention", attentionCase},
     {"embedding", embeddingCase},
@@ -1808,6 +1864,31 @@ QString badRopeShapesFail(ms::Backend& be) {
   return {};
 }
 
+// MoE row counts below 0 and row lengths below 1 are a DeviceFailure naming the op and the problem, checked
+// before any memory is touched (null pointers here), n = 0 included. "" when all hold, else what failed.
+QString badMoeShapesFail(ms::Backend& be) {
+  const struct {
+    int n, C;
+    const char* problem;
+  } bad[] = {{-1, 4, "row count"}, {3, 0, "row length"}, {0, 0, "row length"}, {2, -5, "row length"}};
+  for (const auto& b : bad) {
+    const QString shape = QStringLiteral("n %1 C %2: ").arg(b.n).arg(b.C);
+    const struct {
+      const char* op;
+      std::function<void()> call;
+    } calls[] = {
+        {"gatherRows", [&] { be.gatherRows(nullptr, nullptr, nullptr, nullptr, b.n, b.C); }},
+        {"scatterAddRows", [&] { be.scatterAddRows(nullptr, nullptr, nullptr, nullptr, b.n, b.C); }},
+        {"rowDots", [&] { be.rowDots(nullptr, nullptr, nullptr, nullptr, b.n, b.C); }},
+    };
+    for (const auto& c : calls)
+      for (const char* mention : {c.op, b.problem})
+        if (const QString why = throwsDeviceFailure(c.call, mention); !why.isEmpty())
+          return shape + c.op + ": " + why;
+  }
+  return {};
+}
+
 // ---- Multi-tensor optimizer updates -----------------------------------------------------------------------
 
 // Segments of one buffer (total floats): sizes[i] elements at offsets[i], 3 floats of padding before each
@@ -2300,6 +2381,15 @@ class TestBackendCpu : public QObject {
     }
   }
 
+  // The CPU backends refuse bad MoE shapes as the CUDA one does (badMoeShapesFail).
+  void moeBadShapes() {
+    for (const bool emulate : {false, true}) {
+      const auto be = ms::makeCpuBackend(emulate);
+      const QString why = badMoeShapesFail(*be);
+      QVERIFY2(why.isEmpty(), qPrintable((emulate ? QStringLiteral("emulated: ") : QString()) + why));
+    }
+  }
+
   void gemmPrecisionEmulated_data() {
     QTest::addColumn<int>("precision");
     QTest::addColumn<int>("op");
@@ -2762,6 +2852,44 @@ class TestBackendCuda : public QObject {
     auto run = [&](ms::Backend& be) {
       Session s(be);
       llamaCase(s, kShapes[2]);
+      return std::move(s.outputs);
+    };
+    const QString after = closeDifference(run(*m_cuda), run(*m_cpu), 1e-4, 1e-5);
+    QVERIFY2(after.isEmpty(), qPrintable(after));
+  }
+
+  // The MoE ops against the CPU backend beyond matchesCpu's shapes (within 1e-4 relative and 1e-5 of the
+  // output's scale): many tokens on a narrow row, wide rows (C past 4096 and 65536: rowDots' lanes and tail),
+  // and more gathered rows than the row loop's grid (grid-stride). A second run gives the same bits.
+  void moeMatchesCpu_data() {
+    QTest::addColumn<int>("N");
+    QTest::addColumn<int>("C");
+    const int rows[][2] = {{4099, 33}, {64, 4099}, {3, 65537}, {70000, 8}, {1, 1}};
+    for (const auto& r : rows) QTest::addRow("N%d C%d", r[0], r[1]) << r[0] << r[1];
+  }
+  void moeMatchesCpu() {
+    QFETCH(int, N);
+    QFETCH(int, C);
+    auto run = [&](ms::Backend& be) {
+      Session s(be);
+      moeOps(s, N, C, "", kSeed + 71);
+      return std::move(s.outputs);
+    };
+    const std::vector<Output> ref = run(*m_cpu);
+    const std::vector<Output> got = run(*m_cuda);
+    const QString why = closeDifference(got, ref, 1e-4, 1e-5);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    const QString again = bitDifference(run(*m_cuda), got);
+    QVERIFY2(again.isEmpty(), qPrintable(QStringLiteral("second run: ") + again));
+  }
+
+  // Bad MoE shapes fail naming the op (badMoeShapesFail), and the backend goes on working.
+  void moeBadShapes() {
+    const QString why = badMoeShapesFail(*m_cuda);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    auto run = [&](ms::Backend& be) {
+      Session s(be);
+      moeCase(s, kShapes[2]);
       return std::move(s.outputs);
     };
     const QString after = closeDifference(run(*m_cuda), run(*m_cpu), 1e-4, 1e-5);

@@ -747,10 +747,11 @@ class TestCli : public QObject {
     QVERIFY2(p.code == 0, qPrintable(p.err));
     QVERIFY(p.out.contains("fits in memory on every device"));
 
-    const Result moe =
-        engine({"import-hf", MS_SOURCE_DIR "/tests/data/hf/mixtral-8x7b.json", "--base", base});
+    const QString deepseek = tmp.path() + "/deepseek.json";
+    std::ofstream(deepseek.toStdString()) << "{\"model_type\": \"deepseek_v3\", \"n_routed_experts\": 256}";
+    const Result moe = engine({"import-hf", deepseek, "--base", base});
     QCOMPARE(moe.code, 2);
-    QVERIFY2(moe.err.contains("mixtral-8x7b.json: /model_type: \"mixtral\" is a mixture-of-experts model"),
+    QVERIFY2(moe.err.contains("deepseek.json: /model_type: \"deepseek_v3\" is a mixture-of-experts model"),
              qPrintable(moe.err));
     const QString broken = tmp.path() + "/broken.json";
     std::ofstream(broken.toStdString()) << "{\"model_type\": \"llama\", \"hidden_size\": 64";

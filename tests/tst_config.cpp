@@ -291,6 +291,20 @@ std::vector<TypedCase> typedCases() {
        "/parallel/tp", "tp (3) must divide the MLP hidden width (ffn_hidden: 100)"},
       {"llama on fashion_mnist", [](auto& c) { asLlama(c).data.kind = ms::DataKind::FashionMnist; },
        "/data/kind", "model type \"llama\" needs data kind \"text\" or \"tokens\""},
+      {"llama top-k over experts",
+       [](auto& c) {
+         asLlama(c).model.experts = 2;
+         c.model.expertsPerToken = 3;
+       },
+       "/model/experts_per_token", "experts_per_token (3) must be at most experts (2)"},
+      {"llama tp over the experts' width",
+       [](auto& c) {
+         asLlama(c).model.experts = 4;
+         c.model.expertFfnHidden = 65;
+         c.parallel.tp = 2;
+         c.mesh.nodes[0].count = 2;
+       },
+       "/parallel/tp", "tp (2) must divide the experts' hidden width (65)"},
       {"zb_h1 chunks",
        [](auto& c) {
          c.parallel.schedule = ms::Schedule::ZbH1;

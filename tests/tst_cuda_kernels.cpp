@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <tuple>
@@ -87,6 +88,15 @@ Ints randomTokens(std::mt19937& rng, size_t n, int V) {
   std::uniform_int_distribution<int32_t> dist(0, V - 1);
   Ints v(n);
   for (int32_t& x : v) x = dist(rng);
+  return v;
+}
+
+// n distinct rows of [0, R) (n <= R) in random order: a shuffled prefix of 0, ..., R - 1.
+Ints distinctRows(std::mt19937& rng, int n, int R) {
+  Ints v(static_cast<size_t>(R));
+  std::iota(v.begin(), v.end(), 0);
+  std::shuffle(v.begin(), v.end(), rng);
+  v.resize(static_cast<size_t>(n));
   return v;
 }
 
@@ -831,6 +841,113 @@ class TestCudaKernels : public QObject {
       QVERIFY2(!unpack.isOk() && unpack.message().find("ropeUnpackQkv") != std::string::npos &&
                    unpack.message().find(b.problem) != std::string::npos,
                unpack.message().c_str());
+    }
+    CUDA_OK(cuda::synchronize(m_stream));  // nothing was launched: no error left behind
+  }
+
+  // The MoE row ops (cuda_moe.cu) against ms::cpu: gatherRows from R source rows (R < n: repeats) with and
+  // without a scale, one fp32 product an element: the same bits; scatterAddRows into distinct rows of R onto
+  // non-zero values, twice (unscaled one fp32 sum an element: the same bits; scaled, a fused multiply-add on
+  // either side or not); rowDots within a few ulps of sum |a b| (the CPU's order of sums, fused or not
+  // alike), OVERWRITING a buffer of 7s, the same bits on a second run. C on both sides of 32, wide rows, and
+  // more rows than the row loop's grid (65535 blocks).
+  void moeRows_data() {
+    QTest::addColumn<int>("n");
+    QTest::addColumn<int>("C");
+    QTest::addColumn<int>("R");
+    const int rows[][3] = {{1, 1, 1},        {7, 33, 3},     {33, 31, 40},  {33, 97, 40},
+                           {4099, 33, 4099}, {64, 4099, 64}, {3, 65537, 3}, {70000, 8, 70001}};
+    for (const auto& r : rows) QTest::addRow("n%d C%d R%d", r[0], r[1], r[2]) << r[0] << r[1] << r[2];
+  }
+
+  void moeRows() {
+    QFETCH(int, n);
+    QFETCH(int, C);
+    QFETCH(int, R);
+    std::mt19937 rng(kSeed + 30);
+    const Vec src = randomVec(rng, size_t(R) * C);   // (R, C): gathered from, scattered into, dotted with
+    const Vec rows = randomVec(rng, size_t(n) * C);  // (n, C)
+    const Vec scale = randomVec(rng, size_t(n), -2.0f, 2.0f);
+    Ints gatherIdx = randomTokens(rng, size_t(n), std::min(R, std::max(1, n / 2)));  // repeats
+    const Ints scatterIdx = distinctRows(rng, n, R);
+
+    DBuf<float> dSrc, dRows, dScale, dDst, dOut;
+    DBuf<int32_t> dGatherIdx, dScatterIdx;
+    CUDA_OK(upload(dSrc, src));
+    CUDA_OK(upload(dRows, rows));
+    CUDA_OK(upload(dScale, scale));
+    CUDA_OK(upload(dGatherIdx, gatherIdx));
+    CUDA_OK(upload(dScatterIdx, scatterIdx));
+    Vec got;
+    for (const bool scaled : {true, false}) {
+      const char* what = scaled ? "scaled" : "unscaled";
+      const float* k = scaled ? scale.data() : nullptr;
+      const float* dK = scaled ? dScale.data() : nullptr;
+      Vec gathered(rows.size());
+      cpu::gatherRows(gathered.data(), src.data(), gatherIdx.data(), k, n, C);
+      CUDA_OK(upload(dDst, Vec(rows.size(), 7.0f)));
+      CUDA_OK(cuda::gatherRows(dDst.data(), dSrc.data(), dGatherIdx.data(), dK, n, C, m_stream));
+      CUDA_OK(download(got, dDst));
+      QVERIFY2(mismatch(got, gathered, 0.0, 0.0).isEmpty(),
+               qPrintable(QStringLiteral("gatherRows %1: ").arg(what) + mismatch(got, gathered, 0.0, 0.0)));
+
+      Vec sum = src;
+      for (int rep = 0; rep < 2; ++rep)
+        cpu::scatterAddRows(sum.data(), rows.data(), scatterIdx.data(), k, n, C);
+      CUDA_OK(upload(dDst, src));
+      for (int rep = 0; rep < 2; ++rep)
+        CUDA_OK(cuda::scatterAddRows(dDst.data(), dRows.data(), dScatterIdx.data(), dK, n, C, m_stream));
+      CUDA_OK(download(got, dDst));
+      const double tol = scaled ? 1e-6 : 0.0;
+      QVERIFY2(mismatch(got, sum, tol, tol).isEmpty(),
+               qPrintable(QStringLiteral("scatterAddRows %1: ").arg(what) + mismatch(got, sum, tol, tol)));
+    }
+
+    Vec dots(static_cast<size_t>(n));
+    cpu::rowDots(dots.data(), src.data(), gatherIdx.data(), rows.data(), n, C);
+    CUDA_OK(upload(dOut, Vec(size_t(n), 7.0f)));
+    CUDA_OK(cuda::rowDots(dOut.data(), dSrc.data(), dGatherIdx.data(), dRows.data(), n, C, m_stream));
+    CUDA_OK(download(got, dOut));
+    for (int r = 0; r < n; ++r) {
+      double scaleSum = 0.0;
+      for (int c = 0; c < C; ++c)
+        scaleSum += std::fabs(double(src[size_t(gatherIdx[r]) * C + c]) * double(rows[size_t(r) * C + c]));
+      const double err = std::fabs(double(got[r]) - double(dots[r]));
+      QVERIFY2(err <= 1e-6 * scaleSum,
+               qPrintable(QStringLiteral("rowDots row %1: got %2, CPU %3 (sum |ab| %4)")
+                              .arg(r)
+                              .arg(double(got[r]), 0, 'g', 9)
+                              .arg(double(dots[r]), 0, 'g', 9)
+                              .arg(scaleSum, 0, 'g', 3)));
+    }
+    // Deterministic and overwritten: a second call onto the first one's results gives the same bits.
+    CUDA_OK(cuda::rowDots(dOut.data(), dSrc.data(), dGatherIdx.data(), dRows.data(), n, C, m_stream));
+    Vec again;
+    CUDA_OK(download(again, dOut));
+    VERIFY_CLOSE(again, got, 0.0, 0.0);
+  }
+
+  // n = 0 launches nothing (null pointers are fine); n < 0 or C < 1 fails naming the op and the problem,
+  // whatever n is, before any launch.
+  void moeRejects() {
+    CUDA_OK(cuda::gatherRows(nullptr, nullptr, nullptr, nullptr, 0, 5, m_stream));
+    CUDA_OK(cuda::scatterAddRows(nullptr, nullptr, nullptr, nullptr, 0, 5, m_stream));
+    CUDA_OK(cuda::rowDots(nullptr, nullptr, nullptr, nullptr, 0, 5, m_stream));
+    const struct {
+      int n, C;
+      const char* problem;
+    } bad[] = {{-1, 4, "row count"}, {3, 0, "row length"}, {0, 0, "row length"}, {2, -5, "row length"}};
+    for (const auto& b : bad) {
+      const ms::Status statuses[] = {
+          cuda::gatherRows(nullptr, nullptr, nullptr, nullptr, b.n, b.C, m_stream),
+          cuda::scatterAddRows(nullptr, nullptr, nullptr, nullptr, b.n, b.C, m_stream),
+          cuda::rowDots(nullptr, nullptr, nullptr, nullptr, b.n, b.C, m_stream),
+      };
+      const char* ops[] = {"gatherRows", "scatterAddRows", "rowDots"};
+      for (int i = 0; i < 3; ++i)
+        QVERIFY2(!statuses[i].isOk() && statuses[i].message().find(ops[i]) != std::string::npos &&
+                     statuses[i].message().find(b.problem) != std::string::npos,
+                 statuses[i].message().c_str());
     }
     CUDA_OK(cuda::synchronize(m_stream));  // nothing was launched: no error left behind
   }

@@ -37,6 +37,8 @@ class TestHfImport : public QObject {
     QTest::newRow("llama3-8b") << "llama3-8b.json" << qint64(8030261248) << int(ModelType::Llama);
     QTest::newRow("mistral-7b") << "mistral-7b.json" << qint64(7241732096) << int(ModelType::Llama);
     QTest::newRow("gpt2") << "gpt2.json" << qint64(124439808) << int(ModelType::Gpt);
+    // Mixtral-8x7B-v0.1: 46,702,792,704 (8 experts a block, 2 a token).
+    QTest::newRow("mixtral-8x7b") << "mixtral-8x7b.json" << qint64(46702792704) << int(ModelType::Llama);
   }
   void publishedCounts() {
     QFETCH(QString, file);
@@ -78,8 +80,11 @@ class TestHfImport : public QObject {
   void errorsNameTheField_data() {
     QTest::addColumn<QString>("change");  // a JSON object merged into the Llama 3 8B config
     QTest::addColumn<QString>("expected");
-    QTest::newRow("moe") << R"({"model_type": "mixtral", "num_local_experts": 8})"
-                         << "cfg.json: /model_type: \"mixtral\" is a mixture-of-experts model";
+    QTest::newRow("moe") << R"({"model_type": "deepseek_v3", "n_routed_experts": 256})"
+                         << "cfg.json: /model_type: \"deepseek_v3\" is a mixture-of-experts model";
+    QTest::newRow("mixtral top-k")
+        << R"({"model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3})"
+        << "cfg.json: /num_experts_per_tok: exceeds num_local_experts (2)";
     QTest::newRow("unknown type") << R"({"model_type": "bert"})"
                                   << "cfg.json: /model_type: \"bert\" is not one MeshStudio imports";
     QTest::newRow("missing layers") << R"({"num_hidden_layers": null})"
@@ -106,10 +111,14 @@ class TestHfImport : public QObject {
     QVERIFY2(imported.message().find(expected.toStdString()) == 0, imported.message().c_str());
   }
 
-  void mixtralFileIsRefused() {
+  void mixtralFields() {
     auto imported = importHfConfig(readHf("mixtral-8x7b.json"), "mixtral-8x7b.json");
-    QVERIFY(!imported.isOk());
-    QVERIFY(imported.message().find("mixture-of-experts") != std::string::npos);
+    QVERIFY2(imported.isOk(), imported.message().c_str());
+    QCOMPARE(imported->model.experts, 8);
+    QCOMPARE(imported->model.expertsPerToken, 2);
+    QCOMPARE(imported->model.auxLossCoef, 0.02);
+    QCOMPARE(imported->model.expertHidden(), int64_t(14336));
+    QVERIFY(mentions(imported->warnings, "checkpoint names"));
   }
 
   // A GPT-2 whose MLP is not a multiple of the width cannot be a gpt (mlp_ratio is an integer).

@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <numbers>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -375,6 +376,17 @@ DVec refCrossEntropy(const DVec& logits, const std::vector<int32_t>& targets, in
 
 // ---- Optimizer references (the formulas, in double) ---------------------------------------------------
 
+// ---- Mixture-of-experts index lists -----------------------------------------------------------------------
+
+// n distinct rows of [0, R) (n <= R) in random order: a shuffled prefix of 0, ..., R - 1.
+std::vector<int32_t> distinctRows(std::mt19937& rng, int n, int R) {
+  std::vector<int32_t> v(R);
+  std::iota(v.begin(), v.end(), 0);
+  std::shuffle(v.begin(), v.end(), rng);
+  v.resize(n);
+  return v;
+}
+
 struct AdamParams {
   float lr, beta1, beta2, eps, weightDecay, gradScale;
 };
@@ -417,6 +429,14 @@ class TestKernels : public QObject {
   void rope_data();
   void rope();
   void llamaDeterministicThreads();
+
+  void gatherRows_data();
+  void gatherRows();
+  void scatterAddRows_data();
+  void scatterAddRows();
+  void rowDots_data();
+  void rowDots();
+  void moeDeterministicThreads();
 
   void pointwise_data();
   void pointwise();
@@ -907,6 +927,178 @@ void TestKernels::llamaDeterministicThreads() {
   VERIFY_CLOSE(a.swiglu.data(), one.swiglu.data(), n, 1e-7, 1e-6);
   VERIFY_CLOSE(a.dgate.data(), one.dgate.data(), n, 1e-7, 1e-6);
   VERIFY_CLOSE(a.dup.data(), one.dup.data(), n, 1e-7, 1e-6);
+}
+
+// ---- Mixture of experts
+// --------------------------------------------------------------------------------
+
+// Rows n gathered from a source of R rows (R < n: sources repeat), with and without a scale; n = 0 included.
+void TestKernels::gatherRows_data() {
+  QTest::addColumn<int>("n");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("R");
+  QTest::addColumn<bool>("scaled");
+  const int rows[][3] = {{0, 5, 3}, {1, 1, 1}, {7, 5, 3}, {33, 33, 40}, {64, 97, 17}, {300, 1000, 50}};
+  for (const auto& r : rows)
+    for (const bool scaled : {true, false})
+      QTest::addRow("n=%d C=%d R=%d %s", r[0], r[1], r[2], scaled ? "scaled" : "unscaled")
+          << r[0] << r[1] << r[2] << scaled;
+}
+
+void TestKernels::gatherRows() {
+  QFETCH(int, n);
+  QFETCH(int, C);
+  QFETCH(int, R);
+  QFETCH(bool, scaled);
+  std::mt19937 rng(kSeed + 30);
+  const Vec src = randomVec(rng, size_t(R) * C);  // (R, C)
+  std::vector<int32_t> idx = randomTokens(rng, size_t(n), R);
+  if (n >= 2) idx[1] = idx[0];  // a source row read twice, whatever the draw
+  const Vec scale = randomVec(rng, size_t(n), -2.0f, 2.0f);
+  // One row more than the op writes: NaN everywhere, the first n rows must be overwritten, the last not.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Vec dst(size_t(n + 1) * C, nan);
+  cpu::gatherRows(dst.data(), src.data(), idx.data(), scaled ? scale.data() : nullptr, n, C);
+  // Each element is one fp32 product (none unscaled): the exact double product rounded once, bit for bit.
+  Vec ref(size_t(n) * C);
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c < C; c++) {
+      const double k = scaled ? double(scale[r]) : 1.0;
+      ref[size_t(r) * C + c] = float(k * double(src[size_t(idx[r]) * C + c]));
+    }
+  const Vec written(dst.begin(), dst.begin() + ptrdiff_t(ref.size()));
+  VERIFY_BITWISE(written, ref);
+  for (size_t i = ref.size(); i < dst.size(); i++) QVERIFY2(std::isnan(dst[i]), "written past row n");
+}
+
+// n rows added into distinct rows of a destination of R rows (n = R: every row), twice onto random values,
+// with and without a scale; n = 0 changes nothing.
+void TestKernels::scatterAddRows_data() {
+  QTest::addColumn<int>("n");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("R");
+  QTest::addColumn<bool>("scaled");
+  const int rows[][3] = {{0, 5, 4}, {1, 1, 1}, {7, 5, 7}, {7, 5, 20}, {33, 97, 40}, {300, 1000, 301}};
+  for (const auto& r : rows)
+    for (const bool scaled : {true, false})
+      QTest::addRow("n=%d C=%d R=%d %s", r[0], r[1], r[2], scaled ? "scaled" : "unscaled")
+          << r[0] << r[1] << r[2] << scaled;
+}
+
+void TestKernels::scatterAddRows() {
+  QFETCH(int, n);
+  QFETCH(int, C);
+  QFETCH(int, R);
+  QFETCH(bool, scaled);
+  std::mt19937 rng(kSeed + 31);
+  const Vec dst0 = randomVec(rng, size_t(R) * C);  // (R, C)
+  const Vec src = randomVec(rng, size_t(n) * C);   // (n, C)
+  const std::vector<int32_t> idx = distinctRows(rng, n, R);
+  const Vec scale = randomVec(rng, size_t(n), -2.0f, 2.0f);
+  Vec dst = dst0;
+  for (int rep = 0; rep < 2; rep++)
+    cpu::scatterAddRows(dst.data(), src.data(), idx.data(), scaled ? scale.data() : nullptr, n, C);
+  // Accumulated: dst0 + 2 k src on the rows idx names (in double: each call rounds a product and a sum, or
+  // one fused multiply-add); unscaled, exactly the fp32 sums (dst0 + src) + src. Every other row untouched.
+  DVec ref = toDouble(dst0);
+  Vec exact = dst0;
+  std::vector<bool> touched(size_t(R), false);
+  for (int r = 0; r < n; r++) {
+    touched[size_t(idx[r])] = true;
+    const double k = scaled ? double(scale[r]) : 1.0;
+    for (int c = 0; c < C; c++) {
+      const size_t d = size_t(idx[r]) * C + c, s = size_t(r) * C + c;
+      ref[d] += 2.0 * k * double(src[s]);
+      exact[d] = (exact[d] + src[s]) + src[s];
+    }
+  }
+  VERIFY_CLOSE(dst.data(), ref.data(), dst.size(), 1e-6, 1e-6);
+  if (!scaled) VERIFY_BITWISE(dst, exact);
+  for (int row = 0; row < R; row++)
+    if (!touched[size_t(row)])
+      QVERIFY2(std::memcmp(&dst[size_t(row) * C], &dst0[size_t(row) * C], sizeof(float) * C) == 0,
+               qPrintable(QStringLiteral("row %1 is not in idx but changed").arg(row)));
+}
+
+// Dot products of n rows of b with rows of a (R rows; sources repeat), C on both sides of 32 (the lane count
+// of the sums) and large; n = 0 included.
+void TestKernels::rowDots_data() {
+  QTest::addColumn<int>("n");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("R");
+  const int rows[][3] = {
+      {0, 5, 3},    {1, 1, 1},    {7, 5, 3},     {33, 31, 10}, {33, 32, 10}, {33, 33, 10},
+      {64, 97, 17}, {5, 4099, 3}, {3, 65537, 2}, {600, 64, 50}};  // the last: the parallel path (n C >= 2^14)
+  for (const auto& r : rows) QTest::addRow("n=%d C=%d R=%d", r[0], r[1], r[2]) << r[0] << r[1] << r[2];
+}
+
+void TestKernels::rowDots() {
+  QFETCH(int, n);
+  QFETCH(int, C);
+  QFETCH(int, R);
+  std::mt19937 rng(kSeed + 32);
+  const Vec a = randomVec(rng, size_t(R) * C);  // (R, C)
+  Vec b = randomVec(rng, size_t(n) * C);        // (n, C)
+  std::vector<int32_t> idx = randomTokens(rng, size_t(n), R);
+  if (n >= 2) {  // rows 0 and 1: the same pair of rows, so the same sum
+    idx[1] = idx[0];
+    std::copy(b.begin(), b.begin() + C, b.begin() + C);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Vec out(size_t(n) + 1, nan);  // overwritten, the one past n not
+  cpu::rowDots(out.data(), a.data(), idx.data(), b.data(), n, C);
+  // Against the double sum: an fp32 sum of C products is within a few ulps of sum |a b| (the terms' scale).
+  for (int r = 0; r < n; r++) {
+    double ref = 0.0, scale = 0.0;
+    for (int c = 0; c < C; c++) {
+      const double p = double(a[size_t(idx[r]) * C + c]) * double(b[size_t(r) * C + c]);
+      ref += p;
+      scale += std::fabs(p);
+    }
+    const double err = std::fabs(double(out[r]) - ref);
+    QVERIFY2(err <= 1e-6 * scale, qPrintable(QStringLiteral("row %1 of %2: got %3, expected %4 (sum |ab| %5)")
+                                                 .arg(r)
+                                                 .arg(n)
+                                                 .arg(double(out[r]), 0, 'g', 9)
+                                                 .arg(ref, 0, 'g', 9)
+                                                 .arg(scale, 0, 'g', 3)));
+  }
+  QVERIFY2(std::isnan(out[size_t(n)]), "written past row n");
+  if (n >= 2) QCOMPARE(out[1], out[0]);
+  // Overwritten, not accumulated: a second call onto the first one's results gives the same bits.
+  const Vec first = out;
+  cpu::rowDots(out.data(), a.data(), idx.data(), b.data(), n, C);
+  QVERIFY(std::memcmp(out.data(), first.data(), sizeof(float) * size_t(n)) == 0);
+}
+
+// The three ops are parallel over rows, each row computed alike whoever computes it: the same bits with one
+// thread and with two.
+void TestKernels::moeDeterministicThreads() {
+  const int N = 500, C = 97, n = 1000;  // 1000 x 97 >= 2^14: the parallel paths
+  std::mt19937 rng(kSeed + 33);
+  const Vec x = randomVec(rng, size_t(N) * C), y = randomVec(rng, size_t(n) * C);
+  const Vec sum0 = randomVec(rng, size_t(N) * C), gates = randomVec(rng, size_t(n), 0.0f, 1.0f);
+  std::vector<int32_t> idx = distinctRows(rng, N, N), second = distinctRows(rng, N, N);
+  idx.insert(idx.end(), second.begin(), second.end());  // every token twice
+  struct Results {
+    Vec gathered, sum, dots;
+  };
+  auto run = [&](int threads) {
+    cpu::setThreads(threads);
+    Results r;
+    r.gathered.resize(y.size());
+    cpu::gatherRows(r.gathered.data(), x.data(), idx.data(), gates.data(), n, C);
+    r.sum = sum0;
+    for (int k = 0; k < 2; k++)  // one call a slot: distinct rows within each
+      cpu::scatterAddRows(r.sum.data(), y.data() + size_t(k) * N * C, idx.data() + size_t(k) * N,
+                          gates.data() + size_t(k) * N, N, C);
+    r.dots.resize(size_t(n));
+    cpu::rowDots(r.dots.data(), x.data(), idx.data(), y.data(), n, C);
+    return r;
+  };
+  const Results a = run(2), one = run(1);
+  cpu::setThreads(2);
+  for (auto field : {&Results::gathered, &Results::sum, &Results::dots}) VERIFY_BITWISE(a.*field, one.*field);
 }
 
 // ---- Pointwise

@@ -80,6 +80,41 @@ class TestModelSpec : public QObject {
     QCOMPARE(buildModelSpec(m, 4096).paramCount(), int64_t(6738415616));
   }
 
+  // Mixtral 8x7B (Jiang et al. 2024: Mistral 7B's blocks, 8 experts of 14336, 2 a token): 46,702,792,704
+  // parameters (the Hugging Face checkpoint's count), 12.9B of them active a token; a shared expert and a
+  // dense first block change the count by their matrices.
+  void mixtralParameterCount() {
+    ModelConfig m;
+    m.type = ModelType::Llama;
+    m.layers = 32;
+    m.width = 4096;
+    m.heads = 32;
+    m.kvHeads = 8;
+    m.ffnHidden = 14336;
+    m.vocab = 32000;
+    m.tieEmbeddings = false;
+    m.experts = 8;
+    m.expertsPerToken = 2;
+    const ModelSpec spec = buildModelSpec(m, 4096);
+    QCOMPARE(spec.paramCount(), int64_t(46702792704));
+    const LayerSpec& block = spec.layers[1];
+    QCOMPARE(block.params[6].name, std::string("model.layers.0.mlp.gate.weight"));
+    QVERIFY(!shardSpecOf(block.params[6], ModelType::Llama).sharded());  // the router: replicated
+    QCOMPARE(block.params[7].name, std::string("model.layers.0.mlp.experts.0.gate_proj.weight"));
+    QVERIFY((shardSpecOf(block.params[9], ModelType::Llama).dim == 1));  // an expert's down: row-parallel
+    // FLOPs a position: attention's GEMMs, the router and two experts' SwiGLUs (not eight), causal attention.
+    const double perPosition =
+        2.0 * (4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3.0 * 4096 * 14336 * 2 + 4096.0 * 8) +
+        2.0 * 4096 * 4096;
+    QCOMPARE(block.forwardFlopsPerSample, perPosition * 4096);
+    m.sharedExperts = 1;
+    m.denseLayers = 1;
+    // Block 0 dense (3 matrices of 14336 instead of the router and 8 experts), the others one more expert.
+    const int64_t expert = 3 * int64_t(4096) * 14336;
+    QCOMPARE(buildModelSpec(m, 4096).paramCount(),
+             int64_t(46702792704) - (8 * expert + 8 * 4096) + expert + 31 * expert);
+  }
+
   // Forward FLOPs of a block: 2 * 12 C^2 per position for the GEMMs (Kaplan et al. 2020, table 1: 2N per
   // token with N = 12 C^2 per layer) plus attention's 2 * 2 * T * C per position, halved when causal.
   void blockFlops() {

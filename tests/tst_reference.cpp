@@ -91,6 +91,21 @@ class TestReference : public QObject {
         << QString("{%1, \"kv_heads\": 3, \"tie_embeddings\": false}").arg(llamaBase) << false << 0;
     QTest::newRow("llama-mqa-tied-head-chunks")
         << QString("{%1, \"kv_heads\": 1, \"tie_embeddings\": true}").arg(llamaBase) << false << 7;
+    // Mixture of experts: block 0 dense, block 1 4 experts (2 a token) and a shared one, dropless; then with
+    // a capacity factor of 1 (tokens beyond an expert's 36 rows dropped, in token order) and no shared one.
+    QTest::newRow("llama-moe-shared")
+        << QString(
+               "{%1, \"kv_heads\": 3, \"tie_embeddings\": false, \"experts\": 4, \"experts_per_token\": 2, "
+               "\"expert_ffn_hidden\": 24, \"shared_experts\": 1, \"dense_layers\": 1, \"aux_loss_coef\": "
+               "0.05}")
+               .arg(llamaBase)
+        << false << 0;
+    QTest::newRow("llama-moe-capacity")
+        << QString(
+               "{%1, \"kv_heads\": 2, \"tie_embeddings\": false, \"experts\": 4, \"experts_per_token\": 2, "
+               "\"expert_ffn_hidden\": 24, \"capacity_factor\": 1.0}")
+               .arg(llamaBase)
+        << false << 0;
     const char* vitBase = "\"type\": \"vit\", \"layers\": 2, \"width\": 32, \"heads\": 4, \"patch\": 7";
     QTest::newRow("vit-cls") << QString("{%1, \"pool\": \"cls\"}").arg(vitBase) << true << 0;
     QTest::newRow("vit-mean") << QString("{%1, \"pool\": \"mean\"}").arg(vitBase) << true << 0;
@@ -155,6 +170,16 @@ class TestReference : public QObject {
         << QString(
                "\"model\": {\"type\": \"llama\", \"layers\": 2, \"width\": 32, \"heads\": 4, \"kv_heads\": 2,"
                " \"ffn_hidden\": 64, \"rope_theta\": 1000, \"context\": 32, \"tie_embeddings\": false},"
+               " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.1},"
+               " \"training\": {\"steps\": 6, \"batch_size\": 4, \"seq_len\": 32, \"warmup_steps\": 2,"
+               " \"grad_clip\": 0.5, \"eval_batches\": 1, \"threads\": 1}")
+        << false;
+    QTest::newRow("llama-moe-adamw")
+        << QString(
+               "\"model\": {\"type\": \"llama\", \"layers\": 2, \"width\": 32, \"heads\": 4, \"kv_heads\": 2,"
+               " \"ffn_hidden\": 64, \"rope_theta\": 1000, \"context\": 32, \"tie_embeddings\": false,"
+               " \"experts\": 4, \"experts_per_token\": 2, \"expert_ffn_hidden\": 32, \"aux_loss_coef\": "
+               "0.05},"
                " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.1},"
                " \"training\": {\"steps\": 6, \"batch_size\": 4, \"seq_len\": 32, \"warmup_steps\": 2,"
                " \"grad_clip\": 0.5, \"eval_batches\": 1, \"threads\": 1}")

@@ -165,6 +165,15 @@ void checkModel(const RunConfig& c, Findings& out) {
             "rotary embeddings rotate pairs of a head's channels, so the head size width / heads (" +
                 std::to_string(m.width / m.heads) + ") must be even",
             {"/model/type", "/model/width"});
+      if (m.experts > 0 && m.expertsPerToken > m.experts)
+        add(out, "/model/experts_per_token",
+            "experts_per_token (" + std::to_string(m.expertsPerToken) + ") must be at most experts (" +
+                std::to_string(m.experts) + ")",
+            {"/model/type", "/model/experts"});
+      if (m.experts > 0 && tp >= 1 && m.expertHidden() >= 1 && !divides(tp, m.expertHidden()))
+        add(out, "/parallel/tp",
+            tpText + " must divide the experts' hidden width (" + std::to_string(m.expertHidden()) + ")",
+            {"/model/type", "/model/expert_ffn_hidden"});
       // Megatron-LM replicates key/value heads over the ranks of a group when tp exceeds them; the engine
       // splits them, so each rank needs at least one (docs/status.md lists the gap).
       if (tp >= 1 && kv >= 1 && !divides(tp, kv))

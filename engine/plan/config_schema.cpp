@@ -248,6 +248,39 @@ void addModel(std::vector<Field>& t) {
                           "3).")
                   .forModels(kLlama)
                   .aka({"rope_base", "rotary_base", "rotary_emb_base"}));
+  t.push_back(intField(m, "experts", MS_REF(model.experts), atLeast(0),
+                       "Routed experts of each mixture-of-experts block; 0 keeps every MLP dense.")
+                  .forModels(kLlama)
+                  .aka({"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"}));
+  t.push_back(intField(m, "experts_per_token", MS_REF(model.expertsPerToken), atLeast(1),
+                       "Experts each token is routed to (top-k); their router probabilities are renormalised "
+                       "to sum to 1.")
+                  .forModels(kLlama)
+                  .aka({"num_experts_per_tok", "top_k", "moe_router_topk", "moe_top_k"}));
+  t.push_back(intField(m, "expert_ffn_hidden", MS_REF(model.expertFfnHidden), atLeast(0),
+                       "Hidden width of an expert's SwiGLU MLP; 0 means ffn_hidden's.")
+                  .forModels(kLlama)
+                  .aka({"moe_intermediate_size", "moe_ffn_hidden_size", "expert_intermediate_size"}));
+  t.push_back(intField(m, "shared_experts", MS_REF(model.sharedExperts), atLeast(0),
+                       "Experts every token passes through beside its routed ones (DeepSeekMoE).")
+                  .forModels(kLlama)
+                  .aka({"n_shared_experts", "num_shared_experts"}));
+  t.push_back(
+      numberField(m, "capacity_factor", MS_REF(model.capacityFactor), atLeast(0),
+                  "An expert takes at most capacity_factor * tokens * experts_per_token / experts of a "
+                  "microbatch's tokens (the later ones are dropped, GShard); 0 is dropless.")
+          .forModels(kLlama)
+          .aka({"moe_expert_capacity_factor", "expert_capacity_factor"}));
+  t.push_back(
+      numberField(m, "aux_loss_coef", MS_REF(model.auxLossCoef), atLeast(0),
+                  "Weight of the load-balancing loss experts * sum_e f_e P_e (Switch Transformer), f_e "
+                  "the share of tokens routed to expert e and P_e its mean router probability.")
+          .forModels(kLlama)
+          .aka({"router_aux_loss_coef", "moe_aux_loss_coeff", "load_balancing_loss_coef"}));
+  t.push_back(intField(m, "dense_layers", MS_REF(model.denseLayers), atLeast(0),
+                       "The first dense_layers blocks keep a dense MLP (DeepSeek-V3 keeps 3).")
+                  .forModels(kLlama)
+                  .aka({"first_k_dense_replace", "moe_layer_start"}));
   t.push_back(intField(m, "vocab", MS_REF(model.vocab), atLeast(2), "Vocabulary size (V); 256 for text data.")
                   .forModels(kLanguage)
                   .aka({"vocab_size", "n_vocab"}));

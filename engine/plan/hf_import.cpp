@@ -152,15 +152,28 @@ Expected<HfImport> importHfConfig(const nlohmann::json& hf, const std::string& f
     MS_TRY(gpt2(r, out));
   } else if (type == "llama" || type == "mistral" || type == "qwen2") {
     MS_TRY(llama(r, type, out));
-  } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3" ||
-             type == "deepseek_v2" || hf.contains("num_local_experts") || hf.contains("n_routed_experts")) {
+  } else if (type == "mixtral") {
+    // Mixtral (Jiang et al. 2024): Mistral's blocks with every MLP a mixture of num_local_experts SwiGLU
+    // experts of intermediate_size, top num_experts_per_tok routing, no shared experts.
+    MS_TRY(llama(r, type, out));
+    ModelConfig& m = out.model;
+    MS_TRY(r.integer({"num_local_experts"}, m.experts));
+    MS_TRY(r.integer({"num_experts_per_tok"}, m.expertsPerToken, 2));
+    if (m.expertsPerToken > m.experts)
+      return r.error("num_experts_per_tok", "exceeds num_local_experts (" + std::to_string(m.experts) + ")");
+    MS_TRY(r.number("router_aux_loss_coef", m.auxLossCoef, 0.001));
+    out.warnings.push_back(
+        "the experts' checkpoint names are DeepSeek-V3's (mlp.experts.E.gate_proj), not "
+        "Mixtral's (block_sparse_moe.experts.E.w1)");
+  } else if (type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3" || type == "deepseek_v2" ||
+             hf.contains("num_local_experts") || hf.contains("n_routed_experts")) {
     return r.error("model_type",
                    "\"" + type +
-                       "\" is a mixture-of-experts model; MeshStudio does not plan expert layers "
-                       "yet");
+                       "\" is a mixture-of-experts model MeshStudio does not import yet (of those, "
+                       "only mixtral)");
   } else {
     return r.error("model_type",
-                   "\"" + type + "\" is not one MeshStudio imports (gpt2, llama, mistral, qwen2)");
+                   "\"" + type + "\" is not one MeshStudio imports (gpt2, llama, mistral, qwen2, mixtral)");
   }
   return out;
 }

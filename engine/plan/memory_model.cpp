@@ -80,12 +80,20 @@ double layerActivationBytes(const Plan& plan, int l, bool fused) {
   // C values, bf16 in bf16 precision) and the per-row LayerNorm statistics (4 * T, fp32). With it nothing
   // (the LayerNorm outputs are kept as sequence pieces and gathered per use, as in the paper's "tensor +
   // sequence parallel" row); the block's output, gathered whole, is counted above.
-  if (p.sequenceParallel) return full / tp + output;
+  if (p.sequenceParallel) {
+    // (A mixture-of-experts block's expert outputs and routing stay whole.)
+    const double moeWhole =
+        (double(layer.tpWholeFloatsPerSample) * (p.precision == Precision::Bf16 ? 2.0 : 4.0) +
+         double(layer.tpWholeStatFloatsPerSample) * 4.0) *
+        plan.microbatchSize();
+    return moeWhole + (full - moeWhole) / tp + output;
+  }
   const double T = plan.model.samplePositions, C = plan.config.model.width;
   const double kept = p.precision == Precision::Bf16 ? 2.0 : 4.0;
   // (llama's RMSNorms keep only rstd: 2 * T statistics.)
   const double stats = plan.config.model.type == ModelType::Llama ? 2.0 : 4.0;
-  const double whole = 3.0 * T * C * kept + stats * T * 4.0;
+  const double whole = 3.0 * T * C * kept + stats * T * 4.0 + double(layer.tpWholeFloatsPerSample) * kept +
+                       double(layer.tpWholeStatFloatsPerSample) * 4.0;
   const double replicated = std::min(full, whole * plan.microbatchSize());
   return replicated + (full - replicated) / tp + output;
 }
@@ -225,7 +233,10 @@ std::vector<double> chunkSplitBackwardBytes(const Plan& plan) {
       // projections (T * C each, whole) and of the fc and qkv projections (T * F / tp, T * 3C / tp), fp32;
       // llama's gate and up (T * 2F / tp) and q, k and v (T * (H + 2 KV) hs / tp).
       const bool llama = m.type == ModelType::Llama;
-      const double mlpIn = llama ? 2.0 * F : F;
+      // A mixture-of-experts block defers only its shared experts' weights (runtime/moe.h).
+      const std::string& name = plan.model.layers[static_cast<size_t>(l)].name;
+      const bool moe = llama && m.moeBlock(std::stoi(name.substr(name.find('.') + 1)));
+      const double mlpIn = moe ? 2.0 * m.sharedExperts * m.expertHidden() : llama ? 2.0 * F : F;
       const double qkvOut = llama ? double(m.heads + 2 * m.kvHeadCount()) * (C / m.heads) : 3.0 * C;
       double b = (2.0 * C + (mlpIn + qkvOut) / tp) * T * 4.0 * plan.microbatchSize();
       // A recomputed block's activations, re-made in B, stay until W.

@@ -51,11 +51,13 @@ ShardSpec shardSpecOf(const ParamSpec& p, ModelType type) {
   if (type == ModelType::Llama && n.rfind("model.layers.", 0) == 0) {
     // nn.Linear (out, in) weights, no biases: column-parallel q, k, v, gate and up split their rows,
     // row-parallel o and down their columns.
+    // The dense MLP's, each expert's and the shared experts' gate, up and down alike; the router
+    // (mlp.gate.weight) is replicated.
     if (endsWith(n, ".self_attn.q_proj.weight") || endsWith(n, ".self_attn.k_proj.weight") ||
-        endsWith(n, ".self_attn.v_proj.weight") || endsWith(n, ".mlp.gate_proj.weight") ||
-        endsWith(n, ".mlp.up_proj.weight"))
+        endsWith(n, ".self_attn.v_proj.weight") || endsWith(n, ".gate_proj.weight") ||
+        endsWith(n, ".up_proj.weight"))
       return {0, 1};
-    if (endsWith(n, ".self_attn.o_proj.weight") || endsWith(n, ".mlp.down_proj.weight")) return {1, 1};
+    if (endsWith(n, ".self_attn.o_proj.weight") || endsWith(n, ".down_proj.weight")) return {1, 1};
     return {};
   }
   // Vocab-parallel embedding and LM head (rows are vocabulary entries).
@@ -206,13 +208,33 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int T) {
               weight(p + "self_attn.k_proj.weight", {KV * hs, C}, m.initStd),
               weight(p + "self_attn.v_proj.weight", {KV * hs, C}, m.initStd),
               weight(p + "self_attn.o_proj.weight", {C, H * hs}, projStd),
-              ones(p + "post_attention_layernorm.weight", {C}),
-              weight(p + "mlp.gate_proj.weight", {F, C}, m.initStd),
-              weight(p + "mlp.up_proj.weight", {F, C}, m.initStd),
-              weight(p + "mlp.down_proj.weight", {C, F}, projStd)};
-  // Forward FLOPs: q, k, v, o and the three MLP GEMMs (2 * in * out per position), and causal attention's
-  // two T x T products over all H query heads (grouped-query attention shares K and V, not the products).
-  const double gemm = 2.0 * T * (C * (H + 2 * KV) * hs + H * hs * C + 3 * C * F);
+              ones(p + "post_attention_layernorm.weight", {C})};
+  const bool moe = m.moeBlock(i);
+  // A mixture-of-experts block (DeepSeek-V3's Hugging Face names): the router, the routed experts and the
+  // shared experts as one SwiGLU of shared_experts times an expert's width; a token passes through k routed
+  // experts and the shared ones. A dense block: one SwiGLU of ffn_hidden.
+  const int64_t Fe = moe ? m.expertHidden() : F, k = moe ? m.expertsPerToken : 0;
+  const int64_t Fs = moe ? m.sharedExperts * Fe : F;  // the always-on SwiGLU's width (0: none)
+  if (moe) {
+    l.params.push_back(weight(p + "mlp.gate.weight", {int64_t(m.experts), C}, m.initStd));
+    for (int j = 0; j < m.experts; ++j) {
+      const std::string e = p + "mlp.experts." + std::to_string(j) + ".";
+      l.params.push_back(weight(e + "gate_proj.weight", {Fe, C}, m.initStd));
+      l.params.push_back(weight(e + "up_proj.weight", {Fe, C}, m.initStd));
+      l.params.push_back(weight(e + "down_proj.weight", {C, Fe}, projStd));
+    }
+  }
+  if (Fs > 0) {
+    const std::string s = p + (moe ? "mlp.shared_experts." : "mlp.");
+    l.params.push_back(weight(s + "gate_proj.weight", {Fs, C}, m.initStd));
+    l.params.push_back(weight(s + "up_proj.weight", {Fs, C}, m.initStd));
+    l.params.push_back(weight(s + "down_proj.weight", {C, Fs}, projStd));
+  }
+  // Forward FLOPs: q, k, v, o and the MLP GEMMs (2 * in * out per position: three for each SwiGLU a token
+  // passes through, and the router's C x E), and causal attention's two T x T products over all H query heads
+  // (grouped-query attention shares K and V, not the products).
+  const double mlp = 3.0 * C * (Fs + k * Fe) + (moe ? double(C) * m.experts : 0.0);
+  const double gemm = 2.0 * T * (C * (H + 2 * KV) * hs + H * hs * C + mlp);
   const double attn = 2.0 * 2.0 * double(T) * T * H * hs * 0.5;
   l.forwardFlopsPerSample = gemm + attn;
   l.attentionFlopsPerSample = attn;
@@ -220,7 +242,13 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int T) {
   // key/value heads repeated as attention reads them, the attention probabilities, attention's output, the
   // first residual, the second RMSNorm's output, the gate and up projections and the SwiGLU output, plus
   // each RMSNorm's per-row rstd; all but the rstds bf16 in bf16 precision.
-  setBlockActivations(l, T * (C + 3 * H * hs + H * hs + C + C + F + F + F), 2 * int64_t(T), H, T, C);
+  // A mixture-of-experts block keeps for each of a token's k routed experts (dropless: every token's) its
+  // gate and up outputs and SwiGLU output (split by tensor parallelism) and its output (whole: a partial sum
+  // under TP, read for the gate's gradient), plus the routing (the token index and the gate, fp32) of each.
+  setBlockActivations(l, T * (C + 3 * H * hs + H * hs + C + C + 3 * Fs + k * (3 * Fe + C)), T * (2 + 2 * k),
+                      H, T, C);
+  l.tpWholeFloatsPerSample = T * k * C;
+  l.tpWholeStatFloatsPerSample = T * 2 * k;
   return l;
 }
 

@@ -69,6 +69,10 @@ struct LayerSpec {
   // input, which the engine counts as the previous layer's output.
   int64_t bf16BytesPerSample = 0;
   int64_t attentionMatrixBytesPerSample = 0;  // fp32
+  // What a mixture-of-experts block keeps whole on every tensor-parallel rank beyond the norm outputs and the
+  // residual (memory_model.cpp): its experts' outputs (bf16 in bf16 precision) and routing (fp32), floats.
+  int64_t tpWholeFloatsPerSample = 0;
+  int64_t tpWholeStatFloatsPerSample = 0;
   int64_t attentionRowBytesPerSample = 0;
   // The attention matrix as kept in this precision (bf16: half).
   double attentionMatrixBytesPerSampleIn(Precision precision) const;

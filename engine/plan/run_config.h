@@ -70,6 +70,17 @@ struct ModelConfig {
   int kvHeads = 0;             // "kv_heads": key/value heads (grouped-query attention); 0 = heads
   int ffnHidden = 0;           // "ffn_hidden": SwiGLU hidden width; 0 = Llama's rule (llamaFfnHidden)
   double ropeTheta = 10000.0;  // "rope_theta": base of the rotary embedding angles
+  // llama mixture of experts (Shazeer et al. 2017; top-k routing as Mixtral, Jiang et al. 2024; shared
+  // experts as DeepSeekMoE, Dai et al. 2024): the MLP of every block from the dense_layers-th on is `experts`
+  // SwiGLU experts of expert_ffn_hidden, each token sent to experts_per_token of them by a softmax router
+  // (the chosen probabilities renormalised to sum to 1), plus shared_experts always-on experts.
+  int experts = 0;              // "experts": routed experts a block; 0 = dense
+  int expertsPerToken = 2;      // "experts_per_token": k of the top-k routing
+  int expertFfnHidden = 0;      // "expert_ffn_hidden": an expert's SwiGLU width; 0 = the dense MLP's
+  int sharedExperts = 0;        // "shared_experts": experts every token passes through
+  double capacityFactor = 0.0;  // "capacity_factor": expert capacity / (tokens * k / experts); 0 = dropless
+  double auxLossCoef = 0.01;    // "aux_loss_coef": weight of the load-balancing loss (Fedus et al. 2022)
+  int denseLayers = 0;          // "dense_layers": the first blocks keep a dense MLP (DeepSeek-V3 keeps 3)
   // vit and cnn
   int imageSize = 28;  // "image_size": S, square single-channel images
   // vit
@@ -95,6 +106,9 @@ struct ModelConfig {
   // The MLP's hidden width: mlp_ratio * width for gpt and vit; for llama ffn_hidden, or where it is 0
   // Meta's rule (llamaFfnHidden).
   int64_t mlpHidden() const;
+  // Whether block i's MLP is a mixture of experts.
+  bool moeBlock(int i) const { return type == ModelType::Llama && experts > 0 && i >= denseLayers; }
+  int64_t expertHidden() const { return expertFfnHidden > 0 ? expertFfnHidden : mlpHidden(); }
   // Whether the LM head reads the token embedding (a language model with tie_embeddings).
   bool tiedHead() const { return isLanguageModel(type) && tieEmbeddings; }
 };

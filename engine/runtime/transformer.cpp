@@ -34,6 +34,7 @@
 
 #include "plan/recompute.h"
 #include "runtime/layer_impl.h"
+#include "runtime/moe.h"
 
 namespace ms {
 namespace {
@@ -71,9 +72,18 @@ class TransformerBlock final : public Layer {
       m_vw = bindParam(ctx.params, p + "self_attn.v_proj.weight");
       m_projw = bindParam(ctx.params, p + "self_attn.o_proj.weight");
       m_ln2w = bindParam(ctx.params, p + "post_attention_layernorm.weight");
-      m_fcw = bindParam(ctx.params, p + "mlp.gate_proj.weight");
-      m_upw = bindParam(ctx.params, p + "mlp.up_proj.weight");
-      m_fcprojw = bindParam(ctx.params, p + "mlp.down_proj.weight");
+      std::string mlp = p + "mlp.";
+      if (ctx.model.moeBlock(std::stoi(index))) {
+        // A mixture of experts: the routed experts in m_moe, the shared ones (if any) as the dense SwiGLU.
+        m_moe = std::make_unique<MoeMlp>(ctx, p);
+        m_F = static_cast<int>(ctx.model.sharedExperts * ctx.model.expertHidden() / ctx.tp.size);
+        m_hasDenseMlp = m_F > 0;
+        mlp = p + "mlp.shared_experts.";
+      }
+      if (!m_hasDenseMlp) return;
+      m_fcw = bindParam(ctx.params, mlp + "gate_proj.weight");
+      m_upw = bindParam(ctx.params, mlp + "up_proj.weight");
+      m_fcprojw = bindParam(ctx.params, mlp + "down_proj.weight");
       return;
     }
     const std::string p = "h." + index + ".";
@@ -93,9 +103,12 @@ class TransformerBlock final : public Layer {
 
   int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
 
-  void forward(const float* x, float* y, const BatchView& batch, const ForwardMode&, int slot) override {
+  void forward(const float* x, float* y, const BatchView& batch, const ForwardMode& mode, int slot) override {
     const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl;
     const int N = B * T;
+    // The mixture of experts' load-balancing loss weighs as much as the microbatch's tokens in the objective.
+    m_slot = slot;
+    m_auxScale = mode.lossScale * float(N);
     Cache& c = m_caches[slot];
     c.ensure(B, T, m_sp ? m_tp.size : 1, m_llama);
     if (m_sp) return forwardSequenceParallel(x, y, B, c);
@@ -131,15 +144,18 @@ class TransformerBlock final : public Layer {
       auto whole = [&](const KeptInput& ln) {
         return m_sp ? gatheredLayerNorm(ln.in(), m_ws->get(6, NC, false), B) : ln.in();
       };
-      linearBack(nullptr, m_fcprojw.grad(), biasGrad(m_fcprojb), c.gOut.data(), c.gelu.in(), m_fcprojw, N, F,
-                 C);
-      mlpInputBackward(nullptr, c.gFc.data(), whole(c.ln2), N, true);
+      if (m_hasDenseMlp) {
+        linearBack(nullptr, m_fcprojw.grad(), biasGrad(m_fcprojb), c.gOut.data(), c.gelu.in(), m_fcprojw, N,
+                   F, C);
+        mlpInputBackward(nullptr, c.gFc.data(), whole(c.ln2), N, true);
+      }
       linearBack(nullptr, m_projw.grad(), biasGrad(m_projb), c.gProj.data(), c.atty.in(), m_projw, N, Cl, C);
       qkvInputBackward(nullptr, c.gQkv.data(), whole(c.ln1), N, true);
       for (Buffer* b : {&c.gOut, &c.gFc, &c.gProj, &c.gQkv}) b->clear();
       return;
     }
     const bool deferWeights = part == BackwardPart::Input;
+    m_slot = slot;
     if (m_sp) return backwardSequenceParallel(x, dy, dx, B, c, deferWeights);
     auto wgrad = [&](const BoundParam& p) { return deferWeights ? nullptr : p.grad(); };
     // Scratch from the shared workspace (slots 0-5), zeroed where a backward accumulates into it.
@@ -151,10 +167,13 @@ class TransformerBlock final : public Layer {
     float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
-    linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dy, c.gelu.in(),
-               m_fcprojw, N, F, C);
-    activationBackward(c, dF2, dF1, NF);
-    mlpInputBackward(dC, dF2, c.ln2.in(), N, !deferWeights);
+    if (m_hasDenseMlp) {
+      linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dy, c.gelu.in(),
+                 m_fcprojw, N, F, C);
+      activationBackward(c, dF2, dF1, NF);
+      mlpInputBackward(dC, dF2, c.ln2.in(), N, !deferWeights);
+    }
+    if (m_moe) m_moe->backward(slot, moeInput(c.ln2.in(), N), dy, dC, N, m_tp.rank == 0);
     allReduceActivations(dC, NC);
     normBack(dres1, dC, c.res1.read(*m_ws), m_ln2w, m_ln2b, c.ln2Mean, c.ln2Rstd, N);
     if (deferWeights) {
@@ -183,7 +202,10 @@ class TransformerBlock final : public Layer {
     }
   }
 
-  void releaseSlot(int slot) override { m_caches.release(slot); }
+  void releaseSlot(int slot) override {
+    m_caches.release(slot);
+    if (m_moe) m_moe->release(slot);
+  }
 
   void finalizeGrads() override {
     if (!m_sp) return;
@@ -204,6 +226,8 @@ class TransformerBlock final : public Layer {
   static constexpr int kQkvSlot = 9, kAttSlot = 10, kRes1Slot = 11, kFcSlot = 12;
   // llama's q, k and v projections in forward (slot 7 is used only by the sequence-parallel backward).
   static constexpr int kQkvProjectionSlot = 7;
+  // A mixture of experts' input (slot 14; runtime/moe.cpp takes 15-20).
+  static constexpr int kMoeInputSlot = 14;
   // The bf16 staging of the activation collectives (allReduceActivations).
   static constexpr int kCommSlot = kActivationCommSlot;
 
@@ -243,6 +267,27 @@ class TransformerBlock final : public Layer {
   // when given), keeping the GELU's input and output. out may hold ln2 (fc has read it before fcproj writes).
   // llama: gate and up side by side into the kept fc (N, 2Fl), SwiGLU into the kept "gelu" (N, Fl), down.
   void mlpForward(Cache& c, int N, TensorIn ln2, float* out, TensorIn fcprojBias) {
+    if (!m_moe) return denseMlpForward(c, N, ln2, out, fcprojBias);
+    // A mixture of experts: the shared experts (the dense path) write out, the routed ones add to it. The
+    // experts read ln2 from a copy of their own (out may hold ln2).
+    const float* x = moeInput(ln2, N);
+    if (m_hasDenseMlp)
+      denseMlpForward(c, N, ln2, out, fcprojBias);
+    else
+      m_be.zero(out, size_t(N) * m_C * sizeof(float));
+    m_moe->forward(m_slot, x, out, N, m_auxScale);
+  }
+  // ln2 (N, C) as fp32 values in workspace slot kMoeInputSlot (widened where kept in bf16).
+  const float* moeInput(TensorIn ln2, int N) {
+    const size_t n = size_t(N) * m_C;
+    float* x = m_ws->get(kMoeInputSlot, n, false);
+    if (ln2.bf16)
+      m_be.fromBf16(x, ln2.b16(), n);
+    else
+      m_be.copy(x, ln2.f32(), n * sizeof(float));
+    return x;
+  }
+  void denseMlpForward(Cache& c, int N, TensorIn ln2, float* out, TensorIn fcprojBias) {
     const size_t NF = size_t(N) * m_F;
     if (m_llama) {
       float* gu = c.fc.target(2 * NF, *m_ws, kFcSlot);
@@ -483,13 +528,18 @@ class TransformerBlock final : public Layer {
     // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
     // itself.
     takeShard(dres1s, dy, B);
-    linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dy, c.gelu.in(),
-               m_fcprojw, N, F, C);
-    activationBackward(c, dF2, dF1, NF);
-    // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
-    // they are deferred to the weight part.
-    mlpInputBackward(dC, dF2, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln2.in(), dfull, B), N,
-                     !deferWeights);
+    if (m_hasDenseMlp) {
+      linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dy, c.gelu.in(),
+                 m_fcprojw, N, F, C);
+      activationBackward(c, dF2, dF1, NF);
+      // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
+      // they are deferred to the weight part.
+      mlpInputBackward(dC, dF2, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln2.in(), dfull, B), N,
+                       !deferWeights);
+    }
+    if (m_moe)  // the experts read ln_2's output whole (copied out of dfull, which is reused below)
+      m_moe->backward(m_slot, moeInput(gatheredLayerNorm(c.ln2.in(), dfull, B), N), dy, dC, N,
+                      m_tp.rank == 0);
     reduceScatterSequence(dshard, dC, B);
     normBack(dres1s, dshard, c.res1.read(*m_ws), m_ln2w, m_ln2b, c.ln2Mean, c.ln2Rstd, Ns);
     gatherActivations(dfull, dres1s, B);  // the proj output's gradient, whole
@@ -579,6 +629,12 @@ class TransformerBlock final : public Layer {
   // norms' weights, plus m_kw, m_vw and m_upw; its biases (and the norms') stay unbound.
   BoundParam m_ln1w, m_ln1b, m_qkvw, m_qkvb, m_projw, m_projb, m_ln2w, m_ln2b, m_fcw, m_fcb, m_fcprojw,
       m_fcprojb, m_kw, m_vw, m_upw;
+  // A mixture-of-experts block's routed experts; the dense MLP (m_fcw ...) is then its shared experts, absent
+  // (m_hasDenseMlp false) without them.
+  std::unique_ptr<MoeMlp> m_moe;
+  bool m_hasDenseMlp = true;
+  int m_slot = 0;
+  float m_auxScale = 0;
   SlotCaches<Cache> m_caches;
   Workspace* m_ws;
 };

@@ -265,6 +265,21 @@ class CpuBackend final : public Backend {
     cpu::ropeUnpackQkv(f(dq), f(dk), f(dv), f(dqkv), B, T, H, KV, hs, theta, posStart);
   }
 
+  void gatherRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n,
+                  int C) override {
+    checkRows(n, C, "gatherRows");
+    cpu::gatherRows(f(dst), f(src), f(idx), f(scale), n, C);
+  }
+  void scatterAddRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n,
+                      int C) override {
+    checkRows(n, C, "scatterAddRows");
+    cpu::scatterAddRows(f(dst), f(src), f(idx), f(scale), n, C);
+  }
+  void rowDots(float* out, const float* a, const int32_t* idx, const float* b, int n, int C) override {
+    checkRows(n, C, "rowDots");
+    cpu::rowDots(f(out), f(a), f(idx), f(b), n, C);
+  }
+
   void geluForward(float* out, const float* inp, size_t n) override {
     cpu::geluForward(f(out), f(inp), n);
   }
@@ -522,6 +537,11 @@ class CpuBackend final : public Backend {
   static void checkBatchNorm(int B, int C, int S, const char* what) {
     if (const std::string p = batchNormShapeProblem(B, C, S); !p.empty())
       throw DeviceFailure(std::string(what) + ": " + p);
+  }
+  // The CUDA launchers' checks (kernels/cuda/cuda_moe.cu), so a bad shape fails alike on both.
+  static void checkRows(int n, int C, const char* what) {
+    if (n < 0) throw DeviceFailure(std::string(what) + ": the row count must not be negative");
+    if (C < 1) throw DeviceFailure(std::string(what) + ": the row length must be positive");
   }
   static void checkHeads(int H, int KV, int hs, const char* what) {
     if (const std::string p = ropeShapeProblem(H, KV, hs); !p.empty())

@@ -123,6 +123,14 @@ void ropePackQkv(float* qkv, const float* q, const float* k, const float* v, int
 void ropeUnpackQkv(float* dq, float* dk, float* dv, const float* dqkv, int B, int T, int H, int KV, int hs,
                    float theta, int posStart);
 
+// ---- Mixture of experts (kernels/cpu/moe.cpp): rows moved by index lists --------------------------------
+// dst (n, C) = scale[r] * src[idx[r]] (scale nullable: 1).
+void gatherRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n, int C);
+// dst[idx[r]] += scale[r] * src[r] (scale nullable: 1); idx entries distinct.
+void scatterAddRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n, int C);
+// out[r] = <a[idx[r]], b[r]> over C (OVERWRITTEN).
+void rowDots(float* out, const float* a, const int32_t* idx, const float* b, int n, int C);
+
 // ---- Pointwise -------------------------------------------------------------------------------------------
 // GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in section 2; as GPT-2 uses it).
 void geluForward(float* out, const float* inp, size_t n);

@@ -364,6 +364,20 @@ class CudaBackend final : public Backend {
     op("ropeUnpackQkv", cuda::ropeUnpackQkv, dq, dk, dv, dqkv, B, T, H, KV, hs, theta, posStart);
   }
 
+  // ---- mixture of experts ---------------------------------------------------------------------------------
+  // idx and scale are device memory like every other operand; the kernels check n and C.
+  void gatherRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n,
+                  int C) override {
+    op("gatherRows", cuda::gatherRows, dst, src, idx, scale, n, C);
+  }
+  void scatterAddRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n,
+                      int C) override {
+    op("scatterAddRows", cuda::scatterAddRows, dst, src, idx, scale, n, C);
+  }
+  void rowDots(float* out, const float* a, const int32_t* idx, const float* b, int n, int C) override {
+    op("rowDots", cuda::rowDots, out, a, idx, b, n, C);
+  }
+
   // ---- convolution and batch norm -------------------------------------------------------------------------
   // The im2col columns live in scratch slot 4 (cuda::conv2dColumnsFloats: a chunk of samples, at most about
   // 64 MiB unless one sample needs more), grown in stream order like the others. inp and weight go to the

@@ -163,6 +163,19 @@ Status ropePackQkv(float* qkv, const float* q, const float* k, const float* v, i
 Status ropeUnpackQkv(float* dq, float* dk, float* dv, const float* dqkv, int B, int T, int H, int KV, int hs,
                      float theta, int posStart, cudaStream_t stream);
 
+// ---- Mixture of experts (cuda_moe.cu): the ops of kernels/cpu/moe.cpp, rows moved by index lists ----------
+// idx (and scale, nullable: 1) are n int32 (float) DEVICE values; n may be 0 (nothing is launched). n < 0 or
+// C < 1 fails naming the op, whatever n is. Indices are not checked (they live on the device). Deterministic.
+// dst (n, C) = scale[r] * src[idx[r]] (an index may repeat).
+Status gatherRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n, int C,
+                  cudaStream_t stream);
+// dst[idx[r]] += scale[r] * src[r]; the idx entries of one call are distinct (no atomics).
+Status scatterAddRows(float* dst, const float* src, const int32_t* idx, const float* scale, int n, int C,
+                      cudaStream_t stream);
+// out[r] = sum_c a[idx[r], c] * b[r, c], OVERWRITTEN: a warp per row summing in the CPU's laneSum order.
+Status rowDots(float* out, const float* a, const int32_t* idx, const float* b, int n, int C,
+               cudaStream_t stream);
+
 // ---- Convolution and batch norm, NCHW (cuda_conv.cu) ----------------------------------------------------
 // ms::cpu's conv2dForward / conv2dBackward and batch-norm parts (kernels/cpu/cpu_ops.h, Conv2dShape in
 // kernels/conv_shape.h). A shape Conv2dShape::problem() (or batchNormShapeProblem) rejects, or count <= 0,

@@ -110,7 +110,41 @@ def rotary(x, theta):
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
-def llama_block(x, p, i, cfg):
+def swiglu_mlp(h, p, pre):
+    return (F.silu(h @ p[pre + "gate_proj.weight"].t()) * (h @ p[pre + "up_proj.weight"].t())) @ p[pre + "down_proj.weight"].t()
+
+
+def moe_mlp(h, p, pre, m, aux):
+    """Mixture of experts written from the config: softmax router, top-k (renormalised), experts' capacity in
+    token order (0: dropless), shared experts; appends the load-balancing loss coef * E * sum_e f_e P_e."""
+    B, T, C = h.shape
+    E, k = m["experts"], m["experts_per_token"]
+    x = h.reshape(B * T, C)
+    N = x.shape[0]
+    probs = torch.softmax(x @ p[pre + "mlp.gate.weight"].t(), dim=-1)  # (N, E)
+    top = torch.topk(probs.detach(), k, dim=-1).indices  # (N, k)
+    chosen = probs.gather(1, top)
+    gates = chosen / chosen.sum(-1, keepdim=True)
+    cap = math.ceil(m["capacity_factor"] * N * k / E) if m.get("capacity_factor", 0) > 0 else N
+    out = torch.zeros_like(x)
+    for e in range(E):
+        rows = [(n, s) for n in range(N) for s in range(k) if int(top[n, s]) == e][:cap]
+        if not rows:
+            continue
+        tok = torch.tensor([n for n, _ in rows])
+        g = torch.stack([gates[n, s] for n, s in rows]).unsqueeze(1)
+        y = swiglu_mlp(x[tok], p, pre + f"mlp.experts.{e}.")
+        out = out.index_add(0, tok, g * y)
+    if m.get("shared_experts", 0) > 0:
+        out = out + swiglu_mlp(x, p, pre + "mlp.shared_experts.")
+    counts = torch.zeros(E, dtype=torch.float64)
+    for e in range(E):
+        counts[e] = float((top == e).sum())
+    aux.append(m["aux_loss_coef"] * E * torch.sum(counts / N * probs.mean(0)))
+    return out.view(B, T, C)
+
+
+def llama_block(x, p, i, cfg, aux):
     """A Llama block with Hugging Face names: nn.Linear weights are (out, in), no biases; grouped-query
     attention repeats each key/value head for heads / kv_heads query heads (Ainslie et al. 2023)."""
     m = cfg["model"]
@@ -133,22 +167,41 @@ def llama_block(x, p, i, cfg):
     y = (att @ v).transpose(1, 2).reshape(B, T, C)
     x = x + y @ p[pre + "self_attn.o_proj.weight"].t()
     h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-    gate = h @ p[pre + "mlp.gate_proj.weight"].t()
-    up = h @ p[pre + "mlp.up_proj.weight"].t()
-    return x + (F.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].t()
+    if m.get("experts", 0) > 0 and i >= m.get("dense_layers", 0):
+        return x + moe_mlp(h, p, pre, m, aux)
+    return x + swiglu_mlp(h, p, pre + "mlp.")
 
 
 def llama(p, batch, cfg):
     m = cfg["model"]
     tokens = batch["tokens"].long()
     x = p["model.embed_tokens.weight"][tokens]
+    aux = []
     for i in range(m["layers"]):
-        x = llama_block(x, p, i, cfg)
+        x = llama_block(x, p, i, cfg, aux)
     x = rms_norm(x, p["model.norm.weight"], m["layer_norm_eps"])
     w = p["model.embed_tokens.weight"] if m["tie_embeddings"] else p["lm_head.weight"]
     logits = x @ w.t()
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["targets"].long().reshape(-1))
+    if aux:
+        # The objective adds the load-balancing losses; the reported loss is the language model's.
+        return logits, LossWithAux(loss, sum(aux))
     return logits, loss
+
+
+class LossWithAux:
+    """A language-model loss whose backward also differentiates the mixture of experts' load-balancing loss."""
+    def __init__(self, loss, aux):
+        self.loss, self.aux = loss, aux
+
+    def backward(self):
+        (self.loss + self.aux).backward()
+
+    def detach(self):
+        return self.loss.detach()
+
+    def __float__(self):
+        return float(self.loss)
 
 
 def vit(p, batch, cfg):

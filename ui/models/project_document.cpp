@@ -147,6 +147,10 @@ QList<ProjectTemplate> projectTemplates() {
       {QStringLiteral("llama3-405b"), QObject::tr("Llama 3 405B on 16384 H100 (planning only)"),
        QObject::tr("Llama 3 405B on 2048 nodes of 8 H100s, the Llama 3 paper's layout (tp 8 x pp 16 x dp "
                    "128, 8192-token sequences).")},
+      {QStringLiteral("mixtral"), QObject::tr("Mixtral 8x7B on 64 H100 (planning only)"),
+       QObject::tr(
+           "Mixtral 8x7B (8 experts a block, 2 a token) on 8 nodes of 8 H100s: tp 8 splits every expert, "
+           "ZeRO-1 over nodes.")},
   };
 }
 
@@ -164,6 +168,7 @@ Expected<RunConfig> templateConfig(const QString& key) {
       {QStringLiteral("llama3-8b"), QStringLiteral(":/examples/llama3-8b-8xh100.json")},
       {QStringLiteral("llama3-70b"), QStringLiteral(":/examples/llama3-70b-64xh100.json")},
       {QStringLiteral("llama3-405b"), QStringLiteral(":/examples/llama3-405b-16k.json")},
+      {QStringLiteral("mixtral"), QStringLiteral(":/examples/mixtral-8x7b-64xh100.json")},
   };
   if (!files.contains(key)) return Status::error("unknown project template \"" + key.toStdString() + "\"");
   QFile f(files[key]);
