@@ -17,7 +17,12 @@ and in fp32. The bf16 rows (autocast against the engine's bf16) are the issue's 
 eager in fp32, no TF32, against the engine in fp32) compare MFU against the device's dense fp32 peak
 (--peak-fp32-tflops, else H100 SXM / H200 66.9, A100 19.5). If the engine fails a run, its row says so.
 
+With --model llama the same comparison runs on a Llama-shaped model of the same size (torch_llama.py: RMSNorm,
+rotary, grouped-query attention with 4 kv heads, SwiGLU of width 2048, vocab 32000, untied head); N is then every
+parameter but the input embedding table.
+
 usage: bench/gpu_vs_torch.py [--engine build/engine/meshstudio-engine] [--batch 8] [--steps 20] [--warmup 5]
+                             [--model gpt|llama]
                              [--no-compile] [--engine-only | --torch-only] [--precision bf16|fp32|both]
        bench/gpu_vs_torch.py --device cpu --tiny      (checks the script on a machine without a GPU)
 """
@@ -32,6 +37,7 @@ import time
 import torch
 
 from torch_gpt import GPT
+from torch_llama import Llama
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "RTX 4090": 165.0}
 PEAK_FP32_TFLOPS = {"H100": 66.9, "H200": 66.9, "A100": 19.5, "L40S": 91.6, "RTX 4090": 82.6}
@@ -50,11 +56,26 @@ def peak_tflops(name, override, table=PEAK_BF16_TFLOPS):
     return float("nan")
 
 
+# --model llama: a Llama-shaped model of GPT-2 124M's size: 12 x 768, 12 query heads and 4 kv heads, SwiGLU
+# of width 2048, Llama 2's 32000-token vocabulary, an untied head, rope base 500000 (Llama 3's).
+LLAMA = {"kv_heads": 4, "ffn_hidden": 2048, "rope_theta": 500000.0}
+
+
+def torch_model(args, shape):
+    V, T, C, L, H = shape
+    if args.model == "llama":
+        model = Llama(V, T, C, L, H, min(LLAMA["kv_heads"], H), LLAMA["ffn_hidden"] if not args.tiny else 128,
+                      LLAMA["rope_theta"])
+        return model, model.matmul_weights()
+    model = GPT(V, T, C, L, H)
+    return model, model.weights_without_positions()
+
+
 def run_torch(args, shape, device, precision, compiled=False):
     V, T, C, L, H = shape
     torch.manual_seed(1)
-    model = GPT(V, T, C, L, H).to(device)
-    n_params = model.weights_without_positions()
+    model, n_params = torch_model(args, shape)
+    model = model.to(device)
     step_model = torch.compile(model) if compiled else model  # compiled in the first (untimed) warm-up step
     fused = {"fused": True} if device.type == "cuda" else {}  # one kernel per step on GPUs (PyTorch >= 2.0)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
@@ -77,7 +98,7 @@ def run_torch(args, shape, device, precision, compiled=False):
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
     tokens_per_s = args.steps * args.batch * T / sum(times)
-    return tokens_per_s, n_params, float(loss)
+    return tokens_per_s, n_params, float(loss.detach())
 
 
 def engine_config(args, shape, run_dir, precision):
@@ -85,7 +106,10 @@ def engine_config(args, shape, run_dir, precision):
     return {
         "version": 1, "name": "gpu-vs-torch", "seed": 1, "device": "cuda" if args.device == "cuda" else "cpu",
         "model": {"type": "gpt", "layers": L, "width": C, "heads": H, "vocab": V, "context": T,
-                  "tie_embeddings": True},
+                  "tie_embeddings": True} if args.model == "gpt" else
+                 {"type": "llama", "layers": L, "width": C, "heads": H, "vocab": V, "context": T,
+                  "kv_heads": min(LLAMA["kv_heads"], H), "ffn_hidden": LLAMA["ffn_hidden"] if not args.tiny else 128,
+                  "rope_theta": LLAMA["rope_theta"], "tie_embeddings": False},
         "data": {"kind": "tokens", "train": [os.path.join(run_dir, "train.bin")],
                  "val": [os.path.join(run_dir, "train.bin")]},
         "mesh": {"nodes": [{"name": "node0", "device": "h100-sxm-80gb", "count": 1}]},
@@ -137,20 +161,22 @@ def main():
     ap.add_argument("--engine-only", action="store_true", help="the engine's rows alone (no PyTorch runs)")
     ap.add_argument("--torch-only", action="store_true", help="PyTorch's rows alone (no engine runs)")
     ap.add_argument("--precision", choices=["bf16", "fp32", "both"], default="both")
+    ap.add_argument("--model", choices=["gpt", "llama"], default="gpt",
+                    help="gpt: GPT-2 124M; llama: a Llama-shaped model of its size (see LLAMA)")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench/gpu_vs_torch: no CUDA device visible to PyTorch; run it on a GPU machine "
               "(or --device cpu --tiny to check the script)", file=sys.stderr)
         return 2
     device = torch.device(args.device)
-    shape = (256, 64, 64, 2, 2) if args.tiny else (50304, 1024, 768, 12, 12)  # V, T, C, L, H
+    shape = (256, 64, 64, 2, 2) if args.tiny else (50304 if args.model == "gpt" else 32000, 1024, 768, 12, 12)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peaks = {"bf16": peak_tflops(name, args.peak_tflops),
              "fp32": peak_tflops(name, args.peak_fp32_tflops, PEAK_FP32_TFLOPS)}
-    n_params = GPT(*shape).weights_without_positions()
+    n_params = torch_model(args, shape)[1]
     fpt = flops_per_token(n_params, shape[3], shape[2], shape[1])
     print(f"device: {name} (dense peak bf16 {peaks['bf16']:.0f}, fp32 {peaks['fp32']:.1f} TFLOP/s); "
-          f"GPT {n_params / 1e6:.1f}M parameters, {fpt / 1e9:.3f} GFLOP per token; batch {args.batch} x {shape[1]}")
+          f"{args.model} {n_params / 1e6:.1f}M parameters, {fpt / 1e9:.3f} GFLOP per token; batch {args.batch} x {shape[1]}")
     print(f"{'':16} {'tokens/s':>12} {'MFU':>8}")
     for precision in ("bf16", "fp32") if args.precision == "both" else (args.precision,):
         peak = peaks[precision]

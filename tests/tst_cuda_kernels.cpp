@@ -92,7 +92,9 @@ Ints randomTokens(std::mt19937& rng, size_t n, int V) {
 }
 
 // n distinct rows of [0, R) (n <= R) in random order: a shuffled prefix of 0, ..., R - 1.
+// n distinct rows of R (n <= R: scatterAddRows' destinations must be distinct, or its blocks race).
 Ints distinctRows(std::mt19937& rng, int n, int R) {
+  if (n > R) qFatal("distinctRows: %d distinct rows asked of %d", n, R);
   Ints v(static_cast<size_t>(R));
   std::iota(v.begin(), v.end(), 0);
   std::shuffle(v.begin(), v.end(), rng);
@@ -855,7 +857,7 @@ class TestCudaKernels : public QObject {
     QTest::addColumn<int>("n");
     QTest::addColumn<int>("C");
     QTest::addColumn<int>("R");
-    const int rows[][3] = {{1, 1, 1},        {7, 33, 3},     {33, 31, 40},  {33, 97, 40},
+    const int rows[][3] = {{1, 1, 1},        {7, 33, 9},     {33, 31, 40},  {33, 97, 40},
                            {4099, 33, 4099}, {64, 4099, 64}, {3, 65537, 3}, {70000, 8, 70001}};
     for (const auto& r : rows) QTest::addRow("n%d C%d R%d", r[0], r[1], r[2]) << r[0] << r[1] << r[2];
   }
