@@ -1,6 +1,8 @@
 // Tests of the MPI communicator (engine/runtime/mpi_communicator.h) under real mpirun (CTest runs this at 2,
 // 3 and 4 ranks): every collective, point to point with tags, the non-blocking forms overlapping, chunking
-// of large counts, split groups, the barrier, and errors that come back as Status values instead of aborts.
+// of large counts, split groups, the barrier, and errors that come back as Status values instead of aborts;
+// and the all-to-all with per-peer counts on MPI (both its paths) and on host staging over the CPU's
+// emulated device (engine/runtime/staging_communicator.h).
 // Every rank checks every element against values it computes itself. A failed check never returns early:
 // all ranks must reach the same collectives in the same order, so checks are collected and the ranks agree
 // on the verdict at the end of each test (MS_AGREE).
@@ -18,8 +20,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/safetensors.h"
+#include "runtime/staging_communicator.h"
 
 using namespace ms;
 
@@ -145,6 +149,124 @@ void addTypeCountRows() {
     for (size_t count : kCounts)
       QTest::newRow(QByteArray(toString(type)).append(" x").append(QByteArray::number(qulonglong(count))))
           << type << qulonglong(count);
+}
+
+// ---- all-to-all with per-peer counts ----------------------------------------------------------------------
+
+// Elements rank s sends rank d (times scale): uneven, and none for about a quarter of the pairs (at 2 ranks,
+// 1 -> 0); the block to itself is among the others.
+size_t pairCount(int s, int d, size_t scale) {
+  if ((s + 2 * d) % 4 == 1) return 0;
+  return scale * size_t(1 + (3 * s + 5 * d) % 7);
+}
+
+// Element i of the block from s to d: different per pair and below 65521, so f32, i32 and a bf16 bit pattern
+// all carry it exactly, and never equal to the sentinel.
+template <typename T>
+T pairValue(int s, int d, size_t i) {
+  return static_cast<T>((size_t(s * 8 + d) * 4099 + i) % 65521);
+}
+
+// What gaps and unused space hold before and after the exchange.
+template <typename T>
+T sentinel() {
+  return std::is_same_v<T, uint16_t> ? T(0xFFFF) : T(-1);
+}
+
+// Where the blocks of one rank lie, with gaps between them that the exchange must leave alone. Send blocks in
+// descending rank order; receive blocks in rotated order (from rank + 1 up, then around), after `lead`
+// untouched elements; neither follows rank order, and every offset differs from a prefix sum.
+struct AllToAllLayout {
+  std::vector<size_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
+  size_t sendSize = 0, recvSize = 0;
+};
+
+AllToAllLayout allToAllLayout(int me, int R, size_t scale, size_t lead) {
+  AllToAllLayout l;
+  l.sendCounts.resize(R);
+  l.sendOffsets.resize(R);
+  l.recvCounts.resize(R);
+  l.recvOffsets.resize(R);
+  for (int r = R - 1; r >= 0; --r) {
+    l.sendSize += 1 + size_t(r);
+    l.sendOffsets[r] = l.sendSize;
+    l.sendCounts[r] = pairCount(me, r, scale);
+    l.sendSize += l.sendCounts[r];
+  }
+  l.recvSize = lead;
+  for (int k = 1; k <= R; ++k) {
+    const int r = (me + k) % R;
+    l.recvOffsets[r] = l.recvSize;
+    l.recvCounts[r] = pairCount(r, me, scale);
+    l.recvSize += l.recvCounts[r] + 2 + size_t(r % 3);
+  }
+  return l;
+}
+
+// One exchange on comm, every element of the receive buffer checked: each block against its sender's values,
+// everything else still the sentinel. With a device (the emulated one), the buffers live in its memory.
+template <typename T>
+void checkAllToAllV(Communicator& comm, CommType type, size_t scale, size_t lead, Backend* device,
+                    Checks& checks, const std::string& what) {
+  const int me = comm.rank(), R = comm.size();
+  const AllToAllLayout l = allToAllLayout(me, R, scale, lead);
+  std::vector<T> send(l.sendSize, sentinel<T>()), recv(l.recvSize, sentinel<T>()), want(recv);
+  for (int r = 0; r < R; ++r) {
+    for (size_t i = 0; i < l.sendCounts[r]; ++i) send[l.sendOffsets[r] + i] = pairValue<T>(me, r, i);
+    for (size_t i = 0; i < l.recvCounts[r]; ++i) want[l.recvOffsets[r] + i] = pairValue<T>(r, me, i);
+  }
+  Status status;
+  if (device) {
+    const size_t sendBytes = send.size() * sizeof(T), recvBytes = recv.size() * sizeof(T);
+    void* dSend = device->allocate(sendBytes);
+    void* dRecv = device->allocate(recvBytes);
+    device->upload(dSend, send.data(), sendBytes);
+    device->upload(dRecv, recv.data(), recvBytes);
+    status = comm.allToAllV(dSend, l.sendCounts.data(), l.sendOffsets.data(), dRecv, l.recvCounts.data(),
+                            l.recvOffsets.data(), type);
+    device->download(recv.data(), dRecv, recvBytes);
+    device->deallocate(dSend, sendBytes);
+    device->deallocate(dRecv, recvBytes);
+  } else {
+    status = comm.allToAllV(send.data(), l.sendCounts.data(), l.sendOffsets.data(), recv.data(),
+                            l.recvCounts.data(), l.recvOffsets.data(), type);
+  }
+  checks.ok(status, what);
+  for (size_t i = 0; i < recv.size(); ++i)
+    if (recv[i] != want[i]) {
+      checks.equal(recv, i, want[i], (what + (want[i] == sentinel<T>() ? " (a gap)" : " (a block)")).c_str());
+      break;  // one message per exchange is enough
+    }
+}
+
+// The element types of the all-to-all tests; bf16 travels as its bit patterns.
+template <typename F>
+void withAllToAllType(CommType type, F&& f) {
+  switch (type) {
+    case CommType::F32:
+      f(Tag<float>{});
+      break;
+    case CommType::I32:
+      f(Tag<int32_t>{});
+      break;
+    case CommType::BF16:
+      f(Tag<uint16_t>{});
+      break;
+    default:
+      QFAIL("no all-to-all test for this type");
+  }
+}
+
+constexpr CommType kAllToAllTypes[] = {CommType::F32, CommType::I32, CommType::BF16};
+
+// Scale 1: blocks of 0 to 7 elements. Scale 100000: up to 700 k elements per block, a few MB per rank.
+void addAllToAllRows() {
+  QTest::addColumn<CommType>("type");
+  QTest::addColumn<qulonglong>("scale");
+  for (CommType type : kAllToAllTypes)
+    for (size_t scale : {size_t(1), size_t(100000)})
+      QTest::newRow(QByteArray(toString(type)).append(" x").append(QByteArray::number(qulonglong(scale))))
+          << type << qulonglong(scale);
 }
 
 }  // namespace
@@ -454,6 +576,110 @@ class TestComm : public QObject {
                    "reduceScatter on mpi communicator 'world/dup'");
       checks.error(comm.allGather(out.data(), big.data(), count, CommType::I32), "not chunked");
     }
+    MS_AGREE(checks);
+  }
+
+  // MPI_Alltoallv: uneven blocks (some empty), the self block, gaps left untouched, offsets out of rank
+  // order; then the same exchange twice more on the same communicator (nothing left over from the first).
+  void allToAllV_data() { addAllToAllRows(); }
+  void allToAllV() {
+    QFETCH(CommType, type);
+    QFETCH(qulonglong, scale);
+    Checks checks;
+    withAllToAllType(type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (int round = 0; round < (scale == 1 ? 3 : 1); ++round)
+        checkAllToAllV<T>(m_world, type, scale, 5, nullptr, checks, "allToAllV");
+    });
+    MS_AGREE(checks);
+  }
+
+  // The large path (MPI_Alltoallw over derived datatypes) without 8 GiB buffers: a communicator limited to 5
+  // elements per call carries blocks of up to 7 elements (a whole chunk and a remainder, a remainder only,
+  // whole chunks only) at offsets past 5. Then one limited to 64, where only rank 0's receive offsets pass
+  // the limit (a lead of 1000): every rank must follow it onto the large path, or the collectives would not
+  // match.
+  void allToAllVLargePath_data() {
+    QTest::addColumn<CommType>("type");
+    for (CommType type : kAllToAllTypes) QTest::newRow(toString(type)) << type;
+  }
+  void allToAllVLargePath() {
+    QFETCH(CommType, type);
+    Checks checks;
+    auto tiny = m_world.duplicate(5);
+    auto small = m_world.duplicate(64);
+    checks.ok(tiny.status(), "duplicate(5)");
+    checks.ok(small.status(), "duplicate(64)");
+    if (tiny.isOk() && small.isOk()) {
+      withAllToAllType(type, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        checkAllToAllV<T>(**tiny, type, 1, 5, nullptr, checks, "allToAllV in chunks of 5");
+        checkAllToAllV<T>(**small, type, 1, rank() == 0 ? 1000 : 0, nullptr, checks,
+                          "allToAllV with one rank past the limit");
+        checkAllToAllV<T>(**small, type, 1, 0, nullptr, checks, "allToAllV after the large path");
+      });
+    }
+    MS_AGREE(checks);
+  }
+
+  // Host staging over the CPU's emulated device (what --emulate-device runs, and the fallback when ranks
+  // share a GPU): device buffers only, which the emulation enforces (a host access faults).
+  void allToAllVStaged_data() { addAllToAllRows(); }
+  void allToAllVStaged() {
+    QFETCH(CommType, type);
+    QFETCH(qulonglong, scale);
+    Checks checks;
+    const auto device = makeCpuBackend(true);
+    StagingCommunicator staged(m_world, *device);
+    withAllToAllType(type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      try {
+        for (int round = 0; round < 2; ++round)
+          checkAllToAllV<T>(staged, type, scale, 5, device.get(), checks, "staged allToAllV");
+      } catch (const DeviceFailure& e) {
+        checks.expect(false, std::string("staged allToAllV: ") + e.what());
+      }
+    });
+    MS_AGREE(checks);
+  }
+
+  // Errors name the operation, the communicator and the rank, on every rank, and leave no rank waiting: a
+  // block of 2^32 elements on a communicator limited to 1 element per call is past even the large path (only
+  // rank 0 asks for it; no buffer is touched); on host staging, rank 1 expecting 5 elements from rank 0,
+  // which sends 3.
+  void allToAllVErrors() {
+    Checks checks;
+    const int R = size(), me = rank();
+    auto one = m_world.duplicate(1);
+    checks.ok(one.status(), "duplicate(1)");
+    if (one.isOk()) {
+      std::vector<size_t> counts(R, 0), offsets(R, 0);
+      if (me == 0) counts[1] = size_t(1) << 32;
+      int32_t none = 0;
+      const Status s = (*one)->allToAllV(&none, counts.data(), offsets.data(), &none, offsets.data(),
+                                         offsets.data(), CommType::I32);
+      const std::string who = "allToAllV on mpi communicator 'world/dup' (rank " + std::to_string(me) +
+                              " of " + std::to_string(R) + "): ";
+      checks.error(s, who + (me == 0 ? "4294967296 elements to or from rank 1 need more than INT_MAX chunks"
+                                     : "another rank's block is too large"));
+    }
+    const auto device = makeCpuBackend(true);
+    StagingCommunicator staged(m_world, *device);
+    std::vector<size_t> sendCounts(R, 0), recvCounts(R, 0), offsets(R, 0);
+    if (me == 0) sendCounts[1] = 3;
+    if (me == 1) recvCounts[0] = 5;
+    void* in = device->allocate(5 * sizeof(int32_t));
+    void* out = device->allocate(5 * sizeof(int32_t));
+    const Status s = staged.allToAllV(in, sendCounts.data(), offsets.data(), out, recvCounts.data(),
+                                      offsets.data(), CommType::I32);
+    if (me == 1)
+      checks.error(s, "all-to-all on mpi+staging communicator world (rank 1 of " + std::to_string(R) +
+                          "): irecv on mpi communicator 'world/split(0)' (rank 1 of " + std::to_string(R) +
+                          "): received 3 elements, expected 5");
+    else
+      checks.ok(s, "staged allToAllV beside the short message");
+    device->deallocate(in, 5 * sizeof(int32_t));
+    device->deallocate(out, 5 * sizeof(int32_t));
     MS_AGREE(checks);
   }
 

@@ -305,6 +305,46 @@ std::vector<TypedCase> typedCases() {
          c.mesh.nodes[0].count = 2;
        },
        "/parallel/tp", "tp (2) must divide the experts' hidden width (65)"},
+      {"ep without experts",
+       [](auto& c) {
+         asLlama(c).parallel.dp = 2;
+         c.parallel.ep = 2;
+         c.mesh.nodes[0].count = 2;
+       },
+       "/parallel/ep", "ep (2) splits a mixture of experts, but model.experts is 0"},
+      {"ep not dividing the experts",
+       [](auto& c) {
+         asLlama(c).model.experts = 6;
+         c.parallel.dp = 4;
+         c.parallel.ep = 4;
+         c.mesh.nodes[0].count = 4;
+       },
+       "/parallel/ep", "ep (4) must divide model.experts (6)"},
+      {"ep not dividing dp",
+       [](auto& c) {
+         asLlama(c).model.experts = 4;
+         c.parallel.dp = 3;
+         c.parallel.ep = 2;
+         c.mesh.nodes[0].count = 3;
+         c.training.batchSize = 12;
+       },
+       "/parallel/ep", "ep (2) must divide dp (3)"},
+      {"ep with zero",
+       [](auto& c) {
+         asLlama(c).model.experts = 4;
+         c.parallel.dp = 2;
+         c.parallel.ep = 2;
+         c.parallel.zero = 1;
+         c.mesh.nodes[0].count = 2;
+       },
+       "/parallel/zero", "ZeRO with expert parallelism"},
+      {"ep on a gpt",
+       [](auto& c) {
+         c.parallel.dp = 2;
+         c.parallel.ep = 2;
+         c.mesh.nodes[0].count = 2;
+       },
+       "/parallel/ep", "ep (2) splits mixture-of-experts blocks, which only llama models have"},
       {"zb_h1 chunks",
        [](auto& c) {
          c.parallel.schedule = ms::Schedule::ZbH1;
@@ -531,7 +571,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["model"].size(), size_t(10));     // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));       // kind, train, val
     QCOMPARE(j["mesh"].size(), size_t(5));       // nodes, links, and the (empty) lists of own types
-    QCOMPARE(j["parallel"].size(), size_t(15));  // mode; the parameter-server fields only in that mode
+    QCOMPARE(j["parallel"].size(), size_t(16));  // mode; the parameter-server fields only in that mode
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(15));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));

@@ -152,6 +152,27 @@ class TestLayout : public QObject {
     QCOMPARE(layout.rank(expected), rank);
   }
 
+  // Expert parallelism inside dp (dp 4 = ep 2 x edp 2, tp 2, pp 2): rank = (pp * 4 + dp) * 2 + tp. The
+  // all-to-all group of a rank is its ep consecutive dp indices, its expert's replicas every ep-th one.
+  void expertGroups() {
+    const ms::RankLayout layout(4, 2, 2, 2);
+    QCOMPARE(layout.ep(), 2);
+    QCOMPARE(layout.edp(), 2);
+    // rank 11: pp 1, dp 1, tp 1 -> ep rank 1, edp rank 0
+    QCOMPARE(layout.epRank(layout.coord(11)), 1);
+    QCOMPARE(layout.edpRank(layout.coord(11)), 0);
+    QCOMPARE(layout.epGroup(11), (std::vector<int>{9, 11}));    // dp 0, 1
+    QCOMPARE(layout.edpGroup(11), (std::vector<int>{11, 15}));  // dp 1, 3
+    QCOMPARE(layout.epGroup(13), (std::vector<int>{13, 15}));   // dp 2, 3
+    QCOMPARE(layout.edpGroup(12), (std::vector<int>{8, 12}));   // dp 0, 2, tp 0
+    checkPartition(layout, &ms::RankLayout::epGroup, 2);
+    checkPartition(layout, &ms::RankLayout::edpGroup, 2);
+    // ep = dp: one all-to-all group per (tp, pp), every expert once.
+    const ms::RankLayout all(4, 1, 1, 4);
+    QCOMPARE(all.epGroup(2), (std::vector<int>{0, 1, 2, 3}));
+    QCOMPARE(all.edpGroup(2), (std::vector<int>{2}));
+  }
+
   void groupsOf2x2x2() {
     const ms::RankLayout layout(2, 2, 2);
     QCOMPARE(layout.tpGroup(5), (std::vector<int>{4, 5}));

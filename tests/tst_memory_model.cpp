@@ -564,6 +564,45 @@ class TestMemoryModel : public QObject {
   // Tensor parallelism: with sequence parallelism all of a block's activations are split (its LayerNorm
   // outputs kept as sequence pieces); without it a block keeps its LayerNorm outputs, the residual and the
   // LayerNorm statistics whole (Korthikanti et al. 2022, Table 2).
+  // Expert parallelism (memory_model.cpp expertParallelBytes, cost_model.cpp): a llama of 2 blocks, block 1
+  // a mixture of 8 experts of width 96 (2 a token) and one shared; dp 4, one microbatch of 4 samples a rank.
+  // ep 4 keeps 2 experts a rank instead of 8, and adds the received rows of block 1 to the activations (4
+  // samples x 64 positions x 2 rows, each C = 64 fp32 values and 2 int32 indices); its forward adds two
+  // all-to-alls of those rows over the ep group's NVLink and the counts' exchange.
+  void expertParallelMemory() {
+    const json moe = {{"model",
+                       {{"type", "llama"},
+                        {"kv_heads", 2},
+                        {"ffn_hidden", 128},
+                        {"experts", 8},
+                        {"experts_per_token", 2},
+                        {"expert_ffn_hidden", 96},
+                        {"shared_experts", 1},
+                        {"dense_layers", 1}}}};
+    json plain = moe, split = moe;
+    plain["parallel"] = {{"dp", 4}};
+    split["parallel"] = {{"dp", 4}, {"ep", 4}};
+    MAKE_PLAN(ep1, 2, plain);
+    MAKE_PLAN(ep4, 2, split);
+    const auto a = ms::estimateMemory(*ep1).front(), b = ms::estimateMemory(*ep4).front();
+    const double expertParams = 8.0 * 3 * kC * 96;  // block 1's routed experts
+    // fp32 AdamW, ZeRO 0: 4 bytes of parameters, 4 of gradients, 8 of moments each.
+    QVERIFY(near(a.parameters - b.parameters, expertParams * 3 / 4 * 4));
+    QVERIFY(near(a.gradients - b.gradients, expertParams * 3 / 4 * 4));
+    QVERIFY(near(a.optimizer - b.optimizer, expertParams * 3 / 4 * 8));
+    const double rows = 4.0 * kT * 2;
+    QVERIFY(near(b.activations - a.activations, rows * (kC * 4 + 8)));
+    // The all-to-all: 2 of them per forward, (ep - 1) / ep of the rows' bytes leave the rank, plus (ep - 1)
+    // latencies each and the counts' (ep - 1).
+    const ms::CostModel c1(*ep1), c4(*ep4);
+    const ms::LinkSpec& link = ep4->mesh.intraLink;
+    const double expected = 2 * (0.75 * rows * kC * 4 / link.bandwidth + 3 * link.latency) + 3 * link.latency;
+    QVERIFY(near(c4.forwardTime(0) - c1.forwardTime(0), expected, 1e-9));
+    QVERIFY(near(ms::allToAllTime(rows * kC * 4, 4, link),
+                 0.75 * rows * kC * 4 / link.bandwidth + 3 * link.latency));
+    QCOMPARE(ms::allToAllTime(1e9, 1, link), 0.0);
+  }
+
   void tensorParallelActivations() {
     MAKE_PLAN(tp1, 2, (json{{"parallel", {{"microbatches", 2}}}}));
     MAKE_PLAN(tp2sp, 2, (json{{"parallel", {{"microbatches", 2}, {"tp", 2}, {"sequence_parallel", true}}}}));

@@ -175,6 +175,48 @@ class TestPlan : public QObject {
     }
   }
 
+  // Expert parallelism where it pays: a mixture of 64 experts (2 a token) in 2 blocks, whose 100.7M expert
+  // parameters dwarf the rest, on 8 GPUs of 1.1 GB (0.6 of them the CUDA context's allowance). bf16 AdamW
+  // keeps 18 bytes a parameter, ZeRO-2 still 6 of them whole on every rank, so the layouts that fit split the
+  // experts (tp, pp, ep) or gather them (ZeRO-3, every layer twice a microbatch); moving a few hundred token
+  // rows by all-to-all is cheaper than gathering or summing the experts. The best plans use ep, are valid,
+  // and fit.
+  void autoPlanSearchesExpertParallelism() {
+    RunConfig c = gpuConfig(1, 8, 2, 256, 4);
+    c.model.type = ModelType::Llama;
+    c.model.vocab = 256;
+    c.model.context = 64;
+    c.model.experts = 64;
+    c.model.expertsPerToken = 2;
+    c.model.expertFfnHidden = 1024;
+    c.training.batchSize = 8;
+    c.training.seqLen = 64;
+    withH100sOf80GB(c);
+    c.mesh.deviceTypes.back().memoryGb = 1.1;
+    AutoPlanOptions o;
+    o.top = 3;
+    auto result = autoPlan(c, o);
+    QVERIFY2(result.isOk(), result.isOk() ? "" : result.message().c_str());
+    for (const PlanCandidate& p : result->best) {
+      QVERIFY(p.config.parallel.ep > 1);
+      QCOMPARE(p.config.parallel.dp % p.config.parallel.ep, 0);
+      QCOMPARE(p.config.parallel.zero, 0);
+      QVERIFY(validateRunConfig(p.config).empty());
+      QVERIFY(p.peakMemoryBytes <= p.capacityBytes);
+    }
+    // The same layout without ep is slower: each rank then sums all its experts' gradients over dp, where
+    // with ep they have fewer (or no) replicas, and the tokens' all-to-alls cost less than that.
+    RunConfig plain = result->best.front().config;
+    plain.parallel.ep = 1;
+    auto noEp = buildPlan(plain);
+    QVERIFY(noEp.isOk());
+    QVERIFY(simulate(*noEp, CostModel(*noEp)).stepTime > result->best.front().stepTime);
+    // Its experts' states are ep times what the ep plan holds on a rank.
+    const double withEp = estimateMemory(*buildPlan(result->best.front().config)).front().parameters;
+    const double without = estimateMemory(*noEp).front().parameters;
+    QVERIFY(without > withEp);
+  }
+
   void autoPlanRefusesWhatCannotFit() {
     RunConfig c = gpuConfig(1, 1, 96, 12288, 96);  // 175B on one GPU
     auto result = autoPlan(c);
@@ -184,8 +226,8 @@ class TestPlan : public QObject {
 
   // A 100B GPT (80 x 10240) on one node of 8 H100s of 80e9 bytes fits only with the ZeRO-3 shards in host
   // memory too (FSDP's CPU offload): 18 bytes per parameter over 8 ranks is 226 GB, and offloading only the
-  // optimizer still leaves 6/8 bytes per parameter (75 GB) on each device. The search finds such plans (each fits
-  // its device and the host's share), and refuses the model where offload is impossible (fp32 keeps no
+  // optimizer still leaves 6/8 bytes per parameter (75 GB) on each device. The search finds such plans (each
+  // fits its device and the host's share), and refuses the model where offload is impossible (fp32 keeps no
   // master weights apart).
   void autoPlanOffloadsParametersWhereNothingElseFits() {
     auto config = loadRunConfig(MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json");

@@ -18,6 +18,7 @@
 #include <QTabWidget>
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "plan/run_config.h"
 #include "ui/models/project_document.h"
@@ -505,6 +506,31 @@ class TestStudio : public QObject {
     w.setUnsavedChangesHandler([] { return QMessageBox::Discard; });
     QVERIFY(w.newProject("gpt"));
     QVERIFY(!canvas->messageVisible());
+  }
+
+  // The mesh view names every group a rank talks in on hover, expert parallelism's included: Mixtral 8x7B
+  // on 64 H100 as tp 8 x dp 8 with ep 4 (rank = dp * 8 + tp; ep is the inner part of dp).
+  void meshGroupsOnHover() {
+    QTemporaryDir dir;
+    QFile in(MS_SOURCE_DIR "/resources/examples/mixtral-8x7b-64xh100.json");
+    QVERIFY(in.open(QIODevice::ReadOnly));
+    nlohmann::json c = nlohmann::json::parse(in.readAll().toStdString());
+    c["parallel"] = {{"tp", 8}, {"dp", 8}, {"ep", 4}, {"recompute", "full"}, {"precision", "bf16"}};
+    const QString path = dir.path() + "/mixtral-ep.json";
+    QFile out(path);
+    QVERIFY(out.open(QIODevice::WriteOnly));
+    out.write(QByteArray::fromStdString(c.dump()));
+    out.close();
+    ms::MainWindow w;
+    QVERIFY2(w.openProject(path), qPrintable(w.lastError()));
+    const QString tip = w.meshCanvas()->tileToolTip(9);  // rank 9: tp 1 of dp 1
+    QVERIFY2(tip.contains("Rank 9: stage 0, tp 1, dp 1"), qPrintable(tip));
+    QVERIFY2(tip.contains("tensor-parallel group: 8, 9, 10, 11, 12, 13, … (8 ranks)"), qPrintable(tip));
+    QVERIFY2(tip.contains("data-parallel group: 1, 9, 17, 25, 33, 41, … (8 ranks)"), qPrintable(tip));
+    QVERIFY2(tip.contains("expert-parallel group (all-to-all): 1, 9, 17, 25; experts 2-3 of 8"),
+             qPrintable(tip));
+    QVERIFY2(tip.contains("the same experts' replicas: 9, 41"), qPrintable(tip));
+    QVERIFY2(!tip.contains("pipeline:"), qPrintable(tip));
   }
 
   // Memory is in binary units everywhere (never decimal GB or MB), with the unit in the text or its label;

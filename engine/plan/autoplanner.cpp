@@ -52,6 +52,9 @@ struct StageFigures {
   double blockFlops = 0;
   double attentionFlops = 0;
   double matrixBytes = 0;
+  // Mixture of experts: the routed experts' parameters and the blocks that hold them (expert parallelism).
+  double expertParams = 0;
+  int moeBlocks = 0;
 };
 
 std::vector<double> layerFlops(const ModelSpec& spec) {
@@ -71,6 +74,8 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
         const LayerSpec& layer = spec.layers[l];
         f.flops += layer.forwardFlopsPerSample;
         f.params += double(layer.paramCount());
+        f.expertParams += double(layer.expertParamCount);
+        f.moeBlocks += layer.expertParamCount > 0 ? 1 : 0;
         // Each layer's output buffer stays per microbatch (memory_model.h chunkActivationBytes).
         const double output = layer.kind == LayerKind::Head ? 0.0 : layer.outputBytesPerSampleIn(precision);
         const double kept = layer.keptBytesPerSample(precision, fused);
@@ -88,6 +93,8 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
     }
     worst.flops = std::max(worst.flops, f.flops);
     worst.params = std::max(worst.params, f.params);
+    worst.expertParams = std::max(worst.expertParams, f.expertParams);
+    worst.moeBlocks = std::max(worst.moeBlocks, f.moeBlocks);
     worst.wholeBytes = std::max(worst.wholeBytes, f.wholeBytes);
     worst.blockBytes = std::max(worst.blockBytes, f.blockBytes);
     worst.largestLayerActivation = std::max(worst.largestLayerActivation, f.largestLayerActivation);
@@ -205,7 +212,17 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
             if (base.parallel.precision == Precision::Bf16 && device.hostLinkBandwidth > 0 &&
                 device.hostMemoryBytes > 0 && device.hostMemoryBandwidth > 0)
               offloads.push_back(Offload::Optimizer);
-            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+            // Expert parallelism (mixture of experts): ep over divisors of dp that divide the experts; the
+            // engine runs it with ZeRO 0 and no offload (config_checks.cpp).
+            std::vector<int> eps = {1};
+            if (model.type == ModelType::Llama && model.experts > 0)
+              for (int e : divisors(dp))
+                if (e > 1 && model.experts % e == 0) eps.push_back(e);
+            std::vector<std::pair<int, int>> layouts;  // (ep, zero)
+            for (int ep : eps)
+              for (int zero = 0; zero <= (dp > 1 && ep == 1 ? 3 : 0); ++zero) layouts.push_back({ep, zero});
+            for (const std::pair<int, int>& layout : layouts) {
+              const int ep = layout.first, zero = layout.second;
               // The least screened memory of each recompute choice with less offloaded (none, then the
               // optimizer): offloading more only adds time (the step crosses the host link and runs at host
               // DRAM bandwidth; "parameters" also moves each shard up before every gather), so a level is
@@ -213,6 +230,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
               std::map<std::pair<int, int>, double> lessOffloaded;
               std::vector<Offload> levels = offloads;
               if (zero == 3 && offloads.size() > 1) levels.push_back(Offload::Parameters);  // FSDP's
+              if (ep > 1) levels = {Offload::None};
               for (Offload offload : levels) {
                 // Shared by every recompute choice: compute, TP communication, DP sync, model states.
                 const double tF = st.flops * mbs / (rate * tp);
@@ -225,21 +243,36 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 const double tpCommPerBlock = st.blocks > 0 ? tpComm / (4.0 * st.blocks) : 0.0;
                 const ModelStateLayout states = modelStateLayout(
                     base.parallel.precision, base.parallel.gradPrecision, base.optimizer, zero, offload);
-                const double grads = st.params / tp * states.gradientBytes;
+                // Under ep a rank holds 1/ep of the routed experts, whose gradients are summed over their
+                // dp / ep replicas only; each mixture-of-experts block sends its k T rows a sample out and
+                // back in forward and in backward (cost_model.cpp).
+                const double localParams = st.params - st.expertParams * (1.0 - 1.0 / ep);
+                const double expertGrads = ep > 1 ? st.expertParams / ep / tp * states.gradientBytes : 0.0;
+                const double grads = localParams / tp * states.gradientBytes - expertGrads;
                 const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
                 // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
                 double sync = zero >= 2 ? M * ringReduceScatterTime(grads, dp, dpLink)
                                         : ringAllReduceTime(grads, dp, dpLink);
+                const double routedRows = double(positions) * model.expertsPerToken * mbs;
+                double epComm = 0, epBytes = 0;
+                if (ep > 1) {
+                  const LinkSpec& epLink = tp * ep > perNode ? mesh->interLink : mesh->intraLink;
+                  sync += ringAllReduceTime(expertGrads, dp / ep,
+                                            tp * dp > perNode ? mesh->interLink : mesh->intraLink);
+                  epComm = 4.0 * st.moeBlocks * allToAllTime(routedRows * model.width * 4.0, ep, epLink);
+                  epBytes = st.moeBlocks * routedRows / mbs *
+                            (model.width * (base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0) + 8.0);
+                }
                 // ZeRO-3 gathers the stage's parameters before every forward and backward.
                 if (zero == 3)
                   sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, dp, dpLink);
                 const double factor = pipelineFactor(schedule, pp, V, M);
                 // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
-                const double n = st.params / tp;
+                const double n = localParams / tp;
                 const ModelStateBytes perParam = modelStateBytes(states, dp);
                 const double stateBytes = n * (perParam.parameters + perParam.gradients + perParam.optimizer);
-                // Offload: the host's share must hold its part, and the step crosses the link and runs on the
-                // host (cost_model.cpp); the device-side step is not in the screen's time either way.
+                // Offload: the host's share must hold its part, and the step crosses the link and runs on
+                // the host (cost_model.cpp); the device-side step is not in the screen's time either way.
                 if (n * perParam.hostTotal() > device.hostMemoryBytes && perParam.hostTotal() > 0) continue;
                 if (states.offloadOptimizer) {
                   const double shard = zero >= 1 ? n / dp : n;
@@ -270,8 +303,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 };
                 const double blockBytes = blockPart(st.blockBytes);
                 const double held = inFlight(schedule, pp, V, M);
-                // recomputedBlocks: fully recomputed blocks of the stage ("recompute_layers" per chunk times
-                // its V chunks); attention: selective recompute's re-run attention cores.
+                // recomputedBlocks: fully recomputed blocks of the stage ("recompute_layers" per chunk
+                // times its V chunks); attention: selective recompute's re-run attention cores.
                 auto screen = [&](Recompute rc, int layers, int recomputedBlocks, bool attention) {
                   const std::pair<int, int> choice{static_cast<int>(rc), layers};
                   if (offload != Offload::None && lessOffloaded.count(choice) &&
@@ -282,11 +315,11 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
                                        (attention ? st.attentionFlops * mbs / (rate * tp) : 0.0);
                   const double tB = 2.0 * tF + again;
-                  const double comm = tpComm + 2.0 * recomputedBlocks * tpCommPerBlock;
+                  const double comm = tpComm + 2.0 * recomputedBlocks * tpCommPerBlock + epComm;
                   const double time = factor * (tF + tB + comm) + sync;
                   const double kept = attention ? blockPart(st.blockBytes - st.matrixBytes)
                                                 : blockBytes * (1.0 - recomputedBlocks * perBlock);
-                  const double act = held * mbs * (st.wholeBytes + kept) +
+                  const double act = held * mbs * (st.wholeBytes + kept + epBytes) +
                                      (recomputedBlocks > 0 ? st.largestLayerActivation * mbs / tp : 0.0);
                   const double memory = stateBytes + act;
                   lessOffloaded[choice] =
@@ -297,6 +330,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   par.dp = dp;
                   par.tp = tp;
                   par.pp = pp;
+                  par.ep = ep;
                   par.schedule = schedule;
                   par.virtualChunks = V;
                   par.microbatches = M;
@@ -311,9 +345,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 // Selective only where it drops something: attention not fused (recompute.h).
                 if (st.matrixBytes > 0 && positions > 1) screen(Recompute::Selective, 0, 0, true);
                 screen(Recompute::Full, 0, st.blocks, false);
-                // Megatron's partial recompute: the fewest blocks per chunk that bring the estimate under the
-                // smallest device's memory (time grows with each recomputed block, so fewer is faster), and
-                // one more for the estimate's error; the real memory model decides after.
+                // Megatron's partial recompute: the fewest blocks per chunk that bring the estimate under
+                // the smallest device's memory (time grows with each recomputed block, so fewer is faster),
+                // and one more for the estimate's error; the real memory model decides after.
                 const double savedPerChunkBlock = held * mbs * blockBytes / std::max(1, st.blocks) * V;
                 const double over = stateBytes + held * mbs * (st.wholeBytes + blockBytes) +
                                     st.largestLayerActivation * mbs / tp - smallestMemory;

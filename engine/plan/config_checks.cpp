@@ -127,6 +127,13 @@ void checkModel(const RunConfig& c, Findings& out) {
   const int tp = c.parallel.tp;
   const std::string tpText = "tp (" + std::to_string(tp) + ")";
   const std::string modelName = toString(m.type);
+  if (c.parallel.ep > 1 && m.type != ModelType::Llama)
+    add(out, "/parallel/ep",
+        "ep (" + std::to_string(c.parallel.ep) +
+            ") splits mixture-of-experts blocks, which only llama models "
+            "have (model.experts); a " +
+            modelName + " model needs ep 1",
+        {"/model/type"});
   if (m.type == ModelType::Cnn) {
     // Convolutions are not split by tensor parallelism here (their channels could be, as Megatron splits
     // linear layers, but the engine has no such layer): data and pipeline parallelism only.
@@ -174,6 +181,32 @@ void checkModel(const RunConfig& c, Findings& out) {
         add(out, "/parallel/tp",
             tpText + " must divide the experts' hidden width (" + std::to_string(m.expertHidden()) + ")",
             {"/model/type", "/model/expert_ffn_hidden"});
+      // Expert parallelism (Megatron-Core's expert_model_parallel_size): the experts of a MoE block split
+      // over ep consecutive data-parallel replicas, which exchange tokens by all-to-all.
+      const int ep = c.parallel.ep;
+      if (ep > 1) {
+        if (m.experts == 0)
+          add(out, "/parallel/ep",
+              "ep (" + std::to_string(ep) + ") splits a mixture of experts, but model.experts is 0",
+              {"/model/experts"});
+        else if (!divides(ep, m.experts))
+          add(out, "/parallel/ep",
+              "ep (" + std::to_string(ep) + ") must divide model.experts (" + std::to_string(m.experts) + ")",
+              {"/model/experts"});
+        if (c.parallel.dp >= 1 && !divides(ep, c.parallel.dp))
+          add(out, "/parallel/ep",
+              "ep (" + std::to_string(ep) + ") must divide dp (" + std::to_string(c.parallel.dp) +
+                  "): the expert-parallel ranks are data-parallel replicas of the rest of the model",
+              {"/parallel/dp"});
+        if (c.parallel.zero > 0)
+          add(out, "/parallel/zero",
+              "ZeRO with expert parallelism (experts sharded over their expert-data-parallel group) is not "
+              "supported yet; use zero 0 with ep > 1",
+              {"/parallel/ep"});
+        if (c.parallel.offload != Offload::None)
+          add(out, "/parallel/offload", "offload with expert parallelism is not supported yet",
+              {"/parallel/ep"});
+      }
       // Megatron-LM replicates key/value heads over the ranks of a group when tp exceeds them; the engine
       // splits them, so each rank needs at least one (docs/status.md lists the gap).
       if (tp >= 1 && kv >= 1 && !divides(tp, kv))
@@ -501,6 +534,7 @@ void checkParameterServer(const RunConfig& c, Findings& out) {
   one("/parallel/dp", p.dp, "dp (the workers are the replicas; set parallel.workers)");
   one("/parallel/tp", p.tp, "tp");
   one("/parallel/pp", p.pp, "pp");
+  one("/parallel/ep", p.ep, "ep");
   if (p.zero != 0)
     add(out, "/parallel/zero",
         "parameter_server mode shards the model states over the servers; zero must be 0", byMode);

@@ -462,6 +462,11 @@ void addParallel(std::vector<Field>& t) {
                   .aka({"tensor_parallel", "tp_size", "mp"}));
   t.push_back(intField(p, "pp", MS_REF(parallel.pp), atLeast(1), "Pipeline stages.")
                   .aka({"pipeline_parallel", "pp_size", "stages"}));
+  t.push_back(
+      intField(p, "ep", MS_REF(parallel.ep), atLeast(1),
+               "Expert-parallel ways (mixture of experts): each expert lives on one of ep data-parallel "
+               "replicas, tokens reach it by all-to-all; must divide dp and experts.")
+          .aka({"expert_parallel", "ep_size", "expert_model_parallel_size"}));
   t.push_back(enumField(p, "schedule", kScheduleNames, MS_REF(parallel.schedule), "Pipeline schedule.")
                   .aka({"pipeline_schedule", "pp_schedule"}));
   t.push_back(intField(p, "microbatches", MS_REF(parallel.microbatches), atLeast(1),

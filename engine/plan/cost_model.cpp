@@ -101,6 +101,11 @@ double ringAllGatherTime(double bytes, int n, const LinkSpec& link) {
   return ringReduceScatterTime(bytes, n, link);
 }
 
+double allToAllTime(double bytes, int n, const LinkSpec& link) {
+  if (n <= 1) return 0.0;
+  return (link.bandwidth > 0 ? double(n - 1) / n * bytes / link.bandwidth : 0.0) + (n - 1) * link.latency;
+}
+
 const LinkSpec& groupLink(const Plan& plan, const std::vector<int>& ranks) {
   const auto& deviceOf = plan.layout.deviceOf;
   const auto nodeOf = [&](int rank) { return plan.mesh.devices[static_cast<size_t>(deviceOf[rank])].node; };
@@ -227,6 +232,23 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         }
       }
     }
+    if (p.ep > 1) {
+      // Expert parallelism (runtime/moe.h): each mixture-of-experts block sends its routed rows to the
+      // experts' ranks and takes the outputs back, two all-to-alls of the k * T rows (C fp32 values each) a
+      // sample in forward, two more of their gradients in backward (and forward's again where the block is
+      // recomputed); balanced routing assumed. Plus the row counts' exchange, one latency each time.
+      const LinkSpec& link = groupLink(plan, plan.layout.epGroup(rank));
+      const ModelConfig& m = plan.config.model;
+      for (int l : m_chunks[static_cast<size_t>(k)]) {
+        const LayerSpec& layer = model.layers[static_cast<size_t>(l)];
+        if (layer.kind != LayerKind::Block || layer.expertParamCount == 0) continue;
+        const double rows = double(model.samplePositions) * m.expertsPerToken * mbs;
+        const double pair = 2.0 * allToAllTime(rows * m.width * 4.0, p.ep, link) + (p.ep - 1) * link.latency;
+        m_chunkForwardComm[static_cast<size_t>(k)] += pair;
+        const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);
+        m_chunkBackwardComm[static_cast<size_t>(k)] += (again ? 2.0 : 1.0) * pair;
+      }
+    }
     if (p.zero == 3 && dp > 1) {
       // Each layer's gather is issued as its neighbour starts (runtime Model::prefetch): the chunk's first
       // layer's (its last's in backward) is exposed, every other one only beyond the compute of the layer it
@@ -329,8 +351,17 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const bool holdsTied = tiedEmbedding && (k == chunkOf[static_cast<size_t>(embeddingLayer)] ||
                                              (tiedApart && k == chunkOf[static_cast<size_t>(headLayer)]));
     const double tiedBytes = holdsTied ? wteLocal * state.gradientBytes : 0.0;
-    m_gradSync[static_cast<size_t>(k)] =
-        p.zero <= 1 ? ringAllReduceTime(bytes, dp, link)
+    // Expert parallelism: the local experts' gradients are summed over their dp / ep replicas only.
+    double expertBytes = 0;
+    if (p.ep > 1) {
+      for (int l : m_chunks[static_cast<size_t>(k)])
+        expertBytes += double(model.layers[static_cast<size_t>(l)].localExpertParamCount(tp, p.ep)) *
+                       state.gradientBytes;
+      m_gradSync[static_cast<size_t>(k)] +=
+          ringAllReduceTime(expertBytes, dp / p.ep, groupLink(plan, plan.layout.edpGroup(rank)));
+    }
+    m_gradSync[static_cast<size_t>(k)] +=
+        p.zero <= 1 ? ringAllReduceTime(bytes - expertBytes, dp, link)
                     : std::max(1, p.microbatches) * ringReduceScatterTime(bytes - tiedBytes, dp, link) +
                           (holdsTied ? ringReduceScatterTime(tiedBytes, dp, link) : 0.0);
     if (tiedApart &&

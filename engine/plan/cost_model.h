@@ -55,6 +55,11 @@ double smallAllReduceTime(double bytes, int n, const LinkSpec& link);
 double ringReduceScatterTime(double bytes, int n, const LinkSpec& link);
 double ringAllGatherTime(double bytes, int n, const LinkSpec& link);
 
+// All-to-all (each rank sends bytes / n to every other member): (n-1)/n * bytes / bw + (n-1) * latency, the
+// pairwise exchange NCCL and Open MPI run for large messages (nccl-tests doc/PERFORMANCE.md: alltoall busbw =
+// algbw * (n-1)/n). `bytes` is what one rank sends in all, its own share included. 0 for n <= 1.
+double allToAllTime(double bytes, int n, const LinkSpec& link);
+
 // The link a ring over these ranks is limited by: the inter-node link as soon as two members sit on different
 // nodes, else the intra-node link (also when the layout has no devices yet).
 const LinkSpec& groupLink(const Plan& plan, const std::vector<int>& ranks);

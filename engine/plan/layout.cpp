@@ -15,8 +15,8 @@
 
 namespace ms {
 
-RankLayout::RankLayout(int dp, int tp, int pp) : m_dp(dp), m_tp(tp), m_pp(pp) {
-  assert(dp >= 1 && tp >= 1 && pp >= 1);
+RankLayout::RankLayout(int dp, int tp, int pp, int ep) : m_dp(dp), m_tp(tp), m_pp(pp), m_ep(ep) {
+  assert(dp >= 1 && tp >= 1 && pp >= 1 && ep >= 1 && dp % ep == 0);
 }
 
 RankCoord RankLayout::coord(int rank) const {
@@ -46,6 +46,21 @@ std::vector<int> RankLayout::ppGroup(int rank) const {
   RankCoord c = coord(rank);
   std::vector<int> group;
   for (c.pp = 0; c.pp < m_pp; ++c.pp) group.push_back(this->rank(c));
+  return group;
+}
+
+std::vector<int> RankLayout::epGroup(int rank) const {
+  RankCoord c = coord(rank);
+  const int first = edpRank(c) * m_ep;
+  std::vector<int> group;
+  for (c.dp = first; c.dp < first + m_ep; ++c.dp) group.push_back(this->rank(c));
+  return group;
+}
+
+std::vector<int> RankLayout::edpGroup(int rank) const {
+  RankCoord c = coord(rank);
+  std::vector<int> group;
+  for (c.dp = epRank(c); c.dp < m_dp; c.dp += m_ep) group.push_back(this->rank(c));
   return group;
 }
 
@@ -153,7 +168,10 @@ Expected<LayoutResult> layoutRanks(const ParallelConfig& parallel, const Mesh& m
                          std::to_string(kMaxRanks) + " can be laid out");
 
   LayoutResult result;
-  result.layout = RankLayout(parallel.dp, parallel.tp, parallel.pp);
+  if (parallel.ep < 1 || parallel.dp % parallel.ep != 0)
+    return Status::error("/parallel/ep: must be >= 1 and divide dp (" + std::to_string(parallel.dp) +
+                         "), got " + std::to_string(parallel.ep));
+  result.layout = RankLayout(parallel.dp, parallel.tp, parallel.pp, parallel.ep);
   RankLayout& layout = result.layout;
   layout.deviceOf.resize(static_cast<size_t>(world));
   for (int r = 0; r < layout.world(); ++r) layout.deviceOf[static_cast<size_t>(r)] = r % devices;

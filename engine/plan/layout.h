@@ -26,16 +26,26 @@ struct RankCoord {
 class RankLayout {
  public:
   RankLayout() = default;
-  RankLayout(int dp, int tp, int pp);
+  // ep: expert-parallel ways, dividing dp (Megatron-Core carves expert parallelism out of the data-parallel
+  // ranks: an expert layer's ranks are tp x ep x edp with ep x edp = dp). ep is the inner part of dp, as in
+  // Megatron-Core's default order tp-cp-ep-dp-pp: the replicas that exchange tokens are the nearest ones
+  // (dp index d is expert-parallel rank d % ep of expert-data-parallel rank d / ep).
+  RankLayout(int dp, int tp, int pp, int ep = 1);
   int dp() const { return m_dp; }
+  int ep() const { return m_ep; }
+  int edp() const { return m_dp / m_ep; }  // replicas of each expert
+  int epRank(const RankCoord& c) const { return c.dp % m_ep; }
+  int edpRank(const RankCoord& c) const { return c.dp / m_ep; }
   int tp() const { return m_tp; }
   int pp() const { return m_pp; }
   int world() const { return m_dp * m_tp * m_pp; }
   int rank(const RankCoord& c) const { return (c.pp * m_dp + c.dp) * m_tp + c.tp; }
   RankCoord coord(int rank) const;
-  std::vector<int> tpGroup(int rank) const;  // same dp and pp
-  std::vector<int> dpGroup(int rank) const;  // same tp and pp
-  std::vector<int> ppGroup(int rank) const;  // same dp and tp: the pipeline, stage order
+  std::vector<int> tpGroup(int rank) const;   // same dp and pp
+  std::vector<int> dpGroup(int rank) const;   // same tp and pp
+  std::vector<int> ppGroup(int rank) const;   // same dp and tp: the pipeline, stage order
+  std::vector<int> epGroup(int rank) const;   // same tp, pp and edp rank: the experts' all-to-all
+  std::vector<int> edpGroup(int rank) const;  // same tp, pp and ep rank: one expert's replicas
   // Pipeline neighbours of a rank (-1 at the ends).
   int prevStageRank(int rank) const;
   int nextStageRank(int rank) const;
@@ -43,7 +53,7 @@ class RankLayout {
   std::vector<int> deviceOf;
 
  private:
-  int m_dp = 1, m_tp = 1, m_pp = 1;
+  int m_dp = 1, m_tp = 1, m_pp = 1, m_ep = 1;
 };
 
 // Lays the ranks of the config's parallel layout onto the mesh's devices: rank r goes to device r in

@@ -60,7 +60,29 @@ double layerOutputBytes(const Plan& plan, int l) {
 
 // One microbatch's saved activations of a layer without recompute, on one rank (see chunkActivationBytes):
 // what the layer keeps for its backward and its output buffer.
+double layerActivationBytesWithoutEp(const Plan& plan, int l, bool fused);
+
+// Expert parallelism: a mixture-of-experts block also keeps the rows its experts received (runtime/moe.h),
+// whole on every TP rank: with balanced routing a token's k rows, C values each (bf16 in bf16 precision),
+// and their place in the expert order and back (2 int32 each). Dropless routing is balanced only on
+// average: a block's peak over steps is above this by the imbalance of its busiest rank.
+double expertParallelBytes(const Plan& plan, int l) {
+  const ParallelConfig& p = plan.config.parallel;
+  const ModelConfig& m = plan.config.model;
+  const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+  if (p.ep <= 1 || layer.kind != LayerKind::Block || m.type != ModelType::Llama || m.experts == 0 ||
+      layer.expertParamCount == 0)
+    return 0.0;
+  const double kept = p.precision == Precision::Bf16 ? 2.0 : 4.0;
+  const double rows = double(plan.model.samplePositions) * m.expertsPerToken * plan.microbatchSize();
+  return rows * (double(m.width) * kept + 2.0 * 4.0);
+}
+
 double layerActivationBytes(const Plan& plan, int l, bool fused) {
+  return layerActivationBytesWithoutEp(plan, l, fused) + expertParallelBytes(plan, l);
+}
+
+double layerActivationBytesWithoutEp(const Plan& plan, int l, bool fused) {
   const ParallelConfig& p = plan.config.parallel;
   const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
   const double tp = std::max(1, p.tp);
@@ -115,14 +137,19 @@ double layerCheckpointBytes(const Plan& plan, int l) {
 // layer and the tied wte as a unit of its own (runtime/parameters.h), held by the embedding's stage and by a
 // tied head's.
 double largestUnitParams(const Plan& plan, int stage) {
-  const int tp = std::max(1, plan.config.parallel.tp);
+  const int tp = std::max(1, plan.config.parallel.tp), ep = std::max(1, plan.config.parallel.ep);
   const ModelConfig& m = plan.config.model;
   const bool tied = m.tiedHead();
   const double wteLocal = tied ? double(m.vocab) / tp * m.width : 0.0;
   double largest = 0;
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
-    double n = double(layer.localParamCount(tp));
+    double n = double(layer.localParamCount(tp, ep));
+    if (ep > 1) {  // the local experts are a unit of their own
+      const double experts = double(layer.localExpertParamCount(tp, ep));
+      largest = std::max(largest, experts);
+      n -= experts;
+    }
     if (tied && layer.kind == LayerKind::Embedding) n -= wteLocal;
     if (tied && (layer.kind == LayerKind::Embedding || layer.kind == LayerKind::Head))
       largest = std::max(largest, wteLocal);
@@ -146,11 +173,11 @@ std::vector<double> chunkParameterCount(const Plan& plan) {
 }
 
 std::vector<double> chunkLocalParameterCount(const Plan& plan) {
-  const int tp = std::max(1, plan.config.parallel.tp);
+  const int tp = std::max(1, plan.config.parallel.tp), ep = std::max(1, plan.config.parallel.ep);
   std::vector<double> counts;
   for (const auto& chunk : plan.partition.chunks) {
     double n = 0;
-    for (int l : chunk) n += double(plan.model.layers[static_cast<size_t>(l)].localParamCount(tp));
+    for (int l : chunk) n += double(plan.model.layers[static_cast<size_t>(l)].localParamCount(tp, ep));
     counts.push_back(n);
   }
   const TiedHead tied = tiedHead(plan);  // wte is vocabulary-parallel

@@ -24,8 +24,9 @@ int64_t LayerSpec::bufferCount() const {
   return n;
 }
 
-int64_t LayerSpec::localParamCount(int tp) const {
-  return paramCount() - splitParamCount + splitParamCount / std::max(1, tp);
+int64_t LayerSpec::localParamCount(int tp, int ep) const {
+  const int64_t all = paramCount() - splitParamCount + splitParamCount / std::max(1, tp);
+  return all - expertParamCount / std::max(1, tp) + localExpertParamCount(tp, ep);
 }
 
 namespace {
@@ -223,6 +224,7 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int T) {
       l.params.push_back(weight(e + "up_proj.weight", {Fe, C}, m.initStd));
       l.params.push_back(weight(e + "down_proj.weight", {C, Fe}, projStd));
     }
+    l.expertParamCount = int64_t(m.experts) * 3 * C * Fe;
   }
   if (Fs > 0) {
     const std::string s = p + (moe ? "mlp.shared_experts." : "mlp.");

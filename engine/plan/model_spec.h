@@ -9,6 +9,7 @@
 // torchvision's ResNet names; a tied LM head owns no parameter (it reads wte.weight of the embedding layer).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -82,8 +83,15 @@ struct LayerSpec {
   int64_t paramCount() const;
   // Elements of the parameters tensor parallelism splits (shardSpecOf; set by buildModelSpec).
   int64_t splitParamCount = 0;
-  // The elements one rank of a TP group of tp holds: split parameters / tp, replicated ones whole.
-  int64_t localParamCount(int tp) const;
+  // Elements of the routed experts' parameters (mixture of experts; all of them split by tensor parallelism).
+  int64_t expertParamCount = 0;
+  // The elements one rank of a TP group of tp holds: split parameters / tp, replicated ones whole; under
+  // expert parallelism of ep ways, 1/ep of the routed experts.
+  int64_t localParamCount(int tp, int ep = 1) const;
+  // Of which the routed experts' (their own unit in the runtime's store under ep > 1).
+  int64_t localExpertParamCount(int tp, int ep) const {
+    return expertParamCount / std::max(1, tp) / std::max(1, ep);
+  }
   // The bytes kept per sample for this precision and attention implementation.
   double keptBytesPerSample(Precision precision, bool fusedAttention) const;
 };

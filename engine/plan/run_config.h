@@ -186,9 +186,10 @@ struct Straggler {
 };
 
 struct ParallelConfig {
-  int dp = 1;                              // "dp": data-parallel replicas
-  int tp = 1;                              // "tp": tensor-parallel ways, must divide heads
-  int pp = 1;                              // "pp": pipeline stages
+  int dp = 1;  // "dp": data-parallel replicas
+  int tp = 1;  // "tp": tensor-parallel ways, must divide heads
+  int pp = 1;  // "pp": pipeline stages
+  int ep = 1;  // "ep": expert-parallel ways (MoE): the experts split over ep of the dp replicas
   Schedule schedule = Schedule::OneFOneB;  // "schedule": "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
   int microbatches = 1;   // "microbatches": a replica's batch is split into this many, run one after another
                           // with gradients summed (this is also gradient accumulation on one rank)

@@ -363,12 +363,14 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
           full[p.name + suffix].assign(static_cast<size_t>(p.numel()), 0.0f);
       }
   }
-  // Every (stage, tp rank) pair's data-parallel rank 0 contributes its pieces to rank 0.
+  // Every (stage, tp rank) pair's data-parallel rank 0 contributes its pieces to rank 0; under expert
+  // parallelism data-parallel ranks 1 .. ep-1 too, their experts only (the rest of theirs is rank 0's).
   for (int stage = 0; stage < plan.layout.pp() && s; ++stage) {
-    for (int t = 0; t < plan.layout.tp() && s; ++t) {
-      const int src = plan.layout.rank({0, t, stage});
+    for (int t = 0; t < plan.layout.tp() * plan.layout.ep() && s; ++t) {
+      const int e = t / plan.layout.tp();
+      const int src = plan.layout.rank({e, t % plan.layout.tp(), stage});
       if (groups.rank != src && !lead) continue;
-      const StoreLayout layout = storeLayoutOf(plan, stage, t, 0);
+      const StoreLayout layout = storeLayoutOf(plan, stage, t % plan.layout.tp(), e);
       const StorePlan sp = planStore(plan.model, config.model.type, config.model.tieEmbeddings, layout);
       std::vector<float> theirs;
       if (src == 0) {
@@ -381,11 +383,12 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
       }
       if (!s || !lead) continue;
       for (const Parameter& p : sp.params) {
-        if (p.tiedCopy) continue;
-        insertShard(theirs.data() + p.offset, full[p.spec.name].data(), p.spec.shape, p.shard, layout.tp, t);
+        if (p.tiedCopy || (e > 0 && !sp.units[static_cast<size_t>(p.unit)].experts)) continue;
+        insertShard(theirs.data() + p.offset, full[p.spec.name].data(), p.spec.shape, p.shard, layout.tp,
+                    layout.tpRank);
         for (size_t w = 0; w < suffixes.size(); ++w)
           insertShard(theirs.data() + sp.total * (1 + w) + p.offset, full[p.spec.name + suffixes[w]].data(),
-                      p.spec.shape, p.shard, layout.tp, t);
+                      p.spec.shape, p.shard, layout.tp, layout.tpRank);
       }
     }
   }

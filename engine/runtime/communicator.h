@@ -88,6 +88,13 @@ class Communicator {
   virtual Status send(const void* data, size_t count, CommType type, int peer, int tag) = 0;
   virtual Status recv(void* data, size_t count, CommType type, int peer, int tag) = 0;
   virtual Status barrier() = 0;
+  // All-to-all with per-peer counts (MPI_Alltoallv): this rank sends sendCounts[r] elements starting at
+  // element sendOffsets[r] of send to rank r, and receives recvCounts[r] elements from rank r at element
+  // recvOffsets[r] of recv (the arrays have size() entries; counts and offsets in elements of `type`). Every
+  // rank's sendCounts[r] must equal rank r's recvCounts[this rank]. Zero counts are allowed (no message); the
+  // blocks to and from this rank itself are copied. send and recv must not overlap. Blocking.
+  virtual Status allToAllV(const void* send, const size_t* sendCounts, const size_t* sendOffsets, void* recv,
+                           const size_t* recvCounts, const size_t* recvOffsets, CommType type) = 0;
 
   // Non-blocking forms: the same contracts, finished by the returned request.
   virtual Expected<CommRequestPtr> iallReduce(const void* send, void* recv, size_t count, CommType type,

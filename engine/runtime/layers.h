@@ -73,6 +73,14 @@ struct TensorParallel {
   bool sequence = false;
 };
 
+// Expert parallelism (mixture of experts; plan/layout.h): the ranks of one expert-parallel group hold
+// disjoint experts and exchange tokens with all-to-all. Size 1: every expert is local.
+struct ExpertParallel {
+  Communicator* comm = nullptr;  // null when size == 1
+  int size = 1;
+  int rank = 0;
+};
+
 // A microbatch as a layer sees it: its size, the host batch (loss statistics count targets there) and its
 // tokens, targets and images in backend memory (the model uploads them once per chunk and slot).
 struct BatchView {
@@ -135,9 +143,10 @@ struct LayerContext {
   const ModelConfig& model;
   ParameterStore& params;
   MemoryTracker* tracker;
-  Workspace* workspace;  // shared by all layers; a layer uses slots [0, kLayerScratchSlots)
-  int positions;         // T of the activations (ModelSpec::samplePositions)
-  TensorParallel tp;     // tensor-parallel group (size 1: none)
+  Workspace* workspace;    // shared by all layers; a layer uses slots [0, kLayerScratchSlots)
+  int positions;           // T of the activations (ModelSpec::samplePositions)
+  TensorParallel tp;       // tensor-parallel group (size 1: none)
+  ExpertParallel ep = {};  // expert-parallel group (size 1: none)
   // Recompute "selective" (plan/recompute.h): transformer blocks drop their attention matrix after forward
   // and re-make it in backward.
   bool selectiveRecompute = false;
@@ -148,7 +157,7 @@ struct LayerContext {
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
-inline constexpr int kLayerScratchSlots = 21;
+inline constexpr int kLayerScratchSlots = 24;
 
 // MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: rows per chunk of the GPT head's fused LM head and loss
 // instead of plan/model_spec.h headChunkRows() (tests run many chunks on small models with it; the memory

@@ -39,6 +39,7 @@ Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tr
   m_shard.store.offload = config.parallel.offload;
   m_params = std::make_unique<ParameterStore>(m_spec, config.model.type, config.model.tieEmbeddings,
                                               m_shard.store, shard.dp, tracker, hostTracker);
+  m_params->setExpertDataParallel(shard.edp);
   build(config, mlpInputs);
 }
 
@@ -48,6 +49,7 @@ void Model::build(const RunConfig& config, int) {
   LayerContext ctx{m_backend,    config.model,           *m_params, m_tracker,
                    &m_workspace, m_spec.samplePositions, m_shard.tp};
   ctx.selectiveRecompute = m_shard.recompute.mode == Recompute::Selective;
+  ctx.ep = m_shard.ep;
   if (config.parallel.batchNorm == BatchNormMode::Sync && m_shard.dp && m_shard.dp->size() > 1) {
     ctx.batchNormGroup = m_shard.dp;
     ctx.batchNormRanks = m_shard.dp->size();

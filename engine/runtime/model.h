@@ -50,8 +50,10 @@ struct ModelShard {
   std::vector<int> chunkIds;             // global chunk index of each
   StoreLayout store;
   TensorParallel tp;
-  Communicator* dp = nullptr;  // data-parallel group (ZeRO)
-  RecomputePolicy recompute;   // the plan's "recompute" and "recompute_layers"
+  Communicator* dp = nullptr;   // data-parallel group (ZeRO)
+  ExpertParallel ep;            // expert-parallel group (MoE all-to-all)
+  Communicator* edp = nullptr;  // expert-data-parallel group (the experts' gradient sums; null: 1 replica)
+  RecomputePolicy recompute;    // the plan's "recompute" and "recompute_layers"
 };
 
 class Model {

@@ -10,9 +10,13 @@ namespace ms {
 // Workspace slots (runtime/layers.h kLayerScratchSlots): the router's logits and their gradient (N, E) and
 // the gates' gradients (R); one expert's gathered rows (n, C) and their gradient; its scratch gradients; and
 // the bf16 staging of the kept expert tensors.
+// Under expert parallelism three more: the all-to-all's send and receive staging, and the received rows in
+// expert order (the kept expert inputs' bf16 staging in forward, their gradient in backward).
 namespace {
 constexpr int kLogitsSlot = 15, kRowsSlot = 16, kScratchSlot = 17, kGuSlot = 18, kHSlot = 19, kYSlot = 20;
-}
+constexpr int kSendSlot = 21, kRecvSlot = 22, kExpertRowsSlot = 23;
+static_assert(kExpertRowsSlot < kLayerScratchSlots);
+}  // namespace
 
 // The host's routing of one microbatch.
 struct MoeMlp::Routing {
@@ -26,22 +30,39 @@ struct MoeMlp::Routing {
   std::vector<int> routed;     // E: tokens routed to e (before drops), the load-balancing loss's f_e N
   double aux = 0;
   int rows() const { return offsets.back(); }
+  // Expert parallelism: the rows this rank's experts receive, source by source (each source's in its
+  // expert order): recvCounts (ep, El) rows from source s for local expert l; the same rows in expert order
+  // (local expert l's are [localOffsets[l], localOffsets[l + 1]), source by source), a total of received().
+  std::vector<int> recvCounts;
+  std::vector<int> localOffsets;
+  int received() const { return localOffsets.empty() ? 0 : localOffsets.back(); }
 };
 
 struct MoeMlp::Cache {
   explicit Cache(MemoryTracker* t)
-      : idx(0, MemoryCategory::Activations, t), gates(0, MemoryCategory::Activations, t), gu(t), h(t), y(t) {}
+      : idx(0, MemoryCategory::Activations, t),
+        gates(0, MemoryCategory::Activations, t),
+        perm(0, MemoryCategory::Activations, t),
+        xe(t),
+        gu(t),
+        h(t),
+        y(t) {}
   Routing routing;
   float auxScale = 0;
   Buffer idx, gates;  // (R) int32 token indices (bit patterns in a float buffer) and gates
-  KeptTensor gu;      // (R, 2Fl): each expert's rows' gate outputs, then their up outputs
-  KeptInput h;        // (R, Fl) SwiGLU outputs
-  KeptTensor y;       // (R, C) expert outputs (partial sums under TP)
+  // Expert parallelism: (2, received) int32: the received row (source order) of each row in expert order,
+  // then the row in expert order of each received row (the inverse).
+  Buffer perm;
+  KeptInput xe;   // expert parallelism: the received rows in expert order, the experts' GEMM input
+  KeptTensor gu;  // (R, 2Fl): each expert's rows' gate outputs, then their up outputs
+  KeptInput h;    // (R, Fl) SwiGLU outputs
+  KeptTensor y;   // (R, C) expert outputs (partial sums under TP)
 };
 
 MoeMlp::MoeMlp(const LayerContext& ctx, const std::string& prefix)
     : m_be(ctx.backend),
       m_tp(ctx.tp),
+      m_ep(ctx.ep),
       m_ws(ctx.workspace),
       m_C(ctx.model.width),
       m_E(ctx.model.experts),
@@ -52,7 +73,9 @@ MoeMlp::MoeMlp(const LayerContext& ctx, const std::string& prefix)
       m_caches(new SlotCaches<Cache>(ctx.tracker)),
       m_tracker(ctx.tracker) {
   m_router = bindParam(ctx.params, prefix + "mlp.gate.weight");
-  for (int e = 0; e < m_E; ++e) {
+  m_El = m_E / m_ep.size;
+  m_first = m_ep.rank * m_El;
+  for (int e = m_first; e < m_first + m_El; ++e) {
     const std::string p = prefix + "mlp.experts." + std::to_string(e) + ".";
     m_gate.push_back(bindParam(ctx.params, p + "gate_proj.weight"));
     m_up.push_back(bindParam(ctx.params, p + "up_proj.weight"));
@@ -141,6 +164,10 @@ void MoeMlp::forward(int slot, const float* x, float* out, int N, float auxScale
     m_be.upload(c.idx.data(), r.token.data(), size_t(R) * sizeof(int32_t));
     m_be.upload(c.gates.data(), r.rowGate.data(), size_t(R) * sizeof(float));
   }
+  if (m_ep.size > 1) {  // every rank of the group takes part, whatever its own rows
+    forwardParallel(c, x, out);
+    return;
+  }
   const auto* idx = reinterpret_cast<const int32_t*>(c.idx.data());
   int most = 0;
   for (int e = 0; e < E; ++e) most = std::max(most, r.offsets[e + 1] - r.offsets[e]);
@@ -193,6 +220,10 @@ void MoeMlp::backward(int slot, const float* x, const float* dout, float* dx, in
     }
     m_tp.allReduce(dgates, size_t(R));
     m_be.download(dgate.data(), dgates, size_t(R) * sizeof(float));
+  }
+  if (m_ep.size > 1) {
+    backwardParallel(c, dout, dx);
+  } else if (R > 0) {
     // The experts, one at a time.
     const float* gu = c.gu.read(*m_ws);
     const TensorIn hk = c.h.in();
@@ -249,6 +280,164 @@ void MoeMlp::backward(int slot, const float* x, const float* dout, float* dx, in
   m_be.upload(dlogits, dz.data(), dz.size() * sizeof(float));
   m_be.linearBackwardT(routerInput ? dx : nullptr, m_router.grad(), nullptr, dlogits, x, m_router.gemm(), N,
                        C, E);
+}
+
+void MoeMlp::planExchange(Cache& c) {
+  Routing& r = c.routing;
+  const int P = m_ep.size, El = m_El;
+  // Rows for global expert e go to rank e / El: the routing's expert order is already destination order.
+  std::vector<int32_t> sendCounts(size_t(P) * El), recvCounts(size_t(P) * El);
+  for (int e = 0; e < m_E; ++e) sendCounts[size_t(e)] = r.offsets[e + 1] - r.offsets[e];
+  // Through backend memory: the group's communicator carries backend tensors (NCCL's on a GPU).
+  float* buf = m_ws->get(kSendSlot, 2 * size_t(P) * El, false);
+  m_be.upload(buf, sendCounts.data(), sendCounts.size() * sizeof(int32_t));
+  std::vector<size_t> counts(static_cast<size_t>(P), static_cast<size_t>(El)),
+      offsets(static_cast<size_t>(P));
+  for (int j = 0; j < P; ++j) offsets[size_t(j)] = size_t(j) * El;
+  Status st = m_ep.comm->allToAllV(buf, counts.data(), offsets.data(), buf + size_t(P) * El, counts.data(),
+                                   offsets.data(), CommType::I32);
+  if (!st) throw CommFailure("expert-parallel all-to-all of the row counts: " + st.message());
+  m_be.download(recvCounts.data(), buf + size_t(P) * El, recvCounts.size() * sizeof(int32_t));
+  r.recvCounts.assign(recvCounts.begin(), recvCounts.end());
+  // Expert order: local expert l's rows from source 0, then source 1, ...
+  r.localOffsets.assign(size_t(El) + 1, 0);
+  for (int l = 0; l < El; ++l) {
+    int n = 0;
+    for (int src = 0; src < P; ++src) n += r.recvCounts[size_t(src) * El + l];
+    r.localOffsets[size_t(l) + 1] = r.localOffsets[size_t(l)] + n;
+  }
+  const int Rr = r.received();
+  std::vector<int32_t> perm(2 * size_t(std::max(Rr, 1)));  // expert order -> source order, then the inverse
+  std::vector<int> at(r.localOffsets.begin(), r.localOffsets.end() - 1);
+  int row = 0;  // in source order
+  for (int src = 0; src < P; ++src)
+    for (int l = 0; l < El; ++l)
+      for (int i = 0; i < r.recvCounts[size_t(src) * El + l]; ++i, ++row) {
+        perm[size_t(at[size_t(l)])] = row;
+        perm[size_t(Rr) + size_t(row)] = at[size_t(l)]++;
+      }
+  c.perm.reserve(std::max(2 * Rr, 1));
+  if (Rr > 0) m_be.upload(c.perm.data(), perm.data(), 2 * size_t(Rr) * sizeof(int32_t));
+}
+
+void MoeMlp::exchange(const Routing& r, const float* send, float* recv, bool back) {
+  const int P = m_ep.size, El = m_El, C = m_C;
+  const auto n = static_cast<size_t>(P);
+  std::vector<size_t> mine(n), theirs(n), mineAt(n), theirsAt(n);
+  size_t a = 0, b = 0;
+  for (int j = 0; j < P; ++j) {
+    // Rows this rank routed to rank j's experts, and rows rank j routed to this rank's.
+    const size_t routed = size_t(r.offsets[size_t(j + 1) * El] - r.offsets[size_t(j) * El]);
+    size_t received = 0;
+    for (int l = 0; l < El; ++l) received += size_t(r.recvCounts[size_t(j) * El + l]);
+    mine[size_t(j)] = routed * C;
+    theirs[size_t(j)] = received * C;
+    mineAt[size_t(j)] = a;
+    theirsAt[size_t(j)] = b;
+    a += routed * C;
+    b += received * C;
+  }
+  Status st = back ? m_ep.comm->allToAllV(send, theirs.data(), theirsAt.data(), recv, mine.data(),
+                                          mineAt.data(), CommType::F32)
+                   : m_ep.comm->allToAllV(send, mine.data(), mineAt.data(), recv, theirs.data(),
+                                          theirsAt.data(), CommType::F32);
+  if (!st) throw CommFailure("expert-parallel all-to-all: " + st.message());
+}
+
+void MoeMlp::forwardParallel(Cache& c, const float* x, float* out) {
+  planExchange(c);
+  const Routing& r = c.routing;
+  const int C = m_C, Fl = m_Fl, El = m_El, R = r.rows(), Rr = r.received();
+  const auto* idx = reinterpret_cast<const int32_t*>(c.idx.data());
+  const auto* perm = reinterpret_cast<const int32_t*>(c.perm.data());
+  const size_t most = size_t(std::max({R, Rr, 1})) * C;
+  // The routed rows, in destination order, to the experts' ranks.
+  float* send = m_ws->get(kSendSlot, most, false);
+  float* recv = m_ws->get(kRecvSlot, most, false);
+  if (R > 0) m_be.gatherRows(send, x, idx, nullptr, R, C);
+  exchange(r, send, recv, false);
+  // In expert order, kept for the weight gradients.
+  float* xe = c.xe.target(size_t(std::max(Rr, 1)) * C, *m_ws, kExpertRowsSlot);
+  if (Rr > 0) m_be.gatherRows(xe, recv, perm, nullptr, Rr, C);
+  const TensorIn xk = c.xe.keep(xe);
+  float* gu = c.gu.target(size_t(std::max(Rr, 1)) * 2 * Fl, *m_ws, kGuSlot);
+  for (int l = 0; l < El; ++l) {
+    const int o = r.localOffsets[size_t(l)], n = r.localOffsets[size_t(l) + 1] - o;
+    if (n == 0) continue;
+    float* g = gu + size_t(o) * 2 * Fl;
+    m_be.linearForwardT(g, xk.at(size_t(o) * C), m_gate[size_t(l)].gemm(), nullptr, n, C, Fl);
+    m_be.linearForwardT(g + size_t(n) * Fl, xk.at(size_t(o) * C), m_up[size_t(l)].gemm(), nullptr, n, C, Fl);
+  }
+  c.gu.keep(gu);
+  float* h = c.h.target(size_t(std::max(Rr, 1)) * Fl, *m_ws, kHSlot);
+  for (int l = 0; l < El; ++l) {
+    const int o = r.localOffsets[size_t(l)], n = r.localOffsets[size_t(l) + 1] - o;
+    if (n == 0) continue;
+    const float* g = gu + size_t(o) * 2 * Fl;
+    m_be.swigluForward(h + size_t(o) * Fl, g, g + size_t(n) * Fl, size_t(n) * Fl);
+  }
+  const TensorIn hk = c.h.keep(h);
+  float* ye = m_ws->get(kRowsSlot, size_t(std::max(Rr, 1)) * C, false);
+  for (int l = 0; l < El; ++l) {
+    const int o = r.localOffsets[size_t(l)], n = r.localOffsets[size_t(l) + 1] - o;
+    if (n > 0)
+      m_be.linearForwardT(ye + size_t(o) * C, hk.at(size_t(o) * Fl), m_down[size_t(l)].gemm(), nullptr, n, Fl,
+                          C);
+  }
+  // Back in source order, home, and kept as without ep (the gates' gradients read them).
+  if (Rr > 0) m_be.gatherRows(send, ye, perm + Rr, nullptr, Rr, C);
+  float* y = c.y.target(size_t(std::max(R, 1)) * C, *m_ws, kYSlot);
+  exchange(r, send, y, true);
+  c.y.keep(y);
+  for (int e = 0; e < m_E; ++e) {
+    const int o = r.offsets[size_t(e)], n = r.offsets[size_t(e) + 1] - o;
+    if (n > 0) m_be.scatterAddRows(out, y + size_t(o) * C, idx + o, c.gates.data() + o, n, C);
+  }
+}
+
+void MoeMlp::backwardParallel(Cache& c, const float* dout, float* dx) {
+  const Routing& r = c.routing;
+  const int C = m_C, Fl = m_Fl, El = m_El, R = r.rows(), Rr = r.received();
+  const auto* idx = reinterpret_cast<const int32_t*>(c.idx.data());
+  const auto* perm = reinterpret_cast<const int32_t*>(c.perm.data());
+  const size_t most = size_t(std::max({R, Rr, 1})) * C;
+  // The gated output gradients of the routed rows, to the experts' ranks.
+  float* send = m_ws->get(kSendSlot, most, false);
+  float* recv = m_ws->get(kRecvSlot, most, false);
+  if (R > 0) m_be.gatherRows(send, dout, idx, c.gates.data(), R, C);
+  exchange(r, send, recv, false);
+  int widest = 0;
+  for (int l = 0; l < El; ++l)
+    widest = std::max(widest, r.localOffsets[size_t(l) + 1] - r.localOffsets[size_t(l)]);
+  float* dye = m_ws->get(kRowsSlot, size_t(std::max(Rr, 1)) * C, false);
+  if (Rr > 0) m_be.gatherRows(dye, recv, perm, nullptr, Rr, C);
+  const float* gu = c.gu.read(*m_ws);
+  const TensorIn hk = c.h.in();
+  const TensorIn xk = c.xe.in();
+  float* scratch = m_ws->get(kScratchSlot, size_t(std::max(widest, 1)) * 3 * Fl, false);
+  float* dxe = m_ws->get(kExpertRowsSlot, size_t(std::max(Rr, 1)) * C, true);
+  for (int l = 0; l < El; ++l) {
+    const int o = r.localOffsets[size_t(l)], n = r.localOffsets[size_t(l) + 1] - o;
+    if (n == 0) continue;
+    float* dh = scratch;                    // (n, Fl)
+    float* dgu = scratch + size_t(n) * Fl;  // (n, 2Fl)
+    m_be.zero(scratch, size_t(n) * 3 * Fl * sizeof(float));
+    m_be.linearBackwardT(dh, m_down[size_t(l)].grad(), nullptr, dye + size_t(o) * C, hk.at(size_t(o) * Fl),
+                         m_down[size_t(l)].gemm(), n, Fl, C);
+    const float* g = gu + size_t(o) * 2 * Fl;
+    m_be.swigluBackward(dgu, dgu + size_t(n) * Fl, dh, g, g + size_t(n) * Fl, size_t(n) * Fl);
+    m_be.linearBackwardT(dxe + size_t(o) * C, m_gate[size_t(l)].grad(), nullptr, dgu, xk.at(size_t(o) * C),
+                         m_gate[size_t(l)].gemm(), n, C, Fl);
+    m_be.linearBackwardT(dxe + size_t(o) * C, m_up[size_t(l)].grad(), nullptr, dgu + size_t(n) * Fl,
+                         xk.at(size_t(o) * C), m_up[size_t(l)].gemm(), n, C, Fl);
+  }
+  // The input gradients, in source order, home; then added to each routed row's token.
+  if (Rr > 0) m_be.gatherRows(send, dxe, perm + Rr, nullptr, Rr, C);
+  exchange(r, send, recv, true);
+  for (int e = 0; e < m_E; ++e) {
+    const int o = r.offsets[size_t(e)], n = r.offsets[size_t(e) + 1] - o;
+    if (n > 0) m_be.scatterAddRows(dx, recv + size_t(o) * C, idx + o, nullptr, n, C);
+  }
 }
 
 }  // namespace ms

@@ -13,7 +13,15 @@
 // up by rows, down by columns), the router is replicated, the outputs are partial sums the block all-reduces,
 // and the gates' gradients (row dot products with the partial outputs) are all-reduced before the router's
 // backward. The experts' and the router's weight gradients are computed in the input part of a split
-// backward (not deferred to W). Expert parallelism is to come (issue 20).
+// backward (not deferred to W).
+//
+// Expert parallelism (ep > 1; Lepikhin et al. 2020, GShard, section 2.2; Megatron-Core's all-to-all token
+// dispatcher): rank j of an expert-parallel group holds experts [j E/ep, (j+1) E/ep). Each rank routes its
+// own tokens, sends each routed row (the token's input, fp32) to its expert's rank with one all-to-all, runs
+// its experts over the rows it received from every rank (put in expert order by a gather), and returns the
+// outputs with a second all-to-all; the gates are applied at the source, as without ep. Backward sends the
+// gated output gradients the same way and returns the input gradients. The received rows are kept for the
+// experts' weight gradients (the routed activations the memory model counts).
 #pragma once
 
 #include <memory>
@@ -36,16 +44,26 @@ class MoeMlp {
   // routerInput (one rank of a TP group: the block sums dx over the group); weight gradients +=.
   void backward(int slot, const float* x, const float* dout, float* dx, int N, bool routerInput);
   void release(int slot);
+  // Expert parallelism: the routed rows' trip to and from the experts' ranks (see moe.cpp).
   // The load-balancing loss of the slot's last forward (its unweighted value times aux_loss_coef).
   double auxLoss(int slot) const;
 
  private:
   struct Routing;
   struct Cache;
+  // Expert parallelism: agrees the row counts with the group, builds the expert-order permutation.
+  void planExchange(Cache& c);
+  // Sends rows (row order: by destination rank, its experts in order) to the experts' ranks and receives
+  // theirs (source order), or back (back: received rows return to their sources).
+  void exchange(const Routing& r, const float* send, float* recv, bool back);
+  void forwardParallel(Cache& c, const float* x, float* out);
+  void backwardParallel(Cache& c, const float* dout, float* dx);
   Backend& m_be;
   TensorParallel m_tp;
+  ExpertParallel m_ep;
   Workspace* m_ws;
   int m_C, m_E, m_k, m_Fl;
+  int m_El = 0, m_first = 0;  // this rank's experts: [m_first, m_first + m_El) (all of them without ep)
   double m_capacityFactor, m_auxCoef;
   BoundParam m_router;
   std::vector<BoundParam> m_gate, m_up, m_down;

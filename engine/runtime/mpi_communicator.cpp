@@ -263,6 +263,58 @@ class MpiRequest final : public CommRequest {
   bool m_done = false;
 };
 
+// The derived datatypes of one allToAllV past MPI's int counts and displacements (mpi_communicator.h), freed
+// when the call ends. A block is one element of a struct type: its byte displacement travels as an MPI_Aint,
+// its elements as whole chunks of maxCount plus a remainder. Only the type signature has to match the peer's,
+// so each rank builds its side from its own offsets.
+class LargeBlocks {
+ public:
+  LargeBlocks(MPI_Datatype element, size_t elementSize, size_t maxCount)
+      : m_element(element), m_elementSize(elementSize), m_max(maxCount) {}
+  ~LargeBlocks() {
+    for (MPI_Datatype& t : m_made) MPI_Type_free(&t);
+    if (m_chunk != MPI_DATATYPE_NULL) MPI_Type_free(&m_chunk);
+  }
+  LargeBlocks(const LargeBlocks&) = delete;
+  LargeBlocks& operator=(const LargeBlocks&) = delete;
+
+  // The caller has checked that count / maxCount fits an int.
+  int block(size_t offset, size_t count, MPI_Datatype* type) {
+    const size_t whole = count / m_max, rest = count % m_max;
+    int lengths[2];
+    MPI_Aint displacements[2];
+    MPI_Datatype types[2];
+    int parts = 0;
+    if (whole > 0) {
+      if (m_chunk == MPI_DATATYPE_NULL) {
+        const int rc = MPI_Type_contiguous(static_cast<int>(m_max), m_element, &m_chunk);
+        if (rc != MPI_SUCCESS) return rc;
+      }
+      lengths[parts] = static_cast<int>(whole);
+      displacements[parts] = static_cast<MPI_Aint>(offset * m_elementSize);
+      types[parts++] = m_chunk;
+    }
+    if (rest > 0) {
+      lengths[parts] = static_cast<int>(rest);
+      displacements[parts] = static_cast<MPI_Aint>((offset + whole * m_max) * m_elementSize);
+      types[parts++] = m_element;
+    }
+    MPI_Datatype made = MPI_DATATYPE_NULL;
+    int rc = MPI_Type_create_struct(parts, lengths, displacements, types, &made);
+    if (rc != MPI_SUCCESS) return rc;
+    m_made.push_back(made);
+    rc = MPI_Type_commit(&m_made.back());
+    *type = m_made.back();
+    return rc;
+  }
+
+ private:
+  MPI_Datatype m_element;
+  size_t m_elementSize, m_max;
+  MPI_Datatype m_chunk = MPI_DATATYPE_NULL;
+  std::vector<MPI_Datatype> m_made;
+};
+
 }  // namespace
 
 // ---- MpiCommunicator --------------------------------------------------------------------------------------
@@ -390,6 +442,66 @@ Status MpiCommunicator::recv(void* data, size_t count, CommType type, int peer, 
 Status MpiCommunicator::barrier() {
   const int rc = MPI_Barrier(m_comm);
   return rc == MPI_SUCCESS ? Status::ok() : fail("barrier", rc);
+}
+
+Status MpiCommunicator::allToAllV(const void* send, const size_t* sendCounts, const size_t* sendOffsets,
+                                  void* recv, const size_t* recvCounts, const size_t* recvOffsets,
+                                  CommType type) {
+  // The path every rank takes: MPI_Alltoallv and MPI_Alltoallw do not match each other, so one rank's large
+  // count or offset moves every rank to the large path, and a block that not even that can carry makes every
+  // rank return an error (none may be left waiting in the collective).
+  enum Path : int { kImpossible = 0, kLarge = 1, kSmall = 2 };
+  const size_t n = static_cast<size_t>(m_size);
+  int mine = kSmall;
+  std::string impossible;
+  for (size_t r = 0; r < n; ++r) {
+    if (std::max({sendCounts[r], sendOffsets[r], recvCounts[r], recvOffsets[r]}) > m_maxCount &&
+        mine == kSmall)
+      mine = kLarge;
+    for (const size_t count : {sendCounts[r], recvCounts[r]})
+      if (count / m_maxCount > size_t(INT_MAX) && impossible.empty()) {
+        mine = kImpossible;
+        impossible = std::to_string(count) + " elements to or from rank " + std::to_string(r) +
+                     " need more than INT_MAX chunks of " + std::to_string(m_maxCount) + " elements";
+      }
+  }
+  int path = kImpossible;
+  int rc = MPI_Allreduce(&mine, &path, 1, MPI_INT, MPI_MIN, m_comm);
+  if (rc != MPI_SUCCESS) return fail("allToAllV", rc);
+  if (path == kImpossible)
+    return Status::error(where("allToAllV") + ": " +
+                         (impossible.empty() ? "another rank's block is too large for MPI" : impossible));
+
+  const MPI_Datatype element = mpiType(type);
+  if (path == kSmall) {
+    std::vector<int> counts(4 * n);  // send counts, send offsets, receive counts, receive offsets
+    for (size_t r = 0; r < n; ++r) {
+      counts[r] = static_cast<int>(sendCounts[r]);
+      counts[n + r] = static_cast<int>(sendOffsets[r]);
+      counts[2 * n + r] = static_cast<int>(recvCounts[r]);
+      counts[3 * n + r] = static_cast<int>(recvOffsets[r]);
+    }
+    rc = MPI_Alltoallv(send, &counts[0], &counts[n], element, recv, &counts[2 * n], &counts[3 * n], element,
+                       m_comm);
+    return rc == MPI_SUCCESS ? Status::ok() : fail("allToAllV", rc);
+  }
+
+  // Every non-empty block is one element of its own datatype at displacement 0; empty ones send nothing.
+  LargeBlocks blocks(element, commTypeSize(type), m_maxCount);
+  std::vector<int> counts(2 * n), displacements(2 * n, 0);
+  std::vector<MPI_Datatype> types(2 * n, element);
+  for (size_t r = 0; r < n; ++r)
+    for (const bool sending : {true, false}) {
+      const size_t count = sending ? sendCounts[r] : recvCounts[r];
+      const size_t i = sending ? r : n + r;
+      if (count == 0) continue;
+      counts[i] = 1;
+      rc = blocks.block(sending ? sendOffsets[r] : recvOffsets[r], count, &types[i]);
+      if (rc != MPI_SUCCESS) return fail("allToAllV (building a datatype for the large path)", rc);
+    }
+  rc = MPI_Alltoallw(send, &counts[0], &displacements[0], &types[0], recv, &counts[n], &displacements[n],
+                     &types[n], m_comm);
+  return rc == MPI_SUCCESS ? Status::ok() : fail("allToAllV", rc);
 }
 
 Expected<CommRequestPtr> MpiCommunicator::iallReduce(const void* send, void* recv, size_t count,

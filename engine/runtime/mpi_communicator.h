@@ -6,7 +6,11 @@
 // Counts above INT_MAX (MPI 3's int counts; Open MPI 4.1 has no large-count calls): all-reduce, broadcast,
 // send and receive are chunked into calls of at most maxCountPerCall() elements (disjoint slices, issued in
 // order, so chunks match pairwise); reduce-scatter and all-gather return an error instead (their blocks are
-// strided, and MPI's predefined reductions take only predefined types).
+// strided, and MPI's predefined reductions take only predefined types). allToAllV is MPI_Alltoallv while
+// every rank's counts and offsets fit maxCountPerCall(); otherwise (the ranks agree on it first, with one
+// small all-reduce) MPI_Alltoallw with one derived datatype per block, whose displacement is an MPI_Aint and
+// whose elements come in whole chunks of maxCountPerCall() plus a remainder, so nothing passes through an
+// int.
 #pragma once
 
 #include <mpi.h>
@@ -49,6 +53,8 @@ class MpiCommunicator final : public Communicator {
   Status send(const void* data, size_t count, CommType type, int peer, int tag) override;
   Status recv(void* data, size_t count, CommType type, int peer, int tag) override;
   Status barrier() override;
+  Status allToAllV(const void* send, const size_t* sendCounts, const size_t* sendOffsets, void* recv,
+                   const size_t* recvCounts, const size_t* recvOffsets, CommType type) override;
 
   Expected<CommRequestPtr> iallReduce(const void* send, void* recv, size_t count, CommType type,
                                       ReduceOp op) override;

@@ -104,6 +104,18 @@ ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied,
 
 ParameterStore::~ParameterStore() = default;
 
+int expertOfParam(const std::string& name) {
+  static const std::string key = ".mlp.experts.";
+  const size_t at = name.find(key);
+  if (at == std::string::npos) return -1;
+  size_t i = at + key.size();
+  int e = 0;
+  bool digits = false;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i, digits = true)
+    e = e * 10 + (name[i] - '0');
+  return digits && i < name.size() && name[i] == '.' ? e : -1;
+}
+
 StorePlan planStore(const ModelSpec& spec, ModelType type, bool tied, const StoreLayout& L) {
   StorePlan out;
   auto addParam = [&](const ParamSpec& ps, int unit, bool tiedCopy) {
@@ -132,11 +144,29 @@ StorePlan planStore(const ModelSpec& spec, ModelType type, bool tied, const Stor
     out.units.push_back({"wte", -1, {}, 0, 0});
     addParam(*wte, 0, !L.holdsEmbedding);
   }
+  // Expert parallelism: the rank's experts of a block, [first, first + perRank).
+  int experts = 0;
+  for (const LayerSpec& l : spec.layers)
+    for (const ParamSpec& ps : l.params) experts = std::max(experts, expertOfParam(ps.name) + 1);
+  const int perRank = L.ep > 1 ? experts / L.ep : experts, first = L.ep > 1 ? L.epRank * perRank : 0;
   for (int li : L.layers) {
     const int u = static_cast<int>(out.units.size());
     out.units.push_back({spec.layers[li].name, li, {}, 0, 0});
-    for (const ParamSpec& ps : spec.layers[li].params)
-      if (!wte || ps.name != wte->name) addParam(ps, u, false);
+    int expertUnit = -1;
+    for (const ParamSpec& ps : spec.layers[li].params) {
+      if (wte && ps.name == wte->name) continue;
+      const int e = L.ep > 1 ? expertOfParam(ps.name) : -1;
+      if (e < 0) {
+        addParam(ps, u, false);
+        continue;
+      }
+      if (e < first || e >= first + perRank) continue;  // another expert-parallel rank's
+      if (expertUnit < 0) {
+        expertUnit = static_cast<int>(out.units.size());
+        out.units.push_back({spec.layers[li].name + ".experts", li, {}, 0, 0, true});
+      }
+      addParam(ps, expertUnit, false);
+    }
   }
   // Lay the units out: parameters 16-float aligned, each unit padded so its DP slices are 16-float aligned.
   size_t at = 0;
@@ -162,7 +192,7 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   m_tiedUnit = plan.tiedUnit;
   m_unitOfLayer.assign(spec.layers.size(), -1);
   for (size_t u = 0; u < m_units.size(); ++u)
-    if (m_units[u].layer >= 0) m_unitOfLayer[m_units[u].layer] = static_cast<int>(u);
+    if (m_units[u].layer >= 0 && !m_units[u].experts) m_unitOfLayer[m_units[u].layer] = static_cast<int>(u);
   for (size_t i = 0; i < m_params.size(); ++i) m_index[m_params[i].spec.name] = static_cast<int>(i);
   m_total = plan.total;
   // What to keep where: plan/model_state.h, which the memory model predicts from. The moments are the
@@ -578,8 +608,9 @@ Status ParameterStore::startSync(int u) {
   // In elements of the gradient type (bf16 gradients reduce in bf16).
   const size_t n = m_units[u].size;
   void* g = unitGrad(u).data;
-  if (m_layout.dp == 1 || !m_dp) return Status::ok();
-  auto r = m_dp->iallReduce(g, g, n, gradType(), ReduceOp::Sum);
+  Communicator* group = m_units[u].experts ? m_edp : m_dp;  // an expert's replicas, or the model's
+  if (!group || group->size() == 1) return Status::ok();
+  auto r = group->iallReduce(g, g, n, gradType(), ReduceOp::Sum);
   if (!r) return r.status();
   s.pending = std::move(*r);
   return Status::ok();
@@ -625,10 +656,15 @@ TensorIn ParameterStore::ownedGrads(int u) const {
 }
 
 double ParameterStore::ownedGradSquares() const {
-  if (m_layout.zero == 0 && m_layout.dpRank != 0) return 0.0;
+  // ZeRO 0: replicas hold the same sums; the model's units count on DP rank 0, the experts' on
+  // expert-data-parallel rank 0 (DP ranks [0, ep): every expert once).
+  const bool countModel = m_layout.zero > 0 || m_layout.dpRank == 0;
+  const bool countExperts = m_layout.zero > 0 || m_layout.dpRank < m_layout.ep;
+  if (!countModel && !countExperts) return 0.0;
   std::vector<TensorIn> ptrs;
   std::vector<size_t> sizes;
   for (size_t u = 0; u < m_units.size(); ++u) {
+    if (!(m_units[u].experts ? countExperts : countModel)) continue;
     const size_t lo = ownedBegin(static_cast<int>(u)), hi = lo + ownedSize(static_cast<int>(u));
     const TensorIn g = ownedGrads(static_cast<int>(u));
     for (int pi : m_units[u].params) {

@@ -73,7 +73,14 @@ struct Unit {
   std::vector<int> params;  // indices into params()
   size_t begin = 0;         // in the flat local index space
   size_t size = 0;          // padded to a multiple of 16 * dp
+  // Expert parallelism (ep > 1): a MoE block's local experts are a unit of their own, whose gradients are
+  // summed over the expert-data-parallel group (the replicas of the same experts) instead of the DP group.
+  bool experts = false;
 };
+
+// The expert index of a routed expert's parameter ("model.layers.3.mlp.experts.12.up_proj.weight": 12), or -1
+// (shared experts, routers and every other parameter).
+int expertOfParam(const std::string& name);
 
 // Which parameters a rank holds and how they are split.
 struct StoreLayout {
@@ -84,6 +91,8 @@ struct StoreLayout {
   GradPrecision gradPrecision = GradPrecision::Fp32;  // bf16 needs the backend's Bf16 GEMM precision
   Offload offload = Offload::None;                    // needs mixed precision and a host tracker
   bool holdsEmbedding = false;  // (tied gpt) the embedding layer is held: this rank's wte is the original
+  // Expert parallelism: the rank holds experts [epRank * E / ep, (epRank + 1) * E / ep) of each MoE block.
+  int ep = 1, epRank = 0;
 };
 
 // The parameters and units a rank with this layout holds, with their places in its flat local index space
@@ -108,6 +117,9 @@ class ParameterStore {
   ~ParameterStore();
 
   void initialize(uint64_t seed);
+  // Expert parallelism: the expert-data-parallel group the expert units' gradients are summed over (null when
+  // each expert has one replica).
+  void setExpertDataParallel(Communicator* edp) { m_edp = edp; }
 
   const StoreLayout& layout() const { return m_layout; }
   const std::vector<Parameter>& params() const { return m_params; }
@@ -194,7 +206,7 @@ class ParameterStore {
   // After finishSync: the owned slice of the synced gradients (fp32, or bf16).
   TensorIn ownedGrads(int unit) const;
   // Sum of squares of the owned gradients of parameters counted in the norm (ZeRO 0: only DP rank 0 counts,
-  // all replicas hold the same sums).
+  // all replicas hold the same sums; the expert units of expert-data-parallel rank 0, every expert once).
   double ownedGradSquares() const;
   // After the optimizer step (blocking): the working parameters follow the update. Mixed precision rounds
   // each owned master slice into the working parameters (toBf16); ZeRO 1 and 2 then all-gather the owned
@@ -243,6 +255,7 @@ class ParameterStore {
   StoreLayout m_layout;
   ModelStateLayout m_state;
   Communicator* m_dp = nullptr;
+  Communicator* m_edp = nullptr;
   MemoryTracker* m_tracker = nullptr;
   std::vector<Parameter> m_params;
   std::vector<Unit> m_units;

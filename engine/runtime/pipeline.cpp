@@ -32,6 +32,17 @@ Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* hostWorld, C
   auto emb = world->split(color, c.pp);
   if (!emb) return emb.status().withContext("creating the embedding groups");
   g.embedding = std::move(*emb);
+  if (L.ep() > 1) {
+    // Colors: the group's (pp, tp) and, for the all-to-all group its expert-data-parallel rank, for the
+    // replicas' group its expert-parallel rank; keys order members by dp index.
+    const int base = (c.pp * L.tp() + c.tp) * L.dp();
+    auto ep = world->split(base + L.edpRank(c), c.dp);
+    if (!ep) return ep.status().withContext("creating the expert-parallel groups");
+    g.ep = std::move(*ep);
+    auto edp = world->split(base + L.epRank(c), c.dp);
+    if (!edp) return edp.status().withContext("creating the expert-data-parallel groups");
+    g.edp = std::move(*edp);
+  }
   return g;
 }
 
@@ -53,6 +64,8 @@ StoreLayout storeLayoutOf(const Plan& plan, int stage, int tpRank, int dpRank) {
   s.dp = plan.layout.dp();
   s.dpRank = dpRank;
   s.zero = plan.config.parallel.zero;
+  s.ep = plan.layout.ep();
+  s.epRank = dpRank % plan.layout.ep();
   s.holdsEmbedding = std::find(s.layers.begin(), s.layers.end(), 0) != s.layers.end();
   return s;
 }
@@ -69,6 +82,10 @@ ModelShard modelShardOf(const Plan& plan, const RankGroups& groups) {
   if (plan.layout.tp() == 1) s.tp.comm = nullptr;
   s.tp.sequence = plan.config.parallel.sequenceParallel && plan.layout.tp() > 1;
   s.dp = groups.dp.get();
+  if (plan.layout.ep() > 1) {
+    s.ep = ExpertParallel{groups.ep.get(), plan.layout.ep(), plan.layout.epRank(c)};
+    s.edp = plan.layout.edp() > 1 ? groups.edp.get() : nullptr;
+  }
   s.recompute = RecomputePolicy::of(plan.config.parallel);
   return s;
 }
@@ -326,8 +343,14 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
   Batch batch;
   Status failed = Status::ok();
   try {
-    for (int64_t i = r; i < pieces && failed; i += dp) {
-      const int64_t first = i * m_mbs;
+    // Replica r takes pieces r, r + dp, ... Under expert parallelism the replicas of an all-to-all group must
+    // run as many forwards as each other: one without a piece of its own in the last round runs piece 0
+    // again and counts nothing.
+    const int64_t rounds = m_plan.layout.ep() > 1 ? (pieces + dp - 1) / dp : (pieces - r + dp - 1) / dp;
+    for (int64_t round = 0; round < rounds && failed; ++round) {
+      const int64_t i = r + round * dp;
+      const bool padding = i >= pieces;
+      const int64_t first = padding ? 0 : i * m_mbs;
       const int count = static_cast<int>(std::min<int64_t>(m_mbs, S - first));
       data.evalBatch(first, count, batch);
       const float* prev = nullptr;
@@ -350,7 +373,7 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
         if (!failed) break;
         prev = m_model.forwardChunk(c, 0, in, batch, ForwardMode{false, 1.0f}, 0);
         if (k == K - 1) {
-          if (m_groups.coord.tp == 0) out.stats += m_model.headStats(0);
+          if (m_groups.coord.tp == 0 && !padding) out.stats += m_model.headStats(0);
         } else if (m_localOf[k + 1] < 0) {
           failed = world->send(prev, static_cast<size_t>(chunkOutFloats(k, count)), m_model.activationType(),
                                peerRank(m_plan.partition.stageOf[k + 1]), 90);

@@ -29,7 +29,9 @@ struct RankGroups {
   Communicator* world = nullptr;    // null: one process. Host memory (statistics, reports, checkpoints).
   Communicator* tensors = nullptr;  // the world for tensors in backend memory (== world on the CPU; NCCL or
                                     // host staging on a GPU); tp, dp and embedding are split from it
-  std::unique_ptr<Communicator> tp, dp, embedding;  // embedding: the tied wte's two stages (else null)
+  std::unique_ptr<Communicator> tp, dp, embedding;
+  std::unique_ptr<Communicator> ep, edp;  // expert parallelism (ep > 1): the all-to-all group, an expert's
+                                          // replicas  // embedding: the tied wte's two stages (else null)
   RankCoord coord;
   int rank = 0;
 };

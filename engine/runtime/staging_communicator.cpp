@@ -245,6 +245,97 @@ Expected<CommRequestPtr> StagingCommunicator::irecv(void* data, size_t count, Co
   }
 }
 
+// The host has allToAllV only in blocking form, which no watchdog could bound; so each block travels as its
+// own non-blocking host message, all of them waited for together under one bound, as one operation (one
+// starting(), one injected-fault count).
+Status StagingCommunicator::allToAllV(const void* send, const size_t* sendCounts, const size_t* sendOffsets,
+                                      void* recv, const size_t* recvCounts, const size_t* recvOffsets,
+                                      CommType type) {
+  MS_TRY(starting("all-to-all"));
+  const std::string what = where("all-to-all");
+  if (!m_allToAllHost) {
+    auto made = m_host->split(0, rank());
+    if (!made) return Status::error(what + ": making its host group: " + made.message());
+    m_allToAllHost = std::move(*made);
+  }
+  const size_t es = commTypeSize(type);
+  const int me = rank(), n = size();
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+
+  // Host copies of the blocks to and from the other ranks, packed in rank order; the block to this rank
+  // itself is copied on the device and never leaves it.
+  std::vector<size_t> sendAt(n, 0), recvAt(n, 0);
+  size_t sendTotal = 0, recvTotal = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    sendAt[r] = sendTotal;
+    sendTotal += sendCounts[r];
+    recvAt[r] = recvTotal;
+    recvTotal += recvCounts[r];
+  }
+  auto hostSend = std::make_unique<Bytes>(sendTotal * es);
+  auto hostRecv = std::make_unique<Bytes>(recvTotal * es);
+  MS_TRY(guarded(what.c_str(), [&]() -> Status {
+    for (int r = 0; r < n; ++r)
+      if (r != me && sendCounts[r] > 0)
+        m_backend.download(hostSend->data() + sendAt[r] * es, in + sendOffsets[r] * es, sendCounts[r] * es);
+    if (sendCounts[me] > 0)
+      m_backend.copy(out + recvOffsets[me] * es, in + sendOffsets[me] * es, sendCounts[me] * es);
+    return Status::ok();
+  }));
+
+  // Receives first, then sends; empty blocks post nothing, on both sides alike. A post that fails stops the
+  // posting, but what was posted is still waited for (bounded) before the error returns: a request destroyed
+  // unfinished would wait without a bound.
+  std::vector<CommRequestPtr> pending;
+  Status posted = Status::ok();
+  for (int r = 0; r < n && posted; ++r) {
+    if (r == me || recvCounts[r] == 0) continue;
+    auto q = m_allToAllHost->irecv(hostRecv->data() + recvAt[r] * es, recvCounts[r], type, r, 0);
+    if (!q) {
+      posted = q.status();
+      break;
+    }
+    pending.push_back(std::move(*q));
+  }
+  for (int r = 0; r < n && posted; ++r) {
+    if (r == me || sendCounts[r] == 0) continue;
+    auto q = m_allToAllHost->isend(hostSend->data() + sendAt[r] * es, sendCounts[r], type, r, 0);
+    if (!q) {
+      posted = q.status();
+      break;
+    }
+    pending.push_back(std::move(*q));
+  }
+  const Status waited = waitBounded(
+      what,
+      [&]() -> Expected<bool> {
+        for (const CommRequestPtr& q : pending)
+          if (!q->ready()) return false;
+        return true;
+      },
+      nullptr);
+  if (!waited) {
+    // Abandoned (the process ends with MPI_Abort): MPI may still write into the host buffers, so they and
+    // the requests are let go unfinished.
+    for (CommRequestPtr& q : pending) (void)q.release();
+    (void)hostSend.release();
+    (void)hostRecv.release();
+    return waited;
+  }
+  if (!posted) return Status::error(what + ": " + posted.message());
+  for (CommRequestPtr& q : pending)
+    if (Status s = q->wait(); !s) return Status::error(what + ": " + s.message());
+
+  return guarded(what.c_str(), [&]() -> Status {
+    for (int r = 0; r < n; ++r)
+      if (r != me && recvCounts[r] > 0)
+        m_backend.upload(out + recvOffsets[r] * es, hostRecv->data() + recvAt[r] * es, recvCounts[r] * es);
+    return Status::ok();
+  });
+}
+
 Expected<std::unique_ptr<Communicator>> StagingCommunicator::split(int color, int key) {
   auto inner = m_host->split(color, key);
   if (!inner) return inner.status();

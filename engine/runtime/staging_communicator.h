@@ -7,7 +7,9 @@
 // What always holds: the contracts of Communicator (communicator.h) with every buffer in the backend's
 // memory; a non-blocking receive or reduction uploads its result when it is waited for (or found ready),
 // before wait()/ready() return; splits are staged too; every wait is bounded by the communication timeout
-// (comm_watchdog.h), the blocking operations being the non-blocking ones waited for.
+// (comm_watchdog.h), the blocking operations being the non-blocking ones waited for. allToAllV, which the
+// host has only in blocking form, is staged as non-blocking messages to and from each peer, waited for
+// together under one bound.
 #pragma once
 
 #include <memory>
@@ -37,6 +39,8 @@ class StagingCommunicator final : public Communicator {
   Status send(const void* data, size_t count, CommType type, int peer, int tag) override;
   Status recv(void* data, size_t count, CommType type, int peer, int tag) override;
   Status barrier() override { return m_host->barrier(); }
+  Status allToAllV(const void* send, const size_t* sendCounts, const size_t* sendOffsets, void* recv,
+                   const size_t* recvCounts, const size_t* recvOffsets, CommType type) override;
 
   Expected<CommRequestPtr> iallReduce(const void* send, void* recv, size_t count, CommType type,
                                       ReduceOp op) override;
@@ -54,6 +58,10 @@ class StagingCommunicator final : public Communicator {
   Status starting(const char* op);
   std::unique_ptr<Communicator> m_owned;
   Communicator* m_host;
+  // The host group that carries allToAllV's messages, split off the host on the first call (a collective, so
+  // every rank makes it at the same point): its own message space, so that a message of the caller's with the
+  // same peer and tag can never match one of them. Destroyed before m_owned.
+  std::unique_ptr<Communicator> m_allToAllHost;
   Backend& m_backend;
   std::string m_name;
 };

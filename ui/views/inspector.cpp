@@ -115,6 +115,9 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
   addInt(
       par, "/parallel/tp", tr("Tensor parallel (tp)"), [](const RunConfig& c) { return c.parallel.tp; },
       [](RunConfig& c, int v) { c.parallel.tp = v; });
+  addInt(
+      par, "/parallel/ep", tr("Expert parallel (ep)"), [](const RunConfig& c) { return c.parallel.ep; },
+      [](RunConfig& c, int v) { c.parallel.ep = v; });
   // A placement names stages and counts chunks: a new pp or chunk count makes it wrong, so it goes back to
   // the even split (the palette's Balance or a drop makes a new one).
   addInt(
@@ -544,6 +547,10 @@ void Inspector::refresh() {
        {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/parallel/schedule", "/parallel/virtual_chunks",
         "/parallel/zero", "/parallel/offload", "/parallel/sequence_parallel"})
     if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(!ps);
+  // Expert parallelism splits a mixture of experts (an ep left above 1 stays editable, so it can be undone).
+  if (QWidget* w = editorFor(QStringLiteral("/parallel/ep")))
+    w->setEnabled(!ps && ((config.model.type == ModelType::Llama && config.model.experts > 0) ||
+                          config.parallel.ep != 1));
 }
 
 }  // namespace ms

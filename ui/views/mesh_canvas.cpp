@@ -363,6 +363,32 @@ QString MeshCanvas::tileLabel(int device) const {
       .arg(layers.join(QStringLiteral(" | ")));
 }
 
+// The groups a rank talks in (plan/layout.h): each as its ranks, the first few and the count past them.
+QString MeshCanvas::groupsText(int rank) const {
+  const RankLayout& L = m_ranks.layout;
+  auto list = [](const std::vector<int>& g) {
+    QStringList out;
+    for (size_t i = 0; i < g.size() && i < 6; ++i) out << QString::number(g[i]);
+    if (g.size() > 6) out << QObject::tr("… (%1 ranks)").arg(g.size());
+    return out.join(QStringLiteral(", "));
+  };
+  QString text;
+  if (L.tp() > 1) text += tr("\n  tensor-parallel group: %1").arg(list(L.tpGroup(rank)));
+  if (L.dp() > 1) text += tr("\n  data-parallel group: %1").arg(list(L.dpGroup(rank)));
+  if (L.pp() > 1) text += tr("\n  pipeline: %1").arg(list(L.ppGroup(rank)));
+  if (L.ep() > 1) {
+    const RankCoord c = L.coord(rank);
+    const int experts = m_doc->config().model.experts, per = experts / L.ep(), first = L.epRank(c) * per;
+    text += tr("\n  expert-parallel group (all-to-all): %1; experts %2-%3 of %4")
+                .arg(list(L.epGroup(rank)))
+                .arg(first)
+                .arg(first + per - 1)
+                .arg(experts);
+    if (L.edp() > 1) text += tr("\n  the same experts' replicas: %1").arg(list(L.edpGroup(rank)));
+  }
+  return text;
+}
+
 QString MeshCanvas::tileToolTip(int device) const {
   const int node = m_geometry.nodeOfDevice(device);
   if (node < 0) return {};
@@ -388,7 +414,7 @@ QString MeshCanvas::tileToolTip(int device) const {
                   .arg(r)
                   .arg(config.parallel.servers);
     else
-      text += tr("\nRank %1: stage %2, tp %3, dp %4").arg(r).arg(c.pp).arg(c.tp).arg(c.dp);
+      text += tr("\nRank %1: stage %2, tp %3, dp %4").arg(r).arg(c.pp).arg(c.tp).arg(c.dp) + groupsText(r);
     if (r < static_cast<int>(m_memory.size())) {
       const MemoryBreakdown& m = m_memory[static_cast<size_t>(r)];
       text += tr("\n  memory %1 of %2 (parameters %3, gradients %4, optimizer %5, activations %6, other %7)")

@@ -51,6 +51,7 @@ class MeshCanvas : public QGraphicsView {
   // share it); empty when idle.
   std::vector<int> stagesOfDevice(int device) const;
   QString tileLabel(int device) const;  // the tile's text lines, "\n"-separated, most important first
+  QString groupsText(int rank) const;
   QString tileToolTip(int device) const;
   QColor tileColor(int device) const;  // the stage's colour, grey when idle
   static QColor stageColor(int stage);

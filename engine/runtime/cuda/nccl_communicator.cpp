@@ -404,6 +404,41 @@ Status NcclCommunicator::recv(void* data, size_t count, CommType type, int peer,
   return wait(stream, ("receive (tag " + std::to_string(tag) + ")").c_str());
 }
 
+Status NcclCommunicator::allToAllV(const void* send, const size_t* sendCounts, const size_t* sendOffsets,
+                                   void* recv, const size_t* recvCounts, const size_t* recvOffsets,
+                                   CommType type) {
+  MS_TRY(afterCompute("all-to-all"));
+  const size_t es = commTypeSize(type);
+  const ncclDataType_t t = ncclType(type);
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  // The block to this rank itself is a copy on the same stream, so it is ordered like the messages.
+  if (const size_t bytes = sendCounts[m_rank] * es; bytes > 0)
+    if (const cudaError_t e = cudaMemcpyAsync(out + recvOffsets[m_rank] * es, in + sendOffsets[m_rank] * es,
+                                              bytes, cudaMemcpyDeviceToDevice, m_stream);
+        e != cudaSuccess)
+      return Status::error(where("all-to-all") + ": copying the block to this rank: " + cudaText(e));
+  // One group on the collective communicator: NCCL runs its sends and receives together, so no pair waits for
+  // another (unlike messages posted one by one, see the header), and the whole exchange is ordered with the
+  // other collectives. Empty blocks post nothing, on both sides alike (the counts match pairwise).
+  MS_TRY(check(ncclGroupStart(), "all-to-all (ncclGroupStart)"));
+  Status posted = Status::ok();
+  for (int r = 0; r < m_size && posted; ++r) {
+    if (r == m_rank) continue;
+    if (sendCounts[r] > 0)
+      posted = check(ncclSend(in + sendOffsets[r] * es, sendCounts[r], t, r, m_comm, m_stream),
+                     "all-to-all (send)");
+    if (posted && recvCounts[r] > 0)
+      posted = check(ncclRecv(out + recvOffsets[r] * es, recvCounts[r], t, r, m_comm, m_stream),
+                     "all-to-all (receive)");
+  }
+  // The group is closed even after a failed post: an open group would swallow the next operation.
+  const Status ended = check(ncclGroupEnd(), "all-to-all (ncclGroupEnd)");
+  MS_TRY(posted);
+  MS_TRY(ended);
+  return wait("all-to-all");
+}
+
 Status NcclCommunicator::barrier() {
   MS_TRY(wait("barrier"));
   if (MPI_Barrier(m_mpi) != MPI_SUCCESS) return Status::error("barrier on nccl communicator " + m_label);

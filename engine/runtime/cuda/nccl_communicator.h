@@ -80,6 +80,8 @@ class NcclCommunicator final : public Communicator {
   Status send(const void* data, size_t count, CommType type, int peer, int tag) override;
   Status recv(void* data, size_t count, CommType type, int peer, int tag) override;
   Status barrier() override;
+  Status allToAllV(const void* send, const size_t* sendCounts, const size_t* sendOffsets, void* recv,
+                   const size_t* recvCounts, const size_t* recvOffsets, CommType type) override;
 
   Expected<CommRequestPtr> iallReduce(const void* send, void* recv, size_t count, CommType type,
                                       ReduceOp op) override;
