@@ -114,6 +114,37 @@ void collectives(ms::NcclCommunicator& c) {
   }
 }
 
+// allToAllV (expert parallelism's token dispatch): rank r sends (r + 2d) % 5 + (d == r ? 3 : 0) elements to
+// rank d (zero for some pairs at 2 ranks and more; the self block always non-empty, a device copy), from
+// blocks laid out with gaps; the receive buffer's gaps keep their sentinel. At one rank only the self block.
+void allToAll(ms::NcclCommunicator& c) {
+  const int R = c.rank(), W = c.size();
+  auto count = [](int from, int to) { return size_t((from + 2 * to) % 5 + (from == to ? 3 : 0)); };
+  std::vector<size_t> sc(W), so(W), rc(W), ro(W);
+  size_t sn = 1, rn = 2;  // a leading gap on both sides
+  for (int d = 0; d < W; ++d) {
+    sc[d] = count(R, d);
+    so[d] = sn;
+    sn += sc[d] + 1;
+    rc[d] = count(d, R);
+    ro[d] = rn;
+    rn += rc[d] + 2;
+  }
+  std::vector<float> mine(sn, -1.0f);
+  for (int d = 0; d < W; ++d)
+    for (size_t i = 0; i < sc[d]; ++i) mine[so[d] + i] = float(1000 * R + 10 * d) + float(i);
+  DeviceFloats send(sn), recv(rn);
+  send.upload(mine);
+  recv.upload(std::vector<float>(rn, -7.0f));
+  expect(c.allToAllV(send.p, sc.data(), so.data(), recv.p, rc.data(), ro.data(), ms::CommType::F32).isOk(),
+         "allToAllV");
+  const auto got = recv.download();
+  std::vector<float> want(rn, -7.0f);
+  for (int s = 0; s < W; ++s)
+    for (size_t i = 0; i < rc[s]; ++i) want[ro[s] + i] = float(1000 * s + 10 * R) + float(i);
+  expect(got == want, "allToAllV values and untouched gaps");
+}
+
 // The pipeline's pattern (runtime/pipeline.cpp: sends are isend, receives blocking) between ranks 0 and 1 as
 // 1F1B runs it on two stages: rank 0 sends activations a0, a1, a2 and then receives gradient g0 while its
 // isends may still be pending; rank 1 receives a0, sends g0, then receives a1 and a2. On one NCCL
@@ -183,6 +214,7 @@ int main(int argc, char** argv) {
     expect(c.isOk(), c.isOk() ? "" : c.message());
     if (c.isOk()) {
       collectives(**c);
+      allToAll(**c);
       pipelinePattern(**c);
       auto half = (*c)->split(rank % 2, rank);
       expect(half.isOk(), "split");

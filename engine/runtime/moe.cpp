@@ -70,7 +70,7 @@ MoeMlp::MoeMlp(const LayerContext& ctx, const std::string& prefix)
       m_Fl(static_cast<int>(ctx.model.expertHidden() / ctx.tp.size)),
       m_capacityFactor(ctx.model.capacityFactor),
       m_auxCoef(ctx.model.auxLossCoef),
-      m_caches(new SlotCaches<Cache>(ctx.tracker)),
+      m_caches(std::make_unique<SlotCaches<Cache>>(ctx.tracker)),
       m_tracker(ctx.tracker) {
   m_router = bindParam(ctx.params, prefix + "mlp.gate.weight");
   m_El = m_E / m_ep.size;
@@ -83,9 +83,7 @@ MoeMlp::MoeMlp(const LayerContext& ctx, const std::string& prefix)
   }
 }
 
-MoeMlp::~MoeMlp() {
-  delete m_caches;
-}
+MoeMlp::~MoeMlp() = default;
 
 void MoeMlp::release(int slot) {
   m_caches->release(slot);
@@ -344,18 +342,24 @@ void MoeMlp::exchange(const Routing& r, const float* send, float* recv, bool bac
   if (!st) throw CommFailure("expert-parallel all-to-all: " + st.message());
 }
 
+MoeMlp::Staging MoeMlp::dispatch(const Cache& c, const float* src, const float* scale) {
+  const Routing& r = c.routing;
+  const int R = r.rows();
+  const size_t most = size_t(std::max({R, r.received(), 1})) * m_C;
+  Staging s{m_ws->get(kSendSlot, most, false), m_ws->get(kRecvSlot, most, false)};
+  if (R > 0) m_be.gatherRows(s.send, src, reinterpret_cast<const int32_t*>(c.idx.data()), scale, R, m_C);
+  exchange(r, s.send, s.recv, false);
+  return s;
+}
+
 void MoeMlp::forwardParallel(Cache& c, const float* x, float* out) {
   planExchange(c);
   const Routing& r = c.routing;
   const int C = m_C, Fl = m_Fl, El = m_El, R = r.rows(), Rr = r.received();
   const auto* idx = reinterpret_cast<const int32_t*>(c.idx.data());
   const auto* perm = reinterpret_cast<const int32_t*>(c.perm.data());
-  const size_t most = size_t(std::max({R, Rr, 1})) * C;
   // The routed rows, in destination order, to the experts' ranks.
-  float* send = m_ws->get(kSendSlot, most, false);
-  float* recv = m_ws->get(kRecvSlot, most, false);
-  if (R > 0) m_be.gatherRows(send, x, idx, nullptr, R, C);
-  exchange(r, send, recv, false);
+  const auto [send, recv] = dispatch(c, x, nullptr);
   // In expert order, kept for the weight gradients.
   float* xe = c.xe.target(size_t(std::max(Rr, 1)) * C, *m_ws, kExpertRowsSlot);
   if (Rr > 0) m_be.gatherRows(xe, recv, perm, nullptr, Rr, C);
@@ -397,15 +401,11 @@ void MoeMlp::forwardParallel(Cache& c, const float* x, float* out) {
 
 void MoeMlp::backwardParallel(Cache& c, const float* dout, float* dx) {
   const Routing& r = c.routing;
-  const int C = m_C, Fl = m_Fl, El = m_El, R = r.rows(), Rr = r.received();
+  const int C = m_C, Fl = m_Fl, El = m_El, Rr = r.received();
   const auto* idx = reinterpret_cast<const int32_t*>(c.idx.data());
   const auto* perm = reinterpret_cast<const int32_t*>(c.perm.data());
-  const size_t most = size_t(std::max({R, Rr, 1})) * C;
   // The gated output gradients of the routed rows, to the experts' ranks.
-  float* send = m_ws->get(kSendSlot, most, false);
-  float* recv = m_ws->get(kRecvSlot, most, false);
-  if (R > 0) m_be.gatherRows(send, dout, idx, c.gates.data(), R, C);
-  exchange(r, send, recv, false);
+  const auto [send, recv] = dispatch(c, dout, c.gates.data());
   int widest = 0;
   for (int l = 0; l < El; ++l)
     widest = std::max(widest, r.localOffsets[size_t(l) + 1] - r.localOffsets[size_t(l)]);

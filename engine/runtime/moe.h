@@ -56,6 +56,13 @@ class MoeMlp {
   // Sends rows (row order: by destination rank, its experts in order) to the experts' ranks and receives
   // theirs (source order), or back (back: received rows return to their sources).
   void exchange(const Routing& r, const float* send, float* recv, bool back);
+  // The routed rows of src (scaled by scale, nullable) gathered into the send staging and exchanged: the
+  // staging buffers, the received rows in recv (source order).
+  struct Staging {
+    float* send;
+    float* recv;
+  };
+  Staging dispatch(const Cache& c, const float* src, const float* scale);
   void forwardParallel(Cache& c, const float* x, float* out);
   void backwardParallel(Cache& c, const float* dout, float* dx);
   Backend& m_be;
@@ -67,7 +74,7 @@ class MoeMlp {
   double m_capacityFactor, m_auxCoef;
   BoundParam m_router;
   std::vector<BoundParam> m_gate, m_up, m_down;
-  SlotCaches<Cache>* m_caches;
+  std::unique_ptr<SlotCaches<Cache>> m_caches;  // Cache is moe.cpp's: the destructor lives there
   MemoryTracker* m_tracker;
 };
 
