@@ -197,7 +197,11 @@ void Model::reduceGrads(int layer) {
 
 void Model::startSync(int layer) {
   // The tied embedding unit is synced by the executor at the end of the step (first across its two stages).
+  // A layer's local experts (expert parallelism) are a unit of their own, summed over their replicas; every
+  // rank starts the two in this order.
   Status s = m_params->startSync(m_params->unitOfLayer(layer));
+  const int experts = m_params->expertUnitOfLayer(layer);
+  if (s && experts >= 0) s = m_params->startSync(experts);
   if (!s)
     throw CommFailure("starting the gradient sync of " + m_spec.layers[layer].name + ": " + s.message());
 }

@@ -191,8 +191,10 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   m_units = std::move(plan.units);
   m_tiedUnit = plan.tiedUnit;
   m_unitOfLayer.assign(spec.layers.size(), -1);
+  m_expertUnitOfLayer.assign(spec.layers.size(), -1);
   for (size_t u = 0; u < m_units.size(); ++u)
-    if (m_units[u].layer >= 0 && !m_units[u].experts) m_unitOfLayer[m_units[u].layer] = static_cast<int>(u);
+    if (m_units[u].layer >= 0)
+      (m_units[u].experts ? m_expertUnitOfLayer : m_unitOfLayer)[m_units[u].layer] = static_cast<int>(u);
   for (size_t i = 0; i < m_params.size(); ++i) m_index[m_params[i].spec.name] = static_cast<int>(i);
   m_total = plan.total;
   // What to keep where: plan/model_state.h, which the memory model predicts from. The moments are the
@@ -288,6 +290,10 @@ const Parameter* ParameterStore::find(const std::string& name) const {
 
 int ParameterStore::unitOfLayer(int layer) const {
   return layer >= 0 && layer < static_cast<int>(m_unitOfLayer.size()) ? m_unitOfLayer[layer] : -1;
+}
+
+int ParameterStore::expertUnitOfLayer(int layer) const {
+  return layer >= 0 && layer < static_cast<int>(m_expertUnitOfLayer.size()) ? m_expertUnitOfLayer[layer] : -1;
 }
 
 float* ParameterStore::unitValuePtr(int u) {

@@ -129,6 +129,8 @@ class ParameterStore {
   const Parameter* find(const std::string& name) const;
   // Unit of a model layer (-1 when not held); the tied wte unit (-1 if none).
   int unitOfLayer(int layer) const;
+  // Expert parallelism: the unit of a layer's local experts (-1 when the layer has none of its own).
+  int expertUnitOfLayer(int layer) const;
   int tiedUnit() const { return m_tiedUnit; }
   size_t size() const { return m_total; }
 
@@ -261,6 +263,7 @@ class ParameterStore {
   std::vector<Unit> m_units;
   std::map<std::string, int> m_index;
   std::vector<int> m_unitOfLayer;
+  std::vector<int> m_expertUnitOfLayer;
   int m_tiedUnit = -1;
   size_t m_total = 0;
   // The flat values (ZeRO < 3): fp32, or in mixed precision the bf16 working parameters (size() bf16 values

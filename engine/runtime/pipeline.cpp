@@ -255,7 +255,10 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
     case ActionType::GradSync: {
       // Each layer's bucket started when its last backward finished; make sure none was missed.
       ParameterStore& p = m_model.params();
-      for (int l : m_plan.partition.chunks[k]) MS_TRY(p.startSync(p.unitOfLayer(l)));
+      for (int l : m_plan.partition.chunks[k]) {
+        MS_TRY(p.startSync(p.unitOfLayer(l)));
+        if (p.expertUnitOfLayer(l) >= 0) MS_TRY(p.startSync(p.expertUnitOfLayer(l)));
+      }
       return Status::ok();
     }
     case ActionType::OptimizerStep:
