@@ -13,7 +13,8 @@ memory against its capacity.
 Published: the Llama 3 paper (Grattafiori et al. 2024, "The Llama 3 Herd of Models", table 4) reports
 400 TFLOPs a GPU, 41% bf16 MFU, for 405B on 16384 H100s with tp 8, cp 1, pp 16, dp 128, 8192-token
 sequences and 16 a data-parallel group; its other rows are 43% (8192 GPUs, dp 64) and 38% (cp 16, 131072-
-token sequences).
+token sequences), which the "llama3-405b 128k cp16" row plans (ring attention over the 16 ranks of each
+context-parallel group).
 
 Megatron-Core's MoE README (megatron/core/transformer/moe/README.md, "Reference Best Parallel Mapping", MCore
 v0.8/v0.9) gives Mixtral 8x7B, dropless, bf16, 64 H100s, 4096-token sequences, tp 1, ep 8, pp 4, virtual
@@ -34,14 +35,20 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 TEMPLATES = ["llama3-8b-8xh100", "llama3-70b-64xh100", "llama3-405b-16k", "mixtral-8x7b-64xh100", "gpt3-175b-plan",
              "gpt3-175b-16k"]
 # Variants: a template with parallel settings changed (what the template's choice is weighed against).
-# (template, parallel changes, training changes)
+# (template, parallel changes, training changes[, model changes])
 VARIANTS = {"llama3-405b-16k no recompute": ("llama3-405b-16k", {"recompute": "none"}, {}),
+            # The Llama 3 paper's long-context row (table 4): 131072-token sequences, cp 16, dp 8, 16 a replica.
+            "llama3-405b 128k cp16": (
+                "llama3-405b-16k",
+                {"tp": 8, "cp": 16, "pp": 16, "dp": 8, "microbatches": 16},
+                {"batch_size": 128, "seq_len": 131072}, {"context": 131072}),
             "mixtral-8x7b megatron-core mapping": (
                 "mixtral-8x7b-64xh100",
                 {"tp": 1, "pp": 4, "ep": 8, "dp": 16, "schedule": "interleaved_1f1b", "virtual_chunks": 8,
                  "microbatches": 16, "zero": 0, "recompute": "none", "sequence_parallel": False},
                 {"batch_size": 256})}
 PUBLISHED_MFU = {"llama3-405b-16k": (0.41, "Llama 3 paper, table 4"),
+                 "llama3-405b 128k cp16": (0.38, "Llama 3 paper, table 4"),
                  "mixtral-8x7b megatron-core mapping": (468 / 989, "Megatron-Core MoE README, 468 TFLOPS")}
 
 
@@ -54,11 +61,13 @@ def main():
           f" {'max GiB':>8s} {'capacity':>8s}  published")
     tmp = tempfile.TemporaryDirectory()
     rows = [(n, os.path.join(ROOT, "resources", "examples", n + ".json")) for n in TEMPLATES]
-    for name, (base, change, training) in VARIANTS.items():
+    for name, (base, change, training, *model) in VARIANTS.items():
         with open(os.path.join(ROOT, "resources", "examples", base + ".json")) as f:
             c = json.load(f)
         c["parallel"].update(change)
         c["training"].update(training)
+        for m in model:
+            c["model"].update(m)
         path = os.path.join(tmp.name, name.replace(" ", "-") + ".json")
         with open(path, "w") as f:
             json.dump(c, f)

@@ -701,7 +701,7 @@ int cmdLaunch(int argc, char** argv) {
   if (a.has("--rsh") || a.has("--port"))
     return failUsage(
         "--rsh and --port are for parameter_server mode (mpirun starts a collective job's ranks)");
-  const int ranks = config.parallel.dp * config.parallel.tp * config.parallel.pp;
+  const int ranks = static_cast<int>(config.parallel.ranks());
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   const std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);

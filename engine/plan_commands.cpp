@@ -288,6 +288,7 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                     {"pp", p.pp},
                     {"schedule", toString(p.schedule)},
                     {"ep", p.ep},
+                    {"cp", p.cp},
                     {"virtual_chunks", p.virtualChunks},
                     {"microbatches", p.microbatches},
                     {"microbatch_size", config.training.batchSize / (p.dp * p.microbatches)},
@@ -312,9 +313,9 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                             .dump(2)
                             .c_str());
   } else {
-    std::printf("%-3s %5s %4s %4s %3s %-17s %3s %5s %4s %4s %-9s %-10s %10s %12s %6s %7s %12s\n", "#", "dp",
-                "tp", "pp", "ep", "schedule", "V", "M", "mbs", "zero", "recompute", "offload", "step s",
-                "tokens/s", "MFU", "bubble", "memory GiB");
+    std::printf("%-3s %5s %4s %4s %3s %3s %-17s %3s %5s %4s %4s %-9s %-10s %10s %12s %6s %7s %12s\n", "#",
+                "dp", "tp", "pp", "cp", "ep", "schedule", "V", "M", "mbs", "zero", "recompute", "offload",
+                "step s", "tokens/s", "MFU", "bubble", "memory GiB");
     int i = 1;
     for (const auto& c : list) {
       // "full:N": the first N blocks of every chunk recomputed ("recompute_layers").
@@ -322,9 +323,10 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
       if (c["recompute_layers"].get<int>() > 0)
         recompute += ":" + std::to_string(c["recompute_layers"].get<int>());
       std::printf(
-          "%-3d %5d %4d %4d %3d %-17s %3d %5d %4d %4d %-9s %-10s %10.4f %12.0f %6s %6.1f%% %5.1f / %-5.1f\n",
-          i++, c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(), c["ep"].get<int>(),
-          c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
+          "%-3d %5d %4d %4d %3d %3d %-17s %3d %5d %4d %4d %-9s %-10s %10.4f %12.0f %6s %6.1f%% %5.1f / "
+          "%-5.1f\n",
+          i++, c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(), c["cp"].get<int>(),
+          c["ep"].get<int>(), c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
           c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
           recompute.c_str(), c["offload"].get<std::string>().c_str(), c["step_time_s"].get<double>(),
           c["tokens_per_s"].get<double>(),

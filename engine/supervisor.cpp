@@ -662,14 +662,22 @@ class Supervision {
   // activity (the beats are 0.5 s apart, too coarse to tell a rank from the one that blocked on it a
   // millisecond later).
   int stuckLongest(double now) const {
-    int stuck = -1;
-    for (size_t r = 0; r < m_watches.size(); ++r) {
-      const RankWatch& w = m_watches[r];
+    bool over = false;  // some rank is past its own bound
+    for (const RankWatch& w : m_watches) {
       if (!w.seen || w.finished || w.progress < 0) continue;
       const double bound = w.longPhase ? m_options.stallTimeoutS * kLongPhaseFactor
                                        : std::max(m_options.stallTimeoutS, kSlowActionFactor * w.longestGap);
-      if (now - w.progressAt > bound &&
-          (stuck < 0 || w.activitySince < m_watches[static_cast<size_t>(stuck)].activitySince))
+      over = over || now - w.progressAt > bound;
+    }
+    if (!over) return -1;
+    // The culprit is the rank stuck in its activity the longest, among all that have not moved for the stall
+    // timeout, not only those past their own bound: a rank whose bound a slow step once raised (longestGap)
+    // may be the one that froze first, while the peers waiting on it cross their lower bounds sooner.
+    int stuck = -1;
+    for (size_t r = 0; r < m_watches.size(); ++r) {
+      const RankWatch& w = m_watches[r];
+      if (!w.seen || w.finished || w.progress < 0 || now - w.progressAt <= m_options.stallTimeoutS) continue;
+      if (stuck < 0 || w.activitySince < m_watches[static_cast<size_t>(stuck)].activitySince)
         stuck = static_cast<int>(r);
     }
     return stuck;

@@ -130,6 +130,17 @@ struct OptimizerSegment {
   float weightDecay = 0;
 };
 
+// Positions of the rows of a sequence slice (context parallelism, Backend::attentionBlockForward): rows
+// [0, split) hold positions start0 + t, rows [split, T) hold start1 + (t - split). The default is positions
+// 0, 1, ... (split 0 and start1 0 means every row is start1 + t; so a plain slice is {0, 0, 0}). A rank of
+// cp holding chunks r and 2cp-1-r of `chunk` tokens each has {r * chunk, chunk, (2cp-1-r) * chunk}.
+struct SeqPositions {
+  int start0 = 0;
+  int split = 0;
+  int start1 = 0;
+  int at(int t) const { return t < split ? start0 + t : start1 + (t - split); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -312,6 +323,36 @@ class Backend {
   virtual void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                  const float* saved, TensorIn out, int B, int T, int C, int H,
                                  bool causal) = 0;
+  // Ring attention (context parallelism; Liu et al. 2023, "Ring Attention with Blockwise Transformers"): a
+  // rank's queries meet the key/value blocks of every rank one block at a time, and the partial results are
+  // merged with the online softmax of FlashAttention (Dao et al. 2022, section 3.1). ms::cpu's forms
+  // (kernels/cpu/ring_attention.cpp) are the reference.
+  // One block of ring attention: the queries of qkv (B, Tq, 3C: q is the first C floats of each row, H heads
+  // of hs = C/H) against the keys and values of kv (B, Tk, 2 KV hs: the KV key heads, then the KV value heads
+  // of each row), scaled by 1/sqrt(hs); causal masks every key whose position (kpos) is greater than the
+  // query's (qpos). Grouped-query attention (Ainslie et al. 2023): KV divides H (else DeviceFailure) and
+  // query head h reads key/value head h / (H/KV), so a block carries H/KV times fewer floats than the H
+  // heads' copies; KV == H is plain multi-head attention (kv then the k | v columns of qkv).
+  // Merges into out (B, Tq, C) and lse (B, H, Tq), the running log-sum-exp of each query row's scaled scores:
+  // with first, overwrites them (a row with no visible key gets out 0 and lse -inf); otherwise combines the
+  // block's partial result with what they hold (out = out*exp(lse-lse') + outBlk*exp(lseBlk-lse'), lse' =
+  // logaddexp(lse, lseBlk); a block with no visible key for a row leaves that row unchanged).
+  // In GemmPrecision::Tf32 / Bf16 q, k and v are rounded as attentionForward rounds qkv.
+  virtual void attentionBlockForward(float* out, float* lse, const float* qkv, const float* kv, int B, int Tq,
+                                     int Tk, int C, int H, int KV, SeqPositions qpos, SeqPositions kpos,
+                                     bool causal, bool first) = 0;
+  // Backward of one block, given the FINAL out and lse of the forward (after every block was merged) and
+  // dout (B, Tq, C): the q part of dqkv (the first C floats of each (B, Tq, 3C) row) +=, and dkv
+  // (B, Tk, 2 KV hs: dk heads then dv heads, as kv) +=, each key/value head's gradient summed over the H/KV
+  // query heads of its group. With P = exp(S*scale - lse) and D = rowsum(dout * out) per (b, h, query row):
+  // dV += P^T dout, dS = P * (dout V^T - D), dQ += scale * dS K, dK += scale * dS^T Q (Dao et al. 2022,
+  // appendix B.2). out may be bf16 (TensorIn; only in GemmPrecision::Bf16). In Tf32 / Bf16 q, k, v
+  // and dout are rounded as attentionBackward rounds them; out and lse are read as they are.
+  // The k and v parts of dqkv are not touched.
+  virtual void attentionBlockBackward(float* dqkv, float* dkv, const float* dout, const float* qkv,
+                                      const float* kv, TensorIn out, const float* lse, int B, int Tq, int Tk,
+                                      int C, int H, int KV, SeqPositions qpos, SeqPositions kpos,
+                                      bool causal) = 0;
 
   // ---- embeddings ---------------------------------------------------------------------------------------
   virtual void embeddingForward(float* out, const int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T,

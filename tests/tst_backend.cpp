@@ -11,7 +11,9 @@
 //   precisions; bf16 parameters, inputs and gradients; bad shapes refused naming the op); the Llama-family
 //   ops (RMSNorm, SwiGLU, RoPE with grouped-query heads) in every case, RMSNorm with a bf16 weight and
 //   gradient, bad RoPE shapes refused naming the op; the mixture-of-experts row ops (gatherRows,
-//   scatterAddRows, rowDots) with their index lists and gates in backend memory.
+//   scatterAddRows, rowDots) with their index lists and gates in backend memory; ring attention's block ops
+//   (context parallelism) assembled over cp ranks, plain and emulated: fp32 bit for bit against ms::cpu's,
+//   Bf16 bit for bit against them on operands rounded on the host and within a stated bound of fp32.
 // - TestBackendCuda (CTest tst_backend_gpu, label gpu; the same binary with the argument "gpu"): the CUDA
 //   backend against the CPU backend on the same cases (fp32 GEMMs: within atol + 1e-4 * |ref|), in Bf16 too
 //   (linear and attention), attention on the fused kernel's shapes and past its head-size limit, plus what
@@ -20,8 +22,9 @@
 //   CUDA single forms (bitwise); convolution (fp32 and bf16, up to a chunked 10 x 64 x 56 x 56 and the
 //   224 x 224 stem) and batch norm (up to 100k elements a channel; the double sums within 1e-9) against
 //   the CPU backend; the Llama-family ops on Llama-like heads at positions past 4000; the MoE row ops on wide
-//   rows and past the row grid, bad MoE shapes refused naming the op. Without a device (or a CUDA build) it
-//   skips with "no CUDA device", which CTest reports as skipped.
+//   rows and past the row grid, bad MoE shapes refused naming the op; ring attention's block ops refused (no
+//   CUDA kernel yet). Without a device (or a CUDA build) it skips with "no CUDA device", which CTest reports
+//   as skipped.
 // Shapes are deliberately odd (N = 7, C = 33, V = 50, T = 5, H = 3): multiples of no block size.
 #include <QtTest/QtTest>
 
@@ -1986,6 +1989,174 @@ std::vector<size_t> gpuSegmentSizes(int layout) {
   return sizes;
 }
 
+// ---- Ring attention (context parallelism) -----------------------------------------------------------------
+
+// The layout of tst_kernels' ringAttention: rank r of cp holds chunks r and 2cp-1-r (chunk rows each) of a
+// sequence of T = 2 cp chunk rows; every rank merges the blocks of all ranks (its own first, then ranks
+// r-1, r-2, ... mod cp) and runs the backward of every (rank, block) pair from its final out and lse. The
+// blocks hold KV key/value heads (grouped-query attention; KV = H is plain multi-head attention).
+struct RingShape {
+  int B, C, H, KV, cp, chunk;
+  bool causal;
+  int T() const { return 2 * cp * chunk; }
+  int Tl() const { return 2 * chunk; }
+  int Ckv() const { return KV * (C / H); }  // a kv row's key heads (then as many value heads)
+  int row(int r, int t) const { return t < chunk ? r * chunk + t : (2 * cp - 1 - r) * chunk + (t - chunk); }
+  ms::SeqPositions positions(int r) const { return {r * chunk, chunk, (2 * cp - 1 - r) * chunk}; }
+  int owner(int r, int step) const { return (r - step + cp) % cp; }
+};
+
+// One rank's inputs: its rows of qkv (B, Tl, 3C), kv (B, Tl, 2 Ckv) and dout (B, Tl, C).
+struct RingRankData {
+  Vec qkv, kv, dout;
+};
+
+// kv (B, T, 2 Ckv): with KV = H (kv empty) the k | v columns of qkv.
+std::vector<RingRankData> ringRanks(const RingShape& r, const Vec& qkv, const Vec& kv, const Vec& dout) {
+  const int C = r.C, T = r.T(), Tl = r.Tl(), C2 = 2 * r.Ckv();
+  std::vector<RingRankData> ranks(r.cp);
+  for (int k = 0; k < r.cp; ++k) {
+    RingRankData& d = ranks[k];
+    d.qkv.resize(size_t(r.B) * Tl * 3 * C);
+    d.kv.resize(size_t(r.B) * Tl * C2);
+    d.dout.resize(size_t(r.B) * Tl * C);
+    for (int b = 0; b < r.B; ++b)
+      for (int t = 0; t < Tl; ++t) {
+        const size_t full = size_t(b) * T + r.row(k, t), local = size_t(b) * Tl + t;
+        std::copy_n(qkv.data() + full * 3 * C, 3 * C, d.qkv.data() + local * 3 * C);
+        if (kv.empty())
+          std::copy_n(qkv.data() + full * 3 * C + C, 2 * C, d.kv.data() + local * 2 * C);
+        else
+          std::copy_n(kv.data() + full * C2, C2, d.kv.data() + local * C2);
+        std::copy_n(dout.data() + full * C, C, d.dout.data() + local * C);
+      }
+  }
+  return ranks;
+}
+
+// One rank's results: out (B, Tl, C), lse (B, H, Tl), dqkv (B, Tl, 3C: q part; k and v parts start at 7 and
+// must stay so) and the dkv (B, Tl, 2 Ckv) the ranks accumulated into its keys and values.
+struct RingRankResult {
+  Vec out, lse, dqkv, dkv;
+};
+
+// Outputs "out" (B, T, C), "lse" (B, H, T) and "dqkv" (B, T, C + 2 Ckv: dq | dk | dv) at the full
+// positions, and "kv untouched" (1 when the k and v parts of every rank's dqkv still hold their 7s).
+std::vector<Output> ringAssemble(const RingShape& r, const std::vector<RingRankResult>& res) {
+  const int C = r.C, T = r.T(), Tl = r.Tl(), C2 = 2 * r.Ckv(), W = C + C2;
+  Vec out(size_t(r.B) * T * C), lse(size_t(r.B) * r.H * T), dqkv(size_t(r.B) * T * W);
+  bool untouched = true;
+  for (int k = 0; k < r.cp; ++k) {
+    const RingRankResult& x = res[k];
+    for (int b = 0; b < r.B; ++b)
+      for (int t = 0; t < Tl; ++t) {
+        const size_t full = size_t(b) * T + r.row(k, t), local = size_t(b) * Tl + t;
+        std::copy_n(x.out.data() + local * C, C, out.data() + full * C);
+        std::copy_n(x.dqkv.data() + local * 3 * C, C, dqkv.data() + full * W);
+        std::copy_n(x.dkv.data() + local * C2, C2, dqkv.data() + full * W + C);
+        for (int c = C; c < 3 * C; ++c) untouched = untouched && x.dqkv[local * 3 * C + c] == 7.0f;
+        for (int h = 0; h < r.H; ++h)
+          lse[(size_t(b) * r.H + h) * T + r.row(k, t)] = x.lse[(size_t(b) * r.H + h) * Tl + t];
+      }
+  }
+  return {Output{"out", out, {}, {}}, Output{"lse", lse, {}, {}}, Output{"dqkv", dqkv, {}, {}},
+          Output{"kv untouched", {}, {}, {untouched ? 1.0 : 0.0}}};
+}
+
+// dqkv's start: 0 in the q part, 7 in the k and v parts.
+Vec ringDqkvStart(const RingShape& r) {
+  Vec d(size_t(r.B) * r.Tl() * 3 * r.C, 7.0f);
+  for (size_t row = 0; row < size_t(r.B) * r.Tl(); ++row) std::fill_n(d.data() + row * 3 * r.C, r.C, 0.0f);
+  return d;
+}
+
+// See TestBackendCpu::ringAttention.
+constexpr double kBf16RingAtol = 2e-2;
+
+// The ring with ms::cpu's block ops called directly. roundOut: backward reads each rank's out rounded to bf16
+// (what a bf16 out gives).
+std::vector<Output> ringCpu(const RingShape& r, const Vec& qkv, const Vec& kv, const Vec& dout,
+                            bool roundOut = false) {
+  const std::vector<RingRankData> in = ringRanks(r, qkv, kv, dout);
+  const int Tl = r.Tl();
+  std::vector<RingRankResult> res(r.cp);
+  for (RingRankResult& x : res) {
+    x.out.assign(size_t(r.B) * Tl * r.C, std::numeric_limits<float>::quiet_NaN());
+    x.lse.assign(size_t(r.B) * r.H * Tl, std::numeric_limits<float>::quiet_NaN());
+    x.dqkv = ringDqkvStart(r);
+    x.dkv.assign(size_t(r.B) * Tl * 2 * r.Ckv(), 0.0f);
+  }
+  for (int k = 0; k < r.cp; ++k)
+    for (int step = 0; step < r.cp; ++step) {
+      const int o = r.owner(k, step);
+      ms::cpu::attentionBlockForward(res[k].out.data(), res[k].lse.data(), in[k].qkv.data(), in[o].kv.data(),
+                                     r.B, Tl, Tl, r.C, r.H, r.KV, r.positions(k), r.positions(o), r.causal,
+                                     step == 0);
+    }
+  for (int k = 0; k < r.cp; ++k) {
+    const Vec o32 = roundOut ? roundedHost(res[k].out, 16) : res[k].out;
+    for (int step = 0; step < r.cp; ++step) {
+      const int o = r.owner(k, step);
+      ms::cpu::attentionBlockBackward(res[k].dqkv.data(), res[o].dkv.data(), in[k].dout.data(),
+                                      in[k].qkv.data(), in[o].kv.data(), o32.data(), res[k].lse.data(), r.B,
+                                      Tl, Tl, r.C, r.H, r.KV, r.positions(k), r.positions(o), r.causal);
+    }
+  }
+  return ringAssemble(r, res);
+}
+
+// The ring through a backend's block ops (inputs uploaded per rank, results downloaded). bf16Out: backward
+// reads each rank's out as a bf16 copy (toBf16).
+std::vector<Output> ringBackend(ms::Backend& be, const RingShape& r, const Vec& qkv, const Vec& kvFull,
+                                const Vec& dout, bool bf16Out = false) {
+  const std::vector<RingRankData> in = ringRanks(r, qkv, kvFull, dout);
+  const int Tl = r.Tl();
+  const size_t nOut = size_t(r.B) * Tl * r.C, nLse = size_t(r.B) * r.H * Tl;
+  Session s(be);
+  std::vector<float*> q(r.cp), kv(r.cp), g(r.cp), out(r.cp), lse(r.cp), dqkv(r.cp), dkv(r.cp);
+  for (int k = 0; k < r.cp; ++k) {
+    q[k] = s.up(in[k].qkv);
+    kv[k] = s.up(in[k].kv);
+    g[k] = s.up(in[k].dout);
+    out[k] = s.up(Vec(nOut, std::numeric_limits<float>::quiet_NaN()));
+    lse[k] = s.up(Vec(nLse, std::numeric_limits<float>::quiet_NaN()));
+    dqkv[k] = s.up(ringDqkvStart(r));
+    dkv[k] = s.alloc<float>(size_t(r.B) * Tl * 2 * r.Ckv());
+  }
+  for (int k = 0; k < r.cp; ++k)
+    for (int step = 0; step < r.cp; ++step) {
+      const int o = r.owner(k, step);
+      be.attentionBlockForward(out[k], lse[k], q[k], kv[o], r.B, Tl, Tl, r.C, r.H, r.KV, r.positions(k),
+                               r.positions(o), r.causal, step == 0);
+    }
+  for (int k = 0; k < r.cp; ++k) {
+    ms::TensorIn o32 = out[k];
+    if (bf16Out) {
+      auto* kept = reinterpret_cast<ms::bfloat16*>(s.alloc<float>((nOut + 1) / 2));
+      be.toBf16(kept, out[k], nOut);
+      o32 = kept;
+    }
+    for (int step = 0; step < r.cp; ++step) {
+      const int o = r.owner(k, step);
+      be.attentionBlockBackward(dqkv[k], dkv[o], g[k], q[k], kv[o], o32, lse[k], r.B, Tl, Tl, r.C, r.H, r.KV,
+                                r.positions(k), r.positions(o), r.causal);
+    }
+  }
+  std::vector<RingRankResult> res(r.cp);
+  for (int k = 0; k < r.cp; ++k) {
+    RingRankResult& x = res[k];
+    x.out.resize(nOut);
+    x.lse.resize(nLse);
+    x.dqkv.resize(size_t(r.B) * Tl * 3 * r.C);
+    x.dkv.resize(size_t(r.B) * Tl * 2 * r.Ckv());
+    be.download(x.out.data(), out[k], nOut * sizeof(float));
+    be.download(x.lse.data(), lse[k], nLse * sizeof(float));
+    be.download(x.dqkv.data(), dqkv[k], x.dqkv.size() * sizeof(float));
+    be.download(x.dkv.data(), dkv[k], x.dkv.size() * sizeof(float));
+  }
+  return ringAssemble(r, res);
+}
+
 }  // namespace
 
 // ---- The CPU backend and its emulated device
@@ -2458,6 +2629,79 @@ class TestBackendCpu : public QObject {
     }
   }
 
+  // Ring attention's block ops (context parallelism) assembled as cp ranks run them (ringCpu, ringBackend):
+  // in Fp32 the plain and the emulated CPU backend give the bits of ms::cpu's functions called directly. In
+  // Bf16 they give the bits of those functions on q, k, v and dout rounded on the host (and, from a bf16 out,
+  // on the out rounded on the host too), and stay within kBf16RingAtol * max(1, max |ref|) of each fp32
+  // output (closeDifference). The bound: bf16 rounding moves each operand by at most u = 2^-9 of itself. With
+  // q, k, v in [-2, 2] and hs 8 a score q.k / sqrt(hs) moves by at most delta = 2u sqrt(hs) max|q| max|k| =
+  // 0.044, which bounds the lse's move by delta and each probability's relative move by exp(2 delta) - 1 =
+  // 0.09; out then moves by at most max|v| (0.09 + u) = 0.19. That worst case needs every rounding error of
+  // a score to have one sign; they are independent (rms u / sqrt(3) each), so a score moves by about
+  // sqrt(2/3) u rms(q_d k_d) = 0.002 rms (rms(q_d k_d) = 4/3; under 0.01 over these < 10^4 scores), and out,
+  // lse and the gradients by a few times that: measured at most 0.0069 (out), 0.0075 (lse), 0.0061 (dqkv)
+  // absolute, 0.0048 scaled. 2e-2 scaled is four times that, and far below the order-1 differences of a wrong
+  // operand, position or merge. The KV = 2 rows (grouped-query attention: 4 query heads over 2 key/value
+  // heads, kv drawn on its own in [-2, 2]) have the same hs and operand ranges, so the same bound; each dk
+  // and dv sums two query heads' gradients: measured at most 0.0081 (out), 0.0079 (lse), 0.0081 (dqkv)
+  // absolute, 0.0042 scaled. A bf16 out in Fp32 is refused naming the op, and so is a KV that does not divide
+  // H.
+  void ringAttention_data() {
+    QTest::addColumn<int>("cp");
+    QTest::addColumn<int>("KV");
+    QTest::addColumn<bool>("causal");
+    for (const int KV : {4, 2})
+      for (const int cp : {2, 3})
+        for (const bool causal : {true, false})
+          QTest::addRow("cp=%d KV=%d %s", cp, KV, causal ? "causal" : "bidirectional") << cp << KV << causal;
+  }
+  void ringAttention() {
+    QFETCH(int, cp);
+    QFETCH(int, KV);
+    QFETCH(bool, causal);
+    const RingShape r{2, 32, 4, KV, cp, 5, causal};
+    std::mt19937 rng(kSeed + 80);
+    const Vec qkv = rnd(rng, size_t(r.B) * r.T() * 3 * r.C, -2.0f, 2.0f);
+    const Vec dout = rnd(rng, size_t(r.B) * r.T() * r.C);
+    // KV = H: the k | v columns of qkv (kv empty); else its own KV heads.
+    const Vec kv = KV == r.H ? Vec() : rnd(rng, size_t(r.B) * r.T() * 2 * r.Ckv(), -2.0f, 2.0f);
+    const Vec kvRounded = roundedHost(kv, 16);
+    const std::vector<Output> ref = ringCpu(r, qkv, kv, dout);
+    QCOMPARE(ref.back().d.front(), 1.0);  // the k and v parts of every rank's dqkv untouched
+    const std::vector<Output> refRounded = ringCpu(r, roundedHost(qkv, 16), kvRounded, roundedHost(dout, 16));
+    const std::vector<Output> refRoundedOut =
+        ringCpu(r, roundedHost(qkv, 16), kvRounded, roundedHost(dout, 16), true);
+    QVERIFY(!bitDifference(refRounded, ref).isEmpty());  // rounding changes the result
+    for (const bool emulate : {false, true}) {
+      const QString who = emulate ? QStringLiteral("emulated: ") : QString();
+      const auto be = ms::makeCpuBackend(emulate);
+      QString why = bitDifference(ringBackend(*be, r, qkv, kv, dout), ref);
+      QVERIFY2(why.isEmpty(), qPrintable(who + "fp32: " + why));
+      {
+        Session s(*be);
+        auto* kept = reinterpret_cast<ms::bfloat16*>(s.alloc<float>(8));
+        float* buf = s.alloc<float>(16);
+        VERIFY_THROWS_DEVICE_FAILURE(
+            be->attentionBlockBackward(buf, buf, buf, buf, buf, kept, buf, 1, 1, 1, 8, 2, 2, {}, {}, causal),
+            "attentionBlockBackward");
+        VERIFY_THROWS_DEVICE_FAILURE(
+            be->attentionBlockForward(buf, buf, buf, buf, 1, 1, 1, 8, 2, 3, {}, {}, causal, true),
+            "the query heads (2) must be a positive multiple of the key/value heads (3)");
+        VERIFY_THROWS_DEVICE_FAILURE(
+            be->attentionBlockBackward(buf, buf, buf, buf, buf, buf, buf, 1, 1, 1, 8, 2, 0, {}, {}, causal),
+            "the query heads (2) must be a positive multiple of the key/value heads (0)");
+      }
+      be->setGemmPrecision(ms::GemmPrecision::Bf16);
+      const std::vector<Output> got = ringBackend(*be, r, qkv, kv, dout);
+      why = bitDifference(got, refRounded);
+      QVERIFY2(why.isEmpty(), qPrintable(who + "bf16: " + why));
+      why = bitDifference(ringBackend(*be, r, qkv, kv, dout, true), refRoundedOut);
+      QVERIFY2(why.isEmpty(), qPrintable(who + "bf16 out: " + why));
+      why = closeDifference(got, ref, 0.0, kBf16RingAtol);
+      QVERIFY2(why.isEmpty(), qPrintable(who + "bf16 against fp32: " + why));
+    }
+  }
+
   void marksIncrease() {
     for (const bool emulate : {false, true}) {
       const auto be = ms::makeCpuBackend(emulate);
@@ -2894,6 +3138,19 @@ class TestBackendCuda : public QObject {
     };
     const QString after = closeDifference(run(*m_cuda), run(*m_cpu), 1e-4, 1e-5);
     QVERIFY2(after.isEmpty(), qPrintable(after));
+  }
+
+  // Ring attention's block ops have no CUDA kernel: both throw DeviceFailure naming the op and the CPU
+  // backend as the way to run context parallelism.
+  void ringAttentionRefused() {
+    Session s(*m_cuda);
+    float* buf = s.alloc<float>(64);
+    VERIFY_THROWS_DEVICE_FAILURE(
+        m_cuda->attentionBlockForward(buf, buf, buf, buf, 1, 2, 2, 8, 2, 1, {}, {}, true, true),
+        "attentionBlockForward: ring attention (context parallelism) has no CUDA kernel yet");
+    VERIFY_THROWS_DEVICE_FAILURE(
+        m_cuda->attentionBlockBackward(buf, buf, buf, buf, buf, buf, buf, 1, 2, 2, 8, 2, 1, {}, {}, true),
+        "attentionBlockBackward: ring attention (context parallelism) has no CUDA kernel yet");
   }
 
   // The mode is applied: Bf16 results differ from Fp32 ones on the same device by the size of bf16 rounding

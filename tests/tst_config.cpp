@@ -345,6 +345,33 @@ std::vector<TypedCase> typedCases() {
          c.mesh.nodes[0].count = 2;
        },
        "/parallel/ep", "ep (2) splits mixture-of-experts blocks, which only llama models have"},
+      {"cp on a gpt",
+       [](auto& c) {
+         c.parallel.cp = 2;
+         c.mesh.nodes[0].count = 2;
+       },
+       "/parallel/cp", "cp (2) splits the sequence of a llama model"},
+      {"cp not dividing the sequence",
+       [](auto& c) {
+         asLlama(c).parallel.cp = 3;
+         c.mesh.nodes[0].count = 3;
+       },
+       "/training/seq_len", "seq_len (128) must be divisible by 2 * cp = 6"},
+      {"cp with ep",
+       [](auto& c) {
+         asLlama(c).model.experts = 4;
+         c.parallel.dp = 2;
+         c.parallel.ep = 2;
+         c.parallel.cp = 2;
+         c.mesh.nodes[0].count = 4;
+       },
+       "/parallel/cp", "cp (2) with expert parallelism (ep 2) is not supported yet"},
+      {"cp over the mesh",
+       [](auto& c) {
+         asLlama(c).parallel.cp = 2;
+         c.mesh.nodes[0].count = 1;
+       },
+       "/parallel", "dp * cp * tp * pp = 2 ranks, but the mesh has only 1 device"},
       {"zb_h1 chunks",
        [](auto& c) {
          c.parallel.schedule = ms::Schedule::ZbH1;
@@ -571,7 +598,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["model"].size(), size_t(10));     // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));       // kind, train, val
     QCOMPARE(j["mesh"].size(), size_t(5));       // nodes, links, and the (empty) lists of own types
-    QCOMPARE(j["parallel"].size(), size_t(16));  // mode; the parameter-server fields only in that mode
+    QCOMPARE(j["parallel"].size(), size_t(17));  // mode; the parameter-server fields only in that mode
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(15));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));

@@ -167,7 +167,7 @@ class TestEquivalence : public QObject {
   }
 
   static int ranksOf(const nlohmann::json& p) {
-    return p.value("dp", 1) * p.value("tp", 1) * p.value("pp", 1);
+    return p.value("dp", 1) * p.value("cp", 1) * p.value("tp", 1) * p.value("pp", 1);
   }
 
  private slots:
@@ -311,6 +311,21 @@ class TestEquivalence : public QObject {
         << R"({"dp": 2, "ep": 2, "tp": 2, "sequence_parallel": true})";
     QTest::newRow("llama-moe dp2 ep2 pp2 1f1b") << "llama-moe-noaux"
                                                 << R"({"dp": 2, "ep": 2, "pp": 2, "microbatches": 2})";
+    // Context parallelism: ring attention over 2 and 4 ranks (each holding two opposite chunks of every
+    // sequence), with data parallelism and ZeRO over the dp x cp ranks, tp with sequence parallelism, a
+    // zero-bubble pipeline with full recompute, and selective recompute (nothing for it to drop).
+    QTest::newRow("llama cp2") << "llama"
+                               << R"({"cp": 2})";
+    QTest::newRow("llama cp4 selective") << "llama"
+                                         << R"({"cp": 4, "recompute": "selective"})";
+    QTest::newRow("llama dp2 cp2 zero2 accumulation")
+        << "llama"
+        << R"({"dp": 2, "cp": 2, "zero": 2, "microbatches": 2})";
+    QTest::newRow("llama cp2 tp2 sequence parallel") << "llama"
+                                                     << R"({"cp": 2, "tp": 2, "sequence_parallel": true})";
+    QTest::newRow("llama cp2 pp2 zb-h1 recompute")
+        << "llama"
+        << R"({"cp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1", "recompute": "full"})";
     QTest::newRow("vit pp2 selective") << "vit"
                                        << R"({"pp": 2, "microbatches": 2, "recompute": "selective"})";
     QTest::newRow("vit dp2 tp2 zero2") << "vit"
@@ -377,8 +392,8 @@ class TestEquivalence : public QObject {
     QVERIFY2(worst >= 0, "a checkpoint is unreadable or lacks a tensor");
     QVERIFY2(worst < (ref == "gpt-sgd" ? 1e-6 : 5e-4), qPrintable(QString::number(worst)));
 
-    // Every rank's spans on one clock: each layer's forward runs once per microbatch on every replica and TP
-    // rank, and a rank's spans never overlap.
+    // Every rank's spans on one clock: each layer's forward runs once per microbatch on every replica,
+    // context- parallel and TP rank, and a rank's spans never overlap.
     const auto spans = lastLine(dir + "/metrics.jsonl", "spans");
     QCOMPARE(static_cast<int>(spans["ranks"].size()), ranks);
     const int layers = ref == "vit" ? 5 : ref == "cnn" ? 4 : 6;
@@ -392,7 +407,8 @@ class TestEquivalence : public QObject {
         if (i > 0) QVERIFY(list[i]["start"].get<double>() >= list[i - 1]["end"].get<double>() - 1e-9);
       }
     }
-    QCOMPARE(forwards, plan.value("dp", 1) * plan.value("tp", 1) * microbatches * layers);
+    QCOMPARE(forwards,
+             plan.value("dp", 1) * plan.value("cp", 1) * plan.value("tp", 1) * microbatches * layers);
     if (plan.value("schedule", "") == "zb_h1") QCOMPARE(weights, forwards);  // every backward split in two
 
     // Every rank's memory; ZeRO shards what it says it shards.
@@ -489,6 +505,10 @@ class TestEquivalence : public QObject {
     QTest::newRow("llama tp2 pp2 sequence parallel bf16 grads")
         << R"({"model": "llama", "tp": 2, "pp": 2, "microbatches": 2, "sequence_parallel": true,
               "precision": "bf16", "grad_precision": "bf16"})";
+    // Context parallelism in bf16: ring attention computes in fp32 on the bf16-rounded q, k and v, as the
+    // one process's attention does, so only the order of the softmax sums differs.
+    QTest::newRow("llama cp2 pp2") << R"({"model": "llama", "cp": 2, "pp": 2, "microbatches": 2,
+                                          "precision": "bf16"})";
   }
   void bf16MatchesOneProcess() {
     QFETCH(QString, parallel);
@@ -589,6 +609,9 @@ class TestEquivalence : public QObject {
     // Expert parallelism: the all-to-alls staged through host memory, as ranks sharing a GPU run them.
     QTest::newRow("llama-moe dp2 ep2 tp2") << "llama-moe-noaux"
                                            << R"({"dp": 2, "ep": 2, "tp": 2})";
+    // Context parallelism: ring attention's key/value blocks and their gradients staged through host memory.
+    QTest::newRow("llama cp2 tp2") << "llama"
+                                   << R"({"cp": 2, "tp": 2})";
     // bf16: the working parameters are rounded from the master on the device, all-gathered (ZeRO-1) or
     // gathered per use (ZeRO-3) and read by every op.
     QTest::newRow("gpt dp2 zero1 bf16") << "gpt"
@@ -810,6 +833,10 @@ class TestEquivalence : public QObject {
     QTest::newRow("llama-moe dp2 ep2 tp2 -> dp4 ep4")
         << "llama-moe-noaux"
         << R"({"dp": 2, "ep": 2, "tp": 2})" << 4 << R"({"dp": 4, "ep": 4})" << 4;
+    // ZeRO-1 shards over the dp x cp ranks; the checkpoint is whole, and resumes under cp 4.
+    QTest::newRow("llama dp2 cp2 zero1 -> cp4")
+        << "llama"
+        << R"({"dp": 2, "cp": 2, "zero": 1})" << 4 << R"({"cp": 4})" << 4;
   }
   void resumeUnderAnotherPlan() {
     QFETCH(QString, ref);

@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 
 extern "C" int openblas_get_parallel();
@@ -361,6 +362,167 @@ DVec refAttentionBackward(const DVec& dout, const DVec& qkv, int B, int T, int C
   return dqkv;
 }
 
+// ---- Ring attention (context parallelism) -----------------------------------------------------------------
+
+// The log-sum-exp (B, H, T) of each query row's scaled scores q.k / sqrt(hs) over its visible keys, in
+// double.
+DVec refAttentionLse(const DVec& qkv, int B, int T, int C, int H, bool causal) {
+  const int hs = C / H;
+  const double scale = 1.0 / std::sqrt(double(hs));
+  DVec lse(size_t(B) * H * T);
+  DVec s(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < T; i++) {
+        const double* q = qkv.data() + (size_t(b) * T + i) * 3 * C + h * hs;
+        const int L = causal ? i + 1 : T;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < L; j++) {
+          const double* k = qkv.data() + (size_t(b) * T + j) * 3 * C + C + h * hs;
+          double d = 0.0;
+          for (int x = 0; x < hs; x++) d += q[x] * k[x];
+          s[j] = d * scale;
+          m = std::max(m, s[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j < L; j++) sum += std::exp(s[j] - m);
+        lse[(size_t(b) * H + h) * T + i] = m + std::log(sum);
+      }
+  return lse;
+}
+
+// Context parallelism's load-balanced layout: rank r of cp holds chunks r and 2cp-1-r (chunk rows each) of a
+// sequence of T = 2 cp chunk rows. The full row of the rank's local row t, and the positions of its rows.
+int ringRow(int cp, int r, int chunk, int t) {
+  return t < chunk ? r * chunk + t : (2 * cp - 1 - r) * chunk + (t - chunk);
+}
+ms::SeqPositions ringPositions(int cp, int r, int chunk) {
+  return {r * chunk, chunk, (2 * cp - 1 - r) * chunk};
+}
+
+// The rank's rows (B, 2 chunk, W) of a full (B, T, W) tensor, and back.
+Vec ringLocal(const Vec& full, int B, int W, int cp, int r, int chunk) {
+  const int T = 2 * cp * chunk, Tl = 2 * chunk;
+  Vec local(size_t(B) * Tl * W);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < Tl; t++)
+      std::copy_n(full.data() + (size_t(b) * T + ringRow(cp, r, chunk, t)) * W, W,
+                  local.data() + (size_t(b) * Tl + t) * W);
+  return local;
+}
+void ringScatter(Vec& full, const Vec& local, int B, int W, int cp, int r, int chunk) {
+  const int T = 2 * cp * chunk, Tl = 2 * chunk;
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < Tl; t++)
+      std::copy_n(local.data() + (size_t(b) * Tl + t) * W, W,
+                  full.data() + (size_t(b) * T + ringRow(cp, r, chunk, t)) * W);
+}
+
+// kv (B, Tl, 2C): the k | v columns [C, 3C) of each qkv row (B, Tl, 3C).
+Vec kvRows(const Vec& qkv, int B, int Tl, int C) {
+  Vec kv(size_t(B) * Tl * 2 * C);
+  for (size_t row = 0; row < size_t(B) * Tl; row++)
+    std::copy_n(qkv.data() + row * 3 * C + C, 2 * C, kv.data() + row * 2 * C);
+  return kv;
+}
+
+// Grouped-query attention's layouts (H query heads of hs = C/H over KV key/value heads, query head h reading
+// kv head h / (H/KV)). qkv (B, T, 3C) with its k and v heads replaced by those of kv (B, T, 2 KV hs: the KV
+// key heads | the KV value heads) repeated over each group: full attention on it is grouped-query attention.
+Vec withKvHeads(Vec qkv, const Vec& kv, int B, int T, int C, int H, int KV) {
+  const int hs = C / H, Ckv = KV * hs, group = H / KV;
+  for (size_t row = 0; row < size_t(B) * T; row++)
+    for (int h = 0; h < H; h++)
+      for (int part = 0; part < 2; part++)  // k, v
+        std::copy_n(kv.data() + row * 2 * Ckv + size_t(part) * Ckv + size_t(h / group) * hs, hs,
+                    qkv.data() + row * 3 * C + size_t(part + 1) * C + size_t(h) * hs);
+  return qkv;
+}
+// The gradient of such a qkv (B, T, 3C) as dq | dkv (B, T, C + 2 KV hs): the q part as it is, each kv head's
+// dk and dv the sum (in double, in head order) over its group's query heads. KV = H: dqkv as it is.
+template <class F>
+std::vector<F> kvGroupGrad(const std::vector<F>& dqkv, int B, int T, int C, int H, int KV) {
+  const int hs = C / H, Ckv = KV * hs, group = H / KV, W = C + 2 * Ckv;
+  std::vector<F> out(size_t(B) * T * W);
+  for (size_t row = 0; row < size_t(B) * T; row++) {
+    const F* x = dqkv.data() + row * 3 * C;
+    F* y = out.data() + row * W;
+    std::copy_n(x, C, y);
+    for (int part = 0; part < 2; part++)
+      for (int g = 0; g < KV; g++)
+        for (int d = 0; d < hs; d++) {
+          double sum = 0.0;
+          for (int h = g * group; h < (g + 1) * group; h++) sum += double(x[(part + 1) * C + h * hs + d]);
+          y[C + part * Ckv + g * hs + d] = F(sum);
+        }
+  }
+  return out;
+}
+
+// Ring attention assembled from the block ops as cp ranks run it: every rank merges the blocks of all ranks,
+// its own first (first = true), then ranks r-1, r-2, ... (mod cp), each with the owner's kv rows (of kv,
+// (B, T, 2 KV hs)) and positions; backward runs every (rank, block) pair from the final out and lse, dq into
+// the rank's dqkv and dk | dv into the owner's dkv. out (B, T, C), lse (B, H, T) and dqkv (B, T, C + 2 KV hs:
+// dq | dkv) scattered back to the full positions. kvUntouched: the k and v parts of every rank's dqkv (set
+// to 7 before) still hold 7.
+struct RingResult {
+  Vec out, lse, dqkv;
+  bool kvUntouched = true;
+};
+
+RingResult cpuRing(const Vec& qkv, const Vec& kvFull, const Vec& dout, int B, int C, int H, int KV, int cp,
+                   int chunk, bool causal) {
+  const int T = 2 * cp * chunk, Tl = 2 * chunk;
+  const int Ckv = KV * (C / H), W = C + 2 * Ckv;
+  std::vector<Vec> q(cp), kv(cp), o(cp), l(cp), g(cp), dq(cp), dkv(cp);
+  for (int r = 0; r < cp; r++) {
+    q[r] = ringLocal(qkv, B, 3 * C, cp, r, chunk);
+    kv[r] = ringLocal(kvFull, B, 2 * Ckv, cp, r, chunk);
+    g[r] = ringLocal(dout, B, C, cp, r, chunk);
+    o[r].assign(size_t(B) * Tl * C, std::numeric_limits<float>::quiet_NaN());  // first overwrites
+    l[r].assign(size_t(B) * H * Tl, std::numeric_limits<float>::quiet_NaN());
+    dq[r].assign(size_t(B) * Tl * 3 * C, 7.0f);
+    for (size_t row = 0; row < size_t(B) * Tl; row++) std::fill_n(dq[r].data() + row * 3 * C, C, 0.0f);
+    dkv[r].assign(size_t(B) * Tl * 2 * Ckv, 0.0f);
+  }
+  for (int r = 0; r < cp; r++)
+    for (int step = 0; step < cp; step++) {
+      const int owner = (r - step + cp) % cp;
+      cpu::attentionBlockForward(o[r].data(), l[r].data(), q[r].data(), kv[owner].data(), B, Tl, Tl, C, H, KV,
+                                 ringPositions(cp, r, chunk), ringPositions(cp, owner, chunk), causal,
+                                 step == 0);
+    }
+  for (int r = 0; r < cp; r++)
+    for (int step = 0; step < cp; step++) {
+      const int owner = (r - step + cp) % cp;
+      cpu::attentionBlockBackward(dq[r].data(), dkv[owner].data(), g[r].data(), q[r].data(), kv[owner].data(),
+                                  o[r].data(), l[r].data(), B, Tl, Tl, C, H, KV, ringPositions(cp, r, chunk),
+                                  ringPositions(cp, owner, chunk), causal);
+    }
+  RingResult res{Vec(size_t(B) * T * C), Vec(size_t(B) * H * T), Vec(size_t(B) * T * W)};
+  for (int r = 0; r < cp; r++) {
+    ringScatter(res.out, o[r], B, C, cp, r, chunk);
+    // lse (B, H, Tl) is (B * H, Tl, 1): rows of one float.
+    for (int bh = 0; bh < B * H; bh++)
+      for (int t = 0; t < Tl; t++)
+        res.lse[size_t(bh) * T + ringRow(cp, r, chunk, t)] = l[r][size_t(bh) * Tl + t];
+    Vec grad(size_t(B) * Tl * W);  // dq from the rank's dqkv, dk | dv from its dkv
+    for (size_t row = 0; row < size_t(B) * Tl; row++) {
+      std::copy_n(dq[r].data() + row * 3 * C, C, grad.data() + row * W);
+      std::copy_n(dkv[r].data() + row * 2 * Ckv, 2 * Ckv, grad.data() + row * W + C);
+      for (int c = C; c < 3 * C; c++) res.kvUntouched = res.kvUntouched && dq[r][row * 3 * C + c] == 7.0f;
+    }
+    ringScatter(res.dqkv, grad, B, W, cp, r, chunk);
+  }
+  return res;
+}
+
+uint32_t floatBits(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
 // losses (N) of softmax cross-entropy; ignored targets give 0.
 DVec refCrossEntropy(const DVec& logits, const std::vector<int32_t>& targets, int N, int V) {
   DVec losses(N, 0.0);
@@ -447,6 +609,12 @@ class TestKernels : public QObject {
   void attention_data();
   void attention();
   void attentionCausality();
+  void attentionBlock_data();
+  void attentionBlock();
+  void ringAttention_data();
+  void ringAttention();
+  void attentionBlockNoVisibleKey_data();
+  void attentionBlockNoVisibleKey();
 
   void embedding_data();
   void embedding();
@@ -1189,16 +1357,18 @@ void TestKernels::addAccumulateScale() {
 // ---- Attention
 // ---------------------------------------------------------------------------------------------
 
+// B, T, C, H of attention's rows (and attentionBlock's). T = 65 and 130 cross the kernel's 64-row causal
+// blocks.
+constexpr int kAttentionShapes[][4] = {{1, 1, 4, 1},   {2, 3, 6, 3},    {1, 17, 12, 3}, {3, 7, 5, 1},
+                                       {2, 65, 24, 3}, {1, 130, 16, 1}, {4, 33, 64, 4}};
+
 void TestKernels::attention_data() {
   QTest::addColumn<int>("B");
   QTest::addColumn<int>("T");
   QTest::addColumn<int>("C");
   QTest::addColumn<int>("H");
   QTest::addColumn<bool>("causal");
-  // T = 65 and 130 cross the kernel's 64-row causal blocks.
-  const int shapes[][4] = {{1, 1, 4, 1},   {2, 3, 6, 3},    {1, 17, 12, 3}, {3, 7, 5, 1},
-                           {2, 65, 24, 3}, {1, 130, 16, 1}, {4, 33, 64, 4}};
-  for (const auto& s : shapes)
+  for (const auto& s : kAttentionShapes)
     for (bool causal : {true, false})
       QTest::addRow("B=%d T=%d C=%d H=%d %s", s[0], s[1], s[2], s[3], causal ? "causal" : "bidirectional")
           << s[0] << s[1] << s[2] << s[3] << causal;
@@ -1269,6 +1439,207 @@ void TestKernels::attentionCausality() {
                                  sizeof(float) * size_t(t + 1) * C) == 0;
     QCOMPARE(same, causal);
   }
+}
+
+// ---- Ring attention (context parallelism)
+// ---------------------------------------------------------------
+
+void TestKernels::attentionBlock_data() {
+  QTest::addColumn<int>("B");
+  QTest::addColumn<int>("T");
+  QTest::addColumn<int>("C");
+  QTest::addColumn<int>("H");
+  QTest::addColumn<int>("KV");
+  QTest::addColumn<bool>("causal");
+  auto add = [](int B, int T, int C, int H, int KV, bool causal) {
+    QTest::addRow("B=%d T=%d C=%d H=%d KV=%d %s", B, T, C, H, KV, causal ? "causal" : "bidirectional")
+        << B << T << C << H << KV << causal;
+  };
+  for (const auto& s : kAttentionShapes)  // attention's rows, KV = H
+    for (bool causal : {true, false}) add(s[0], s[1], s[2], s[3], s[3], causal);
+  // Grouped-query attention: 4 query heads over 1, 2 or 4 key/value heads (hs 8 and 16, T across 64).
+  const int gqa[][3] = {{2, 17, 32}, {1, 65, 64}};
+  for (const auto& s : gqa)
+    for (int KV : {1, 2, 4})
+      for (bool causal : {true, false}) add(s[0], s[1], s[2], 4, KV, causal);
+}
+
+// One block holding every key, positions 0, 1, ... on both sides: plain attention. The block's kv (B, T,
+// 2 KV hs) against the full attention of a q|k|v whose k and v heads are its heads repeated (withKvHeads;
+// with KV = H, kv is qkv's own k | v columns). out is attentionForward's, lse the log-sum-exp of the double
+// reference, and the backward's dq | dkv attentionBackward's dqkv with the k and v heads of each group summed
+// (kvGroupGrad; with KV = H, dqkv as it is).
+void TestKernels::attentionBlock() {
+  QFETCH(int, B);
+  QFETCH(int, T);
+  QFETCH(int, C);
+  QFETCH(int, H);
+  QFETCH(int, KV);
+  QFETCH(bool, causal);
+  const int Ckv = KV * (C / H);
+  std::mt19937 rng(kSeed + 40);
+  Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);  // (B, T, 3C)
+  const Vec dout = randomVec(rng, size_t(B) * T * C);            // (B, T, C)
+  const Vec kv = KV == H ? kvRows(qkv, B, T, C)                  // (B, T, 2 Ckv)
+                         : randomVec(rng, size_t(B) * T * 2 * Ckv, -2.0f, 2.0f);
+  qkv = withKvHeads(qkv, kv, B, T, C, H, KV);
+  const size_t n = size_t(B) * T * C;
+  const size_t nKv = size_t(B) * T * 2 * Ckv;
+  const ms::SeqPositions plain{0, 0, 0};
+
+  Vec out(n, std::numeric_limits<float>::quiet_NaN()), lse(size_t(B) * H * T, 1e30f);  // first overwrites
+  cpu::attentionBlockForward(out.data(), lse.data(), qkv.data(), kv.data(), B, T, T, C, H, KV, plain, plain,
+                             causal, true);
+  Vec ref(n), att(size_t(B) * H * T * T);
+  cpu::attentionForward(ref.data(), att.data(), qkv.data(), B, T, C, H, causal);
+  VERIFY_CLOSE(out.data(), ref.data(), n, 1e-5, 1e-5);
+  const DVec rlse = refAttentionLse(toDouble(qkv), B, T, C, H, causal);
+  VERIFY_CLOSE(lse.data(), rlse.data(), lse.size(), 1e-5, 1e-5);
+
+  Vec dqkv(3 * n, 0.0f), dkv(nKv, 0.0f);
+  cpu::attentionBlockBackward(dqkv.data(), dkv.data(), dout.data(), qkv.data(), kv.data(), out.data(),
+                              lse.data(), B, T, T, C, H, KV, plain, plain, causal);
+  const int W = C + 2 * Ckv;  // dq | dkv
+  Vec got(size_t(B) * T * W);
+  for (size_t row = 0; row < size_t(B) * T; row++) {
+    for (int c = C; c < 3 * C; c++) QCOMPARE(dqkv[row * 3 * C + c], 0.0f);  // k and v parts not touched
+    std::copy_n(dqkv.data() + row * 3 * C, C, got.data() + row * W);
+    std::copy_n(dkv.data() + row * 2 * Ckv, 2 * Ckv, got.data() + row * W + C);
+  }
+  Vec rdqkv(3 * n, 0.0f), scratch(att.size());
+  cpu::attentionBackward(rdqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H,
+                         causal);
+  const Vec rgot = kvGroupGrad(rdqkv, B, T, C, H, KV);
+  VERIFY_CLOSE(got.data(), rgot.data(), got.size(), 1e-4, 1e-4);
+  const DVec ddqkv = refAttentionBackward(toDouble(dout), toDouble(qkv), B, T, C, H, causal);
+  const DVec dgot = kvGroupGrad(ddqkv, B, T, C, H, KV);
+  VERIFY_CLOSE(got.data(), dgot.data(), got.size(), 1e-5, 1e-4);
+}
+
+void TestKernels::ringAttention_data() {
+  QTest::addColumn<int>("cp");
+  QTest::addColumn<int>("chunk");
+  QTest::addColumn<int>("KV");
+  QTest::addColumn<bool>("causal");
+  for (int KV : {4, 2, 1})
+    for (int cp : {2, 3})
+      for (int chunk : {5, 8})
+        for (bool causal : {true, false})
+          QTest::addRow("cp=%d chunk=%d KV=%d %s", cp, chunk, KV, causal ? "causal" : "bidirectional")
+              << cp << chunk << KV << causal;
+}
+
+// The blocks of cp ranks in the load-balanced layout (cpuRing) assemble full attention: out and dqkv as
+// attentionForward / attentionBackward give them on the whole sequence, lse as the double reference. With
+// KV < H (4 query heads) the ring passes the KV heads of kv and the full attention runs on their repeated
+// copies (withKvHeads), its k and v gradients summed per group (kvGroupGrad).
+void TestKernels::ringAttention() {
+  QFETCH(int, cp);
+  QFETCH(int, chunk);
+  QFETCH(int, KV);
+  QFETCH(bool, causal);
+  const int B = 2, C = 32, H = 4, T = 2 * cp * chunk, Ckv = KV * (C / H);
+  std::mt19937 rng(kSeed + 41);
+  Vec qkv = randomVec(rng, size_t(B) * T * 3 * C, -2.0f, 2.0f);
+  const Vec dout = randomVec(rng, size_t(B) * T * C);
+  const Vec kv = KV == H ? kvRows(qkv, B, T, C) : randomVec(rng, size_t(B) * T * 2 * Ckv, -2.0f, 2.0f);
+  qkv = withKvHeads(qkv, kv, B, T, C, H, KV);
+  const RingResult ring = cpuRing(qkv, kv, dout, B, C, H, KV, cp, chunk, causal);
+
+  Vec out(size_t(B) * T * C), att(size_t(B) * H * T * T);
+  cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, H, causal);
+  VERIFY_CLOSE(ring.out.data(), out.data(), out.size(), 1e-5, 1e-5);
+  const DVec rlse = refAttentionLse(toDouble(qkv), B, T, C, H, causal);
+  VERIFY_CLOSE(ring.lse.data(), rlse.data(), rlse.size(), 1e-5, 1e-5);
+  Vec dqkv(qkv.size(), 0.0f), scratch(att.size());
+  cpu::attentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, H,
+                         causal);
+  const Vec rgrad = kvGroupGrad(dqkv, B, T, C, H, KV);
+  QCOMPARE(ring.dqkv.size(), rgrad.size());
+  VERIFY_CLOSE(ring.dqkv.data(), rgrad.data(), rgrad.size(), 1e-4, 1e-4);
+  QVERIFY(ring.kvUntouched);
+}
+
+// Rows that see no key of a block under the causal mask: a merge (first = false) leaves their out and lse
+// bit for bit, first = true writes out 0 and lse -inf; their backward adds nothing. Rows 0, 1 sit at
+// positions 0, 1 and rows 2, 3 at 20, 21; the keys at 10, 11, 12 are visible to rows 2, 3 only.
+void TestKernels::attentionBlockNoVisibleKey_data() {
+  QTest::addColumn<int>("KV");
+  QTest::newRow("KV=2") << 2;  // plain multi-head
+  QTest::newRow("KV=1") << 1;  // both query heads on one key/value head
+}
+
+void TestKernels::attentionBlockNoVisibleKey() {
+  QFETCH(int, KV);
+  const int B = 2, Tq = 4, Tk = 3, C = 8, H = 2;
+  const ms::SeqPositions qpos{0, 2, 20}, kpos{0, 0, 10}, early{0, 0, 0};
+  std::mt19937 rng(kSeed + 42);
+  const Vec qkv = randomVec(rng, size_t(B) * Tq * 3 * C, -2.0f, 2.0f);
+  const Vec kv = randomVec(rng, size_t(B) * Tk * 2 * KV * (C / H), -2.0f, 2.0f);
+  const Vec out0 = randomVec(rng, size_t(B) * Tq * C);
+  const Vec lse0 = randomVec(rng, size_t(B) * H * Tq, 0.0f, 3.0f);
+  auto rowOf = [&](size_t i, int width) { return int(i / width) % Tq; };  // (B, Tq, width) -> t
+  auto lseRow = [&](size_t i) { return int(i % Tq); };                    // (B, H, Tq) -> t
+
+  // Merge: rows 0, 1 unchanged bit for bit, rows 2, 3 changed.
+  Vec out = out0, lse = lse0;
+  cpu::attentionBlockForward(out.data(), lse.data(), qkv.data(), kv.data(), B, Tq, Tk, C, H, KV, qpos, kpos,
+                             true, false);
+  for (size_t i = 0; i < out.size(); i++) {
+    if (rowOf(i, C) < 2)
+      QVERIFY(std::memcmp(&out[i], &out0[i], sizeof(float)) == 0);
+    else
+      QVERIFY(std::isfinite(out[i]) && out[i] != out0[i]);
+  }
+  for (size_t i = 0; i < lse.size(); i++) {
+    if (lseRow(i) < 2)
+      QVERIFY(std::memcmp(&lse[i], &lse0[i], sizeof(float)) == 0);
+    else
+      QVERIFY(std::isfinite(lse[i]) && lse[i] > lse0[i]);  // logaddexp grows
+  }
+  // A block no query sees (every key after every query): nothing changes.
+  out = out0;
+  lse = lse0;
+  cpu::attentionBlockForward(out.data(), lse.data(), qkv.data(), kv.data(), B, Tq, Tk, C, H, KV, early, kpos,
+                             true, false);
+  VERIFY_BITWISE(out, out0);
+  VERIFY_BITWISE(lse, lse0);
+  // Without the mask every row takes the block.
+  cpu::attentionBlockForward(out.data(), lse.data(), qkv.data(), kv.data(), B, Tq, Tk, C, H, KV, qpos, kpos,
+                             false, false);
+  for (size_t i = 0; i < lse.size(); i++) QVERIFY(lse[i] > lse0[i]);
+
+  // First: rows 0, 1 get out 0 and lse -inf (out was NaN), rows 2, 3 the block's own softmax.
+  out.assign(out0.size(), std::numeric_limits<float>::quiet_NaN());
+  lse.assign(lse0.size(), std::numeric_limits<float>::quiet_NaN());
+  cpu::attentionBlockForward(out.data(), lse.data(), qkv.data(), kv.data(), B, Tq, Tk, C, H, KV, qpos, kpos,
+                             true, true);
+  for (size_t i = 0; i < out.size(); i++)
+    QVERIFY(rowOf(i, C) < 2 ? floatBits(out[i]) == 0u : std::isfinite(out[i]));
+  for (size_t i = 0; i < lse.size(); i++)
+    QVERIFY(lseRow(i) < 2 ? lse[i] == -std::numeric_limits<float>::infinity() : std::isfinite(lse[i]));
+
+  // Backward from that out and lse: rows 0, 1 (lse -inf) add nothing; dqkv's k and v parts are not touched.
+  const Vec dout = randomVec(rng, size_t(B) * Tq * C);
+  const Vec dqkv0 = randomVec(rng, qkv.size()), dkv0 = randomVec(rng, kv.size());
+  Vec dqkv = dqkv0, dkv = dkv0;
+  cpu::attentionBlockBackward(dqkv.data(), dkv.data(), dout.data(), qkv.data(), kv.data(), out.data(),
+                              lse.data(), B, Tq, Tk, C, H, KV, qpos, kpos, true);
+  for (size_t i = 0; i < dqkv.size(); i++) {
+    const bool q = i % (3 * C) < size_t(C);
+    if (q && rowOf(i, 3 * C) >= 2)
+      QVERIFY(dqkv[i] != dqkv0[i]);
+    else
+      QVERIFY(std::memcmp(&dqkv[i], &dqkv0[i], sizeof(float)) == 0);
+  }
+  for (size_t i = 0; i < dkv.size(); i++) QVERIFY(dkv[i] != dkv0[i]);
+  // A block no query sees adds nothing, even with finite lse.
+  dqkv = dqkv0;
+  dkv = dkv0;
+  cpu::attentionBlockBackward(dqkv.data(), dkv.data(), dout.data(), qkv.data(), kv.data(), out0.data(),
+                              lse0.data(), B, Tq, Tk, C, H, KV, early, kpos, true);
+  VERIFY_BITWISE(dqkv, dqkv0);
+  VERIFY_BITWISE(dkv, dkv0);
 }
 
 // ---- Embeddings

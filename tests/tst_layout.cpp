@@ -173,6 +173,44 @@ class TestLayout : public QObject {
     QCOMPARE(all.edpGroup(2), (std::vector<int>{2}));
   }
 
+  // Five dimensions, Megatron-Core's order tp-cp-ep-dp-pp: rank = ((pp * dp + dp_i) * cp + cp_i) * tp + tp_i.
+  void contextParallelGroups() {
+    const ms::RankLayout layout(2, 2, 2, 1, 3);  // dp 2, tp 2, pp 2, cp 3: 24 ranks
+    QCOMPARE(layout.world(), 24);
+    // rank 17 = ((1 * 2 + 0) * 3 + 2) * 2 + 1: pp 1, dp 0, cp 2, tp 1
+    const ms::RankCoord c = layout.coord(17);
+    QCOMPARE(c, (ms::RankCoord{0, 1, 1, 2}));
+    QCOMPARE(layout.rank(c), 17);
+    QCOMPARE(layout.dpCpRank(c), 2);
+    QCOMPARE(layout.tpGroup(17), (std::vector<int>{16, 17}));
+    QCOMPARE(layout.cpGroup(17), (std::vector<int>{13, 15, 17}));  // cp 0, 1, 2: stride tp
+    QCOMPARE(layout.dpGroup(17), (std::vector<int>{17, 23}));      // dp 0, 1: stride cp * tp
+    QCOMPARE(layout.dpCpGroup(17), (std::vector<int>{13, 15, 17, 19, 21, 23}));
+    QCOMPARE(layout.ppGroup(17), (std::vector<int>{5, 17}));
+    for (int r = 0; r < layout.world(); ++r) QCOMPARE(layout.rank(layout.coord(r)), r);
+    checkPartition(layout, &ms::RankLayout::cpGroup, 3);
+    checkPartition(layout, &ms::RankLayout::dpCpGroup, 6);
+    checkPartition(layout, &ms::RankLayout::dpGroup, 2);
+    checkPartition(layout, &ms::RankLayout::tpGroup, 2);
+    checkPartition(layout, &ms::RankLayout::ppGroup, 2);
+    // The layout of a config: cp multiplies the ranks, and a cp group of 4 with tp 2 spans 8 devices, so on
+    // 8-device nodes it stays inside one node.
+    ms::ParallelConfig p;
+    p.dp = 2;
+    p.tp = 2;
+    p.cp = 4;
+    const ms::Mesh mesh = meshOf({{"node0", "h100-sxm-80gb", 8}, {"node1", "h100-sxm-80gb", 8}});
+    auto laid = ms::layoutRanks(p, mesh);
+    QVERIFY2(laid.isOk(), laid.message().c_str());
+    QCOMPARE(laid->layout.world(), 16);
+    QCOMPARE(laid->layout.cpGroup(1), (std::vector<int>{1, 3, 5, 7}));
+    p.cp = 8;
+    auto tooMany = ms::layoutRanks(p, mesh);
+    QVERIFY(!tooMany.isOk());
+    QVERIFY2(tooMany.message().find("dp*cp*tp*pp = 32 ranks need 32 devices") != std::string::npos,
+             tooMany.message().c_str());
+  }
+
   void groupsOf2x2x2() {
     const ms::RankLayout layout(2, 2, 2);
     QCOMPARE(layout.tpGroup(5), (std::vector<int>{4, 5}));

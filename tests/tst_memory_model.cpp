@@ -16,6 +16,7 @@
 #include "plan/memory_model.h"
 #include "plan/model_state.h"
 #include "plan/plan.h"
+#include "plan/simulator.h"
 
 using nlohmann::json;
 
@@ -601,6 +602,58 @@ class TestMemoryModel : public QObject {
     QVERIFY(near(ms::allToAllTime(rows * kC * 4, 4, link),
                  0.75 * rows * kC * 4 / link.bandwidth + 3 * link.latency));
     QCOMPARE(ms::allToAllTime(1e9, 1, link), 0.0);
+  }
+
+  // Context parallelism (model_spec.h, memory_model.cpp, cost_model.cpp): a llama of 2 blocks (C 64, H 4,
+  // KV 2, F 128) on 2 H100s as cp 2 against dp 2. Each cp rank holds half of every sequence, so its blocks
+  // keep T/2 (7C + 3F + 2) floats a sample plus ring attention's fp32 row log-sum-exps (H T/2), on a CPU as
+  // on a GPU; its GEMMs do half the FLOPs and its attention half the query-key pairs. Per rank that is what a
+  // dp 2 rank does with half the samples of whole sequences (the same tokens, the same causal pairs), and
+  // ZeRO-1 shards the moments over the dp x cp ranks as over dp: the same model states. What cp adds is the
+  // ring: per block cp - 1 transfers of the key|value heads (KV of them, not H) in forward, each exposed
+  // where it outlasts the attention of the block in hand, and in backward the same beside twice that
+  // compute plus cp dK|dV transfers.
+  void contextParallelMemory() {
+    const json llama = {{"model", {{"type", "llama"}, {"kv_heads", 2}, {"ffn_hidden", 128}}}};
+    json byDp = llama, byCp = llama;
+    byDp["parallel"] = {{"dp", 2}, {"zero", 1}};
+    byCp["parallel"] = {{"cp", 2}, {"zero", 1}};
+    MAKE_PLAN(dp2, 2, byDp);
+    MAKE_PLAN(cp2, 2, byCp);
+    QCOMPARE(cp2->model.samplePositions, int(kT / 2));
+    QCOMPARE(cp2->model.contextParallel, 2);
+    QCOMPARE(cp2->layout.world(), 2);
+    const double F = 128, Tl = kT / 2;
+    const ms::LayerSpec& block = cp2->model.layers[1];
+    QVERIFY(block.ringAttention);
+    for (bool fused : {false, true})
+      for (ms::Precision precision : {ms::Precision::Fp32, ms::Precision::Bf16}) {
+        const double bf16Part = precision == ms::Precision::Bf16 ? 0.5 * Tl * (7 * kC + 3 * F) * 4 : 0.0;
+        QVERIFY(near(block.keptBytesPerSample(precision, fused),
+                     (Tl * (7 * kC + 3 * F) + 2 * Tl + kH * Tl) * 4 - bf16Part));
+      }
+    const ms::LayerSpec& whole = dp2->model.layers[1];
+    QVERIFY(near(block.attentionFlopsPerSample, whole.attentionFlopsPerSample / 2));
+    QVERIFY(near(block.forwardFlopsPerSample, whole.forwardFlopsPerSample / 2));
+    const auto a = ms::estimateMemory(*dp2).front(), b = ms::estimateMemory(*cp2).front();
+    QVERIFY(near(a.parameters, b.parameters));
+    QVERIFY(near(a.optimizer, b.optimizer));
+    QVERIFY(near(a.activations, b.activations));
+    // The simulator counts the model's FLOPs per step and tokens per second over every slice.
+    const ms::CostModel cd(*dp2), cc(*cp2);
+    QVERIFY(near(ms::simulate(*dp2, cd).modelFlopsPerStep, ms::simulate(*cp2, cc).modelFlopsPerStep));
+    // The ring: 8 samples of whole sequences a dp rank, 16 half sequences a cp rank; the same compute.
+    const ms::LinkSpec& link = cp2->mesh.intraLink;
+    const ms::DeviceSpec& device = cp2->mesh.devices[0].spec;
+    const double rate = device.peakFlops(ms::Precision::Fp32) * device.achievableFraction;
+    const double step = block.attentionFlopsPerSample * 16 / rate / 2;
+    // The block: the 2 key/value heads of 16 (head size), fp32.
+    const double transfer = link.latency + 16 * Tl * 2 * 2 * 16 * 4 / link.bandwidth;
+    const double forward = std::max(0.0, transfer - step);
+    const double backward = std::max(0.0, transfer - 2 * step) + 2 * transfer;
+    QVERIFY(forward > 0);
+    QVERIFY(near(cc.forwardTime(0) - cd.forwardTime(0), 2 * forward, 1e-9));
+    QVERIFY(near(cc.backwardTime(0) - cd.backwardTime(0), 2 * backward, 1e-9));
   }
 
   void tensorParallelActivations() {

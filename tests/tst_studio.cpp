@@ -531,6 +531,37 @@ class TestStudio : public QObject {
              qPrintable(tip));
     QVERIFY2(tip.contains("the same experts' replicas: 9, 41"), qPrintable(tip));
     QVERIFY2(!tip.contains("pipeline:"), qPrintable(tip));
+    // Context parallelism on the 405B template (16384 H100, seq 8192 here set to 32768): tp 8, cp 4, dp
+    // 32, pp 16. Rank 13 = ((0 * 32 + 0) * 4 + 1) * 8 + 5: tp 5 of cp rank 1, which holds chunks 1 and 6
+    // of 8 (4096 positions each).
+    QFile big(MS_SOURCE_DIR "/resources/examples/llama3-405b-16k.json");
+    QVERIFY(big.open(QIODevice::ReadOnly));
+    nlohmann::json l = nlohmann::json::parse(big.readAll().toStdString());
+    l["training"]["seq_len"] = 32768;
+    l["model"]["context"] = 32768;
+    l["parallel"] = {{"tp", 8},
+                     {"cp", 4},
+                     {"dp", 32},
+                     {"pp", 16},
+                     {"microbatches", 32},
+                     {"zero", 1},
+                     {"precision", "bf16"},
+                     {"recompute", "full"}};
+    const QString longPath = dir.path() + "/llama-cp.json";
+    QFile longOut(longPath);
+    QVERIFY(longOut.open(QIODevice::WriteOnly));
+    longOut.write(QByteArray::fromStdString(l.dump()));
+    longOut.close();
+    QVERIFY2(w.openProject(longPath), qPrintable(w.lastError()));
+    const QString cpTip = w.meshCanvas()->tileToolTip(13);
+    QVERIFY2(cpTip.contains("Rank 13: stage 0, tp 5, dp 0, cp 1"), qPrintable(cpTip));
+    QVERIFY2(
+        cpTip.contains("context-parallel ring: 5, 13, 21, 29; positions 4096-8191 and 24576-28671 of 32768"),
+        qPrintable(cpTip));
+    QVERIFY2(cpTip.contains("data-parallel group: 13, 45, 77, 109, 141, 173, … (32 ranks)"),
+             qPrintable(cpTip));
+    QVERIFY2(cpTip.contains("gradient group (dp x cp): 5, 13, 21, 29, 37, 45, … (128 ranks)"),
+             qPrintable(cpTip));
   }
 
   // Memory is in binary units everywhere (never decimal GB or MB), with the unit in the text or its label;

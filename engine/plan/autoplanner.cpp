@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "plan/cost_model.h"
 #include "plan/hardware.h"
@@ -87,7 +88,8 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
         if (layer.kind == LayerKind::Block) {
           f.blockFlops += layer.forwardFlopsPerSample;
           f.attentionFlops += layer.attentionFlopsPerSample;
-          if (!fused) f.matrixBytes += layer.attentionMatrixBytesPerSampleIn(precision);
+          if (!fused && !layer.ringAttention)
+            f.matrixBytes += layer.attentionMatrixBytesPerSampleIn(precision);
         }
       }
     }
@@ -148,6 +150,24 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   const ModelConfig& model = base.model;
   const ModelSpec spec = buildModelSpec(model, base.training.seqLen);
   const int L = static_cast<int>(spec.layers.size());
+  // Context parallelism (llama): cp ways that split the sequence into 2 cp equal chunks, each rank keeping at
+  // least kMinContextPositions positions; below that a ring step's attention is too short to hide the
+  // transfer of its key/value block, which is why Megatron-Core documents context parallelism for long
+  // sequences. One spec per cp (model_spec.h: a rank's slice).
+  constexpr int kMinContextPositions = 512;
+  std::map<int, ModelSpec> specs;
+  specs.emplace(1, spec);
+  auto contextWays = [&](int n) {
+    std::vector<int> ways = {1};
+    if (model.type != ModelType::Llama) return ways;
+    for (int cp : divisors(n))
+      if (cp > 1 && base.training.seqLen % (2 * cp) == 0 &&
+          base.training.seqLen / cp >= kMinContextPositions) {
+        ways.push_back(cp);
+        if (!specs.count(cp)) specs.emplace(cp, buildModelSpec(model, base.training.seqLen, 784, cp));
+      }
+    return ways;
+  };
   const int B = base.training.batchSize;
   // The slowest device sets the pace; devices per node from the first node (TP stays inside a node).
   const MeshDevice* slowest = &mesh->devices.front();
@@ -166,7 +186,6 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   const bool fused = isGpuDevice(device) && isTransformer(model.type) && model.heads > 0 &&
                      model.width % model.heads == 0 &&
                      model.width / model.heads <= kFusedAttentionMaxHeadSize;
-  const int positions = spec.samplePositions;
   const int64_t F = model.mlpHidden();
   const int KV = model.kvHeadCount();
 
@@ -179,16 +198,24 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
   AutoPlanResult result;
   std::vector<Screened> fits;
   double leastMemory = std::numeric_limits<double>::infinity();
-  std::map<std::pair<int, int>, StageFigures> figures;
+  std::map<std::tuple<int, int, int>, StageFigures> figures;  // by (pp, V, cp)
   for (int world : worlds) {
     for (int tp : divisors(world)) {
       if (tp > std::max(perNode, 1)) continue;
       if (isTransformer(model.type) && (model.heads % tp || F % tp || KV % tp)) continue;
       if (isLanguageModel(model.type) && model.vocab % tp) continue;
       if (!isTransformer(model.type) && tp > 1) continue;
-      for (int pp : divisors(world / tp)) {
-        if (pp > L) continue;
-        const int dp = world / (tp * pp);
+      std::vector<std::pair<int, int>> ppCp;  // (pp, cp)
+      for (int pp : divisors(world / tp))
+        if (pp <= L)
+          for (int cp : contextWays(world / (tp * pp))) ppCp.push_back({pp, cp});
+      for (const std::pair<int, int>& split : ppCp) {
+        const int pp = split.first, cp = split.second;
+        const ModelSpec& cpSpec = specs.at(cp);
+        const int positions = cpSpec.samplePositions;
+        // dp: data-parallel replicas (the batch splits over them); the parameters' gradients are summed, and
+        // ZeRO shards them, over the dp x cp ranks (replicas).
+        const int dp = world / (tp * pp * cp), replicas = dp * cp;
         for (int mbs = 1; mbs <= B; mbs *= 2) {
           if (B % (dp * mbs)) continue;
           const int M = B / (dp * mbs);
@@ -204,8 +231,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
             // refuses for bindings (allowed from C++20, implemented in clang 16).
             const Schedule schedule = entry.first;
             const int V = entry.second;
-            auto key = std::make_pair(pp, V);
-            if (!figures.count(key)) figures[key] = stageFigures(spec, pp, V, base.parallel.precision, fused);
+            const auto key = std::make_tuple(pp, V, cp);
+            if (!figures.count(key))
+              figures[key] = stageFigures(cpSpec, pp, V, base.parallel.precision, fused);
             const StageFigures& st = figures[key];
             // Offload only where the host side is known (hardware.h) and master weights exist (bf16).
             std::vector<Offload> offloads = {Offload::None};
@@ -215,12 +243,13 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
             // Expert parallelism (mixture of experts): ep over divisors of dp that divide the experts; the
             // engine runs it with ZeRO 0 and no offload (config_checks.cpp).
             std::vector<int> eps = {1};
-            if (model.type == ModelType::Llama && model.experts > 0)
+            if (model.type == ModelType::Llama && model.experts > 0 && cp == 1)
               for (int e : divisors(dp))
                 if (e > 1 && model.experts % e == 0) eps.push_back(e);
             std::vector<std::pair<int, int>> layouts;  // (ep, zero)
             for (int ep : eps)
-              for (int zero = 0; zero <= (dp > 1 && ep == 1 ? 3 : 0); ++zero) layouts.push_back({ep, zero});
+              for (int zero = 0; zero <= (replicas > 1 && ep == 1 ? 3 : 0); ++zero)
+                layouts.push_back({ep, zero});
             for (const std::pair<int, int>& layout : layouts) {
               const int ep = layout.first, zero = layout.second;
               // The least screened memory of each recompute choice with less offloaded (none, then the
@@ -249,10 +278,10 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 const double localParams = st.params - st.expertParams * (1.0 - 1.0 / ep);
                 const double expertGrads = ep > 1 ? st.expertParams / ep / tp * states.gradientBytes : 0.0;
                 const double grads = localParams / tp * states.gradientBytes - expertGrads;
-                const LinkSpec& dpLink = tp * dp > perNode ? mesh->interLink : mesh->intraLink;
+                const LinkSpec& dpLink = tp * replicas > perNode ? mesh->interLink : mesh->intraLink;
                 // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
-                double sync = zero >= 2 ? M * ringReduceScatterTime(grads, dp, dpLink)
-                                        : ringAllReduceTime(grads, dp, dpLink);
+                double sync = zero >= 2 ? M * ringReduceScatterTime(grads, replicas, dpLink)
+                                        : ringAllReduceTime(grads, replicas, dpLink);
                 const double routedRows = double(positions) * model.expertsPerToken * mbs;
                 double epComm = 0, epBytes = 0;
                 if (ep > 1) {
@@ -265,17 +294,34 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 }
                 // ZeRO-3 gathers the stage's parameters before every forward and backward.
                 if (zero == 3)
-                  sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, dp, dpLink);
+                  sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, replicas, dpLink);
+                // Ring attention (cost_model.cpp): per block cp - 1 key/value transfers beside a 1/cp share
+                // of its attention in forward, again beside twice that in backward, plus cp dK|dV transfers.
+                double cpComm = 0;
+                if (cp > 1) {
+                  const LinkSpec& cpLink = tp * cp > perNode ? mesh->interLink : mesh->intraLink;
+                  const double values =
+                      double(mbs) * positions * 2.0 * KV * (double(model.width) / model.heads) / tp;
+                  const double transfer =
+                      p2pTime(values * activationElementBytes(base.parallel.precision), cpLink);
+                  const double gradients = p2pTime(values * 4.0, cpLink);
+                  const double step =
+                      st.blocks > 0 ? st.attentionFlops / st.blocks * mbs / (rate * tp * cp) : 0.0;
+                  cpComm =
+                      st.blocks *
+                      ((cp - 1) * (std::max(0.0, transfer - step) + std::max(0.0, transfer - 2.0 * step)) +
+                       cp * gradients);
+                }
                 const double factor = pipelineFactor(schedule, pp, V, M);
                 // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
                 const double n = localParams / tp;
-                const ModelStateBytes perParam = modelStateBytes(states, dp);
+                const ModelStateBytes perParam = modelStateBytes(states, replicas);
                 const double stateBytes = n * (perParam.parameters + perParam.gradients + perParam.optimizer);
                 // Offload: the host's share must hold its part, and the step crosses the link and runs on
                 // the host (cost_model.cpp); the device-side step is not in the screen's time either way.
                 if (n * perParam.hostTotal() > device.hostMemoryBytes && perParam.hostTotal() > 0) continue;
                 if (states.offloadOptimizer) {
-                  const double shard = zero >= 1 ? n / dp : n;
+                  const double shard = zero >= 1 ? n / replicas : n;
                   sync += shard *
                           (4.0 + 2.0 * states.masterBytes + 2.0 * states.momentBytes + states.workingBytes) /
                           device.hostMemoryBandwidth;
@@ -315,7 +361,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
                                        (attention ? st.attentionFlops * mbs / (rate * tp) : 0.0);
                   const double tB = 2.0 * tF + again;
-                  const double comm = tpComm + 2.0 * recomputedBlocks * tpCommPerBlock + epComm;
+                  const double comm = tpComm + 2.0 * recomputedBlocks * tpCommPerBlock + epComm + cpComm;
                   const double time = factor * (tF + tB + comm) + sync;
                   const double kept = attention ? blockPart(st.blockBytes - st.matrixBytes)
                                                 : blockBytes * (1.0 - recomputedBlocks * perBlock);
@@ -331,6 +377,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   par.tp = tp;
                   par.pp = pp;
                   par.ep = ep;
+                  par.cp = cp;
                   par.schedule = schedule;
                   par.virtualChunks = V;
                   par.microbatches = M;
@@ -376,7 +423,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
     RunConfig config = base;
     config.parallel = s.parallel;
     config.parallel.placement =
-        toPlacement(balancedPartition(spec, s.parallel.pp, s.parallel.virtualChunks, layerFlops(spec)), spec);
+        toPlacement(balancedPartition(specs.at(s.parallel.cp), s.parallel.pp, s.parallel.virtualChunks,
+                                      layerFlops(specs.at(s.parallel.cp))),
+                    spec);
     if (!validateRunConfig(config).empty()) continue;
     auto plan = buildPlan(config);
     if (!plan) continue;

@@ -121,6 +121,40 @@ bool divides(int64_t d, int64_t n) {
   return d > 0 && n % d == 0;
 }
 
+// Context parallelism (Megatron-Core's context_parallel_size): each sample's sequence splits into 2 * cp
+// chunks, rank i of the ring holding chunks i and 2cp-1-i (causal load balance), attention as ring
+// attention. Rotary embeddings take each chunk's positions; gpt's learned position table and vit's
+// bidirectional patches are not wired to it yet.
+void checkContextParallel(const RunConfig& c, Findings& out) {
+  const int cp = c.parallel.cp;
+  if (cp <= 1) return;
+  const std::string cpText = "cp (" + std::to_string(cp) + ")";
+  if (c.model.type != ModelType::Llama) {
+    add(out, "/parallel/cp",
+        cpText + " splits the sequence of a llama model (rotary positions, causal ring attention); a " +
+            std::string(toString(c.model.type)) + " model needs cp 1",
+        {"/model/type"});
+    return;
+  }
+  const int T = c.training.seqLen;
+  if (T >= 1 && T % (2 * cp) != 0)
+    add(out, "/training/seq_len",
+        "seq_len (" + std::to_string(T) + ") must be divisible by 2 * cp = " + std::to_string(2 * cp) +
+            ": each context-parallel rank holds two chunks of seq_len / (2 * cp) tokens",
+        {"/parallel/cp"});
+  else if (T >= 1 && c.parallel.sequenceParallel && c.parallel.tp > 1 && (T / cp) % c.parallel.tp != 0)
+    add(out, "/parallel/sequence_parallel",
+        "each context-parallel rank's seq_len / cp = " + std::to_string(T / cp) +
+            " positions must split evenly over tp = " + std::to_string(c.parallel.tp) +
+            " for sequence parallelism",
+        {"/parallel/cp", "/parallel/tp", "/training/seq_len"});
+  if (c.parallel.ep > 1)
+    add(out, "/parallel/cp",
+        cpText + " with expert parallelism (ep " + std::to_string(c.parallel.ep) +
+            ") is not supported yet; use cp 1 or ep 1",
+        {"/parallel/ep"});
+}
+
 // Divisibility of the model's dimensions by heads and tp, and the model/data pairing.
 void checkModel(const RunConfig& c, Findings& out) {
   const ModelConfig& m = c.model;
@@ -134,6 +168,7 @@ void checkModel(const RunConfig& c, Findings& out) {
             "have (model.experts); a " +
             modelName + " model needs ep 1",
         {"/model/type"});
+  checkContextParallel(c, out);
   if (m.type == ModelType::Cnn) {
     // Convolutions are not split by tensor parallelism here (their channels could be, as Megatron splits
     // linear layers, but the engine has no such layer): data and pipeline parallelism only.
@@ -294,13 +329,16 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
               ")",
           {"/mesh/nodes/" + std::to_string(it->second) + "/name"});
   }
-  if (countsValid && p.dp >= 1 && p.tp >= 1 && p.pp >= 1) {
-    const int64_t ranks = int64_t(p.dp) * p.tp * p.pp;
+  if (countsValid && p.dp >= 1 && p.tp >= 1 && p.pp >= 1 && p.cp >= 1) {
+    const int64_t ranks = p.ranks();
     if (ranks > devices)
       add(out, "/parallel",
-          "dp * tp * pp = " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") +
-              ", but the mesh has only " + std::to_string(devices) + (devices == 1 ? " device" : " devices"),
-          {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/mesh/nodes"});
+          std::string(p.cp > 1 ? "dp * cp * tp * pp = " : "dp * tp * pp = ") + std::to_string(ranks) +
+              (ranks == 1 ? " rank" : " ranks") + ", but the mesh has only " + std::to_string(devices) +
+              (devices == 1 ? " device" : " devices"),
+          p.cp > 1 ? std::vector<std::string>{"/parallel/dp", "/parallel/cp", "/parallel/tp", "/parallel/pp",
+                                              "/mesh/nodes"}
+                   : std::vector<std::string>{"/parallel/dp", "/parallel/tp", "/parallel/pp", "/mesh/nodes"});
   }
   if (p.dp >= 1 && p.microbatches >= 1 && c.training.batchSize >= 1) {
     const int64_t split = int64_t(p.dp) * p.microbatches;
@@ -535,6 +573,7 @@ void checkParameterServer(const RunConfig& c, Findings& out) {
   one("/parallel/tp", p.tp, "tp");
   one("/parallel/pp", p.pp, "pp");
   one("/parallel/ep", p.ep, "ep");
+  one("/parallel/cp", p.cp, "cp");
   if (p.zero != 0)
     add(out, "/parallel/zero",
         "parameter_server mode shards the model states over the servers; zero must be 0", byMode);

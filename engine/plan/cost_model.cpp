@@ -159,7 +159,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   const ModelSpec& model = plan.model;
   const size_t L = model.layers.size();
   const int K = static_cast<int>(plan.partition.chunks.size());
-  const int tp = std::max(1, p.tp), dp = std::max(1, p.dp);
+  // dp: the parameters' replicas, the context-parallel slices of each included (RankLayout::dpCpGroup).
+  const int tp = std::max(1, p.tp), dp = std::max(1, p.dataReplicas());
   const double mbs = plan.microbatchSize();
   const bool modelled = communication == Communication::Modelled;
   m_chunks = plan.partition.chunks;
@@ -186,7 +187,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     if (fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(chunkOf[l])], static_cast<int>(l)))
       again = f;
     else if (recomputesAttention(recompute, plan.config.model.type, layer.kind, model.samplePositions,
-                                 fusedAttention(plan, stage)))
+                                 fusedAttention(plan, stage) || layer.ringAttention))
       again = rate > 0 ? layer.attentionFlopsPerSample * mbs / rate / tp : 0.0;
     m_analytic.backwardInput[l] = f + again;
     m_analytic.backwardWeight[l] = f;
@@ -249,11 +250,41 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         m_chunkBackwardComm[static_cast<size_t>(k)] += (again ? 2.0 : 1.0) * pair;
       }
     }
+    if (p.cp > 1) {
+      // Context parallelism (runtime/transformer.cpp, ring attention): in forward each block passes its
+      // keys and values, the T/cp positions' grouped-query heads (2 KV hs / tp values each, bf16 under
+      // "precision": "bf16"), to the next rank of the ring cp - 1 times, each transfer beside the attention
+      // of the block in hand (1/cp of the layer's attention FLOPs: the load-balanced chunks give every step
+      // about the same share), so only what a transfer outlasts that compute is exposed (Liu et al. 2023,
+      // section 3: "overlapping the communication of key-value blocks with the computation of blockwise
+      // attention"). Backward passes the blocks again beside twice that compute, and after each of the cp
+      // steps waits for the dK|dV accumulator (fp32, same shape) to reach the next rank: cp exposed
+      // transfers.
+      const LinkSpec& link = groupLink(plan, plan.layout.cpGroup(rank));
+      const int stageHere = plan.partition.stageOf[static_cast<size_t>(k)];
+      const DeviceSpec& device = stageDevice(plan, stageHere);
+      const double rate = device.peakFlops(p.precision) * device.achievableFraction;
+      for (int l : m_chunks[static_cast<size_t>(k)]) {
+        const LayerSpec& layer = model.layers[static_cast<size_t>(l)];
+        if (!layer.ringAttention) continue;
+        const ModelConfig& m = plan.config.model;
+        const double values =
+            mbs * double(model.samplePositions) * 2.0 * m.kvHeadCount() * (m.width / m.heads) / tp;
+        const double step = rate > 0 ? layer.attentionFlopsPerSample * mbs / rate / tp / p.cp : 0.0;
+        const double transfer = p2pTime(values * activationElementBytes(p.precision), link);
+        const double gradients = p2pTime(values * 4.0, link);
+        const double forward = (p.cp - 1) * std::max(0.0, transfer - step);
+        const double backward = (p.cp - 1) * std::max(0.0, transfer - 2.0 * step) + p.cp * gradients;
+        m_chunkForwardComm[static_cast<size_t>(k)] += forward;
+        const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);
+        m_chunkBackwardComm[static_cast<size_t>(k)] += backward + (again ? forward : 0.0);
+      }
+    }
     if (p.zero == 3 && dp > 1) {
       // Each layer's gather is issued as its neighbour starts (runtime Model::prefetch): the chunk's first
       // layer's (its last's in backward) is exposed, every other one only beyond the compute of the layer it
       // travels beside.
-      const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
+      const LinkSpec& link = groupLink(plan, plan.layout.dpCpGroup(rank));
       const std::vector<int>& layers = m_chunks[static_cast<size_t>(k)];
       auto gather = [&](int l) {
         return ringAllGatherTime(gathered[static_cast<size_t>(l)] * state.workingBytes, dp, link);
@@ -344,7 +375,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
     const int rank = replicaRank(plan, stage);
     const double bytes = params[static_cast<size_t>(k)] * state.gradientBytes;
-    const LinkSpec& link = groupLink(plan, plan.layout.dpGroup(rank));
+    const LinkSpec& link = groupLink(plan, plan.layout.dpCpGroup(rank));
     // ZeRO >= 2 reduce-scatters every microbatch's gradients (runtime/parameters.h reduceGrads), all counted
     // in the chunk's one GradSync: the traffic is right, its overlap with the later microbatches is not. A
     // tied wte (its own unit in the engine) is reduce-scattered once per step, after its cross-stage sum.
@@ -400,7 +431,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     }
     if (modelled && (p.zero == 1 || p.zero == 2))
       t += ringAllGatherTime(local * state.workingBytes, dp,
-                             groupLink(plan, plan.layout.dpGroup(replicaRank(plan, s))));
+                             groupLink(plan, plan.layout.dpCpGroup(replicaRank(plan, s))));
     m_optimizer[static_cast<size_t>(s)] = t;
   }
 }

@@ -41,7 +41,8 @@ std::string describe(const RunConfig& c) {
     s << p.servers << " parameter server(s) and " << p.workers << " worker(s), " << toString(p.consistency)
       << ", on ";
   else
-    s << "dp " << p.dp << " x tp " << p.tp << " x pp " << p.pp << " = " << p.dp * p.tp * p.pp << " ranks on ";
+    s << "dp " << p.dp << (p.cp > 1 ? " x cp " + std::to_string(p.cp) : std::string()) << " x tp " << p.tp
+      << " x pp " << p.pp << " = " << p.ranks() << " ranks on ";
   s << c.mesh.nodes.size() << (c.mesh.nodes.size() == 1 ? " node" : " nodes");
   std::set<std::string> types;
   for (const NodeConfig& n : c.mesh.nodes) types.insert(n.device);
@@ -142,7 +143,7 @@ LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile) 
     return parameterServerLaunchFiles(config, configFile);
   LaunchFiles out;
   const ParallelConfig& p = config.parallel;
-  const int ranks = p.dp * p.tp * p.pp;
+  const int ranks = static_cast<int>(p.ranks());
   const bool multiNode = config.mesh.nodes.size() > 1;
   const bool gpu = meshHasGpus(config.mesh);
   const std::string runDirArg = runDirArgument(config);

@@ -3,7 +3,7 @@
 // line cannot drift apart.
 //
 // What the files do (all take the engine from $MESHSTUDIO_ENGINE, else meshstudio-engine on PATH):
-// - launch.sh: `mpirun -np <dp*tp*pp>` over the mesh's nodes. Several nodes: a hostfile with one line per
+// - launch.sh: `mpirun -np <dp*cp*tp*pp>` over the mesh's nodes. Several nodes: a hostfile with one line per
 // mesh
 //   node ("<name> slots=<devices>"), and --map-by slot, which fills node 0's slots first, then node 1's: the
 //   node-major order in which the plan lays rank r on device r (plan/layout.h). One node: runs locally,
@@ -18,7 +18,7 @@
 // local ranks) and Open MPI's default binding for small jobs would pin them all to one core.
 //
 // What always holds: the scripts pass `bash -n`; every value from the config that reaches a shell line is
-// quoted; the rank count is the plan's dp * tp * pp.
+// quoted; the rank count is the plan's dp * cp * tp * pp.
 #pragma once
 
 #include <string>

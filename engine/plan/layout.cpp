@@ -1,6 +1,7 @@
-// Rank arithmetic (the Megatron order, rank = (pp_i * dp + dp_i) * tp + tp_i) and layoutRanks(), which puts
-// rank r on mesh device r (node-major) and says in warnings where that placement is slow: a TP group whose
-// all-reduces cross nodes, ranks sharing devices, ranks on device types of different speeds.
+// Rank arithmetic (Megatron-Core's order tp-cp-ep-dp-pp, rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i)
+// and layoutRanks(), which puts rank r on mesh device r (node-major) and says in warnings where that
+// placement is slow: a TP group whose all-reduces cross nodes, ranks sharing devices, ranks on device types
+// of different speeds.
 //
 // What always holds: groups are computed from a rank's coordinate alone, so every member of a group computes
 // the same list; group members are in increasing rank order (the pipeline group is also in stage order,
@@ -15,16 +16,18 @@
 
 namespace ms {
 
-RankLayout::RankLayout(int dp, int tp, int pp, int ep) : m_dp(dp), m_tp(tp), m_pp(pp), m_ep(ep) {
-  assert(dp >= 1 && tp >= 1 && pp >= 1 && ep >= 1 && dp % ep == 0);
+RankLayout::RankLayout(int dp, int tp, int pp, int ep, int cp)
+    : m_dp(dp), m_tp(tp), m_pp(pp), m_ep(ep), m_cp(cp) {
+  assert(dp >= 1 && tp >= 1 && pp >= 1 && ep >= 1 && cp >= 1 && dp % ep == 0);
 }
 
 RankCoord RankLayout::coord(int rank) const {
   assert(rank >= 0 && rank < world());
   RankCoord c;
   c.tp = rank % m_tp;
-  c.dp = (rank / m_tp) % m_dp;
-  c.pp = rank / (m_tp * m_dp);
+  c.cp = (rank / m_tp) % m_cp;
+  c.dp = (rank / (m_tp * m_cp)) % m_dp;
+  c.pp = rank / (m_tp * m_cp * m_dp);
   return c;
 }
 
@@ -39,6 +42,24 @@ std::vector<int> RankLayout::dpGroup(int rank) const {
   RankCoord c = coord(rank);
   std::vector<int> group;
   for (c.dp = 0; c.dp < m_dp; ++c.dp) group.push_back(this->rank(c));
+  return group;
+}
+
+std::vector<int> RankLayout::cpGroup(int rank) const {
+  RankCoord c = coord(rank);
+  std::vector<int> group;
+  for (c.cp = 0; c.cp < m_cp; ++c.cp) group.push_back(this->rank(c));
+  return group;
+}
+
+std::vector<int> RankLayout::dpCpGroup(int rank) const {
+  RankCoord c = coord(rank);
+  std::vector<int> group;
+  for (int i = 0; i < m_dp * m_cp; ++i) {
+    c.dp = i / m_cp;
+    c.cp = i % m_cp;
+    group.push_back(this->rank(c));
+  }
   return group;
 }
 
@@ -154,24 +175,26 @@ void warnMixedDeviceTypes(const RankLayout& layout, const Mesh& mesh, std::vecto
 }  // namespace
 
 Expected<LayoutResult> layoutRanks(const ParallelConfig& parallel, const Mesh& mesh, bool allowSharing) {
-  for (const auto& [key, value] : {std::pair{"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}})
+  for (const auto& [key, value] :
+       {std::pair{"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}, {"cp", parallel.cp}})
     if (value < 1)
       return Status::error(std::string("/parallel/") + key + ": must be >= 1, got " + std::to_string(value));
-  const long long world = static_cast<long long>(parallel.dp) * parallel.tp * parallel.pp;
+  const long long world = parallel.ranks();
   const int devices = mesh.deviceCount();
   if (devices == 0) return Status::error("/mesh/nodes: the mesh has no devices");
   if (world > devices && !allowSharing)
-    return Status::error("/parallel: dp*tp*pp = " + plural(world, "rank", "ranks") + " need " +
-                         plural(world, "device", "devices") + "; the mesh has " + std::to_string(devices));
+    return Status::error("/parallel: " + parallel.ranksText() + " = " + plural(world, "rank", "ranks") +
+                         " need " + plural(world, "device", "devices") + "; the mesh has " +
+                         std::to_string(devices));
   if (world > kMaxRanks)  // only reachable with sharing: a mesh this large cannot be described
-    return Status::error("/parallel: dp*tp*pp = " + std::to_string(world) + " ranks; at most " +
-                         std::to_string(kMaxRanks) + " can be laid out");
+    return Status::error("/parallel: " + parallel.ranksText() + " = " + std::to_string(world) +
+                         " ranks; at most " + std::to_string(kMaxRanks) + " can be laid out");
 
   LayoutResult result;
   if (parallel.ep < 1 || parallel.dp % parallel.ep != 0)
     return Status::error("/parallel/ep: must be >= 1 and divide dp (" + std::to_string(parallel.dp) +
                          "), got " + std::to_string(parallel.ep));
-  result.layout = RankLayout(parallel.dp, parallel.tp, parallel.pp, parallel.ep);
+  result.layout = RankLayout(parallel.dp, parallel.tp, parallel.pp, parallel.ep, parallel.cp);
   RankLayout& layout = result.layout;
   layout.deviceOf.resize(static_cast<size_t>(world));
   for (int r = 0; r < layout.world(); ++r) layout.deviceOf[static_cast<size_t>(r)] = r % devices;

@@ -89,7 +89,7 @@ double layerActivationBytesWithoutEp(const Plan& plan, int l, bool fused) {
   double full = layer.keptBytesPerSample(p.precision, fused) * plan.microbatchSize();
   // Selective recompute drops the attention matrix, a tensor-parallel (split by heads) part (recompute.h).
   if (recomputesAttention(RecomputePolicy::of(p), plan.config.model.type, layer.kind,
-                          plan.model.samplePositions, fused))
+                          plan.model.samplePositions, fused || layer.ringAttention))
     full -= layer.attentionMatrixBytesPerSampleIn(p.precision) * plan.microbatchSize();
   const double output = layerOutputBytes(plan, l);
   const bool transformerBlock = layer.kind == LayerKind::Block && isTransformer(plan.config.model.type);
@@ -334,7 +334,8 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
     double full = 0;
     for (size_t i = 0; i < units.size() && (plan.schedule.splitBackward || i < 2); ++i) full += units[i];
     if (holdsTied) full += wteLocal;
-    const double staging = p.microbatches > 1 && !units.empty() ? units.front() / std::max(1, p.dp) : 0.0;
+    const double staging =
+        p.microbatches > 1 && !units.empty() ? units.front() / std::max(1, p.dataReplicas()) : 0.0;
     o.dpBucket = (full + staging) * state.gradientBytes;
   }
 
@@ -379,7 +380,14 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       const bool bf16 = p.precision == Precision::Bf16, sp = p.sequenceParallel && tp > 1;
       const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpHidden());
       const double Cs = C / seqSplit, spC = sp ? C : 0.0;
-      const double attention = fused ? double(m.heads) * T + (bf16 ? T * C : 0.0) : double(m.heads) * T * T;
+      // Ring attention (context parallelism) asks for no scratch of slot 5; its key|value blocks of the
+      // grouped-query heads, (T, 2 KV hs / tp) each, take slots 24-28: the one in hand and the one arriving,
+      // and in backward their dK|dV accumulators, in fp32 four of them; in bf16 the two travelling ones are
+      // bf16 and attention reads a widened copy, four again.
+      const bool ring = layer.ringAttention;
+      const double attention = ring    ? 0.0
+                               : fused ? double(m.heads) * T + (bf16 ? T * C : 0.0)
+                                       : double(m.heads) * T * T;
       // llama: slot 3 holds the gate and up gradients (2F / tp) and then the q, k, v projections' gradients
       // ((H + 2 KV) hs / tp); slot 7 the q, k, v projections in forward.
       const bool llama = m.type == ModelType::Llama;
@@ -391,13 +399,14 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       // Selective recompute (recompute.h) re-makes the attention matrix in slot 8, with the attention output
       // the re-run writes and nobody reads: (H, T, T) + (T, C) per sample, / tp.
       const bool selective =
-          recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused);
+          recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused || ring);
       if (selective) floats += (double(m.heads) * T * T + T * C) / tp;
+      if (ring) floats += 4.0 * T * 2.0 * m.kvHeadCount() * (C / m.heads) / tp;
       // In bf16 the kept q|k|v, attention matrix, residual and GELU input (llama's gate and up) (layer_impl.h
       // KeptTensor) are staged in fp32 in slots 9-12 in forward and widened there in backward; under
       // selective recompute the matrix's slot holds the re-made matrix's bf16 rounding, half the size.
       if (bf16) {
-        const double matrix = fused ? 0.0 : double(m.heads) * T * T * (selective ? 0.5 : 1.0);
+        const double matrix = fused || ring ? 0.0 : double(m.heads) * T * T * (selective ? 0.5 : 1.0);
         floats += ((3.0 * C + (llama ? 2.0 * F : F)) * T + matrix) / tp + T * Cs;
         // Slot 13, the TP collectives' bf16 staging: a (T, C) all-reduce, or under sequence parallelism a
         // reduce-scatter's (T, C) whole and (T / tp, C) piece.
@@ -439,7 +448,8 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   }
   o.workspace += staging;
 
-  if (p.zero == 3 && p.dp > 1) o.zero3Gathered = zero3GatheredParams(plan, stage) * state.workingBytes;
+  if (p.zero == 3 && p.dataReplicas() > 1)
+    o.zero3Gathered = zero3GatheredParams(plan, stage) * state.workingBytes;
   if (gpu) o.context = kCudaContextBytes;
   // Seen on an H100 (bench/gpu_memory.py, GPT-2 124M and 350M): bf16 runs used 124 and 126 MiB more outside
   // the tracked buffers than fp32 runs; the head's 1280-row chunk of 50304 logits gradients alone is 123 MiB
@@ -487,7 +497,7 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   const ParallelConfig& p = plan.config.parallel;
   const int P = plan.partition.stages;
   const ModelStateLayout layout = modelStateLayout(p, plan.config.optimizer);
-  const ModelStateBytes state = modelStateBytes(layout, p.dp);
+  const ModelStateBytes state = modelStateBytes(layout, p.dataReplicas());
   const std::vector<double> peaks =
       slotActivationBytes(plan.schedule, chunkActivationBytes(plan), chunkSplitBackwardBytes(plan));
 
@@ -510,7 +520,8 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     // Offload's host staging, the size of the stage's largest unit's owned slice: "optimizer" rounds each
     // unit's updated master slice to bf16 there before uploading it; "parameters" lands a reduced gradient
     // shard there before adding it to the shard it keeps (a later microbatch's).
-    const double largestSlice = largestUnitParams(plan, s) / (layout.shardOptimizer ? std::max(1, p.dp) : 1);
+    const double largestSlice =
+        largestUnitParams(plan, s) / (layout.shardOptimizer ? std::max(1, p.dataReplicas()) : 1);
     if (layout.offloadParameters)
       m.host.staging = largestSlice * layout.gradientBytes;
     else if (layout.offloadOptimizer)

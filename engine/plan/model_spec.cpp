@@ -68,6 +68,7 @@ ShardSpec shardSpecOf(const ParamSpec& p, ModelType type) {
 }
 
 double LayerSpec::attentionMatrixBytesPerSampleIn(Precision precision) const {
+  if (ringAttention) return double(attentionMatrixBytesPerSample);  // fp32 row log-sum-exps
   return double(attentionMatrixBytesPerSample) * (precision == Precision::Bf16 ? 0.5 : 1.0);
 }
 
@@ -197,7 +198,9 @@ ModelSpec gptSpec(const ModelConfig& m, int T) {
 // embeddings; Llama 2's grouped-query attention, Ainslie et al. 2023), parameters named and laid out as in
 // the Hugging Face Llama checkpoints (nn.Linear (out, in) weights, no biases). The residual outputs (o_proj,
 // down_proj) start scaled by 1/sqrt(2L) as gpt's do.
-LayerSpec llamaBlock(const ModelConfig& m, int i, int T) {
+// cp > 1: one context-parallel rank's slice of T / cp positions (ModelSpec).
+LayerSpec llamaBlock(const ModelConfig& m, int i, int Tfull, int cp) {
+  const int T = Tfull / cp;
   const int64_t C = m.width, F = m.mlpHidden(), H = m.heads, KV = m.kvHeadCount(), hs = C / H;
   const double projStd = m.initStd / std::sqrt(2.0 * m.layers);
   const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -237,7 +240,7 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int T) {
   // (grouped-query attention shares K and V, not the products).
   const double mlp = 3.0 * C * (Fs + k * Fe) + (moe ? double(C) * m.experts : 0.0);
   const double gemm = 2.0 * T * (C * (H + 2 * KV) * hs + H * hs * C + mlp);
-  const double attn = 2.0 * 2.0 * double(T) * T * H * hs * 0.5;
+  const double attn = 2.0 * 2.0 * double(T) * Tfull * H * hs * 0.5;
   l.forwardFlopsPerSample = gemm + attn;
   l.attentionFlopsPerSample = attn;
   // Saved for backward (runtime/transformer.cpp): the first RMSNorm's output, the rotated q|k|v with the
@@ -251,15 +254,23 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int T) {
                       H, T, C);
   l.tpWholeFloatsPerSample = T * k * C;
   l.tpWholeStatFloatsPerSample = T * 2 * k;
+  if (cp > 1) {
+    // Ring attention (runtime/transformer.cpp) keeps each query row's fp32 log-sum-exp, never the matrix.
+    l.ringAttention = true;
+    l.activationBytesPerSample += l.attentionRowBytesPerSample - l.attentionMatrixBytesPerSample;
+    l.attentionMatrixBytesPerSample = l.attentionRowBytesPerSample;
+  }
   return l;
 }
 
 // Llama: a token embedding without positions (rotary embeddings act inside attention), the blocks, a final
 // RMSNorm and the LM head (lm_head.weight, or the embedding when tied), Hugging Face's names.
-ModelSpec llamaSpec(const ModelConfig& m, int T) {
+ModelSpec llamaSpec(const ModelConfig& m, int Tfull, int cp) {
   const int64_t C = m.width, V = m.vocab;
+  const int T = Tfull / cp;
   ModelSpec spec;
   spec.samplePositions = T;
+  spec.contextParallel = cp;
   LayerSpec emb;
   emb.name = "embedding";
   emb.kind = LayerKind::Embedding;
@@ -268,7 +279,7 @@ ModelSpec llamaSpec(const ModelConfig& m, int T) {
   emb.activationBytesPerSample = 0;
   emb.outputBytesPerSample = int64_t(T) * C * 4;
   spec.layers.push_back(emb);
-  for (int i = 0; i < m.layers; ++i) spec.layers.push_back(llamaBlock(m, i, T));
+  for (int i = 0; i < m.layers; ++i) spec.layers.push_back(llamaBlock(m, i, Tfull, cp));
   LayerSpec head;
   head.name = "head";
   head.kind = LayerKind::Head;
@@ -438,7 +449,7 @@ const char* tokenEmbeddingName(ModelType type) {
   return "";
 }
 
-ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
+ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs, int cp) {
   ModelSpec spec;
   switch (model.type) {
     case ModelType::Gpt:
@@ -454,7 +465,7 @@ ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs) {
       spec = cnnSpec(model);
       break;
     case ModelType::Llama:
-      spec = llamaSpec(model, seqLen);
+      spec = llamaSpec(model, seqLen, std::max(1, cp));
       break;
   }
   // Which elements tensor parallelism splits, once (the memory and cost models ask per plan and stage).

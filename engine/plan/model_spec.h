@@ -75,6 +75,10 @@ struct LayerSpec {
   int64_t tpWholeFloatsPerSample = 0;
   int64_t tpWholeStatFloatsPerSample = 0;
   int64_t attentionRowBytesPerSample = 0;
+  // Context parallelism (cp > 1): attention runs as ring attention, which keeps only each row's fp32
+  // log-sum-exp on every backend; attentionMatrixBytesPerSample then holds those (H, T/cp) floats, in every
+  // precision, and nothing is left for selective recompute to drop.
+  bool ringAttention = false;
   // The attention matrix as kept in this precision (bf16: half).
   double attentionMatrixBytesPerSampleIn(Precision precision) const;
   // Forward FLOPs of the attention core alone (Q K^T and the probabilities times V; part of
@@ -120,9 +124,16 @@ inline constexpr int kFusedAttentionMaxHeadSize = 128;
 inline constexpr int64_t kHeadChunkFloats = int64_t(1) << 26;
 int64_t headChunkRows(int64_t rows, int64_t vocabLocal);
 
+// Under context parallelism of cp ways (buildModelSpec's cp) the spec describes what ONE rank of the ring
+// computes and keeps for each sample: samplePositions is seq_len / cp, the GEMMs' FLOPs and the kept
+// activations are its positions', attention's FLOPs are its queries against the whole sequence (the
+// load-balanced chunks give every rank the same causal share, T (T + 1) / (2 cp) query-key pairs). The memory
+// and cost models then see a rank's slice like any sample; totals over the model (the simulator's FLOPs per
+// step and tokens/s) multiply by contextParallel.
 struct ModelSpec {
   std::vector<LayerSpec> layers;
-  int samplePositions = 1;  // T for gpt (training.seq_len), tokens for vit, 1 for mlp
+  int samplePositions = 1;  // T for gpt (training.seq_len), tokens for vit, 1 for mlp; / cp under cp
+  int contextParallel = 1;  // cp: each sample is cp slices of samplePositions positions
   int64_t paramCount() const;
   // Index of the layer with this name, or -1.
   int layerIndex(const std::string& name) const;
@@ -139,7 +150,8 @@ const char* tokenEmbeddingName(ModelType type);
 
 // Builds the spec from the model config; seqLen is training.seq_len (used by gpt only). The config is assumed
 // structurally valid (positive sizes); inputs is the flattened input size of an mlp (784 for Fashion-MNIST).
-ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs = 784);
+// cp > 1 (llama only; config_checks): the spec of one context-parallel rank's slice, seqLen / cp positions.
+ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs = 784, int cp = 1);
 
 // Layer names without building shapes (cheap; used by config validation).
 std::vector<std::string> modelLayerNames(const ModelConfig& model);

@@ -50,7 +50,7 @@ ModelStateBytes modelStateBytes(const ModelStateLayout& l, int dp) {
 }
 
 ModelStateBytes modelStateBytes(const ParallelConfig& p, const OptimizerConfig& optimizer) {
-  return modelStateBytes(modelStateLayout(p, optimizer), p.dp);
+  return modelStateBytes(modelStateLayout(p, optimizer), p.dataReplicas());
 }
 
 namespace {
@@ -72,16 +72,16 @@ ModelStateText modelStateText(const ParallelConfig& p, const OptimizerConfig& op
   const ModelStateLayout l = modelStateLayout(p, optimizer);
   ModelStateText t;
   t.parameters = part(l.workingBytes, l.mixed ? "bf16 working parameters" : "fp32 parameters", l.shardWorking,
-                      p.dp, "3");
+                      p.dataReplicas(), "3");
   t.gradients = part(l.gradientBytes, l.gradientBytes == 2 ? "bf16 gradients" : "fp32 gradients",
-                     l.shardGradients, p.dp, "2");
+                     l.shardGradients, p.dataReplicas(), "2");
   std::string what = l.mixed ? "fp32 master" : "";
   if (l.momentBytes > 0)
     what += std::string(what.empty() ? "" : " + ") +
             (optimizer.type == OptimizerType::AdamW ? "AdamW moments" : "SGD momentum");
-  t.optimizer = part(l.masterBytes + l.momentBytes, what.c_str(), l.shardOptimizer, p.dp, "1");
+  t.optimizer = part(l.masterBytes + l.momentBytes, what.c_str(), l.shardOptimizer, p.dataReplicas(), "1");
   if (l.offloadOptimizer) {
-    const ModelStateBytes b = modelStateBytes(l, p.dp);
+    const ModelStateBytes b = modelStateBytes(l, p.dataReplicas());
     char buf[200];
     std::snprintf(buf, sizeof buf, "host: %.4g B optimizer state + %.4g B gradients%s = %.4g B per parameter",
                   b.hostOptimizer, b.hostGradients,

@@ -46,7 +46,7 @@ std::vector<double> chunkMessageBytes(const Plan& plan) {
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
   Plan plan;
   plan.config = config;
-  plan.model = buildModelSpec(config.model, config.training.seqLen);
+  plan.model = buildModelSpec(config.model, config.training.seqLen, 784, config.parallel.cp);
   auto mesh = buildMesh(config.mesh);
   if (!mesh) return mesh.status();
   plan.mesh = std::move(*mesh);

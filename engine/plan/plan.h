@@ -2,8 +2,8 @@
 // config to everything derived from it: the model spec, the mesh, the ranks and their groups, the partition
 // of layers into chunks and stages, and the pipeline schedule (per-stage action lists).
 //
-// What always holds: a Plan returned by buildPlan() is consistent: layout.world() == dp*tp*pp, the partition
-// has pp stages, and the schedule was generated for that partition and passed checkSchedule().
+// What always holds: a Plan returned by buildPlan() is consistent: layout.world() == dp*cp*tp*pp, the
+// partition has pp stages, and the schedule was generated for that partition and passed checkSchedule().
 #pragma once
 
 #include <string>

@@ -190,6 +190,7 @@ struct ParallelConfig {
   int tp = 1;  // "tp": tensor-parallel ways, must divide heads
   int pp = 1;  // "pp": pipeline stages
   int ep = 1;  // "ep": expert-parallel ways (MoE): the experts split over ep of the dp replicas
+  int cp = 1;  // "cp": context-parallel ways: each sample's sequence split over cp ranks (ring attention)
   Schedule schedule = Schedule::OneFOneB;  // "schedule": "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
   int microbatches = 1;   // "microbatches": a replica's batch is split into this many, run one after another
                           // with gradients summed (this is also gradient accumulation on one rank)
@@ -213,6 +214,13 @@ struct ParallelConfig {
   std::vector<Straggler> stragglers;     // "stragglers": workers slowed on purpose
   std::vector<std::string> serverNodes;  // "server_nodes": each server's node by name; empty: s mod nodes
   bool operator==(const ParallelConfig&) const = default;
+  // The ranks of the collective layout, dp * cp * tp * pp, and how messages name that product ("dp*tp*pp",
+  // or "dp*cp*tp*pp" when cp > 1).
+  long long ranks() const { return static_cast<long long>(dp) * cp * tp * pp; }
+  // The ranks each parameter is replicated over (the gradient all-reduce and ZeRO's sharding group): the dp
+  // replicas times the cp slices of each (RankLayout::dpCpGroup).
+  int dataReplicas() const { return dp * cp; }
+  std::string ranksText() const { return cp > 1 ? "dp*cp*tp*pp" : "dp*tp*pp"; }
 };
 
 struct OptimizerConfig {

@@ -172,10 +172,11 @@ SimResult simulate(const Plan& plan, const CostModel& costs) {
 
   double forwardFlopsPerSample = 0;
   for (const auto& layer : plan.model.layers) forwardFlopsPerSample += layer.forwardFlopsPerSample;
-  const double samples = plan.config.training.batchSize;
-  result.modelFlopsPerStep = 3.0 * forwardFlopsPerSample * samples;
+  // Under context parallelism the spec is one rank's slice of a sample (model_spec.h): cp slices each.
+  const double samples = plan.config.training.batchSize, slices = std::max(1, plan.model.contextParallel);
+  result.modelFlopsPerStep = 3.0 * forwardFlopsPerSample * samples * slices;
   if (result.stepTime > 0) {
-    result.tokensPerSecond = samples * plan.model.samplePositions / result.stepTime;
+    result.tokensPerSecond = samples * slices * plan.model.samplePositions / result.stepTime;
     if (peakSum > 0) result.mfu = result.modelFlopsPerStep / (result.stepTime * peakSum);
   }
   result.mfuDefined = allPublished && peakSum > 0 && result.stepTime > 0;

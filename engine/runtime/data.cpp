@@ -25,6 +25,25 @@ std::vector<int32_t> epochPermutation(uint64_t seed, int64_t epoch, int32_t n) {
   return perm;
 }
 
+void takeContextSlice(Batch& batch, int cp, int rank) {
+  if (cp <= 1) return;
+  const int T = batch.T, chunk = T / (2 * cp), local = 2 * chunk;
+  assert(T % (2 * cp) == 0 && rank >= 0 && rank < cp);
+  const int starts[2] = {rank * chunk, (2 * cp - 1 - rank) * chunk};
+  auto slice = [&](std::vector<int32_t>& v) {
+    if (v.size() != size_t(batch.B) * size_t(T)) return;  // image labels: one per sample
+    std::vector<int32_t> out(size_t(batch.B) * size_t(local));
+    for (int b = 0; b < batch.B; ++b)
+      for (int h = 0; h < 2; ++h)
+        std::copy_n(v.begin() + std::ptrdiff_t(size_t(b) * T + size_t(starts[h])), chunk,
+                    out.begin() + std::ptrdiff_t(size_t(b) * local + size_t(h) * chunk));
+    v = std::move(out);
+  };
+  slice(batch.tokens);
+  slice(batch.targets);
+  batch.T = local;
+}
+
 std::string describeFiles(const std::vector<std::string>& files) {
   if (files.empty()) return "(no files)";
   std::string s = files[0];

@@ -47,6 +47,12 @@ class DataSource {
   virtual void evalBatch(int64_t first, int count, Batch& out) const = 0;
 };
 
+// Context parallelism: keeps rank `rank`'s slice of every sample's tokens and targets, its two chunks of the
+// 2 * cp equal chunks of the sequence (chunk rank, then chunk 2 cp - 1 - rank: each rank of the ring gets the
+// same share of causal attention's work; Megatron-Core's load-balanced layout), so T becomes T / cp. T must
+// be divisible by 2 * cp (config_checks); cp 1 leaves the batch as it is.
+void takeContextSlice(Batch& batch, int cp, int rank);
+
 // Opens the data described by config.data for a model: seqLen = config.training.seqLen (token data),
 // vocab = config.model.vocab (every token id must be < vocab). Paths resolve with config.resolvePath();
 // globs (*, ?, [..]) expand with glob(3), sorted; a pattern matching nothing is an error naming it.

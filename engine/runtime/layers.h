@@ -81,6 +81,21 @@ struct ExpertParallel {
   int rank = 0;
 };
 
+// Context parallelism (plan/layout.h): the cp ranks of a ring each hold two chunks of every sample's
+// sequence (chunks rank and 2 cp - 1 - rank of 2 cp) and pass keys and values around the ring for attention.
+// Size 1: the whole sequence is local.
+struct ContextParallel {
+  Communicator* comm = nullptr;  // null when size == 1
+  int size = 1;
+  int rank = 0;
+  // Chunk length for a sequence of `local` = T / size positions held here (two chunks of local / 2).
+  // The positions of this rank's rows, and of rank r's (kernels/backend.h SeqPositions).
+  SeqPositions positionsOf(int r, int local) const {
+    const int chunk = local / 2;
+    return SeqPositions{r * chunk, chunk, (2 * size - 1 - r) * chunk};
+  }
+};
+
 // A microbatch as a layer sees it: its size, the host batch (loss statistics count targets there) and its
 // tokens, targets and images in backend memory (the model uploads them once per chunk and slot).
 struct BatchView {
@@ -147,6 +162,7 @@ struct LayerContext {
   int positions;           // T of the activations (ModelSpec::samplePositions)
   TensorParallel tp;       // tensor-parallel group (size 1: none)
   ExpertParallel ep = {};  // expert-parallel group (size 1: none)
+  ContextParallel cp = {};  // context-parallel group (size 1: none); positions is then T / cp
   // Recompute "selective" (plan/recompute.h): transformer blocks drop their attention matrix after forward
   // and re-make it in backward.
   bool selectiveRecompute = false;
@@ -157,7 +173,7 @@ struct LayerContext {
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
-inline constexpr int kLayerScratchSlots = 24;
+inline constexpr int kLayerScratchSlots = 29;
 
 // MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: rows per chunk of the GPT head's fused LM head and loss
 // instead of plan/model_spec.h headChunkRows() (tests run many chunks on small models with it; the memory

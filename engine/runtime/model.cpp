@@ -30,7 +30,7 @@ Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tr
              MemoryTracker* hostTracker)
     : m_config(config),
       m_bf16Outputs(config.parallel.precision == Precision::Bf16),
-      m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs)),
+      m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs, std::max(1, shard.cp.size))),
       m_shard(shard),
       m_workspace(tracker),
       m_tracker(tracker),
@@ -50,6 +50,7 @@ void Model::build(const RunConfig& config, int) {
                    &m_workspace, m_spec.samplePositions, m_shard.tp};
   ctx.selectiveRecompute = m_shard.recompute.mode == Recompute::Selective;
   ctx.ep = m_shard.ep;
+  ctx.cp = m_shard.cp;
   if (config.parallel.batchNorm == BatchNormMode::Sync && m_shard.dp && m_shard.dp->size() > 1) {
     ctx.batchNormGroup = m_shard.dp;
     ctx.batchNormRanks = m_shard.dp->size();

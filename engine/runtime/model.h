@@ -50,7 +50,8 @@ struct ModelShard {
   std::vector<int> chunkIds;             // global chunk index of each
   StoreLayout store;
   TensorParallel tp;
-  Communicator* dp = nullptr;   // data-parallel group (ZeRO)
+  Communicator* dp = nullptr;   // data-parallel group (ZeRO), spanning the context-parallel ranks
+  ContextParallel cp;           // context-parallel group (ring attention)
   ExpertParallel ep;            // expert-parallel group (MoE all-to-all)
   Communicator* edp = nullptr;  // expert-data-parallel group (the experts' gradient sums; null: 1 replica)
   RecomputePolicy recompute;    // the plan's "recompute" and "recompute_layers"

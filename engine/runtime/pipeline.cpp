@@ -19,23 +19,29 @@ Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* hostWorld, C
   if (!world || world->size() == 1) return g;
   const RankCoord c = g.coord;
   // Colors identify the group; keys order members by their rank in the group.
-  auto tp = world->split(c.pp * L.dp() + c.dp, c.tp);
+  auto tp = world->split((c.pp * L.dp() + c.dp) * L.cp() + c.cp, c.tp);
   if (!tp) return tp.status().withContext("creating the tensor-parallel groups");
   g.tp = std::move(*tp);
-  auto dp = world->split(c.pp * L.tp() + c.tp, c.dp);
+  // The parameters' data-parallel group spans the context-parallel ranks too (RankLayout::dpCpGroup).
+  auto dp = world->split(c.pp * L.tp() + c.tp, L.dpCpRank(c));
   if (!dp) return dp.status().withContext("creating the data-parallel groups");
   g.dp = std::move(*dp);
+  if (L.cp() > 1) {
+    auto cp = world->split((c.pp * L.dp() + c.dp) * L.tp() + c.tp, c.cp);
+    if (!cp) return cp.status().withContext("creating the context-parallel groups");
+    g.cp = std::move(*cp);
+  }
   // The tied token embedding lives on the first and the last stage: their copies' gradients are summed.
   const int last = L.pp() - 1;
   const bool tied = plan.config.model.tiedHead() && last > 0;
-  const int color = tied && (c.pp == 0 || c.pp == last) ? c.dp * L.tp() + c.tp : -1;
+  const int color = tied && (c.pp == 0 || c.pp == last) ? L.dpCpRank(c) * L.tp() + c.tp : -1;
   auto emb = world->split(color, c.pp);
   if (!emb) return emb.status().withContext("creating the embedding groups");
   g.embedding = std::move(*emb);
   if (L.ep() > 1) {
     // Colors: the group's (pp, tp) and, for the all-to-all group its expert-data-parallel rank, for the
     // replicas' group its expert-parallel rank; keys order members by dp index.
-    const int base = (c.pp * L.tp() + c.tp) * L.dp();
+    const int base = ((c.pp * L.tp() + c.tp) * L.cp() + c.cp) * L.dp();
     auto ep = world->split(base + L.edpRank(c), c.dp);
     if (!ep) return ep.status().withContext("creating the expert-parallel groups");
     g.ep = std::move(*ep);
@@ -61,7 +67,7 @@ StoreLayout storeLayoutOf(const Plan& plan, int stage, int tpRank, int dpRank) {
   s.layers = plan.partition.layersOfStage(stage);
   s.tp = plan.layout.tp();
   s.tpRank = tpRank;
-  s.dp = plan.layout.dp();
+  s.dp = plan.layout.dp() * plan.layout.cp();
   s.dpRank = dpRank;
   s.zero = plan.config.parallel.zero;
   s.ep = plan.layout.ep();
@@ -77,11 +83,12 @@ ModelShard modelShardOf(const Plan& plan, const RankGroups& groups) {
     s.chunks.push_back(plan.partition.chunks[k]);
     s.chunkIds.push_back(k);
   }
-  s.store = storeLayoutOf(plan, c.pp, c.tp, c.dp);
+  s.store = storeLayoutOf(plan, c.pp, c.tp, plan.layout.dpCpRank(c));
   s.tp = TensorParallel{groups.tp.get(), plan.layout.tp(), c.tp};
   if (plan.layout.tp() == 1) s.tp.comm = nullptr;
   s.tp.sequence = plan.config.parallel.sequenceParallel && plan.layout.tp() > 1;
   s.dp = groups.dp.get();
+  if (plan.layout.cp() > 1) s.cp = ContextParallel{groups.cp.get(), plan.layout.cp(), c.cp};
   if (plan.layout.ep() > 1) {
     s.ep = ExpertParallel{groups.ep.get(), plan.layout.ep(), plan.layout.epRank(c)};
     s.edp = plan.layout.edp() > 1 ? groups.edp.get() : nullptr;
@@ -143,6 +150,7 @@ const Batch& PipelineExecutor::batchFor(int64_t step, int m, const DataSource& d
   const int perReplica = B / m_plan.layout.dp();
   Batch& b = m_batches[m];
   data.trainBatch(step, B, m_groups.coord.dp * perReplica + m * m_mbs, m_mbs, b);
+  takeContextSlice(b, m_plan.layout.cp(), m_groups.coord.cp);
   return b;
 }
 
@@ -356,6 +364,7 @@ Expected<PipelineExecutor::Eval> PipelineExecutor::evaluate(const DataSource& da
       const int64_t first = padding ? 0 : i * m_mbs;
       const int count = static_cast<int>(std::min<int64_t>(m_mbs, S - first));
       data.evalBatch(first, count, batch);
+      takeContextSlice(batch, m_plan.layout.cp(), m_groups.coord.cp);
       const float* prev = nullptr;
       Buffer received(0, MemoryCategory::Communication, m_tracker);
       for (int k = 0; k < K && failed; ++k) {

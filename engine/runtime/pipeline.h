@@ -29,7 +29,9 @@ struct RankGroups {
   Communicator* world = nullptr;    // null: one process. Host memory (statistics, reports, checkpoints).
   Communicator* tensors = nullptr;  // the world for tensors in backend memory (== world on the CPU; NCCL or
                                     // host staging on a GPU); tp, dp and embedding are split from it
-  std::unique_ptr<Communicator> tp, dp, embedding;
+  // dp: the parameters' data-parallel group, which spans the context-parallel ranks (RankLayout::dpCpGroup);
+  // cp: ring attention's ring (cp > 1, else null).
+  std::unique_ptr<Communicator> tp, dp, embedding, cp;
   std::unique_ptr<Communicator> ep, edp;  // expert parallelism (ep > 1): the all-to-all group, an expert's
                                           // replicas  // embedding: the tied wte's two stages (else null)
   RankCoord coord;
@@ -42,7 +44,8 @@ Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* world,
 // Sums a LossStats over the ranks of world (in place); a no-op for a null or one-rank world.
 Status reduceStats(LossStats& stats, Communicator* world);
 
-// The parameters a rank of stage `stage` and TP rank `tpRank` holds (its StoreLayout) under the plan.
+// The parameters a rank of stage `stage` and TP rank `tpRank` holds (its StoreLayout) under the plan; dpRank:
+// its index in the parameters' data-parallel group (RankLayout::dpCpRank; the dp index when cp is 1).
 StoreLayout storeLayoutOf(const Plan& plan, int stage, int tpRank, int dpRank);
 
 // What a rank runs under the plan (its chunks, its parameter shard) for building its Model.

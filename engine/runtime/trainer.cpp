@@ -39,14 +39,15 @@ Status checkRunnable(const RunConfig& c, int worldSize) {
         "/parallel/mode: parameter_server runs as server and worker processes, not as one training job; "
         "start "
         "it with `meshstudio-engine launch CONFIG`");
-  const int ranks = c.parallel.dp * c.parallel.tp * c.parallel.pp;
+  const int ranks = static_cast<int>(c.parallel.ranks());
   if (ranks != worldSize)
-    return Status::error("/parallel: the plan has dp*tp*pp = " + std::to_string(ranks) +
+    return Status::error("/parallel: the plan has " + c.parallel.ranksText() + " = " + std::to_string(ranks) +
                          " ranks but the run was started with " + std::to_string(worldSize) +
                          " process(es); start it as `mpirun -np " + std::to_string(ranks) +
                          " meshstudio-engine train CONFIG`");
   if (c.parallel.sequenceParallel && c.parallel.tp > 1) {
-    const int positions = buildModelSpec(c.model, c.training.seqLen).samplePositions;
+    const int positions =
+        buildModelSpec(c.model, c.training.seqLen, 784, std::max(1, c.parallel.cp)).samplePositions;
     if (positions % c.parallel.tp != 0)
       return Status::error(
           "/parallel/sequence_parallel: the sequence of " + std::to_string(positions) +

@@ -26,11 +26,23 @@
 // backward re-runs attentionForward from the kept q|k|v into it just before attentionBackward (the same op
 // on the same input: the same bits, so losses and gradients are a non-recomputing run's). A backend whose
 // attention is fused keeps only each row's log-sum-exp, and there selective changes nothing.
+// Context parallelism (ring attention; Liu et al. 2023, "Ring Attention with Blockwise Transformers for
+// Near-Infinite Context"): each of the cp ranks of a ring holds T = seq_len / cp positions of every sample,
+// chunks r and 2cp-1-r of 2cp (the causal load balance of Megatron-Core's context parallelism), and runs
+// everything but attention on them as on any sequence; rotary embeddings take each chunk's positions. For
+// attention its keys and values (B, T, 2 KVl hs: the grouped-query heads, bf16 in bf16 precision) travel
+// around the ring: at step s a rank computes its queries against the block of rank r - s
+// (Backend::attentionBlockForward, merging partial results through each row's log-sum-exp, as FlashAttention
+// does) while that block goes on to rank r + 1 and the next one comes from rank r - 1 (isend/irecv overlapped
+// with the block's compute). It keeps only the (B, Hl, T) fp32
+// log-sum-exps. Backward passes the blocks around again, each with its dK|dV accumulator, which follows its
+// block one step after the block's gradient is added (attentionBlockBackward) and is home after cp steps.
 // bf16 precision keeps every saved tensor in bf16 but the LayerNorm statistics (and fused attention's fp32
 // row log-sum-exps), as Megatron-LM does (Korthikanti et al. 2022, section 4.1): sbh(32 + 2as/h) bytes per
 // layer with the block's input, the paper's count without dropout (plan/model_spec.h).
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "plan/recompute.h"
 #include "runtime/layer_impl.h"
@@ -57,12 +69,15 @@ class TransformerBlock final : public Layer {
         m_causal(causal),
         m_tp(ctx.tp),
         m_sp(ctx.tp.sequence && ctx.tp.size > 1),
+        m_cp(ctx.cp),
+        m_ring(ctx.cp.size > 1),
         m_caches(ctx.tracker),
         m_ws(ctx.workspace) {
     // The backend materialises the softmax when it saves (H, T, T) per sample (kernels/backend.h).
     m_fused = m_be.attentionSavedFloats(1, m_T, m_Cl, m_H) != size_t(m_H) * m_T * m_T;
     const RecomputePolicy policy{ctx.selectiveRecompute ? Recompute::Selective : Recompute::None, 0};
-    m_recomputeAttention = recomputesAttention(policy, ctx.model.type, spec.kind, m_T, m_fused);
+    // Ring attention keeps no matrix, so selective recompute has nothing to drop.
+    m_recomputeAttention = !m_ring && recomputesAttention(policy, ctx.model.type, spec.kind, m_T, m_fused);
     const std::string index = spec.name.substr(spec.name.find('.') + 1);
     if (m_llama) {
       const std::string p = "model.layers." + index + ".";
@@ -164,7 +179,7 @@ class TransformerBlock final : public Layer {
     float* dF1 = m_ws->get(2, NF, true);          // (B, T, Fl)
     float* dF2 = slot3(N, NF * mlpInputParts());  // (B, T, Fl), llama (B, T, 2Fl)
     float* dqkv = m_ws->get(4, 3 * NCl, true);    // (B, T, 3Cl)
-    float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
+    float* scratch = m_ring ? nullptr : m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     // MLP branch: y = r + fcproj(gelu(fc(ln2(r)))).
     m_be.copy(dres1, dy, NC * sizeof(float));
     if (m_hasDenseMlp) {
@@ -185,9 +200,7 @@ class TransformerBlock final : public Layer {
     m_be.zero(dC, NCl * sizeof(float));
     linearBack(dC, wgrad(m_projw), deferWeights ? nullptr : biasGrad(m_projb), dres1, c.atty.in(), m_projw, N,
                Cl, C);
-    const float* qkv = c.qkv.read(*m_ws);
-    m_be.attentionBackward(dqkv, scratch, dC, qkv, attentionState(c, B, qkv), c.atty.in(), B, T, Cl, H,
-                           m_causal);
+    attentionBackward(dqkv, scratch, dC, c, B);
     m_be.zero(dC, NC * sizeof(float));
     const float* dproj = qkvGradients(dqkv, B);
     qkvInputBackward(dC, dproj, c.ln1.in(), N, !deferWeights);
@@ -240,6 +253,11 @@ class TransformerBlock final : public Layer {
   float* attentionForward(Cache& c, int B, const float* qkv) {
     const size_t NCl = size_t(B) * m_T * m_Cl, saved = m_be.attentionSavedFloats(B, m_T, m_Cl, m_H);
     float* atty = c.atty.target(NCl, *m_ws, kKeptStaging);
+    if (m_ring) {
+      float* lse = c.att.target(size_t(B) * m_H * m_T, *m_ws, kAttSlot, /*allowBf16=*/false);
+      ringForward(atty, lse, qkv, B);
+      return atty;
+    }
     // Sized for backward's use too, so the slot is allocated once.
     float* state = m_recomputeAttention ? m_ws->get(kAttentionSlot, saved + NCl, false)
                                         : c.att.target(saved, *m_ws, kAttSlot, !m_fused);
@@ -247,6 +265,128 @@ class TransformerBlock final : public Layer {
     if (!m_recomputeAttention) c.att.keep(state, false);
     return atty;
   }
+  // dqkv (B, T, 3Cl; zeroed by the caller) = attention's input gradient from its output's, dout.
+  void attentionBackward(float* dqkv, float* scratch, const float* dout, Cache& c, int B) {
+    const float* qkv = c.qkv.read(*m_ws);
+    if (m_ring) return ringBackward(dqkv, dout, qkv, c.atty.in(), c.att.read(*m_ws), B);
+    m_be.attentionBackward(dqkv, scratch, dout, qkv, attentionState(c, B, qkv), c.atty.in(), B, m_T, m_Cl,
+                           m_H, m_causal);
+  }
+
+  // ---- ring attention (context parallelism) ----
+  // The block that travels: this rank's rotated key and value heads, (B, T, 2 KVl hs) (grouped-query
+  // attention's KVl heads, not the H/KV repeated copies q|k|v holds), in bf16 precision as bf16 (the values
+  // attention reads are bf16-rounded anyway, so the results are those of an fp32 wire). Workspace slots no
+  // other use of the block overlaps: the block in hand and the one arriving, fp32 or bf16; in bf16 the
+  // fp32 copy attention reads; in backward the two dK|dV accumulators (fp32). The memory model counts four
+  // blocks' fp32 size either way.
+  static constexpr int kRingKv = 24, kRingKvNext = 25, kRingDkv = 26, kRingDkvNext = 27, kRingKvWide = 28;
+  static constexpr int kRingTagKv = 1, kRingTagDkv = 2;
+  size_t ringBlockFloats(int B) const { return size_t(B) * m_T * 2 * m_KVl * m_hs; }
+  bool ringBf16() const { return m_be.gemmPrecision() == GemmPrecision::Bf16; }
+  int ringNext() const { return (m_cp.rank + 1) % m_cp.size; }
+  int ringPrev() const { return (m_cp.rank + m_cp.size - 1) % m_cp.size; }
+  // The rank whose block a rank holds at ring step s.
+  int ringSource(int s) const { return (m_cp.rank - s + m_cp.size) % m_cp.size; }
+  // Starts sending `send` to the next rank and receiving the previous rank's into `recv` (n elements each).
+  std::pair<CommRequestPtr, CommRequestPtr> ringShift(const void* send, void* recv, size_t n, CommType type,
+                                                      int tag) const {
+    auto r = m_cp.comm->irecv(recv, n, type, ringPrev(), tag);
+    if (!r) throw CommFailure("ring attention: " + r.status().message());
+    auto s = m_cp.comm->isend(send, n, type, ringNext(), tag);
+    if (!s) throw CommFailure("ring attention: " + s.status().message());
+    return {std::move(*s), std::move(*r)};
+  }
+  static void ringWait(std::pair<CommRequestPtr, CommRequestPtr>& reqs) {
+    for (CommRequestPtr* q : {&reqs.first, &reqs.second}) {
+      if (!*q) continue;
+      Status s = (*q)->wait();
+      q->reset();
+      if (!s) throw CommFailure("ring attention: " + s.message());
+    }
+  }
+  // Copies head g * (H / KVl) of each group of q|k|v's k and v parts (the repeated copies are equal) into
+  // kv (B, T, 2 KVl hs), or with `back` the other way, into the first head of each group (the rest stay as
+  // they are: zero in the gradient, whose repeated heads ropeUnpackQkv sums).
+  void ringHeads(float* kv, float* qkv, int B, bool back) const {
+    const size_t f = sizeof(float), hs = size_t(m_hs), kvw = size_t(m_KVl) * hs, rows = size_t(B) * m_T;
+    const size_t rep = size_t(m_H / m_KVl);
+    for (size_t part = 0; part < 2; ++part)
+      for (size_t g = 0; g < size_t(m_KVl); ++g) {
+        float* blockCol = kv + part * kvw + g * hs;
+        float* qkvCol = qkv + size_t(m_Cl) * (1 + part) + g * rep * hs;
+        if (back)
+          m_be.copy2D(qkvCol, 3 * size_t(m_Cl) * f, blockCol, 2 * kvw * f, hs * f, rows);
+        else
+          m_be.copy2D(blockCol, 2 * kvw * f, qkvCol, 3 * size_t(m_Cl) * f, hs * f, rows);
+      }
+  }
+  // The two buffers a block travels in (fp32, or bf16 staged in the same slots) and the fp32 block attention
+  // reads at step s: the one in hand, or in bf16 its widened copy.
+  struct RingBlocks {
+    void* wire[2];
+    float* wide;
+  };
+  RingBlocks ringBlocks(int B, const float* qkv) {
+    const size_t n = ringBlockFloats(B);
+    const size_t floats = ringBf16() ? (n + 1) / 2 : n;
+    RingBlocks r{{m_ws->get(kRingKv, floats, false), m_ws->get(kRingKvNext, floats, false)}, nullptr};
+    r.wide = ringBf16() ? m_ws->get(kRingKvWide, n, false) : static_cast<float*>(r.wire[0]);
+    ringHeads(r.wide, const_cast<float*>(qkv), B, false);
+    if (ringBf16()) m_be.toBf16(static_cast<bfloat16*>(r.wire[0]), r.wide, n);
+    return r;
+  }
+  const float* ringHeld(RingBlocks& r, int s, int B) {
+    if (!ringBf16()) return static_cast<const float*>(r.wire[s % 2]);
+    if (s > 0) m_be.fromBf16(r.wide, static_cast<const bfloat16*>(r.wire[s % 2]), ringBlockFloats(B));
+    return r.wide;
+  }
+  std::pair<CommRequestPtr, CommRequestPtr> ringPass(RingBlocks& r, int s, int B) {
+    if (s + 1 >= m_cp.size) return {};
+    return ringShift(r.wire[s % 2], r.wire[(s + 1) % 2], ringBlockFloats(B),
+                     ringBf16() ? CommType::BF16 : CommType::F32, kRingTagKv);
+  }
+  // out (B, T, Cl) and lse (B, Hl, T) from this rank's q|k|v and every rank's keys and values.
+  void ringForward(float* out, float* lse, const float* qkv, int B) {
+    RingBlocks blocks = ringBlocks(B, qkv);
+    const SeqPositions mine = m_cp.positionsOf(m_cp.rank, m_T);
+    for (int s = 0; s < m_cp.size; ++s) {
+      const float* held = ringHeld(blocks, s, B);
+      auto shift = ringPass(blocks, s, B);
+      m_be.attentionBlockForward(out, lse, qkv, held, B, m_T, m_T, m_Cl, m_H, m_KVl, mine,
+                                 m_cp.positionsOf(ringSource(s), m_T), m_causal, s == 0);
+      ringWait(shift);
+    }
+  }
+  // dqkv (zeroed) = the q|k|v gradient from dout, with out and lse as forward left them.
+  void ringBackward(float* dqkv, const float* dout, const float* qkv, TensorIn out, const float* lse, int B) {
+    const size_t n = ringBlockFloats(B);
+    RingBlocks blocks = ringBlocks(B, qkv);
+    float* dkv[2] = {m_ws->get(kRingDkv, n, true), m_ws->get(kRingDkvNext, n, false)};
+    const SeqPositions mine = m_cp.positionsOf(m_cp.rank, m_T);
+    for (int s = 0; s < m_cp.size; ++s) {
+      const float* held = ringHeld(blocks, s, B);
+      float* acc = dkv[s % 2];
+      auto shift = ringPass(blocks, s, B);
+      m_be.attentionBlockBackward(dqkv, acc, dout, qkv, held, out, lse, B, m_T, m_T, m_Cl, m_H, m_KVl, mine,
+                                  m_cp.positionsOf(ringSource(s), m_T), m_causal);
+      ringWait(shift);
+      // The accumulator follows its block; after the last step it is this rank's own, home.
+      auto back = ringShift(acc, dkv[(s + 1) % 2], n, CommType::F32, kRingTagDkv);
+      ringWait(back);
+    }
+    ringHeads(dkv[m_cp.size % 2], dqkv, B, true);
+  }
+  // The positions of row chunk h (0 or 1) of this rank's sequence and the rows it starts at: the whole
+  // sequence (one chunk at 0) without context parallelism.
+  int ropeChunks() const { return m_ring ? 2 : 1; }
+  int ropeChunkRows() const { return m_T / ropeChunks(); }
+  int ropeChunkStart(int h) const {
+    if (!m_ring) return 0;
+    const SeqPositions p = m_cp.positionsOf(m_cp.rank, m_T);
+    return h == 0 ? p.start0 : p.start1;
+  }
+
   // The attention state backward reads: the cache's, or under selective recompute the matrix re-made from
   // the kept q|k|v by the very op forward ran (and in bf16 rounded as the cache keeps it), so bit for bit
   // what a run without recompute reads.
@@ -378,7 +518,16 @@ class TransformerBlock final : public Layer {
     m_be.linearForwardT(q, ln1, m_qkvw.gemm(), nullptr, N, m_C, m_Cl);
     m_be.linearForwardT(k, ln1, m_kw.gemm(), nullptr, N, m_C, m_KVl * m_hs);
     m_be.linearForwardT(v, ln1, m_vw.gemm(), nullptr, N, m_C, m_KVl * m_hs);
-    m_be.ropePackQkv(qkv, q, k, v, B, m_T, m_H, m_KVl, m_hs, m_theta, 0);
+    if (!m_ring) return m_be.ropePackQkv(qkv, q, k, v, B, m_T, m_H, m_KVl, m_hs, m_theta, 0);
+    // Context parallelism: each sample's two chunks rotate by their own positions, a (1, T/2) slice at a
+    // time.
+    const size_t kvw = size_t(m_KVl) * m_hs, rows = size_t(ropeChunkRows());
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < ropeChunks(); ++h) {
+        const size_t r0 = size_t(b) * m_T + size_t(h) * rows;
+        m_be.ropePackQkv(qkv + r0 * 3 * m_Cl, q + r0 * m_Cl, k + r0 * kvw, v + r0 * kvw, 1, int(rows), m_H,
+                         m_KVl, m_hs, m_theta, ropeChunkStart(h));
+      }
   }
   // The gradients of the q|k|v projections' outputs from attention's dqkv: dqkv itself for gpt; llama's
   // dq|dk|dv (rotated back, the repeated heads summed) in workspace slot 3, whose MLP gradients are done
@@ -389,7 +538,17 @@ class TransformerBlock final : public Layer {
     float* dq = slot3(N, 0);
     float* dk = dq + size_t(N) * m_Cl;
     float* dv = dk + size_t(N) * m_KVl * m_hs;
-    m_be.ropeUnpackQkv(dq, dk, dv, dqkv, B, m_T, m_H, m_KVl, m_hs, m_theta, 0);
+    if (!m_ring) {
+      m_be.ropeUnpackQkv(dq, dk, dv, dqkv, B, m_T, m_H, m_KVl, m_hs, m_theta, 0);
+      return dq;
+    }
+    const size_t kvw = size_t(m_KVl) * m_hs, rows = size_t(ropeChunkRows());
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < ropeChunks(); ++h) {
+        const size_t r0 = size_t(b) * m_T + size_t(h) * rows;
+        m_be.ropeUnpackQkv(dq + r0 * m_Cl, dk + r0 * kvw, dv + r0 * kvw, dqkv + r0 * 3 * m_Cl, 1, int(rows),
+                           m_H, m_KVl, m_hs, m_theta, ropeChunkStart(h));
+      }
     return dq;
   }
   // Workspace slot 3 sized once per backward for both its uses (so the second get() never moves it): the
@@ -551,10 +710,8 @@ class TransformerBlock final : public Layer {
     m_be.zero(dC, NCl * sizeof(float));
     linearBack(dC, wgrad(m_projw), deferWeights ? nullptr : biasGrad(m_projb), dfull, c.atty.in(), m_projw, N,
                Cl, C);
-    float* scratch = m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
-    const float* qkv = c.qkv.read(*m_ws);
-    m_be.attentionBackward(dqkv, scratch, dC, qkv, attentionState(c, B, qkv), c.atty.in(), B, T, Cl, H,
-                           m_causal);
+    float* scratch = m_ring ? nullptr : m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
+    attentionBackward(dqkv, scratch, dC, c, B);
     m_be.zero(dC, NC * sizeof(float));
     const float* dproj = qkvGradients(dqkv, B);
     qkvInputBackward(dC, dproj, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln1.in(), dfull, B), N,
@@ -623,6 +780,8 @@ class TransformerBlock final : public Layer {
   bool m_causal;
   TensorParallel m_tp;
   bool m_sp;
+  ContextParallel m_cp;
+  bool m_ring;                        // context parallelism: attention as ring attention
   bool m_fused = false;               // the backend saves row log-sum-exps, not the softmax
   bool m_recomputeAttention = false;  // selective recompute on a backend that materialises the softmax
   // llama binds m_qkvw to q_proj, m_fcw to gate_proj, m_fcprojw to down_proj, m_projw to o_proj and the

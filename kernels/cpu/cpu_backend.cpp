@@ -362,6 +362,28 @@ class CpuBackend final : public Backend {
     cpu::attentionBackward(f(dqkv), f(scratch), g(f(dout), size_t(B) * T * C, 0),
                            g(f(qkv), size_t(B) * T * 3 * C, 1), f(saved), B, T, C, H, causal);
   }
+  // Ring attention's blocks: q, k and v (and dout) rounded as attentionForward / attentionBackward round
+  // them; out and lse are no GEMM operands and are read as they are (a bf16 out widened exactly). kv holds KV
+  // heads of C / H floats (KV must divide H).
+  void attentionBlockForward(float* out, float* lse, const float* qkv, const float* kv, int B, int Tq, int Tk,
+                             int C, int H, int KV, SeqPositions qpos, SeqPositions kpos, bool causal,
+                             bool first) override {
+    checkKvHeads(H, KV, "attentionBlockForward");
+    cpu::attentionBlockForward(f(out), f(lse), g(f(qkv), size_t(B) * Tq * 3 * C, 0),
+                               g(f(kv), size_t(B) * Tk * 2 * KV * (C / H), 1), B, Tq, Tk, C, H, KV, qpos,
+                               kpos, causal, first);
+  }
+  void attentionBlockBackward(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                              TensorIn out, const float* lse, int B, int Tq, int Tk, int C, int H, int KV,
+                              SeqPositions qpos, SeqPositions kpos, bool causal) override {
+    checkKvHeads(H, KV, "attentionBlockBackward");
+    checkBf16(out, "attentionBlockBackward", "output");
+    const size_t n = size_t(B) * Tq * C;
+    const float* o = out.bf16 ? widen(out, n, m_widenedOut, "attentionBlockBackward") : f(out.f32());
+    cpu::attentionBlockBackward(f(dqkv), f(dkv), g(f(dout), n, 0), g(f(qkv), size_t(B) * Tq * 3 * C, 1),
+                                g(f(kv), size_t(B) * Tk * 2 * KV * (C / H), 2), o, f(lse), B, Tq, Tk, C, H,
+                                KV, qpos, kpos, causal);
+  }
 
   void embeddingForward(float* out, const int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T,
                         int C) override {
@@ -547,6 +569,13 @@ class CpuBackend final : public Backend {
     if (const std::string p = ropeShapeProblem(H, KV, hs); !p.empty())
       throw DeviceFailure(std::string(what) + ": " + p);
   }
+  // Grouped-query attention's head counts (ring attention's blocks), worded as ropeShapeProblem's.
+  static void checkKvHeads(int H, int KV, const char* what) {
+    if (H < 1 || KV < 1 || H % KV != 0)
+      throw DeviceFailure(std::string(what) + ": the query heads (" + std::to_string(H) +
+                          ") must be a positive multiple of the key/value heads (" + std::to_string(KV) +
+                          ")");
+  }
   static void checkCount(double count, const char* what) {
     if (!(count > 0))
       throw DeviceFailure(std::string(what) + ": the element count must be positive (got " +
@@ -641,6 +670,7 @@ class CpuBackend final : public Backend {
   std::vector<float> m_rounded[3];
   std::vector<float> m_params[2];
   std::vector<float> m_grads[2];  // bf16 gradients widened (gw, gv)
+  std::vector<float> m_widenedOut;  // attentionBlockBackward's bf16 out, widened
   DeviceInfo m_info;
   std::chrono::steady_clock::time_point m_epoch = std::chrono::steady_clock::now();
   std::vector<double> m_marks;

@@ -20,6 +20,10 @@
 #include "common/status.h"
 #include "kernels/conv_shape.h"
 
+namespace ms {
+struct SeqPositions;  // kernels/backend.h: the positions of a sequence slice's rows (ring attention below)
+}  // namespace ms
+
 namespace ms::cpu {
 
 // Threads used by OpenMP loops and by OpenBLAS. n <= 0 means "all cores".
@@ -155,6 +159,27 @@ void attentionForward(float* out, float* att, const float* qkv, int B, int T, in
 // dqkv (B, T, 3C) +=. scratch: at least B*H*T*T floats, contents undefined on return.
 void attentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                        int B, int T, int C, int H, bool causal);
+
+// ---- Ring attention (context parallelism; kernels/cpu/ring_attention.cpp) --------------------------------
+// The two ops of Backend::attentionBlockForward / attentionBlockBackward (kernels/backend.h, where
+// SeqPositions is defined; include it to call these). kv holds KV key/value heads of hs = C/H floats
+// (grouped-query attention: query head h reads kv head h / (H/KV); KV divides H, KV == H is plain
+// multi-head attention). Forward runs one (b, h) pair per OpenMP iteration, backward one (b, kv head) pair
+// with the group's query heads inside it (so no dkv element is written by two threads); per query row only
+// the visible keys are visited (causal: the keys at positions <= the query's).
+// out (B, Tq, C) and lse (B, H, Tq) merged with the block of qkv's queries (B, Tq, 3C; the q part read)
+// against kv (B, Tk, 2 KV hs: the KV key heads | the KV value heads); with first they are overwritten (out 0,
+// lse -inf where no key is visible), else combined by the online softmax (a row with no visible key in the
+// block is left as it is).
+void attentionBlockForward(float* out, float* lse, const float* qkv, const float* kv, int B, int Tq, int Tk,
+                           int C, int H, int KV, SeqPositions qpos, SeqPositions kpos, bool causal,
+                           bool first);
+// From the final out (B, Tq, C) and lse (B, H, Tq) of the forward: the q part of dqkv (B, Tq, 3C) +=, dkv
+// (B, Tk, 2 KV hs) += (each kv head's gradient summed over its group's query heads); the k and v parts of
+// dqkv are not touched. Rows whose lse is -inf (no key visible in any block) contribute nothing.
+void attentionBlockBackward(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                            const float* out, const float* lse, int B, int Tq, int Tk, int C, int H, int KV,
+                            SeqPositions qpos, SeqPositions kpos, bool causal);
 
 // ---- Embeddings ------------------------------------------------------------------------------------------
 // out (B, T, C) = wte[tokens[b, t]] + wpe[t]. wte (V, C), wpe (maxT, C). Tokens must be in [0, V).

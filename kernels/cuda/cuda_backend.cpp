@@ -525,6 +525,20 @@ class CudaBackend final : public Backend {
     } else
       op("attentionBackward", cuda::attentionBackward, dqkv, scratch, dout, qkv, saved, B, T, C, H, causal);
   }
+  // Ring attention's blocks (context parallelism): no kernel yet; the CPU backend has them.
+  void attentionBlockForward(float*, float*, const float*, const float*, int, int, int, int, int, int,
+                             SeqPositions, SeqPositions, bool, bool) override {
+    throw DeviceFailure(
+        "attentionBlockForward: ring attention (context parallelism) has no CUDA kernel yet; run cp > 1 on "
+        "the CPU backend");
+  }
+  void attentionBlockBackward(float*, float*, const float*, const float*, const float*, TensorIn,
+                              const float*, int, int, int, int, int, int, SeqPositions, SeqPositions,
+                              bool) override {
+    throw DeviceFailure(
+        "attentionBlockBackward: ring attention (context parallelism) has no CUDA kernel yet; run cp > 1 on "
+        "the CPU backend");
+  }
 
   // ---- embeddings ---------------------------------------------------------------------------------------
   void embeddingForward(float* out, const int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T,

@@ -165,6 +165,7 @@ void readConfigSummary(const json& config, RunStartEvent& e) {
   e.dp = intAt("parallel", "dp", 1);
   e.tp = intAt("parallel", "tp", 1);
   e.pp = intAt("parallel", "pp", 1);
+  e.cp = intAt("parallel", "cp", 1);
   e.batchSize = intAt("training", "batch_size", 0);
   auto model = config.find("model");
   if (model != config.end() && model->is_object()) {

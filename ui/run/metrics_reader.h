@@ -62,6 +62,7 @@ struct RunStartEvent {
   QStringList layers;  // model order
   // From the "config" object when present (parallel layout and batch), else the defaults of one rank.
   int dp = 1, tp = 1, pp = 1;
+  int cp = 1;  // context parallelism: a stage's pipelines are its dp * cp (replica, slice) lanes
   int batchSize = 0;
   QString modelType;
   // "predicted": the plan's simulated step (NaN when absent).

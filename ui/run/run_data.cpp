@@ -339,7 +339,7 @@ void RunData::onSpans(SpansEvent& e) {
   m.origin = origin;
   TimelineData& t = m.timeline;
   bool psLanes = false;
-  const int stageWidth = std::max(1, m_info.dp * m_info.tp);
+  const int stageWidth = std::max(1, m_info.dp * m_info.cp * m_info.tp);
   for (RankSpans& r : e.ranks) {
     if (r.rank >= kMaxRanks) {
       addError(QStringLiteral("spans of step %1: rank %2 is beyond the %3 ranks the studio shows; skipped")
@@ -380,7 +380,8 @@ void RunData::onSpans(SpansEvent& e) {
   t.layerNames = m_layerNames;  // implicitly shared: a copy of the pointer while the list does not change
   t.updateExtent();
   if (!psLanes)
-    computeMeasuredBubbles(t, m_info.dp, m_info.tp);  // pipeline bubbles: no pipeline in the PS mode
+    computeMeasuredBubbles(t, m_info.dp * m_info.cp,
+                           m_info.tp);  // pipeline bubbles: no pipeline in the PS mode
   pushBounded(m_history, std::move(m), kSpanHistory);
 }
 

@@ -116,6 +116,9 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
       par, "/parallel/tp", tr("Tensor parallel (tp)"), [](const RunConfig& c) { return c.parallel.tp; },
       [](RunConfig& c, int v) { c.parallel.tp = v; });
   addInt(
+      par, "/parallel/cp", tr("Context parallel (cp)"), [](const RunConfig& c) { return c.parallel.cp; },
+      [](RunConfig& c, int v) { c.parallel.cp = v; });
+  addInt(
       par, "/parallel/ep", tr("Expert parallel (ep)"), [](const RunConfig& c) { return c.parallel.ep; },
       [](RunConfig& c, int v) { c.parallel.ep = v; });
   // A placement names stages and counts chunks: a new pp or chunk count makes it wrong, so it goes back to
@@ -545,7 +548,7 @@ void Inspector::refresh() {
     w->setEnabled(ps && config.parallel.consistency == Consistency::Bounded);
   for (const char* p :
        {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/parallel/schedule", "/parallel/virtual_chunks",
-        "/parallel/zero", "/parallel/offload", "/parallel/sequence_parallel"})
+        "/parallel/zero", "/parallel/offload", "/parallel/sequence_parallel", "/parallel/cp"})
     if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(!ps);
   // Expert parallelism splits a mixture of experts (an ep left above 1 stays editable, so it can be undone).
   if (QWidget* w = editorFor(QStringLiteral("/parallel/ep")))

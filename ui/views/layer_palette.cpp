@@ -197,9 +197,9 @@ bool LayerPalette::applyCandidate(int i) {
 }
 
 QStringList LayerPalette::candidateHeaders() {
-  return {tr("dp"),           tr("tp"),   tr("pp"),        tr("ep"),         tr("schedule"),
-          tr("microbatches"), tr("ZeRO"), tr("recompute"), tr("offload"),    tr("step"),
-          tr("tokens/s"),     tr("MFU"),  tr("bubble"),    tr("peak memory")};
+  return {tr("dp"),       tr("tp"),           tr("pp"),   tr("cp"),        tr("ep"),
+          tr("schedule"), tr("microbatches"), tr("ZeRO"), tr("recompute"), tr("offload"),
+          tr("step"),     tr("tokens/s"),     tr("MFU"),  tr("bubble"),    tr("peak memory")};
 }
 
 QStringList LayerPalette::candidateRow(const PlanCandidate& c) {
@@ -209,6 +209,7 @@ QStringList LayerPalette::candidateRow(const PlanCandidate& c) {
   return {QString::number(p.dp),
           QString::number(p.tp),
           QString::number(p.pp),
+          QString::number(p.cp),
           QString::number(p.ep),
           schedule,
           QString::number(p.microbatches),

@@ -374,7 +374,21 @@ QString MeshCanvas::groupsText(int rank) const {
   };
   QString text;
   if (L.tp() > 1) text += tr("\n  tensor-parallel group: %1").arg(list(L.tpGroup(rank)));
+  if (L.cp() > 1) {
+    // The rank's two chunks of every sequence (positions), ring attention's ring.
+    const RankCoord c = L.coord(rank);
+    const int T = m_doc->config().training.seqLen, chunk = T / (2 * L.cp());
+    const int second = (2 * L.cp() - 1 - c.cp) * chunk;
+    text += tr("\n  context-parallel ring: %1; positions %2-%3 and %4-%5 of %6")
+                .arg(list(L.cpGroup(rank)))
+                .arg(c.cp * chunk)
+                .arg(c.cp * chunk + chunk - 1)
+                .arg(second)
+                .arg(second + chunk - 1)
+                .arg(T);
+  }
   if (L.dp() > 1) text += tr("\n  data-parallel group: %1").arg(list(L.dpGroup(rank)));
+  if (L.cp() > 1 && L.dp() > 1) text += tr("\n  gradient group (dp x cp): %1").arg(list(L.dpCpGroup(rank)));
   if (L.pp() > 1) text += tr("\n  pipeline: %1").arg(list(L.ppGroup(rank)));
   if (L.ep() > 1) {
     const RankCoord c = L.coord(rank);
@@ -414,7 +428,8 @@ QString MeshCanvas::tileToolTip(int device) const {
                   .arg(r)
                   .arg(config.parallel.servers);
     else
-      text += tr("\nRank %1: stage %2, tp %3, dp %4").arg(r).arg(c.pp).arg(c.tp).arg(c.dp) + groupsText(r);
+      text += tr("\nRank %1: stage %2, tp %3, dp %4").arg(r).arg(c.pp).arg(c.tp).arg(c.dp) +
+              (m_ranks.layout.cp() > 1 ? tr(", cp %1").arg(c.cp) : QString()) + groupsText(r);
     if (r < static_cast<int>(m_memory.size())) {
       const MemoryBreakdown& m = m_memory[static_cast<size_t>(r)];
       text += tr("\n  memory %1 of %2 (parameters %3, gradients %4, optimizer %5, activations %6, other %7)")

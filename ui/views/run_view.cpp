@@ -452,7 +452,7 @@ void RunView::updateTable() {
     }
     for (const MeasuredMemory& m : d->memory()) rows[m.rank].measuredBytes = m.peak.total;
     for (const auto& [rank, bubble] : d->meanMeasuredBubble()) rows[rank].measuredBubble = bubble;
-    const int stageWidth = std::max(1, info.dp * info.tp);
+    const int stageWidth = std::max(1, info.dp * info.cp * info.tp);
     for (auto& [rank, r] : rows)
       if (r.stage < 0) r.stage = rank / stageWidth;
   }
