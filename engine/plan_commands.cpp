@@ -227,7 +227,7 @@ int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::s
   }
   const std::vector<MemoryBreakdown> memory = estimateMemory(*plan);
   const CostModel cost(*plan);
-  const SimResult sim = simulate(*plan, cost);
+  const SimResult sim = simulate(*plan, cost, /*spansPerRank=*/false);
   const nlohmann::json j = planJson(*plan, memory, sim);
   for (const std::string& w : plan->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (json) {

@@ -3,6 +3,8 @@
 // validated plans ordered by simulated step time, and plans a 175B GPT on 1024 GPUs.
 #include <QtTest>
 
+#include <nlohmann/json.hpp>
+
 #include "plan/autoplanner.h"
 #include "plan/cost_model.h"
 #include "plan/memory_model.h"
@@ -215,6 +217,48 @@ class TestPlan : public QObject {
     const double withEp = estimateMemory(*buildPlan(result->best.front().config)).front().parameters;
     const double without = estimateMemory(*noEp).front().parameters;
     QVERIFY(without > withEp);
+  }
+
+  // Context parallelism: Llama 3 8B on one node of 8 H100s with 65536-token sequences. A whole sequence's
+  // activations do not fit a GPU (about 170 GiB a block stack at T = 65536 without recompute), and every plan
+  // the search returns splits the sequence: cp > 1, its ring inside the node, with 2 cp dividing seq_len.
+  // The same layout with the cp ranks turned into data-parallel replicas of whole sequences (one sample a
+  // microbatch, as the cp plans run) holds cp times the activations and does not fit.
+  void autoPlanSearchesContextParallelism() {
+    QFile in(MS_SOURCE_DIR "/resources/examples/llama3-8b-8xh100.json");
+    QVERIFY(in.open(QIODevice::ReadOnly));
+    nlohmann::json j = nlohmann::json::parse(in.readAll().toStdString());
+    j["model"]["context"] = 65536;
+    j["training"]["seq_len"] = 65536;
+    j["training"]["batch_size"] = 8;
+    j["parallel"] = {{"precision", "bf16"}};
+    auto c = parseRunConfig(j);
+    QVERIFY2(c.isOk(), c.isOk() ? "" : c.message().c_str());
+    AutoPlanOptions o;
+    o.top = 3;
+    auto result = autoPlan(*c, o);
+    QVERIFY2(result.isOk(), result.isOk() ? "" : result.message().c_str());
+    QCOMPARE(static_cast<int>(result->best.size()), 3);
+    for (const PlanCandidate& p : result->best) {
+      const ParallelConfig& par = p.config.parallel;
+      QVERIFY2(par.cp > 1, qPrintable(QString("cp %1").arg(par.cp)));
+      QCOMPARE(65536 % (2 * par.cp), 0);
+      QCOMPARE(static_cast<int>(par.ranks()), 8);
+      QVERIFY(validateRunConfig(p.config).empty());
+      QVERIFY(p.peakMemoryBytes <= p.capacityBytes);
+    }
+    RunConfig whole = result->best.front().config;
+    whole.parallel.dp *= whole.parallel.cp;
+    whole.parallel.cp = 1;
+    whole.parallel.microbatches = whole.training.batchSize / whole.parallel.dp;  // one sample a microbatch
+    auto noCp = buildPlan(whole);
+    QVERIFY2(noCp.isOk(), noCp.isOk() ? "" : noCp.message().c_str());
+    const auto cpPlan = buildPlan(result->best.front().config);
+    QVERIFY(cpPlan.isOk());
+    const double withCp = estimateMemory(*cpPlan).front().activations;
+    const double without = estimateMemory(*noCp).front().activations;
+    QVERIFY2(without > 2 * withCp, qPrintable(QString("%1 vs %2").arg(without).arg(withCp)));
+    QVERIFY(!estimateMemory(*noCp).front().fits());
   }
 
   void autoPlanRefusesWhatCannotFit() {

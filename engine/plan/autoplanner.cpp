@@ -444,7 +444,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
     if (!allFit) continue;
     ++result.simulated;
     const CostModel cost(*plan);
-    const SimResult sim = simulate(*plan, cost);
+    const SimResult sim = simulate(*plan, cost, /*spansPerRank=*/false);
     c.config = std::move(config);
     c.estimatedStepTime = s.time;
     c.stepTime = sim.stepTime;

@@ -110,7 +110,7 @@ bool advance(const std::vector<Action>& actions, int s, const CostModel& costs,
 
 }  // namespace
 
-SimResult simulate(const Plan& plan, const CostModel& costs) {
+SimResult simulate(const Plan& plan, const CostModel& costs, bool spansPerRank) {
   const PipelineSchedule& schedule = plan.schedule;
   const int P = static_cast<int>(schedule.actions.size());
   std::vector<Lanes> lanes(static_cast<size_t>(P));
@@ -147,20 +147,24 @@ SimResult simulate(const Plan& plan, const CostModel& costs) {
 
   // Every rank gets its stage's spans (TP and DP peers run the same list at the same times).
   const int world = plan.layout.world();
-  result.spansByRank.resize(static_cast<size_t>(world));
-  result.hostTransfersByRank.resize(static_cast<size_t>(world));
+  if (spansPerRank) {
+    result.spansByRank.resize(static_cast<size_t>(world));
+    result.hostTransfersByRank.resize(static_cast<size_t>(world));
+  }
   result.bubbleFraction.assign(static_cast<size_t>(world), 0.0);
   double peakSum = 0;
   bool allPublished = true;
   for (int r = 0; r < world; ++r) {
     const int s = plan.stageOfRank(r);
     if (s < 0 || s >= P) continue;
-    auto& spans = result.spansByRank[static_cast<size_t>(r)];
-    spans = lanes[static_cast<size_t>(s)].spans;
-    for (SimSpan& span : spans) span.rank = r;
-    auto& transfers = result.hostTransfersByRank[static_cast<size_t>(r)];
-    transfers = lanes[static_cast<size_t>(s)].transfers;
-    for (SimHostTransfer& t : transfers) t.rank = r;
+    if (spansPerRank) {
+      auto& spans = result.spansByRank[static_cast<size_t>(r)];
+      spans = lanes[static_cast<size_t>(s)].spans;
+      for (SimSpan& span : spans) span.rank = r;
+      auto& transfers = result.hostTransfersByRank[static_cast<size_t>(r)];
+      transfers = lanes[static_cast<size_t>(s)].transfers;
+      for (SimHostTransfer& t : transfers) t.rank = r;
+    }
     result.bubbleFraction[static_cast<size_t>(r)] =
         result.pipelineSpan > 0 ? 1.0 - busy[static_cast<size_t>(s)] / result.pipelineSpan : 0.0;
     const DeviceSpec& device = r < static_cast<int>(plan.layout.deviceOf.size())

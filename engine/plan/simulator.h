@@ -76,6 +76,9 @@ struct SimResult {
   std::string error;
 };
 
-SimResult simulate(const Plan& plan, const CostModel& costs);
+// spansPerRank false leaves spansByRank and hostTransfersByRank empty (every other figure is the same): the
+// auto-planner's simulations of 16384-rank plans with hundreds of microbatches would otherwise copy each
+// stage's spans to every one of its ranks (gigabytes).
+SimResult simulate(const Plan& plan, const CostModel& costs, bool spansPerRank = true);
 
 }  // namespace ms

@@ -190,7 +190,7 @@ nlohmann::json predictedJson(const RunConfig& config) {
   auto plan = buildPlan(config, /*allowSharing=*/true);
   if (!plan) return nlohmann::json::object();
   const std::vector<MemoryBreakdown> memory = estimateMemory(*plan);
-  const SimResult sim = simulate(*plan, CostModel(*plan));
+  const SimResult sim = simulate(*plan, CostModel(*plan), /*spansPerRank=*/false);
   nlohmann::json ranks = nlohmann::json::array();
   for (const MemoryBreakdown& m : memory)
     ranks.push_back({{key::kRank, m.rank},
