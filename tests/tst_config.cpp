@@ -357,15 +357,15 @@ std::vector<TypedCase> typedCases() {
          c.mesh.nodes[0].count = 3;
        },
        "/training/seq_len", "seq_len (128) must be divisible by 2 * cp = 6"},
-      {"cp with ep",
+      {"ep not dividing dp * cp",
        [](auto& c) {
-         asLlama(c).model.experts = 4;
+         asLlama(c).model.experts = 8;
+         c.parallel.ep = 8;
          c.parallel.dp = 2;
-         c.parallel.ep = 2;
          c.parallel.cp = 2;
          c.mesh.nodes[0].count = 4;
        },
-       "/parallel/cp", "cp (2) with expert parallelism (ep 2) is not supported yet"},
+       "/parallel/ep", "ep (8) must divide dp * cp (4)"},
       {"cp over the mesh",
        [](auto& c) {
          asLlama(c).parallel.cp = 2;

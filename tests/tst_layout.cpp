@@ -204,6 +204,18 @@ class TestLayout : public QObject {
     QVERIFY2(laid.isOk(), laid.message().c_str());
     QCOMPARE(laid->layout.world(), 16);
     QCOMPARE(laid->layout.cpGroup(1), (std::vector<int>{1, 3, 5, 7}));
+    // Expert parallelism is carved out of the dp x cp ranks (index dp * cp + cp_i): with dp 2, cp 2, ep 4 the
+    // all-to-all group is every replica and slice of a (tp, pp) position; with ep 2 it is a replica's ring.
+    const ms::RankLayout moe(2, 2, 1, 4, 2);  // 8 ranks: rank = (dp * 2 + cp) * 2 + tp
+    QCOMPARE(moe.epGroup(3), (std::vector<int>{1, 3, 5, 7}));
+    QCOMPARE(moe.epRank(moe.coord(3)), 1);
+    QCOMPARE(moe.edpGroup(3), (std::vector<int>{3}));
+    const ms::RankLayout moe2(2, 2, 1, 2, 2);
+    QCOMPARE(moe2.edp(), 2);
+    QCOMPARE(moe2.epGroup(6), (std::vector<int>{4, 6}));   // dp 1: its cp 0 and cp 1
+    QCOMPARE(moe2.edpGroup(6), (std::vector<int>{2, 6}));  // cp 1 of dp 0 and of dp 1
+    checkPartition(moe2, &ms::RankLayout::epGroup, 2);
+    checkPartition(moe2, &ms::RankLayout::edpGroup, 2);
     p.cp = 8;
     auto tooMany = ms::layoutRanks(p, mesh);
     QVERIFY(!tooMany.isOk());

@@ -240,11 +240,11 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
             if (base.parallel.precision == Precision::Bf16 && device.hostLinkBandwidth > 0 &&
                 device.hostMemoryBytes > 0 && device.hostMemoryBandwidth > 0)
               offloads.push_back(Offload::Optimizer);
-            // Expert parallelism (mixture of experts): ep over divisors of dp that divide the experts; the
-            // engine runs it with ZeRO 0 and no offload (config_checks.cpp).
+            // Expert parallelism (mixture of experts): ep over divisors of the dp x cp replicas that divide
+            // the experts; the engine runs it with ZeRO 0 and no offload (config_checks.cpp).
             std::vector<int> eps = {1};
-            if (model.type == ModelType::Llama && model.experts > 0 && cp == 1)
-              for (int e : divisors(dp))
+            if (model.type == ModelType::Llama && model.experts > 0)
+              for (int e : divisors(replicas))
                 if (e > 1 && model.experts % e == 0) eps.push_back(e);
             std::vector<std::pair<int, int>> layouts;  // (ep, zero)
             for (int ep : eps)
@@ -286,8 +286,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 double epComm = 0, epBytes = 0;
                 if (ep > 1) {
                   const LinkSpec& epLink = tp * ep > perNode ? mesh->interLink : mesh->intraLink;
-                  sync += ringAllReduceTime(expertGrads, dp / ep,
-                                            tp * dp > perNode ? mesh->interLink : mesh->intraLink);
+                  sync += ringAllReduceTime(expertGrads, replicas / ep,
+                                            tp * replicas > perNode ? mesh->interLink : mesh->intraLink);
                   epComm = 4.0 * st.moeBlocks * allToAllTime(routedRows * model.width * 4.0, ep, epLink);
                   epBytes = st.moeBlocks * routedRows / mbs *
                             (model.width * (base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0) + 8.0);

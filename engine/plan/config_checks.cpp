@@ -148,11 +148,6 @@ void checkContextParallel(const RunConfig& c, Findings& out) {
             " positions must split evenly over tp = " + std::to_string(c.parallel.tp) +
             " for sequence parallelism",
         {"/parallel/cp", "/parallel/tp", "/training/seq_len"});
-  if (c.parallel.ep > 1)
-    add(out, "/parallel/cp",
-        cpText + " with expert parallelism (ep " + std::to_string(c.parallel.ep) +
-            ") is not supported yet; use cp 1 or ep 1",
-        {"/parallel/ep"});
 }
 
 // Divisibility of the model's dimensions by heads and tp, and the model/data pairing.
@@ -228,11 +223,14 @@ void checkModel(const RunConfig& c, Findings& out) {
           add(out, "/parallel/ep",
               "ep (" + std::to_string(ep) + ") must divide model.experts (" + std::to_string(m.experts) + ")",
               {"/model/experts"});
-        if (c.parallel.dp >= 1 && !divides(ep, c.parallel.dp))
+        if (c.parallel.dp >= 1 && c.parallel.cp >= 1 && !divides(ep, c.parallel.dataReplicas()))
           add(out, "/parallel/ep",
-              "ep (" + std::to_string(ep) + ") must divide dp (" + std::to_string(c.parallel.dp) +
-                  "): the expert-parallel ranks are data-parallel replicas of the rest of the model",
-              {"/parallel/dp"});
+              "ep (" + std::to_string(ep) + ") must divide " +
+                  (c.parallel.cp > 1 ? "dp * cp (" + std::to_string(c.parallel.dataReplicas()) + ")"
+                                     : "dp (" + std::to_string(c.parallel.dp) + ")") +
+                  ": the expert-parallel ranks are data-parallel replicas of the rest of the model",
+              c.parallel.cp > 1 ? std::vector<std::string>{"/parallel/dp", "/parallel/cp"}
+                                : std::vector<std::string>{"/parallel/dp"});
         if (c.parallel.zero > 0)
           add(out, "/parallel/zero",
               "ZeRO with expert parallelism (experts sharded over their expert-data-parallel group) is not "

@@ -18,7 +18,7 @@ namespace ms {
 
 RankLayout::RankLayout(int dp, int tp, int pp, int ep, int cp)
     : m_dp(dp), m_tp(tp), m_pp(pp), m_ep(ep), m_cp(cp) {
-  assert(dp >= 1 && tp >= 1 && pp >= 1 && ep >= 1 && cp >= 1 && dp % ep == 0);
+  assert(dp >= 1 && tp >= 1 && pp >= 1 && ep >= 1 && cp >= 1 && dp * cp % ep == 0);
 }
 
 RankCoord RankLayout::coord(int rank) const {
@@ -74,14 +74,22 @@ std::vector<int> RankLayout::epGroup(int rank) const {
   RankCoord c = coord(rank);
   const int first = edpRank(c) * m_ep;
   std::vector<int> group;
-  for (c.dp = first; c.dp < first + m_ep; ++c.dp) group.push_back(this->rank(c));
+  for (int i = first; i < first + m_ep; ++i) {
+    c.dp = i / m_cp;
+    c.cp = i % m_cp;
+    group.push_back(this->rank(c));
+  }
   return group;
 }
 
 std::vector<int> RankLayout::edpGroup(int rank) const {
   RankCoord c = coord(rank);
   std::vector<int> group;
-  for (c.dp = epRank(c); c.dp < m_dp; c.dp += m_ep) group.push_back(this->rank(c));
+  for (int i = epRank(c); i < m_dp * m_cp; i += m_ep) {
+    c.dp = i / m_cp;
+    c.cp = i % m_cp;
+    group.push_back(this->rank(c));
+  }
   return group;
 }
 
@@ -191,9 +199,9 @@ Expected<LayoutResult> layoutRanks(const ParallelConfig& parallel, const Mesh& m
                          " ranks; at most " + std::to_string(kMaxRanks) + " can be laid out");
 
   LayoutResult result;
-  if (parallel.ep < 1 || parallel.dp % parallel.ep != 0)
-    return Status::error("/parallel/ep: must be >= 1 and divide dp (" + std::to_string(parallel.dp) +
-                         "), got " + std::to_string(parallel.ep));
+  if (parallel.ep < 1 || parallel.dataReplicas() % parallel.ep != 0)
+    return Status::error("/parallel/ep: must be >= 1 and divide dp * cp (" +
+                         std::to_string(parallel.dataReplicas()) + "), got " + std::to_string(parallel.ep));
   result.layout = RankLayout(parallel.dp, parallel.tp, parallel.pp, parallel.ep, parallel.cp);
   RankLayout& layout = result.layout;
   layout.deviceOf.resize(static_cast<size_t>(world));

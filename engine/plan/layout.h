@@ -31,19 +31,20 @@ struct RankCoord {
 class RankLayout {
  public:
   RankLayout() = default;
-  // ep: expert-parallel ways, dividing dp (Megatron-Core carves expert parallelism out of the data-parallel
-  // ranks: an expert layer's ranks are tp x ep x edp with ep x edp = dp). ep is the inner part of dp, as in
-  // Megatron-Core's default order tp-cp-ep-dp-pp: the replicas that exchange tokens are the nearest ones
-  // (dp index d is expert-parallel rank d % ep of expert-data-parallel rank d / ep).
   // cp: context-parallel ways; the cp ranks of one replica hold the slices of the same samples, so for the
   // parameters they are data-parallel ranks too (dpCpGroup: the gradient all-reduce and ZeRO's sharding
   // group, Megatron-Core's data-parallel group "with context parallelism").
+  // ep: expert-parallel ways, dividing dp x cp (Megatron-Core carves expert parallelism out of those ranks:
+  // an expert layer's ranks are tp x ep x edp with ep x edp = dp x cp; a mixture of experts sees a slice's
+  // tokens like any others). ep is the inner part of the dp x cp index (dpCpRank), as in Megatron-Core's
+  // default order tp-cp-ep-dp-pp: the ranks that exchange tokens are the nearest ones (index d is
+  // expert-parallel rank d % ep of expert-data-parallel rank d / ep); with cp 1 that is the dp index.
   RankLayout(int dp, int tp, int pp, int ep = 1, int cp = 1);
   int dp() const { return m_dp; }
   int ep() const { return m_ep; }
-  int edp() const { return m_dp / m_ep; }  // replicas of each expert
-  int epRank(const RankCoord& c) const { return c.dp % m_ep; }
-  int edpRank(const RankCoord& c) const { return c.dp / m_ep; }
+  int edp() const { return m_dp * m_cp / m_ep; }  // replicas of each expert
+  int epRank(const RankCoord& c) const { return dpCpRank(c) % m_ep; }
+  int edpRank(const RankCoord& c) const { return dpCpRank(c) / m_ep; }
   int tp() const { return m_tp; }
   int pp() const { return m_pp; }
   int cp() const { return m_cp; }
@@ -57,8 +58,8 @@ class RankLayout {
   std::vector<int> cpGroup(int rank) const;    // same dp, tp and pp: ring attention's ring, cp order
   std::vector<int> dpCpGroup(int rank) const;  // same tp and pp: every replica of the parameters
   std::vector<int> ppGroup(int rank) const;    // same dp, cp and tp: the pipeline, stage order
-  std::vector<int> epGroup(int rank) const;    // same tp, cp, pp and edp rank: the experts' all-to-all
-  std::vector<int> edpGroup(int rank) const;   // same tp, cp, pp and ep rank: one expert's replicas
+  std::vector<int> epGroup(int rank) const;    // same tp, pp and edp rank: the experts' all-to-all
+  std::vector<int> edpGroup(int rank) const;   // same tp, pp and ep rank: one expert's replicas
   // Pipeline neighbours of a rank (-1 at the ends).
   int prevStageRank(int rank) const;
   int nextStageRank(int rank) const;

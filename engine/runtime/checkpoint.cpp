@@ -364,11 +364,13 @@ Status saveCheckpointSharded(const std::string& dir, const Plan& plan, RankGroup
       }
   }
   // Every (stage, tp rank) pair's data-parallel rank 0 contributes its pieces to rank 0; under expert
-  // parallelism data-parallel ranks 1 .. ep-1 too, their experts only (the rest of theirs is rank 0's).
+  // parallelism data-parallel ranks 1 .. ep-1 too (indices of the dp x cp ranks, RankLayout::dpCpRank), their
+  // experts only (the rest of theirs is rank 0's).
+  const int cp = plan.layout.cp();
   for (int stage = 0; stage < plan.layout.pp() && s; ++stage) {
     for (int t = 0; t < plan.layout.tp() * plan.layout.ep() && s; ++t) {
       const int e = t / plan.layout.tp();
-      const int src = plan.layout.rank({e, t % plan.layout.tp(), stage});
+      const int src = plan.layout.rank({e / cp, t % plan.layout.tp(), stage, e % cp});
       if (groups.rank != src && !lead) continue;
       const StoreLayout layout = storeLayoutOf(plan, stage, t % plan.layout.tp(), e);
       const StorePlan sp = planStore(plan.model, config.model.type, config.model.tieEmbeddings, layout);

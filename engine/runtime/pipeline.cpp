@@ -40,12 +40,13 @@ Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* hostWorld, C
   g.embedding = std::move(*emb);
   if (L.ep() > 1) {
     // Colors: the group's (pp, tp) and, for the all-to-all group its expert-data-parallel rank, for the
-    // replicas' group its expert-parallel rank; keys order members by dp index.
-    const int base = ((c.pp * L.tp() + c.tp) * L.cp() + c.cp) * L.dp();
-    auto ep = world->split(base + L.edpRank(c), c.dp);
+    // replicas' group its expert-parallel rank; keys order members by their dp x cp index (ep is carved out
+    // of the dp x cp ranks, RankLayout).
+    const int base = (c.pp * L.tp() + c.tp) * L.dp() * L.cp();
+    auto ep = world->split(base + L.edpRank(c), L.dpCpRank(c));
     if (!ep) return ep.status().withContext("creating the expert-parallel groups");
     g.ep = std::move(*ep);
-    auto edp = world->split(base + L.epRank(c), c.dp);
+    auto edp = world->split(base + L.epRank(c), L.dpCpRank(c));
     if (!edp) return edp.status().withContext("creating the expert-data-parallel groups");
     g.edp = std::move(*edp);
   }
