@@ -329,15 +329,6 @@ std::vector<TypedCase> typedCases() {
          c.training.batchSize = 12;
        },
        "/parallel/ep", "ep (2) must divide dp (3)"},
-      {"ep with zero",
-       [](auto& c) {
-         asLlama(c).model.experts = 4;
-         c.parallel.dp = 2;
-         c.parallel.ep = 2;
-         c.parallel.zero = 1;
-         c.mesh.nodes[0].count = 2;
-       },
-       "/parallel/zero", "ZeRO with expert parallelism"},
       {"ep on a gpt",
        [](auto& c) {
          c.parallel.dp = 2;

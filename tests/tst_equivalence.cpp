@@ -311,6 +311,17 @@ class TestEquivalence : public QObject {
         << R"({"dp": 2, "ep": 2, "tp": 2, "sequence_parallel": true})";
     QTest::newRow("llama-moe dp2 ep2 pp2 1f1b") << "llama-moe-noaux"
                                                 << R"({"dp": 2, "ep": 2, "pp": 2, "microbatches": 2})";
+    // ZeRO with expert parallelism (Megatron-Core's distributed optimizer with experts): the dense units
+    // sharded over dp, each rank's experts over their dp / ep replicas (one replica at dp2 ep2: whole;
+    // two at dp4 ep2), reduce-scattered every microbatch (ZeRO-2) and gathered per use (ZeRO-3).
+    QTest::newRow("llama-moe dp2 ep2 zero1") << "llama-moe-noaux"
+                                             << R"({"dp": 2, "ep": 2, "zero": 1})";
+    QTest::newRow("llama-moe dp4 ep2 zero2 accumulation")
+        << "llama-moe-noaux"
+        << R"({"dp": 4, "ep": 2, "zero": 2, "microbatches": 2})";
+    QTest::newRow("llama-moe dp4 ep2 pp2 zero3")
+        << "llama-moe-noaux"
+        << R"({"dp": 4, "ep": 2, "pp": 2, "zero": 3, "microbatches": 2})";
     // Context parallelism: ring attention over 2 and 4 ranks (each holding two opposite chunks of every
     // sequence), with data parallelism and ZeRO over the dp x cp ranks, tp with sequence parallelism, a
     // zero-bubble pipeline with full recompute, and selective recompute (nothing for it to drop).
@@ -334,6 +345,8 @@ class TestEquivalence : public QObject {
                                        << R"({"cp": 2, "ep": 2})";
     QTest::newRow("llama-moe dp2 cp2 ep2") << "llama-moe-noaux"
                                            << R"({"dp": 2, "cp": 2, "ep": 2})";
+    QTest::newRow("llama-moe dp2 cp2 ep2 zero1") << "llama-moe-noaux"
+                                                 << R"({"dp": 2, "cp": 2, "ep": 2, "zero": 1})";
     QTest::newRow("vit pp2 selective") << "vit"
                                        << R"({"pp": 2, "microbatches": 2, "recompute": "selective"})";
     QTest::newRow("vit dp2 tp2 zero2") << "vit"
@@ -510,6 +523,10 @@ class TestEquivalence : public QObject {
     // Expert parallelism in bf16: the kept received rows in bf16 (the all-to-alls carry fp32 rows).
     QTest::newRow("llama-moe dp2 ep2")
         << R"({"model": "llama-moe-noaux", "dp": 2, "ep": 2, "precision": "bf16"})";
+    // The distributed optimizer with experts: fp32 master weights and moments of the experts sharded over
+    // their two replicas.
+    QTest::newRow("llama-moe dp4 ep2 zero1")
+        << R"({"model": "llama-moe-noaux", "dp": 4, "ep": 2, "zero": 1, "precision": "bf16"})";
     QTest::newRow("llama tp2 pp2 sequence parallel bf16 grads")
         << R"({"model": "llama", "tp": 2, "pp": 2, "microbatches": 2, "sequence_parallel": true,
               "precision": "bf16", "grad_precision": "bf16"})";
@@ -688,6 +705,10 @@ class TestEquivalence : public QObject {
         << "optimizer";
     QTest::newRow("tp2 pp2 zero0") << R"({"tp": 2, "pp": 2, "microbatches": 2, "precision": "bf16"})"
                                    << "optimizer";
+    // Expert parallelism: the experts' state, sharded over their two replicas, goes to the host too.
+    QTest::newRow("llama-moe dp4 ep2 zero1")
+        << R"({"model": "llama-moe-noaux", "dp": 4, "ep": 2, "zero": 1, "precision": "bf16"})"
+        << "optimizer";
     QTest::newRow("parameters dp2 zero3 accumulation")
         << R"({"dp": 2, "zero": 3, "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})"
         << "parameters";
@@ -699,13 +720,17 @@ class TestEquivalence : public QObject {
     QFETCH(QString, parallel);
     QFETCH(QString, offload);
     auto plan = nlohmann::json::parse(parallel.toStdString());
+    // Rows may name the model ("model", not a config key); gpt otherwise.
+    const std::string model = plan.value("model", std::string("gpt"));
+    plan.erase("model");
     const int ranks = ranksOf(plan);
     const QString name = QString("offload%1").arg(++m_runs);
-    const QString config =
-        writeCpuConfig(m_tmp.path(), name, body("gpt") + ", \"parallel\": " + plan.dump(), ranks);
+    const QString config = writeCpuConfig(
+        m_tmp.path(), name, body(QString::fromStdString(model)) + ", \"parallel\": " + plan.dump(), ranks);
     plan["offload"] = offload.toStdString();
     const QString offConfig =
-        writeCpuConfig(m_tmp.path(), name + "-off", body("gpt") + ", \"parallel\": " + plan.dump(), ranks);
+        writeCpuConfig(m_tmp.path(), name + "-off",
+                       body(QString::fromStdString(model)) + ", \"parallel\": " + plan.dump(), ranks);
     const QString plain = m_tmp.path() + "/" + name, off = m_tmp.path() + "/" + name + "-off";
     ProcessResult a = runMpi(kMpiexec, kEngine, ranks, {"train", config, "--run-dir", plain, "--quiet"});
     QVERIFY2(a.code == 0, qPrintable(a.err));
@@ -841,6 +866,11 @@ class TestEquivalence : public QObject {
     QTest::newRow("llama-moe dp2 ep2 tp2 -> dp4 ep4")
         << "llama-moe-noaux"
         << R"({"dp": 2, "ep": 2, "tp": 2})" << 4 << R"({"dp": 4, "ep": 4})" << 4;
+    // ZeRO with experts: the experts' states sharded over their replicas are gathered whole, and sharded
+    // again over the next plan's.
+    QTest::newRow("llama-moe dp4 ep2 zero2 -> dp2 ep2 zero3")
+        << "llama-moe-noaux"
+        << R"({"dp": 4, "ep": 2, "zero": 2})" << 4 << R"({"dp": 2, "ep": 2, "zero": 3})" << 2;
     // ZeRO-1 shards over the dp x cp ranks; the checkpoint is whole, and resumes under cp 4.
     QTest::newRow("llama dp2 cp2 zero1 -> cp4")
         << "llama"

@@ -602,6 +602,35 @@ class TestMemoryModel : public QObject {
     QVERIFY(near(ms::allToAllTime(rows * kC * 4, 4, link),
                  0.75 * rows * kC * 4 / link.bandwidth + 3 * link.latency));
     QCOMPARE(ms::allToAllTime(1e9, 1, link), 0.0);
+
+    // ZeRO with experts (Megatron-Core's distributed optimizer): on 8 ranks at ep 4 each expert has 2
+    // replicas, so ZeRO-1 shards the moments of the rank's 2 experts over 2 ranks and the rest of the model
+    // over all 8; ZeRO-3 the parameters too. The gradient sync sums the experts over their 2 replicas only.
+    for (int zero : {1, 3}) {
+      json sharded = moe, whole = moe;
+      sharded["parallel"] = {{"dp", 8}, {"ep", 4}, {"zero", zero}};
+      whole["parallel"] = {{"dp", 8}, {"ep", 4}};
+      MAKE_PLAN(z, 2, sharded);
+      MAKE_PLAN(z0, 2, whole);
+      const auto s = ms::estimateMemory(*z).front(), w = ms::estimateMemory(*z0).front();
+      const double experts = expertParams / 4, dense = w.parameters / 4 - experts;  // fp32: 4 B each
+      QVERIFY(near(s.optimizer, 8 * (dense / 8 + experts / 2)));
+      QVERIFY(near(s.parameters, zero == 3 ? 4 * (dense / 8 + experts / 2) : w.parameters));
+      QCOMPARE(ms::stageOwnedParameterCount(*z, 0), dense / 8 + experts / 2);
+      QCOMPARE(ms::stageLocalExpertParameterCount(*z, 0), experts);
+    }
+    json zero2 = moe;
+    zero2["parallel"] = {{"dp", 8}, {"ep", 4}, {"zero", 2}};
+    MAKE_PLAN(z2, 2, zero2);
+    const ms::CostModel cz(*z2);
+    const double denseGrads = (ms::stageLocalParameterCount(*z2, 0) - expertParams / 4) * 4;
+    // The tied wte (its own unit) is reduce-scattered apart from the rest of the dense gradients.
+    const double tied = 256.0 * kC * 4;
+    QVERIFY(near(cz.gradSyncTime(0),
+                 ms::ringReduceScatterTime(denseGrads - tied, 8, link) +
+                     ms::ringReduceScatterTime(tied, 8, link) +
+                     ms::ringReduceScatterTime(expertParams / 4 * 4, 2, link),
+                 1e-9));
   }
 
   // Context parallelism (model_spec.h, memory_model.cpp, cost_model.cpp): a llama of 2 blocks (C 64, H 4,

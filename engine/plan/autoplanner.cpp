@@ -241,15 +241,14 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 device.hostMemoryBytes > 0 && device.hostMemoryBandwidth > 0)
               offloads.push_back(Offload::Optimizer);
             // Expert parallelism (mixture of experts): ep over divisors of the dp x cp replicas that divide
-            // the experts; the engine runs it with ZeRO 0 and no offload (config_checks.cpp).
+            // the experts, with every ZeRO stage (the experts shard over their dp x cp / ep replicas).
             std::vector<int> eps = {1};
             if (model.type == ModelType::Llama && model.experts > 0)
               for (int e : divisors(replicas))
                 if (e > 1 && model.experts % e == 0) eps.push_back(e);
             std::vector<std::pair<int, int>> layouts;  // (ep, zero)
             for (int ep : eps)
-              for (int zero = 0; zero <= (replicas > 1 && ep == 1 ? 3 : 0); ++zero)
-                layouts.push_back({ep, zero});
+              for (int zero = 0; zero <= (replicas > 1 ? 3 : 0); ++zero) layouts.push_back({ep, zero});
             for (const std::pair<int, int>& layout : layouts) {
               const int ep = layout.first, zero = layout.second;
               // The least screened memory of each recompute choice with less offloaded (none, then the
@@ -259,7 +258,6 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
               std::map<std::pair<int, int>, double> lessOffloaded;
               std::vector<Offload> levels = offloads;
               if (zero == 3 && offloads.size() > 1) levels.push_back(Offload::Parameters);  // FSDP's
-              if (ep > 1) levels = {Offload::None};
               for (Offload offload : levels) {
                 // Shared by every recompute choice: compute, TP communication, DP sync, model states.
                 const double tF = st.flops * mbs / (rate * tp);
@@ -276,7 +274,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 // dp / ep replicas only; each mixture-of-experts block sends its k T rows a sample out and
                 // back in forward and in backward (cost_model.cpp).
                 const double localParams = st.params - st.expertParams * (1.0 - 1.0 / ep);
-                const double expertGrads = ep > 1 ? st.expertParams / ep / tp * states.gradientBytes : 0.0;
+                const int expertReplicas = replicas / ep;
+                const double expertLocal = ep > 1 ? st.expertParams / ep / tp : 0.0;  // of localParams / tp
+                const double expertGrads = expertLocal * states.gradientBytes;
                 const double grads = localParams / tp * states.gradientBytes - expertGrads;
                 const LinkSpec& dpLink = tp * replicas > perNode ? mesh->interLink : mesh->intraLink;
                 // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
@@ -286,15 +286,19 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 double epComm = 0, epBytes = 0;
                 if (ep > 1) {
                   const LinkSpec& epLink = tp * ep > perNode ? mesh->interLink : mesh->intraLink;
-                  sync += ringAllReduceTime(expertGrads, replicas / ep,
-                                            tp * replicas > perNode ? mesh->interLink : mesh->intraLink);
+                  const LinkSpec& edpLink = tp * replicas > perNode ? mesh->interLink : mesh->intraLink;
+                  sync += zero >= 2 ? M * ringReduceScatterTime(expertGrads, expertReplicas, edpLink)
+                                    : ringAllReduceTime(expertGrads, expertReplicas, edpLink);
                   epComm = 4.0 * st.moeBlocks * allToAllTime(routedRows * model.width * 4.0, ep, epLink);
                   epBytes = st.moeBlocks * routedRows / mbs *
                             (model.width * (base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0) + 8.0);
                 }
                 // ZeRO-3 gathers the stage's parameters before every forward and backward.
                 if (zero == 3)
-                  sync += 2.0 * M * ringAllGatherTime(st.params / tp * states.workingBytes, replicas, dpLink);
+                  sync += 2.0 * M *
+                          (ringAllGatherTime((localParams / tp - expertLocal) * states.workingBytes, replicas,
+                                             dpLink) +
+                           ringAllGatherTime(expertLocal * states.workingBytes, expertReplicas, dpLink));
                 // Ring attention (cost_model.cpp): per block cp - 1 key/value transfers beside a 1/cp share
                 // of its attention in forward, again beside twice that in backward, plus cp dK|dV transfers.
                 double cpComm = 0;
@@ -314,14 +318,19 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 }
                 const double factor = pipelineFactor(schedule, pp, V, M);
                 // Memory: the memory model's bytes per parameter, sharded by ZeRO stage over dp.
-                const double n = localParams / tp;
+                // (the local experts' over their dp x cp / ep replicas).
+                const double n = localParams / tp, dense = n - expertLocal;
                 const ModelStateBytes perParam = modelStateBytes(states, replicas);
-                const double stateBytes = n * (perParam.parameters + perParam.gradients + perParam.optimizer);
+                const ModelStateBytes perExpertParam = modelStateBytes(states, std::max(1, expertReplicas));
+                const double stateBytes = dense * perParam.total() + expertLocal * perExpertParam.total();
+                const double hostBytes =
+                    dense * perParam.hostTotal() + expertLocal * perExpertParam.hostTotal();
                 // Offload: the host's share must hold its part, and the step crosses the link and runs on
                 // the host (cost_model.cpp); the device-side step is not in the screen's time either way.
-                if (n * perParam.hostTotal() > device.hostMemoryBytes && perParam.hostTotal() > 0) continue;
+                if (hostBytes > device.hostMemoryBytes && hostBytes > 0) continue;
                 if (states.offloadOptimizer) {
-                  const double shard = zero >= 1 ? n / replicas : n;
+                  const double shard =
+                      zero >= 1 ? dense / replicas + expertLocal / std::max(1, expertReplicas) : n;
                   sync += shard *
                           (4.0 + 2.0 * states.masterBytes + 2.0 * states.momentBytes + states.workingBytes) /
                           device.hostMemoryBandwidth;

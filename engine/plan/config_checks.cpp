@@ -231,21 +231,16 @@ void checkModel(const RunConfig& c, Findings& out) {
                   ": the expert-parallel ranks are data-parallel replicas of the rest of the model",
               c.parallel.cp > 1 ? std::vector<std::string>{"/parallel/dp", "/parallel/cp"}
                                 : std::vector<std::string>{"/parallel/dp"});
-        if (c.parallel.zero > 0)
-          add(out, "/parallel/zero",
-              "ZeRO with expert parallelism (experts sharded over their expert-data-parallel group) is not "
-              "supported yet; use zero 0 with ep > 1",
-              {"/parallel/ep"});
-        if (c.parallel.offload != Offload::None)
-          add(out, "/parallel/offload", "offload with expert parallelism is not supported yet",
-              {"/parallel/ep"});
       }
-      // Megatron-LM replicates key/value heads over the ranks of a group when tp exceeds them; the engine
-      // splits them, so each rank needs at least one (docs/status.md lists the gap).
+      // Each rank keeps kv_heads / tp key/value heads, as Megatron-Core does: its Attention divides
+      // num_query_groups by the tensor-parallel size (megatron/core/transformer/attention.py,
+      // num_query_groups_per_partition = divide(num_query_groups, tp), which asserts divisibility), so
+      // neither splits key/value heads it cannot divide. (Inference servers such as vLLM replicate them
+      // instead; docs/status.md.)
       if (tp >= 1 && kv >= 1 && !divides(tp, kv))
         add(out, "/parallel/tp",
             tpText + " must divide the key/value heads (kv_heads: " + std::to_string(kv) +
-                "); tensor parallelism over replicated key/value heads is not supported yet",
+                "), as in Megatron-Core: each rank keeps kv_heads / tp of them",
             {"/model/type", "/model/kv_heads"});
     }
   } else {

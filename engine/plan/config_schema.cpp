@@ -465,7 +465,8 @@ void addParallel(std::vector<Field>& t) {
   t.push_back(
       intField(p, "ep", MS_REF(parallel.ep), atLeast(1),
                "Expert-parallel ways (mixture of experts): each expert lives on one of ep data-parallel "
-               "replicas, tokens reach it by all-to-all; must divide dp and experts.")
+               "replicas, tokens reach it by all-to-all; must divide dp * cp and experts. ZeRO shards the "
+               "experts over their dp * cp / ep replicas.")
           .aka({"expert_parallel", "ep_size", "expert_model_parallel_size"}));
   t.push_back(
       intField(p, "cp", MS_REF(parallel.cp), atLeast(1),

@@ -196,6 +196,9 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
 
   // Communication inside compute actions, per chunk.
   const std::vector<double> params = chunkLocalParameterCount(plan);  // as one TP rank holds them
+  // Expert parallelism: of which the local experts', summed over and ZeRO-sharded over dp / ep replicas.
+  const std::vector<double> expertParams = chunkLocalExpertParameterCount(plan);
+  const int edp = std::max(1, dp / std::max(1, p.ep));
   const std::vector<double> gathered = p.zero == 3 ? zero3LayerParams(plan) : std::vector<double>{};
   const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
   m_chunkForwardComm.assign(static_cast<size_t>(K), 0.0);
@@ -285,9 +288,15 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       // layer's (its last's in backward) is exposed, every other one only beyond the compute of the layer it
       // travels beside.
       const LinkSpec& link = groupLink(plan, plan.layout.dpCpGroup(rank));
+      const LinkSpec& expertLink = p.ep > 1 ? groupLink(plan, plan.layout.edpGroup(rank)) : link;
       const std::vector<int>& layers = m_chunks[static_cast<size_t>(k)];
+      // A layer's local experts (ep > 1) are gathered over their dp / ep replicas after its own unit.
       auto gather = [&](int l) {
-        return ringAllGatherTime(gathered[static_cast<size_t>(l)] * state.workingBytes, dp, link);
+        const double experts =
+            p.ep > 1 ? double(model.layers[static_cast<size_t>(l)].localExpertParamCount(tp, p.ep)) : 0.0;
+        return ringAllGatherTime((gathered[static_cast<size_t>(l)] - experts) * state.workingBytes, dp,
+                                 link) +
+               ringAllGatherTime(experts * state.workingBytes, edp, expertLink);
       };
       auto backward = [&](int l) {
         return m_analytic.backwardInput[static_cast<size_t>(l)] +
@@ -312,7 +321,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       // The shard comes up from the host before each gather, and each microbatch's reduced gradient shard
       // goes down (counted with the backward).
       const double hostLink = stageDevice(plan, stage).hostLinkBandwidth;
-      const double shard = params[static_cast<size_t>(k)] / dp;
+      const double shard = (params[static_cast<size_t>(k)] - expertParams[static_cast<size_t>(k)]) / dp +
+                           expertParams[static_cast<size_t>(k)] / edp;
       if (hostLink > 0) {
         const double up = shard * state.workingBytes / hostLink,
                      down = shard * state.gradientBytes / hostLink;
@@ -382,19 +392,21 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const bool holdsTied = tiedEmbedding && (k == chunkOf[static_cast<size_t>(embeddingLayer)] ||
                                              (tiedApart && k == chunkOf[static_cast<size_t>(headLayer)]));
     const double tiedBytes = holdsTied ? wteLocal * state.gradientBytes : 0.0;
-    // Expert parallelism: the local experts' gradients are summed over their dp / ep replicas only.
+    // Expert parallelism: the local experts' gradients are summed (ZeRO >= 2: reduce-scattered every
+    // microbatch) over their dp / ep replicas only.
     double expertBytes = 0;
     if (p.ep > 1) {
-      for (int l : m_chunks[static_cast<size_t>(k)])
-        expertBytes += double(model.layers[static_cast<size_t>(l)].localExpertParamCount(tp, p.ep)) *
-                       state.gradientBytes;
+      expertBytes = expertParams[static_cast<size_t>(k)] * state.gradientBytes;
+      const LinkSpec& expertLink = groupLink(plan, plan.layout.edpGroup(rank));
       m_gradSync[static_cast<size_t>(k)] +=
-          ringAllReduceTime(expertBytes, dp / p.ep, groupLink(plan, plan.layout.edpGroup(rank)));
+          p.zero <= 1 ? ringAllReduceTime(expertBytes, edp, expertLink)
+                      : std::max(1, p.microbatches) * ringReduceScatterTime(expertBytes, edp, expertLink);
     }
     m_gradSync[static_cast<size_t>(k)] +=
-        p.zero <= 1 ? ringAllReduceTime(bytes - expertBytes, dp, link)
-                    : std::max(1, p.microbatches) * ringReduceScatterTime(bytes - tiedBytes, dp, link) +
-                          (holdsTied ? ringReduceScatterTime(tiedBytes, dp, link) : 0.0);
+        p.zero <= 1
+            ? ringAllReduceTime(bytes - expertBytes, dp, link)
+            : std::max(1, p.microbatches) * ringReduceScatterTime(bytes - expertBytes - tiedBytes, dp, link) +
+                  (holdsTied ? ringReduceScatterTime(tiedBytes, dp, link) : 0.0);
     if (tiedApart &&
         (k == chunkOf[static_cast<size_t>(headLayer)] || k == chunkOf[static_cast<size_t>(embeddingLayer)])) {
       const int a = plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(headLayer)])];
@@ -411,7 +423,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   m_optimizerUpload.assign(static_cast<size_t>(plan.partition.stages), 0.0);
   for (int s = 0; s < plan.partition.stages; ++s) {
     const double local = stageLocalParameterCount(plan, s);
-    const double shard = p.zero >= 1 ? local / dp : local;
+    const double shard = stageOwnedParameterCount(plan, s);
     const DeviceSpec& device = stageDevice(plan, s);
     // Read: gradient, master (mixed) or parameter, moments; written: master or parameter, moments, and in
     // mixed precision the bf16 working copy.
@@ -429,9 +441,15 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       }
       t += m_optimizerDownload[static_cast<size_t>(s)] + m_optimizerUpload[static_cast<size_t>(s)];
     }
-    if (modelled && (p.zero == 1 || p.zero == 2))
-      t += ringAllGatherTime(local * state.workingBytes, dp,
+    if (modelled && (p.zero == 1 || p.zero == 2)) {
+      // The owned slices' all-gather: the dense parameters over dp x cp, the local experts over dp x cp / ep.
+      const double experts = stageLocalExpertParameterCount(plan, s);
+      t += ringAllGatherTime((local - experts) * state.workingBytes, dp,
                              groupLink(plan, plan.layout.dpCpGroup(replicaRank(plan, s))));
+      if (experts > 0)
+        t += ringAllGatherTime(experts * state.workingBytes, edp,
+                               groupLink(plan, plan.layout.edpGroup(replicaRank(plan, s))));
+    }
     m_optimizer[static_cast<size_t>(s)] = t;
   }
 }

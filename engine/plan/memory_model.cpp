@@ -133,11 +133,14 @@ double layerCheckpointBytes(const Plan& plan, int l) {
   return layerOutputBytes(plan, l);
 }
 
-// The largest parameter unit of the stage as one TP rank holds it: the runtime's store keeps one unit per
-// layer and the tied wte as a unit of its own (runtime/parameters.h), held by the embedding's stage and by a
-// tied head's.
-double largestUnitParams(const Plan& plan, int stage) {
+// The largest owned slice of a parameter unit of the stage as one TP rank holds it: the runtime's store keeps
+// one unit per layer, the tied wte as a unit of its own (runtime/parameters.h), held by the embedding's stage
+// and by a tied head's, and under expert parallelism a layer's local experts as another; sharded (ZeRO >= 1)
+// the slice is the unit / dp x cp, an expert unit's / (dp x cp / ep).
+double largestOwnedSlice(const Plan& plan, int stage, bool sharded) {
   const int tp = std::max(1, plan.config.parallel.tp), ep = std::max(1, plan.config.parallel.ep);
+  const int replicas = sharded ? std::max(1, plan.config.parallel.dataReplicas()) : 1;
+  const int expertReplicas = std::max(1, replicas / ep);
   const ModelConfig& m = plan.config.model;
   const bool tied = m.tiedHead();
   const double wteLocal = tied ? double(m.vocab) / tp * m.width : 0.0;
@@ -147,13 +150,13 @@ double largestUnitParams(const Plan& plan, int stage) {
     double n = double(layer.localParamCount(tp, ep));
     if (ep > 1) {  // the local experts are a unit of their own
       const double experts = double(layer.localExpertParamCount(tp, ep));
-      largest = std::max(largest, experts);
+      largest = std::max(largest, experts / expertReplicas);
       n -= experts;
     }
     if (tied && layer.kind == LayerKind::Embedding) n -= wteLocal;
     if (tied && (layer.kind == LayerKind::Embedding || layer.kind == LayerKind::Head))
-      largest = std::max(largest, wteLocal);
-    largest = std::max(largest, n);
+      largest = std::max(largest, wteLocal / replicas);
+    largest = std::max(largest, n / replicas);
   }
   return largest;
 }
@@ -185,13 +188,42 @@ std::vector<double> chunkLocalParameterCount(const Plan& plan) {
   return counts;
 }
 
+std::vector<double> chunkLocalExpertParameterCount(const Plan& plan) {
+  const int tp = std::max(1, plan.config.parallel.tp), ep = std::max(1, plan.config.parallel.ep);
+  std::vector<double> counts;
+  for (const auto& chunk : plan.partition.chunks) {
+    double n = 0;
+    if (ep > 1)
+      for (int l : chunk)
+        n += double(plan.model.layers[static_cast<size_t>(l)].localExpertParamCount(tp, ep));
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+double stageLocalExpertParameterCount(const Plan& plan, int stage) {
+  const std::vector<double> counts = chunkLocalExpertParameterCount(plan);
+  double n = 0;
+  for (int k : plan.partition.chunksOfStage(stage)) n += counts[static_cast<size_t>(k)];
+  return n;
+}
+
+double stageOwnedParameterCount(const Plan& plan, int stage) {
+  const ParallelConfig& p = plan.config.parallel;
+  const double local = stageLocalParameterCount(plan, stage);
+  if (p.zero < 1) return local;
+  const double experts = stageLocalExpertParameterCount(plan, stage);
+  const int replicas = std::max(1, p.dataReplicas()), ep = std::max(1, p.ep);
+  return (local - experts) / replicas + experts / std::max(1, replicas / ep);
+}
+
 std::vector<double> zero3LayerParams(const Plan& plan) {
-  const int tp = std::max(1, plan.config.parallel.tp);
+  const int tp = std::max(1, plan.config.parallel.tp), ep = std::max(1, plan.config.parallel.ep);
   const ModelConfig& m = plan.config.model;
   const bool tied = m.tiedHead();
   std::vector<double> g;
   for (const LayerSpec& layer : plan.model.layers) {
-    double n = double(layer.localParamCount(tp));  // the embedding's includes wte
+    double n = double(layer.localParamCount(tp, ep));  // the embedding's includes wte; 1/ep of the experts
     if (tied && layer.kind == LayerKind::Head) n += double(m.vocab) / tp * m.width;
     g.push_back(n);
   }
@@ -321,21 +353,26 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
     const ModelConfig& m = plan.config.model;
     const bool tied = m.tiedHead();
     const double wteLocal = tied ? double(m.vocab) / tp * m.width : 0.0;
+    // Under expert parallelism a layer's full gradients are its unit's and its local experts' unit's, the
+    // latter reduce-scattered over the dp x cp / ep expert-data-parallel ranks.
+    const int ep = std::max(1, p.ep), replicas = std::max(1, p.dataReplicas());
     std::vector<double> units;
+    double largestShard = 0;
     bool holdsTied = false;
     for (int l : plan.partition.layersOfStage(stage)) {
       const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
-      double n = double(layer.localParamCount(static_cast<int>(tp)));
+      double n = double(layer.localParamCount(static_cast<int>(tp), ep));
+      const double experts = ep > 1 ? double(layer.localExpertParamCount(static_cast<int>(tp), ep)) : 0.0;
       if (tied && layer.kind == LayerKind::Embedding) n -= wteLocal;
       if (tied && (layer.kind == LayerKind::Embedding || layer.kind == LayerKind::Head)) holdsTied = true;
       units.push_back(n);
+      largestShard = std::max({largestShard, (n - experts) / replicas, experts / std::max(1, replicas / ep)});
     }
     std::sort(units.begin(), units.end(), std::greater<double>());
     double full = 0;
     for (size_t i = 0; i < units.size() && (plan.schedule.splitBackward || i < 2); ++i) full += units[i];
     if (holdsTied) full += wteLocal;
-    const double staging =
-        p.microbatches > 1 && !units.empty() ? units.front() / std::max(1, p.dataReplicas()) : 0.0;
+    const double staging = p.microbatches > 1 && !units.empty() ? largestShard : 0.0;
     o.dpBucket = (full + staging) * state.gradientBytes;
   }
 
@@ -498,6 +535,9 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   const int P = plan.partition.stages;
   const ModelStateLayout layout = modelStateLayout(p, plan.config.optimizer);
   const ModelStateBytes state = modelStateBytes(layout, p.dataReplicas());
+  // Expert parallelism: the local experts' states are sharded over their dp x cp / ep replicas.
+  const ModelStateBytes expertState =
+      modelStateBytes(layout, std::max(1, p.dataReplicas() / std::max(1, p.ep)));
   const std::vector<double> peaks =
       slotActivationBytes(plan.schedule, chunkActivationBytes(plan), chunkSplitBackwardBytes(plan));
 
@@ -505,23 +545,26 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   std::vector<MemoryBreakdown> stages(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
     MemoryBreakdown& m = stages[static_cast<size_t>(s)];
-    const double local = stageLocalParameterCount(plan, s);
+    const double experts = stageLocalExpertParameterCount(plan, s);
+    const double dense = stageLocalParameterCount(plan, s) - experts;
+    auto states = [&](double ModelStateBytes::*part) {
+      return dense * state.*part + experts * expertState.*part;
+    };
     m.stage = s;
-    m.parameters = local * state.parameters;
+    m.parameters = states(&ModelStateBytes::parameters);
     // The layers' buffers (the cnn's BatchNorm running statistics): fp32, whole on every rank that holds the
     // layer, never sharded or offloaded.
     for (int l : plan.partition.layersOfStage(s))
       m.parameters += 4.0 * double(plan.model.layers[static_cast<size_t>(l)].bufferCount());
-    m.gradients = local * state.gradients;
-    m.optimizer = local * state.optimizer;
-    m.host.parameters = local * state.hostParameters;
-    m.host.gradients = local * state.hostGradients;
-    m.host.optimizer = local * state.hostOptimizer;
+    m.gradients = states(&ModelStateBytes::gradients);
+    m.optimizer = states(&ModelStateBytes::optimizer);
+    m.host.parameters = states(&ModelStateBytes::hostParameters);
+    m.host.gradients = states(&ModelStateBytes::hostGradients);
+    m.host.optimizer = states(&ModelStateBytes::hostOptimizer);
     // Offload's host staging, the size of the stage's largest unit's owned slice: "optimizer" rounds each
     // unit's updated master slice to bf16 there before uploading it; "parameters" lands a reduced gradient
     // shard there before adding it to the shard it keeps (a later microbatch's).
-    const double largestSlice =
-        largestUnitParams(plan, s) / (layout.shardOptimizer ? std::max(1, p.dataReplicas()) : 1);
+    const double largestSlice = largestOwnedSlice(plan, s, layout.shardOptimizer);
     if (layout.offloadParameters)
       m.host.staging = largestSlice * layout.gradientBytes;
     else if (layout.offloadOptimizer)

@@ -42,6 +42,14 @@ double stageParameterCount(const Plan& plan, int stage);
 // weights, row-parallel biases, positions) whole (model_spec.h shardSpecOf, what the parameter store keeps).
 std::vector<double> chunkLocalParameterCount(const Plan& plan);
 double stageLocalParameterCount(const Plan& plan, int stage);
+// Of which the routed experts' under expert parallelism (1/ep of them, / tp; 0 without ep): their own units
+// in the parameter store, summed over and ZeRO-sharded over the expert-data-parallel group of dp x cp / ep
+// ranks.
+std::vector<double> chunkLocalExpertParameterCount(const Plan& plan);
+double stageLocalExpertParameterCount(const Plan& plan, int stage);
+// The elements of a stage's owned slices under ZeRO >= 1 (what a rank's optimizer updates): the dense
+// parameters / (dp x cp), the local experts / (dp x cp / ep); the whole stage without ZeRO.
+double stageOwnedParameterCount(const Plan& plan, int stage);
 // ZeRO-3, per layer (L): the parameter elements one TP rank gathers to run it, its own and, for the embedding
 // and a tied LM head, the vocabulary-parallel wte (runtime Model::acquire).
 std::vector<double> zero3LayerParams(const Plan& plan);

@@ -160,9 +160,12 @@ bool Model::recomputes(int layer) const {
   return m_fullyRecomputed[static_cast<size_t>(layer)];
 }
 
+// A layer's units in the order every rank of a group issues their collectives: its own, its local experts'
+// (expert parallelism: sharded over the expert-data-parallel group), the tied embedding's.
 void Model::acquire(int layer) {
-  const int u = m_params->unitOfLayer(layer);
+  const int u = m_params->unitOfLayer(layer), experts = m_params->expertUnitOfLayer(layer);
   Status s = m_params->gather(u);
+  if (s && experts >= 0) s = m_params->gather(experts);
   if (s && readsTied(layer)) s = m_params->gather(m_params->tiedUnit());
   if (!s) throw CommFailure("gathering the parameters of " + m_spec.layers[layer].name + ": " + s.message());
 }
@@ -172,7 +175,9 @@ bool Model::readsTied(int layer) const {
 }
 
 void Model::prefetch(int layer) {
+  const int experts = m_params->expertUnitOfLayer(layer);
   Status s = m_params->prefetch(m_params->unitOfLayer(layer));
+  if (s && experts >= 0) s = m_params->prefetch(experts);
   if (s && readsTied(layer)) s = m_params->prefetch(m_params->tiedUnit());
   if (!s)
     throw CommFailure("prefetching the parameters of " + m_spec.layers[layer].name + ": " + s.message());
@@ -180,11 +185,14 @@ void Model::prefetch(int layer) {
 
 void Model::releaseParams(int layer) {
   m_params->release(m_params->unitOfLayer(layer));
+  if (m_params->expertUnitOfLayer(layer) >= 0) m_params->release(m_params->expertUnitOfLayer(layer));
   if (readsTied(layer)) m_params->release(m_params->tiedUnit());
 }
 
 void Model::ensureGrads(int layer) {
+  const int experts = m_params->expertUnitOfLayer(layer);
   Status s = m_params->ensureGrads(m_params->unitOfLayer(layer));
+  if (s && experts >= 0) s = m_params->ensureGrads(experts);
   if (s && readsTied(layer)) s = m_params->ensureGrads(m_params->tiedUnit());
   if (!s)
     throw CommFailure("finishing the gradient reduction before " + m_spec.layers[layer].name + ": " +
@@ -192,7 +200,9 @@ void Model::ensureGrads(int layer) {
 }
 
 void Model::reduceGrads(int layer) {
+  const int experts = m_params->expertUnitOfLayer(layer);
   Status s = m_params->reduceGrads(m_params->unitOfLayer(layer));
+  if (s && experts >= 0) s = m_params->reduceGrads(experts);
   if (!s) throw CommFailure("reducing the gradients of " + m_spec.layers[layer].name + ": " + s.message());
 }
 

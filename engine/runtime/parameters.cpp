@@ -99,7 +99,28 @@ ParameterStore::ParameterStore(const ModelSpec& spec, ModelType type, bool tied,
     : m_layout(layout), m_dp(dpComm), m_tracker(tracker), m_hostTracker(hostTracker) {
   if (layout.zero > 0 && layout.dp > 1 && !dpComm)
     throw std::logic_error("ParameterStore: ZeRO needs the data-parallel communicator");
+  if (layout.ep > 1 && (layout.dp % layout.ep || layout.dpRank % layout.ep != layout.epRank))
+    throw std::logic_error(
+        "ParameterStore: expert parallelism needs ep to divide dp and dpRank % ep == epRank");
   build(spec, type, tied);
+}
+
+void ParameterStore::setExpertDataParallel(Communicator* edp) {
+  const int ep = std::max(1, m_layout.ep), size = m_layout.dp / ep, rank = m_layout.dpRank / ep;
+  if (edp && (edp->size() != size || edp->rank() != rank))
+    throw std::logic_error("ParameterStore: the expert-data-parallel group has " +
+                           std::to_string(edp->size()) + " ranks (this one " + std::to_string(edp->rank()) +
+                           "), the layout says " + std::to_string(size) + " (" + std::to_string(rank) + ")");
+  m_edp = edp;
+}
+
+Communicator* ParameterStore::groupOf(int u) const {
+  if (m_units[u].shards == 1) return nullptr;
+  Communicator* group = m_units[u].experts ? m_edp : m_dp;
+  if (!group)
+    throw std::logic_error("ParameterStore: unit " + m_units[u].name + " is sharded over " +
+                           std::to_string(m_units[u].shards) + " ranks but has no communicator");
+  return group;
 }
 
 ParameterStore::~ParameterStore() = default;
@@ -168,17 +189,23 @@ StorePlan planStore(const ModelSpec& spec, ModelType type, bool tied, const Stor
       addParam(ps, expertUnit, false);
     }
   }
-  // Lay the units out: parameters 16-float aligned, each unit padded so its DP slices are 16-float aligned.
-  size_t at = 0;
+  // Lay the units out: parameters 16-float aligned, each unit padded so the slices of the group ZeRO shards
+  // it over (the DP group; an expert unit's expert-data-parallel group) are 16-float aligned.
+  const int ep = std::max(1, L.ep);
+  size_t at = 0, owned = 0;
   for (Unit& u : out.units) {
+    u.shards = u.experts ? L.dp / ep : L.dp;
+    u.shardRank = u.experts ? L.dpRank / ep : L.dpRank;
     u.begin = at;
     size_t inUnit = 0;
     for (int pi : u.params) {
       out.params[pi].offset = at + inUnit;
       inUnit += roundUp(out.params[pi].numel, 16);
     }
-    u.size = roundUp(std::max<size_t>(inUnit, 1), size_t(16) * L.dp);
+    u.size = roundUp(std::max<size_t>(inUnit, 1), size_t(16) * u.shards);
+    u.ownedAt = owned;
     at += u.size;
+    owned += L.zero >= 1 ? u.size / u.shards : u.size;
   }
   out.total = at;
   return out;
@@ -217,10 +244,11 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
   } else {
     // Offload "parameters" keeps the shards in host memory between uses (FSDP's CPU offload).
     for (size_t u = 0; u < m_units.size(); ++u)
-      m_storage[u]->shardValues = Buffer(floatsOf(m_units[u].size / L.dp, m_state.workingBytes),
+      m_storage[u]->shardValues = Buffer(floatsOf(m_units[u].size / m_units[u].shards, m_state.workingBytes),
                                          MemoryCategory::Parameters, shardTracker());
   }
-  const size_t owned = m_state.shardOptimizer ? m_total / L.dp : m_total;
+  size_t owned = 0;  // the owned slices, unit after unit (Unit::ownedAt)
+  for (size_t u = 0; u < m_units.size(); ++u) owned += ownedSize(static_cast<int>(u));
   if (m_state.mixed) m_master = Buffer(owned, MemoryCategory::Optimizer, stateTracker());
   if (m_state.offloadOptimizer) {
     size_t largest = 0;
@@ -239,7 +267,7 @@ void ParameterStore::build(const ModelSpec& spec, ModelType type, bool tied) {
     m_grads = Buffer(floatsOf(m_total, m_state.gradientBytes), MemoryCategory::Gradients, m_tracker);
   } else {
     for (size_t u = 0; u < m_units.size(); ++u)
-      m_storage[u]->shardGrads = Buffer(floatsOf(m_units[u].size / L.dp, m_state.gradientBytes),
+      m_storage[u]->shardGrads = Buffer(floatsOf(m_units[u].size / m_units[u].shards, m_state.gradientBytes),
                                         MemoryCategory::Gradients, shardTracker());
   }
 }
@@ -328,8 +356,7 @@ void ParameterStore::stageOptimizerGrads() {
   for (size_t ui = 0; ui < m_units.size(); ++ui) {
     const int u = static_cast<int>(ui);
     const size_t n = ownedSize(u);
-    float* dst =
-        m_hostGrads.data() + (m_state.shardOptimizer ? m_units[u].begin / m_layout.dp : m_units[u].begin);
+    float* dst = m_hostGrads.data() + m_units[u].ownedAt;
     const TensorIn g = ownedGrads(u);
     if (!bf16) {
       backend().download(dst, g.f32(), n * sizeof(float));
@@ -345,14 +372,14 @@ void ParameterStore::stageOptimizerGrads() {
 
 TensorIn ParameterStore::optimizerGrads(int u) const {
   if (!m_state.offloadOptimizer || m_state.offloadParameters) return ownedGrads(u);
-  return TensorIn(m_hostGrads.data() +
-                  (m_state.shardOptimizer ? m_units[u].begin / m_layout.dp : m_units[u].begin));
+  return TensorIn(m_hostGrads.data() + m_units[u].ownedAt);
 }
 
 Status ParameterStore::gatherOwnedState(int u, const float* owned, float* full) {
   const size_t n = m_units[u].size, shard = ownedSize(u);
   Backend& be = backend();
-  if (shard == n || m_layout.dp == 1 || !m_dp) {
+  Communicator* group = shard == n ? nullptr : groupOf(u);
+  if (!group) {
     stateBackend().download(full, owned, shard * sizeof(float));
     return Status::ok();
   }
@@ -361,16 +388,16 @@ Status ParameterStore::gatherOwnedState(int u, const float* owned, float* full) 
   if (m_state.offloadOptimizer) {
     Buffer up(shard, MemoryCategory::Communication, m_tracker);
     be.upload(up.data(), owned, shard * sizeof(float));
-    MS_TRY(m_dp->allGather(up.data(), gathered.data(), shard, CommType::F32));
+    MS_TRY(group->allGather(up.data(), gathered.data(), shard, CommType::F32));
   } else {
-    MS_TRY(m_dp->allGather(owned, gathered.data(), shard, CommType::F32));
+    MS_TRY(group->allGather(owned, gathered.data(), shard, CommType::F32));
   }
   be.download(full, gathered.data(), n * sizeof(float));
   return Status::ok();
 }
 
 float* ParameterStore::masterOwned(int u) {
-  return m_master.data() + (m_state.shardOptimizer ? m_units[u].begin / m_layout.dp : m_units[u].begin);
+  return m_master.data() + m_units[u].ownedAt;
 }
 
 GradOut ParameterStore::unitGrad(int u) {
@@ -462,7 +489,7 @@ Status ParameterStore::finishPending() {
   if (st && s.staging.data() && m_state.offloadParameters) {
     // The reduced shard goes down: into the host's shard the first time in the step, else through the
     // host staging and added there (the same addition as on the device).
-    const size_t n = m_units[u].size / m_layout.dp;
+    const size_t n = m_units[u].size / m_units[u].shards;
     const size_t bytes = n * static_cast<size_t>(m_state.gradientBytes);
     Backend& host = stateBackend();
     if (!s.reduced) {
@@ -479,7 +506,7 @@ Status ParameterStore::finishPending() {
       }
     }
   } else if (st && s.staging.data()) {
-    const size_t n = m_units[u].size / m_layout.dp;
+    const size_t n = m_units[u].size / m_units[u].shards;
     if (m_state.gradientBytes == 2.0)
       backend().accumulateGrad(reinterpret_cast<bfloat16*>(s.shardGrads.data()),
                                reinterpret_cast<const bfloat16*>(s.staging.data()), n);
@@ -497,8 +524,9 @@ Status ParameterStore::reduceGrads(int u) {
   MS_TRY(finishPending());
   UnitStorage& s = *m_storage[u];
   if (!s.fullGrads.data()) return Status::ok();  // nothing since its last reduction
-  const size_t n = m_units[u].size, shard = n / m_layout.dp;
+  const size_t n = m_units[u].size, shard = n / m_units[u].shards;
   const CommType type = gradType();
+  Communicator* group = groupOf(u);
   // The first reduction of the step lands in the shard itself (so one microbatch is exactly the plain
   // reduce-scatter); later ones in staging, added when they land.
   float* recv = s.shardGrads.data();
@@ -506,10 +534,10 @@ Status ParameterStore::reduceGrads(int u) {
     s.staging = Buffer(floatsOf(shard, m_state.gradientBytes), MemoryCategory::Communication, m_tracker);
     recv = s.staging.data();
   }
-  if (m_layout.dp == 1 || !m_dp) {
+  if (!group) {
     backend().copy(recv, s.fullGrads.data(), n * commTypeSize(type));
   } else {
-    auto r = m_dp->ireduceScatter(s.fullGrads.data(), recv, shard, type, ReduceOp::Sum);
+    auto r = group->ireduceScatter(s.fullGrads.data(), recv, shard, type, ReduceOp::Sum);
     if (!r) return r.status();
     s.pending = std::move(*r);
   }
@@ -543,7 +571,8 @@ Status ParameterStore::startGather(int u, bool nonBlocking) {
   UnitStorage& s = *m_storage[u];
   // In floats: bf16 working parameters move as pairs of bf16 (a shard is a multiple of 16 elements).
   const size_t unitFloats = m_state.mixed ? m_units[u].size / 2 : m_units[u].size;
-  const size_t shard = unitFloats / m_layout.dp;
+  const size_t shard = unitFloats / m_units[u].shards;
+  Communicator* group = groupOf(u);
   // The gathered layer is a transient communication buffer (the memory model's zero3Gathered, under
   // "other"); the parameters are the shard.
   s.fullValues = Buffer(unitFloats, MemoryCategory::Communication, m_tracker);
@@ -551,7 +580,7 @@ Status ParameterStore::startGather(int u, bool nonBlocking) {
   if (m_state.offloadParameters) {
     // The shard comes up from the host first (FSDP's CPU offload), straight into place when nothing is
     // gathered.
-    if (m_layout.dp == 1 || !m_dp) {
+    if (!group) {
       backend().upload(s.fullValues.data(), mine, shard * sizeof(float));
       return Status::ok();
     }
@@ -559,17 +588,17 @@ Status ParameterStore::startGather(int u, bool nonBlocking) {
     backend().upload(s.upload.data(), mine, shard * sizeof(float));
     mine = s.upload.data();
   }
-  if (m_layout.dp == 1 || !m_dp) {
+  if (!group) {
     backend().copy(s.fullValues.data(), mine, shard * sizeof(float));
     return Status::ok();
   }
   if (!nonBlocking) {
-    Status st = m_dp->allGather(mine, s.fullValues.data(), shard, CommType::F32);
+    Status st = group->allGather(mine, s.fullValues.data(), shard, CommType::F32);
     s.upload = Buffer();
     if (!st) s.fullValues = Buffer();
     return st;
   }
-  auto r = m_dp->iallGather(mine, s.fullValues.data(), shard, CommType::F32);
+  auto r = group->iallGather(mine, s.fullValues.data(), shard, CommType::F32);
   if (!r) {
     s.fullValues = Buffer();
     s.upload = Buffer();
@@ -595,11 +624,11 @@ bool ParameterStore::gathered(int u) const {
 }
 
 size_t ParameterStore::ownedBegin(int u) const {
-  return m_layout.zero >= 1 ? m_units[u].size / m_layout.dp * m_layout.dpRank : 0;
+  return m_layout.zero >= 1 ? m_units[u].size / m_units[u].shards * m_units[u].shardRank : 0;
 }
 
 size_t ParameterStore::ownedSize(int u) const {
-  return m_layout.zero >= 1 ? m_units[u].size / m_layout.dp : m_units[u].size;
+  return m_layout.zero >= 1 ? m_units[u].size / m_units[u].shards : m_units[u].size;
 }
 
 Status ParameterStore::startSync(int u) {
@@ -614,8 +643,8 @@ Status ParameterStore::startSync(int u) {
   // In elements of the gradient type (bf16 gradients reduce in bf16).
   const size_t n = m_units[u].size;
   void* g = unitGrad(u).data;
-  Communicator* group = m_units[u].experts ? m_edp : m_dp;  // an expert's replicas, or the model's
-  if (!group || group->size() == 1) return Status::ok();
+  Communicator* group = groupOf(u);  // the model's replicas, or an expert's
+  if (!group) return Status::ok();
   auto r = group->iallReduce(g, g, n, gradType(), ReduceOp::Sum);
   if (!r) return r.status();
   s.pending = std::move(*r);
@@ -690,7 +719,7 @@ double ParameterStore::ownedGradSquares() const {
 }
 
 Status ParameterStore::finishUpdate() {
-  const bool gatherSlices = m_layout.zero >= 1 && m_layout.zero < 3 && m_layout.dp > 1 && m_dp;
+  const bool gatherSlices = m_layout.zero >= 1 && m_layout.zero < 3;
   for (size_t ui = 0; ui < m_units.size(); ++ui) {
     const int u = static_cast<int>(ui);
     const size_t n = ownedSize(u);
@@ -717,7 +746,8 @@ Status ParameterStore::finishUpdate() {
       full = m_layout.zero < 3 ? m_values.data() + m_units[u].begin : nullptr;
       shard = n;
     }
-    if (gatherSlices) MS_TRY(m_dp->allGather(full + shard * m_layout.dpRank, full, shard, CommType::F32));
+    Communicator* group = gatherSlices ? groupOf(u) : nullptr;
+    if (group) MS_TRY(group->allGather(full + shard * m_units[u].shardRank, full, shard, CommType::F32));
   }
   return Status::ok();
 }
@@ -736,13 +766,14 @@ Status ParameterStore::unitValues(int u, std::vector<float>& out) {
     be.download(out.data(), owned, n * sizeof(float));
     return Status::ok();
   }
-  const size_t shard = n / m_layout.dp;
-  if (m_layout.dp == 1 || !m_dp) {
+  const size_t shard = n / m_units[u].shards;
+  Communicator* group = groupOf(u);
+  if (!group) {
     be.download(out.data(), owned, shard * sizeof(float));
     return Status::ok();
   }
   Buffer full(n, MemoryCategory::Communication, m_tracker);
-  MS_TRY(m_dp->allGather(owned, full.data(), shard, CommType::F32));
+  MS_TRY(group->allGather(owned, full.data(), shard, CommType::F32));
   be.download(out.data(), full.data(), n * sizeof(float));
   return Status::ok();
 }
@@ -756,8 +787,8 @@ void ParameterStore::setUnitValues(int u, const float* full) {
       be.upload(m_values.data() + m_units[u].begin, full, n * sizeof(float));
       return;
     }
-    const size_t shard = n / m_layout.dp;
-    be.upload(s.shardValues.data(), full + shard * m_layout.dpRank, shard * sizeof(float));
+    const size_t shard = n / m_units[u].shards;
+    be.upload(s.shardValues.data(), full + shard * m_units[u].shardRank, shard * sizeof(float));
     if (s.fullValues.data()) be.upload(s.fullValues.data(), full, n * sizeof(float));
     return;
   }
@@ -769,9 +800,9 @@ void ParameterStore::setUnitValues(int u, const float* full) {
     be.upload(unitWorkPtr(u), work.data(), n * sizeof(uint16_t));
     return;
   }
-  const size_t shard = n / m_layout.dp;
+  const size_t shard = n / m_units[u].shards;
   Backend& shardBe = m_state.offloadParameters ? stateBackend() : be;
-  shardBe.upload(s.shardValues.data(), work.data() + shard * m_layout.dpRank, shard * sizeof(uint16_t));
+  shardBe.upload(s.shardValues.data(), work.data() + shard * m_units[u].shardRank, shard * sizeof(uint16_t));
   if (s.fullValues.data()) be.upload(s.fullValues.data(), work.data(), n * sizeof(uint16_t));
 }
 

@@ -74,8 +74,17 @@ struct Unit {
   size_t begin = 0;         // in the flat local index space
   size_t size = 0;          // padded to a multiple of 16 * dp
   // Expert parallelism (ep > 1): a MoE block's local experts are a unit of their own, whose gradients are
-  // summed over the expert-data-parallel group (the replicas of the same experts) instead of the DP group.
+  // summed over the expert-data-parallel group (the replicas of the same experts) instead of the DP group,
+  // and which ZeRO shards over that group (Megatron-Core's distributed optimizer shards expert parameters
+  // over the expert-data-parallel group the same way).
   bool experts = false;
+  // The group ZeRO shards the unit over: its size (the DP group's dp, or dp / ep for an expert unit; size
+  // is a multiple of 16 * shards) and this rank's index in it (what it owns from ZeRO 1 on).
+  int shards = 1;
+  int shardRank = 0;
+  // Where the unit's owned slice starts in the flat owned-state buffers (master weights, offload's host
+  // gradients): the sum of the earlier units' owned sizes.
+  size_t ownedAt = 0;
 };
 
 // The expert index of a routed expert's parameter ("model.layers.3.mlp.experts.12.up_proj.weight": 12), or -1
@@ -91,7 +100,9 @@ struct StoreLayout {
   GradPrecision gradPrecision = GradPrecision::Fp32;  // bf16 needs the backend's Bf16 GEMM precision
   Offload offload = Offload::None;                    // needs mixed precision and a host tracker
   bool holdsEmbedding = false;  // (tied gpt) the embedding layer is held: this rank's wte is the original
-  // Expert parallelism: the rank holds experts [epRank * E / ep, (epRank + 1) * E / ep) of each MoE block.
+  // Expert parallelism: the rank holds experts [epRank * E / ep, (epRank + 1) * E / ep) of each MoE block;
+  // dpRank % ep == epRank (ep is carved out of the dp ranks), and its expert-data-parallel index is
+  // dpRank / ep of dp / ep (RankLayout::edpGroup).
   int ep = 1, epRank = 0;
 };
 
@@ -117,9 +128,10 @@ class ParameterStore {
   ~ParameterStore();
 
   void initialize(uint64_t seed);
-  // Expert parallelism: the expert-data-parallel group the expert units' gradients are summed over (null when
-  // each expert has one replica).
-  void setExpertDataParallel(Communicator* edp) { m_edp = edp; }
+  // Expert parallelism: the expert-data-parallel group the expert units' gradients are summed over and ZeRO
+  // shards them over (null when each expert has one replica; else its size is dp / ep and this rank's index
+  // in it dpRank / ep, or std::logic_error).
+  void setExpertDataParallel(Communicator* edp);
 
   const StoreLayout& layout() const { return m_layout; }
   const std::vector<Parameter>& params() const { return m_params; }
@@ -253,6 +265,9 @@ class ParameterStore {
   MemoryTracker* shardTracker() const;  // where the ZeRO shards live: the host under offload "parameters"
   Status startGather(int unit, bool nonBlocking);  // ZeRO-3: allocates the unit's full values, gathers
   Status finishPending();  // ZeRO >= 2: waits for the reduction in flight, adds it in, frees its buffers
+  // The group a unit's gradients are summed over and ZeRO shards it over (the DP group, or an expert unit's
+  // expert-data-parallel group); null where the unit has one shard.
+  Communicator* groupOf(int unit) const;
 
   StoreLayout m_layout;
   ModelStateLayout m_state;
