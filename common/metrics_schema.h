@@ -106,6 +106,9 @@ inline constexpr char kGradNorm[] = "grad_norm";
 inline constexpr char kStepTimeS[] = "step_time_s";
 inline constexpr char kSamplesPerS[] = "samples_per_s";
 inline constexpr char kTokensPerS[] = "tokens_per_s";
+// Mixture of experts: the load-balancing loss (aux_loss_coef included), summed over the MoE layers and
+// averaged over the step's microbatches and data-parallel replicas (not part of "loss").
+inline constexpr char kAuxLoss[] = "aux_loss";
 // spans.
 inline constexpr char kSpans[] = "spans";
 inline constexpr char kAction[] = "action";

@@ -633,6 +633,49 @@ class TestMemoryModel : public QObject {
                  1e-9));
   }
 
+  // A mixture-of-experts block's workspace (runtime/moe.cpp, slots 14-23) beside the dense block's, per
+  // sample of T positions with R = k T routed rows, balanced: the experts' input copy (T C), the router's
+  // logits (T E); without ep one expert's rows and their gradient (2 R/E C) and its scratch (R/E (3 Fe + C)),
+  // in bf16 the fp32 staging of every row's gate|up, SwiGLU output and output (R (3 Fe + C)); with ep the
+  // received rows and their gradient (2 R C), the widest local expert's scratch (R / (E/ep) 3 Fe), the
+  // all-to-all's two staging buffers (2 R C), in bf16 R (3 Fe + C). The same model with both blocks dense
+  // has the rest.
+  void expertWorkspace() {
+    const json moe = {{"model",
+                       {{"type", "llama"},
+                        {"kv_heads", 2},
+                        {"ffn_hidden", 128},
+                        {"experts", 8},
+                        {"experts_per_token", 2},
+                        {"expert_ffn_hidden", 96},
+                        {"dense_layers", 1}}}};
+    const double E = 8, R = 2 * kT, Fe = 96;
+    for (int ep : {1, 4})
+      for (const char* precision : {"fp32", "bf16"}) {
+        json withExperts = moe, dense = moe;
+        dense["model"]["dense_layers"] = 2;
+        withExperts["parallel"] = dense["parallel"] = {{"dp", 4}, {"ep", ep}, {"precision", precision}};
+        dense["parallel"]["ep"] = 1;
+        MAKE_PLAN(a, 2, withExperts);
+        MAKE_PLAN(b, 2, dense);
+        const bool bf16 = std::string(precision) == "bf16";
+        double floats = kT * kC + std::max(kT * E, R);
+        if (ep == 1)
+          floats += 2 * R / E * kC + R / E * (3 * Fe + kC);
+        else
+          floats += 4 * R * kC + R / (E / ep) * 3 * Fe;
+        if (bf16) floats += R * (3 * Fe + kC);
+        const double mbs = a->microbatchSize();
+        const double dw =
+            ms::otherBreakdown(*a, 0, true).workspace - ms::otherBreakdown(*b, 0, true).workspace;
+        QVERIFY2(near(dw, floats * 4 * mbs), qPrintable(QString("ep %1 %2: workspace +%3, expected %4")
+                                                            .arg(ep)
+                                                            .arg(precision)
+                                                            .arg(dw)
+                                                            .arg(floats * 4 * mbs)));
+      }
+  }
+
   // Context parallelism (model_spec.h, memory_model.cpp, cost_model.cpp): a llama of 2 blocks (C 64, H 4,
   // KV 2, F 128) on 2 H100s as cp 2 against dp 2. Each cp rank holds half of every sequence, so its blocks
   // keep T/2 (7C + 3F + 2) floats a sample plus ring attention's fp32 row log-sum-exps (H T/2), on a CPU as

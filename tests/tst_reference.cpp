@@ -220,6 +220,8 @@ class TestReference : public QObject {
     Result r = run(MS_PYTHON, {kTrainScript, tmp.path() + "/dump", metrics});
     QVERIFY2(r.code == 0, qPrintable(r.output));
     QVERIFY(r.output.contains("worst relative difference"));
+    // A mixture of experts' load-balancing loss is compared step by step too.
+    if (config.contains("aux_loss_coef")) QVERIFY2(r.output.contains("aux engine"), qPrintable(r.output));
   }
 };
 

@@ -601,6 +601,35 @@ class TestUiRun : public QObject {
     QCOMPARE(data.lastEvalLine()->step, std::int64_t(200000 + cap + 10));
   }
 
+  // A mixture of experts' step lines carry "aux_loss": read, kept as a series beside the loss, drawn as a
+  // third curve of the loss plot, in its legend only while the shown run has one.
+  void loadBalancingLossCurve() {
+    const QByteArray stream =
+        R"({"v":1,"type":"step","step":1,"loss":5.5,"aux_loss":0.21,"lr":0.001,"grad_norm":1.5})"
+        "\n"
+        R"({"v":1,"type":"step","step":2,"loss":5.25,"aux_loss":0.205,"lr":0.001,"grad_norm":1.5})"
+        "\n";
+    MetricsReader reader;
+    RunData moe;
+    for (const MetricsEvent& e : reader.feed(stream)) moe.apply(e);
+    QCOMPARE(moe.steps().size(), 2);
+    QCOMPARE(moe.steps().auxLoss.at(1), 0.205);
+    RunView view(nullptr);
+    view.setData(&moe);
+    QCustomPlot* plot = view.lossPlot();
+    QCOMPARE(plot->graphCount(), 3);
+    QCOMPARE(plot->graph(2)->dataCount(), 2);
+    QCOMPARE(plot->graph(2)->data()->at(0)->value, 0.21);
+    QVERIFY(plot->legend->hasItemWithPlottable(plot->graph(2)));
+    // The y axis covers both curves.
+    QVERIFY(plot->yAxis->range().lower < 0.205 && plot->yAxis->range().upper > 5.5);
+    RunData dense;
+    for (int s = 1; s <= 3; ++s) dense.apply(StepEvent{s, 4.0});
+    QVERIFY(std::isnan(dense.steps().auxLoss.at(0)));
+    view.setData(&dense);
+    QVERIFY(!plot->legend->hasItemWithPlottable(plot->graph(2)));
+  }
+
   void viewFollowsItsSource() {
     RunData a, b;
     for (int s = 1; s <= 4; ++s) a.apply(StepEvent{s, 4.0});

@@ -439,6 +439,31 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
           recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused || ring);
       if (selective) floats += (double(m.heads) * T * T + T * C) / tp;
       if (ring) floats += 4.0 * T * 2.0 * m.kvHeadCount() * (C / m.heads) / tp;
+      // A mixture-of-experts block (runtime/moe.cpp, slots 14-23), per sample of T positions (whole under
+      // sequence parallelism: the experts read the gathered LayerNorm output), with R = k T routed rows and
+      // balanced routing (each expert takes R / E rows; dropless routing's busiest expert takes more, 2.3x
+      // the average with an untrained router in the fortunes MoE): slot 14 the experts' fp32 copy of their
+      // input (T, C); 15 the router's logits and their gradient (T, E), or the gates' gradients (R); without
+      // ep, one expert's gathered rows and their gradient (2 R/E C) and its scratch (R/E (3 Fe/tp + C)), in
+      // bf16 the fp32 staging of the kept gate|up (2 Fe/tp), SwiGLU output (Fe/tp) and expert output (C) of
+      // every row (slots 18-20); with ep the rank's experts' received rows (Rr = R, balanced) in expert
+      // order (16) and their gradient (23), the widest local expert's scratch (Rr / (E/ep) 3 Fe/tp), the
+      // all-to-all's send and receive staging (21, 22: R C each), in bf16 the same staging of Rr rows.
+      if (m.experts > 0 && layer.expertParamCount > 0) {
+        const double E = m.experts, R = T * m.expertsPerToken, Fe = double(m.expertHidden()) / tp;
+        const int ep = std::max(1, p.ep);
+        double moe = T * C + std::max(T * E, R);
+        if (ep == 1) {
+          const double most = R / E;
+          moe += 2.0 * most * C + most * (3.0 * Fe + C);
+          if (bf16) moe += R * (3.0 * Fe + C);
+        } else {
+          const double Rr = R, widest = Rr / (E / ep);
+          moe += 2.0 * Rr * C + widest * 3.0 * Fe + 2.0 * R * C;
+          if (bf16) moe += Rr * 3.0 * Fe + R * C;
+        }
+        floats += moe;
+      }
       // In bf16 the kept q|k|v, attention matrix, residual and GELU input (llama's gate and up) (layer_impl.h
       // KeptTensor) are staged in fp32 in slots 9-12 in forward and widened there in backward; under
       // selective recompute the matrix's slot holds the re-made matrix's bf16 rounding, half the size.

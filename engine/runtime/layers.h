@@ -39,10 +39,14 @@ struct LossStats {
   double lossSum = 0;   // sum of per-target losses
   int64_t count = 0;    // targets
   int64_t correct = 0;  // classifier heads: argmax == target
+  // Mixture of experts, in training: the load-balancing losses (coefficient included) of the MoE layers that
+  // ran, summed over layers and microbatches (one TP rank's: the others route the same tokens).
+  double auxSum = 0;
   LossStats& operator+=(const LossStats& o) {
     lossSum += o.lossSum;
     count += o.count;
     correct += o.correct;
+    auxSum += o.auxSum;
     return *this;
   }
 };
@@ -144,6 +148,8 @@ class Layer {
   virtual std::vector<LayerBuffer> buffers() { return {}; }
   // Heads: the loss of the slot's last forward.
   virtual LossStats lossStats(int /*slot*/) const { return {}; }
+  // A mixture-of-experts block: its load-balancing loss (coefficient included) in the forward of `slot`.
+  virtual double auxLoss(int /*slot*/) const { return 0.0; }
   // Heads: the logits of the last forward when it was an evaluation (the gpt head: with keepLogits), else
   // nullptr. (B, T, V) for gpt, (B, classes) for classifiers; in backend memory.
   virtual const float* logits() const { return nullptr; }

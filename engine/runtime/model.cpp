@@ -230,6 +230,7 @@ const float* Model::forwardChunk(int c, int slot, const float* input, const Batc
     float* stored = output(l, slot, batch.B);
     float* y = outputTarget(l, stored, batch.B);
     m_layers[l]->forward(layerInput(l, first, slot, input, v), y, v, mode, slot);
+    if (mode.training) m_forwardAux += m_layers[l]->auxLoss(slot);
     storeOutput(l, stored, y, batch.B);
     releaseParams(l);
     // What a layer keeps for backward: dropped now where backward recomputes it, and in evaluation, which

@@ -104,6 +104,9 @@ class Model {
   void releaseSlot(int localChunk, int slot);
   // The loss statistics of the head's last forward in the slot (zero when the rank has no head).
   LossStats headStats(int slot) const;
+  // Mixture of experts: the load-balancing losses of the layers that ran forward in training since the last
+  // call (a recompute's re-run not counted), and starts the sum again.
+  double takeAuxLoss() { return std::exchange(m_forwardAux, 0.0); }
   bool holdsHead() const { return holds(numLayers() - 1); }
 
   // ---- whole model on one rank (tests, tools) ----
@@ -182,6 +185,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> m_layers;  // (layers): null where not held
   std::vector<std::vector<Buffer>> m_acts;       // (layers, slots): output of each layer
   std::vector<bool> m_fullyRecomputed;           // (layers): plan/recompute.h fullyRecomputed
+  double m_forwardAux = 0;                       // takeAuxLoss
   Workspace m_workspace;  // layer scratch (slots below kLayerScratchSlots) and the two activation-gradient
                           // buffers the backward pass alternates between (the slots above)
   MemoryTracker* m_tracker;

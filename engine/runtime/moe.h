@@ -44,13 +44,13 @@ class MoeMlp {
   // routerInput (one rank of a TP group: the block sums dx over the group); weight gradients +=.
   void backward(int slot, const float* x, const float* dout, float* dx, int N, bool routerInput);
   void release(int slot);
-  // Expert parallelism: the routed rows' trip to and from the experts' ranks (see moe.cpp).
   // The load-balancing loss of the slot's last forward (its unweighted value times aux_loss_coef).
   double auxLoss(int slot) const;
 
  private:
   struct Routing;
   struct Cache;
+  // Expert parallelism: the routed rows' trip to and from the experts' ranks (see moe.cpp).
   // Expert parallelism: agrees the row counts with the group, builds the expert-order permutation.
   void planExchange(Cache& c);
   // Sends rows (row order: by destination rank, its experts in order) to the experts' ranks and receives

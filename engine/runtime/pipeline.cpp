@@ -55,11 +55,12 @@ Expected<RankGroups> makeRankGroups(const Plan& plan, Communicator* hostWorld, C
 
 Status reduceStats(LossStats& stats, Communicator* world) {
   if (!world || world->size() == 1) return Status::ok();
-  double v[3] = {stats.lossSum, double(stats.count), double(stats.correct)};
-  MS_TRY(world->allReduce(v, v, 3, CommType::F64, ReduceOp::Sum));
+  double v[4] = {stats.lossSum, double(stats.count), double(stats.correct), stats.auxSum};
+  MS_TRY(world->allReduce(v, v, 4, CommType::F64, ReduceOp::Sum));
   stats.lossSum = v[0];
   stats.count = static_cast<int64_t>(v[1]);
   stats.correct = static_cast<int64_t>(v[2]);
+  stats.auxSum = v[3];
   return Status::ok();
 }
 
@@ -189,6 +190,8 @@ Status PipelineExecutor::execute(const Action& a, int64_t step, const DataSource
       m_outputs[{m, k}] =
           m_model.forwardChunk(c, slot, inputOf(m, k), batch, ForwardMode{true, lossScale}, m);
       if (k == K - 1) stats += m_model.headStats(slot);
+      const double aux = m_model.takeAuxLoss();
+      if (m_groups.coord.tp == 0) stats.auxSum += aux;
       return Status::ok();
     }
     case ActionType::SendActivation: {
@@ -327,8 +330,9 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
     m_freeSlots[c].clear();
     for (int s = 0; s < m_slotCount[c]; ++s) m_freeSlots[c].push_back(s);
   }
-  // Loss statistics come from the head's stage (its first TP rank: the others computed the same).
-  if (!m_model.holdsHead() || m_groups.coord.tp != 0) stats = {};
+  // Loss statistics come from the head's stage (its first TP rank: the others computed the same); the
+  // load-balancing losses from every stage's first TP rank.
+  if (!m_model.holdsHead() || m_groups.coord.tp != 0) stats = LossStats{0, 0, 0, stats.auxSum};
   return reduceStats(stats, m_groups.world);
 }
 

@@ -695,6 +695,9 @@ class TrainingRun {
       nlohmann::json line = {{key::kStep, done},      {key::kLoss, loss},
                              {key::kLr, lr},          {key::kGradNorm, gradNorm},
                              {key::kStepTimeS, secs}, {key::kSamplesPerS, samplesPerS}};
+      if (m_config.model.experts > 0 && m_config.model.auxLossCoef > 0)
+        line[key::kAuxLoss] = stats.auxSum / double(std::max(1, m_config.parallel.microbatches) *
+                                                    std::max(1, m_config.parallel.dataReplicas()));
       if (isGpt())
         line[key::kTokensPerS] = tokensPerS;
       else

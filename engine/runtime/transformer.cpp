@@ -215,6 +215,7 @@ class TransformerBlock final : public Layer {
     }
   }
 
+  double auxLoss(int slot) const override { return m_moe ? m_moe->auxLoss(slot) : 0.0; }
   void releaseSlot(int slot) override {
     m_caches.release(slot);
     if (m_moe) m_moe->release(slot);

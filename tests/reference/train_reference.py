@@ -10,7 +10,9 @@ the same batches from the documented sampling rule (data.h: text windows start a
 hashCombine(seed, step, sample) mod (train tokens - seq_len); Fashion-MNIST follows epochPermutation(seed,
 epoch, 60000)), and trains in float64 with torch.optim.AdamW / torch.optim.SGD, the engine's learning-rate
 schedule (optimizer.cpp) and torch.nn.utils.clip_grad_norm_. Every step's loss must match the engine's within
-rtol (default 1e-4: float32 against float64 over a few steps). Exit 0 on a match, 1 on a mismatch, 2 on bad input.
+rtol (default 1e-4: float32 against float64 over a few steps), and so must a mixture of experts' load-balancing
+loss (the step line's "aux_loss", the sum over the MoE layers). Exit 0 on a match, 1 on a mismatch, 2 on bad
+input.
 """
 import argparse
 import glob
@@ -134,12 +136,14 @@ def main():
             cfg = json.load(f)
         params = {k: v.double().requires_grad_(True)
                   for k, v in R.read_safetensors(f"{args.dump}/checkpoint/model.safetensors").items()}
-        engine = {}
+        engine, engine_aux = {}, {}
         with open(args.metrics) as f:
             for line in f:
                 j = json.loads(line)
                 if j.get("type") == "step":
                     engine[j["step"]] = j["loss"]
+                    if "aux_loss" in j:
+                        engine_aux[j["step"]] = j["aux_loss"]
     except (OSError, KeyError, ValueError) as e:
         print(f"train_reference.py: bad input: {e}", file=sys.stderr)
         return 2
@@ -173,6 +177,15 @@ def main():
         ok = rel <= args.rtol
         failed |= not ok
         print(f"step {step + 1:3d}  engine {got:.7f}  torch {ref:.7f}  rel {rel:.1e} {'ok' if ok else 'MISMATCH'}")
+        if hasattr(loss, "aux"):
+            # The engine reports the load-balancing loss whenever the model has one: it must be there.
+            ref_aux = float(loss.aux)
+            got_aux = engine_aux.get(step + 1)
+            rel_aux = abs(got_aux - ref_aux) / abs(ref_aux) if got_aux is not None and ref_aux else float("inf")
+            worst = max(worst, rel_aux)
+            ok = rel_aux <= args.rtol
+            failed |= not ok
+            print(f"          aux engine {got_aux}  torch {ref_aux:.7f}  rel {rel_aux:.1e} {'ok' if ok else 'MISMATCH'}")
     if not engine:
         print("no step lines in the metrics", file=sys.stderr)
         return 2

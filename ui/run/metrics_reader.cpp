@@ -237,6 +237,7 @@ StepEvent readStep(Fields& f) {
   e.tokensPerS = f.number(key::kTokensPerS);
   e.samplesPerS = f.number(key::kSamplesPerS);
   e.accuracy = f.number(key::kAccuracy);
+  e.auxLoss = f.number(key::kAuxLoss);
   return e;
 }
 

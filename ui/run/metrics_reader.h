@@ -86,6 +86,7 @@ struct StepEvent {
   double samplesPerS = kNaN;  // every model
   double accuracy = kNaN;     // classifiers
   double t = kNaN;            // the line's time on the run's clock (seconds since its start)
+  double auxLoss = kNaN;      // mixture of experts: the load-balancing loss (not part of loss)
 };
 
 // One span as the engine measured it: seconds since the run started, on one clock for all ranks.

@@ -22,8 +22,8 @@ bool isPipelineWork(SpanKind k) {
 }
 
 // A series' columns for its SeriesDecimator, the step first.
-std::array<QVector<double>*, 8> columnsOf(StepSeries& s) {
-  return {&s.step, &s.loss, &s.lr, &s.gradNorm, &s.stepTime, &s.throughput, &s.accuracy, &s.time};
+std::array<QVector<double>*, 9> columnsOf(StepSeries& s) {
+  return {&s.step, &s.loss, &s.lr, &s.gradNorm, &s.stepTime, &s.throughput, &s.accuracy, &s.time, &s.auxLoss};
 }
 std::array<QVector<double>*, 4> columnsOf(EvalSeries& s) {
   return {&s.step, &s.loss, &s.accuracy, &s.samples};
@@ -274,7 +274,7 @@ void RunData::onStep(const StepEvent& e) {
   ++m_steps.logged;
   const double point[] = {step,       e.loss,     e.lr,
                           e.gradNorm, e.stepTime, m_steps.throughputIsTokens ? e.tokensPerS : e.samplesPerS,
-                          e.accuracy, e.t};
+                          e.accuracy, e.t,        e.auxLoss};
   if (m_stepDecimator.append(columnsOf(m_steps), point)) ++m_seriesEpoch;
   m_steps.decimation = m_stepDecimator.decimation();
 }

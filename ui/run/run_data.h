@@ -48,6 +48,7 @@ struct RunInfo : RunStartEvent {
 // Columns of the logged steps, sorted by step. Absent figures are NaN. See RunData for the decimation.
 struct StepSeries {
   QVector<double> step, loss, lr, gradNorm, stepTime, throughput, accuracy;
+  QVector<double> auxLoss;  // mixture of experts: the load-balancing loss (NaN when the run has none)
   QVector<double> time;  // the step line's "t": seconds since the run's clock started (NaN when absent)
   bool throughputIsTokens = true;  // tokens/s (gpt) or samples/s
   // 1: every logged step is a row. Else each pair of rows (from an even index) stands for this many steps.

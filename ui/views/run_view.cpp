@@ -150,6 +150,11 @@ RunView::RunView(QWidget* parent) : QWidget(parent) {
   statusFont.setPointSizeF(statusFont.pointSizeF() * 1.1);
   m_status->setFont(statusFont);
   m_loss = makePlot(this, tr("Loss"), tr("loss"), tr("train"), tr("eval"), true);
+  // A mixture of experts' load-balancing loss (the step lines' "aux_loss"), in the legend once a run has one.
+  QCPGraph* aux = m_loss->addGraph();
+  aux->setName(tr("load balancing"));
+  aux->setPen(QPen(QColor(44, 160, 44), 1.5, Qt::DotLine));
+  aux->removeFromLegend();
   m_throughput = makePlot(this, tr("Throughput"), tr("tokens/s"), tr("measured"), tr("predicted"), false);
   m_stepTime = makePlot(this, tr("Step time"), tr("seconds"), tr("measured"), tr("predicted"), false);
   for (QCustomPlot* p : {m_loss, m_throughput, m_stepTime}) p->installEventFilter(this);
@@ -345,6 +350,7 @@ void RunView::resetPlots() {
   m_lossRange.reset();
   m_throughputRange.reset();
   m_stepTimeRange.reset();
+  m_loss->graph(2)->removeFromLegend();  // back once the series shows a load-balancing loss
 }
 
 void RunView::updatePlots() {
@@ -365,11 +371,16 @@ void RunView::updatePlots() {
     const int from = m_plottedSteps;
     const QVector<double> keys = s.step.mid(from);
     m_loss->graph(0)->addData(keys, s.loss.mid(from), true);
+    m_loss->graph(2)->addData(keys, s.auxLoss.mid(from), true);
     m_throughput->graph(0)->addData(keys, s.throughput.mid(from), true);
     m_stepTime->graph(0)->addData(keys, s.stepTime.mid(from), true);
     for (int i = from; i < s.size(); ++i) {
       m_stepRange.add(s.step[i]);
       m_lossRange.add(s.loss[i]);
+      if (std::isfinite(s.auxLoss[i])) {
+        m_lossRange.add(s.auxLoss[i]);
+        if (!m_loss->legend->hasItemWithPlottable(m_loss->graph(2))) m_loss->graph(2)->addToLegend();
+      }
       m_throughputRange.add(s.throughput[i]);
       m_stepTimeRange.add(s.stepTime[i]);
     }
