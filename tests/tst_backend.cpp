@@ -3142,15 +3142,18 @@ class TestBackendCuda : public QObject {
 
   // Ring attention's block ops have no CUDA kernel: both throw DeviceFailure naming the op and the CPU
   // backend as the way to run context parallelism.
-  void ringAttentionRefused() {
+  // Ring attention's blocks run on the device (kernels/cuda/cuda_ring_attention.cu; tst_cuda_kernels
+  // attentionBlock compares them with the CPU's); grouped-query heads that do not divide the query heads are
+  // refused by name, as on the CPU.
+  void ringAttentionRejectsHeads() {
     Session s(*m_cuda);
-    float* buf = s.alloc<float>(64);
+    float* buf = s.alloc<float>(256);
     VERIFY_THROWS_DEVICE_FAILURE(
-        m_cuda->attentionBlockForward(buf, buf, buf, buf, 1, 2, 2, 8, 2, 1, {}, {}, true, true),
-        "attentionBlockForward: ring attention (context parallelism) has no CUDA kernel yet");
+        m_cuda->attentionBlockForward(buf, buf, buf, buf, 1, 2, 2, 12, 3, 2, {}, {}, true, true),
+        "attentionBlockForward: the query heads (3) must be a positive multiple of the key/value heads (2)");
     VERIFY_THROWS_DEVICE_FAILURE(
-        m_cuda->attentionBlockBackward(buf, buf, buf, buf, buf, buf, buf, 1, 2, 2, 8, 2, 1, {}, {}, true),
-        "attentionBlockBackward: ring attention (context parallelism) has no CUDA kernel yet");
+        m_cuda->attentionBlockBackward(buf, buf, buf, buf, buf, buf, buf, 1, 2, 2, 12, 3, 2, {}, {}, true),
+        "attentionBlockBackward: the query heads (3) must be a positive multiple of the key/value heads (2)");
   }
 
   // The mode is applied: Bf16 results differ from Fp32 ones on the same device by the size of bf16 rounding

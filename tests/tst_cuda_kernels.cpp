@@ -8,13 +8,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_info.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -138,6 +142,143 @@ struct GemmModeScope {
   ~GemmModeScope() { cuda::setGemmMode(cuda::GemmMode::Fp32); }
 };
 
+// ---- Ring attention's blocks (cuda_ring_attention.cu) ----------------------------------------------------
+// fp32 against fp32 on the same operands: the kernels and ms::cpu differ only in the order of their fp32 sums
+// (an online softmax over 32-key tiles against one pass over the row, the scale applied to the dot product
+// or to q) and in expf against the CPU's vexp: a few ulps of each score and probability. out and lse:
+// 1e-5 absolute plus 1e-5 relative (out is a weighted mean of v in [-2, 2], lse of order 1 to 5). The
+// gradients sum up to H/KV * Tq (dk, dv) or Tk (dq) terms in fp32 and can reach 15 where a few keys are seen
+// by hundreds of rows, so their absolute part scales with the buffer: 1e-5 of its largest magnitude plus 1e-5
+// relative. Measured on the host, ms::cpu's own fp32 results stay within 0.13 (out, lse) and 0.1
+// (gradients) of these bounds against a double computation of the same cases, and the GPU's sums round
+// alike. A wrong mask, a missed tile or a wrong merge moves results by 1e-2 or more. In bf16 both sides
+// round q, k, v and dout to the same bf16 values (and read the same bf16 out) and the probabilities stay fp32
+// on both, so the same tolerances hold.
+constexpr double kRingAtol = 1e-5, kRingRtol = 1e-5;
+constexpr double kRingGradScale = 1e-5, kRingGradRtol = 1e-5;  // atol = kRingGradScale * max |ref|
+
+// A gradient's absolute tolerance: kRingGradScale of its largest magnitude.
+double ringGradAtol(const Vec& ref) {
+  double m = 0.0;
+  for (float x : ref) m = std::max(m, double(std::fabs(x)));
+  return kRingGradScale * m;
+}
+
+// The precisions of a ring case: fp32; tf32 (the kernels compute in fp32, like the fused attention); bf16
+// (q, k, v, dout rounded); bf16 with the backward reading a bf16 out.
+enum RingMode : int { kRingFp32 = 0, kRingTf32 = 1, kRingBf16 = 2, kRingBf16Out = 3 };
+
+const char* ringModeName(int mode) {
+  switch (mode) {
+    case kRingTf32:
+      return "tf32";
+    case kRingBf16:
+      return "bf16";
+    case kRingBf16Out:
+      return "bf16 out";
+    default:
+      return "fp32";
+  }
+}
+
+// One case: queries (B, Tq) at qpos meet a first block of Tk keys at kposA (first = true), then a second at
+// kposB merged into it; the backward runs both blocks from the merged out and lse.
+struct RingCase {
+  const char* name;
+  int B, Tq, Tk, hs, H, KV;
+  ms::SeqPositions qpos, kposA, kposB;
+};
+
+// Rank r of cp holding chunks r and 2cp-1-r of `chunk` rows each (the engine's load-balanced layout).
+ms::SeqPositions cpRank(int cp, int chunk, int r) {
+  return {r * chunk, chunk, (2 * cp - 1 - r) * chunk};
+}
+
+// Tq and Tk from 1 to 130 (multiples of neither the 8-row blocks nor the 32-key tiles, and one case of
+// both), head sizes 8 to 256, 1, 2 and 4 query heads per key/value head. Causal blocks where rows see no key:
+// the first blocks of "cp2 rank0: rank1's first", "cp4 rank2" and "Tq130 Tk7" (those rows get out 0 and lse
+// -inf, which the second block overwrites, or not: "Tq130 Tk7"'s first three rows see no key at all and have
+// no gradient), and the second blocks of all cases but "cp2 rank0: rank1's first", "cp2 rank1", "cp4 rank2"
+// and "one block twice" (those rows are left unchanged). The last case has splits outside [0, T] (the
+// queries' read as SeqPositions::at reads them, the keys' clamped to [0, Tk] as the CPU clamps them).
+const std::vector<RingCase>& ringCases() {
+  static const std::vector<RingCase> cases = {
+      {"one row", 1, 1, 1, 8, 2, 2, {5, 0, 5}, {5, 0, 5}, {6, 0, 6}},
+      {"cp2 rank0: own, then rank1's", 2, 10, 10, 32, 4, 2, cpRank(2, 5, 0), cpRank(2, 5, 0),
+       cpRank(2, 5, 1)},
+      {"cp2 rank0: rank1's first, then own", 1, 10, 10, 8, 4, 1, cpRank(2, 5, 0), cpRank(2, 5, 1),
+       cpRank(2, 5, 0)},
+      {"cp3 rank1: own, then rank2's", 2, 66, 66, 64, 2, 1, cpRank(3, 33, 1), cpRank(3, 33, 1),
+       cpRank(3, 33, 2)},
+      {"cp2 rank1: rank0's, then own", 1, 130, 130, 128, 2, 2, cpRank(2, 65, 1), cpRank(2, 65, 0),
+       cpRank(2, 65, 1)},
+      {"cp4 rank2: rank3's, then rank0's", 2, 32, 32, 32, 4, 1, cpRank(4, 16, 2), cpRank(4, 16, 3),
+       cpRank(4, 16, 0)},
+      {"Tq37 Tk130 two runs each", 2, 37, 130, 32, 4, 4, {0, 20, 100}, {0, 65, 70}, {40, 100, 200}},
+      {"Tq130 Tk7", 1, 130, 7, 64, 4, 1, {0, 0, 0}, {3, 3, 120}, {130, 0, 130}},
+      {"Tq33 Tk100 group of 4", 2, 33, 100, 8, 8, 2, {50, 10, 90}, {0, 50, 60}, {60, 40, 95}},
+      {"head size 256", 1, 20, 45, 256, 2, 1, {0, 10, 70}, {0, 20, 60}, {20, 25, 45}},
+      {"one block twice T129", 1, 129, 129, 128, 4, 4, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
+      {"splits outside the rows", 1, 17, 23, 8, 1, 1, {10, 200, 0}, {0, -3, 10}, {30, 50, 0}},
+  };
+  return cases;
+}
+
+// got against ref within atol + rtol * |ref|, infinities (lse's -inf) required on both sides alike.
+QString ringMismatch(const Vec& got, const Vec& ref, double atol, double rtol) {
+  if (got.size() != ref.size()) return QStringLiteral("size %1, expected %2").arg(got.size()).arg(ref.size());
+  for (size_t i = 0; i < got.size(); i++) {
+    if (std::isinf(ref[i]) || std::isinf(got[i])) {
+      if (got[i] != ref[i])
+        return QStringLiteral("index %1 of %2: got %3, expected %4")
+            .arg(i)
+            .arg(got.size())
+            .arg(double(got[i]))
+            .arg(double(ref[i]));
+      continue;
+    }
+    const double r = double(ref[i]);
+    const double err = std::fabs(double(got[i]) - r);
+    if (!(err <= atol + rtol * std::fabs(r)))
+      return QStringLiteral("index %1 of %2: got %3, expected %4 (|diff| %5 > %6)")
+          .arg(i)
+          .arg(got.size())
+          .arg(double(got[i]), 0, 'g', 9)
+          .arg(r, 0, 'g', 9)
+          .arg(err, 0, 'g', 3)
+          .arg(atol + rtol * std::fabs(r), 0, 'g', 3);
+  }
+  return {};
+}
+
+#define VERIFY_RING_CLOSE(got, ref, atol, rtol)                             \
+  do {                                                                      \
+    const QString msg_ = ringMismatch((got), (ref), (atol), (rtol));        \
+    QVERIFY2(msg_.isEmpty(), qPrintable(QStringLiteral(#got ": ") + msg_)); \
+  } while (false)
+
+// The bf16 bit patterns of values already rounded to bf16 (roundBf16Host): their top 16 bits.
+std::vector<uint16_t> bf16Bits(const Vec& rounded) {
+  std::vector<uint16_t> bits(rounded.size());
+  for (size_t i = 0; i < rounded.size(); ++i) {
+    uint32_t u = 0;
+    std::memcpy(&u, &rounded[i], sizeof u);
+    bits[i] = uint16_t(u >> 16);
+  }
+  return bits;
+}
+
+// The message of the DeviceFailure f() throws, or "" when it throws none.
+template <class F>
+std::string deviceFailureOf(F&& f) {
+  try {
+    f();
+  } catch (const ms::DeviceFailure& e) {
+    return e.what();
+  }
+  return {};
+}
+
 }  // namespace
 
 class TestCudaKernels : public QObject {
@@ -145,6 +286,20 @@ class TestCudaKernels : public QObject {
 
  private:
   cudaStream_t m_stream = nullptr;
+  std::unique_ptr<ms::Backend> m_backend;  // made on first use (backend()); the ring tests' wiring checks
+
+  // The CUDA backend on device 0, made once (nullptr, with the reason logged, when it cannot be).
+  ms::Backend* backend() {
+    if (!m_backend) {
+      ms::Expected<std::unique_ptr<ms::Backend>> made = ms::makeCudaBackend(0);
+      if (!made) {
+        qWarning("makeCudaBackend(0): %s", made.message().c_str());
+        return nullptr;
+      }
+      m_backend = std::move(*made);
+    }
+    return m_backend.get();
+  }
 
   template <typename T>
   ms::Status upload(DBuf<T>& dst, const std::vector<T>& src) {
@@ -231,6 +386,151 @@ class TestCudaKernels : public QObject {
     VERIFY_CLOSE(got, dqkv, atol, rtol);
   }
 
+  // One ring case (see ringCases) against ms::cpu: the first block's out and lse (overwriting NaNs), the
+  // second block's merge, then the backward of both blocks from the CPU's final out and lse (so both sides
+  // differentiate the same values): the q part of dqkv and each block's dkv accumulated onto random values,
+  // the k and v parts of dqkv left as they were (bit for bit), and the same bits again from the same start
+  // (no atomics). viaBackend: through the CUDA backend's overrides (its own stream, synchronised before each
+  // download) instead of the ms::cuda functions.
+  void ringAgainstCpu(const RingCase& rc, bool causal, int mode, bool viaBackend) {
+    const cuda::GemmMode gemm = mode == kRingTf32   ? cuda::GemmMode::Tf32
+                                : mode >= kRingBf16 ? cuda::GemmMode::Bf16
+                                                    : cuda::GemmMode::Fp32;
+    GemmModeScope scope(gemm);
+    ms::Backend* be = nullptr;
+    if (viaBackend) {
+      be = backend();
+      QVERIFY(be != nullptr);
+      be->setGemmPrecision(mode == kRingTf32   ? ms::GemmPrecision::Tf32
+                           : mode >= kRingBf16 ? ms::GemmPrecision::Bf16
+                                               : ms::GemmPrecision::Fp32);
+    }
+    struct PrecisionReset {  // the backend back to fp32 (GemmModeScope resets the process mode after it)
+      ms::Backend* be;
+      ~PrecisionReset() {
+        if (be) be->setGemmPrecision(ms::GemmPrecision::Fp32);
+      }
+    } reset{be};
+    const int B = rc.B, Tq = rc.Tq, Tk = rc.Tk, H = rc.H, KV = rc.KV, C = H * rc.hs, Ckv = KV * rc.hs;
+    const size_t n = size_t(B) * Tq * C, nLse = size_t(B) * H * Tq, nKv = size_t(B) * Tk * 2 * Ckv;
+    std::mt19937 rng(kSeed + 50);
+    const Vec qkv = randomVec(rng, size_t(B) * Tq * 3 * C, -2.0f, 2.0f);  // (B, Tq, 3C)
+    const Vec kvA = randomVec(rng, nKv, -2.0f, 2.0f);                     // (B, Tk, 2 Ckv)
+    const Vec kvB = randomVec(rng, nKv, -2.0f, 2.0f);
+    const Vec dout = randomVec(rng, n);  // (B, Tq, C)
+    const Vec dqkv0 = randomVec(rng, qkv.size());
+    const Vec dkvA0 = randomVec(rng, nKv), dkvB0 = randomVec(rng, nKv);
+    const bool rounded = mode >= kRingBf16;  // the CPU reference on the operands the kernels round
+    const Vec qkvG = rounded ? roundBf16Host(qkv) : qkv;
+    const Vec kvAG = rounded ? roundBf16Host(kvA) : kvA;
+    const Vec kvBG = rounded ? roundBf16Host(kvB) : kvB;
+    const Vec doutG = rounded ? roundBf16Host(dout) : dout;
+
+    // ---- forward: the first block, then the second merged into it
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    Vec out(n, nan), lse(nLse, nan);
+    cpu::attentionBlockForward(out.data(), lse.data(), qkvG.data(), kvAG.data(), B, Tq, Tk, C, H, KV, rc.qpos,
+                               rc.kposA, causal, true);
+    const Vec out1 = out, lse1 = lse;
+    cpu::attentionBlockForward(out.data(), lse.data(), qkvG.data(), kvBG.data(), B, Tq, Tk, C, H, KV, rc.qpos,
+                               rc.kposB, causal, false);
+
+    DBuf<float> dQkv, dKvA, dKvB, dOut, dLse, dDout;
+    CUDA_OK(upload(dQkv, qkv));
+    CUDA_OK(upload(dKvA, kvA));
+    CUDA_OK(upload(dKvB, kvB));
+    CUDA_OK(upload(dDout, dout));
+    CUDA_OK(upload(dOut, Vec(n, nan)));  // first overwrites every row
+    CUDA_OK(upload(dLse, Vec(nLse, nan)));
+    auto forward = [&](const DBuf<float>& kv, ms::SeqPositions kpos, bool first) -> ms::Status {
+      if (!be)
+        return cuda::attentionBlockForward(dOut.data(), dLse.data(), dQkv.data(), kv.data(), B, Tq, Tk, C, H,
+                                           KV, rc.qpos, kpos, causal, first, m_stream);
+      const std::string failure = deviceFailureOf([&] {
+        be->attentionBlockForward(dOut.data(), dLse.data(), dQkv.data(), kv.data(), B, Tq, Tk, C, H, KV,
+                                  rc.qpos, kpos, causal, first);
+        be->synchronize();
+      });
+      return failure.empty() ? ms::Status::ok() : ms::Status::error(failure);
+    };
+    Vec got;
+    CUDA_OK(forward(dKvA, rc.kposA, true));
+    CUDA_OK(download(got, dOut));
+    VERIFY_RING_CLOSE(got, out1, kRingAtol, kRingRtol);
+    CUDA_OK(download(got, dLse));
+    VERIFY_RING_CLOSE(got, lse1, kRingAtol, kRingRtol);
+    CUDA_OK(forward(dKvB, rc.kposB, false));
+    CUDA_OK(download(got, dOut));
+    VERIFY_RING_CLOSE(got, out, kRingAtol, kRingRtol);
+    CUDA_OK(download(got, dLse));
+    VERIFY_RING_CLOSE(got, lse, kRingAtol, kRingRtol);
+
+    // ---- backward of both blocks from the CPU's final out (bf16 in kRingBf16Out) and lse
+    const bool bf16Out = mode == kRingBf16Out;
+    const Vec outIn = bf16Out ? roundBf16Host(out) : out;  // what the kernels read, widened
+    Vec dqkv = dqkv0, dkvA = dkvA0, dkvB = dkvB0;
+    cpu::attentionBlockBackward(dqkv.data(), dkvA.data(), doutG.data(), qkvG.data(), kvAG.data(),
+                                outIn.data(), lse.data(), B, Tq, Tk, C, H, KV, rc.qpos, rc.kposA, causal);
+    cpu::attentionBlockBackward(dqkv.data(), dkvB.data(), doutG.data(), qkvG.data(), kvBG.data(),
+                                outIn.data(), lse.data(), B, Tq, Tk, C, H, KV, rc.qpos, rc.kposB, causal);
+    DBuf<float> dOutIn, dDqkv, dDkvA, dDkvB;
+    DBuf<uint16_t> dOut16;
+    CUDA_OK(upload(dLse, lse));
+    CUDA_OK(upload(dOutIn, out));
+    CUDA_OK(upload(dOut16, bf16Bits(outIn)));
+    const ms::TensorIn outArg = bf16Out ? ms::TensorIn(reinterpret_cast<const ms::bfloat16*>(dOut16.data()))
+                                        : ms::TensorIn(static_cast<const float*>(dOutIn.data()));
+    auto backward = [&](const DBuf<float>& kv, DBuf<float>& dkv, ms::SeqPositions kpos) -> ms::Status {
+      if (!be)
+        return cuda::attentionBlockBackward(dDqkv.data(), dkv.data(), dDout.data(), dQkv.data(), kv.data(),
+                                            outArg, dLse.data(), B, Tq, Tk, C, H, KV, rc.qpos, kpos, causal,
+                                            m_stream);
+      const std::string failure = deviceFailureOf([&] {
+        be->attentionBlockBackward(dDqkv.data(), dkv.data(), dDout.data(), dQkv.data(), kv.data(), outArg,
+                                   dLse.data(), B, Tq, Tk, C, H, KV, rc.qpos, kpos, causal);
+        be->synchronize();
+      });
+      return failure.empty() ? ms::Status::ok() : ms::Status::error(failure);
+    };
+    Vec gotDqkv, gotDkvA, gotDkvB;
+    for (int rep = 0; rep < 2; ++rep) {  // the second time from the same start: the same bits
+      CUDA_OK(upload(dDqkv, dqkv0));
+      CUDA_OK(upload(dDkvA, dkvA0));
+      CUDA_OK(upload(dDkvB, dkvB0));
+      CUDA_OK(backward(dKvA, dDkvA, rc.kposA));
+      CUDA_OK(backward(dKvB, dDkvB, rc.kposB));
+      Vec a, b, c;
+      CUDA_OK(download(a, dDqkv));
+      CUDA_OK(download(b, dDkvA));
+      CUDA_OK(download(c, dDkvB));
+      if (rep == 0) {
+        gotDqkv = std::move(a);
+        gotDkvA = std::move(b);
+        gotDkvB = std::move(c);
+        continue;
+      }
+      QVERIFY2(a.size() == gotDqkv.size() &&
+                   std::memcmp(a.data(), gotDqkv.data(), a.size() * sizeof(float)) == 0 &&
+                   std::memcmp(b.data(), gotDkvA.data(), b.size() * sizeof(float)) == 0 &&
+                   std::memcmp(c.data(), gotDkvB.data(), c.size() * sizeof(float)) == 0,
+               "the ring attention backward is not bitwise reproducible");
+    }
+    // dqkv: its q part against the CPU's, its k and v parts exactly as they started.
+    Vec gotQ, refQ, gotKvPart, startKvPart;
+    for (size_t row = 0; row < size_t(B) * Tq; ++row) {
+      const size_t at = row * 3 * C;
+      gotQ.insert(gotQ.end(), gotDqkv.begin() + at, gotDqkv.begin() + at + C);
+      refQ.insert(refQ.end(), dqkv.begin() + at, dqkv.begin() + at + C);
+      gotKvPart.insert(gotKvPart.end(), gotDqkv.begin() + at + C, gotDqkv.begin() + at + 3 * C);
+      startKvPart.insert(startKvPart.end(), dqkv0.begin() + at + C, dqkv0.begin() + at + 3 * C);
+    }
+    VERIFY_RING_CLOSE(gotQ, refQ, ringGradAtol(refQ), kRingGradRtol);
+    QVERIFY2(std::memcmp(gotKvPart.data(), startKvPart.data(), gotKvPart.size() * sizeof(float)) == 0,
+             "the k and v parts of dqkv were touched");
+    VERIFY_RING_CLOSE(gotDkvA, dkvA, ringGradAtol(dkvA), kRingGradRtol);
+    VERIFY_RING_CLOSE(gotDkvB, dkvB, ringGradAtol(dkvB), kRingGradRtol);
+  }
+
  private slots:
   void initTestCase() {
     if (cuda::deviceCount() == 0) QSKIP("no CUDA device: GPU kernel tests skipped");
@@ -239,6 +539,7 @@ class TestCudaKernels : public QObject {
   }
 
   void cleanupTestCase() {
+    m_backend.reset();
     if (m_stream) CUDA_OK(cuda::cudaStatus(cudaStreamDestroy(m_stream), "cudaStreamDestroy"));
   }
 
@@ -1278,6 +1579,99 @@ class TestCudaKernels : public QObject {
                                                         1, 4, 7, 3, true, m_stream);
     QVERIFY2(!odd.isOk() && odd.message().find("flashAttentionBackward") != std::string::npos,
              odd.message().c_str());
+  }
+
+  // Ring attention's block ops (context parallelism, cuda_ring_attention.cu) against ms::cpu's on every case
+  // of ringCases, causal and bidirectional, in fp32 (see ringAgainstCpu); some cases again in tf32 (computed
+  // in fp32, so against the unrounded reference), bf16 (q, k, v, dout rounded on both sides) and bf16 with a
+  // bf16 out read by the backward; and a few through the CUDA backend's overrides. Tolerances: kRingAtol /
+  // kRingRtol for out and lse (1e-5 absolute plus 1e-5 relative), ringGradAtol / kRingGradRtol for the
+  // gradients (1e-5 of the buffer's largest magnitude plus 1e-5 relative).
+  void attentionBlock_data() {
+    QTest::addColumn<int>("index");  // into ringCases()
+    QTest::addColumn<bool>("causal");
+    QTest::addColumn<int>("mode");  // RingMode
+    QTest::addColumn<bool>("viaBackend");
+    const std::vector<RingCase>& cases = ringCases();
+    auto add = [&](int index, bool causal, int mode, bool viaBackend) {
+      const RingCase& c = cases[size_t(index)];
+      QTest::addRow("%s%s %s %s: B%d Tq%d Tk%d hs%d H%d KV%d", viaBackend ? "backend " : "",
+                    ringModeName(mode), causal ? "causal" : "full", c.name, c.B, c.Tq, c.Tk, c.hs, c.H, c.KV)
+          << index << causal << mode << viaBackend;
+    };
+    for (int index = 0; index < int(cases.size()); ++index)
+      for (const bool causal : {true, false}) add(index, causal, kRingFp32, false);
+    for (const int index : {2, 5}) add(index, true, kRingTf32, false);
+    for (const int index : {1, 4, 8, 9}) add(index, true, kRingBf16, false);
+    for (const int index : {3, 6}) add(index, true, kRingBf16Out, false);
+    add(1, true, kRingFp32, true);
+    add(6, false, kRingFp32, true);
+    add(8, true, kRingBf16Out, true);
+  }
+
+  void attentionBlock() {
+    QFETCH(int, index);
+    QFETCH(bool, causal);
+    QFETCH(int, mode);
+    QFETCH(bool, viaBackend);
+    ringAgainstCpu(ringCases()[size_t(index)], causal, mode, viaBackend);
+  }
+
+  // Shapes the ring kernels cannot compute fail naming the op, before any launch (null pointers): a KV that
+  // is not a positive divisor of H (checked first, also for an empty block, worded as the CPU backend's
+  // checkKvHeads), a head above kRingAttentionMaxHeadSize, and a bf16 out outside the bf16 precision. Through
+  // the CUDA backend the head counts throw DeviceFailure naming the op.
+  void attentionBlockRejects() {
+    const struct {
+      int B, C, H, KV;
+    } bad[] = {{1, 8, 2, 3}, {1, 12, 3, 2}, {1, 8, 2, 0}, {0, 8, 2, 3}, {1, 8, 0, 1}};
+    for (const auto& b : bad) {
+      const std::string problem = "the query heads (" + std::to_string(b.H) +
+                                  ") must be a positive multiple of the key/value heads (" +
+                                  std::to_string(b.KV) + ")";
+      const ms::Status fwd = cuda::attentionBlockForward(nullptr, nullptr, nullptr, nullptr, b.B, 2, 2, b.C,
+                                                         b.H, b.KV, {}, {}, true, true, m_stream);
+      QVERIFY2(!fwd.isOk() && fwd.message().find("attentionBlockForward") != std::string::npos &&
+                   fwd.message().find(problem) != std::string::npos,
+               fwd.message().c_str());
+      const ms::Status bwd =
+          cuda::attentionBlockBackward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, b.B, 2,
+                                       2, b.C, b.H, b.KV, {}, {}, true, m_stream);
+      QVERIFY2(!bwd.isOk() && bwd.message().find("attentionBlockBackward") != std::string::npos &&
+                   bwd.message().find(problem) != std::string::npos,
+               bwd.message().c_str());
+    }
+    const int big = cuda::kRingAttentionMaxHeadSize + 1;
+    const ms::Status head = cuda::attentionBlockForward(nullptr, nullptr, nullptr, nullptr, 1, 2, 2, 2 * big,
+                                                        2, 1, {}, {}, false, true, m_stream);
+    QVERIFY2(!head.isOk() && head.message().find("attentionBlockForward") != std::string::npos &&
+                 head.message().find("head size " + std::to_string(big)) != std::string::npos,
+             head.message().c_str());
+    const ms::TensorIn bf16Out(reinterpret_cast<const ms::bfloat16*>(&big));  // never read
+    const ms::Status out = cuda::attentionBlockBackward(nullptr, nullptr, nullptr, nullptr, nullptr, bf16Out,
+                                                        nullptr, 1, 2, 2, 8, 2, 1, {}, {}, true, m_stream);
+    QVERIFY2(!out.isOk() && out.message().find("attentionBlockBackward") != std::string::npos &&
+                 out.message().find("bf16") != std::string::npos,
+             out.message().c_str());
+    CUDA_OK(cuda::synchronize(m_stream));  // nothing was launched: no error left behind
+
+    ms::Backend* be = backend();
+    QVERIFY(be != nullptr);
+    const size_t bytes = 64 * sizeof(float);
+    float* buf = static_cast<float*>(be->allocate(bytes));
+    const std::string fwd = deviceFailureOf(
+        [&] { be->attentionBlockForward(buf, buf, buf, buf, 1, 2, 2, 8, 2, 3, {}, {}, true, true); });
+    const std::string bwd = deviceFailureOf([&] {
+      be->attentionBlockBackward(buf, buf, buf, buf, buf, buf, buf, 1, 2, 2, 8, 2, 3, {}, {}, true);
+    });
+    be->deallocate(buf, bytes);
+    const std::string problem = "the query heads (2) must be a positive multiple of the key/value heads (3)";
+    QVERIFY2(fwd.find("attentionBlockForward") != std::string::npos && fwd.find(problem) != std::string::npos,
+             fwd.empty() ? "attentionBlockForward threw no DeviceFailure" : fwd.c_str());
+    QVERIFY2(
+        bwd.find("attentionBlockBackward") != std::string::npos && bwd.find(problem) != std::string::npos,
+        bwd.empty() ? "attentionBlockBackward threw no DeviceFailure" : bwd.c_str());
+    be->synchronize();  // the backend goes on working
   }
 
   void embedding_data() {

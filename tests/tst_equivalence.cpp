@@ -520,7 +520,7 @@ class TestEquivalence : public QObject {
     QTest::newRow("llama dp2 tp2 zero1")
         << R"({"model": "llama", "dp": 2, "tp": 2, "zero": 1, "precision": "bf16"})";
     QTest::newRow("llama-moe tp2") << R"({"model": "llama-moe", "tp": 2, "precision": "bf16"})";
-    // Expert parallelism in bf16: the kept received rows in bf16 (the all-to-alls carry fp32 rows).
+    // Expert parallelism in bf16: the kept received rows in bf16, the all-to-alls carry bf16 rows.
     QTest::newRow("llama-moe dp2 ep2")
         << R"({"model": "llama-moe-noaux", "dp": 2, "ep": 2, "precision": "bf16"})";
     // The distributed optimizer with experts: fp32 master weights and moments of the experts sharded over

@@ -664,7 +664,7 @@ class TestMemoryModel : public QObject {
           floats += 2 * R / E * kC + R / E * (3 * Fe + kC);
         else
           floats += 4 * R * kC + R / (E / ep) * 3 * Fe;
-        if (bf16) floats += R * (3 * Fe + kC);
+        if (bf16) floats += R * (3 * Fe + kC) + (ep > 1 ? R * kC : 0.0);  // and the bf16 rows on the wire
         const double mbs = a->microbatchSize();
         const double dw =
             ms::otherBreakdown(*a, 0, true).workspace - ms::otherBreakdown(*b, 0, true).workspace;

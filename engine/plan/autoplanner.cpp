@@ -289,16 +289,21 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   const LinkSpec& edpLink = tp * replicas > perNode ? mesh->interLink : mesh->intraLink;
                   sync += zero >= 2 ? M * ringReduceScatterTime(expertGrads, expertReplicas, edpLink)
                                     : ringAllReduceTime(expertGrads, expertReplicas, edpLink);
-                  epComm = 4.0 * st.moeBlocks * allToAllTime(routedRows * model.width * 4.0, ep, epLink);
+                  epComm =
+                      4.0 * st.moeBlocks *
+                      allToAllTime(routedRows * model.width * activationElementBytes(base.parallel.precision),
+                                   ep, epLink);
                   epBytes = st.moeBlocks * routedRows / mbs *
                             (model.width * (base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0) + 8.0);
                 }
                 // ZeRO-3 gathers the stage's parameters before every forward and backward.
                 if (zero == 3)
-                  sync += 2.0 * M *
-                          (ringAllGatherTime((localParams / tp - expertLocal) * states.workingBytes, replicas,
-                                             dpLink) +
-                           ringAllGatherTime(expertLocal * states.workingBytes, expertReplicas, dpLink));
+                  sync +=
+                      2.0 * M *
+                      (ringAllGatherTime((localParams / tp - expertLocal) * states.workingBytes, replicas,
+                                         dpLink) +
+                       (ep > 1 ? ringAllGatherTime(expertLocal * states.workingBytes, expertReplicas, dpLink)
+                               : 0.0));
                 // Ring attention (cost_model.cpp): per block cp - 1 key/value transfers beside a 1/cp share
                 // of its attention in forward, again beside twice that in backward, plus cp dK|dV transfers.
                 double cpComm = 0;

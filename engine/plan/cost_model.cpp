@@ -238,16 +238,19 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     }
     if (p.ep > 1) {
       // Expert parallelism (runtime/moe.h): each mixture-of-experts block sends its routed rows to the
-      // experts' ranks and takes the outputs back, two all-to-alls of the k * T rows (C fp32 values each) a
-      // sample in forward, two more of their gradients in backward (and forward's again where the block is
-      // recomputed); balanced routing assumed. Plus the row counts' exchange, one latency each time.
+      // experts' ranks and takes the outputs back, two all-to-alls of the k * T rows (C values each, bf16
+      // under "precision": "bf16", else fp32) a sample in forward, two more of their gradients in backward
+      // (and forward's again where the block is recomputed); balanced routing assumed. Plus the row counts'
+      // exchange, one latency each time.
       const LinkSpec& link = groupLink(plan, plan.layout.epGroup(rank));
       const ModelConfig& m = plan.config.model;
       for (int l : m_chunks[static_cast<size_t>(k)]) {
         const LayerSpec& layer = model.layers[static_cast<size_t>(l)];
         if (layer.kind != LayerKind::Block || layer.expertParamCount == 0) continue;
         const double rows = double(model.samplePositions) * m.expertsPerToken * mbs;
-        const double pair = 2.0 * allToAllTime(rows * m.width * 4.0, p.ep, link) + (p.ep - 1) * link.latency;
+        const double pair =
+            2.0 * allToAllTime(rows * m.width * activationElementBytes(p.precision), p.ep, link) +
+            (p.ep - 1) * link.latency;
         m_chunkForwardComm[static_cast<size_t>(k)] += pair;
         const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);
         m_chunkBackwardComm[static_cast<size_t>(k)] += (again ? 2.0 : 1.0) * pair;
@@ -296,7 +299,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
             p.ep > 1 ? double(model.layers[static_cast<size_t>(l)].localExpertParamCount(tp, p.ep)) : 0.0;
         return ringAllGatherTime((gathered[static_cast<size_t>(l)] - experts) * state.workingBytes, dp,
                                  link) +
-               ringAllGatherTime(experts * state.workingBytes, edp, expertLink);
+               (experts > 0 ? ringAllGatherTime(experts * state.workingBytes, edp, expertLink) : 0.0);
       };
       auto backward = [&](int l) {
         return m_analytic.backwardInput[static_cast<size_t>(l)] +

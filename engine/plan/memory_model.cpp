@@ -448,7 +448,8 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       // bf16 the fp32 staging of the kept gate|up (2 Fe/tp), SwiGLU output (Fe/tp) and expert output (C) of
       // every row (slots 18-20); with ep the rank's experts' received rows (Rr = R, balanced) in expert
       // order (16) and their gradient (23), the widest local expert's scratch (Rr / (E/ep) 3 Fe/tp), the
-      // all-to-all's send and receive staging (21, 22: R C each), in bf16 the same staging of Rr rows.
+      // all-to-all's send and receive staging (21, 22: R C each), in bf16 the same staging of Rr rows and
+      // the rows as they travel in bf16 (29, 30: R C / 2 each).
       if (m.experts > 0 && layer.expertParamCount > 0) {
         const double E = m.experts, R = T * m.expertsPerToken, Fe = double(m.expertHidden()) / tp;
         const int ep = std::max(1, p.ep);
@@ -460,7 +461,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
         } else {
           const double Rr = R, widest = Rr / (E / ep);
           moe += 2.0 * Rr * C + widest * 3.0 * Fe + 2.0 * R * C;
-          if (bf16) moe += Rr * 3.0 * Fe + R * C;
+          if (bf16) moe += Rr * 3.0 * Fe + R * C + (R + Rr) * C / 2.0;
         }
         floats += moe;
       }

@@ -179,7 +179,7 @@ struct LayerContext {
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
-inline constexpr int kLayerScratchSlots = 29;
+inline constexpr int kLayerScratchSlots = 31;
 
 // MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: rows per chunk of the GPT head's fused LM head and loss
 // instead of plan/model_spec.h headChunkRows() (tests run many chunks on small models with it; the memory

@@ -11,11 +11,14 @@ namespace ms {
 // the gates' gradients (R); one expert's gathered rows (n, C) and their gradient; its scratch gradients; and
 // the bf16 staging of the kept expert tensors.
 // Under expert parallelism three more: the all-to-all's send and receive staging, and the received rows in
-// expert order (the kept expert inputs' bf16 staging in forward, their gradient in backward).
+// expert order (the kept expert inputs' bf16 staging in forward, their gradient in backward); in bf16 runs
+// two more, the rows as they travel (bf16, Megatron-Core's dispatcher sends the activations' dtype).
 namespace {
 constexpr int kLogitsSlot = 15, kRowsSlot = 16, kScratchSlot = 17, kGuSlot = 18, kHSlot = 19, kYSlot = 20;
 constexpr int kSendSlot = 21, kRecvSlot = 22, kExpertRowsSlot = 23;
-static_assert(kExpertRowsSlot < kLayerScratchSlots);
+// 24-28 are ring attention's (transformer.cpp), used only inside the attention's own calls.
+constexpr int kWireSendSlot = 29, kWireRecvSlot = 30;
+static_assert(kWireRecvSlot < kLayerScratchSlots);
 }  // namespace
 
 // The host's routing of one microbatch.
@@ -335,11 +338,27 @@ void MoeMlp::exchange(const Routing& r, const float* send, float* recv, bool bac
     a += routed * C;
     b += received * C;
   }
-  Status st = back ? m_ep.comm->allToAllV(send, theirs.data(), theirsAt.data(), recv, mine.data(),
-                                          mineAt.data(), CommType::F32)
-                   : m_ep.comm->allToAllV(send, mine.data(), mineAt.data(), recv, theirs.data(),
-                                          theirsAt.data(), CommType::F32);
+  // In bf16 runs the rows travel as bf16, half the bytes. Forward's rows lose nothing (the experts' input is
+  // a bf16 LayerNorm output widened, their output is kept rounded to bf16 before it is sent home); backward's
+  // output gradients are rounded as the experts' GEMMs round them; only the input gradients going home are
+  // rounded where fp32 would not be (Megatron-Core sends them in bf16 too).
+  const size_t sent = back ? b : a, got = back ? a : b;
+  const bool wire16 = m_be.gemmPrecision() == GemmPrecision::Bf16;
+  const void* s = send;
+  void* d = recv;
+  if (wire16) {
+    auto* s16 =
+        reinterpret_cast<bfloat16*>(m_ws->get(kWireSendSlot, std::max<size_t>(sent, 2) / 2 + 1, false));
+    d = m_ws->get(kWireRecvSlot, std::max<size_t>(got, 2) / 2 + 1, false);
+    if (sent > 0) m_be.toBf16(s16, send, sent);
+    s = s16;
+  }
+  const CommType type = wire16 ? CommType::BF16 : CommType::F32;
+  Status st =
+      back ? m_ep.comm->allToAllV(s, theirs.data(), theirsAt.data(), d, mine.data(), mineAt.data(), type)
+           : m_ep.comm->allToAllV(s, mine.data(), mineAt.data(), d, theirs.data(), theirsAt.data(), type);
   if (!st) throw CommFailure("expert-parallel all-to-all: " + st.message());
+  if (wire16 && got > 0) m_be.fromBf16(recv, reinterpret_cast<const bfloat16*>(d), got);
 }
 
 MoeMlp::Staging MoeMlp::dispatch(const Cache& c, const float* src, const float* scale) {

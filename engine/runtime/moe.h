@@ -17,11 +17,11 @@
 //
 // Expert parallelism (ep > 1; Lepikhin et al. 2020, GShard, section 2.2; Megatron-Core's all-to-all token
 // dispatcher): rank j of an expert-parallel group holds experts [j E/ep, (j+1) E/ep). Each rank routes its
-// own tokens, sends each routed row (the token's input, fp32) to its expert's rank with one all-to-all, runs
-// its experts over the rows it received from every rank (put in expert order by a gather), and returns the
-// outputs with a second all-to-all; the gates are applied at the source, as without ep. Backward sends the
-// gated output gradients the same way and returns the input gradients. The received rows are kept for the
-// experts' weight gradients (the routed activations the memory model counts).
+// own tokens, sends each routed row (the token's input; bf16 in bf16 runs) to its expert's rank with one
+// all-to-all, runs its experts over the rows it received from every rank (put in expert order by a gather),
+// and returns the outputs with a second all-to-all; the gates are applied at the source, as without ep.
+// Backward sends the gated output gradients the same way and returns the input gradients. The received rows
+// are kept for the experts' weight gradients (the routed activations the memory model counts).
 #pragma once
 
 #include <memory>

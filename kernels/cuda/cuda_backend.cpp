@@ -525,19 +525,20 @@ class CudaBackend final : public Backend {
     } else
       op("attentionBackward", cuda::attentionBackward, dqkv, scratch, dout, qkv, saved, B, T, C, H, causal);
   }
-  // Ring attention's blocks (context parallelism): no kernel yet; the CPU backend has them.
-  void attentionBlockForward(float*, float*, const float*, const float*, int, int, int, int, int, int,
-                             SeqPositions, SeqPositions, bool, bool) override {
-    throw DeviceFailure(
-        "attentionBlockForward: ring attention (context parallelism) has no CUDA kernel yet; run cp > 1 on "
-        "the CPU backend");
+  // Ring attention's blocks (context parallelism; cuda_ring_attention.cu): fp32 kernels over q, k, v and dout
+  // rounded in bf16 as the CPU backend rounds them. The kernels check the head counts first (KV must divide
+  // H) and that a bf16 out comes with the bf16 precision, and widen a bf16 out themselves (no scratch here).
+  void attentionBlockForward(float* out, float* lse, const float* qkv, const float* kv, int B, int Tq, int Tk,
+                             int C, int H, int KV, SeqPositions qpos, SeqPositions kpos, bool causal,
+                             bool first) override {
+    op("attentionBlockForward", cuda::attentionBlockForward, out, lse, qkv, kv, B, Tq, Tk, C, H, KV, qpos,
+       kpos, causal, first);
   }
-  void attentionBlockBackward(float*, float*, const float*, const float*, const float*, TensorIn,
-                              const float*, int, int, int, int, int, int, SeqPositions, SeqPositions,
-                              bool) override {
-    throw DeviceFailure(
-        "attentionBlockBackward: ring attention (context parallelism) has no CUDA kernel yet; run cp > 1 on "
-        "the CPU backend");
+  void attentionBlockBackward(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                              TensorIn out, const float* lse, int B, int Tq, int Tk, int C, int H, int KV,
+                              SeqPositions qpos, SeqPositions kpos, bool causal) override {
+    op("attentionBlockBackward", cuda::attentionBlockBackward, dqkv, dkv, dout, qkv, kv, out, lse, B, Tq, Tk,
+       C, H, KV, qpos, kpos, causal);
   }
 
   // ---- embeddings ---------------------------------------------------------------------------------------

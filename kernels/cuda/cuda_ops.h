@@ -283,6 +283,27 @@ Status flashAttentionBackwardWith(FlashAttentionKernel kernel, float* dqkv, floa
 // forbids it, anything else is an error naming the variable.
 Expected<bool> parseFlashTensorCoreSwitch(const char* value);
 
+// ---- Ring attention's blocks (cuda_ring_attention.cu): context parallelism ------------------------------
+// Backend::attentionBlockForward / attentionBlockBackward (kernels/backend.h has the contract, ms::cpu's
+// forms in kernels/cpu/ring_attention.cpp are the reference): the queries of qkv (B, Tq, 3C) against one
+// block of KV key/value heads kv (B, Tk, 2 KV hs), masked by the rows' positions (SeqPositions), merged into
+// out (B, Tq, C) and lse (B, H, Tq) through the online softmax; the backward from the final out and lse
+// adds into the q part of dqkv and into dkv. fp32 scalar kernels after the fused attention's, no atomics
+// (deterministic); in GemmMode::Bf16 q, k, v and dout are rounded to bf16 where loaded (the probabilities are
+// not), Tf32 computes in fp32 like the fused attention. Head sizes up to kRingAttentionMaxHeadSize. A head
+// count KV that does not divide H (checked first, whatever the other sizes), C not divisible by H, a larger
+// head or a block too long for the grid fails naming the op; so does a bf16 out outside GemmMode::Bf16.
+// The backward's D = rowsum(dout * out) (B, H, Tq) lives in the calling thread's reduction scratch
+// (cuda_common.cuh), under that scratch's one-stream rule.
+constexpr int kRingAttentionMaxHeadSize = 256;
+Status attentionBlockForward(float* out, float* lse, const float* qkv, const float* kv, int B, int Tq, int Tk,
+                             int C, int H, int KV, SeqPositions qpos, SeqPositions kpos, bool causal,
+                             bool first, cudaStream_t stream);
+// out: the forward's final output, fp32 or (GemmMode::Bf16 only) bf16, widened exactly.
+Status attentionBlockBackward(float* dqkv, float* dkv, const float* dout, const float* qkv, const float* kv,
+                              TensorIn out, const float* lse, int B, int Tq, int Tk, int C, int H, int KV,
+                              SeqPositions qpos, SeqPositions kpos, bool causal, cudaStream_t stream);
+
 // ---- Embeddings (cuda_embedding.cu) ---------------------------------------------------------------------
 // out (B, T, C) = wte[tokens[b, t]] + wpe[t]. tokens is a device array (B, T), each in [0, V).
 Status embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
