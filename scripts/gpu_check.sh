@@ -20,7 +20,8 @@
 #  4. Ranks sharing the GPU: dp2 and pp2 (2 ranks on one GPU, MPI with host staging) match one rank's losses
 #     (1e-5 relative), with the bundle's relocated mpirun.
 #  4a. The same for llama (GQA, rotary, SwiGLU, RMSNorm) and a mixture-of-experts llama: fp32 GPU vs CPU
-#      losses and `dump` gradients, bf16 tracking fp32, tp2 with both ranks on the GPU against one rank; and
+#      losses and `dump` gradients, bf16 tracking fp32, tp2 (and llama cp2, ring attention) with both ranks
+#      on the GPU against one rank; and
 #      expert parallelism, dp2 ep2 on the GPU against one rank.
 #  4b. scripts/gpu_cnn_check.sh: the cnn's GPU dump (fp32) against PyTorch, and 20 training steps on the GPU.
 #  5. bench/gpu_vs_torch.py: GPT-2 124M tokens/s and MFU of the engine, PyTorch eager (bf16, fp32) and
@@ -93,11 +94,14 @@ runs = [("cpu", "cpu", "fp32", {}, gpt), ("cuda", "cuda", "fp32", {}, gpt), ("cu
 # load-balancing loss off (it is a microbatch's, so dp changes it).
 noaux = dict(moe, aux_loss_coef=0)
 runs += [("moe-noaux-cuda", "cuda", "fp32", {}, noaux), ("moe-cuda-dp2ep2", "cuda", "fp32", {"dp": 2, "ep": 2}, noaux)]
+# Context parallelism: cp2 with both ranks on the GPU (ring attention's CUDA kernels, the ring's transfers
+# through host staging) against one rank.
+runs += [("llama-cuda-cp2", "cuda", "fp32", {"cp": 2}, llama)]
 for family, model in (("llama", llama), ("moe", moe)):
     runs += [(f"{family}-cpu", "cpu", "fp32", {}, model), (f"{family}-cuda", "cuda", "fp32", {}, model),
              (f"{family}-cuda-bf16", "cuda", "bf16", {}, model), (f"{family}-cuda-tp2", "cuda", "fp32", {"tp": 2}, model)]
 for name, device, precision, parallel, model in runs:
-    ranks = parallel.get("dp", 1) * parallel.get("pp", 1) * parallel.get("tp", 1)
+    ranks = parallel.get("dp", 1) * parallel.get("pp", 1) * parallel.get("tp", 1) * parallel.get("cp", 1)
     cfg = {"version": 1, "name": name, "seed": 5, "device": device,
            "mesh": {"nodes": [{"name": "n0", "device": "h100-sxm-80gb", "count": ranks}]},
            "model": model,
@@ -108,7 +112,7 @@ for name, device, precision, parallel, model in runs:
     json.dump(cfg, open(f"{work}/{name}.json", "w"))
 PY
 for name in cpu cuda cuda-bf16 cuda-bf16-scalar cuda-dp2 cuda-pp2 llama-cpu llama-cuda llama-cuda-bf16 llama-cuda-tp2 \
-    moe-cpu moe-cuda moe-cuda-bf16 moe-cuda-tp2 moe-noaux-cuda moe-cuda-dp2ep2; do
+    moe-cpu moe-cuda moe-cuda-bf16 moe-cuda-tp2 moe-noaux-cuda moe-cuda-dp2ep2 llama-cuda-cp2; do
   case $name in
     cuda-bf16-scalar) step 60 "$out/train-$name.txt" env MESHSTUDIO_FLASH_TC=0 $run meshstudio-engine train \
           "$work/cuda-bf16.json" --run-dir "$work/$name" --quiet ;;
@@ -213,6 +217,12 @@ if steps:
     worst = max(abs(ep[s] - one[s]) / abs(one[s]) for s in steps)
     print(f"moe dp2 ep2 (2 ranks on one GPU, all-to-all through host staging) vs 1 rank: worst relative loss "
           f"difference {worst:.2e} ({'ok' if worst < 1e-5 else 'TOO FAR'})")
+one, cp = losses("llama-cuda"), losses("llama-cuda-cp2")
+steps = sorted(set(one) & set(cp))
+if steps:
+    worst = max(abs(cp[s] - one[s]) / abs(one[s]) for s in steps)
+    print(f"llama cp2 (ring attention, 2 ranks on one GPU) vs 1 rank: worst relative loss difference {worst:.2e} "
+          f"({'ok' if worst < 1e-5 else 'TOO FAR'})")
 for name in ("cuda-dp2", "cuda-pp2"):
     other = losses(name)
     steps = sorted(set(other) & set(gpu))
