@@ -211,18 +211,14 @@ for family in ("llama", "moe"):
         worst = max(abs(tp2[s] - gpu32[s]) / abs(gpu32[s]) for s in steps)
         print(f"{family} tp2 (2 ranks on one GPU) vs 1 rank: worst relative loss difference {worst:.2e} "
               f"({'ok' if worst < 1e-5 else 'TOO FAR'})")
-one, ep = losses("moe-noaux-cuda"), losses("moe-cuda-dp2ep2")
-steps = sorted(set(one) & set(ep))
-if steps:
-    worst = max(abs(ep[s] - one[s]) / abs(one[s]) for s in steps)
-    print(f"moe dp2 ep2 (2 ranks on one GPU, all-to-all through host staging) vs 1 rank: worst relative loss "
-          f"difference {worst:.2e} ({'ok' if worst < 1e-5 else 'TOO FAR'})")
-one, cp = losses("llama-cuda"), losses("llama-cuda-cp2")
-steps = sorted(set(one) & set(cp))
-if steps:
-    worst = max(abs(cp[s] - one[s]) / abs(one[s]) for s in steps)
-    print(f"llama cp2 (ring attention, 2 ranks on one GPU) vs 1 rank: worst relative loss difference {worst:.2e} "
-          f"({'ok' if worst < 1e-5 else 'TOO FAR'})")
+def against_one_rank(one_name, name, what):
+    one, other = losses(one_name), losses(name)
+    steps = sorted(set(one) & set(other))
+    if steps:
+        worst = max(abs(other[s] - one[s]) / abs(one[s]) for s in steps)
+        print(f"{what} vs 1 rank: worst relative loss difference {worst:.2e} ({'ok' if worst < 1e-5 else 'TOO FAR'})")
+against_one_rank("moe-noaux-cuda", "moe-cuda-dp2ep2", "moe dp2 ep2 (2 ranks on one GPU, all-to-all through host staging)")
+against_one_rank("llama-cuda", "llama-cuda-cp2", "llama cp2 (ring attention, 2 ranks on one GPU)")
 for name in ("cuda-dp2", "cuda-pp2"):
     other = losses(name)
     steps = sorted(set(other) & set(gpu))

@@ -67,6 +67,14 @@ ms::Expected<ms::Plan> makePlan(int layers, const json& patch) {
   return ms::buildPlan(*config);
 }
 
+// A llama whose second block is a mixture of 8 experts (2 a token, width 96) with `shared` shared experts.
+json moeModel(int shared) {
+  json model = {{"type", "llama"},        {"kv_heads", 2},           {"ffn_hidden", 128}, {"experts", 8},
+                {"experts_per_token", 2}, {"expert_ffn_hidden", 96}, {"dense_layers", 1}};
+  if (shared > 0) model["shared_experts"] = shared;
+  return {{"model", model}};
+}
+
 #define MAKE_PLAN(name, layers, patch)                   \
   ms::Expected<ms::Plan> name = makePlan(layers, patch); \
   QVERIFY2(name.isOk(), name.isOk() ? "" : name.message().c_str())
@@ -571,15 +579,7 @@ class TestMemoryModel : public QObject {
   // samples x 64 positions x 2 rows, each C = 64 fp32 values and 2 int32 indices); its forward adds two
   // all-to-alls of those rows over the ep group's NVLink and the counts' exchange.
   void expertParallelMemory() {
-    const json moe = {{"model",
-                       {{"type", "llama"},
-                        {"kv_heads", 2},
-                        {"ffn_hidden", 128},
-                        {"experts", 8},
-                        {"experts_per_token", 2},
-                        {"expert_ffn_hidden", 96},
-                        {"shared_experts", 1},
-                        {"dense_layers", 1}}}};
+    const json moe = moeModel(1);
     json plain = moe, split = moe;
     plain["parallel"] = {{"dp", 4}};
     split["parallel"] = {{"dp", 4}, {"ep", 4}};
@@ -641,14 +641,7 @@ class TestMemoryModel : public QObject {
   // all-to-all's two staging buffers (2 R C), in bf16 R (3 Fe + C). The same model with both blocks dense
   // has the rest.
   void expertWorkspace() {
-    const json moe = {{"model",
-                       {{"type", "llama"},
-                        {"kv_heads", 2},
-                        {"ffn_hidden", 128},
-                        {"experts", 8},
-                        {"experts_per_token", 2},
-                        {"expert_ffn_hidden", 96},
-                        {"dense_layers", 1}}}};
+    const json moe = moeModel(0);
     const double E = 8, R = 2 * kT, Fe = 96;
     for (int ep : {1, 4})
       for (const char* precision : {"fp32", "bf16"}) {

@@ -133,6 +133,13 @@ double layerCheckpointBytes(const Plan& plan, int l) {
   return layerOutputBytes(plan, l);
 }
 
+// The sum of per-chunk figures over the chunks a stage holds.
+double sumOverStage(const Plan& plan, int stage, const std::vector<double>& perChunk) {
+  double n = 0;
+  for (int k : plan.partition.chunksOfStage(stage)) n += perChunk[static_cast<size_t>(k)];
+  return n;
+}
+
 // The largest owned slice of a parameter unit of the stage as one TP rank holds it: the runtime's store keeps
 // one unit per layer, the tied wte as a unit of its own (runtime/parameters.h), held by the embedding's stage
 // and by a tied head's, and under expert parallelism a layer's local experts as another; sharded (ZeRO >= 1)
@@ -202,10 +209,7 @@ std::vector<double> chunkLocalExpertParameterCount(const Plan& plan) {
 }
 
 double stageLocalExpertParameterCount(const Plan& plan, int stage) {
-  const std::vector<double> counts = chunkLocalExpertParameterCount(plan);
-  double n = 0;
-  for (int k : plan.partition.chunksOfStage(stage)) n += counts[static_cast<size_t>(k)];
-  return n;
+  return sumOverStage(plan, stage, chunkLocalExpertParameterCount(plan));
 }
 
 double stageOwnedParameterCount(const Plan& plan, int stage) {
@@ -245,17 +249,11 @@ double zero3GatheredParams(const Plan& plan, int stage) {
 }
 
 double stageLocalParameterCount(const Plan& plan, int stage) {
-  const std::vector<double> counts = chunkLocalParameterCount(plan);
-  double n = 0;
-  for (int k : plan.partition.chunksOfStage(stage)) n += counts[static_cast<size_t>(k)];
-  return n;
+  return sumOverStage(plan, stage, chunkLocalParameterCount(plan));
 }
 
 double stageParameterCount(const Plan& plan, int stage) {
-  const std::vector<double> counts = chunkParameterCount(plan);
-  double n = 0;
-  for (int k : plan.partition.chunksOfStage(stage)) n += counts[static_cast<size_t>(k)];
-  return n;
+  return sumOverStage(plan, stage, chunkParameterCount(plan));
 }
 
 bool fusedAttention(const Plan& plan, int stage) {

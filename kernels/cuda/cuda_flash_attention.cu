@@ -44,14 +44,15 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_flash_attention_tc.h"
+#include "kernels/cuda/cuda_scalar_tiles.cuh"
 
 namespace ms::cuda {
 namespace {
 
 using detail::kWarpSize;
 
-constexpr int kWarps = 8;                                         // rows per block, one per warp
-constexpr int kTile = kWarpSize;                                  // tile rows, one per lane
+constexpr int kWarps = detail::kScalarWarps;                      // rows per block, one per warp
+constexpr int kTile = detail::kScalarTile;                        // tile rows, one per lane
 constexpr int kMaxDims = kFlashAttentionMaxHeadSize / kWarpSize;  // head dimensions per lane
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr unsigned kFull = 0xffffffffu;
@@ -59,62 +60,15 @@ constexpr unsigned kMaxGridY = 65535;
 
 static_assert(kFlashAttentionMaxHeadSize % kWarpSize == 0, "head dimensions are dealt out by lane");
 
-__device__ inline float roundIf(float x, bool bf16) {
-  return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
-}
-
-// Shared-memory row stride of a tile: odd, so that lane r reading element d of row r hits bank (r*ld + d)
-// mod 32, a different bank for every lane.
-__host__ __device__ inline int tileStride(int hs) {
-  return hs | 1;
-}
-
-// Shared memory of every kernel here: two tiles (kTile, ld), two per-warp rows (kWarps, hs), two per-tile
-// scalars. At most 41.5 KB for hs = 128, under the 48 KB a launch may take without opting in.
-size_t sharedBytes(int hs) {
-  return (2 * size_t(kTile) * tileStride(hs) + 2 * size_t(kWarps) * hs + 2 * size_t(kTile)) * sizeof(float);
-}
-
-// Loads rows [r0, r0 + kTile) of one head's q, k, v or dout (row stride `stride` floats, `hs` columns from
-// src) into a (kTile, ld) tile, rounded in bf16 mode, zeros past row T. The whole block calls it.
-__device__ inline void loadTile(float* tile, const float* src, size_t stride, int r0, int T, int hs,
-                                bool bf16) {
-  const int ld = tileStride(hs);
-  for (int idx = threadIdx.x; idx < kTile * hs; idx += blockDim.x) {
-    const int rr = idx / hs;
-    const int d = idx - rr * hs;
-    const int r = r0 + rr;
-    tile[rr * ld + d] = r < T ? roundIf(src[size_t(r) * stride + d], bf16) : 0.0f;
-  }
-}
-
-// Loads one row of hs floats into a warp's row of shared memory (rounded in bf16 mode; zeros when inactive).
-__device__ inline void loadRow(float* dst, const float* src, int hs, bool active, bool bf16) {
-  const int lane = threadIdx.x % kWarpSize;
-  for (int d = lane; d < hs; d += kWarpSize) dst[d] = active ? roundIf(src[d], bf16) : 0.0f;
-}
-
-__device__ inline float dot(const float* a, const float* b, int hs) {
-  float s = 0.0f;
-  for (int d = 0; d < hs; ++d) s = fmaf(a[d], b[d], s);
-  return s;
-}
-
-// acc[r] (dimension lane + 32 r) += sum over the tile's rows rr of coef(rr) * tile[rr][dimension], coef
-// being each lane's own value broadcast from lane rr.
-__device__ inline void accumulateTile(float (&acc)[kMaxDims], float coef, const float* tile, int hs) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int ld = tileStride(hs);
-  for (int rr = 0; rr < kTile; ++rr) {
-    const float c = __shfl_sync(kFull, coef, rr);
-    const float* row = tile + rr * ld;
-#pragma unroll
-    for (int r = 0; r < kMaxDims; ++r) {
-      const int d = lane + r * kWarpSize;
-      if (d < hs) acc[r] = fmaf(c, row[d], acc[r]);
-    }
-  }
-}
+// The tiles' helpers (roundIf, tileStride, sharedBytes, loadTile, loadRow, dot, accumulateTile):
+// cuda_scalar_tiles.cuh, shared with ring attention's kernels.
+using detail::accumulateTile;
+using detail::dot;
+using detail::loadRow;
+using detail::loadTile;
+using detail::roundIf;
+using detail::sharedBytes;
+using detail::tileStride;
 
 // grid (B * H, ceil(T / kWarps)): out (B, T, C), lse (B, H, T).
 __global__ void __launch_bounds__(kThreads)

@@ -55,14 +55,15 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_scalar_tiles.cuh"
 
 namespace ms::cuda {
 namespace {
 
 using detail::kWarpSize;
 
-constexpr int kWarps = 8;         // rows (forward, dQ) or keys (dK|dV) per block, one per warp
-constexpr int kTile = kWarpSize;  // staged rows per tile, one per lane
+constexpr int kWarps = detail::kScalarWarps;  // rows (forward, dQ) or keys (dK|dV) per block, one per warp
+constexpr int kTile = detail::kScalarTile;    // staged rows per tile, one per lane
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr unsigned kMaxGridY = 65535;
@@ -115,63 +116,15 @@ __device__ inline int visibleQueryBegin(const Runs& queries, int run, long long 
   return int(minLL(end, maxLL(begin, kp - queries.base[run])));
 }
 
-__device__ inline float roundIf(float x, bool bf16) {
-  return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
-}
-
-// Shared-memory row stride of a tile: odd, so that lane r reading element d of row r hits bank (r*ld + d)
-// mod 32, a different bank for every lane.
-__host__ __device__ inline int tileStride(int hs) {
-  return hs | 1;
-}
-
-// Every kernel here: two tiles (kTile, ld), two per-warp rows (kWarps, hs), two per-tile scalars. 41.5 KB at
-// hs = 128, 80.5 KB at hs = 256.
-size_t sharedBytes(int hs) {
-  return (2 * size_t(kTile) * tileStride(hs) + 2 * size_t(kWarps) * hs + 2 * size_t(kTile)) * sizeof(float);
-}
-
-// Rows [r0, r0 + kTile) of one head (row stride `stride` floats, hs columns from src) into a (kTile, ld)
-// tile, rounded in bf16 mode, zeros for rows at or past rowEnd. The whole block calls it.
-__device__ inline void loadTile(float* tile, const float* src, size_t stride, int r0, int rowEnd, int hs,
-                                bool bf16) {
-  const int ld = tileStride(hs);
-  for (int idx = threadIdx.x; idx < kTile * hs; idx += blockDim.x) {
-    const int rr = idx / hs;
-    const int d = idx - rr * hs;
-    const int r = r0 + rr;
-    tile[rr * ld + d] = r < rowEnd ? roundIf(src[size_t(r) * stride + d], bf16) : 0.0f;
-  }
-}
-
-// One row of hs floats into a warp's row of shared memory (rounded in bf16 mode; zeros when inactive).
-__device__ inline void loadRow(float* dst, const float* src, int hs, bool active, bool bf16) {
-  const int lane = threadIdx.x % kWarpSize;
-  for (int d = lane; d < hs; d += kWarpSize) dst[d] = active ? roundIf(src[d], bf16) : 0.0f;
-}
-
-__device__ inline float dot(const float* a, const float* b, int hs) {
-  float s = 0.0f;
-  for (int d = 0; d < hs; ++d) s = fmaf(a[d], b[d], s);
-  return s;
-}
-
-// acc[r] (head dimension lane + 32 r) += sum over the tile's rows rr of coef(rr) * tile[rr][dimension], coef
-// being each lane's own value broadcast from lane rr.
-template <int kDims>
-__device__ inline void accumulateTile(float (&acc)[kDims], float coef, const float* tile, int hs) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int ld = tileStride(hs);
-  for (int rr = 0; rr < kTile; ++rr) {
-    const float c = __shfl_sync(kFull, coef, rr);
-    const float* row = tile + rr * ld;
-#pragma unroll
-    for (int r = 0; r < kDims; ++r) {
-      const int d = lane + r * kWarpSize;
-      if (d < hs) acc[r] = fmaf(c, row[d], acc[r]);
-    }
-  }
-}
+// The tiles' helpers (roundIf, tileStride, sharedBytes, loadTile, loadRow, dot, accumulateTile):
+// cuda_scalar_tiles.cuh, shared with the scalar FlashAttention kernels.
+using detail::accumulateTile;
+using detail::dot;
+using detail::loadRow;
+using detail::loadTile;
+using detail::roundIf;
+using detail::sharedBytes;
+using detail::tileStride;
 
 // grid (B * H, ceil(Tq / kWarps)), a warp per query row: the block's partial result merged into out
 // (B, Tq, C) and lse (B, H, Tq).
