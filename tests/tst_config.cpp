@@ -336,12 +336,13 @@ std::vector<TypedCase> typedCases() {
          c.mesh.nodes[0].count = 2;
        },
        "/parallel/ep", "ep (2) splits mixture-of-experts blocks, which only llama models have"},
-      {"cp on a gpt",
+      {"cp on a vit",
        [](auto& c) {
+         c.model.type = ms::ModelType::Vit;
          c.parallel.cp = 2;
          c.mesh.nodes[0].count = 2;
        },
-       "/parallel/cp", "cp (2) splits the sequence of a llama model"},
+       "/parallel/cp", "cp (2) splits the sequence of a language model (gpt or llama"},
       {"cp not dividing the sequence",
        [](auto& c) {
          asLlama(c).parallel.cp = 3;

@@ -334,6 +334,14 @@ class TestEquivalence : public QObject {
         << R"({"dp": 2, "cp": 2, "zero": 2, "microbatches": 2})";
     QTest::newRow("llama cp2 tp2 sequence parallel") << "llama"
                                                      << R"({"cp": 2, "tp": 2, "sequence_parallel": true})";
+    // gpt's learned positions under context parallelism: each rank adds its two chunks' rows of wpe, their
+    // gradients summed over the dp x cp group; with tp (vocabulary-parallel embedding) and a pipeline.
+    QTest::newRow("gpt cp2") << "gpt"
+                             << R"({"cp": 2})";
+    QTest::newRow("gpt cp2 tp2 pp2") << "gpt"
+                                     << R"({"cp": 2, "tp": 2, "pp": 2, "microbatches": 2})";
+    QTest::newRow("gpt dp2 cp2 zero1") << "gpt"
+                                       << R"({"dp": 2, "cp": 2, "zero": 1})";
     QTest::newRow("llama cp2 pp2 zb-h1 recompute")
         << "llama"
         << R"({"cp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1", "recompute": "full"})";
@@ -532,6 +540,7 @@ class TestEquivalence : public QObject {
               "precision": "bf16", "grad_precision": "bf16"})";
     // Context parallelism in bf16: ring attention computes in fp32 on the bf16-rounded q, k and v, as the
     // one process's attention does, so only the order of the softmax sums differs.
+    QTest::newRow("gpt cp2 bf16 grads") << R"({"cp": 2, "precision": "bf16", "grad_precision": "bf16"})";
     QTest::newRow("llama cp2 pp2") << R"({"model": "llama", "cp": 2, "pp": 2, "microbatches": 2,
                                           "precision": "bf16"})";
   }
@@ -637,6 +646,9 @@ class TestEquivalence : public QObject {
     // Context parallelism: ring attention's key/value blocks and their gradients staged through host memory.
     QTest::newRow("llama cp2 tp2") << "llama"
                                    << R"({"cp": 2, "tp": 2})";
+    // gpt's learned positions: its two chunks' rows of wpe copied on the device, in bf16 with bf16 gradients.
+    QTest::newRow("gpt cp2 bf16 grads") << "gpt"
+                                        << R"({"cp": 2, "precision": "bf16", "grad_precision": "bf16"})";
     // bf16: the working parameters are rounded from the master on the device, all-gathered (ZeRO-1) or
     // gathered per use (ZeRO-3) and read by every op.
     QTest::newRow("gpt dp2 zero1 bf16") << "gpt"

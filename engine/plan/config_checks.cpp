@@ -123,15 +123,15 @@ bool divides(int64_t d, int64_t n) {
 
 // Context parallelism (Megatron-Core's context_parallel_size): each sample's sequence splits into 2 * cp
 // chunks, rank i of the ring holding chunks i and 2cp-1-i (causal load balance), attention as ring
-// attention. Rotary embeddings take each chunk's positions; gpt's learned position table and vit's
-// bidirectional patches are not wired to it yet.
+// attention. Rotary embeddings (llama) and the learned position table (gpt) take each chunk's positions;
+// vit's bidirectional patches and class token are not wired to it.
 void checkContextParallel(const RunConfig& c, Findings& out) {
   const int cp = c.parallel.cp;
   if (cp <= 1) return;
   const std::string cpText = "cp (" + std::to_string(cp) + ")";
-  if (c.model.type != ModelType::Llama) {
+  if (c.model.type != ModelType::Llama && c.model.type != ModelType::Gpt) {
     add(out, "/parallel/cp",
-        cpText + " splits the sequence of a llama model (rotary positions, causal ring attention); a " +
+        cpText + " splits the sequence of a language model (gpt or llama: causal ring attention); a " +
             std::string(toString(c.model.type)) + " model needs cp 1",
         {"/model/type"});
     return;

@@ -469,9 +469,10 @@ void addParallel(std::vector<Field>& t) {
                "experts over their dp * cp / ep replicas.")
           .aka({"expert_parallel", "ep_size", "expert_model_parallel_size"}));
   t.push_back(
-      intField(p, "cp", MS_REF(parallel.cp), atLeast(1),
-               "Context-parallel ways (llama): each sample's sequence is split over cp ranks, two opposite "
-               "chunks each, and attention runs as ring attention; 2 * cp must divide seq_len.")
+      intField(
+          p, "cp", MS_REF(parallel.cp), atLeast(1),
+          "Context-parallel ways (gpt, llama): each sample's sequence is split over cp ranks, two opposite "
+          "chunks each, and attention runs as ring attention; 2 * cp must divide seq_len.")
           .aka({"context_parallel", "cp_size", "context_parallel_size", "context_parallel_degree"}));
   t.push_back(enumField(p, "schedule", kScheduleNames, MS_REF(parallel.schedule), "Pipeline schedule.")
                   .aka({"pipeline_schedule", "pp_schedule"}));

@@ -124,6 +124,13 @@ ParamSpec ones(std::string name, std::vector<int64_t> shape) {
 
 // The activation figures of a transformer block that keeps `kept` floats a sample (bf16 in bf16 precision),
 // `stats` fp32 norm statistics and the (H, T, T) attention matrix, and hands on a (T, C) output.
+// Ring attention (runtime/transformer.cpp) keeps each query row's fp32 log-sum-exp, never the matrix.
+void markRingAttention(LayerSpec& l) {
+  l.ringAttention = true;
+  l.activationBytesPerSample += l.attentionRowBytesPerSample - l.attentionMatrixBytesPerSample;
+  l.attentionMatrixBytesPerSample = l.attentionRowBytesPerSample;
+}
+
 void setBlockActivations(LayerSpec& l, int64_t kept, int64_t stats, int64_t H, int64_t T, int64_t C) {
   l.activationBytesPerSample = (kept + H * T * T + stats) * 4;
   l.bf16BytesPerSample = kept * 4;
@@ -135,7 +142,10 @@ void setBlockActivations(LayerSpec& l, int64_t kept, int64_t stats, int64_t H, i
 // A pre-LayerNorm transformer block (GPT-2, Radford et al. 2019, section 2.3), parameters named as in the
 // Hugging Face GPT-2 checkpoints. The output projections of attention and MLP are scaled by 1/sqrt(2L), the
 // GPT-2 paper's "scale the weights of residual layers at initialization by 1/sqrt(N)".
-LayerSpec transformerBlock(const ModelConfig& m, int i, int T, bool causal) {
+// cp > 1: one context-parallel rank's slice of Tfull / cp positions, attention as ring attention (as
+// llamaBlock's).
+LayerSpec transformerBlock(const ModelConfig& m, int i, int Tfull, bool causal, int cp = 1) {
+  const int T = Tfull / cp;
   const int64_t C = m.width, F = int64_t(m.mlpRatio) * m.width, H = m.heads;
   const double projStd = m.initStd / std::sqrt(2.0 * m.layers);
   const std::string p = "h." + std::to_string(i) + ".";
@@ -154,22 +164,28 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int T, bool causal) {
               zeros(p + "mlp.c_fc.bias", {F}),
               weight(p + "mlp.c_proj.weight", {F, C}, projStd),
               zeros(p + "mlp.c_proj.bias", {C})};
-  // Forward FLOPs: the four GEMMs (2 * in * out per position) and attention's two T x T products.
+  // Forward FLOPs: the four GEMMs (2 * in * out per position) and attention's two products of the T queries
+  // with the whole sequence's keys.
   const double gemm = 2.0 * T * (C * 3 * C + C * C + C * F + F * C);
-  const double attn = 2.0 * 2.0 * double(T) * T * C * (causal ? 0.5 : 1.0);
+  const double attn = 2.0 * 2.0 * double(T) * Tfull * C * (causal ? 0.5 : 1.0);
   l.forwardFlopsPerSample = gemm + attn;
   l.attentionFlopsPerSample = attn;
   // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
   // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics; all but the statistics bf16 in
   // bf16 precision.
   setBlockActivations(l, T * (C + 3 * C + C + C + C + F + F), 4 * int64_t(T), H, T, C);
+  if (cp > 1) markRingAttention(l);
   return l;
 }
 
-ModelSpec gptSpec(const ModelConfig& m, int T) {
+// GPT-2 under context parallelism (cp > 1): each rank embeds, runs and scores its slice of Tfull / cp
+// positions, the learned positions of its two chunks added (runtime/gpt_layers.cpp).
+ModelSpec gptSpec(const ModelConfig& m, int Tfull, int cp) {
   const int64_t C = m.width, V = m.vocab;
+  const int T = Tfull / cp;
   ModelSpec spec;
   spec.samplePositions = T;
+  spec.contextParallel = cp;
   LayerSpec emb;
   emb.name = "embedding";
   emb.kind = LayerKind::Embedding;
@@ -179,7 +195,7 @@ ModelSpec gptSpec(const ModelConfig& m, int T) {
   emb.activationBytesPerSample = 0;
   emb.outputBytesPerSample = int64_t(T) * C * 4;
   spec.layers.push_back(emb);
-  for (int i = 0; i < m.layers; ++i) spec.layers.push_back(transformerBlock(m, i, T, true));
+  for (int i = 0; i < m.layers; ++i) spec.layers.push_back(transformerBlock(m, i, Tfull, true, cp));
   LayerSpec head;
   head.name = "head";
   head.kind = LayerKind::Head;
@@ -254,12 +270,7 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int Tfull, int cp) {
                       H, T, C);
   l.tpWholeFloatsPerSample = T * k * C;
   l.tpWholeStatFloatsPerSample = T * 2 * k;
-  if (cp > 1) {
-    // Ring attention (runtime/transformer.cpp) keeps each query row's fp32 log-sum-exp, never the matrix.
-    l.ringAttention = true;
-    l.activationBytesPerSample += l.attentionRowBytesPerSample - l.attentionMatrixBytesPerSample;
-    l.attentionMatrixBytesPerSample = l.attentionRowBytesPerSample;
-  }
+  if (cp > 1) markRingAttention(l);
   return l;
 }
 
@@ -453,7 +464,7 @@ ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs, in
   ModelSpec spec;
   switch (model.type) {
     case ModelType::Gpt:
-      spec = gptSpec(model, seqLen);
+      spec = gptSpec(model, seqLen, std::max(1, cp));
       break;
     case ModelType::Vit:
       spec = vitSpec(model);

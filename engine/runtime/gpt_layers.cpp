@@ -24,6 +24,7 @@ class GptEmbedding final : public Layer {
         m_T(ctx.positions),
         m_Vl(ctx.model.vocab / ctx.tp.size),
         m_tp(ctx.tp),
+        m_cp(ctx.cp),
         m_ws(ctx.workspace) {
     if (ctx.model.type == ModelType::Llama) {
       m_wte = bindParam(ctx.params, "model.embed_tokens.weight");
@@ -43,14 +44,15 @@ class GptEmbedding final : public Layer {
       if (m_tp.size > 1) allReduceActivations(m_tp, m_be, *m_ws, y, size_t(N) * m_C);
       return;
     }
+    const TensorIn wpe = m_cp.size > 1 ? positionRows() : m_wpe.value();
     if (m_tp.size == 1) {
-      m_be.embeddingForward(y, batch.tokens, m_wte.value(), m_wpe.value(), batch.B, m_T, m_C);
+      m_be.embeddingForward(y, batch.tokens, m_wte.value(), wpe, batch.B, m_T, m_C);
       return;
     }
     const int N = batch.B * m_T, v0 = m_tp.rank * m_Vl;
     m_be.embeddingRangeForward(y, batch.tokens, m_wte.value(), v0, m_Vl, N, m_C);
     allReduceActivations(m_tp, m_be, *m_ws, y, size_t(N) * m_C);
-    m_be.addPositions(y, m_wpe.value(), batch.B, m_T, m_C);
+    m_be.addPositions(y, wpe, batch.B, m_T, m_C);
   }
   // No input gradient; the (cheap) weight gradient is done at once, so a split backward's weight part has
   // nothing left to do (it would need dy kept).
@@ -60,20 +62,61 @@ class GptEmbedding final : public Layer {
     if (!m_wpe.store)
       return m_be.embeddingRangeBackward(m_wte.grad(), dy, batch.tokens, m_tp.rank * m_Vl, m_Vl,
                                          batch.B * m_T, m_C);
+    const GradOut dwpe = m_cp.size > 1 ? positionRowsGrad() : m_wpe.grad();
     if (m_tp.size == 1) {
-      m_be.embeddingBackward(m_wte.grad(), m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C, m_Vl);
-      return;
+      m_be.embeddingBackward(m_wte.grad(), dwpe, dy, batch.tokens, batch.B, m_T, m_C, m_Vl);
+    } else {
+      const int N = batch.B * m_T, v0 = m_tp.rank * m_Vl;
+      m_be.embeddingRangeBackward(m_wte.grad(), dy, batch.tokens, v0, m_Vl, N, m_C);
+      m_be.embeddingBackward(nullptr, dwpe, dy, batch.tokens, batch.B, m_T, m_C, m_Vl);
     }
-    const int N = batch.B * m_T, v0 = m_tp.rank * m_Vl;
-    m_be.embeddingRangeBackward(m_wte.grad(), dy, batch.tokens, v0, m_Vl, N, m_C);
-    m_be.embeddingBackward(nullptr, m_wpe.grad(), dy, batch.tokens, batch.B, m_T, m_C, m_Vl);
+    if (m_cp.size > 1) addPositionRowsGrad(dwpe);
   }
   void releaseSlot(int) override {}
 
  private:
+  // Context parallelism: this rank's T positions are two chunks of the sequence (ContextParallel::
+  // positionsOf), so its learned positions are wpe's rows of those chunks, gathered contiguous (T, C) in the
+  // working precision into workspace slot 0 for the ops that read rows 0 .. T-1; their gradient is taken in
+  // slot 1 in the gradients' precision and added to the two chunks' rows of wpe's gradient (the replicas'
+  // sum over the dp x cp group then holds every position's).
+  static constexpr int kPositionRowsSlot = 0, kPositionGradSlot = 1;
+  template <typename Fn>
+  void forEachChunk(Fn fn) const {
+    const SeqPositions p = m_cp.positionsOf(m_cp.rank, m_T);
+    fn(size_t(0), size_t(p.start0), size_t(p.split));
+    fn(size_t(p.split), size_t(p.start1), size_t(m_T - p.split));
+  }
+  TensorIn positionRows() {
+    const TensorIn w = m_wpe.value();
+    const size_t elem = w.bf16 ? 2 : 4, n = size_t(m_T) * m_C;
+    char* rows = reinterpret_cast<char*>(m_ws->get(kPositionRowsSlot, (n * elem + 3) / 4, false));
+    const char* src = static_cast<const char*>(w.data);
+    forEachChunk([&](size_t row, size_t position, size_t count) {
+      m_be.copy(rows + row * m_C * elem, src + position * m_C * elem, count * m_C * elem);
+    });
+    return w.bf16 ? TensorIn(reinterpret_cast<const bfloat16*>(rows))
+                  : TensorIn(reinterpret_cast<float*>(rows));
+  }
+  GradOut positionRowsGrad() {
+    const bool bf16 = m_wpe.grad().bf16;
+    const size_t elem = bf16 ? 2 : 4, n = size_t(m_T) * m_C;
+    float* rows = m_ws->get(kPositionGradSlot, (n * elem + 3) / 4, false);
+    m_be.zero(rows, n * elem);
+    return bf16 ? GradOut(reinterpret_cast<bfloat16*>(rows)) : GradOut(rows);
+  }
+  void addPositionRowsGrad(GradOut rows) {
+    const GradOut dwpe = m_wpe.grad();
+    const TensorIn in = rows.bf16 ? TensorIn(rows.b16()) : TensorIn(rows.f32());
+    forEachChunk([&](size_t row, size_t position, size_t count) {
+      m_be.accumulateGrad(dwpe.at(position * m_C), in.at(row * m_C), count * m_C);
+    });
+  }
+
   Backend& m_be;
   int m_C, m_T, m_Vl;
   TensorParallel m_tp;
+  ContextParallel m_cp;
   Workspace* m_ws;
   BoundParam m_wte, m_wpe;
 };
