@@ -21,7 +21,7 @@ v0.8/v0.9) gives Mixtral 8x7B, dropless, bf16, 64 H100s, 4096-token sequences, t
 pipeline 8, microbatch 1, global batch 256, with the distributed optimizer, and reports 468 TFLOPS a GPU for
 Mixtral 8x7B bf16 training: 47.3% of the H100's dense 989. The "megatron-core mapping" row plans that layout
 with ZeRO-1 (the distributed optimizer: the dense states sharded over the 16 replicas, each expert's over its
-16 / 8 = 2).
+16 / 8 = 2) and Megatron's placement of one block a virtual stage.
 """
 import argparse
 import json
@@ -43,10 +43,14 @@ VARIANTS = {"llama3-405b-16k no recompute": ("llama3-405b-16k", {"recompute": "n
                 "llama3-405b-16k",
                 {"tp": 8, "cp": 16, "pp": 16, "dp": 8, "microbatches": 16},
                 {"batch_size": 128, "seq_len": 131072}, {"context": 131072}),
+            # One block a virtual stage, the embedding with the first and the head with the last, as Megatron-Core
+            # places 32 layers over pp 4 x vp 8 (the even split by layer count would put two blocks in one chunk).
             "mixtral-8x7b megatron-core mapping": (
                 "mixtral-8x7b-64xh100",
                 {"tp": 1, "pp": 4, "ep": 8, "dp": 16, "schedule": "interleaved_1f1b", "virtual_chunks": 8,
-                 "microbatches": 16, "zero": 1, "recompute": "none", "sequence_parallel": False},
+                 "microbatches": 16, "zero": 1, "recompute": "none", "sequence_parallel": False,
+                 "placement": [{"stage": k % 4, "layers": (["embedding"] if k == 0 else []) + [f"block.{k}"]
+                                + (["head"] if k == 31 else [])} for k in range(32)]},
                 {"batch_size": 256})}
 PUBLISHED_MFU = {"llama3-405b-16k": (0.41, "Llama 3 paper, table 4"),
                  "llama3-405b 128k cp16": (0.38, "Llama 3 paper, table 4"),
