@@ -425,8 +425,13 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   m_optimizerDownload.assign(static_cast<size_t>(plan.partition.stages), 0.0);
   m_optimizerUpload.assign(static_cast<size_t>(plan.partition.stages), 0.0);
   for (int s = 0; s < plan.partition.stages; ++s) {
-    const double local = stageLocalParameterCount(plan, s);
-    const double shard = stageOwnedParameterCount(plan, s);
+    // The stage's chunks' counts, computed once above; the local experts' share among them.
+    double local = 0, experts = 0;
+    for (int k : plan.partition.chunksOfStage(s)) {
+      local += params[static_cast<size_t>(k)];
+      experts += expertParams[static_cast<size_t>(k)];
+    }
+    const double shard = ownedParameterCount(plan, local, experts);
     const DeviceSpec& device = stageDevice(plan, s);
     // Read: gradient, master (mixed) or parameter, moments; written: master or parameter, moments, and in
     // mixed precision the bf16 working copy.
@@ -446,7 +451,6 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     }
     if (modelled && (p.zero == 1 || p.zero == 2)) {
       // The owned slices' all-gather: the dense parameters over dp x cp, the local experts over dp x cp / ep.
-      const double experts = stageLocalExpertParameterCount(plan, s);
       t += ringAllGatherTime((local - experts) * state.workingBytes, dp,
                              groupLink(plan, plan.layout.dpCpGroup(replicaRank(plan, s))));
       if (experts > 0)

@@ -213,10 +213,13 @@ double stageLocalExpertParameterCount(const Plan& plan, int stage) {
 }
 
 double stageOwnedParameterCount(const Plan& plan, int stage) {
+  return ownedParameterCount(plan, stageLocalParameterCount(plan, stage),
+                             stageLocalExpertParameterCount(plan, stage));
+}
+
+double ownedParameterCount(const Plan& plan, double local, double experts) {
   const ParallelConfig& p = plan.config.parallel;
-  const double local = stageLocalParameterCount(plan, stage);
   if (p.zero < 1) return local;
-  const double experts = stageLocalExpertParameterCount(plan, stage);
   const int replicas = std::max(1, p.dataReplicas()), ep = std::max(1, p.ep);
   return (local - experts) / replicas + experts / std::max(1, replicas / ep);
 }
@@ -560,6 +563,8 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   const ModelStateLayout layout = modelStateLayout(p, plan.config.optimizer);
   const ModelStateBytes state = modelStateBytes(layout, p.dataReplicas());
   // Expert parallelism: the local experts' states are sharded over their dp x cp / ep replicas.
+  const std::vector<double> chunkLocal = chunkLocalParameterCount(plan),
+                            chunkExperts = chunkLocalExpertParameterCount(plan);
   const ModelStateBytes expertState =
       modelStateBytes(layout, std::max(1, p.dataReplicas() / std::max(1, p.ep)));
   const std::vector<double> peaks =
@@ -569,8 +574,8 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   std::vector<MemoryBreakdown> stages(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
     MemoryBreakdown& m = stages[static_cast<size_t>(s)];
-    const double experts = stageLocalExpertParameterCount(plan, s);
-    const double dense = stageLocalParameterCount(plan, s) - experts;
+    const double experts = sumOverStage(plan, s, chunkExperts);
+    const double dense = sumOverStage(plan, s, chunkLocal) - experts;
     auto states = [&](double ModelStateBytes::*part) {
       return dense * state.*part + experts * expertState.*part;
     };

@@ -50,6 +50,8 @@ double stageLocalExpertParameterCount(const Plan& plan, int stage);
 // The elements of a stage's owned slices under ZeRO >= 1 (what a rank's optimizer updates): the dense
 // parameters / (dp x cp), the local experts / (dp x cp / ep); the whole stage without ZeRO.
 double stageOwnedParameterCount(const Plan& plan, int stage);
+// The same from a stage's local parameter and local expert counts (callers that hold the chunk figures).
+double ownedParameterCount(const Plan& plan, double local, double experts);
 // ZeRO-3, per layer (L): the parameter elements one TP rank gathers to run it, its own and, for the embedding
 // and a tied LM head, the vocabulary-parallel wte (runtime Model::acquire).
 std::vector<double> zero3LayerParams(const Plan& plan);
