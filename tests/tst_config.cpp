@@ -589,7 +589,7 @@ class TestConfig : public QObject {
     QCOMPARE(j.size(), size_t(10));
     QCOMPARE(j["model"].size(), size_t(10));     // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));       // kind, train, val
-    QCOMPARE(j["mesh"].size(), size_t(5));       // nodes, links, and the (empty) lists of own types
+    QCOMPARE(j["mesh"].size(), size_t(6));  // nodes, links, and the (empty) lists of own types and profiles
     QCOMPARE(j["parallel"].size(), size_t(17));  // mode; the parameter-server fields only in that mode
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(15));
@@ -1051,8 +1051,8 @@ class TestConfig : public QObject {
       }
     };
     visit(s);
-    QCOMPARE(objects,
-             12);  // top level, six sections, mesh node, device type, link type, placement chunk, straggler
+    // Top level, six sections, mesh node, device type, link type, profile, placement chunk, straggler.
+    QCOMPARE(objects, 13);
     const json& model = s["properties"]["model"];
     QCOMPARE(model["properties"]["layers"]["minimum"], json(1));
     QCOMPARE(model["properties"]["layers"]["default"], json(4));

@@ -122,25 +122,6 @@ class TestHardware : public QObject {
     QVERIFY(!ms::findLink("tcp").has_value());
   }
 
-  void calibration() {
-    const ms::DeviceSpec cpu = *ms::findDevice("cpu");
-    const ms::DeviceSpec c = ms::withCalibration(cpu, 4e11, 64e9);
-    QCOMPARE(c.peakFlopsFp32, 4e11);
-    QCOMPARE(c.peakFlopsBf16, 4e11);  // the placeholder bf16 equals fp32, and the ratio holds
-    QCOMPARE(c.memoryBytes, 64e9);
-    QCOMPARE(c.memoryBandwidth, cpu.memoryBandwidth);
-    QCOMPARE(c.achievableFraction, cpu.achievableFraction);
-    QCOMPARE(c.name, std::string("cpu"));
-    // A GPU's precisions keep their datasheet ratio; a measurement of 0 changes nothing.
-    const ms::DeviceSpec h100 = *ms::findDevice("h100-sxm-80gb");
-    const ms::DeviceSpec half = ms::withCalibration(h100, h100.peakFlopsFp32 / 2, 0);
-    QCOMPARE(half.peakFlopsBf16, h100.peakFlopsBf16 / 2);
-    QCOMPARE(half.peakFlopsTf32, h100.peakFlopsTf32 / 2);
-    QCOMPARE(half.memoryBytes, h100.memoryBytes);
-    const ms::DeviceSpec same = ms::withCalibration(h100, 0, 0);
-    QCOMPARE(same.peakFlopsFp32, h100.peakFlopsFp32);
-  }
-
   void meshIsNodeMajor() {
     ms::MeshConfig config;
     config.nodes = {{"a", "h100-sxm-80gb", 3}, {"b", "a100-80gb", 2}, {"c", "h100-sxm-80gb", 1}};

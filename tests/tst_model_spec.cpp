@@ -132,6 +132,51 @@ class TestModelSpec : public QObject {
     QCOMPARE(vit.layers[1].forwardFlopsPerSample, 2.0 * 17 * 12 * 64 * 64 + 2.0 * 2.0 * 17 * 17 * 64);
   }
 
+  // The GEMM shapes a measured device's cost model times (LayerSpec::gemms) hold the layer's FLOPs: their
+  // 2 rows n k plus attention's are the forward FLOPs, for every layer whose FLOPs are GEMMs and attention
+  // (not gpt's embedding lookup or vit's pooling), dense and mixture-of-experts, gpt, llama, vit and mlp.
+  void gemmShapesHoldTheFlops() {
+    const auto gemmFlops = [](const LayerSpec& l) {
+      double f = 0;
+      for (const GemmShape& g : l.gemms) f += 2.0 * g.rows * double(g.n) * double(g.k);
+      return f + l.attentionFlopsPerSample;
+    };
+    ModelConfig m;
+    m.layers = 2;
+    m.width = 64;
+    m.heads = 4;
+    m.vocab = 300;
+    for (int cp : {1, 2}) {
+      const ModelSpec gpt = buildModelSpec(m, 32, 784, cp);
+      for (size_t l = 1; l < gpt.layers.size(); ++l)
+        QCOMPARE(gemmFlops(gpt.layers[l]), gpt.layers[l].forwardFlopsPerSample);
+      QCOMPARE(gpt.layers[1].attentionKeys, 32.0);  // the whole sequence's keys under cp
+    }
+    m.type = ModelType::Llama;
+    m.kvHeads = 2;
+    m.ffnHidden = 160;
+    const ModelSpec llama = buildModelSpec(m, 32, 784, 2);
+    for (const LayerSpec& l : llama.layers) QCOMPARE(gemmFlops(l), l.forwardFlopsPerSample);
+    m.experts = 4;
+    m.expertsPerToken = 2;
+    m.sharedExperts = 1;
+    const ModelSpec moe = buildModelSpec(m, 32);
+    QCOMPARE(moe.layers[1].experts, 4);
+    for (const LayerSpec& l : moe.layers) QCOMPARE(gemmFlops(l), l.forwardFlopsPerSample);
+    m.type = ModelType::Vit;
+    m.experts = 0;
+    const ModelSpec vit = buildModelSpec(m, 0);
+    for (size_t l = 0; l + 1 < vit.layers.size(); ++l)
+      QCOMPARE(gemmFlops(vit.layers[l]), vit.layers[l].forwardFlopsPerSample);
+    QVERIFY(!vit.layers[1].attentionCausal);
+    m.type = ModelType::Mlp;
+    m.hidden = {100, 50};
+    const ModelSpec mlp = buildModelSpec(m, 0, 784);
+    for (const LayerSpec& l : mlp.layers) QCOMPARE(gemmFlops(l), l.forwardFlopsPerSample);
+    QVERIFY(!mlp.layers[0].gemms[0].inputGradient);  // the images need no gradient
+    QVERIFY(mlp.layers[1].gemms[0].inputGradient);
+  }
+
   void vitAndMlpLayers() {
     ModelConfig m;
     m.type = ModelType::Vit;

@@ -91,7 +91,7 @@ class TestSimulator : public QObject {
   // --- cost model ---
 
   void collectiveFormulas() {
-    const ms::LinkSpec link{"test", 1e9, 1e-6};
+    const ms::LinkSpec link{"test", 1e9, 1e-6, nullptr};
     QCOMPARE(ms::p2pTime(2e9, link), 2.0 + 1e-6);
     // Ring all-reduce over 4: 2 * 3/4 * bytes / bw + 2 * 3 * latency.
     QCOMPARE(ms::ringAllReduceTime(1e9, 4, link), 1.5 + 6e-6);

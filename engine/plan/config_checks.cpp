@@ -427,12 +427,30 @@ void checkHardwareTypes(const RunConfig& c, Findings& out) {
             {"/mesh/" + list + "/" + std::to_string(it->second) + "/name"});
     }
   };
-  std::vector<std::string> ownDevices, ownLinks;
+  std::vector<std::string> ownDevices, ownLinks, profiles;
   for (const auto& t : mesh.deviceTypes) ownDevices.push_back(t.name);
   for (const auto& t : mesh.linkTypes) ownLinks.push_back(t.name);
+  for (const auto& t : mesh.profiles) profiles.push_back(t.name);
   checkOwn("device", "device_types", ownDevices,
            [](const std::string& n) { return findDevice(n).has_value(); });
   checkOwn("link", "link_types", ownLinks, [](const std::string& n) { return findLink(n).has_value(); });
+  checkOwn("device", "profiles", profiles, [](const std::string& n) { return findDevice(n).has_value(); });
+  // A profile's name is a device type too: it must not be one of device_types'.
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    const auto own = std::find(ownDevices.begin(), ownDevices.end(), profiles[i]);
+    if (profiles[i].empty() || own == ownDevices.end()) continue;
+    const std::string other = "/mesh/device_types/" + std::to_string(own - ownDevices.begin()) + "/name";
+    add(out, "/mesh/profiles/" + std::to_string(i) + "/name",
+        "duplicate device type " + inQuotes(profiles[i]) + " (also at " + other + ")", {other});
+  }
+  ownDevices.insert(ownDevices.end(), profiles.begin(), profiles.end());
+  // A profile's links are "<profile>.<link>"; which links the file holds is checked when the mesh is built
+  // (plan/hardware.cpp buildMesh), once the file is read.
+  for (const auto& t : mesh.profiles)
+    for (const std::string* use : {&mesh.intraLink, &mesh.interLink})
+      if (!t.name.empty() && use->size() > t.name.size() + 1 &&
+          use->compare(0, t.name.size() + 1, t.name + ".") == 0)
+        ownLinks.push_back(*use);
 
   // A name that is neither built in nor the config's own. The finding involves the config's list: an entry
   // of it that failed to parse may be the one this name meant.

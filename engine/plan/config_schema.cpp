@@ -449,6 +449,24 @@ void addMesh(std::vector<Field>& t) {
                           "Latency of one message, microseconds.")
                   .isRequired()
                   .aka({"latency", "lat_us"}));
+
+  const std::string f = "/mesh/profiles/*";
+  t.push_back(objectListField(m, "profiles", MS_REF(mesh.profiles),
+                              "Machines measured by `meshstudio-engine calibrate` (docs/calibration.md). A "
+                              "profile's device type is its name and each link it measured is "
+                              "<name>.<link> (\"here.shm\", \"here.tcp\"): compute is costed by each GEMM's "
+                              "shape and every message by its size from the measured curves.")
+                  .aka({"calibration", "calibrations", "device_profiles"}));
+  Field profileName = stringField(f, "name", MS_REF(mesh.profiles[i].name),
+                                  "Device type name, unique; must not be a hardware catalog name.");
+  profileName.nonEmpty = profileName.nameChars = profileName.required = true;
+  t.push_back(profileName.aka({"id", "type", "device"}));
+  Field profileFile =
+      stringField(f, "file", MS_REF(mesh.profiles[i].file),
+                  "The profile JSON `calibrate --out` wrote; a relative path resolves against "
+                  "the config's folder.");
+  profileFile.nonEmpty = profileFile.required = true;
+  t.push_back(profileFile.aka({"path", "profile"}));
 }
 
 void addParallel(std::vector<Field>& t) {

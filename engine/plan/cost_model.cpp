@@ -75,17 +75,20 @@
 namespace ms {
 
 double p2pTime(double bytes, const LinkSpec& link) {
+  if (link.profile) return link.profile->seconds(CollectiveOp::SendRecv, std::max(bytes, 1.0), 2);
   return link.latency + (link.bandwidth > 0 ? bytes / link.bandwidth : 0.0);
 }
 
 double ringAllReduceTime(double bytes, int n, const LinkSpec& link) {
   if (n <= 1) return 0.0;
+  if (link.profile) return link.profile->seconds(CollectiveOp::AllReduce, std::max(bytes, 1.0), n);
   const double factor = 2.0 * (n - 1) / n;  // nccl-tests busbw factor for all-reduce
   return (link.bandwidth > 0 ? factor * bytes / link.bandwidth : 0.0) + 2.0 * (n - 1) * link.latency;
 }
 
 double smallAllReduceTime(double bytes, int n, const LinkSpec& link) {
   if (n <= 1) return 0.0;
+  if (link.profile) return link.profile->seconds(CollectiveOp::AllReduce, std::max(bytes, 1.0), n);
   const double hops = 2.0 * std::ceil(std::log2(double(n)));
   const double tree = (link.bandwidth > 0 ? 2.0 * bytes / link.bandwidth : 0.0) + hops * link.latency;
   return std::min(tree, ringAllReduceTime(bytes, n, link));
@@ -93,16 +96,19 @@ double smallAllReduceTime(double bytes, int n, const LinkSpec& link) {
 
 double ringReduceScatterTime(double bytes, int n, const LinkSpec& link) {
   if (n <= 1) return 0.0;
+  if (link.profile) return link.profile->seconds(CollectiveOp::ReduceScatter, std::max(bytes, 1.0), n);
   const double factor = double(n - 1) / n;  // nccl-tests busbw factor for reduce-scatter and all-gather
   return (link.bandwidth > 0 ? factor * bytes / link.bandwidth : 0.0) + (n - 1) * link.latency;
 }
 
 double ringAllGatherTime(double bytes, int n, const LinkSpec& link) {
+  if (n > 1 && link.profile) return link.profile->seconds(CollectiveOp::AllGather, std::max(bytes, 1.0), n);
   return ringReduceScatterTime(bytes, n, link);
 }
 
 double allToAllTime(double bytes, int n, const LinkSpec& link) {
   if (n <= 1) return 0.0;
+  if (link.profile) return link.profile->seconds(CollectiveOp::AllToAll, std::max(bytes, 1.0), n);
   return (link.bandwidth > 0 ? double(n - 1) / n * bytes / link.bandwidth : 0.0) + (n - 1) * link.latency;
 }
 
@@ -152,6 +158,88 @@ bool validTime(double t) {
   return std::isfinite(t) && t >= 0;
 }
 
+// How a rank runs on a measured device: the thread count it gets, as the engine gives it
+// (runtime/trainer.h threadsPerRank: training.threads, else the node's cores over its ranks), and how much
+// slower it runs when the node's ranks ask for more threads than it has cores (all busy at once, sharing
+// the cores evenly).
+struct RankShare {
+  int threads = 1;
+  double slowdown = 1.0;
+};
+RankShare rankShare(const Plan& plan, int rank, const DeviceProfile& profile) {
+  const auto& deviceOf = plan.layout.deviceOf;
+  int onNode = 1;
+  if (rank >= 0 && rank < static_cast<int>(deviceOf.size())) {
+    const int node = plan.mesh.devices[static_cast<size_t>(deviceOf[static_cast<size_t>(rank)])].node;
+    onNode = 0;
+    for (int d : deviceOf) onNode += plan.mesh.devices[static_cast<size_t>(d)].node == node ? 1 : 0;
+  }
+  const int cores = std::max(1, profile.cores);
+  const int threads =
+      plan.config.training.threads > 0 ? plan.config.training.threads : std::max(1, cores / onNode);
+  return {threads, std::max(1.0, double(onNode) * threads / cores)};
+}
+
+// A layer's compute on a measured device, per microbatch of mbs samples (LayerSpec::gemms and the fields
+// beside it): each GEMM by its shape, attention and the elementwise passes from their curves.
+struct ProfiledLayer {
+  double forward = 0, backwardInput = 0, backwardWeight = 0;
+  double attentionForward = 0;  // part of forward: what selective recomputation repeats
+};
+ProfiledLayer profiledLayer(const LayerSpec& layer, const DeviceProfile& profile, Precision precision,
+                            const RankShare& share, double mbs, int tp, int ep) {
+  ProfiledLayer t;
+  const int threads = share.threads;
+  double forward = 0, input = 0, weight = 0, fused = 0;
+  for (const GemmShape& g : layer.gemms) {
+    double m = g.rows * mbs;
+    double n = double(g.n), k = double(g.k);
+    if (g.split == GemmShape::Split::Output) n /= tp;
+    if (g.split == GemmShape::Split::Input) k /= tp;
+    double count = 1;
+    if (g.expert && layer.experts > 0) {
+      // Balanced routing: each of the rank's E / ep experts gets its share of all ep ranks' rows.
+      count = double(layer.experts) / std::max(1, ep);
+      m = std::max(1.0, m * ep / layer.experts);
+    }
+    if (g.chunked) {
+      const double rows = double(headChunkRows(static_cast<int64_t>(m), static_cast<int64_t>(n)));
+      count *= m / rows;
+      m = rows;
+    }
+    const double f = count * profile.gemmSeconds(precision, threads, m, n, k);
+    const double dx = g.inputGradient ? count * profile.gemmSeconds(precision, threads, m, k, n) : 0.0;
+    const double dw = count * profile.gemmSeconds(precision, threads, k, n, m);
+    if (g.chunked) {
+      fused += f + dx + dw;
+    } else {
+      forward += f;
+      input += dx;
+      weight += dw;
+    }
+  }
+  if (layer.attentionFlopsPerSample > 0) {
+    const double flops = layer.attentionFlopsPerSample * mbs / tp;
+    t.attentionForward = profile.attentionForwardSeconds(precision, threads, flops, layer.attentionKeys);
+    forward += t.attentionForward;
+    input += profile.attentionBackwardSeconds(precision, threads, flops, layer.attentionKeys);
+  }
+  const double bytes = (layer.elementwiseBytesPerSample + layer.splitElementwiseBytesPerSample / tp) * mbs;
+  if (bytes > 0) {
+    forward += profile.elementwiseSeconds(threads, bytes);
+    input += profile.elementwiseSeconds(threads, 2.0 * bytes);
+  }
+  if (fused > 0) {  // the fused LM head: its whole backward runs in the training forward
+    forward += fused + input + weight;
+    input = weight = 0;
+  }
+  t.forward = forward * share.slowdown;
+  t.backwardInput = input * share.slowdown;
+  t.backwardWeight = weight * share.slowdown;
+  t.attentionForward *= share.slowdown;
+  return t;
+}
+
 }  // namespace
 
 CostModel::CostModel(const Plan& plan, Communication communication) : m_communication(communication) {
@@ -175,9 +263,24 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   for (size_t l = 0; l < L; ++l) {
     const int stage = plan.partition.stageOf[static_cast<size_t>(chunkOf[l])];
     const DeviceSpec& device = stageDevice(plan, stage);
+    const LayerSpec& layer = model.layers[l];
+    if (device.profile && (!layer.gemms.empty() || layer.elementwiseBytesPerSample > 0)) {
+      // A measured device: by shape (the cnn, without shapes, is timed by FLOPs below).
+      const RankShare share = rankShare(plan, replicaRank(plan, stage), *device.profile);
+      const ProfiledLayer t = profiledLayer(layer, *device.profile, p.precision, share, mbs, tp, p.ep);
+      double again = 0.0;
+      if (fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(chunkOf[l])], static_cast<int>(l)))
+        again = t.forward;
+      else if (recomputesAttention(recompute, plan.config.model.type, layer.kind, model.samplePositions,
+                                   fusedAttention(plan, stage) || layer.ringAttention))
+        again = t.attentionForward;
+      m_analytic.forward[l] = t.forward;
+      m_analytic.backwardInput[l] = t.backwardInput + again;
+      m_analytic.backwardWeight[l] = t.backwardWeight;
+      continue;
+    }
     const double rate = device.peakFlops(p.precision) * device.achievableFraction;
     const double f = rate > 0 ? model.layers[l].forwardFlopsPerSample * mbs / rate / tp : 0.0;
-    const LayerSpec& layer = model.layers[l];
     if (layer.kind == LayerKind::Head && isLanguageModel(plan.config.model.type)) {
       m_analytic.forward[l] = 3.0 * f;
       continue;
@@ -439,6 +542,11 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
                          (state.mixed ? state.masterBytes + state.workingBytes : state.workingBytes) +
                          state.momentBytes;
     double t = device.memoryBandwidth > 0 ? shard * bytes / device.memoryBandwidth : 0.0;
+    if (device.profile && !device.profile->optimizer.empty()) {
+      // A measured device: its optimizer step's curve (the engine's AdamW over fp32 parameters).
+      const RankShare share = rankShare(plan, replicaRank(plan, s), *device.profile);
+      t = device.profile->optimizerSeconds(share.threads, shard) * share.slowdown;
+    }
     if (state.offloadOptimizer) {
       const double hostBytes = 4.0 + 2.0 * state.masterBytes + 2.0 * state.momentBytes + state.workingBytes;
       t = device.hostMemoryBandwidth > 0 ? shard * hostBytes / device.hostMemoryBandwidth : 0.0;

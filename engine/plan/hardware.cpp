@@ -30,9 +30,21 @@ constexpr double kCpuFraction = 0.7;
 
 DeviceSpec device(const char* name, const char* label, double fp32, double tf32, double bf16, double memoryGb,
                   double bandwidthGbs, double fraction) {
-  return DeviceSpec{
-      name,    label, fp32 * kTera, tf32 * kTera, bf16 * kTera, memoryGb * kGiga, bandwidthGbs * kGiga,
-      fraction};
+  DeviceSpec d;
+  d.name = name;
+  d.label = label;
+  d.peakFlopsFp32 = fp32 * kTera;
+  d.peakFlopsTf32 = tf32 * kTera;
+  d.peakFlopsBf16 = bf16 * kTera;
+  d.memoryBytes = memoryGb * kGiga;
+  d.memoryBandwidth = bandwidthGbs * kGiga;
+  d.achievableFraction = fraction;
+  return d;
+}
+
+DeviceSpec unpublished(DeviceSpec d) {
+  d.publishedPeak = false;
+  return d;
 }
 
 // The host side of a catalog device (see DeviceSpec): link GB/s each way, host GB and DRAM GB/s per device.
@@ -45,11 +57,12 @@ DeviceSpec withHost(DeviceSpec d, double linkGbs, double hostGb, double hostBand
 
 std::vector<DeviceSpec> makeDeviceCatalog() {
   return {
-      // This machine's CPU. Placeholders until calibration (withCalibration()) measures a GEMM: 100 GFLOP/s
-      // fp32 (a few AVX2 cores), bf16 no faster (no AMX assumed), 24 GiB of RAM, 20 GB/s of DRAM bandwidth.
+      // A CPU, with placeholder figures (a measured machine is a mesh profile instead: `meshstudio-engine
+      // calibrate`, docs/calibration.md): 100 GFLOP/s fp32 (a few AVX2 cores), bf16 no faster (no AMX
+      // assumed), 24 GiB of RAM, 20 GB/s of DRAM bandwidth.
       // Its "host" is itself: offloaded state shares the same 24 GiB and moves at the DRAM's 20 GB/s.
-      withHost(DeviceSpec{"cpu", "CPU (this machine, calibrated)", 1e11, 0, 1e11, 24 * kGibi, 20 * kGiga,
-                          kCpuFraction, /*publishedPeak=*/false},
+      withHost(unpublished(device("cpu", "CPU (placeholder figures)", 0.1, 0, 0.1, 24 * kGibi / kGiga, 20,
+                                  kCpuFraction)),
                20, 24 * kGibi / kGiga, 20),
       // NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), table 3, H100 SXM5: FP32 66.9 TFLOPS,
       // TF32 tensor 494.7, BF16 tensor 989.4 (dense; 1978.9 with sparsity); NVIDIA H100 datasheet: 80GB
@@ -59,7 +72,8 @@ std::vector<DeviceSpec> makeDeviceCatalog() {
       // Host (NVIDIA DGX H100 user guide): PCIe Gen5 x16 per GPU (64 GB/s each way, as "pcie" below), 2 TB
       // of system memory for 8 GPUs (250 GB each), two Xeon Platinum 8480C with 8 DDR5-4800 channels each
       // (2 x 8 x 38.4 = 614 GB/s, 76.8 GB/s per GPU).
-      withHost(device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 85.017493504, 3350, kGpuFraction),
+      withHost(device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 85.017493504, 3350,
+                      kGpuFraction),
                64, 250, 76.8),
       // NVIDIA H200 datasheet: the H100 SXM's compute (FP32 67, TF32 989 and BF16 1,979 TFLOPS with
       // sparsity, as H100's), 141GB HBM3e, 4.8TB/s. Memory as measured, not the datasheet's 141e9 bytes:
@@ -95,18 +109,18 @@ std::vector<LinkSpec> makeLinkCatalog() {
   return {
       // Processes of one host through shared memory (Open MPI vader/sm): a memcpy through a bounce buffer,
       // ~10 GB/s and ~1 us on a current server (a conservative figure; calibration can refine it).
-      LinkSpec{"shm", 10 * kGiga, 1e-6},
+      LinkSpec{"shm", 10 * kGiga, 1e-6, nullptr},
       // NVIDIA H100 datasheet and NVLink page: 4th-generation NVLink, 900GB/s per GPU in both directions
       // together, so 450 GB/s each way; ~3 us for a small NCCL message.
-      LinkSpec{"nvlink", 450 * kGiga, 3e-6},
+      LinkSpec{"nvlink", 450 * kGiga, 3e-6, nullptr},
       // PCI-SIG PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b encoding, x16 = ~63 GB/s
       // each way, rounded to the usual 64 GB/s.
-      LinkSpec{"pcie", 64 * kGiga, 5e-6},
+      LinkSpec{"pcie", 64 * kGiga, 5e-6, nullptr},
       // NVIDIA ConnectX-7 / Quantum-2 NDR datasheets: 400Gb/s per port, one port per GPU (as in DGX H100), so
       // 50 GB/s each way per device; ~5 us through a switch with GPUDirect RDMA.
-      LinkSpec{"infiniband", 50 * kGiga, 5e-6},
+      LinkSpec{"infiniband", 50 * kGiga, 5e-6, nullptr},
       // IEEE 802.3ba (100 Gigabit Ethernet): 100Gb/s = 12.5 GB/s each way, ~20 us through the TCP stack.
-      LinkSpec{"ethernet", 12.5 * kGiga, 2e-5},
+      LinkSpec{"ethernet", 12.5 * kGiga, 2e-5, nullptr},
   };
 }
 
@@ -144,15 +158,49 @@ void checkOwnTypes(const MeshConfig& config, std::string& errors) {
   }
 }
 
-std::optional<DeviceSpec> resolveDevice(const MeshConfig& config, const std::string& name) {
+// A profile named by the mesh but not read (a config parsed without loadProfiles()): the error to give.
+std::string profileNotLoaded(size_t index) {
+  return "the profile at /mesh/profiles/" + std::to_string(index) +
+         " was not read (a config naming profiles is loaded with loadRunConfig())";
+}
+
+// The type a name resolves to, or nullopt; `problem` is set when the name is a profile's that cannot serve
+// (not read, or no such link), else a nullopt means an unknown name.
+std::optional<DeviceSpec> resolveDevice(const MeshConfig& config, const std::string& name,
+                                        std::string& problem) {
   for (const auto& t : config.deviceTypes)
     if (t.name == name) return toDeviceSpec(t);
+  for (size_t i = 0; i < config.profiles.size(); ++i) {
+    const ProfileConfig& p = config.profiles[i];
+    if (p.name != name) continue;
+    if (!p.data) {
+      problem = profileNotLoaded(i);
+      return std::nullopt;
+    }
+    return toDeviceSpec(p.name, p.data);
+  }
   return findDevice(name);
 }
 
-std::optional<LinkSpec> resolveLink(const MeshConfig& config, const std::string& name) {
+std::optional<LinkSpec> resolveLink(const MeshConfig& config, const std::string& name, std::string& problem) {
   for (const auto& t : config.linkTypes)
     if (t.name == name) return toLinkSpec(t);
+  for (size_t i = 0; i < config.profiles.size(); ++i) {
+    const ProfileConfig& p = config.profiles[i];
+    if (name.size() <= p.name.size() + 1 || name.compare(0, p.name.size() + 1, p.name + ".") != 0) continue;
+    if (!p.data) {
+      problem = profileNotLoaded(i);
+      return std::nullopt;
+    }
+    const std::string link = name.substr(p.name.size() + 1);
+    if (std::optional<LinkSpec> spec = toLinkSpec(p.name, p.data, link)) return spec;
+    std::string measured;
+    for (const LinkProfile& l : p.data->links)
+      measured += (measured.empty() ? "" : ", ") + p.name + "." + l.name;
+    problem = "profile \"" + p.name + "\" (" + p.data->file + ") measured no link \"" + link + "\"; it has " +
+              (measured.empty() ? std::string("none") : measured);
+    return std::nullopt;
+  }
   return findLink(name);
 }
 
@@ -180,21 +228,11 @@ std::optional<LinkSpec> findLink(const std::string& name) {
   return std::nullopt;
 }
 
-DeviceSpec withCalibration(DeviceSpec base, double measuredFlops, double memoryBytes) {
-  if (measuredFlops > 0) {
-    const double scale = base.peakFlopsFp32 > 0 ? measuredFlops / base.peakFlopsFp32 : 1.0;
-    base.peakFlopsTf32 *= scale;
-    base.peakFlopsBf16 = base.peakFlopsFp32 > 0 ? base.peakFlopsBf16 * scale : measuredFlops;
-    base.peakFlopsFp32 = measuredFlops;
-  }
-  if (memoryBytes > 0) base.memoryBytes = memoryBytes;
-  return base;
-}
-
 std::vector<std::string> deviceTypeNames(const MeshConfig& mesh) {
   std::vector<std::string> names;
   for (const auto& d : deviceCatalog()) names.push_back(d.name);
   for (const auto& t : mesh.deviceTypes) names.push_back(t.name);
+  for (const auto& p : mesh.profiles) names.push_back(p.name);
   return names;
 }
 
@@ -202,6 +240,9 @@ std::vector<std::string> linkTypeNames(const MeshConfig& mesh) {
   std::vector<std::string> names;
   for (const auto& l : linkCatalog()) names.push_back(l.name);
   for (const auto& t : mesh.linkTypes) names.push_back(t.name);
+  for (const auto& p : mesh.profiles)
+    if (p.data)
+      for (const LinkProfile& l : p.data->links) names.push_back(p.name + "." + l.name);
   return names;
 }
 
@@ -218,11 +259,46 @@ DeviceSpec toDeviceSpec(const DeviceTypeConfig& type) {
                     /*publishedPeak=*/true,
                     type.hostLinkGbs * kGiga,
                     type.hostMemoryGb * kGiga,
-                    type.hostMemoryBandwidthGbs * kGiga};
+                    type.hostMemoryBandwidthGbs * kGiga,
+                    nullptr};
 }
 
 LinkSpec toLinkSpec(const LinkTypeConfig& type) {
-  return LinkSpec{type.name, type.bandwidthGbs * kGiga, type.latencyUs * kMicro};
+  return LinkSpec{type.name, type.bandwidthGbs * kGiga, type.latencyUs * kMicro, nullptr};
+}
+
+DeviceSpec toDeviceSpec(const std::string& name, const std::shared_ptr<const DeviceProfile>& profile) {
+  const int cores = profile->cores;
+  DeviceSpec d;
+  d.name = name;
+  d.label = "Measured " + (profile->cpu.empty() ? profile->backend : profile->cpu) +
+            (profile->hostname.empty() ? "" : " (" + profile->hostname + ")");
+  d.peakFlopsFp32 = profile->peakGemmRate(Precision::Fp32, cores);
+  d.peakFlopsBf16 = profile->peakGemmRate(Precision::Bf16, cores);
+  d.memoryBytes = profile->memoryBytes;
+  d.memoryBandwidth = profile->peakElementwiseRate(cores);
+  // What the cost model still times by FLOPs (layers without GEMM shapes: plan/cost_model.cpp) runs at the
+  // catalog CPU's fraction of the best measured GEMM rate.
+  d.achievableFraction = kCpuFraction;
+  d.publishedPeak = false;
+  // A CPU's host is itself, as the catalog's "cpu": offloaded state shares its memory at its bandwidth.
+  if (profile->backend == "cpu") {
+    d.hostLinkBandwidth = d.memoryBandwidth;
+    d.hostMemoryBytes = d.memoryBytes;
+    d.hostMemoryBandwidth = d.memoryBandwidth;
+  }
+  d.profile = profile;
+  return d;
+}
+
+std::optional<LinkSpec> toLinkSpec(const std::string& name,
+                                   const std::shared_ptr<const DeviceProfile>& profile,
+                                   const std::string& link) {
+  const LinkProfile* measured = profile->link(link);
+  if (!measured) return std::nullopt;
+  // Shares the profile's lifetime: the link lives inside the profile.
+  std::shared_ptr<const LinkProfile> shared(profile, measured);
+  return LinkSpec{name + "." + link, measured->peakBusBandwidth(), measured->latency(), shared};
 }
 
 Expected<Mesh> buildMesh(const MeshConfig& config) {
@@ -234,18 +310,26 @@ Expected<Mesh> buildMesh(const MeshConfig& config) {
     const NodeConfig& node = config.nodes[i];
     const std::string at = "/mesh/nodes/" + std::to_string(i);
     if (node.count < 1) addError(errors, at + "/count", "must be >= 1, got " + std::to_string(node.count));
-    const std::optional<DeviceSpec> spec = resolveDevice(config, node.device);
-    if (!spec) addError(errors, at + "/device", notOneOfMessage(node.device, deviceTypeNames(config)));
+    std::string problem;
+    const std::optional<DeviceSpec> spec = resolveDevice(config, node.device, problem);
+    if (!spec)
+      addError(errors, at + "/device",
+               problem.empty() ? notOneOfMessage(node.device, deviceTypeNames(config)) : problem);
     mesh.nodes.push_back(node.name);
     if (!spec) continue;
     for (int local = 0; local < node.count; ++local)
       mesh.devices.push_back(
           MeshDevice{mesh.deviceCount(), static_cast<int>(mesh.nodes.size()) - 1, local, *spec});
   }
-  const std::optional<LinkSpec> intra = resolveLink(config, config.intraLink);
-  const std::optional<LinkSpec> inter = resolveLink(config, config.interLink);
-  if (!intra) addError(errors, "/mesh/intra_link", notOneOfMessage(config.intraLink, linkTypeNames(config)));
-  if (!inter) addError(errors, "/mesh/inter_link", notOneOfMessage(config.interLink, linkTypeNames(config)));
+  std::string intraProblem, interProblem;
+  const std::optional<LinkSpec> intra = resolveLink(config, config.intraLink, intraProblem);
+  const std::optional<LinkSpec> inter = resolveLink(config, config.interLink, interProblem);
+  if (!intra)
+    addError(errors, "/mesh/intra_link",
+             intraProblem.empty() ? notOneOfMessage(config.intraLink, linkTypeNames(config)) : intraProblem);
+  if (!inter)
+    addError(errors, "/mesh/inter_link",
+             interProblem.empty() ? notOneOfMessage(config.interLink, linkTypeNames(config)) : interProblem);
   if (!errors.empty()) return Status::error(errors);
   mesh.intraLink = *intra;
   mesh.interLink = *inter;

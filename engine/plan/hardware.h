@@ -8,11 +8,13 @@
 // between two devices is the intra-node link when they share a node, else the inter-node link.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "plan/device_profile.h"
 #include "plan/run_config.h"
 
 namespace ms {
@@ -40,12 +42,20 @@ struct DeviceSpec {
   double hostMemoryBytes = 0;      // bytes
   double hostMemoryBandwidth = 0;  // bytes/s
   double peakFlops(Precision p) const { return p == Precision::Bf16 ? peakFlopsBf16 : peakFlopsFp32; }
+  // A measured device (mesh.profiles): the cost model then times GEMMs, attention, elementwise passes and
+  // the optimizer step from the profile's curves, and the figures above are the profile's best measured
+  // rates (publishedPeak false). Null for catalog and user-described types.
+  std::shared_ptr<const DeviceProfile> profile;
 };
 
 struct LinkSpec {
   std::string name;      // "nvlink", "pcie", "infiniband", "ethernet", "shm"
   double bandwidth = 0;  // bytes/s per direction, per device
   double latency = 0;    // seconds per message
+  // A measured link (a profile's "<profile>.<link>"): the communication formulas of plan/cost_model.h then
+  // read its curves (LinkProfile::seconds); bandwidth and latency above are its largest all-reduce's bus
+  // bandwidth and its smallest message's one-way time, for display. Null otherwise.
+  std::shared_ptr<const LinkProfile> profile;
 };
 
 // The built-in catalog.
@@ -54,18 +64,18 @@ const std::vector<LinkSpec>& linkCatalog();
 std::optional<DeviceSpec> findDevice(const std::string& name);
 std::optional<LinkSpec> findLink(const std::string& name);
 
-// The "cpu" entry's figures are placeholders: the runtime measures this machine (a BLAS GEMM on the threads a
-// rank uses) and replaces them with this. measuredFlops, the sustained fp32 rate, becomes the fp32 peak and
-// scales the other precisions' peaks by the same ratio (their datasheet ratios to fp32 hold); memoryBytes,
-// when above 0, replaces the capacity. The achievable fraction is kept: a step does more than GEMMs.
-DeviceSpec withCalibration(DeviceSpec base, double measuredFlops, double memoryBytes);
-
 // The type names a mesh config may use: the catalog's, then the config's own, in order.
 std::vector<std::string> deviceTypeNames(const MeshConfig& mesh);
 std::vector<std::string> linkTypeNames(const MeshConfig& mesh);
 // A config's own type in the catalog's units (TFLOP/s -> FLOP/s, GB -> bytes, us -> s).
 DeviceSpec toDeviceSpec(const DeviceTypeConfig& type);
 LinkSpec toLinkSpec(const LinkTypeConfig& type);
+// A loaded profile's device type (named `name`) and its link `link` (named "<name>.<link>"); nullopt when the
+// profile measured no such link.
+DeviceSpec toDeviceSpec(const std::string& name, const std::shared_ptr<const DeviceProfile>& profile);
+std::optional<LinkSpec> toLinkSpec(const std::string& name,
+                                   const std::shared_ptr<const DeviceProfile>& profile,
+                                   const std::string& link);
 
 struct MeshDevice {
   int index = 0;  // global, node-major

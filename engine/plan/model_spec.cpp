@@ -170,6 +170,17 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int Tfull, bool causal, 
   const double attn = 2.0 * 2.0 * double(T) * Tfull * C * (causal ? 0.5 : 1.0);
   l.forwardFlopsPerSample = gemm + attn;
   l.attentionFlopsPerSample = attn;
+  using Split = GemmShape::Split;
+  l.gemms = {{double(T), 3 * C, C, Split::Output},
+             {double(T), C, C, Split::Input},
+             {double(T), F, C, Split::Output},
+             {double(T), C, F, Split::Input}};
+  l.attentionKeys = Tfull;
+  l.attentionCausal = causal;
+  // Elementwise traffic per position, fp32 bytes: two LayerNorms (read C, write C), two residual adds (read
+  // 2C, write C) whole on every TP rank; GELU (read F, write F) split.
+  l.elementwiseBytesPerSample = 4.0 * T * (2 * 2 * C + 2 * 3 * C);
+  l.splitElementwiseBytesPerSample = 4.0 * T * 2 * F;
   // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
   // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics; all but the statistics bf16 in
   // bf16 precision.
@@ -192,6 +203,8 @@ ModelSpec gptSpec(const ModelConfig& m, int Tfull, int cp) {
   emb.params = {weight("wte.weight", {V, C}, m.initStd),
                 weight("wpe.weight", {int64_t(m.context), C}, m.initStd)};
   emb.forwardFlopsPerSample = double(T) * C;
+  // The token rows gathered (read C, write C) and the positions added (read 2C, write C).
+  emb.elementwiseBytesPerSample = 4.0 * T * 5 * C;
   emb.activationBytesPerSample = 0;
   emb.outputBytesPerSample = int64_t(T) * C * 4;
   spec.layers.push_back(emb);
@@ -202,6 +215,11 @@ ModelSpec gptSpec(const ModelConfig& m, int Tfull, int cp) {
   head.params = {ones("ln_f.weight", {C}), zeros("ln_f.bias", {C})};
   if (!m.tieEmbeddings) head.params.push_back(weight("lm_head.weight", {V, C}, m.initStd));
   head.forwardFlopsPerSample = 2.0 * T * C * V;
+  head.gemms = {{double(T), V, C, GemmShape::Split::Output, false, true, true}};
+  // ln_f (read C, write C) whole; the loss's softmax and its gradient over the logits (read V, write V,
+  // twice) split with the vocabulary.
+  head.elementwiseBytesPerSample = 4.0 * T * 2 * C;
+  head.splitElementwiseBytesPerSample = 4.0 * T * 4 * V;
   // Training fuses the LM head with the loss (headChunkRows): forward keeps ln_f's input gradient (T, C),
   // its row statistics and the losses; the logits live one chunk at a time in the workspace.
   head.activationBytesPerSample = (int64_t(T) * C + 3 * int64_t(T)) * 4;
@@ -259,6 +277,31 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int Tfull, int cp) {
   const double attn = 2.0 * 2.0 * double(T) * Tfull * H * hs * 0.5;
   l.forwardFlopsPerSample = gemm + attn;
   l.attentionFlopsPerSample = attn;
+  using Split = GemmShape::Split;
+  l.gemms = {{double(T), H * hs, C, Split::Output},
+             {double(T), KV * hs, C, Split::Output},
+             {double(T), KV * hs, C, Split::Output},
+             {double(T), C, H * hs, Split::Input}};
+  if (Fs > 0) {
+    l.gemms.push_back({double(T), Fs, C, Split::Output});
+    l.gemms.push_back({double(T), Fs, C, Split::Output});
+    l.gemms.push_back({double(T), C, Fs, Split::Input});
+  }
+  if (moe) {
+    l.experts = m.experts;
+    l.gemms.push_back({double(T), int64_t(m.experts), C, Split::None});  // the router
+    const double routed = double(T) * k;
+    l.gemms.push_back({routed, Fe, C, Split::Output, true});
+    l.gemms.push_back({routed, Fe, C, Split::Output, true});
+    l.gemms.push_back({routed, C, Fe, Split::Input, true});
+  }
+  l.attentionKeys = Tfull;
+  // Elementwise traffic per position, fp32 bytes: two RMSNorms (read C, write C) and two residual adds (read
+  // 2C, write C) whole; the rotary embedding of q and k (read and write (H + KV) hs) and SwiGLU (read 2F,
+  // write F, for the dense or shared MLP and each routed expert) split; a routed token's rows gathered to its
+  // experts and their outputs scattered back (read and write C each, k times) whole.
+  l.elementwiseBytesPerSample = 4.0 * T * (2 * 2 * C + 2 * 3 * C + 4 * k * C);
+  l.splitElementwiseBytesPerSample = 4.0 * T * (2 * (H + KV) * hs + 3 * (Fs + k * Fe));
   // Saved for backward (runtime/transformer.cpp): the first RMSNorm's output, the rotated q|k|v with the
   // key/value heads repeated as attention reads them, the attention probabilities, attention's output, the
   // first residual, the second RMSNorm's output, the gate and up projections and the SwiGLU output, plus
@@ -287,6 +330,7 @@ ModelSpec llamaSpec(const ModelConfig& m, int Tfull, int cp) {
   emb.kind = LayerKind::Embedding;
   emb.params = {weight("model.embed_tokens.weight", {V, C}, m.initStd)};
   emb.forwardFlopsPerSample = 0;
+  emb.elementwiseBytesPerSample = 4.0 * T * 2 * C;  // the token rows gathered (read C, write C)
   emb.activationBytesPerSample = 0;
   emb.outputBytesPerSample = int64_t(T) * C * 4;
   spec.layers.push_back(emb);
@@ -297,6 +341,9 @@ ModelSpec llamaSpec(const ModelConfig& m, int Tfull, int cp) {
   head.params = {ones("model.norm.weight", {C})};
   if (!m.tieEmbeddings) head.params.push_back(weight("lm_head.weight", {V, C}, m.initStd));
   head.forwardFlopsPerSample = 2.0 * T * C * V;
+  head.gemms = {{double(T), V, C, GemmShape::Split::Output, false, true, true}};
+  head.elementwiseBytesPerSample = 4.0 * T * 2 * C;       // the final RMSNorm
+  head.splitElementwiseBytesPerSample = 4.0 * T * 4 * V;  // the loss's softmax and its gradient (as gpt's)
   // As gpt's fused head: the norm's input gradient (T, C), its rstd and the losses.
   head.activationBytesPerSample = (int64_t(T) * C + 2 * int64_t(T)) * 4;
   head.outputBytesPerSample = int64_t(T) * 4;
@@ -316,6 +363,8 @@ ModelSpec vitSpec(const ModelConfig& m) {
   if (m.pool == Pooling::Cls) emb.params.push_back(weight("cls_token", {C}, m.initStd));
   emb.params.push_back(weight("pos_embed", {int64_t(T), C}, m.initStd));
   emb.forwardFlopsPerSample = 2.0 * NP * P * P * C;
+  emb.gemms = {{double(NP), C, P * P, GemmShape::Split::None, false, /*inputGradient=*/false}};
+  emb.elementwiseBytesPerSample = 4.0 * T * 3 * C;  // the positions added (read 2C, write C)
   emb.activationBytesPerSample = NP * P * P * 4;
   emb.outputBytesPerSample = int64_t(T) * C * 4;
   spec.layers.push_back(emb);
@@ -326,6 +375,8 @@ ModelSpec vitSpec(const ModelConfig& m) {
   head.params = {ones("ln_f.weight", {C}), zeros("ln_f.bias", {C}),
                  weight("head.weight", {C, m.classes}, m.initStd), zeros("head.bias", {int64_t(m.classes)})};
   head.forwardFlopsPerSample = 2.0 * C * m.classes + 5.0 * T * C;
+  head.gemms = {{1.0, int64_t(m.classes), C}};
+  head.elementwiseBytesPerSample = 4.0 * T * 3 * C;  // ln_f (read C, write C) and the pooling's read
   head.activationBytesPerSample = (int64_t(T) * C + C + m.classes + 2 * int64_t(T)) * 4;
   head.outputBytesPerSample = 4;
   spec.layers.push_back(head);
@@ -344,6 +395,8 @@ ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
     const std::string p = "fc." + std::to_string(i) + ".";
     l.params = {weight(p + "weight", {in, out}, m.initStd), zeros(p + "bias", {out})};
     l.forwardFlopsPerSample = 2.0 * in * out;
+    l.gemms = {{1.0, out, in, GemmShape::Split::None, false, /*inputGradient=*/i > 0}};
+    l.elementwiseBytesPerSample = 4.0 * 2 * out;  // the activation (read out, write out)
     l.activationBytesPerSample = (in + out) * 4;
     l.outputBytesPerSample = out * 4;
     spec.layers.push_back(l);
@@ -355,6 +408,8 @@ ModelSpec mlpSpec(const ModelConfig& m, int inputs) {
   head.params = {weight("head.weight", {in, int64_t(m.classes)}, m.initStd),
                  zeros("head.bias", {int64_t(m.classes)})};
   head.forwardFlopsPerSample = 2.0 * in * m.classes;
+  head.gemms = {
+      {1.0, int64_t(m.classes), in, GemmShape::Split::None, false, /*inputGradient=*/!m.hidden.empty()}};
   head.activationBytesPerSample = (in + m.classes) * 4;
   head.outputBytesPerSample = 4;
   spec.layers.push_back(head);

@@ -45,6 +45,25 @@ struct ShardSpec {
 // patch embedding and head) replicated.
 ShardSpec shardSpecOf(const ParamSpec& param, ModelType type);
 
+// One GEMM of a layer's forward for one sample, as the backend's linear layers run it: a (rows x k) input
+// times a (k x n) weight. Its backward runs two: the input gradient, (rows x n) times (n x k), and the weight
+// gradient, (k x rows) times (rows x n). A cost model with a measured device (plan/device_profile.h) times
+// each by its shape; FLOPs stay in forwardFlopsPerSample (tst_model_spec checks the two agree).
+struct GemmShape {
+  double rows = 0;  // per sample
+  int64_t n = 0, k = 0;
+  // Tensor parallelism divides n (column-parallel: output features) or k (row-parallel: input features).
+  enum class Split { None, Output, Input } split = Split::None;
+  // A routed expert's GEMM: `rows` are the sample's routed rows (positions x experts per token), spread over
+  // the layer's experts (LayerSpec::experts), each rank running its local experts' share (balanced routing).
+  bool expert = false;
+  // Whether backward computes the input's gradient (false for a GEMM on the data, as vit's patches).
+  bool inputGradient = true;
+  // The gpt and llama LM head's GEMMs: run in chunks of headChunkRows() rows, forward and both gradients in
+  // the training forward (the fused head).
+  bool chunked = false;
+};
+
 struct LayerSpec {
   std::string name;
   LayerKind kind = LayerKind::Block;
@@ -55,6 +74,18 @@ struct LayerSpec {
   std::vector<ParamSpec> buffers;
   int64_t bufferCount() const;
   double forwardFlopsPerSample = 0;  // multiply-adds count as 2 FLOPs; backward is about 2x forward
+  // What the forward's FLOPs are made of, for a measured device's cost model: its GEMMs, its attention core
+  // (attentionFlopsPerSample, over attentionKeys keys per query, causal or not) and the bytes its elementwise
+  // kernels (norms, activations, residual adds, the loss's softmax) read and write per sample, those split by
+  // tensor parallelism (the MLP's activation, the vocabulary-parallel softmax) and those every TP rank runs
+  // whole (norms, residuals). Backward is costed as the GEMMs' two gradients, attention's measured backward
+  // and twice the elementwise bytes. Empty for the cnn (its convolutions are timed by FLOPs).
+  std::vector<GemmShape> gemms;
+  double attentionKeys = 0;
+  bool attentionCausal = true;
+  double splitElementwiseBytesPerSample = 0;
+  double elementwiseBytesPerSample = 0;
+  int experts = 0;  // routed experts of a mixture-of-experts block (0: a dense layer)
   int64_t activationBytesPerSample =
       0;                             // fp32 bytes this layer keeps from forward for backward (all of them)
   int64_t outputBytesPerSample = 0;  // fp32 bytes of the activation it hands to the next layer

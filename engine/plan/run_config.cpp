@@ -22,6 +22,7 @@
 #include <set>
 
 #include "plan/config_schema.h"
+#include "plan/device_profile.h"
 
 namespace ms {
 
@@ -547,6 +548,11 @@ Expected<RunConfig> loadRunConfig(const std::string& path, ConfigErrors* errorsO
   Expected<RunConfig> config = parseRunConfigText(text, path, errorsOut);
   if (!config) return config;
   config->baseDir = fs::absolute(fs::path(path), ec).parent_path().lexically_normal().string();
+  if (Status s = loadProfiles(*config); !s) {
+    const std::string message = s.message();
+    const size_t colon = message.find(": ");
+    return failed({{message.substr(0, colon), message.substr(colon + 2)}}, path, errorsOut);
+  }
   return config;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -161,12 +162,26 @@ struct LinkTypeConfig {
   bool operator==(const LinkTypeConfig&) const = default;
 };
 
+struct DeviceProfile;  // plan/device_profile.h
+// A machine measured by `meshstudio-engine calibrate` (docs/calibration.md). Its device type is called `name`
+// and each link it measured `name.<link>` ("here.shm", "here.tcp"), for nodes, intra_link and inter_link to
+// name like a catalog type.
+struct ProfileConfig {
+  std::string name;  // "name"
+  std::string file;  // "file": the profile JSON; a relative path resolves against the config's folder
+  // Not part of the JSON: the file's contents, read by loadProfiles() (plan/device_profile.h) when the config
+  // is loaded; two entries are equal when they name the same file.
+  std::shared_ptr<const DeviceProfile> data;
+  bool operator==(const ProfileConfig& o) const { return name == o.name && file == o.file; }
+};
+
 struct MeshConfig {
   std::vector<NodeConfig> nodes = {NodeConfig{"node0", "cpu", 1}};  // "nodes"
   std::string intraLink = "shm";              // "intra_link": link type between devices of one node
   std::string interLink = "ethernet";         // "inter_link": link type between nodes
   std::vector<DeviceTypeConfig> deviceTypes;  // "device_types": user-defined device types
   std::vector<LinkTypeConfig> linkTypes;      // "link_types": user-defined link types
+  std::vector<ProfileConfig> profiles;        // "profiles": measured machines
   bool operator==(const MeshConfig&) const = default;
 };
 

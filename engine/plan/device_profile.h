@@ -1,0 +1,123 @@
+// A device profile: what `meshstudio-engine calibrate` measured on one machine (docs/calibration.md has the
+// file format), read back for the planner. A mesh names a profile in "mesh.profiles" (run_config.h
+// ProfileConfig); its device type and its measured link types then cost compute by each GEMM's shape and
+// every message by its size, from these curves, instead of a datasheet peak times one efficiency and a link's
+// one bandwidth and latency.
+//
+// What always holds for a profile that loadDeviceProfile() returned: every measured number is finite and
+// > 0; each GEMM, attention, elementwise and optimizer table has at least one entry per precision and thread
+// count it names; a link has at least one measurement of "sendrecv" and of "all_reduce" at its rank count
+// (>= 2). The queries below never return a negative, NaN or infinite time, and at a measured point they
+// return the measured time exactly (tests rely on it).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "plan/run_config.h"
+
+namespace ms {
+
+// The collectives a link profile holds, with the nccl-tests names ("all_reduce", ...).
+enum class CollectiveOp { SendRecv, AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast };
+const char* collectiveOpName(CollectiveOp op);
+
+// nccl-tests' bus-bandwidth factor for n ranks (doc/PERFORMANCE.md): busbw = algbw * factor. all_reduce
+// 2(n-1)/n; all_gather, reduce_scatter and all_to_all (n-1)/n; broadcast and sendrecv 1.
+double busBandwidthFactor(CollectiveOp op, int n);
+// The sequential steps of the ring algorithm for n ranks, each paying the link's latency once: all_reduce
+// 2(n-1) (a reduce-scatter then an all-gather), all_gather, reduce_scatter, all_to_all and broadcast (as a
+// pipelined ring) n-1, sendrecv 1.
+double ringSteps(CollectiveOp op, int n);
+
+struct LinkProfile {
+  std::string name;       // "shm", "tcp"
+  std::string transport;  // for people: "Open MPI, btl vader (shared memory)"
+  int ranks = 2;          // the group size every collective was measured at
+  // Per op, (bytes, seconds) sorted by bytes, sizes distinct.
+  std::map<CollectiveOp, std::vector<std::pair<double, double>>> curves;
+
+  // The time of `op` moving `bytes` (nccl-tests' size: the buffer on each rank for all_reduce, the gathered
+  // output for all_gather, ...) over n ranks. At the measured rank count it is the measured curve: exact at
+  // measured sizes, log-log interpolation between them, the smallest size's time below them (latency-bound)
+  // and the largest's rate beyond (bandwidth-bound). For another n the curve is split into its latency part L
+  // (the smallest message's time) and the rest, and each is rescaled: L by ringSteps(n) / ringSteps(ranks),
+  // the rest by busBandwidthFactor(n) / busBandwidthFactor(ranks) (the ring's cost, Patarasuk and Yuan
+  // 2009); an all-reduce takes the lesser of that and a tree's, 2 ceil(log2 n) latencies and the bytes twice
+  // (NCCL's double binary trees for small messages, Sanders, Speck and Traff 2009). An op the profile did not
+  // measure falls back to all_reduce's curve rescaled by the factors the same way (and sendrecv's for a
+  // broadcast of two ranks). n <= 1 costs 0 (but sendrecv, which always moves its bytes once).
+  double seconds(CollectiveOp op, double bytes, int n) const;
+  // The one-way time of the smallest message measured (the figure a latency column shows).
+  double latency() const;
+  // The bus bandwidth of the largest all_reduce measured, bytes/s.
+  double peakBusBandwidth() const;
+};
+
+struct DeviceProfile {
+  std::string file;  // where it was read from (messages)
+  // machine: for people, and the cores the cost model divides among a node's ranks.
+  std::string hostname, cpu, blas, created, command;
+  int cores = 1;
+  double memoryBytes = 0;
+  std::string backend;  // "cpu"
+
+  struct Gemm {
+    int m = 0, n = 0, k = 0;
+    double seconds = 0;
+  };
+  struct Attention {
+    int batch = 1, heads = 1, seq = 0, headSize = 0;
+    bool causal = true;
+    double flops = 0, forwardSeconds = 0, backwardSeconds = 0;
+  };
+  struct Point {  // elementwise (x: bytes) and optimizer (x: parameters)
+    double x = 0, seconds = 0;
+  };
+  // Keyed by thread count; GEMMs and attention also by precision.
+  std::map<std::pair<Precision, int>, std::vector<Gemm>> gemm;
+  std::map<std::pair<Precision, int>, std::vector<Attention>> attention;
+  std::map<int, std::vector<Point>> elementwise;
+  std::map<int, std::vector<Point>> optimizer;
+  std::vector<LinkProfile> links;
+
+  // The thread counts measured (ascending), and the one a rank with `threads` threads is costed at: the
+  // largest measured count <= threads (the smallest measured when none is).
+  std::vector<int> threadCounts() const;
+  int measuredThreads(int threads) const;
+
+  // Seconds of one GEMM (m x k times k x n) as the backend runs linear layers: the measured time at a
+  // measured shape; between shapes the rate (2mnk / seconds) interpolated trilinearly in log m, log n, log k
+  // (a grid corner the calibration skipped as too large takes the best rate measured at or below it in every
+  // dimension); beyond the grid the rate at its edge. bf16 falls back to fp32's table when it has none.
+  double gemmSeconds(Precision precision, int threads, double m, double n, double k) const;
+  // The best GEMM rate measured at this precision and thread count, FLOP/s (the "peak" a profile device
+  // shows: it is measured, not published).
+  double peakGemmRate(Precision precision, int threads) const;
+  // Attention's forward and backward, seconds, for `flops` forward FLOPs at sequence length seq (keys): the
+  // measured rate (forward FLOPs / seconds) interpolated in log seq, clamped at the ends.
+  double attentionForwardSeconds(Precision precision, int threads, double flops, double seq) const;
+  double attentionBackwardSeconds(Precision precision, int threads, double flops, double seq) const;
+  // An elementwise pass moving `bytes` (reads plus writes); an optimizer step over `params` parameters.
+  double elementwiseSeconds(int threads, double bytes) const;
+  double optimizerSeconds(int threads, double params) const;
+  // The best elementwise rate measured, bytes/s (the memory bandwidth a profile device shows).
+  double peakElementwiseRate(int threads) const;
+
+  const LinkProfile* link(const std::string& name) const;
+};
+
+// Reads and checks a profile file. Errors name the file and the JSON path ("p.json: /device/gemm/3/seconds:
+// must be a number > 0").
+Expected<std::shared_ptr<const DeviceProfile>> loadDeviceProfile(const std::string& path);
+Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const nlohmann::json& doc,
+                                                                  const std::string& file);
+
+// Loads every profile a config's mesh names ("mesh.profiles"), resolving relative files against the config's
+// folder; errors name the field ("/mesh/profiles/0/file: cannot read ...").
+Status loadProfiles(RunConfig& config);
+
+}  // namespace ms

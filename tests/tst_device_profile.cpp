@@ -1,0 +1,416 @@
+// Tests of device profiles (plan/device_profile.h) and of the cost model on a measured device. A synthetic
+// profile whose rates are power laws of the sizes makes log-space interpolation exact everywhere inside the
+// grid, so interpolated times are checked against the closed form, not against a copy of the code. Then:
+// the nccl-tests factors, a link curve rescaled to other group sizes (ring and tree), file errors that name
+// the file and the field, a config naming a profile (its device and links, relative paths, unknown links),
+// and the cost model timing a gpt block by its GEMM shapes, threads per rank and oversubscribed cores.
+#include <QtTest>
+
+#include "test_util.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+
+#include "plan/cost_model.h"
+#include "plan/device_profile.h"
+#include "plan/hardware.h"
+#include "plan/plan.h"
+
+using nlohmann::json;
+
+namespace {
+
+// GEMM rate of the synthetic profile: 1e8 * m^0.5 * (n k)^0.25 FLOP/s, 1.8x at 2 threads.
+double synthRate(double m, double n, double k, int threads) {
+  return 1e8 * std::pow(m, 0.5) * std::pow(n * k, 0.25) * (threads == 2 ? 1.8 : 1.0);
+}
+double synthGemm(double m, double n, double k, int threads) {
+  return 2.0 * m * n * k / synthRate(m, n, k, threads);
+}
+// Attention: forward rate 1e7 * seq^0.5; backward 2.5x the forward time.
+double attentionFlops(int seq) {
+  return 4.0 * 4 * double(seq) * seq * 64 * 0.5;
+}
+// Elementwise 1e-3 * bytes^0.5 s... a power law (interpolation exact); optimizer 2e8 params/s.
+double synthElementwise(double bytes, int threads) {
+  return 1e-8 * std::pow(bytes, 0.75) / (threads == 2 ? 1.5 : 1.0);
+}
+// Links: all_reduce c sqrt(bytes), sendrecv 0.5 c sqrt(bytes); tcp 4x slower.
+constexpr double kShm = 1e-7;
+
+const std::vector<int> kMs = {8, 64, 512}, kNks = {16, 128};
+
+json synthProfile() {
+  json gemm = json::array();
+  for (int threads : {1, 2})
+    for (int m : kMs)
+      for (int n : kNks)
+        for (int k : kNks)
+          gemm.push_back({{"precision", "fp32"},
+                          {"threads", threads},
+                          {"m", m},
+                          {"n", n},
+                          {"k", k},
+                          {"seconds", synthGemm(m, n, k, threads)},
+                          {"flops_per_s", synthRate(m, n, k, threads)}});
+  json attention = json::array();
+  for (int threads : {1, 2})
+    for (int seq : {64, 256, 1024}) {
+      const double f = attentionFlops(seq), fwd = f / (1e7 * std::sqrt(double(seq))) / threads;
+      attention.push_back({{"precision", "fp32"},
+                           {"threads", threads},
+                           {"batch", 1},
+                           {"heads", 4},
+                           {"seq", seq},
+                           {"head_size", 64},
+                           {"causal", true},
+                           {"flops", f},
+                           {"forward_seconds", fwd},
+                           {"backward_seconds", 2.5 * fwd}});
+    }
+  json elementwise = json::array(), optimizer = json::array();
+  for (int threads : {1, 2}) {
+    for (double bytes : {1e3, 1e5, 1e7, 1e9})
+      elementwise.push_back({{"threads", threads},
+                             {"bytes", bytes},
+                             {"seconds", synthElementwise(bytes, threads)},
+                             {"bytes_per_s", bytes / synthElementwise(bytes, threads)}});
+    for (double params : {1e4, 1e6, 1e8})
+      optimizer.push_back({{"threads", threads},
+                           {"params", params},
+                           {"seconds", params / 2e8 / threads},
+                           {"params_per_s", 2e8}});
+  }
+  json links = json::array();
+  for (const auto& [name, c] : {std::pair<const char*, double>{"shm", kShm}, {"tcp", 4 * kShm}}) {
+    json rows = json::array();
+    for (const char* op : {"sendrecv", "all_reduce", "all_gather"})
+      for (double bytes : {8.0, 4096.0, 1048576.0, 67108864.0}) {
+        const double t = (std::string(op) == "sendrecv" ? 0.5 : 1.0) * c * std::sqrt(bytes);
+        rows.push_back(
+            {{"op", op}, {"bytes", bytes}, {"seconds", t}, {"algbw", bytes / t}, {"busbw", bytes / t}});
+      }
+    links.push_back({{"name", name}, {"transport", "synthetic"}, {"ranks", 2}, {"measurements", rows}});
+  }
+  return {{"format", "meshstudio-device-profile"},
+          {"version", 1},
+          {"machine", {{"hostname", "testhost"}, {"cpu", "Test CPU"}, {"cores", 2}, {"memory_bytes", 8e9}}},
+          {"device",
+           {{"backend", "cpu"},
+            {"memory_bytes", 8e9},
+            {"gemm", gemm},
+            {"attention", attention},
+            {"elementwise", elementwise},
+            {"optimizer", optimizer}}},
+          {"links", links}};
+}
+
+std::shared_ptr<const ms::DeviceProfile> parsed(const json& doc) {
+  auto p = ms::parseDeviceProfile(doc, "synth.json");
+  if (!p) qFatal("%s", p.message().c_str());
+  return *p;
+}
+
+bool near(double a, double b, double rel = 1e-12) {
+  return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b));
+}
+
+#define QNEAR(a, b) QVERIFY2(near((a), (b)), (std::to_string(a) + " vs " + std::to_string(b)).c_str())
+
+void writeFile(const QString& path, const std::string& text) {
+  std::ofstream(path.toStdString()) << text;
+}
+
+}  // namespace
+
+class TestDeviceProfile : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void gemmExactAtGridPointsAndBetween() {
+    const auto p = parsed(synthProfile());
+    // Measured points: exactly the measured time.
+    QCOMPARE(p->gemmSeconds(ms::Precision::Fp32, 1, 64, 128, 16), synthGemm(64, 128, 16, 1));
+    QCOMPARE(p->gemmSeconds(ms::Precision::Fp32, 2, 512, 16, 128), synthGemm(512, 16, 128, 2));
+    // Inside the grid: the power law, which log-space interpolation reproduces.
+    QNEAR(p->gemmSeconds(ms::Precision::Fp32, 1, 100, 50, 30), synthGemm(100, 50, 30, 1));
+    QNEAR(p->gemmSeconds(ms::Precision::Fp32, 2, 9, 17, 127), synthGemm(9, 17, 127, 2));
+    // Beyond the grid: the edge's rate (m = 4096 runs at m = 512's rate, n = 4 at n = 16's).
+    QNEAR(p->gemmSeconds(ms::Precision::Fp32, 1, 4096, 4, 100),
+          2.0 * 4096 * 4 * 100 / synthRate(512, 16, 100, 1));
+    // bf16 was not measured: fp32's table stands in.
+    QCOMPARE(p->gemmSeconds(ms::Precision::Bf16, 1, 64, 128, 16), synthGemm(64, 128, 16, 1));
+    QNEAR(p->peakGemmRate(ms::Precision::Fp32, 2), synthRate(512, 128, 128, 2));
+  }
+
+  void gemmSkippedCornerTakesTheBestBelowIt() {
+    json doc = synthProfile();
+    json& rows = doc["device"]["gemm"];
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i]["threads"] == 1 && rows[i]["m"] == 512 && rows[i]["n"] == 128 && rows[i]["k"] == 128) {
+        rows.erase(i);
+        break;
+      }
+    const auto p = parsed(doc);
+    // The calibration skipped (512, 128, 128) as too large: it runs at the best rate measured at or below it
+    // in every dimension, (512, 128, 16)'s (equal to (512, 16, 128)'s).
+    QNEAR(p->gemmSeconds(ms::Precision::Fp32, 1, 512, 128, 128),
+          2.0 * 512 * 128 * 128 / synthRate(512, 128, 16, 1));
+  }
+
+  void threadCounts() {
+    const auto p = parsed(synthProfile());
+    QCOMPARE(p->threadCounts(), (std::vector<int>{1, 2}));
+    QCOMPARE(p->measuredThreads(1), 1);
+    QCOMPARE(p->measuredThreads(3), 2);
+    QCOMPARE(p->measuredThreads(64), 2);
+    QCOMPARE(p->gemmSeconds(ms::Precision::Fp32, 16, 64, 16, 16), synthGemm(64, 16, 16, 2));
+  }
+
+  void attentionElementwiseOptimizer() {
+    const auto p = parsed(synthProfile());
+    const double f = attentionFlops(128);
+    const double fwd = f / (1e7 * std::sqrt(128.0));
+    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 128), fwd);
+    QNEAR(p->attentionBackwardSeconds(ms::Precision::Fp32, 1, f, 128), 2.5 * fwd);
+    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 2, f, 128), fwd / 2);
+    // Longer than measured: the longest's rate.
+    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 1, 1e9, 8192), 1e9 / (1e7 * std::sqrt(1024.0)));
+    QNEAR(p->elementwiseSeconds(1, 3e6), synthElementwise(3e6, 1));
+    QNEAR(p->elementwiseSeconds(2, 4e4), synthElementwise(4e4, 2));
+    QCOMPARE(p->elementwiseSeconds(1, 10), synthElementwise(1e3, 1));    // below: the fixed cost
+    QNEAR(p->elementwiseSeconds(1, 4e9), 4 * synthElementwise(1e9, 1));  // beyond: the largest's rate
+    QNEAR(p->optimizerSeconds(2, 3e5), 3e5 / 4e8);
+  }
+
+  void busBandwidthFactors() {
+    // nccl-tests doc/PERFORMANCE.md.
+    QCOMPARE(ms::busBandwidthFactor(ms::CollectiveOp::AllReduce, 8), 2.0 * 7 / 8);
+    QCOMPARE(ms::busBandwidthFactor(ms::CollectiveOp::AllGather, 4), 0.75);
+    QCOMPARE(ms::busBandwidthFactor(ms::CollectiveOp::ReduceScatter, 2), 0.5);
+    QCOMPARE(ms::busBandwidthFactor(ms::CollectiveOp::AllToAll, 4), 0.75);
+    QCOMPARE(ms::busBandwidthFactor(ms::CollectiveOp::Broadcast, 16), 1.0);
+    QCOMPARE(ms::ringSteps(ms::CollectiveOp::AllReduce, 4), 6.0);
+    QCOMPARE(ms::ringSteps(ms::CollectiveOp::AllGather, 4), 3.0);
+  }
+
+  void linkCurves() {
+    const auto p = parsed(synthProfile());
+    const ms::LinkProfile* shm = p->link("shm");
+    QVERIFY(shm);
+    QCOMPARE(shm->ranks, 2);
+    using Op = ms::CollectiveOp;
+    const auto ar = [](double b) { return kShm * std::sqrt(b); };
+    // At the measured group size: the curve, exact at points and (a power law) between them.
+    QCOMPARE(shm->seconds(Op::AllReduce, 4096, 2), ar(4096));
+    QNEAR(shm->seconds(Op::AllReduce, 1e5, 2), ar(1e5));
+    QCOMPARE(shm->seconds(Op::AllReduce, 1, 2), ar(8));                         // below: latency-bound
+    QNEAR(shm->seconds(Op::AllReduce, 2 * 67108864.0, 2), 2 * ar(67108864.0));  // beyond: its bandwidth
+    QNEAR(shm->seconds(Op::SendRecv, 1e5, 2), 0.5 * ar(1e5));
+    QCOMPARE(shm->seconds(Op::AllReduce, 1e5, 1), 0.0);
+    // Four ranks: the ring's latency part grows by ringSteps (6 / 2) and the rest by the busbw factor
+    // (1.5 / 1); the tree: 2 ceil(log2 4) = 4 hops and the bytes twice. The lesser wins.
+    const double L = ar(8), b = 1e5;
+    const double ring = L * 3 + ar(1.5 * b) - L, tree = L * 2 + ar(2 * b) - L;
+    QNEAR(shm->seconds(Op::AllReduce, b, 4), std::min(ring, tree));
+    const double big = 1e7;
+    QNEAR(shm->seconds(Op::AllReduce, big, 4), std::min(L * 3 + ar(1.5 * big) - L, L * 2 + ar(2 * big) - L));
+    // An all-gather of 8 ranks from its own curve: latency 7x, the rest by (7/8) / (1/2).
+    QNEAR(shm->seconds(Op::AllGather, b, 8), L * 7 + ar(b * 1.75) - L);
+    // Reduce-scatter was not measured: all_reduce's curve with the factors ((1/2) / 1 of the bytes, 1 / 2 of
+    // the steps at two ranks).
+    QNEAR(shm->seconds(Op::ReduceScatter, b, 2), L * 0.5 + ar(0.5 * b) - L);
+    QCOMPARE(shm->latency(), 0.5 * ar(8));
+    QNEAR(shm->peakBusBandwidth(), 67108864.0 / ar(67108864.0));
+    // The cost model's formulas read the curve on a measured link.
+    const std::optional<ms::LinkSpec> spec = ms::toLinkSpec("here", p, "tcp");
+    QVERIFY(spec && spec->profile);
+    QCOMPARE(spec->name, std::string("here.tcp"));
+    QNEAR(ms::ringAllReduceTime(4096, 2, *spec), 4 * ar(4096));
+    QNEAR(ms::p2pTime(1e5, *spec), 2 * ar(1e5));
+    QNEAR(ms::ringAllGatherTime(4096, 2, *spec), 4 * ar(4096));
+    QVERIFY(!ms::toLinkSpec("here", p, "nvlink"));
+  }
+
+  void fileErrorsNameFileAndField_data() {
+    QTest::addColumn<QByteArray>("patch");  // a JSON merge patch of the synthetic profile
+    QTest::addColumn<QString>("message");
+    QTest::newRow("format") << QByteArray(R"({"format":"other"})")
+                            << R"(synth.json: /format: must be "meshstudio-device-profile", got "other")";
+    QTest::newRow("version") << QByteArray(R"({"version":2})")
+                             << "synth.json: /version: this engine reads version 1, got 2";
+    QTest::newRow("cores") << QByteArray(R"({"machine":{"cores":0}})")
+                           << "synth.json: /machine/cores: must be an integer >= 1, got 0";
+    QTest::newRow("no gemm") << QByteArray(R"({"device":{"gemm":[]}})")
+                             << "synth.json: /device/gemm: must be a non-empty array";
+    QTest::newRow("no optimizer") << QByteArray(R"({"device":{"optimizer":null}})")
+                                  << "synth.json: /device/optimizer: missing";
+    QTest::newRow("links")
+        << QByteArray(R"({"links":[{"name":"shm","ranks":1,"measurements":[]}]})")
+        << "synth.json: /links/0/ranks: must be >= 2 (a link is measured between ranks), got 1";
+    QTest::newRow("link ops")
+        << QByteArray(
+               R"({"links":[{"name":"shm","ranks":2,"measurements":[{"op":"all_reduce","bytes":8,"seconds":1e-6}]}]})")
+        << R"(synth.json: /links/0/measurements: needs "sendrecv" measurements)";
+  }
+  void fileErrorsNameFileAndField() {
+    QFETCH(QByteArray, patch);
+    QFETCH(QString, message);
+    json doc = synthProfile();
+    doc.merge_patch(json::parse(patch.toStdString()));
+    const auto p = ms::parseDeviceProfile(doc, "synth.json");
+    QVERIFY(!p);
+    QCOMPARE(QString::fromStdString(p.message()), message);
+  }
+
+  void badValuesInRows() {
+    json doc = synthProfile();
+    doc["device"]["gemm"][3]["seconds"] = -1;
+    auto p = ms::parseDeviceProfile(doc, "x.json");
+    QVERIFY(!p);
+    QCOMPARE(QString::fromStdString(p.message()),
+             "x.json: /device/gemm/3/seconds: must be a number > 0, got -1");
+    doc = synthProfile();
+    doc["device"]["gemm"][0]["precision"] = "fp8";
+    p = ms::parseDeviceProfile(doc, "x.json");
+    QCOMPARE(QString::fromStdString(p.message()),
+             R"(x.json: /device/gemm/0/precision: must be "fp32" or "bf16", got "fp8")");
+    doc = synthProfile();
+    doc["links"][0]["measurements"][1]["bytes"] = 8.0;  // a second sendrecv of 8 bytes
+    p = ms::parseDeviceProfile(doc, "x.json");
+    QCOMPARE(QString::fromStdString(p.message()),
+             "x.json: /links/0/measurements/1/bytes: a second sendrecv measurement of 8.0 bytes");
+    const auto missing = ms::loadDeviceProfile("/nonexistent/profile.json");
+    QVERIFY(!missing);
+    QCOMPARE(QString::fromStdString(missing.message()),
+             "/nonexistent/profile.json: cannot read: No such file or directory");
+  }
+
+  void configNamesAProfile() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    QDir(dir.path()).mkdir("profiles");
+    writeFile(dir.filePath("profiles/here.json"), synthProfile().dump());
+    json doc = ms::test::smallGpuPlanConfig("prof", 2, 8);
+    doc["mesh"] = {{"nodes", json::array({{{"name", "n0"}, {"device", "here"}, {"count", 2}},
+                                          {{"name", "n1"}, {"device", "here"}, {"count", 2}}})},
+                   {"intra_link", "here.shm"},
+                   {"inter_link", "here.tcp"},
+                   {"profiles", json::array({{{"name", "here"}, {"file", "profiles/here.json"}}})}};
+    doc["parallel"] = {{"dp", 4}};
+    writeFile(dir.filePath("config.json"), doc.dump());
+    auto config = ms::loadRunConfig(dir.filePath("config.json").toStdString());
+    QVERIFY2(config, config ? "" : config.message().c_str());
+    QVERIFY(config->mesh.profiles[0].data);
+    auto mesh = ms::buildMesh(config->mesh);
+    QVERIFY2(mesh, mesh ? "" : mesh.message().c_str());
+    QCOMPARE(mesh->deviceCount(), 4);
+    QVERIFY(mesh->devices[3].spec.profile);
+    QCOMPARE(mesh->devices[0].spec.label, std::string("Measured Test CPU (testhost)"));
+    QVERIFY(!mesh->devices[0].spec.publishedPeak);
+    QCOMPARE(mesh->devices[0].spec.memoryBytes, 8e9);
+    QNEAR(mesh->devices[0].spec.peakFlopsFp32, synthRate(512, 128, 128, 2));
+    QCOMPARE(mesh->intraLink.name, std::string("here.shm"));
+    QVERIFY(mesh->interLink.profile);
+    QCOMPARE(mesh->interLink.latency, 0.5 * 4 * kShm * std::sqrt(8.0));
+    // Saved and read back: the same config (the file named, not copied in).
+    QVERIFY(ms::toJson(*config)["mesh"]["profiles"][0]["file"] == "profiles/here.json");
+
+    // A link the profile did not measure: named with the ones it has.
+    config->mesh.intraLink = "here.nvlink";
+    mesh = ms::buildMesh(config->mesh);
+    QVERIFY(!mesh);
+    QVERIFY2(QString::fromStdString(mesh.message())
+                 .contains("/mesh/intra_link: profile \"here\" (" +
+                           QString::fromStdString(config->resolvePath("profiles/here.json")) +
+                           ") measured no link \"nvlink\"; it has here.shm, here.tcp"),
+             mesh.message().c_str());
+
+    // A missing file: the field and the reason.
+    doc["mesh"]["profiles"][0]["file"] = "profiles/gone.json";
+    writeFile(dir.filePath("config.json"), doc.dump());
+    config = ms::loadRunConfig(dir.filePath("config.json").toStdString());
+    QVERIFY(!config);
+    QVERIFY2(QString::fromStdString(config.message())
+                 .contains("/mesh/profiles/0/file: " + dir.filePath("profiles/gone.json") +
+                           ": cannot read: No such file or directory"),
+             config.message().c_str());
+
+    // A profile named like a catalog device, or like one of device_types.
+    doc["mesh"]["profiles"][0] = {{"name", "cpu"}, {"file", "profiles/here.json"}};
+    auto parsedConfig = ms::parseRunConfig(doc);
+    QVERIFY(!parsedConfig);
+    QVERIFY2(QString::fromStdString(parsedConfig.message())
+                 .contains("/mesh/profiles/0/name: device type \"cpu\" is already in the hardware catalog"),
+             parsedConfig.message().c_str());
+    // Parsed without loading: building the mesh says so instead of guessing.
+    doc["mesh"]["profiles"][0] = {{"name", "here"}, {"file", "profiles/here.json"}};
+    parsedConfig = ms::parseRunConfig(doc);
+    QVERIFY2(parsedConfig, parsedConfig ? "" : parsedConfig.message().c_str());
+    mesh = ms::buildMesh(parsedConfig->mesh);
+    QVERIFY(!mesh);
+    QVERIFY2(QString::fromStdString(mesh.message())
+                 .contains("/mesh/nodes/0/device: the profile at /mesh/profiles/0 was not read"),
+             mesh.message().c_str());
+  }
+
+  // The cost model on a measured device: a gpt block's forward is its GEMMs by shape, its attention and its
+  // elementwise bytes from the curves; 4 ranks on the 2-core profile get 1 thread each and share the cores
+  // (twice as slow); tensor parallelism halves the split GEMM dimension.
+  void costModelTimesLayersByShape() {
+    QTemporaryDir dir;
+    writeFile(dir.filePath("here.json"), synthProfile().dump());
+    const auto planFor = [&](int count, const json& parallel, int threads) {
+      json doc = ms::test::smallGpuPlanConfig("prof", 2, 8);
+      doc["mesh"] = {{"nodes", json::array({{{"name", "n0"}, {"device", "here"}, {"count", count}}})},
+                     {"intra_link", "here.shm"},
+                     {"inter_link", "here.tcp"},
+                     {"profiles", json::array({{{"name", "here"}, {"file", "here.json"}}})}};
+      doc["parallel"] = parallel;
+      doc["training"]["threads"] = threads;
+      writeFile(dir.filePath("c.json"), doc.dump());
+      auto config = ms::loadRunConfig(dir.filePath("c.json").toStdString());
+      if (!config) qFatal("%s", config.message().c_str());
+      auto plan = ms::buildPlan(*config);
+      if (!plan) qFatal("%s", plan.message().c_str());
+      return std::move(*plan);
+    };
+    const auto p = parsed(synthProfile());
+    const int T = 64, C = 64, F = 256;
+    // Block 0 (layer 1) of one rank with the whole batch of 8: rows 512.
+    const auto blockForward = [&](double mbs, int threads, int tp) {
+      const double m = T * mbs;
+      double t = p->gemmSeconds(ms::Precision::Fp32, threads, m, 3.0 * C / tp, C) +
+                 p->gemmSeconds(ms::Precision::Fp32, threads, m, C, double(C) / tp) +
+                 p->gemmSeconds(ms::Precision::Fp32, threads, m, double(F) / tp, C) +
+                 p->gemmSeconds(ms::Precision::Fp32, threads, m, C, double(F) / tp);
+      t += p->attentionForwardSeconds(ms::Precision::Fp32, threads, 2.0 * T * T * C * mbs / tp, T);
+      t += p->elementwiseSeconds(threads, 4.0 * T * mbs * (10.0 * C + 2.0 * F / tp));
+      return t;
+    };
+    {
+      const ms::Plan plan = planFor(1, json{{"dp", 1}}, 0);  // 1 rank on 2 cores: 2 threads
+      const ms::CostModel cost(plan);
+      QNEAR(cost.layerTimes().forward[1], blockForward(8, 2, 1));
+      // The optimizer step: the curve over the stage's parameters.
+      QNEAR(cost.optimizerTime(0), p->optimizerSeconds(2, double(plan.model.paramCount())));
+    }
+    {
+      const ms::Plan plan = planFor(4, json{{"dp", 4}}, 0);  // 4 ranks on 2 cores: 1 thread, half a core each
+      const ms::CostModel cost(plan);
+      QNEAR(cost.layerTimes().forward[1], 2.0 * blockForward(2, 1, 1));
+      // The gradients' all-reduce over 4 ranks of the node: the shm curve at 4 ranks.
+      QVERIFY(cost.gradSyncTime(0) > 0);
+    }
+    {
+      const ms::Plan plan = planFor(2, json{{"tp", 2}}, 1);  // 2 ranks, 1 thread each, no oversubscription
+      const ms::CostModel cost(plan);
+      QNEAR(cost.layerTimes().forward[1], blockForward(8, 1, 2));
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestDeviceProfile)
+#include "tst_device_profile.moc"
