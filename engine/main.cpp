@@ -11,6 +11,8 @@
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 //   import-hf HF_CONFIG --base CONFIG [--name N] [--out FILE]   a Hugging Face config.json as the model of
 //                                   a run config (plan/hf_import.h)
+//   calibrate [--out FILE] [--quick] [--threads N,...] [--links shm,tcp|none]   measure this machine into a
+//                                   device profile (calibrate.h; calibrate-links: a rank of its MPI jobs)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config, 130 (kExitInterrupted) train or
 // launch stopped on request after saving a checkpoint (a rank that launch stops, by SIGUSR1, exits 0 after
 // its checkpoint, so that mpirun has nothing to report; launch then exits 130). This file is the only place
@@ -29,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "calibrate.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "plan/hf_import.h"
 #include "plan/launch_script.h"
@@ -112,7 +115,14 @@ const char* kUsage =
     "                                     the model of a Hugging Face config.json (gpt2, llama, mistral,\n"
     "                                     qwen2) in CONFIG's place: its mesh, data, parallel and training\n"
     "                                     settings kept; the run config to FILE (default stdout), what\n"
-    "                                     the import approximates to stderr\n";
+    "                                     the import approximates to stderr\n"
+    "  calibrate [--out FILE] [--quick] [--threads N,N,...] [--links shm,tcp|none]\n"
+    "                                     measure this machine (GEMM, attention, memory bandwidth, the\n"
+    "                                     optimizer step at each thread count; MPI bandwidth and latency\n"
+    "                                     over shared memory and TCP) into a device profile, JSON to FILE\n"
+    "                                     (default stdout); --quick: small grids (seconds); default threads\n"
+    "                                     1, the powers of 2 below the cores, the cores; default links\n"
+    "                                     shm,tcp (docs/calibration.md)\n";
 
 int usageError(const std::string& message) {
   std::fprintf(stderr, "meshstudio-engine: %s\n\n%s", message.c_str(), kUsage);
@@ -769,6 +779,65 @@ int cmdLaunch(int argc, char** argv) {
   return kExitOk;
 }
 
+int cmdCalibrate(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--out", "--threads", "--links"}, {"--quick"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (!a.positional.empty()) return usageError("calibrate takes no arguments besides its options");
+  ms::CalibrateOptions o;
+  o.out = a.get("--out");
+  if (a.has("--out") && o.out.empty()) return usageError("--out needs a FILE");
+  o.quick = a.has("--quick");
+  if (a.has("--threads")) {
+    auto threads = ms::parseThreadList(a.get("--threads"));
+    if (!threads) return usageError(threads.message());
+    o.threads = *threads;
+  }
+  auto links = ms::parseLinkList(a.has("--links") ? a.get("--links") : "shm,tcp");
+  if (!links) return usageError(links.message());
+  o.links = *links;
+  o.command = "meshstudio-engine";
+  for (int i = 1; i < argc; ++i) o.command += " " + shellQuote(argv[i]);
+  if (ms::Status s = ms::runCalibrate(o); !s) {
+    std::fprintf(stderr, "meshstudio-engine calibrate: %s\n", s.message().c_str());
+    return kExitRunFailed;
+  }
+  return kExitOk;
+}
+
+// One rank of calibrate's link jobs (not in the usage: calibrate starts it under mpirun).
+int cmdCalibrateLinks(int argc, char** argv) {
+  Args a =
+      parseArgs(argc, argv, 2, {"--transport", "--out", "--progress-base", "--progress-total"}, {"--quick"});
+  if (!a.error.empty()) return usageError(a.error);
+  ms::LinkRankOptions o;
+  o.transport = a.get("--transport");
+  o.out = a.get("--out");
+  o.quick = a.has("--quick");
+  if ((o.transport != ms::kLinkShm && o.transport != ms::kLinkTcp) || o.out.empty() || !a.positional.empty())
+    return usageError("calibrate-links needs --transport shm|tcp and --out FILE");
+  long long base = 0, total = 0;
+  if (a.has("--progress-base") && !integerArg(a.get("--progress-base"), 0, kIntMax, base))
+    return rangeError("--progress-base", 0, kIntMax);
+  if (a.has("--progress-total") && !integerArg(a.get("--progress-total"), 0, kIntMax, total))
+    return rangeError("--progress-total", 0, kIntMax);
+  o.progressBase = static_cast<int>(base);
+  o.progressTotal = static_cast<int>(total);
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE"))
+    return usageError("calibrate-links runs under mpirun (calibrate starts it)");
+  auto mpi = ms::MpiContext::create(&argc, &argv);
+  if (!mpi) {
+    std::fprintf(stderr, "meshstudio-engine calibrate-links: %s\n", mpi.message().c_str());
+    return kExitRunFailed;
+  }
+  ms::Communicator& world = (*mpi)->world();
+  if (ms::Status s = ms::runCalibrateLinks(world, o); !s) {
+    std::fprintf(stderr, "meshstudio-engine calibrate-links: rank %d: %s\n", world.rank(),
+                 s.message().c_str());
+    return kExitRunFailed;
+  }
+  return kExitOk;
+}
+
 int cmdExport(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {"--out"}, {});
   if (!a.error.empty()) return usageError(a.error);
@@ -867,6 +936,8 @@ int main(int argc, char** argv) {
     if (cmd == "autoplan") return cmdAutoplan(argc, argv);
     if (cmd == "schema") return cmdSchema(argc, argv);
     if (cmd == "import-hf") return cmdImportHf(argc, argv);
+    if (cmd == "calibrate") return cmdCalibrate(argc, argv);
+    if (cmd == "calibrate-links") return cmdCalibrateLinks(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "meshstudio-engine %s: out of memory\n", cmd.c_str());
     return kExitRunFailed;
