@@ -30,8 +30,14 @@ device's peak and bandwidth are placeholders, so only its ratio between plans ("
 Every plan must train like one process: each step's loss within 1e-2 relative of the reference's, or the
 script exits 1 (checked after the runs, outside the timed region).
 
+With --profile FILE (a profile `meshstudio-engine calibrate --out FILE` wrote of this machine) the plans name it
+as their device and links (mesh.profiles) and the table adds each plan's predicted step time, its measured one
+and the error (predicted / measured - 1): the fidelity of the cost model on this machine, without calibrating
+from any of these runs. --calibrate measures the profile first (`calibrate`, about a minute here): this
+machine's speed drifts by up to 2x over hours (a shared VM), so a profile is only good for runs beside it.
+
 usage: bench/scaling.py [--engine build/engine/meshstudio-engine] [--steps 20] [--warmup 3] [--rounds 3]
-                        [--quick] [--out results.json] [--keep DIR]
+                        [--quick] [--out results.json] [--keep DIR] [--profile FILE | --calibrate]
 Prints a fixed-column table; exits 1 when the engine or mpirun is missing, a run fails, or a loss differs.
 """
 import argparse
@@ -115,10 +121,15 @@ def ranks_of(parallel):
     return p.get("dp", 1) * p.get("tp", 1) * p.get("pp", 1)
 
 
-def write_config(path, name, m, steps, threads, parallel):
+def write_config(path, name, m, steps, threads, parallel, profile=None):
+    mesh = {"nodes": [{"name": "n0", "device": "cpu", "count": ranks_of(parallel)}]}
+    if profile:  # this machine as `meshstudio-engine calibrate` measured it (docs/calibration.md)
+        mesh = {"nodes": [{"name": "n0", "device": "here", "count": ranks_of(parallel)}],
+                "intra_link": "here.shm", "inter_link": "here.tcp",
+                "profiles": [{"name": "here", "file": os.path.abspath(profile)}]}
     config = {
         "version": 1, "name": name, "seed": 1,
-        "mesh": {"nodes": [{"name": "n0", "device": "cpu", "count": ranks_of(parallel)}]},
+        "mesh": mesh,
         "model": {"type": "gpt", "layers": m["L"], "width": m["C"], "heads": m["H"], "vocab": m["V"],
                   "context": m["T"], "tie_embeddings": True},
         "data": {"kind": "text", "files": text_files(), "val_fraction": 0.05},
@@ -285,6 +296,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="tiny model, 1 round of 1 + 3 steps: a smoke run")
     ap.add_argument("--out", help="write the results as JSON to this file")
     ap.add_argument("--keep", metavar="DIR", help="keep each run's folder (config.json, metrics.jsonl) in DIR")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="run `meshstudio-engine calibrate` first (about a minute) and use its profile as --profile")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="plan on this machine's profile (`meshstudio-engine calibrate --out FILE`) instead of "
+                         "the cpu entry's placeholders, and compare predicted with measured step times")
     args = ap.parse_args()
     m = QUICK if args.quick else FULL
     if args.quick:
@@ -302,6 +318,35 @@ def main():
         sys.exit("scaling: no text to train on: install the fortunes package (/usr/share/games/fortunes)")
     cores = os.cpu_count() or 1
 
+    calibrate_s = None
+    with tempfile.TemporaryDirectory(prefix="ms-calibrate-") as ctmp:
+        if args.calibrate:
+            if args.profile:
+                sys.exit("scaling: give --calibrate or --profile FILE, not both")
+            args.profile = os.path.join(args.keep or ctmp, "profile.json")
+            env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            print(f"  calibrating this machine into {args.profile}", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            done = subprocess.run([engine, "calibrate", "--out", args.profile] + (["--quick"] if args.quick else []),
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  timeout=RUN_TIMEOUT_S)
+            if done.returncode != 0:
+                sys.exit(f"scaling: calibrate failed (exit {done.returncode})\n{tail(done.stderr)}")
+            calibrate_s = time.perf_counter() - t0
+            with open(args.profile) as f:  # read now: the temporary folder goes when this block ends
+                profile_text = f.read()
+        if args.calibrate and not args.keep:
+            args.profile = os.path.join(tempfile.gettempdir(), f"ms-scaling-profile-{os.getpid()}.json")
+            with open(args.profile, "w") as f:
+                f.write(profile_text)
+    try:
+        run_plans(args, m, engine, mpirun, cores, calibrate_s)
+    finally:
+        if args.calibrate and not args.keep:
+            os.remove(args.profile)
+
+
+def run_plans(args, m, engine, mpirun, cores, calibrate_s):
     busy_before = busy_cores()
     t_all = time.perf_counter()
     runs = [[] for _ in PLANS]
@@ -312,7 +357,8 @@ def main():
                 config = os.path.join(tmp, f"plan{i}.json")
                 run_dir = os.path.join(args.keep or tmp, f"round{rnd}-plan{i}")
                 shutil.rmtree(run_dir, ignore_errors=True)  # a run folder that exists would be resumed
-                write_config(config, f"bench-scaling-{i}", m, args.warmup + args.steps, threads, parallel)
+                write_config(config, f"bench-scaling-{i}", m, args.warmup + args.steps, threads, parallel,
+                             args.profile)
                 print(f"  round {rnd + 1}/{args.rounds}: {name} ({ranks} rank{'s' if ranks > 1 else ''})",
                       file=sys.stderr, flush=True)
                 other = run_engine(mpirun, engine, ranks, threads, config, run_dir, name)
@@ -341,21 +387,33 @@ def main():
           f"{'fortunes' if 'fortunes' in text_files()[0] else 'common-licenses'}, {cores} cores, 1 thread per "
           f"rank unless said; {args.rounds} round(s) of {args.steps} steps after {args.warmup} warm-up; "
           f"tokens/s from each round's median step time, median over the rounds")
+    pred = f" {'pred s':>7s} {'meas s':>7s} {'error':>6s}" if args.profile else ""
     print(f"{'plan':26s} {'ranks':>5s} {'tokens/s':>9s} {'spread':>6s} {'other':>5s} {'x 1 rank':>8s} {'pred x':>6s} "
-          f"{'sync ms':>7s}  per stage: bubble measured/predicted (F+B+W busy per rank and step)")
+          f"{'sync ms':>7s}{pred}  per stage: bubble measured/predicted (F+B+W busy per rank and step)")
     for r in results:
         mark = " *" if r["oversubscribed"] else ""
         sync = "-" if r["sync_wait_s"] is None else f"{r['sync_wait_s'] * 1e3:.1f}"
         others = [o for o in r["other_cores_per_round"] if o is not None]
         other = f"{max(others):.2f}" if others else "?"
+        r["step_time_error"] = r["predicted_step_time_s"] / r["step_time_s"] - 1
+        pred = (f" {r['predicted_step_time_s']:7.4f} {r['step_time_s']:7.4f} {r['step_time_error']:+6.0%}"
+                if args.profile else "")
         print(f"{r['name'] + mark:26s} {r['ranks']:5d} {r['tokens_per_s']:9.0f} {r['spread']:6.0%} {other:>5s} "
-              f"{r['x_vs_1_rank']:8.2f} {r['predicted_x_vs_1_rank']:6.2f} {sync:>7s}  {fmt_stages(r['stages'])}")
+              f"{r['x_vs_1_rank']:8.2f} {r['predicted_x_vs_1_rank']:6.2f} {sync:>7s}{pred}  "
+              f"{fmt_stages(r['stages'])}")
     if any(r["oversubscribed"] for r in results):
         print(f"* more ranks x threads than the {cores} cores: oversubscribed, the ranks share cores")
     print("spread: (max - min) / median of the rounds' tokens/s; other: the most cores that other processes kept "
           "busy during one of the plan's runs")
+    if args.profile:
+        worst = max(results, key=lambda r: abs(r["step_time_error"]))
+        source = (f"measured by calibrate just before the runs ({calibrate_s:.0f} s)" if calibrate_s is not None
+                  else args.profile)
+        print(f"pred s / meas s: the step time the plan predicts on this machine's profile ({source}) against the "
+              f"measured one; worst {worst['step_time_error']:+.0%} ({worst['name']})")
     print(f"pred x: the plans' own predicted tokens/s over the one-rank prediction ({ref['predicted_tokens_per_s']:.0f}"
-          f" tokens/s: the cpu figures are placeholders); sync ms: mean end-of-step gradient-finish wait (G) per rank")
+          f" tokens/s{'' if args.profile else ': the cpu figures are placeholders'}); sync ms: mean end-of-step "
+          f"gradient-finish wait (G) per rank")
     busy = max(b for b in [busy_before, busy_after, 0.0] + [o for r in results for o in r["other_cores_per_round"]]
                if b is not None)
     print(f"total wall time {wall:.0f} s; cores busy with other work just before and after the runs: "

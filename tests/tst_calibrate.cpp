@@ -6,6 +6,7 @@
 // refused before any measuring, leaving no file.
 #include <QtTest>
 
+#include <QDir>
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -270,6 +272,58 @@ class TestCalibrate : public QObject {
     qInfo("shm 8 B one-way latency %.3g s; tcp %.3g s", latency,
           (*linkEntry("tcp", "sendrecv", 8))["seconds"].get<double>());
     QVERIFY2(latency < 1e-3, qPrintable(QString::number(latency)));
+  }
+
+  // The profile put to use: a project in a folder of its own names it by a relative path; `plan` and a
+  // real `train` run (1 rank) predict the same step time from it, and the run's folder keeps the profile's
+  // absolute path, so the folder reopens where the relative one would not lead.
+  void aRunPlansOnTheProfile() {
+    const QString project = m_dir.path() + "/project";
+    QVERIFY(QDir().mkpath(project));
+    const QString text = project + "/text.txt";
+    {
+      std::ofstream t(text.toStdString());
+      for (int i = 0; i < 200; ++i) t << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    }
+    const nlohmann::json config = {
+        {"version", 1},
+        {"name", "on-profile"},
+        {"model", {{"type", "gpt"}, {"layers", 1}, {"width", 16}, {"heads", 2}, {"context", 16}}},
+        {"data", {{"kind", "text"}, {"files", {"text.txt"}}}},
+        {"mesh",
+         {{"nodes", {{{"name", "n0"}, {"device", "here"}, {"count", 1}}}},
+          {"intra_link", "here.shm"},
+          {"inter_link", "here.tcp"},
+          {"profiles", {{{"name", "here"}, {"file", "../profile.json"}}}}}},
+        {"training",
+         {{"steps", 2}, {"batch_size", 2}, {"seq_len", 16}, {"threads", 1}, {"eval_batches", 1}}}};
+    std::ofstream(project.toStdString() + "/config.json") << config.dump(1);
+    const Result plan = engine({"plan", project + "/config.json", "--json"}, 30000);
+    QVERIFY2(plan.finished && plan.code == 0, qPrintable(plan.err));
+    const nlohmann::json planned = nlohmann::json::parse(plan.out.toStdString(), nullptr, false);
+    QVERIFY(planned.is_object());
+    const double predicted = planned["step_time_s"].get<double>();
+    QVERIFY(predicted > 0);
+    QCOMPARE(planned["mfu_defined"].get<bool>(), false);  // a measured device has no published peak
+    const QString runDir = m_dir.path() + "/run";
+    const Result run = engine({"train", project + "/config.json", "--run-dir", runDir, "--quiet"}, 60000);
+    QVERIFY2(run.finished && run.code == 0, qPrintable(run.err));
+    QFile metrics(runDir + "/metrics.jsonl");
+    QVERIFY(metrics.open(QIODevice::ReadOnly));
+    double started = -1;
+    for (const QByteArray& line : metrics.readAll().split('\n')) {
+      const nlohmann::json j = nlohmann::json::parse(line.toStdString(), nullptr, false);
+      if (j.is_object() && j.value("type", "") == "run_start")
+        started = j["predicted"]["step_time_s"].get<double>();
+    }
+    QVERIFY(near(started, predicted));
+    QFile saved(runDir + "/config.json");
+    QVERIFY(saved.open(QIODevice::ReadOnly));
+    const nlohmann::json copy = nlohmann::json::parse(saved.readAll().toStdString(), nullptr, false);
+    QCOMPARE(QString::fromStdString(copy["mesh"]["profiles"][0]["file"].get<std::string>()),
+             QDir::cleanPath(m_dir.path() + "/profile.json"));
+    const Result again = engine({"plan", runDir + "/config.json", "--json"}, 30000);
+    QVERIFY2(again.finished && again.code == 0, qPrintable(again.err));
   }
 
   void badUsageIsRefused_data() {

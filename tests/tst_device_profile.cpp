@@ -387,7 +387,7 @@ class TestDeviceProfile : public QObject {
                  p->gemmSeconds(ms::Precision::Fp32, threads, m, double(F) / tp, C) +
                  p->gemmSeconds(ms::Precision::Fp32, threads, m, C, double(F) / tp);
       t += p->attentionForwardSeconds(ms::Precision::Fp32, threads, 2.0 * T * T * C * mbs / tp, T);
-      t += p->elementwiseSeconds(threads, 4.0 * T * mbs * (10.0 * C + 2.0 * F / tp));
+      t += 5 * p->elementwiseSeconds(threads, 4.0 * T * mbs * (10.0 * C + 2.0 * F / tp) / 5);  // 5 kernels
       return t;
     };
     {

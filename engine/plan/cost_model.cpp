@@ -226,8 +226,9 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const DeviceProfile& profile
   }
   const double bytes = (layer.elementwiseBytesPerSample + layer.splitElementwiseBytesPerSample / tp) * mbs;
   if (bytes > 0) {
-    forward += profile.elementwiseSeconds(threads, bytes);
-    input += profile.elementwiseSeconds(threads, 2.0 * bytes);
+    const double passes = std::max(1, layer.elementwisePasses);
+    forward += passes * profile.elementwiseSeconds(threads, bytes / passes);
+    input += 2.0 * passes * profile.elementwiseSeconds(threads, bytes / passes);
   }
   if (fused > 0) {  // the fused LM head: its whole backward runs in the training forward
     forward += fused + input + weight;

@@ -83,6 +83,7 @@ RunConfig exportedConfig(const RunConfig& config) {
   absolute(out.data.train);
   absolute(out.data.val);
   if (out.data.kind == DataKind::FashionMnist) out.data.dir = config.resolvePath(out.data.dir);
+  for (ProfileConfig& p : out.mesh.profiles) p.file = config.resolvePath(p.file);
   return out;
 }
 

@@ -36,8 +36,8 @@ struct LaunchFiles {
 // configFile: the config's file name inside the export folder (normally "config.json").
 LaunchFiles launchFiles(const RunConfig& config, const std::string& configFile = "config.json");
 
-// The config as written into an export folder: relative data paths made absolute against baseDir (the folder
-// moves, the data does not).
+// The config as written into an export folder: relative data and device-profile paths made absolute against
+// baseDir (the folder moves, the data and the profiles do not).
 RunConfig exportedConfig(const RunConfig& config);
 
 // Writes config.json, launch.sh (executable), slurm.sbatch and, for several nodes, hostfile into `dir`

@@ -181,6 +181,7 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int Tfull, bool causal, 
   // 2C, write C) whole on every TP rank; GELU (read F, write F) split.
   l.elementwiseBytesPerSample = 4.0 * T * (2 * 2 * C + 2 * 3 * C);
   l.splitElementwiseBytesPerSample = 4.0 * T * 2 * F;
+  l.elementwisePasses = 5;
   // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
   // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics; all but the statistics bf16 in
   // bf16 precision.
@@ -205,6 +206,7 @@ ModelSpec gptSpec(const ModelConfig& m, int Tfull, int cp) {
   emb.forwardFlopsPerSample = double(T) * C;
   // The token rows gathered (read C, write C) and the positions added (read 2C, write C).
   emb.elementwiseBytesPerSample = 4.0 * T * 5 * C;
+  emb.elementwisePasses = 2;
   emb.activationBytesPerSample = 0;
   emb.outputBytesPerSample = int64_t(T) * C * 4;
   spec.layers.push_back(emb);
@@ -220,6 +222,7 @@ ModelSpec gptSpec(const ModelConfig& m, int Tfull, int cp) {
   // twice) split with the vocabulary.
   head.elementwiseBytesPerSample = 4.0 * T * 2 * C;
   head.splitElementwiseBytesPerSample = 4.0 * T * 4 * V;
+  head.elementwisePasses = 3;
   // Training fuses the LM head with the loss (headChunkRows): forward keeps ln_f's input gradient (T, C),
   // its row statistics and the losses; the logits live one chunk at a time in the workspace.
   head.activationBytesPerSample = (int64_t(T) * C + 3 * int64_t(T)) * 4;
@@ -302,6 +305,7 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int Tfull, int cp) {
   // experts and their outputs scattered back (read and write C each, k times) whole.
   l.elementwiseBytesPerSample = 4.0 * T * (2 * 2 * C + 2 * 3 * C + 4 * k * C);
   l.splitElementwiseBytesPerSample = 4.0 * T * (2 * (H + KV) * hs + 3 * (Fs + k * Fe));
+  l.elementwisePasses = moe ? 8 : 6;  // two norms, two residual adds, the rotation, SwiGLU; gather, scatter
   // Saved for backward (runtime/transformer.cpp): the first RMSNorm's output, the rotated q|k|v with the
   // key/value heads repeated as attention reads them, the attention probabilities, attention's output, the
   // first residual, the second RMSNorm's output, the gate and up projections and the SwiGLU output, plus
@@ -344,6 +348,7 @@ ModelSpec llamaSpec(const ModelConfig& m, int Tfull, int cp) {
   head.gemms = {{double(T), V, C, GemmShape::Split::Output, false, true, true}};
   head.elementwiseBytesPerSample = 4.0 * T * 2 * C;       // the final RMSNorm
   head.splitElementwiseBytesPerSample = 4.0 * T * 4 * V;  // the loss's softmax and its gradient (as gpt's)
+  head.elementwisePasses = 3;
   // As gpt's fused head: the norm's input gradient (T, C), its rstd and the losses.
   head.activationBytesPerSample = (int64_t(T) * C + 2 * int64_t(T)) * 4;
   head.outputBytesPerSample = int64_t(T) * 4;
@@ -377,6 +382,7 @@ ModelSpec vitSpec(const ModelConfig& m) {
   head.forwardFlopsPerSample = 2.0 * C * m.classes + 5.0 * T * C;
   head.gemms = {{1.0, int64_t(m.classes), C}};
   head.elementwiseBytesPerSample = 4.0 * T * 3 * C;  // ln_f (read C, write C) and the pooling's read
+  head.elementwisePasses = 2;
   head.activationBytesPerSample = (int64_t(T) * C + C + m.classes + 2 * int64_t(T)) * 4;
   head.outputBytesPerSample = 4;
   spec.layers.push_back(head);

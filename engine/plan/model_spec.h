@@ -79,12 +79,15 @@ struct LayerSpec {
   // kernels (norms, activations, residual adds, the loss's softmax) read and write per sample, those split by
   // tensor parallelism (the MLP's activation, the vocabulary-parallel softmax) and those every TP rank runs
   // whole (norms, residuals). Backward is costed as the GEMMs' two gradients, attention's measured backward
-  // and twice the elementwise bytes. Empty for the cnn (its convolutions are timed by FLOPs).
+  // and twice the elementwise passes. Empty for the cnn (its convolutions are timed by FLOPs).
   std::vector<GemmShape> gemms;
   double attentionKeys = 0;
   bool attentionCausal = true;
   double splitElementwiseBytesPerSample = 0;
   double elementwiseBytesPerSample = 0;
+  // The forward's elementwise kernels (each a pass over its share of those bytes, each paying the fixed cost
+  // of a kernel: a parallel region's start on the CPU, a launch on a GPU).
+  int elementwisePasses = 1;
   int experts = 0;  // routed experts of a mixture-of-experts block (0: a dense layer)
   int64_t activationBytesPerSample =
       0;                             // fp32 bytes this layer keeps from forward for backward (all of them)

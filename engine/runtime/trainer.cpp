@@ -481,7 +481,13 @@ class TrainingRun {
     m_optimizer.emplace(m_config.optimizer, m_model->params(), &m_tracker);
     m_executor.emplace(*m_plan, *m_groups, *m_model);
     Status loaded = loadStart();
-    if (loaded && m_lead) loaded = saveRunConfig(m_config, m_runDir + "/config.json");
+    if (loaded && m_lead) {
+      // The run folder's copy names the device profiles by absolute path: it is read from the run folder
+      // (the studio's Open Run Folder), where the config's relative paths would not lead to them.
+      RunConfig saved = m_config;
+      for (ProfileConfig& p : saved.mesh.profiles) p.file = m_config.resolvePath(p.file);
+      loaded = saveRunConfig(saved, m_runDir + "/config.json");
+    }
     return agree(loaded, m_world);
   }
 
