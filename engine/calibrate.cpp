@@ -36,6 +36,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/file_io.h"
+#include "supervisor.h"
 
 // OpenBLAS's build description ("OpenBLAS 0.3.21 DYNAMIC_ARCH USE_OPENMP Prescott MAX_THREADS=64") and the
 // kernels it chose for this CPU ("SkylakeX"; a DYNAMIC_ARCH build's config names only its baseline); weak,
@@ -488,31 +489,6 @@ Expected<double> timeLinkOp(Communicator& c, const LinkOp& op, size_t bytes, dou
 }
 
 // ---- child processes with a deadline ---------------------------------------------------------------------
-
-// Every process of session sid (/proc/<pid>/stat: "pid (comm) state ppid pgrp session ..."; comm may hold
-// spaces and parentheses, so the fields are read after the last ')').
-std::vector<pid_t> sessionProcesses(pid_t sid) {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    char state = 0;
-    long ppid = 0, pgrp = 0, session = 0;
-    if (std::sscanf(stat.c_str() + close + 1, " %c %ld %ld %ld", &state, &ppid, &pgrp, &session) == 4 &&
-        session == sid)
-      out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
-
-void signalSession(pid_t sid, int sig) {
-  for (pid_t p : sessionProcesses(sid)) ::kill(p, sig);
-}
 
 // Runs command in a session of its own (Open MPI gives each rank its own process group, but they stay in
 // mpirun's session), its stdout onto our stderr (our stdout may be the profile), and waits at most

@@ -42,6 +42,32 @@ namespace ms {
 
 namespace fs = std::filesystem;
 
+// Every process of session `sid` (/proc/<pid>/stat: "pid (comm) state ppid pgrp session ...").
+std::vector<pid_t> sessionMembers(pid_t sid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0, session = 0;
+    if (!(rest >> state >> ppid >> pgrp >> session)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (session == sid && pid != getpid()) out.push_back(pid);
+  }
+  return out;
+}
+
+void signalSession(pid_t sid, int sig) {
+  for (pid_t pid : sessionMembers(sid)) kill(pid, sig);
+}
+
 namespace {
 
 constexpr size_t kKeptLines = 400;  // of mpirun's stderr, for its failure report
@@ -72,28 +98,6 @@ std::string signalName(int sig) {
   return d ? d : "signal " + std::to_string(sig);
 }
 
-// Every process of session `sid` (/proc/<pid>/stat: "pid (comm) state ppid pgrp session ...").
-std::vector<pid_t> sessionMembers(pid_t sid) {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat;
-    if (!std::getline(in, stat)) continue;
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    std::string state;
-    long ppid = 0, pgrp = 0, session = 0;
-    if (!(rest >> state >> ppid >> pgrp >> session)) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (session == sid && pid != getpid()) out.push_back(pid);
-  }
-  return out;
-}
-
 // Whether the file system holding dir has (nearly) no room left: a heartbeat that stopped there may be a
 // full disk, not a stuck rank.
 bool fileSystemFull(const std::string& dir) {
@@ -109,10 +113,6 @@ bool processStopped(pid_t pid) {
   const size_t paren = stat.rfind(')');
   return paren != std::string::npos && paren + 2 < stat.size() &&
          (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
-}
-
-void signalSession(pid_t sid, int sig) {
-  for (pid_t pid : sessionMembers(sid)) kill(pid, sig);
 }
 
 // One rank's heartbeat as last read, and when (steady clock) it last changed: its beat (the process lives)

@@ -24,6 +24,8 @@
 // heartbeat, which the reason dates.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -53,6 +55,11 @@ struct SupervisorOptions {
 // The first SIGINT or SIGTERM to the supervisor asks every rank to stop after its current step (SIGUSR1
 // through mpirun); when they all end cleanly it returns ok and sets *interrupted. A second signal stops hard.
 Status superviseRun(const SupervisorOptions& options, bool* interrupted = nullptr);
+
+// Every process of session `sid` but this one, and a signal to each (what a run's mpirun and its ranks are:
+// Open MPI gives each rank its own process group, but they stay in mpirun's session).
+std::vector<pid_t> sessionMembers(pid_t sid);
+void signalSession(pid_t sid, int sig);
 
 // The exit code of `train` that stopped on request after saving its checkpoint (128 + SIGINT, as shells
 // report an interrupted command).

@@ -21,12 +21,12 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<CollectiveOp, 6> kOps = {CollectiveOp::SendRecv,  CollectiveOp::AllReduce,
-                                              CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
-                                              CollectiveOp::AllToAll,  CollectiveOp::Broadcast};
+constexpr std::array<CollectiveOp, 6> kCollectiveOps = {CollectiveOp::SendRecv,  CollectiveOp::AllReduce,
+                                                        CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
+                                                        CollectiveOp::AllToAll,  CollectiveOp::Broadcast};
 
 // The JSON walk: every value is type- and range-checked, the first problem is reported with its path.
-struct Reader {
+struct ProfileReader {
   std::string file;
   std::string error;
 
@@ -92,7 +92,7 @@ struct Reader {
 };
 
 // Linear interpolation of ys at x over ascending xs, clamped at both ends.
-double interpolate(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
+double interpolateClamped(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
   if (xs.empty()) return 0.0;
   if (x <= xs.front()) return ys.front();
   if (x >= xs.back()) return ys.back();
@@ -105,7 +105,7 @@ double interpolate(const std::vector<double>& xs, const std::vector<double>& ys,
 // The time of `x` units at a rate interpolated in log-log over (x, seconds) points sorted by x: exact at a
 // point, the smallest point's time below the range (a fixed cost dominates there) and the largest point's
 // rate beyond it.
-double curveSeconds(const std::vector<std::pair<double, double>>& points, double x) {
+double profileCurveSeconds(const std::vector<std::pair<double, double>>& points, double x) {
   if (points.empty() || !(x > 0)) return 0.0;
   if (x <= points.front().first) return points.front().second;
   if (x >= points.back().first) return points.back().second * x / points.back().first;
@@ -114,10 +114,10 @@ double curveSeconds(const std::vector<std::pair<double, double>>& points, double
     lx.push_back(std::log(px));
     ly.push_back(std::log(ps));
   }
-  return std::exp(interpolate(lx, ly, std::log(x)));
+  return std::exp(interpolateClamped(lx, ly, std::log(x)));
 }
 
-std::vector<std::pair<double, double>> sortedPoints(const std::vector<DeviceProfile::Point>& points) {
+std::vector<std::pair<double, double>> sortedProfilePoints(const std::vector<DeviceProfile::Point>& points) {
   std::vector<std::pair<double, double>> out;
   for (const auto& p : points) out.emplace_back(p.x, p.seconds);
   std::sort(out.begin(), out.end());
@@ -125,7 +125,7 @@ std::vector<std::pair<double, double>> sortedPoints(const std::vector<DeviceProf
 }
 
 template <typename Map>
-auto nearestThreads(const Map& table, Precision precision, int threads) {
+auto nearestMeasuredThreads(const Map& table, Precision precision, int threads) {
   // The largest measured thread count <= threads at this precision (fp32's when bf16 has none), else the
   // smallest measured.
   for (const Precision p : {precision, Precision::Fp32}) {
@@ -142,7 +142,7 @@ auto nearestThreads(const Map& table, Precision precision, int threads) {
 }
 
 template <typename Map>
-auto nearestThreads(const Map& table, int threads) {
+auto nearestMeasuredThreads(const Map& table, int threads) {
   auto best = table.end();
   for (auto it = table.begin(); it != table.end(); ++it)
     if (best == table.end() || (it->first <= threads && it->first > best->first) ||
@@ -204,7 +204,7 @@ double LinkProfile::seconds(CollectiveOp op, double bytes, int n) const {
   if (n <= 1 && op != CollectiveOp::SendRecv) return 0.0;
   if (op == CollectiveOp::SendRecv) {
     const auto it = curves.find(op);
-    return it == curves.end() ? 0.0 : curveSeconds(it->second, bytes);
+    return it == curves.end() ? 0.0 : profileCurveSeconds(it->second, bytes);
   }
   // The measured op, or all_reduce's curve standing in with its factors.
   CollectiveOp measured = op;
@@ -217,15 +217,15 @@ double LinkProfile::seconds(CollectiveOp op, double bytes, int n) const {
   const auto& points = it->second;
   // The curve at the measured rank count, for the bytes this op would move there at the same bus bandwidth.
   const double busBytes = bytes * busBandwidthFactor(op, n) / busBandwidthFactor(measured, ranks);
-  if (measured == op && n == ranks) return curveSeconds(points, bytes);
+  if (measured == op && n == ranks) return profileCurveSeconds(points, bytes);
   const double latency = points.front().second;  // the smallest message: all latency
-  const double rest = std::max(0.0, curveSeconds(points, busBytes) - latency);
+  const double rest = std::max(0.0, profileCurveSeconds(points, busBytes) - latency);
   const double ring = latency * ringSteps(op, n) / ringSteps(measured, ranks) + rest;
   if (op != CollectiveOp::AllReduce) return ring;
   // A tree: 2 ceil(log2 n) latency hops and the bytes twice, against the measured all_reduce's own.
   const double hops = 2.0 * std::ceil(std::log2(double(n)));
   const double treeRest =
-      std::max(0.0, curveSeconds(points, bytes * 2.0 / busBandwidthFactor(measured, ranks)) - latency);
+      std::max(0.0, profileCurveSeconds(points, bytes * 2.0 / busBandwidthFactor(measured, ranks)) - latency);
   const double tree = latency * hops / ringSteps(measured, ranks) + treeRest;
   return std::min(ring, tree);
 }
@@ -258,7 +258,7 @@ int DeviceProfile::measuredThreads(int threads) const {
 
 double DeviceProfile::gemmSeconds(Precision precision, int threads, double m, double n, double k) const {
   if (!(m > 0 && n > 0 && k > 0)) return 0.0;
-  const auto table = nearestThreads(gemm, precision, threads);
+  const auto table = nearestMeasuredThreads(gemm, precision, threads);
   if (table == gemm.end()) return 0.0;
   const std::vector<Gemm>& rows = table->second;
   const auto rate = [](const Gemm& g) { return 2.0 * g.m * g.n * g.k / g.seconds; };
@@ -307,7 +307,7 @@ double DeviceProfile::gemmSeconds(Precision precision, int threads, double m, do
 }
 
 double DeviceProfile::peakGemmRate(Precision precision, int threads) const {
-  const auto table = nearestThreads(gemm, precision, threads);
+  const auto table = nearestMeasuredThreads(gemm, precision, threads);
   double best = 0.0;
   if (table != gemm.end())
     for (const Gemm& g : table->second) best = std::max(best, 2.0 * g.m * g.n * g.k / g.seconds);
@@ -316,11 +316,11 @@ double DeviceProfile::peakGemmRate(Precision precision, int threads) const {
 
 namespace {
 
-double attentionSeconds(
+double profileAttentionSeconds(
     const std::map<std::pair<Precision, int>, std::vector<DeviceProfile::Attention>>& table,
     Precision precision, int threads, double flops, double seq, bool backward) {
   if (!(flops > 0)) return 0.0;
-  const auto it = nearestThreads(table, precision, threads);
+  const auto it = nearestMeasuredThreads(table, precision, threads);
   if (it == table.end()) return 0.0;
   std::vector<DeviceProfile::Attention> rows = it->second;
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
@@ -330,33 +330,33 @@ double attentionSeconds(
     lx.push_back(std::log(double(a.seq)));
     ly.push_back(std::log(a.flops / (backward ? a.backwardSeconds : a.forwardSeconds)));
   }
-  return flops / std::exp(interpolate(lx, ly, std::log(std::max(seq, 1.0))));
+  return flops / std::exp(interpolateClamped(lx, ly, std::log(std::max(seq, 1.0))));
 }
 
 }  // namespace
 
 double DeviceProfile::attentionForwardSeconds(Precision precision, int threads, double flops,
                                               double seq) const {
-  return attentionSeconds(attention, precision, threads, flops, seq, false);
+  return profileAttentionSeconds(attention, precision, threads, flops, seq, false);
 }
 
 double DeviceProfile::attentionBackwardSeconds(Precision precision, int threads, double flops,
                                                double seq) const {
-  return attentionSeconds(attention, precision, threads, flops, seq, true);
+  return profileAttentionSeconds(attention, precision, threads, flops, seq, true);
 }
 
 double DeviceProfile::elementwiseSeconds(int threads, double bytes) const {
-  const auto it = nearestThreads(elementwise, threads);
-  return it == elementwise.end() ? 0.0 : curveSeconds(sortedPoints(it->second), bytes);
+  const auto it = nearestMeasuredThreads(elementwise, threads);
+  return it == elementwise.end() ? 0.0 : profileCurveSeconds(sortedProfilePoints(it->second), bytes);
 }
 
 double DeviceProfile::optimizerSeconds(int threads, double params) const {
-  const auto it = nearestThreads(optimizer, threads);
-  return it == optimizer.end() ? 0.0 : curveSeconds(sortedPoints(it->second), params);
+  const auto it = nearestMeasuredThreads(optimizer, threads);
+  return it == optimizer.end() ? 0.0 : profileCurveSeconds(sortedProfilePoints(it->second), params);
 }
 
 double DeviceProfile::peakElementwiseRate(int threads) const {
-  const auto it = nearestThreads(elementwise, threads);
+  const auto it = nearestMeasuredThreads(elementwise, threads);
   double best = 0.0;
   if (it != elementwise.end())
     for (const Point& p : it->second) best = std::max(best, p.x / p.seconds);
@@ -370,7 +370,7 @@ const LinkProfile* DeviceProfile::link(const std::string& name) const {
 }
 
 Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& doc, const std::string& file) {
-  Reader r{file, {}};
+  ProfileReader r{file, {}};
   auto p = std::make_shared<DeviceProfile>();
   p->file = file;
   const auto bad = [&]() -> Expected<std::shared_ptr<const DeviceProfile>> { return Status::error(r.error); };
@@ -497,9 +497,10 @@ Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& do
       if (!r.text(mrow, mat, "op", opName, true) || !r.positive(mrow, mat, "bytes", bytes) ||
           !r.positive(mrow, mat, "seconds", seconds))
         return bad();
-      const auto op = std::find_if(kOps.begin(), kOps.end(),
+      const auto op = std::find_if(kCollectiveOps.begin(), kCollectiveOps.end(),
                                    [&](CollectiveOp o) { return opName == collectiveOpName(o); });
-      if (op == kOps.end()) continue;  // an op this engine does not cost: kept in the file, ignored here
+      if (op == kCollectiveOps.end())
+        continue;  // an op this engine does not cost: kept in the file, ignored here
       auto& curve = link.curves[*op];
       if (std::any_of(curve.begin(), curve.end(), [&](const auto& e) { return e.first == bytes; })) {
         r.fail(mat + "/bytes", "a second " + opName + " measurement of " + mrow["bytes"].dump() + " bytes");
