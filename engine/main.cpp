@@ -11,8 +11,9 @@
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 //   import-hf HF_CONFIG --base CONFIG [--name N] [--out FILE]   a Hugging Face config.json as the model of
 //                                   a run config (plan/hf_import.h)
-//   calibrate [--out FILE] [--quick] [--threads N,...] [--links shm,tcp|none]   measure this machine into a
-//                                   device profile (calibrate.h; calibrate-links: a rank of its MPI jobs)
+//   calibrate [--out FILE] [--quick] [--threads N,...] [--links shm,tcp|none] [--hosts A,B]   measure
+//                                   this machine (and the link from host A to host B) into a device
+//                                   profile (calibrate.h; calibrate-links: a rank of its MPI jobs)
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config, 130 (kExitInterrupted) train or
 // launch stopped on request after saving a checkpoint (a rank that launch stops, by SIGUSR1, exits 0 after
 // its checkpoint, so that mpirun has nothing to report; launch then exits 130). This file is the only place
@@ -116,13 +117,14 @@ const char* kUsage =
     "                                     qwen2) in CONFIG's place: its mesh, data, parallel and training\n"
     "                                     settings kept; the run config to FILE (default stdout), what\n"
     "                                     the import approximates to stderr\n"
-    "  calibrate [--out FILE] [--quick] [--threads N,N,...] [--links shm,tcp|none]\n"
+    "  calibrate [--out FILE] [--quick] [--threads N,N,...] [--links shm,tcp|none] [--hosts A,B]\n"
     "                                     measure this machine (GEMM, attention, memory bandwidth, the\n"
     "                                     optimizer step at each thread count; MPI bandwidth and latency\n"
     "                                     over shared memory and TCP) into a device profile, JSON to FILE\n"
     "                                     (default stdout); --quick: small grids (seconds); default threads\n"
     "                                     1, the powers of 2 below the cores, the cores; default links\n"
-    "                                     shm,tcp (docs/calibration.md)\n";
+    "                                     shm,tcp; --hosts A,B: also the link \"net\" between hosts A and\n"
+    "                                     B, one rank on each over TCP (docs/calibration.md)\n";
 
 int usageError(const std::string& message) {
   std::fprintf(stderr, "meshstudio-engine: %s\n\n%s", message.c_str(), kUsage);
@@ -780,7 +782,7 @@ int cmdLaunch(int argc, char** argv) {
 }
 
 int cmdCalibrate(int argc, char** argv) {
-  Args a = parseArgs(argc, argv, 2, {"--out", "--threads", "--links"}, {"--quick"});
+  Args a = parseArgs(argc, argv, 2, {"--out", "--threads", "--links", "--hosts"}, {"--quick"});
   if (!a.error.empty()) return usageError(a.error);
   if (!a.positional.empty()) return usageError("calibrate takes no arguments besides its options");
   ms::CalibrateOptions o;
@@ -795,6 +797,11 @@ int cmdCalibrate(int argc, char** argv) {
   auto links = ms::parseLinkList(a.has("--links") ? a.get("--links") : "shm,tcp");
   if (!links) return usageError(links.message());
   o.links = *links;
+  if (a.has("--hosts")) {
+    auto hosts = ms::parseHostList(a.get("--hosts"));
+    if (!hosts) return usageError(hosts.message());
+    o.hosts = *hosts;
+  }
   o.command = "meshstudio-engine";
   for (int i = 1; i < argc; ++i) o.command += " " + shellQuote(argv[i]);
   if (ms::Status s = ms::runCalibrate(o); !s) {
@@ -813,8 +820,9 @@ int cmdCalibrateLinks(int argc, char** argv) {
   o.transport = a.get("--transport");
   o.out = a.get("--out");
   o.quick = a.has("--quick");
-  if ((o.transport != ms::kLinkShm && o.transport != ms::kLinkTcp) || o.out.empty() || !a.positional.empty())
-    return usageError("calibrate-links needs --transport shm|tcp and --out FILE");
+  if ((o.transport != ms::kLinkShm && o.transport != ms::kLinkTcp && o.transport != ms::kLinkNet) ||
+      o.out.empty() || !a.positional.empty())
+    return usageError("calibrate-links needs --transport shm|tcp|net and --out FILE");
   long long base = 0, total = 0;
   if (a.has("--progress-base") && !integerArg(a.get("--progress-base"), 0, kIntMax, base))
     return rangeError("--progress-base", 0, kIntMax);
@@ -897,6 +905,17 @@ int cmdImportHf(int argc, char** argv) {
   return kExitOk;
 }
 
+int cmdFidelity(int argc, char** argv) {
+  Args a = parseArgs(argc, argv, 2, {"--config", "--top"}, {"--json"});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.size() != 1)
+    return usageError("fidelity takes one RUN_DIR (a train or launch run's folder)");
+  long long top = 15;
+  if (a.has("--top") && !integerArg(a.get("--top"), 1, kIntMax, top)) return rangeError("--top", 1, kIntMax);
+  if (a.has("--config") && a.get("--config").empty()) return usageError("--config needs a FILE");
+  return ms::runFidelityCommand(a.positional[0], a.get("--config"), a.has("--json"), static_cast<int>(top));
+}
+
 int cmdSchema(int argc, char** argv) {
   Args a = parseArgs(argc, argv, 2, {}, {"--markdown"});
   if (!a.error.empty()) return usageError(a.error);
@@ -938,6 +957,7 @@ int main(int argc, char** argv) {
     if (cmd == "import-hf") return cmdImportHf(argc, argv);
     if (cmd == "calibrate") return cmdCalibrate(argc, argv);
     if (cmd == "calibrate-links") return cmdCalibrateLinks(argc, argv);
+    if (cmd == "fidelity") return cmdFidelity(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "meshstudio-engine %s: out of memory\n", cmd.c_str());
     return kExitRunFailed;

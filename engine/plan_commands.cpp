@@ -11,6 +11,7 @@
 
 #include "plan/autoplanner.h"
 #include "plan/cost_model.h"
+#include "plan/fidelity.h"
 #include "plan/memory_model.h"
 #include "plan/plan.h"
 #include "plan/ps_model.h"
@@ -344,6 +345,59 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
     }
     std::fprintf(stderr, "wrote the best plan to %s\n", writePath.c_str());
   }
+  return 0;
+}
+
+int runFidelityCommand(const std::string& runDir, const std::string& configOverride, bool json, int top) {
+  auto report = fidelityOfRunFolder(runDir, configOverride);
+  if (!report) {
+    std::fprintf(stderr, "meshstudio-engine fidelity: %s\n", report.message().c_str());
+    return 2;
+  }
+  if (json) {
+    std::printf("%s\n", fidelityJson(*report).dump(2).c_str());
+    return 0;
+  }
+  const FidelityReport& r = *report;
+  const auto pct = [](double e) {
+    return (e >= 0 ? "+" : "") + std::to_string(int(std::lround(100 * e))) + "%";
+  };
+  std::printf("run %s: %d ranks, %d steps compared, predicted on \"%s\" (%s)\n", r.run.c_str(), r.ranks,
+              r.stepsUsed, r.device.c_str(), r.profiled ? "a measured profile" : "a catalog datasheet");
+  std::printf("step: predicted %.2f ms, measured %.2f ms, error %s\n\n", 1e3 * r.predictedStep,
+              1e3 * r.measuredStep,
+              r.measuredStep > 0 ? pct(r.predictedStep / r.measuredStep - 1).c_str() : "n/a");
+  // Times: worst first by ms per step; the share of the measured step the gap is.
+  std::printf("%-7s %-5s %-5s %-22s %12s %12s %8s %10s\n", "time", "rank", "stage", "what", "pred ms/step",
+              "meas ms/step", "error", "gap/step");
+  int shown = 0;
+  for (const FidelityRow& row : r.times) {
+    if (row.item == FidelityItem::Bubble) continue;
+    if (shown++ == top) break;
+    std::printf("%-7s %-5d %-5d %-22s %12.3f %12.3f %8s %9.1f%%\n", toString(row.item), row.rank, row.stage,
+                row.what.substr(0, 22).c_str(), 1e3 * row.predicted, 1e3 * row.measured,
+                pct(row.error()).c_str(), r.measuredStep > 0 ? 100 * row.gap() / r.measuredStep : 0.0);
+  }
+  std::printf("\n%-7s %-5s %-5s %12s %12s %12s\n", "bubble", "rank", "stage", "predicted", "measured", "gap");
+  shown = 0;
+  for (const FidelityRow& row : r.times) {
+    if (row.item != FidelityItem::Bubble) continue;
+    if (shown++ == top) break;
+    std::printf("%-7s %-5d %-5d %11.1f%% %11.1f%% %10.1f pt\n", "", row.rank, row.stage, 100 * row.predicted,
+                100 * row.measured, 100 * (row.predicted - row.measured));
+  }
+  if (!r.memory.empty()) {
+    std::printf("\n%-7s %-5s %-5s %-12s %12s %12s %8s\n", "memory", "rank", "stage", "category", "pred MiB",
+                "meas MiB", "error");
+    shown = 0;
+    for (const FidelityRow& row : r.memory) {
+      if (shown++ == top) break;
+      std::printf("%-7s %-5d %-5d %-12s %12.3f %12.3f %8s\n", "", row.rank, row.stage, row.what.c_str(),
+                  row.predicted / (1 << 20), row.measured / (1 << 20), pct(row.error()).c_str());
+    }
+  }
+  for (const std::string& n : r.notes) std::printf("\nnote: %s", n.c_str());
+  if (!r.notes.empty()) std::printf("\n");
   return 0;
 }
 

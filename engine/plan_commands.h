@@ -21,5 +21,9 @@ nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& me
 // balance: replace the placement by the balanced partition first; writePath: save the config that was planned.
 int runPlanCommand(const RunConfig& config, bool json, bool balance, const std::string& writePath);
 int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::string& writePath);
+// `fidelity RUN_DIR`: the run's measurements against its plan's prediction (plan/fidelity.h), worst first;
+// top rows of each table (the JSON has them all). configOverride: plan with this config instead of the run's
+// own.
+int runFidelityCommand(const std::string& runDir, const std::string& configOverride, bool json, int top);
 
 }  // namespace ms

@@ -550,6 +550,8 @@ std::vector<NodeHostMemory> hostMemoryPerNode(const Plan& plan, const std::vecto
 }
 
 bool isGpuDevice(const DeviceSpec& device) {
+  // A measured profile says which backend it measured (calibrate measures the CPU backend).
+  if (device.profile) return device.profile->backend != "cpu";
   return device.name != "cpu";
 }
 

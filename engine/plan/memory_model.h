@@ -152,7 +152,8 @@ std::vector<NodeHostMemory> hostMemoryPerNode(const Plan& plan, const std::vecto
 // `plan --json` and of the stream's predicted figures.
 nlohmann::json memoryBytesJson(const MemoryBreakdown& m);
 
-// A device type counts as a GPU (CUDA context allowance) unless it is the host CPU.
+// A device type counts as a GPU (CUDA context allowance, fused attention, GPUs asked of Slurm) unless it is
+// the host CPU: the catalog's "cpu", or a profile (mesh.profiles) that measured the CPU backend.
 bool isGpuDevice(const DeviceSpec& device);
 
 }  // namespace ms
