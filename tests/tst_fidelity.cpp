@@ -271,8 +271,8 @@ class TestFidelity : public QObject {
     run.name = "read-back";
     run.ranks = 2;
     int mismatches = 0;  // chunks whose layers do not add up to the simulator's span
-    const auto makeStep = [&](int64_t step, const std::string& slow) -> MeasuredStep {
-      MeasuredStep s;
+    const auto makeStep = [&](int64_t step, const std::string& slow) -> LoggedStep {
+      LoggedStep s;
       s.step = step;
       s.stepTime = sim.stepTime;
       s.spans.resize(2);

@@ -57,7 +57,7 @@ Expected<MeasuredRun> readMeasuredRun(const std::string& metricsPath) {
   std::ifstream in(metricsPath);
   if (!in) return Status::error(metricsPath + ": cannot read: " + std::strerror(errno));
   MeasuredRun run;
-  std::map<int64_t, MeasuredStep> steps;
+  std::map<int64_t, LoggedStep> steps;
   std::map<int64_t, double> stepTimes;
   std::string line;
   int lineNo = 0;
@@ -91,7 +91,7 @@ Expected<MeasuredRun> readMeasuredRun(const std::string& metricsPath) {
         if (!t) return t.status();
         stepTimes[j.at(key::kStep).get<int64_t>()] = *t;
       } else if (type == metrics::type::kSpans && started) {
-        MeasuredStep& s = steps[j.at(key::kStep).get<int64_t>()];
+        LoggedStep& s = steps[j.at(key::kStep).get<int64_t>()];
         s.step = j.at(key::kStep).get<int64_t>();
         s.spans.assign(size_t(run.ranks), {});
         for (const auto& r : j.at(key::kRanks)) {
@@ -100,7 +100,7 @@ Expected<MeasuredRun> readMeasuredRun(const std::string& metricsPath) {
             return Status::error(where + ": rank " + std::to_string(rank) + " outside the run's " +
                                  std::to_string(run.ranks));
           for (const auto& sp : r.at(key::kSpans)) {
-            MeasuredSpan m;
+            LoggedSpan m;
             const std::string a = sp.at(key::kAction).get<std::string>();
             if (a.size() != 1) return Status::error(where + ": span action \"" + a + "\" is not one letter");
             m.action = a[0];
@@ -116,7 +116,7 @@ Expected<MeasuredRun> readMeasuredRun(const std::string& metricsPath) {
           }
         }
       } else if (type == metrics::type::kMemory && started) {
-        MeasuredStep& s = steps[j.at(key::kStep).get<int64_t>()];
+        LoggedStep& s = steps[j.at(key::kStep).get<int64_t>()];
         s.step = j.at(key::kStep).get<int64_t>();
         s.peakMemory.assign(size_t(run.ranks), {});
         for (const auto& r : j.at(key::kRanks)) {
@@ -201,13 +201,13 @@ Expected<FidelityReport> fidelityReport(const RunConfig& config, const MeasuredR
   report.predictedStep = sim.stepTime;
 
   // The kept steps: all but the first when later ones were logged.
-  std::vector<const MeasuredStep*> kept;
-  for (const MeasuredStep& s : run.steps)
+  std::vector<const LoggedStep*> kept;
+  for (const LoggedStep& s : run.steps)
     if (!(run.steps.size() > 1 && &s == &run.steps.front() && s.step <= 1)) kept.push_back(&s);
   report.stepsUsed = static_cast<int>(kept.size());
   {
     std::vector<double> times;
-    for (const MeasuredStep* s : kept)
+    for (const LoggedStep* s : kept)
       if (s->stepTime >= 0) times.push_back(s->stepTime);
     report.measuredStep = fidelityMedian(times);
     if (times.empty()) report.notes.push_back("the stream has no step_time_s for the kept steps");
@@ -263,9 +263,9 @@ Expected<FidelityReport> fidelityReport(const RunConfig& config, const MeasuredR
 
   // Measured layers that the plan does not have: a different model.
   std::set<std::string> unknown;
-  for (const MeasuredStep* s : kept)
+  for (const LoggedStep* s : kept)
     for (const auto& spans : s->spans)
-      for (const MeasuredSpan& m : spans)
+      for (const LoggedSpan& m : spans)
         if (!m.layer.empty() && !layerIndex.count(m.layer)) unknown.insert(m.layer);
   if (!unknown.empty())
     return Status::error("the run has layer \"" + *unknown.begin() +
@@ -279,10 +279,10 @@ Expected<FidelityReport> fidelityReport(const RunConfig& config, const MeasuredR
     // Measured, per kept step: per layer and action, r, R, G, O, bubble.
     std::vector<std::vector<std::vector<double>>> layerSteps(3, std::vector<std::vector<double>>(size_t(L)));
     std::vector<double> recvA, recvG, finish, opt, bubble;
-    for (const MeasuredStep* s : kept) {
+    for (const LoggedStep* s : kept) {
       std::vector<std::vector<double>> sums(3, std::vector<double>(size_t(L), 0.0));
       double ra = 0, rg = 0, g = 0, o = 0, busy = 0;
-      for (const MeasuredSpan& m : s->spans[size_t(r)]) {
+      for (const LoggedSpan& m : s->spans[size_t(r)]) {
         const double d = m.end - m.start;
         const int a = m.action == 'F' ? 0 : m.action == 'B' ? 1 : m.action == 'W' ? 2 : -1;
         if (a >= 0) {
@@ -304,7 +304,7 @@ Expected<FidelityReport> fidelityReport(const RunConfig& config, const MeasuredR
       double lo = INFINITY, hi = -INFINITY;
       for (int q = 0; q < W; ++q) {
         if (layout.coord(q).dp != dpIndex) continue;
-        for (const MeasuredSpan& m : s->spans[size_t(q)]) {
+        for (const LoggedSpan& m : s->spans[size_t(q)]) {
           if (m.action == 'F') lo = std::min(lo, m.start);
           if (m.action == 'B' || m.action == 'W') hi = std::max(hi, m.end);
         }
@@ -356,7 +356,7 @@ Expected<FidelityReport> fidelityReport(const RunConfig& config, const MeasuredR
 
     // Memory: the largest per-step peak of the kept steps, per category.
     std::map<std::string, std::vector<double>> peaks;
-    for (const MeasuredStep* s : kept)
+    for (const LoggedStep* s : kept)
       if (size_t(r) < s->peakMemory.size())
         for (const auto& [c, b] : s->peakMemory[size_t(r)]) peaks[c].push_back(b);
     if (peaks.empty()) continue;

@@ -46,7 +46,7 @@
 namespace ms {
 
 // The parts of a run's metrics stream (metrics.jsonl, common/metrics_schema.h) that fidelity reads.
-struct MeasuredSpan {
+struct LoggedSpan {
   char action = 'F';  // F B W r R G O
   std::string layer;  // "" when the span is not a layer's
   int microbatch = -1;
@@ -55,10 +55,10 @@ struct MeasuredSpan {
   double end = 0;
 };
 
-struct MeasuredStep {
+struct LoggedStep {
   int64_t step = 0;
   double stepTime = -1;                                   // s; < 0 when the stream has no step line for it
-  std::vector<std::vector<MeasuredSpan>> spans;           // (W): each rank's spans of the step
+  std::vector<std::vector<LoggedSpan>> spans;             // (W): each rank's spans of the step
   std::vector<std::map<std::string, double>> peakMemory;  // (W): category -> bytes; empty when not logged
 };
 
@@ -66,7 +66,7 @@ struct MeasuredRun {
   std::string name;
   int ranks = 0;
   std::string endStatus;            // run_end's status ("" when the stream has none: a run still going)
-  std::vector<MeasuredStep> steps;  // in step order, the steps with a spans line
+  std::vector<LoggedStep> steps;    // in step order, the steps with a spans line
 };
 
 // Reads metrics.jsonl. Errors name the file and the line; a stream of another version, or of a

@@ -326,6 +326,13 @@ void MainWindow::buildMenus() {
   run->addAction(tr("&Calibrate Plan from Run"), this, [this] { calibrateFromRun(); })
       ->setStatusTip(tr("Predict with the per-layer compute times the last run measured on this machine"));
   run->addAction(tr("Use &Analytic Costs"), this, &MainWindow::clearCalibration);
+  run->addAction(tr("&Fidelity of Last Run"), this, [this] { showFidelity(); })
+      ->setStatusTip(
+          tr("The last run's measured times and memory against the plan's prediction, worst first"));
+  run->addAction(tr("Fidelity of a Run &Folder..."), this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a run folder"), dialogFolder());
+    if (!dir.isEmpty()) showFidelity(dir);
+  });
   run->addSeparator();
   run->addAction(tr("C&ompare Runs..."), this,
                  [this] { compareRuns(m_lastRunDir.isEmpty() ? QStringList() : QStringList{m_lastRunDir}); })

@@ -36,6 +36,7 @@ namespace ms {
 
 class CalibrateJob;
 class CompareView;
+class FidelityView;
 class EngineClient;
 class Inspector;
 class LayerPalette;
@@ -68,6 +69,10 @@ class MainWindow : public QMainWindow {
   // Opens (or brings forward) the Compare Runs window with these run folders added; the ones that do not load
   // are reported in lastError(). Returns the window.
   CompareView* compareRuns(const QStringList& dirs);
+  // Run > Fidelity: opens (or brings forward) the Fidelity window with this run folder's report (the last run
+  // started or reopened when dir is empty). Null, with the reason through showError(), when there is no run
+  // or its folder gives no report; the window then keeps what it showed.
+  FidelityView* showFidelity(const QString& dir = QString());
   // Starts the current plan on this machine; runDir empty = a new folder beside the project.
   bool startRun(const QString& runDir = QString());
   // Continues a run from its newest checkpoint with the current config (e.g. more steps): the given folder,
@@ -204,6 +209,7 @@ class MainWindow : public QMainWindow {
   QAction* m_useProfileAction = nullptr;
   QString m_profilesFolder;          // empty: the user's data folder's
   QString m_lastRunDir;              // the folder of the last run started or reopened (Resume continues it)
+  FidelityView* m_fidelity = nullptr;  // the Fidelity window, once opened (a top-level child)
   CompareView* m_compare = nullptr;  // the Compare Runs window, once opened (a top-level child)
   std::optional<RunConfig> m_lastRunConfig;  // the config that run used (calibration needs its microbatch)
   QString m_lastError;
