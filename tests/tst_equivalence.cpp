@@ -8,6 +8,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -405,6 +406,18 @@ class TestEquivalence : public QObject {
         runProcess(kMpiexec, mpiArgs + QStringList{kEngine, "train", config, "--run-dir", dir, "--quiet"});
     qunsetenv("MESHSTUDIO_HEAD_CHUNK_ROWS");
     QVERIFY2(r.code == 0, qPrintable(r.err));
+    // bench/fidelity.py reads every plan's run back against its prediction: MS_EQUIVALENCE_KEEP=DIR keeps a
+    // copy of each run folder (its config and metrics stream) as DIR/<row name>.
+    if (const QByteArray keep = qgetenv("MS_EQUIVALENCE_KEEP"); !keep.isEmpty()) {
+      const std::filesystem::path to = std::filesystem::path(keep.toStdString()) /
+                                       QString(QTest::currentDataTag()).replace(' ', '_').toStdString();
+      std::error_code ec;
+      std::filesystem::create_directories(to, ec);
+      for (const char* file : {"config.json", "metrics.jsonl"})
+        std::filesystem::copy_file(std::filesystem::path(dir.toStdString()) / file, to / file,
+                                   std::filesystem::copy_options::overwrite_existing, ec);
+      QVERIFY2(!ec, ec.message().c_str());
+    }
 
     // Every step's loss and the evaluation.
     const QString mismatch = stepLossMismatch(one->dir, dir);
