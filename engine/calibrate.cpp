@@ -347,6 +347,7 @@ int linkMeasurements(const Grids& g) {
 }
 
 std::string linkTransport(const std::string& name) {
+  if (name == kLinkNet) return "Open MPI, btl tcp (between two hosts)";  // measureLink names the hosts
   return name == kLinkShm ? "Open MPI, btl vader (shared memory)" : "Open MPI, btl tcp (loopback)";
 }
 
@@ -562,15 +563,23 @@ Expected<Json> measureLink(const CalibrateOptions& o, const std::string& name, P
     std::string path;
     ~Remove() { std::remove(path.c_str()); }
   } removeTmp{tmp};
+  const bool net = name == kLinkNet;
   std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(kLinkRanks)};
+  // Between hosts: one rank on each (--host gives each one slot), started on the other host the way Open
+  // MPI starts remote ranks (its rsh agent, ssh unless the environment names another).
+  if (net) cmd.insert(cmd.end(), {"--host", o.hosts.at(0) + "," + o.hosts.at(1)});
   if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
   // pml ob1 makes the btl list the transport (UCX's pml would otherwise pick its own); "vader" is Open MPI
   // 4's shared-memory btl (Open MPI 5 calls it "sm" and keeps "vader" as its alias). TCP between two
   // processes of one machine goes through the kernel's loopback whatever the interface; naming lo keeps a
-  // machine with no other interface working.
-  cmd.insert(cmd.end(), {"--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl"});
+  // machine with no other interface working. Between two hosts the interfaces are left to Open MPI (its
+  // default leaves out loopback) or to its environment (OMPI_MCA_btl_tcp_if_include).
+  if (!net) cmd.push_back("--oversubscribe");
+  cmd.insert(cmd.end(), {"--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl"});
   if (name == kLinkShm) {
     cmd.push_back("self,vader");
+  } else if (net) {
+    cmd.push_back("self,tcp");
   } else {
     cmd.insert(cmd.end(), {"self,tcp", "--mca", "btl_tcp_if_include", "lo"});
   }
@@ -592,6 +601,7 @@ Expected<Json> measureLink(const CalibrateOptions& o, const std::string& name, P
   if (!entry.is_object() || !entry.contains("measurements") || !entry["measurements"].is_array() ||
       static_cast<int>(entry["measurements"].size()) != expected)
     return Status::error(what + "calibrate-links wrote no complete result to " + tmp);
+  if (net) entry["transport"] = "Open MPI, btl tcp between hosts " + o.hosts.at(0) + " and " + o.hosts.at(1);
   progress.skip(expected);
   return entry;
 }
@@ -730,6 +740,20 @@ Expected<std::vector<std::string>> parseLinkList(const std::string& text) {
   return out;
 }
 
+Expected<std::vector<std::string>> parseHostList(const std::string& text) {
+  const std::vector<std::string> out = splitCommaList(text);
+  const auto badName = [](const std::string& h) {
+    return h.empty() ||
+           h.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+               std::string::npos ||
+           h[0] == '-';
+  };
+  if (out.size() != 2 || badName(out[0]) || badName(out[1]))
+    return Status::error("--hosts takes two host names separated by a comma (A,B), not \"" + text + "\"");
+  if (out[0] == out[1]) return Status::error("--hosts names " + out[0] + " twice");
+  return out;
+}
+
 double busBandwidthFactor(const std::string& op, int ranks) {
   for (const LinkOp& l : kLinkOps)
     if (op == l.name) return l.busFactor(ranks);
@@ -762,8 +786,10 @@ Status runCalibrate(const CalibrateOptions& options) {
                  "now will be low (run calibrate on an idle machine)\n",
                  busy, cores);
   const Grids g = grids(options.quick);
-  const int total =
-      linkMeasurements(g) * static_cast<int>(options.links.size()) + computeMeasurements(g, threads.size());
+  if (!options.hosts.empty() && options.hosts.size() != 2)
+    return Status::error("--hosts needs two hosts, not " + std::to_string(options.hosts.size()));
+  const int linkJobs = static_cast<int>(options.links.size()) + (options.hosts.empty() ? 0 : 1);
+  const int total = linkMeasurements(g) * linkJobs + computeMeasurements(g, threads.size());
   Progress progress(0, total);
 
   CalibrateOptions withExe = options;
@@ -775,7 +801,9 @@ Status runCalibrate(const CalibrateOptions& options) {
     withExe.exe.assign(self, static_cast<size_t>(n));
   }
   Json links = Json::array();
-  for (const std::string& name : options.links) {
+  std::vector<std::string> linkNames = options.links;
+  if (!options.hosts.empty()) linkNames.push_back(kLinkNet);
+  for (const std::string& name : linkNames) {
     Expected<Json> link = measureLink(withExe, name, progress, total);
     if (!link) return link.status();
     links.push_back(std::move(*link));

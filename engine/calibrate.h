@@ -20,15 +20,20 @@ namespace ms {
 inline constexpr const char* kDeviceProfileFormat = "meshstudio-device-profile";
 inline constexpr int kDeviceProfileVersion = 1;
 
-// The transports `--links` names: "shm" (Open MPI's shared-memory btl) and "tcp" (its TCP btl).
+// The transports `--links` names: "shm" (Open MPI's shared-memory btl) and "tcp" (its TCP btl, over this
+// machine's loopback); and the link `--hosts A,B` measures between two hosts, "net" (the TCP btl from one
+// host to the other, over the interfaces Open MPI picks or its environment names), the link type a mesh
+// names `<profile>.net` between its nodes.
 inline constexpr const char* kLinkShm = "shm";
 inline constexpr const char* kLinkTcp = "tcp";
+inline constexpr const char* kLinkNet = "net";
 
 struct CalibrateOptions {
   std::string out;                 // the profile's file; "" writes it to stdout
   bool quick = false;              // the small grids (tests)
   std::vector<int> threads;        // thread counts for compute; empty: defaultCalibrationThreads(cores)
   std::vector<std::string> links;  // kLinkShm / kLinkTcp, in order; empty: no links
+  std::vector<std::string> hosts;  // two hosts: also measure kLinkNet, one rank on each; empty: not
   std::string exe;                 // the engine started under mpirun for the links; "": this binary
   std::string command;             // the command line, recorded as machine.command
   double linkTimeoutS = 120;       // one transport's mpirun job, start to end
@@ -47,6 +52,10 @@ Expected<std::vector<int>> parseThreadList(const std::string& text);
 // names --links and what it takes.
 Expected<std::vector<std::string>> parseLinkList(const std::string& text);
 
+// The --hosts value: exactly two different host names ("A,B"; letters, digits, '.', '_' and '-'), the
+// hosts of the two ranks of the kLinkNet measurement. The error names --hosts and what it takes.
+Expected<std::vector<std::string>> parseHostList(const std::string& text);
+
 // Measures (links first, so a broken MPI fails in seconds) and writes the profile. The error says what
 // failed: the output file (checked before measuring), a transport, a kernel.
 Status runCalibrate(const CalibrateOptions& options);
@@ -56,7 +65,7 @@ Status runCalibrate(const CalibrateOptions& options);
 // entry ({"name", "transport", "ranks", "measurements"}) to out and prints progress as measurement
 // progressBase + 1, ... of progressTotal.
 struct LinkRankOptions {
-  std::string transport;  // kLinkShm or kLinkTcp
+  std::string transport;  // kLinkShm, kLinkTcp or kLinkNet
   std::string out;
   bool quick = false;
   int progressBase = 0;

@@ -336,6 +336,11 @@ class TestCalibrate : public QObject {
     QTest::newRow("threads empty item") << QStringList{"--threads", "1,,2"} << "--threads";
     QTest::newRow("links foo") << QStringList{"--links", "foo"} << "--links";
     QTest::newRow("links shm,foo") << QStringList{"--links", "shm,foo"} << "--links";
+    QTest::newRow("hosts one") << QStringList{"--hosts", "a"} << "--hosts";
+    QTest::newRow("hosts three") << QStringList{"--hosts", "a,b,c"} << "--hosts";
+    QTest::newRow("hosts twice") << QStringList{"--hosts", "a,a"} << "--hosts";
+    QTest::newRow("hosts empty item") << QStringList{"--hosts", "a,"} << "--hosts";
+    QTest::newRow("hosts odd name") << QStringList{"--hosts", "a,b c"} << "--hosts";
     QTest::newRow("unknown option") << QStringList{"--fast"} << "--fast";
   }
   void badUsageIsRefused() {
