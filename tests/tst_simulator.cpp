@@ -497,7 +497,31 @@ class TestSimulator : public QObject {
     const double optimizer = std::max(cost.optimizerTime(0), cost.optimizerTime(1));
     QVERIFY(lastStageSyncStart >= 0 && lastStageSyncStart < pipelineEnd);
     QVERIFY(r.stepTime < pipelineEnd + syncs + optimizer);
-    QVERIFY(r.stepTime >= pipelineEnd + cost.gradSyncTime(0));  // stage 0's sync is not hidden
+    // Stage 0's sync: each layer's part starts once the layer's gradients are final in the chunk's last
+    // backward (the layers last to first), one after another; the embedding's, final at that backward's end,
+    // cannot hide.
+    const ms::SimSpan* lastB = nullptr;
+    const ms::SimSpan* sync0 = nullptr;
+    for (const auto& s : r.spansByRank[0]) {
+      if (s.type == ms::ActionType::Backward && s.chunk == 0) lastB = &s;
+      if (s.type == ms::ActionType::GradSync) sync0 = &s;
+    }
+    QVERIFY(lastB && sync0);
+    const auto pieces = cost.gradSyncPieces(0);
+    QCOMPARE(pieces.size(), size_t(3));  // embedding, block.0, block.1
+    QCOMPARE(pieces[0].readyFraction, 1.0);
+    double t = 0, sum = 0;
+    for (size_t i = pieces.size(); i-- > 0;) {
+      t = std::max(t, lastB->start + pieces[i].readyFraction * (lastB->end - lastB->start)) +
+          pieces[i].seconds;
+      sum += pieces[i].seconds;
+    }
+    QVERIFY(std::abs(sum - cost.gradSyncTime(0)) <= 1e-12 * sum);
+    QVERIFY(pieces[1].readyFraction < 1 && pieces[2].readyFraction < pieces[1].readyFraction);
+    QVERIFY(std::abs(sync0->end - t) <= 1e-12 * t);
+    QVERIFY(sync0->start < lastB->end);  // it starts inside the last backward
+    QVERIFY(r.stepTime >= lastB->end + pieces[0].seconds);
+    QVERIFY(r.stepTime < lastB->end + cost.gradSyncTime(0) + optimizer);
   }
 
   void throughputAndMfu() {

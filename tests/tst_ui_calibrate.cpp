@@ -20,6 +20,8 @@
 #include <QTemporaryDir>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "plan/device_profile.h"
 #include "plan/run_config.h"
 #include "ui/models/project_document.h"
@@ -254,6 +256,25 @@ class TestUiCalibrate : public QObject {
     use->trigger();
     QCOMPARE(w.document()->undoStack()->count(), undoSteps + 1);
     QVERIFY(w.document()->config().mesh.profiles[0].data);
+    // A profile that also measured the link between two hosts (calibrate --hosts: "net") puts it between the
+    // nodes instead of TCP on one host.
+    {
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      nlohmann::json j = nlohmann::json::parse(f.readAll().toStdString());
+      f.close();
+      for (const nlohmann::json& l : nlohmann::json(j["links"]))
+        if (l["name"] == "tcp") {
+          nlohmann::json net = l;
+          net["name"] = "net";
+          j["links"].push_back(net);
+        }
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write(QByteArray::fromStdString(j.dump()));
+    }
+    use->trigger();
+    QCOMPARE(w.document()->config().mesh.interLink, std::string("this-machine.net"));
+    QCOMPARE(w.document()->config().mesh.intraLink, std::string("this-machine.shm"));
   }
 
   // Cancel in the dialog stops the engine; nothing is written.

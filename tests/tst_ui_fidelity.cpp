@@ -32,7 +32,8 @@ bool trainSmallRun(const QString& dir, QString* error) {
   const nlohmann::json config = {
       {"version", 1},
       {"name", "fidelity-ui"},
-      {"model", {{"type", "gpt"}, {"layers", 2}, {"width", 32}, {"heads", 2}, {"vocab", 256}, {"context", 32}}},
+      {"model",
+       {{"type", "gpt"}, {"layers", 2}, {"width", 32}, {"heads", 2}, {"vocab", 256}, {"context", 32}}},
       {"data", {{"kind", "text"}, {"files", {dir.toStdString() + "/text.txt"}}}},
       {"parallel", {{"microbatches", 2}}},
       {"training", {{"steps", 3}, {"batch_size", 4}, {"seq_len", 32}, {"threads", 1}, {"log_every", 1}}}};
@@ -82,7 +83,8 @@ class TestUiFidelity : public QObject {
     // The first row is the worst time row, with its figures in ms.
     const ms::FidelityRow& worst = r.times.front();
     QCOMPARE(t->item(0, ms::FidelityView::ColItem)->text(), QString(ms::toString(worst.item)));
-    QCOMPARE(t->item(0, ms::FidelityView::ColMeasured)->text(), QString::number(1e3 * worst.measured, 'f', 3) + " ms");
+    QCOMPARE(t->item(0, ms::FidelityView::ColMeasured)->text(),
+             QString::number(1e3 * worst.measured, 'f', 3) + " ms");
     QVERIFY(view->summary()->text().contains(QString::number(1e3 * r.measuredStep, 'f', 2) + " ms"));
     QVERIFY(view->summary()->text().contains("fidelity-ui"));
     // The memory rows only, each coloured against the 2% target.

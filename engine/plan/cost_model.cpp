@@ -480,6 +480,11 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
 
   // Data-parallel gradient sync per chunk, and the tied embedding's all-reduce between first and last stage.
   m_gradSync.assign(static_cast<size_t>(K), 0.0);
+  m_layerParams.assign(static_cast<size_t>(K), {});
+  for (int k = 0; k < K; ++k)
+    for (int l : m_chunks[static_cast<size_t>(k)])
+      m_layerParams[static_cast<size_t>(k)].push_back(double(
+          model.layers[static_cast<size_t>(l)].localParamCount(static_cast<int>(tp), std::max(1, p.ep))));
   const int headLayer = model.layers.empty() ? -1 : static_cast<int>(L) - 1;
   const int embeddingLayer = model.layerIndex("embedding");
   const bool tiedApart =
@@ -611,6 +616,34 @@ double CostModel::backwardTime(int chunk) const {
   const double comm = m_calibrated ? 0.0 : m_chunkBackwardComm[static_cast<size_t>(chunk)];
   const double input = chunkSum(m_layers.backwardInput, chunk);
   return (m_split ? input : input + chunkSum(m_layers.backwardWeight, chunk)) + comm;
+}
+
+std::vector<CostModel::SyncPiece> CostModel::gradSyncPieces(int chunk) const {
+  const std::vector<int>& layers = m_chunks[static_cast<size_t>(chunk)];
+  const size_t n = layers.size();
+  std::vector<SyncPiece> out(n);
+  if (n == 0) return out;
+  // Each layer's share of the last backward action (its whole backward, or its weight pass when split).
+  std::vector<double> work(n);
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t l = static_cast<size_t>(layers[i]);
+    work[i] = m_split ? m_layers.backwardWeight[l] : m_layers.backwardInput[l] + m_layers.backwardWeight[l];
+    total += work[i];
+  }
+  // Last layer first: a layer is ready once it and every later layer of the chunk are done.
+  double done = 0;
+  for (size_t i = n; i-- > 0;) {
+    done += total > 0 ? work[i] / total : 1.0 / double(n);
+    out[i].readyFraction = std::min(1.0, done);
+  }
+  const std::vector<double>& params = m_layerParams[static_cast<size_t>(chunk)];
+  double all = 0;
+  for (double v : params) all += v;
+  const double sync = m_gradSync[static_cast<size_t>(chunk)];
+  for (size_t i = 0; i < n; ++i)
+    out[i].seconds = all > 0 ? sync * params[i] / all : (i + 1 == n ? sync : 0.0);
+  return out;
 }
 
 double CostModel::weightTime(int chunk) const {

@@ -77,6 +77,7 @@ class CostModel {
   Status setMeasuredTimes(LayerTimes measured);
   bool calibrated() const { return m_calibrated; }
   Communication communication() const { return m_communication; }
+  bool splitBackward() const { return m_split; }  // the schedule runs B (input) and W (weights) apart
   // The analytic or measured per-layer compute times in use (without the communication inside layers).
   const LayerTimes& layerTimes() const { return m_layers; }
 
@@ -90,6 +91,19 @@ class CostModel {
   double activationMessageBytes(int chunk) const;  // chunk k's output, per microbatch, as sent
   // The data-parallel gradient sync of chunk k (once per step), on the stage's communication lane.
   double gradSyncTime(int chunk) const;
+  // How that sync overlaps the chunk's last backward work: the engine starts each layer's sync as soon as the
+  // layer's gradients are final (runtime/model.cpp startSync, PyTorch DDP's and Megatron-LM's
+  // --overlap-grad-reduce buckets), and the backward visits the chunk's layers last to first. Per layer of
+  // the chunk, in model order: the fraction of the last backward action (B, or W under a split backward)
+  // done when that layer's gradients are final counted from the action's start, each layer's share of the
+  // action by its compute time (its share of the in-layer communication with it); and the layer's part of
+  // gradSyncTime, by its share of the chunk's parameters (the chunk's whole sync is kept as one figure: the
+  // engine's per-layer collectives pay latency per layer, which that split does not add).
+  struct SyncPiece {
+    double readyFraction = 0;  // in [0, 1]: 1 for the chunk's first layer (its gradients come last)
+    double seconds = 0;
+  };
+  std::vector<SyncPiece> gradSyncPieces(int chunk) const;
   // The stage's optimizer step (a memory-bound pass over its parameter shard, plus ZeRO-1/2's parameter
   // all-gather).
   double optimizerTime(int stage) const;
@@ -131,6 +145,7 @@ class CostModel {
   std::vector<double> m_gradientTransfer;    // (K): chunk k's input gradient to chunk k-1's stage
   std::vector<double> m_activationBytes;     // (K)
   std::vector<double> m_gradSync;            // (K)
+  std::vector<std::vector<double>> m_layerParams;  // (K): each layer's parameters as one TP rank holds them
   std::vector<double> m_optimizer;           // (P)
   // Offload's host-link transfers (hostTransfers).
   std::vector<double> m_chunkHostUpload;    // (K): a chunk's shard up, before F's, B's and W's gathers

@@ -90,10 +90,30 @@ bool advance(const std::vector<Action>& actions, int s, const CostModel& costs,
         span.end = lanes.compute = std::max(lanes.compute, it->second);
         break;
       }
-      case ActionType::GradSync:
-        span.start = std::max(lanes.compute, lanes.communication);
-        span.end = lanes.communication = span.start + costs.actionTime(a, s);
+      case ActionType::GradSync: {
+        // Each layer's part starts once that layer's gradients are final inside the chunk's last backward
+        // work (CostModel::gradSyncPieces), one after another on the communication lane.
+        const ActionType last = costs.splitBackward() ? ActionType::BackwardWeight : ActionType::Backward;
+        const SimSpan* work = nullptr;
+        for (auto it = lanes.spans.rbegin(); it != lanes.spans.rend() && !work; ++it)
+          if (it->type == last && it->chunk == a.chunk) work = &*it;
+        if (!work || costs.communication() == Communication::Free) {
+          span.start = std::max(lanes.compute, lanes.communication);
+          span.end = lanes.communication = span.start + costs.actionTime(a, s);
+          break;
+        }
+        const std::vector<CostModel::SyncPiece> pieces = costs.gradSyncPieces(a.chunk);
+        double t = lanes.communication, first = -1;
+        for (size_t i = pieces.size(); i-- > 0;) {
+          const double ready = work->start + pieces[i].readyFraction * (work->end - work->start);
+          const double start = std::max(t, ready);
+          if (first < 0) first = start;
+          t = start + pieces[i].seconds;
+        }
+        span.start = first < 0 ? std::max(lanes.compute, lanes.communication) : first;
+        span.end = lanes.communication = std::max(t, span.start);
         break;
+      }
       case ActionType::OptimizerStep:
         span.start = std::max(lanes.compute, lanes.communication);  // after every GradSync of the stage
         span.end = lanes.compute = span.start + costs.actionTime(a, s);

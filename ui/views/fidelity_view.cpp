@@ -9,12 +9,13 @@
 #include <QVBoxLayout>
 #include <cmath>
 
-
 namespace ms {
 
 namespace {
 
-bool fidelityIsTime(FidelityItem item) { return item != FidelityItem::Memory && item != FidelityItem::Bubble; }
+bool fidelityIsTime(FidelityItem item) {
+  return item != FidelityItem::Memory && item != FidelityItem::Bubble;
+}
 
 // Green within the target, amber within 2.5x it, red past it.
 QColor fidelityColor(double error, double target) {
@@ -30,7 +31,9 @@ QString fidelityValue(const FidelityRow& r, double v) {
   return QString::number(1e3 * v, 'f', 3) + " ms";
 }
 
-QString fidelityPercent(double e) { return (e >= 0 ? "+" : "") + QString::number(100 * e, 'f', 1) + "%"; }
+QString fidelityPercent(double e) {
+  return (e >= 0 ? "+" : "") + QString::number(100 * e, 'f', 1) + "%";
+}
 
 }  // namespace
 
@@ -125,7 +128,8 @@ void FidelityView::rebuild() {
   m_table->setRowCount(static_cast<int>(rows.size()));
   for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
     const FidelityRow& r = *rows[size_t(i)];
-    const auto set = [&](int col, const QString& text, Qt::Alignment align = Qt::AlignRight | Qt::AlignVCenter) {
+    const auto set = [&](int col, const QString& text,
+                         Qt::Alignment align = Qt::AlignRight | Qt::AlignVCenter) {
       auto* cell = new QTableWidgetItem(text);
       cell->setTextAlignment(align);
       m_table->setItem(i, col, cell);

@@ -24,7 +24,17 @@ namespace ms {
 class FidelityView : public QWidget {
   Q_OBJECT
  public:
-  enum Columns { ColItem, ColRank, ColStage, ColWhat, ColPredicted, ColMeasured, ColError, ColGap, NUM_COLUMNS };
+  enum Columns {
+    ColItem,
+    ColRank,
+    ColStage,
+    ColWhat,
+    ColPredicted,
+    ColMeasured,
+    ColError,
+    ColGap,
+    NUM_COLUMNS
+  };
   explicit FidelityView(QWidget* parent = nullptr);
 
   // The report of a run folder (its config.json and metrics.jsonl).

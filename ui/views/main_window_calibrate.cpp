@@ -163,7 +163,10 @@ bool MainWindow::useThisMachineProfile() {
   }
   const std::shared_ptr<const DeviceProfile> profile = *loaded;
   const std::string name = kThisMachineProfile;
-  const bool shm = profile->link("shm") != nullptr, tcp = profile->link("tcp") != nullptr;
+  // Between nodes: the link measured between two hosts (calibrate --hosts: "net") when there is one, else
+  // TCP on this host.
+  const bool shm = profile->link("shm") != nullptr, net = profile->link("net") != nullptr,
+             tcp = net || profile->link("tcp") != nullptr;
   const auto change = [&](RunConfig& c) {
     const ProfileConfig entry{name, path.toStdString(), profile};
     const auto it = std::find_if(c.mesh.profiles.begin(), c.mesh.profiles.end(),
@@ -174,7 +177,7 @@ bool MainWindow::useThisMachineProfile() {
       c.mesh.profiles.push_back(entry);
     for (NodeConfig& n : c.mesh.nodes) n.device = name;
     if (shm) c.mesh.intraLink = name + ".shm";
-    if (tcp) c.mesh.interLink = name + ".tcp";
+    if (tcp) c.mesh.interLink = name + (net ? ".net" : ".tcp");
   };
   const quint64 revision = m_doc->revision();
   m_doc->edit(tr("Use This Machine's Profile"), change);
@@ -192,7 +195,7 @@ bool MainWindow::useThisMachineProfile() {
     text += tr("; it measured no shm link, so the link inside a node stays %1")
                 .arg(QString::fromStdString(c.mesh.intraLink));
   if (!tcp)
-    text += tr("; it measured no tcp link, so the link between nodes stays %1")
+    text += tr("; it measured no net or tcp link, so the link between nodes stays %1")
                 .arg(QString::fromStdString(c.mesh.interLink));
   statusBar()->showMessage(text, 20000);
   return true;

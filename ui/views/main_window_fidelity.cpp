@@ -2,6 +2,8 @@
 #include "ui/views/fidelity_view.h"
 #include "ui/views/main_window.h"
 
+#include <QStatusBar>
+
 namespace ms {
 
 FidelityView* MainWindow::showFidelity(const QString& dir) {
