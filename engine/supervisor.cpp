@@ -126,6 +126,7 @@ struct RankWatch {
   double activitySince = 0;  // the rank's own time (unix s) of its last setActivity
   double longestGap = 0;     // seconds between progress changes, the longest seen in ordinary phases
   bool longPhase = false;
+  bool waiting = false;  // its activity waits for other ranks (heartbeat.h)
   long pid = 0;
   std::string host;
   std::string activity;
@@ -148,6 +149,7 @@ void readHeartbeat(const std::string& dir, int rank, double now, RankWatch& w) {
   }
   w.progress = progress;
   w.longPhase = j.value("long_phase", false);
+  w.waiting = j.value("waiting", false);
   w.activitySince = j.value("activity_since", 0.0);
   w.seen = true;
   w.alive = alive;
@@ -672,12 +674,20 @@ class Supervision {
     if (!over) return -1;
     // The culprit is the rank stuck in its activity the longest, among all that have not moved for the stall
     // timeout, not only those past their own bound: a rank whose bound a slow step once raised (longestGap)
-    // may be the one that froze first, while the peers waiting on it cross their lower bounds sooner.
+    // may be the one that froze first, while the peers waiting on it cross their lower bounds sooner. A rank
+    // whose activity waits for others (a receive, the gradient finish) comes after every one that does not:
+    // it may have started waiting before the culprit stopped (data-parallel ranks run unsynchronised
+    // between syncs, so a peer can reach the sync before the culprit reaches its frozen point).
     int stuck = -1;
     for (size_t r = 0; r < m_watches.size(); ++r) {
       const RankWatch& w = m_watches[r];
       if (!w.seen || w.finished || w.progress < 0 || now - w.progressAt <= m_options.stallTimeoutS) continue;
-      if (stuck < 0 || w.activitySince < m_watches[static_cast<size_t>(stuck)].activitySince)
+      if (stuck < 0) {
+        stuck = static_cast<int>(r);
+        continue;
+      }
+      const RankWatch& best = m_watches[static_cast<size_t>(stuck)];
+      if (w.waiting != best.waiting ? !w.waiting : w.activitySince < best.activitySince)
         stuck = static_cast<int>(r);
     }
     return stuck;

@@ -27,6 +27,7 @@ struct ActivitySlot {
   double since = unixTimeS();
   uint64_t progress = 0;
   bool longPhase = true;  // "starting"
+  bool waiting = false;
 };
 
 ActivitySlot g_activity;
@@ -67,7 +68,7 @@ double unixTimeS() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-void setActivity(const char* what, bool longPhase) {
+void setActivity(const char* what, bool longPhase, bool waiting) {
   const size_t n = strnlen(what, kMaxActivityChars);
   const double now = unixTimeS();
   bool wasLong = false;
@@ -80,6 +81,7 @@ void setActivity(const char* what, bool longPhase) {
     g_activity.since = now;
     ++g_activity.progress;
     g_activity.longPhase = longPhase;
+    g_activity.waiting = waiting;
   }
   // A long phase (a checkpoint write, an evaluation) is written through at once, and so is its end, so that a
   // rank that dies in it is reported in it and one that dies after it is not (the periodic beat would show
@@ -88,14 +90,14 @@ void setActivity(const char* what, bool longPhase) {
   if (longPhase || wasLong) beatNow();
 }
 
-void setActivity(const std::string& what, bool longPhase) {
-  setActivity(what.c_str(), longPhase);
+void setActivity(const std::string& what, bool longPhase, bool waiting) {
+  setActivity(what.c_str(), longPhase, waiting);
 }
 
 Activity currentActivity() {
   std::lock_guard<std::mutex> lock(g_activity.mutex);
   return {std::string(g_activity.text, g_activity.length), g_activity.since, g_activity.progress,
-          g_activity.longPhase};
+          g_activity.longPhase, g_activity.waiting};
 }
 
 struct Heartbeat::State {
@@ -116,7 +118,7 @@ struct Heartbeat::State {
     const nlohmann::json j = {{"rank", rank},           {"pid", pid},
                               {"host", host},           {"alive", unixTimeS()},
                               {"activity", a.text},     {"activity_since", a.since},
-                              {"progress", a.progress}, {"long_phase", a.longPhase},
+                              {"progress", a.progress}, {"long_phase", a.longPhase}, {"waiting", a.waiting},
                               {"finished", finished}};
     std::string error;
     if (!replaceFile(path, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", error) &&

@@ -2,11 +2,14 @@
 // times per step) and, when `meshstudio-engine launch` supervises the run (it sets MESHSTUDIO_HEARTBEAT_DIR),
 // a background thread that rewrites "$MESHSTUDIO_HEARTBEAT_DIR/rank-<rank>.json" every 0.5 s:
 //   {"rank": 2, "pid": 1234, "host": "node0", "alive": <unix s>, "activity": "step 12: all-reduce of
-//    gradients", "activity_since": <unix s>, "progress": 5120, "long_phase": false, "finished": false}
+//    gradients", "activity_since": <unix s>, "progress": 5120, "long_phase": false, "waiting": false,
+//    "finished": false}
 // "progress" counts setActivity calls: the training loop's own steps, which a frozen main thread or a rank
 // blocked in a collective stops advancing while the beating thread goes on. "long_phase" marks activities
 // that may last long without a step (startup, evaluation, a checkpoint write): the supervisor gives them a
-// longer bound. The supervisor names a dead, stopped or stuck rank and what it was doing from these files
+// longer bound. "waiting" marks activities that wait for other ranks (a receive, the gradient finish): when
+// several ranks are stuck, the supervisor names one that is not waiting for the others first. The supervisor
+// names a dead, stopped or stuck rank and what it was doing from these files
 // (engine/supervisor.h).
 //
 // What always holds: setActivity is cheap (a copy of at most kMaxActivityChars under an uncontended mutex)
@@ -28,15 +31,17 @@ inline constexpr size_t kMaxActivityChars = 160;
 inline constexpr double kHeartbeatPeriodS = 0.5;
 
 // Records what this process is doing (truncated to kMaxActivityChars) and the time it started doing it, and
-// advances the progress counter. longPhase: the activity may legitimately last long (see above).
-void setActivity(const char* what, bool longPhase = false);
-void setActivity(const std::string& what, bool longPhase = false);
+// advances the progress counter. longPhase: the activity may legitimately last long (see above); waiting: it
+// waits for other ranks (see above).
+void setActivity(const char* what, bool longPhase = false, bool waiting = false);
+void setActivity(const std::string& what, bool longPhase = false, bool waiting = false);
 
 struct Activity {
   std::string text;
   double since = 0;  // unix time, seconds
   uint64_t progress = 0;
   bool longPhase = false;
+  bool waiting = false;
 };
 Activity currentActivity();
 

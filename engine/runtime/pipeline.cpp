@@ -287,7 +287,7 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   try {
     for (const Action& a : actions) {
       m_activity = "step " + std::to_string(step + 1) + ": " + describe(a);
-      setActivity(m_activity);
+      setActivity(m_activity, /*longPhase=*/false, /*waiting=*/isRecv(a.type));
       Status s = execute(a, step, data, lossScale, stats);
       if (!s) {
         failed = s.withContext("rank " + std::to_string(m_groups.rank) + ", " + describe(a));
@@ -307,7 +307,7 @@ Status PipelineExecutor::runStep(int64_t step, const DataSource& data, float los
   MS_TRY(failed);
   m_activity =
       "step " + std::to_string(step + 1) + ": finishing gradients (tied embedding, data-parallel sync)";
-  setActivity(m_activity);
+  setActivity(m_activity, /*longPhase=*/false, /*waiting=*/true);
   const int t0 = m_model.mark();
   MS_TRY(waitSends(true));
   ParameterStore& p = m_model.params();
