@@ -118,8 +118,8 @@ struct Heartbeat::State {
     const nlohmann::json j = {{"rank", rank},           {"pid", pid},
                               {"host", host},           {"alive", unixTimeS()},
                               {"activity", a.text},     {"activity_since", a.since},
-                              {"progress", a.progress}, {"long_phase", a.longPhase}, {"waiting", a.waiting},
-                              {"finished", finished}};
+                              {"progress", a.progress}, {"long_phase", a.longPhase},
+                              {"waiting", a.waiting},   {"finished", finished}};
     std::string error;
     if (!replaceFile(path, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", error) &&
         !reported) {
