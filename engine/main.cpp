@@ -14,6 +14,8 @@
 //   calibrate [--out FILE] [--quick] [--threads N,...] [--links shm,tcp|none] [--hosts A,B]   measure
 //                                   this machine (and the link from host A to host B) into a device
 //                                   profile (calibrate.h; calibrate-links: a rank of its MPI jobs)
+//   trace FILE... [--json] [--profile-out PROFILE] [--link NAME]   a PyTorch or Nsight trace (Chrome
+//                                   trace JSON) per rank and step; its collectives into a profile's links
 // Exit codes: 0 success, 1 a run failed, 2 bad usage or an invalid config, 130 (kExitInterrupted) train or
 // launch stopped on request after saving a checkpoint (a rank that launch stops, by SIGUSR1, exits 0 after
 // its checkpoint, so that mpirun has nothing to report; launch then exits 130). This file is the only place
@@ -52,6 +54,7 @@
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
 #include "supervisor.h"
+#include "trace_command.h"
 
 namespace {
 
@@ -124,7 +127,13 @@ const char* kUsage =
     "                                     (default stdout); --quick: small grids (seconds); default threads\n"
     "                                     1, the powers of 2 below the cores, the cores; default links\n"
     "                                     shm,tcp; --hosts A,B: also the link \"net\" between hosts A and\n"
-    "                                     B, one rank on each over TCP (docs/calibration.md)\n";
+    "                                     B, one rank on each over TCP (docs/calibration.md)\n"
+    "  trace FILE... [--json] [--profile-out PROFILE] [--link NAME]\n"
+    "                                     a PyTorch profiler (Kineto) or Nsight trace as Chrome trace JSON,\n"
+    "                                     one file per rank or merged: time per rank and step in GEMMs,\n"
+    "                                     attention, collectives (algbw, busbw), optimizer, other, idle;\n"
+    "                                     --profile-out merges its collectives into PROFILE's link NAME\n"
+    "                                     (default \"trace\"; docs/calibration.md)\n";
 
 int usageError(const std::string& message) {
   std::fprintf(stderr, "meshstudio-engine: %s\n\n%s", message.c_str(), kUsage);
@@ -957,6 +966,7 @@ int main(int argc, char** argv) {
     if (cmd == "import-hf") return cmdImportHf(argc, argv);
     if (cmd == "calibrate") return cmdCalibrate(argc, argv);
     if (cmd == "calibrate-links") return cmdCalibrateLinks(argc, argv);
+    if (cmd == "trace") return ms::traceMain(argc, argv, 2);
     if (cmd == "fidelity") return cmdFidelity(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "meshstudio-engine %s: out of memory\n", cmd.c_str());

@@ -22,7 +22,10 @@
 #              Release in a fresh clone's ./test.sh, 2026-11-26: 72 rows under mpirun) and tst_failure (its 5 s stall timeouts race the slower
 #              instrumented ranks: under ASan stoppedRankEndsTheRun saw rank 0 named instead of the stopped
 #              rank 3), tst_parameter_server (40 s Release: 21 launches of server and worker processes whose
-#              timeouts of a few seconds would race instrumented processes). MS_SANITIZE_ALL=1 runs them all.
+#              timeouts of a few seconds would race instrumented processes), tst_two_nodes (a bash script
+#              that runs the engine under mpirun in network namespaces: an integration check, whose Open MPI
+#              daemons in another namespace would not get the leak suppressions). MS_SANITIZE_ALL=1 runs them
+#              all.
 #   gui:       none (the studio is not built here); its metrics reader is fuzzed (fuzz_metrics) instead.
 #   fuzz:      every target's seed-corpus replay (fuzz_*_seeds, label unit) and MS_FUZZ_SECONDS of fuzzing.
 set -euo pipefail
@@ -34,7 +37,7 @@ jobs=$(nproc)
 
 # The tests, in two ctest passes (see "tests" below): ctest -L/-E arguments.
 unit_tests=(-L 'unit|reference' -E '^(tst_cli|tst_examples)$')
-mpi_tests=(-L mpi -E '^(tst_equivalence|tst_failure|tst_parameter_server|tst_comm_np3|tst_comm_np4)$')
+mpi_tests=(-L mpi -E '^(tst_equivalence|tst_failure|tst_parameter_server|tst_comm_np3|tst_comm_np4|tst_two_nodes)$')
 if [ "${MS_SANITIZE_ALL:-0}" = 1 ]; then
   unit_tests=(-L 'unit|reference' -E '^tst_cli$')
   mpi_tests=(-R '^(tst_cli|tst_parallel|tst_equivalence|tst_failure|tst_parameter_server|tst_comm_np[0-9]+)$')  # tst_cli runs mpirun

@@ -255,6 +255,7 @@ void MainWindow::buildMenus() {
         this, tr("Open run folder"), m_lastRunDir.isEmpty() ? dialogFolder() : m_lastRunDir);
     if (!dir.isEmpty()) openRunFolder(dir);
   });
+  addTraceImportAction(file);
   QMenu* exportMenu = file->addMenu(tr("&Export"));
   exportMenu->addAction(
       tr("Launch Files (config, mpirun, Slurm)..."), QKeySequence(tr("Ctrl+E")), this, [this] {

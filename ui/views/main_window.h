@@ -66,6 +66,12 @@ class MainWindow : public QMainWindow {
   bool saveProjectAs(const QString& path);  // no dialog
   // Replays a finished (or crashed) run from its folder's metrics.jsonl.
   bool openRunFolder(const QString& dir);
+  // File > Import Measured Trace: PyTorch profiler (Kineto) or Nsight traces as Chrome trace JSON, one file
+  // per rank or merged (plan/trace_import.h), shown on the Run tab as the measured timeline (one row per
+  // rank, its last step that every rank has) above the open project's predicted step; the status bar says
+  // what was recognized and what was left as other. Read on the GUI thread. On failure showError() names the
+  // file and what is shown stays; refused while a run is going (its steps would replace the trace).
+  bool importTrace(const QStringList& paths);
   // Opens (or brings forward) the Compare Runs window with these run folders added; the ones that do not load
   // are reported in lastError(). Returns the window.
   CompareView* compareRuns(const QStringList& dirs);
@@ -90,7 +96,8 @@ class MainWindow : public QMainWindow {
   void cancelCalibration();
   // Tools > Use This Machine's Profile: one undoable edit that names the profile in mesh.profiles as
   // kThisMachineProfile (its absolute path, read now) and puts every node on it, with its measured links
-  // (kThisMachineProfile + ".shm" inside a node, ".tcp" between nodes; a link it did not measure stays as it
+  // (kThisMachineProfile + ".shm" inside a node; between nodes ".net", the link calibrate --hosts measured
+  // between two hosts, else ".tcp"; a link it did not measure stays as it
   // was, and the status bar says so). A missing or bad file: showError() naming it, nothing changed.
   bool useThisMachineProfile();
   static constexpr const char* kThisMachineProfile = "this-machine";
@@ -152,6 +159,7 @@ class MainWindow : public QMainWindow {
  private:
   void buildMenus();
   void buildToolsMenu();
+  void addTraceImportAction(QMenu* file);
   void onCalibrateProgress(int done, int total, const QString& what);
   void onCalibrateFinished(bool ok, const QString& message);
   void updateProfileActions();
