@@ -362,8 +362,9 @@ int runFidelityCommand(const std::string& runDir, const std::string& configOverr
   const auto pct = [](double e) {
     return (e >= 0 ? "+" : "") + std::to_string(int(std::lround(100 * e))) + "%";
   };
-  std::printf("run %s: %d ranks, %d steps compared, predicted on \"%s\" (%s)\n", r.run.c_str(), r.ranks,
-              r.stepsUsed, r.device.c_str(), r.profiled ? "a measured profile" : "a catalog datasheet");
+  std::printf("run %s: %d rank%s, %d step%s compared, predicted on \"%s\" (%s)\n", r.run.c_str(), r.ranks,
+              r.ranks == 1 ? "" : "s", r.stepsUsed, r.stepsUsed == 1 ? "" : "s", r.device.c_str(),
+              r.profiled ? "a measured profile" : "a catalog datasheet");
   std::printf("step: predicted %.2f ms, measured %.2f ms, error %s\n\n", 1e3 * r.predictedStep,
               1e3 * r.measuredStep,
               r.measuredStep > 0 ? pct(r.predictedStep / r.measuredStep - 1).c_str() : "n/a");

@@ -86,7 +86,7 @@ class TestUiFidelity : public QObject {
     QCOMPARE(t->item(0, ms::FidelityView::ColMeasured)->text(),
              QString::number(1e3 * worst.measured, 'f', 3) + " ms");
     QVERIFY(view->summary()->text().contains(QString::number(1e3 * r.measuredStep, 'f', 2) + " ms"));
-    QVERIFY(view->summary()->text().contains("fidelity-ui"));
+    QVERIFY(view->summary()->text().contains("fidelity-ui</b>: 1 rank, 2 steps compared"));
     // The memory rows only, each coloured against the 2% target.
     view->setFilter("memory");
     QCOMPARE(t->rowCount(), static_cast<int>(r.memory.size()));

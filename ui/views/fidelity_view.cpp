@@ -66,7 +66,7 @@ FidelityView::FidelityView(QWidget* parent) : QWidget(parent) {
   m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
   m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  m_table->horizontalHeader()->setStretchLastSection(true);
+  m_table->horizontalHeader()->setSectionResizeMode(ColWhat, QHeaderView::Stretch);
   layout->addWidget(m_table, 1);
   m_notes = new QLabel(this);
   m_notes->setWordWrap(true);
@@ -86,11 +86,11 @@ void FidelityView::showReport(const FidelityReport& report, const QString& dir) 
   m_dir = dir;
   const double error = report.measuredStep > 0 ? report.predictedStep / report.measuredStep - 1 : 0.0;
   m_summary->setText(
-      tr("<b>%1</b>: %2 ranks, %3 steps compared. Step predicted %4 ms, measured %5 ms (<b>%6</b>), "
+      tr("<b>%1</b>: %2, %3 compared. Step predicted %4 ms, measured %5 ms (<b>%6</b>), "
          "predicted on \"%7\" (%8).")
           .arg(QString::fromStdString(report.run).toHtmlEscaped())
-          .arg(report.ranks)
-          .arg(report.stepsUsed)
+          .arg(report.ranks == 1 ? tr("1 rank") : tr("%1 ranks").arg(report.ranks))
+          .arg(report.stepsUsed == 1 ? tr("1 step") : tr("%1 steps").arg(report.stepsUsed))
           .arg(1e3 * report.predictedStep, 0, 'f', 2)
           .arg(1e3 * report.measuredStep, 0, 'f', 2)
           .arg(report.measuredStep > 0 ? fidelityPercent(error) : tr("no step time"))
