@@ -7,7 +7,7 @@ MS_PACKAGES=(
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev xvfb xauth
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev zlib1g-dev libssl-dev libzmq3-dev cppzmq-dev
-  dataset-fashion-mnist fortunes python3-torch python3-numpy
+  dataset-fashion-mnist fortunes python3-torch python3-numpy iproute2
   clang libclang-rt-14-dev libomp-14-dev llvm-14
 )
 
