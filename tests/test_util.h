@@ -38,4 +38,21 @@ inline nlohmann::json smallGpuPlanConfig(const std::string& name, int layers, in
       {"training", {{"batch_size", batch}, {"seq_len", 64}}}};
 }
 
+// The catalog's H100 as a config's own device type: the same datasheet figures, but costed by one achievable
+// fraction (0.5) of the peak for every FLOP instead of the catalog's kernel model (plan/gpu_kernel_model.h),
+// for the tests whose expected times are written in FLOPs.
+inline void useFlatH100(nlohmann::json& config) {
+  using nlohmann::json;
+  config["mesh"]["device_types"] = json::array({{{"name", "h100-flat"},
+                                                 {"peak_tflops_fp32", 66.9},
+                                                 {"peak_tflops_bf16", 989.4},
+                                                 {"memory_gb", 85.017493504},
+                                                 {"memory_bandwidth_gbs", 3350},
+                                                 {"achievable_fraction", 0.5},
+                                                 {"host_link_gbs", 64},
+                                                 {"host_memory_gb", 250},
+                                                 {"host_memory_bandwidth_gbs", 76.8}}});
+  for (json& node : config["mesh"]["nodes"]) node["device"] = "h100-flat";
+}
+
 }  // namespace ms::test

@@ -4,9 +4,16 @@
 // every error names the field to fix.
 #include <QtTest>
 
+#include <cmath>
+#include <fstream>
 #include <set>
+#include <sstream>
 
+#include "plan/cost_model.h"
 #include "plan/hardware.h"
+#include "plan/plan.h"
+#include "plan/run_config.h"
+#include "plan/simulator.h"
 
 using nlohmann::json;
 
@@ -18,6 +25,43 @@ json configWithMesh(const json& mesh) {
     "data":{"kind":"text","files":["a.txt"]}})");
   doc["mesh"] = mesh;
   return doc;
+}
+
+// The catalog H100's kernel model and its bf16 peak.
+const ms::GpuKernelModel& h100Kernels() {
+  static const std::optional<ms::DeviceSpec> d = ms::findDevice("h100-sxm-80gb");
+  return *d->kernels;
+}
+constexpr double kH100Bf16 = 989.4e12, kH100Bandwidth = 3.35e12;
+
+double h100Gemm(double m, double n, double k) {
+  return h100Kernels().gemmSeconds(kH100Bf16, kH100Bandwidth, 2.0, m, n, k);
+}
+
+// MFU of one training step of a gpt (bf16, batch 8 of `seq` tokens) on one catalog H100, links free.
+double oneGpuMfu(int layers, int width, int heads, int seq) {
+  json doc = {
+      {"version", 1},
+      {"model",
+       {{"type", "gpt"},
+        {"layers", layers},
+        {"width", width},
+        {"heads", heads},
+        {"vocab", 50304},
+        {"context", seq}}},
+      {"data", {{"kind", "tokens"}, {"train", json::array({"t.bin"})}, {"val", json::array({"v.bin"})}}},
+      {"mesh",
+       {{"nodes", json::array({{{"name", "n"}, {"device", "h100-sxm-80gb"}, {"count", 1}}})},
+        {"intra_link", "nvlink"},
+        {"inter_link", "infiniband"}}},
+      {"parallel", {{"precision", "bf16"}, {"microbatches", 8}}},
+      {"training", {{"batch_size", 8}, {"seq_len", seq}}}};
+  ms::Expected<ms::RunConfig> config = ms::parseRunConfig(doc);
+  if (!config) return -1;
+  ms::Expected<ms::Plan> plan = ms::buildPlan(*config);
+  if (!plan) return -1;
+  const ms::CostModel cost(*plan, ms::Communication::Free);
+  return ms::simulate(*plan, cost).mfu;
 }
 
 }  // namespace
@@ -98,9 +142,9 @@ class TestHardware : public QObject {
     QTest::addColumn<double>("bandwidth");
     QTest::addColumn<double>("latency");
     QTest::newRow("shm") << "shm" << 10e9 << 1e-6;
-    QTest::newRow("nvlink") << "nvlink" << 450e9 << 3e-6;
+    QTest::newRow("nvlink") << "nvlink" << 370e9 << 3e-6;
     QTest::newRow("pcie") << "pcie" << 64e9 << 5e-6;
-    QTest::newRow("infiniband") << "infiniband" << 50e9 << 5e-6;
+    QTest::newRow("infiniband") << "infiniband" << 48e9 << 5e-6;
     QTest::newRow("ethernet") << "ethernet" << 12.5e9 << 2e-5;
   }
 
@@ -146,7 +190,7 @@ class TestHardware : public QObject {
     QCOMPARE(mesh->linkBetween(0, 2).name, std::string("nvlink"));
     QCOMPARE(mesh->linkBetween(3, 4).name, std::string("nvlink"));
     QCOMPARE(mesh->linkBetween(2, 3).name, std::string("infiniband"));
-    QCOMPARE(mesh->linkBetween(0, 5).bandwidth, 50e9);
+    QCOMPARE(mesh->linkBetween(0, 5).bandwidth, 48e9);
   }
 
   void defaultMesh() {
@@ -267,6 +311,96 @@ class TestHardware : public QObject {
     QVERIFY(lines[0].startsWith("/mesh/nodes/0/device: "));
     QVERIFY(lines[1].startsWith("/mesh/nodes/1/count: "));
     QVERIFY(lines[2].startsWith("/mesh/inter_link: "));
+  }
+
+  // --- the catalog GPUs' kernel model (plan/gpu_kernel_model.h) ---
+
+  void everyCatalogGpuHasAKernelModel() {
+    for (const ms::DeviceSpec& d : ms::deviceCatalog()) {
+      if (d.name == "cpu") {
+        QVERIFY(!d.kernels);
+        continue;
+      }
+      QVERIFY2(d.kernels, d.name.c_str());
+      QVERIFY(d.kernels->sms >= 100 && d.kernels->gemmEfficiency > 0.5 && d.kernels->gemmEfficiency < 1);
+      QVERIFY(d.kernels->attentionShort < d.kernels->attentionLong);
+    }
+    QCOMPARE(ms::findDevice("h100-sxm-80gb")->kernels->sms, 132);
+    QCOMPARE(ms::findDevice("a100-80gb")->kernels->sms, 108);
+    QCOMPARE(ms::findDevice("h100-sxm-80gb")->kernels->gemmEfficiency, 792.1 / 989.0);  // the MAMF table's
+    // A config's own type keeps its one fraction.
+    ms::DeviceTypeConfig own;
+    own.name = "npu";
+    QVERIFY(!ms::toDeviceSpec(own).kernels);
+  }
+
+  void gemmByWavesAndTiles() {
+    const double rate = 792.1 / 989.0 * kH100Bf16;
+    // 12 x 11 tiles of 256 x 128: one full wave on 132 SMs runs at the achievable rate exactly.
+    const double m = 256 * 12, n = 128 * 11, k = 8192;
+    const double full = h100Gemm(m, n, k);
+    QVERIFY(std::abs(full - 2 * m * n * k / rate) <= 1e-12 * full);
+    // One row more: 13 x 11 tiles (or 25 x 6 of 128 x 256) would need a second wave, twice the time; 25 x 11
+    // tiles of 128 x 128, each half the work, take three waves: 1.5x the time for 0.03% more work.
+    QVERIFY(std::abs(h100Gemm(m + 1, n, k) - 1.5 * full) <= 1e-12 * full);
+    // A small output splits k over the idle SMs: 768 x 768 (36 tiles of 128 x 128) over 8192 rows of tokens,
+    // 3 slices of 2731 in one wave, far faster than 36 SMs alone but slower than the achievable rate.
+    const double dw = h100Gemm(768, 768, 8192);
+    QVERIFY(dw < 2 * 128 * 128 * 8192 / (rate / 132) / 2);
+    QVERIFY(dw > 2.0 * 768 * 768 * 8192 / rate);
+    // Never faster than the achievable rate, never below the shortest kernel, a tiny GEMM at that floor.
+    for (double a : {1.0, 77.0, 1000.0, 4096.0, 12288.0})
+      for (double b : {1.0, 300.0, 5000.0, 50304.0})
+        for (double c : {64.0, 768.0, 16384.0}) {
+          const double t = h100Gemm(a, b, c);
+          QVERIFY(t >= 2 * a * b * c / rate * (1 - 1e-12));
+          QVERIFY(t >= 2e-6 && std::isfinite(t));
+        }
+    QCOMPARE(h100Gemm(1, 1, 1), 2e-6);
+    // Memory-bound: a matrix-vector product moves its matrix at the elementwise bandwidth.
+    const double gemv = h100Gemm(1, 16384, 16384);
+    QVERIFY(std::abs(gemv - 2.0 * (16384.0 + 16384.0 * 16384 + 16384) / (kH100Bandwidth * 2.926 / 3.35)) <=
+            1e-9 * gemv);
+  }
+
+  // The model against the GEMMs PyTorch ran on an H100 (docs/gpu-logs/2026-11-26b-h100-profile-torch.txt:
+  // GPT-2 124M in bf16, batch 8 x 1024, per-kernel times of one training step): the GEMM kernels' time summed
+  // from the log against the model's for the step's 147 GEMMs (12 blocks x 4 x forward and two gradients, and
+  // the LM head's three).
+  void gemmModelMatchesPyTorchOnH100() {
+    std::ifstream log(std::string(MS_SOURCE_DIR) + "/docs/gpu-logs/2026-11-26b-h100-profile-torch.txt");
+    QVERIFY(log.good());
+    double measuredMs = 0, launches = 0;
+    std::string line;
+    while (std::getline(log, line)) {
+      if (line.find("nvjet") == std::string::npos && line.find("splitKreduce") == std::string::npos) continue;
+      std::istringstream fields(line);
+      double ms = 0, launchesHere = 0;
+      std::string share;
+      fields >> ms >> share >> launchesHere;
+      measuredMs += ms;
+      launches += launchesHere;
+    }
+    QCOMPARE(launches, 147.0);
+    const double M = 8 * 1024, C = 768, F = 4 * C, V = 50304;
+    double predicted = 0;
+    for (const auto& [n, k] : {std::pair{3 * C, C}, {C, C}, {F, C}, {C, F}})
+      predicted += 12 * (h100Gemm(M, n, k) + h100Gemm(M, k, n) + h100Gemm(k, n, M));
+    predicted += h100Gemm(M, V, C) + h100Gemm(M, C, V) + h100Gemm(C, V, M);
+    const double ratio = predicted * 1e3 / measuredMs;
+    qInfo("GEMMs of one step: predicted %.3f ms, PyTorch on an H100 %.3f ms (x%.3f)", predicted * 1e3,
+          measuredMs, ratio);
+    QVERIFY2(ratio > 0.9 && ratio < 1.1, qPrintable(QString::number(ratio)));
+  }
+
+  // Small and large models costed alike, by their shapes: a GPT-3-sized layer runs near the achievable matmul
+  // rate, a tiny model's kernels mostly wait on their fixed cost.
+  void mfuGrowsWithTheModel() {
+    const double large = oneGpuMfu(2, 12288, 96, 2048);
+    const double small = oneGpuMfu(2, 256, 4, 256);
+    qInfo("MFU on one H100, links free: 2 x 12288 %.3f, 2 x 256 %.3f", large, small);
+    QVERIFY2(large > 0.55 && large < 792.1 / 989.0, qPrintable(QString::number(large)));
+    QVERIFY2(small > 0 && small < 0.1, qPrintable(QString::number(small)));
   }
 };
 

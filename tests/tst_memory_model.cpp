@@ -55,6 +55,7 @@ double blockLocal(int tp) {
 
 json baseConfig(int layers) {
   json c = ms::test::smallGpuPlanConfig("memory", layers, 16);
+  ms::test::useFlatH100(c);  // the expected compute times below are written in FLOPs
   c["optimizer"] = {{"type", "adamw"}};
   return c;
 }

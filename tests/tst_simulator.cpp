@@ -20,8 +20,11 @@ using nlohmann::json;
 
 namespace {
 
+// On an H100 costed by FLOPs (test_util.h useFlatH100): the formulas below are written in FLOPs.
 json baseConfig(int layers, int batch) {
-  return ms::test::smallGpuPlanConfig("sim", layers, batch);
+  json c = ms::test::smallGpuPlanConfig("sim", layers, batch);
+  ms::test::useFlatH100(c);
+  return c;
 }
 
 ms::Expected<ms::Plan> makePlan(int layers, int batch, const json& patch) {

@@ -566,8 +566,8 @@ class TestUiEditing : public QObject {
     QVERIFY2(canvas.tileLabel(1023).startsWith("rank 1023 · stage 7\ntp 7 · dp 15"),
              qPrintable(canvas.tileLabel(1023)));
     QCOMPARE(canvas.stageOfDevice(130), 1);
-    QVERIFY2(canvas.interLinkText().startsWith("infiniband · 50 GB/s"), qPrintable(canvas.interLinkText()));
-    QVERIFY2(canvas.nodeHeader(0).contains("nvlink · 450 GB/s"), qPrintable(canvas.nodeHeader(0)));
+    QVERIFY2(canvas.interLinkText().startsWith("infiniband · 48 GB/s"), qPrintable(canvas.interLinkText()));
+    QVERIFY2(canvas.nodeHeader(0).contains("nvlink · 370 GB/s"), qPrintable(canvas.nodeHeader(0)));
     // Interleaved: stage 0 holds chunks 0 and 8 of 16.
     QVERIFY2(canvas.stageLayers(0).startsWith("emb, b0-b5 + b"), qPrintable(canvas.stageLayers(0)));
     // Painting the whole mesh (labels dropped at this zoom) and a zoomed-in part (labels drawn).

@@ -1,6 +1,11 @@
 // The cost model; see cost_model.h. The formulas, in one place:
 //
-// Compute (per layer, per microbatch of b samples, on the device of the stage holding the layer):
+// Compute (per layer, per microbatch of b samples, on the device of the stage holding the layer): on a
+// catalog GPU (plan/gpu_kernel_model.h) or a measured device (plan/device_profile.h), by shape: each of the
+// layer's GEMMs (LayerSpec::gemms; n or k / tp) forward and both gradients, the attention core forward and
+// backward, and its elementwise passes (bf16 ones half the fp32 bytes on a catalog GPU), backward taking two
+// passes per forward one; the LM head's chunked GEMMs all in the forward (profiledLayer below). Otherwise (a
+// config's own device type, and the cnn's convolutions, which have no shapes), from FLOPs:
 //   forward        = forwardFlopsPerSample * b / (peakFlops(precision) * achievableFraction) / tp
 //   backwardInput  = forward (+ forward again for a fully recomputed transformer block: the engine re-runs
 //                    the block before its backward; with "recompute_layers" only the first N blocks of
@@ -52,7 +57,8 @@
 //
 // Optimizer step of a stage: every state byte of its parameter shard read once, (parameter + gradient +
 // optimizer bytes per element, and in mixed precision the bf16 working copy written) * params / tp / (dp with
-// ZeRO >= 1) / memoryBandwidth (a memory-bound pass), plus for ZeRO 1 and 2 the all-gather of the updated
+// ZeRO >= 1) / memoryBandwidth (a memory-bound pass; on a catalog GPU at its fused AdamW's measured fraction
+// of it, on a measured device from its optimizer curve), plus for ZeRO 1 and 2 the all-gather of the updated
 // working parameters (bf16 in mixed precision) over the
 // DP group (ZeRO-3 keeps them sharded and gathers before use instead).
 // With "offload": "optimizer" (ZeRO-Offload, Ren et al. 2021, section 4: gradients to the host, the step on
@@ -67,6 +73,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "plan/memory_model.h"
 #include "plan/model_state.h"
@@ -180,16 +187,68 @@ RankShare rankShare(const Plan& plan, int rank, const DeviceProfile& profile) {
   return {threads, std::max(1.0, double(onNode) * threads / cores)};
 }
 
-// A layer's compute on a measured device, per microbatch of mbs samples (LayerSpec::gemms and the fields
-// beside it): each GEMM by its shape, attention and the elementwise passes from their curves.
+// What a layer's kernels take on a device that times them by shape: a measured profile's curves at the
+// rank's thread count, or a catalog GPU's kernel model.
+struct KernelTimes {
+  virtual ~KernelTimes() = default;
+  virtual double gemm(double m, double n, double k) const = 0;
+  virtual double attentionForward(double flops, double keys) const = 0;
+  virtual double attentionBackward(double flops, double keys) const = 0;
+  virtual double elementwise(double bytes) const = 0;  // bytes as LayerSpec counts them (fp32 elements)
+};
+
+struct ProfileTimes final : KernelTimes {
+  ProfileTimes(const DeviceProfile& profile, Precision precision, int threads)
+      : profile(profile), precision(precision), threads(threads) {}
+  double gemm(double m, double n, double k) const override {
+    return profile.gemmSeconds(precision, threads, m, n, k);
+  }
+  double attentionForward(double flops, double keys) const override {
+    return profile.attentionForwardSeconds(precision, threads, flops, keys);
+  }
+  double attentionBackward(double flops, double keys) const override {
+    return profile.attentionBackwardSeconds(precision, threads, flops, keys);
+  }
+  double elementwise(double bytes) const override { return profile.elementwiseSeconds(threads, bytes); }
+  const DeviceProfile& profile;
+  Precision precision;
+  int threads;
+};
+
+// A catalog GPU: bf16 runs its GEMMs, attention and elementwise passes on bf16 tensors (2-byte elements, half
+// the fp32 bytes LayerSpec counts), fp32 on fp32 ones at the fp32 peak.
+struct CatalogTimes final : KernelTimes {
+  CatalogTimes(const DeviceSpec& device, Precision precision)
+      : model(*device.kernels),
+        peak(device.peakFlops(precision)),
+        bandwidth(device.memoryBandwidth),
+        elementBytes(precision == Precision::Bf16 ? 2.0 : 4.0) {}
+  double gemm(double m, double n, double k) const override {
+    return model.gemmSeconds(peak, bandwidth, elementBytes, m, n, k);
+  }
+  double attentionForward(double flops, double keys) const override {
+    return model.attentionForwardSeconds(peak, flops, keys);
+  }
+  double attentionBackward(double flops, double keys) const override {
+    return model.attentionBackwardSeconds(peak, flops, keys);
+  }
+  double elementwise(double bytes) const override {
+    return model.elementwiseSeconds(bandwidth, bytes * elementBytes / 4.0);
+  }
+  const GpuKernelModel& model;
+  double peak, bandwidth, elementBytes;
+};
+
+// A layer's compute by shape, per microbatch of mbs samples (LayerSpec::gemms and the fields beside it):
+// each GEMM by its shape, attention and the elementwise passes from their curves; `slowdown` stretches all
+// of it (a measured CPU's ranks sharing its cores).
 struct ProfiledLayer {
   double forward = 0, backwardInput = 0, backwardWeight = 0;
   double attentionForward = 0;  // part of forward: what selective recomputation repeats
 };
-ProfiledLayer profiledLayer(const LayerSpec& layer, const DeviceProfile& profile, Precision precision,
-                            const RankShare& share, double mbs, int tp, int ep) {
+ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, double slowdown, double mbs,
+                            int tp, int ep) {
   ProfiledLayer t;
-  const int threads = share.threads;
   double forward = 0, input = 0, weight = 0, fused = 0;
   for (const GemmShape& g : layer.gemms) {
     double m = g.rows * mbs;
@@ -207,9 +266,9 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const DeviceProfile& profile
       count *= m / rows;
       m = rows;
     }
-    const double f = count * profile.gemmSeconds(precision, threads, m, n, k);
-    const double dx = g.inputGradient ? count * profile.gemmSeconds(precision, threads, m, k, n) : 0.0;
-    const double dw = count * profile.gemmSeconds(precision, threads, k, n, m);
+    const double f = count * times.gemm(m, n, k);
+    const double dx = g.inputGradient ? count * times.gemm(m, k, n) : 0.0;
+    const double dw = count * times.gemm(k, n, m);
     if (g.chunked) {
       fused += f + dx + dw;
     } else {
@@ -220,25 +279,41 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const DeviceProfile& profile
   }
   if (layer.attentionFlopsPerSample > 0) {
     const double flops = layer.attentionFlopsPerSample * mbs / tp;
-    t.attentionForward = profile.attentionForwardSeconds(precision, threads, flops, layer.attentionKeys);
+    t.attentionForward = times.attentionForward(flops, layer.attentionKeys);
     forward += t.attentionForward;
-    input += profile.attentionBackwardSeconds(precision, threads, flops, layer.attentionKeys);
+    input += times.attentionBackward(flops, layer.attentionKeys);
   }
   const double bytes = (layer.elementwiseBytesPerSample + layer.splitElementwiseBytesPerSample / tp) * mbs;
   if (bytes > 0) {
     const double passes = std::max(1, layer.elementwisePasses);
-    forward += passes * profile.elementwiseSeconds(threads, bytes / passes);
-    input += 2.0 * passes * profile.elementwiseSeconds(threads, bytes / passes);
+    forward += passes * times.elementwise(bytes / passes);
+    input += 2.0 * passes * times.elementwise(bytes / passes);
   }
   if (fused > 0) {  // the fused LM head: its whole backward runs in the training forward
     forward += fused + input + weight;
     input = weight = 0;
   }
-  t.forward = forward * share.slowdown;
-  t.backwardInput = input * share.slowdown;
-  t.backwardWeight = weight * share.slowdown;
-  t.attentionForward *= share.slowdown;
+  t.forward = forward * slowdown;
+  t.backwardInput = input * slowdown;
+  t.backwardWeight = weight * slowdown;
+  t.attentionForward *= slowdown;
   return t;
+}
+
+// A layer timed by shape on the stage's device, when the device can (a profile or a kernel model) and the
+// layer has shapes (the cnn's convolutions have none).
+std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const LayerSpec& layer, double mbs) {
+  if (layer.gemms.empty() && layer.elementwiseBytesPerSample <= 0) return std::nullopt;
+  const ParallelConfig& p = plan.config.parallel;
+  const DeviceSpec& device = stageDevice(plan, stage);
+  const int tp = std::max(1, p.tp);
+  if (device.profile) {
+    const RankShare share = rankShare(plan, replicaRank(plan, stage), *device.profile);
+    return profiledLayer(layer, ProfileTimes(*device.profile, p.precision, share.threads), share.slowdown,
+                         mbs, tp, p.ep);
+  }
+  if (device.kernels) return profiledLayer(layer, CatalogTimes(device, p.precision), 1.0, mbs, tp, p.ep);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -265,10 +340,9 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const int stage = plan.partition.stageOf[static_cast<size_t>(chunkOf[l])];
     const DeviceSpec& device = stageDevice(plan, stage);
     const LayerSpec& layer = model.layers[l];
-    if (device.profile && (!layer.gemms.empty() || layer.elementwiseBytesPerSample > 0)) {
-      // A measured device: by shape (the cnn, without shapes, is timed by FLOPs below).
-      const RankShare share = rankShare(plan, replicaRank(plan, stage), *device.profile);
-      const ProfiledLayer t = profiledLayer(layer, *device.profile, p.precision, share, mbs, tp, p.ep);
+    if (const std::optional<ProfiledLayer> shaped = layerByShape(plan, stage, layer, mbs)) {
+      // A measured device or a catalog GPU: by shape (the cnn, without shapes, is timed by FLOPs below).
+      const ProfiledLayer& t = *shaped;
       double again = 0.0;
       if (fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(chunkOf[l])], static_cast<int>(l)))
         again = t.forward;
@@ -380,7 +454,10 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         const ModelConfig& m = plan.config.model;
         const double values =
             mbs * double(model.samplePositions) * 2.0 * m.kvHeadCount() * (m.width / m.heads) / tp;
-        const double step = rate > 0 ? layer.attentionFlopsPerSample * mbs / rate / tp / p.cp : 0.0;
+        const double flops = layer.attentionFlopsPerSample * mbs / tp / p.cp;
+        double step = rate > 0 ? flops / rate : 0.0;
+        if (device.kernels)  // a catalog GPU's attention rate at the block's keys (a cp-th of the sequence's)
+          step = CatalogTimes(device, p.precision).attentionForward(flops, layer.attentionKeys / p.cp);
         const double transfer = p2pTime(values * activationElementBytes(p.precision), link);
         const double gradients = p2pTime(values * 4.0, link);
         const double forward = (p.cp - 1) * std::max(0.0, transfer - step);
@@ -548,6 +625,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
                          (state.mixed ? state.masterBytes + state.workingBytes : state.workingBytes) +
                          state.momentBytes;
     double t = device.memoryBandwidth > 0 ? shard * bytes / device.memoryBandwidth : 0.0;
+    if (device.kernels && device.memoryBandwidth > 0)  // a catalog GPU: its fused AdamW's measured bandwidth
+      t = device.kernels->optimizerSeconds(device.memoryBandwidth, shard * bytes);
     if (device.profile && !device.profile->optimizer.empty()) {
       // A measured device: its optimizer step's curve (the engine's AdamW over fp32 parameters).
       const RankShare share = rankShare(plan, replicaRank(plan, s), *device.profile);

@@ -21,8 +21,9 @@ constexpr double kGiga = 1e9;   // GB -> bytes, GB/s -> bytes/s
 constexpr double kGibi = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMicro = 1e-6;  // us -> s
 
-// Fraction of the dense peak a well-fed training step reaches. GPUs: ~50% model FLOPs utilisation for
-// transformer training (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+// Fraction of the dense peak a well-fed training step reaches, where a catalog GPU's kernel model cannot
+// time a layer by its shapes (the cnn's convolutions). GPUs: ~50% model FLOPs utilisation for transformer
+// training (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
 // Clusters": 44-52% of A100 peak; Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 // Transformer Models": 54-56%). CPU: its "peak" is a measured GEMM rate, which a step's GEMMs mostly reach.
 constexpr double kGpuFraction = 0.5;
@@ -39,6 +40,44 @@ DeviceSpec device(const char* name, const char* label, double fp32, double tf32,
   d.memoryBytes = memoryGb * kGiga;
   d.memoryBandwidth = bandwidthGbs * kGiga;
   d.achievableFraction = fraction;
+  return d;
+}
+
+// The kernel model of a catalog GPU (plan/gpu_kernel_model.h).
+// GEMM: Bekman, "Machine Learning Engineering" (github.com/stas00/ml-engineering), compute/accelerator,
+// "Maximum Achievable Matmul FLOPS comparison table" (BF16 matmul, mamf-finder.py): A100 SXM 267.9 of 312
+// TFLOPS (85.9%), H100 SXM 792.1 of 989 (80.1%); the table has no L40S or RTX 4090 row, so those two take
+// kAssumedGemmEfficiency, an assumption near the measured ones, not a measurement. SMs: NVIDIA H100
+// whitepaper (H100 SXM5: 132 SMs; the H200 is the same GH100 configuration), A100 whitepaper (108), Ada
+// whitepaper (RTX 4090: 128) and L40S datasheet (18,176 CUDA cores, 128 per SM: 142).
+// The rest was measured on an H100 80GB HBM3 with PyTorch's kernels (docs/gpu-logs/
+// 2026-11-26b-h100-profile-torch.txt, GPT-2 124M in bf16, batch 8 x 1024) and is applied to every catalog
+// GPU (an assumption for the others):
+//   attention: cuDNN's flash forward, 12.9 GFLOP (causal, 1024 keys, head size 64) in 46.5 us = 277 TFLOP/s,
+//     0.280 of 989.4; its backward 120.4 us, 2.59x the forward. At >= 4096 keys the forward's fraction is
+//     0.5, the low end of FlashAttention-2's published 50-73% of peak (Dao 2023, abstract; A100, forward).
+//   elementwise: GELU forward over 8192 x 3072 bf16 (100.7 MB read and written) in 34.4 us = 2.93 TB/s, 0.87
+//     of 3.35 TB/s;
+//   optimizer: fused AdamW over 123.7M fp32 parameters (28 bytes each read or written) in 1.322 ms per step
+//     = 2.62 TB/s, 0.78;
+//   the shortest kernels: 1.0-3.6 us (memsets, scalar ops, radix-sort passes), taken as 2 us.
+constexpr double kAssumedGemmEfficiency = 0.8;
+std::shared_ptr<const GpuKernelModel> kernelModel(int sms, double gemmEfficiency, const char* source) {
+  auto model = std::make_shared<GpuKernelModel>();
+  model->sms = sms;
+  model->gemmEfficiency = gemmEfficiency;
+  model->attentionShort = 277.1 / 989.4;
+  model->attentionLong = 0.5;
+  model->attentionBackward = 120.4 / 46.5;
+  model->elementwiseEfficiency = 2.926 / 3.35;
+  model->optimizerEfficiency = 2.62 / 3.35;
+  model->minKernelSeconds = 2e-6;
+  model->source = source;
+  return model;
+}
+
+DeviceSpec withKernels(DeviceSpec d, std::shared_ptr<const GpuKernelModel> kernels) {
+  d.kernels = std::move(kernels);
   return d;
 }
 
@@ -72,35 +111,43 @@ std::vector<DeviceSpec> makeDeviceCatalog() {
       // Host (NVIDIA DGX H100 user guide): PCIe Gen5 x16 per GPU (64 GB/s each way, as "pcie" below), 2 TB
       // of system memory for 8 GPUs (250 GB each), two Xeon Platinum 8480C with 8 DDR5-4800 channels each
       // (2 x 8 x 38.4 = 614 GB/s, 76.8 GB/s per GPU).
-      withHost(device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 85.017493504, 3350,
-                      kGpuFraction),
-               64, 250, 76.8),
+      withKernels(withHost(device("h100-sxm-80gb", "NVIDIA H100 SXM 80GB", 66.9, 494.7, 989.4, 85.017493504,
+                                  3350, kGpuFraction),
+                           64, 250, 76.8),
+                  kernelModel(132, 792.1 / 989.0, "MAMF 792.1 of 989 TFLOP/s (ml-engineering), 132 SMs")),
       // NVIDIA H200 datasheet: the H100 SXM's compute (FP32 67, TF32 989 and BF16 1,979 TFLOPS with
       // sparsity, as H100's), 141GB HBM3e, 4.8TB/s. Memory as measured, not the datasheet's 141e9 bytes:
       // cudaMemGetInfo's total on an H200 (driver 580, CUDA 13.0; bench/gpu_memory.py's device.total in
       // docs/gpu-logs/2026-11-26-h200-gpu-memory.json) is 150,109,880,320 bytes, what allocations can reach.
-      withHost(
-          device("h200-141gb", "NVIDIA H200 SXM 141GB", 66.9, 494.7, 989.4, 150.10988032, 4800, kGpuFraction),
-          64, 250, 76.8),
+      withKernels(withHost(device("h200-141gb", "NVIDIA H200 SXM 141GB", 66.9, 494.7, 989.4, 150.10988032,
+                                  4800, kGpuFraction),
+                           64, 250, 76.8),
+                  kernelModel(132, 792.1 / 989.0, "the H100 SXM's MAMF 792.1 of 989 TFLOP/s, 132 SMs")),
       // NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5 TFLOPS, TF32 156, BF16 312 (dense; 312 and 624 with
       // sparsity); A100 40GB: HBM2, 1,555GB/s; A100 80GB SXM: HBM2e, 2,039GB/s.
       // Host (NVIDIA DGX A100 user guide): PCIe Gen4 x16 per GPU (32 GB/s each way), 1 TB of system memory
       // (DGX A100 320GB) or 2 TB (640GB) for 8 GPUs, two AMD EPYC 7742 with 8 DDR4-3200 channels each
       // (2 x 8 x 25.6 = 409.6 GB/s, 51.2 GB/s per GPU).
-      withHost(device("a100-40gb", "NVIDIA A100 40GB", 19.5, 156, 312, 40, 1555, kGpuFraction), 32, 125,
-               51.2),
-      withHost(device("a100-80gb", "NVIDIA A100 80GB SXM", 19.5, 156, 312, 80, 2039, kGpuFraction), 32, 250,
-               51.2),
+      withKernels(withHost(device("a100-40gb", "NVIDIA A100 40GB", 19.5, 156, 312, 40, 1555, kGpuFraction),
+                           32, 125, 51.2),
+                  kernelModel(108, 267.9 / 312.0, "the A100 SXM's MAMF 267.9 of 312 TFLOP/s, 108 SMs")),
+      withKernels(
+          withHost(device("a100-80gb", "NVIDIA A100 80GB SXM", 19.5, 156, 312, 80, 2039, kGpuFraction), 32,
+                   250, 51.2),
+          kernelModel(108, 267.9 / 312.0, "MAMF 267.9 of 312 TFLOP/s (ml-engineering), 108 SMs")),
       // NVIDIA L40S datasheet: FP32 91.6 TFLOPS, TF32 183, BF16 362.05 (dense; 366 and 733 with sparsity),
       // 48GB GDDR6, 864GB/s.
       // Host: PCIe Gen4 x16 (the L40S datasheet's 64 GB/s both ways, 32 each way); no reference system
       // fixes the rest, so its host memory and DRAM bandwidth are left unknown (offload is refused).
-      withHost(device("l40s", "NVIDIA L40S", 91.6, 183, 362.05, 48, 864, kGpuFraction), 32, 0, 0),
+      withKernels(withHost(device("l40s", "NVIDIA L40S", 91.6, 183, 362.05, 48, 864, kGpuFraction), 32, 0, 0),
+                  kernelModel(142, kAssumedGemmEfficiency, "no published MAMF: 0.8 assumed, 142 SMs")),
       // NVIDIA Ada GPU Architecture whitepaper, appendix table (GeForce RTX 4090): FP32 82.6 TFLOPS, TF32
       // 82.6, BF16 with FP32 accumulate 165.2 (dense; 330.4 with sparsity), 24GB GDDR6X, 1,008GB/s.
       // Host: PCIe Gen4 x16 (32 GB/s each way); host memory and DRAM bandwidth unknown, as for the L40S.
-      withHost(device("rtx4090", "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 24, 1008, kGpuFraction), 32, 0,
-               0),
+      withKernels(
+          withHost(device("rtx4090", "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 24, 1008, kGpuFraction),
+                   32, 0, 0),
+          kernelModel(128, kAssumedGemmEfficiency, "no published MAMF: 0.8 assumed, 128 SMs")),
   };
 }
 
@@ -111,14 +158,20 @@ std::vector<LinkSpec> makeLinkCatalog() {
       // ~10 GB/s and ~1 us on a current server (a conservative figure; calibration can refine it).
       LinkSpec{"shm", 10 * kGiga, 1e-6, nullptr},
       // NVIDIA H100 datasheet and NVLink page: 4th-generation NVLink, 900GB/s per GPU in both directions
-      // together, so 450 GB/s each way; ~3 us for a small NCCL message.
-      LinkSpec{"nvlink", 450 * kGiga, 3e-6, nullptr},
+      // together, 450 GB/s each way on the wire; NCCL's protocol overhead (~20%) leaves an effective 370
+      // GB/s,
+      // the bus bandwidth nccl-tests measures for ring collectives on 8 H100s (NCCL's maintainer, NVIDIA/
+      // nccl-tests issue 212, 2024; NVLink SHARP all-reduces reach ~480 GB/s of bus bandwidth there, not
+      // modelled: every collective is costed as a ring); ~3 us for a small NCCL message.
+      LinkSpec{"nvlink", 370 * kGiga, 3e-6, nullptr},
       // PCI-SIG PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b encoding, x16 = ~63 GB/s
       // each way, rounded to the usual 64 GB/s.
       LinkSpec{"pcie", 64 * kGiga, 5e-6, nullptr},
       // NVIDIA ConnectX-7 / Quantum-2 NDR datasheets: 400Gb/s per port, one port per GPU (as in DGX H100), so
-      // 50 GB/s each way per device; ~5 us through a switch with GPUDirect RDMA.
-      LinkSpec{"infiniband", 50 * kGiga, 5e-6, nullptr},
+      // 50 GB/s each way per device on the wire; nccl-tests all-reduces across nodes reach ~96% of it at the
+      // largest sizes (NVIDIA/nccl-tests issue 119: 24 A100s on 3 nodes of 4 HDR ports, a peak bus bandwidth
+      // of ~96 GB/s of 100), so 48 GB/s; ~5 us through a switch with GPUDirect RDMA.
+      LinkSpec{"infiniband", 48 * kGiga, 5e-6, nullptr},
       // IEEE 802.3ba (100 Gigabit Ethernet): 100Gb/s = 12.5 GB/s each way, ~20 us through the TCP stack.
       LinkSpec{"ethernet", 12.5 * kGiga, 2e-5, nullptr},
   };
@@ -260,6 +313,7 @@ DeviceSpec toDeviceSpec(const DeviceTypeConfig& type) {
                     type.hostLinkGbs * kGiga,
                     type.hostMemoryGb * kGiga,
                     type.hostMemoryBandwidthGbs * kGiga,
+                    nullptr,
                     nullptr};
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "plan/device_profile.h"
+#include "plan/gpu_kernel_model.h"
 #include "plan/run_config.h"
 
 namespace ms {
@@ -27,8 +28,9 @@ struct DeviceSpec {
   double peakFlopsBf16 = 0;    // dense FLOP/s, bf16 tensor cores
   double memoryBytes = 0;      // capacity
   double memoryBandwidth = 0;  // bytes/s
-  // Fraction of peak a well-fed training step reaches on this device (the cost model's default efficiency;
-  // calibration replaces it with measured per-layer times).
+  // Fraction of peak a well-fed training step reaches on this device: the cost model's efficiency for a
+  // device without a kernel model or a profile (a config's own types), and for the layers the kernel model
+  // cannot time by shape (the cnn's convolutions); calibration replaces it with measured per-layer times.
   double achievableFraction = 0.5;
   // Whether the peaks are published figures (a datasheet, or a user's own type): MFU is a fraction of a
   // published peak, so it is only stated for plans whose devices all have one. The "cpu" entry's figures are
@@ -46,6 +48,10 @@ struct DeviceSpec {
   // the optimizer step from the profile's curves, and the figures above are the profile's best measured
   // rates (publishedPeak false). Null for catalog and user-described types.
   std::shared_ptr<const DeviceProfile> profile;
+  // A catalog GPU's kernels by shape (plan/gpu_kernel_model.h): GEMMs by wave and tile quantisation of the
+  // published achievable matmul rate, attention, elementwise passes and the optimizer step at measured
+  // fractions of the peak and of the memory bandwidth. Null for the cpu entry and for a config's own types.
+  std::shared_ptr<const GpuKernelModel> kernels;
 };
 
 struct LinkSpec {

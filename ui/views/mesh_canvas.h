@@ -56,7 +56,7 @@ class MeshCanvas : public QGraphicsView {
   QColor tileColor(int device) const;  // the stage's colour, grey when idle
   static QColor stageColor(int stage);
   QString stageLayers(int stage) const;   // "emb, b0-b3" (chunks joined by " + ")
-  QString nodeHeader(int node) const;     // "node000 · h100-sxm-80gb × 8 · nvlink · 450 GB/s · 3 µs"
+  QString nodeHeader(int node) const;     // "node000 · h100-sxm-80gb × 8 · nvlink · 370 GB/s · 3 µs"
   QString nodeShortName(int node) const;  // the node's name (drawn over a zoomed-out node)
   // The legend: the links, the rank layout, then one line per stage with its colour and layers. Plain text
   // (for tests and tooltips) and the same as rich text with colour swatches (for the legend panel).
@@ -67,7 +67,7 @@ class MeshCanvas : public QGraphicsView {
   // How many lines of a tile's label are drawn at the current zoom (text is drawn in the UI font at its own
   // size, so a line that would be smaller is left out, never shrunk); 0 when tiles are too small for text.
   int tileLinesShown() const;
-  QString intraLinkText() const { return m_intraText; }  // "nvlink · 450 GB/s · 3 µs"
+  QString intraLinkText() const { return m_intraText; }  // "nvlink · 370 GB/s · 3 µs"
   QString interLinkText() const { return m_interText; }
   bool deviceFits(int device) const;  // false when the snapshot says its rank exceeds its memory
   int highlightedDevice() const { return m_highlight; }  // under a drag, else -1

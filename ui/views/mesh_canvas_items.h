@@ -41,7 +41,7 @@ inline constexpr double kTileTextMarginX = 4, kTileTextMarginY = 2;
 // not even three characters fit across it.
 int linesThatFit(QSizeF pixels, const QFont& font, int available);
 
-// "nvlink · 450 GB/s · 3 µs", resolved like buildMesh (the config's own types first, then the catalog).
+// "nvlink · 370 GB/s · 3 µs", resolved like buildMesh (the config's own types first, then the catalog).
 QString linkText(const MeshConfig& mesh, const std::string& name);
 
 // One node: its box, its header (name, device type, intra-node link) and its device tiles with their labels
