@@ -525,6 +525,10 @@ class TestStudio : public QObject {
     QVERIFY2(w.openProject(path), qPrintable(w.lastError()));
     const QString tip = w.meshCanvas()->tileToolTip(9);  // rank 9: tp 1 of dp 1
     QVERIFY2(tip.contains("Rank 9: stage 0, tp 1, dp 1"), qPrintable(tip));
+    // How the planner costs the device: the catalog H100's kernel model (792.1 of 989.4 TFLOP/s at its MAMF).
+    QVERIFY2(
+        tip.contains("costed by shape: GEMMs up to 792.4 TFLOP/s bf16 in waves over 132 SMs (MAMF 792.1"),
+        qPrintable(tip));
     QVERIFY2(tip.contains("tensor-parallel group: 8, 9, 10, 11, 12, 13, … (8 ranks)"), qPrintable(tip));
     QVERIFY2(tip.contains("data-parallel group: 1, 9, 17, 25, 33, 41, … (8 ranks)"), qPrintable(tip));
     QVERIFY2(tip.contains("expert-parallel group (all-to-all): 1, 9, 17, 25; experts 2-3 of 8"),

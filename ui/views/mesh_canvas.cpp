@@ -412,12 +412,23 @@ QString MeshCanvas::tileToolTip(int device) const {
                      .arg(device)
                      .arg(m_geometry.localIndex(device))
                      .arg(QString::fromStdString(n.name));
-  if (const auto spec = deviceSpec(config.mesh, n.device))
+  if (const auto spec = deviceSpec(config.mesh, n.device)) {
     text += tr("\n%1: %2 TFLOP/s bf16, %3 TFLOP/s fp32, %4")
                 .arg(QString::fromStdString(spec->label))
                 .arg(spec->peakFlopsBf16 / 1e12, 0, 'g', 4)
                 .arg(spec->peakFlopsFp32 / 1e12, 0, 'g', 4)
                 .arg(formatBytes(spec->memoryBytes));
+    // How the planner costs its compute (cost_model.cpp): by shape on a catalog GPU, else one fraction.
+    if (const auto& k = spec->kernels)
+      text += tr("\n  costed by shape: GEMMs up to %1 TFLOP/s bf16 in waves over %2 SMs (%3); attention, "
+                 "elementwise passes and the optimizer at fractions measured on an H100")
+                  .arg(k->gemmEfficiency * spec->peakFlopsBf16 / 1e12, 0, 'f', 1)
+                  .arg(k->sms)
+                  .arg(QString::fromStdString(k->source));
+    else
+      text +=
+          tr("\n  costed at %1% of the peak for every FLOP").arg(100 * spec->achievableFraction, 0, 'g', 3);
+  }
   const int rank = m_ranks.firstRank(device);
   if (rank < 0) return text + tr("\nIdle: no rank runs here (drops are refused)");
   const bool ps = config.parallel.mode == ParallelMode::ParameterServer;
