@@ -182,7 +182,19 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
     perNode += d.node == 0 ? 1 : 0;
   }
   const DeviceSpec& device = slowest->spec;
-  const double rate = device.peakFlops(base.parallel.precision) * device.achievableFraction;
+  const double flatRate = device.peakFlops(base.parallel.precision) * device.achievableFraction;
+  // The screen's compute rate for a microbatch of `rows` positions on tp ranks: on a catalog GPU the rate its
+  // kernel model gives the MLP's first GEMM at that shape (rows x F / tp x width: wave and tile quantisation
+  // of small microbatches and wide tp included), else the device's one fraction of its peak. The simulated
+  // plans are costed layer by layer (cost_model.cpp); this only ranks the candidates to simulate.
+  auto screenRate = [&](double rows, int tp) {
+    if (!device.kernels || model.width <= 0) return flatRate;
+    const double n = std::max(1.0, double(model.mlpHidden()) / tp), k = double(model.width);
+    const double elementBytes = base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0;
+    const double t = device.kernels->gemmSeconds(device.peakFlops(base.parallel.precision),
+                                                 device.memoryBandwidth, elementBytes, rows, n, k);
+    return t > 0 ? 2.0 * rows * n * k / t : flatRate;
+  };
   const double elem = 4.0;  // activations and parameters move in fp32 in both precisions
   // Attention runs fused on GPUs for head sizes the kernel takes (memory_model.h fusedAttention).
   const bool fused = isGpuDevice(device) && isTransformer(model.type) && model.heads > 0 &&
@@ -221,6 +233,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
         for (int mbs = 1; mbs <= B; mbs *= 2) {
           if (B % (dp * mbs)) continue;
           const int M = B / (dp * mbs);
+          const double rate = screenRate(double(mbs) * positions, tp);
           std::vector<std::pair<Schedule, int>> schedules = {{Schedule::OneFOneB, 1}};
           if (pp > 1) {
             schedules.push_back({Schedule::GPipe, 1});
