@@ -2,7 +2,6 @@
 // program, run the engine under mpirun, read a metrics stream, write a config, compare checkpoints.
 #pragma once
 
-#include <QProcess>
 #include <QString>
 #include <QStringList>
 
@@ -14,34 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "process_util.h"
 #include "runtime/safetensors.h"
 
 namespace ms::test {
-
-struct ProcessResult {
-  int code = -1;
-  QString err;
-};
-
-inline ProcessResult runProcess(const QString& program, const QStringList& args, int timeoutMs = 300000) {
-  QProcess p;
-  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-  env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
-  env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-  env.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
-  p.setProcessEnvironment(env);
-  p.start(program, args);
-  ProcessResult r;
-  if (!p.waitForFinished(timeoutMs)) {
-    p.kill();
-    p.waitForFinished(5000);
-    r.err = "timed out";
-    return r;
-  }
-  r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
-}
 
 // The engine under `mpirun --oversubscribe -np N`.
 inline ProcessResult runMpi(const QString& mpiexec, const QString& engine, int np, const QStringList& args) {

@@ -23,36 +23,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "process_util.h"
+
 namespace {
 
 const QString kEngine = QStringLiteral(MS_ENGINE_EXE);
 
-struct Result {
-  int code = -1;
-  bool finished = false;
-  QString out;
-  QString err;
-};
+using Result = ms::test::ProcessResult;
 
-// The engine, waited for at most timeoutMs (then killed: its mpirun jobs die with it, PR_SET_PDEATHSIG).
+// The engine, waited for at most timeoutMs.
 Result engine(const QStringList& args, int timeoutMs) {
-  QProcess p;
-  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-  env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
-  env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-  p.setProcessEnvironment(env);
-  p.start(kEngine, args);
-  Result r;
-  r.finished = p.waitForFinished(timeoutMs);
-  if (!r.finished) {
-    p.kill();
-    p.waitForFinished(5000);
-    return r;
-  }
-  r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
+  return ms::test::runProcess(kEngine, args, timeoutMs);
 }
 
 bool near(double a, double b, double rel = 1e-9) {

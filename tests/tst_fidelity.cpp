@@ -42,19 +42,8 @@ struct Out {
 };
 
 Out engineOut(const QStringList& args) {
-  QProcess p;
-  p.start(kEngine, args);
-  Out r;
-  if (!p.waitForFinished(60000)) {
-    p.kill();
-    p.waitForFinished(5000);
-    r.err = "timed out";
-    return r;
-  }
-  r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = p.readAllStandardOutput().toStdString();
-  r.err = p.readAllStandardError().toStdString();
-  return r;
+  const ms::test::ProcessResult r = ms::test::runProcess(kEngine, args, 60000);
+  return {r.code, r.out.toStdString(), r.err.toStdString()};
 }
 
 double medianOf(std::vector<double> v) {

@@ -31,8 +31,11 @@
 #include "ui/views/mesh_canvas.h"
 #include "ui/views/run_view.h"
 #include "ui/views/timeline_view.h"
+#include "ui_test_util.h"
 
 namespace {
+
+using ms::test::waitForSnapshot;
 
 // A GPT small enough to train a few steps in seconds with 2 pipeline stages on this machine's CPUs.
 ms::RunConfig tinyPipeline(int steps) {
@@ -62,12 +65,6 @@ QString writeConfig(const QString& dir, const ms::RunConfig& c) {
   const QString path = dir + "/" + QString::fromStdString(c.name) + ".json";
   const ms::Status s = ms::saveRunConfig(c, path.toStdString());
   return s ? path : QString();
-}
-
-bool waitForSnapshot(ms::MainWindow& w) {
-  return QTest::qWaitFor(
-      [&] { return w.snapshot() && !w.analyzer()->busy() && w.snapshot()->config == w.document()->config(); },
-      10000);
 }
 
 }  // namespace

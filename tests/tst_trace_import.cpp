@@ -26,6 +26,8 @@
 #include "plan/device_profile.h"
 #include "plan/trace_import.h"
 
+#include "process_util.h"
+
 using nlohmann::json;
 
 namespace {
@@ -40,24 +42,10 @@ const std::multiset<std::tuple<std::int64_t, std::int64_t, std::int64_t>> kMlpGe
 // The all_reduces per step: the gradients (16*32, 32, 32*8, 8 floats) and 1000 floats, fp32.
 const std::multiset<double> kMlpAllReduceBytes = {2048, 128, 1024, 32, 4000};
 
-struct CliResult {
-  int code = -1;
-  QString out, err;
-};
+using CliResult = ms::test::ProcessResult;
 
 CliResult runEngine(const QStringList& args) {
-  QProcess p;
-  p.start(MS_ENGINE_EXE, args);
-  CliResult r;
-  if (!p.waitForFinished(60000)) {
-    p.kill();
-    p.waitForFinished(5000);
-    return r;
-  }
-  r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
+  return ms::test::runProcess(MS_ENGINE_EXE, args, 60000);
 }
 
 int countKind(const ms::TraceStep& step, ms::TraceSpanKind kind) {

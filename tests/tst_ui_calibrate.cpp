@@ -28,8 +28,11 @@
 #include "ui/run/calibrate_job.h"
 #include "ui/run/engine_client.h"
 #include "ui/views/main_window.h"
+#include "ui_test_util.h"
 
 namespace {
+
+using ms::test::waitForSnapshot;
 
 constexpr int kCalibrateTimeoutMs = 60000;  // --quick takes ~3 s here, ~10 s with a compiler beside it
 
@@ -55,12 +58,6 @@ ms::RunConfig twoNodes() {
   c.training.seqLen = 32;
   c.training.threads = 1;
   return c;
-}
-
-bool waitForSnapshot(ms::MainWindow& w) {
-  return QTest::qWaitFor(
-      [&] { return w.snapshot() && !w.analyzer()->busy() && w.snapshot()->config == w.document()->config(); },
-      10000);
 }
 
 // A stand-in engine: a shell script at dir/name running body (its arguments: calibrate --out FILE ...).

@@ -5,7 +5,6 @@
 
 #include <QComboBox>
 #include <QLabel>
-#include <QProcess>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -18,6 +17,8 @@
 #include "plan/fidelity.h"
 #include "ui/views/fidelity_view.h"
 #include "ui/views/main_window.h"
+
+#include "process_util.h"
 
 namespace {
 
@@ -38,16 +39,10 @@ bool trainSmallRun(const QString& dir, QString* error) {
       {"parallel", {{"microbatches", 2}}},
       {"training", {{"steps", 3}, {"batch_size", 4}, {"seq_len", 32}, {"threads", 1}, {"log_every", 1}}}};
   std::ofstream(dir.toStdString() + "/config.json") << config.dump(1);
-  QProcess p;
-  p.start(kEngine, {"train", dir + "/config.json", "--run-dir", dir + "/run", "--quiet"});
-  if (!p.waitForFinished(60000)) {
-    p.kill();
-    p.waitForFinished(5000);
-    *error = "the engine did not finish within 60 s";
-    return false;
-  }
-  *error = QString::fromUtf8(p.readAllStandardError());
-  return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
+  const ms::test::ProcessResult r = ms::test::runProcess(
+      kEngine, {"train", dir + "/config.json", "--run-dir", dir + "/run", "--quiet"}, 60000);
+  *error = r.finished ? r.err : QString("the engine did not finish within 60 s");
+  return r.code == 0;
 }
 
 }  // namespace

@@ -19,8 +19,11 @@
 #include "ui/views/main_window.h"
 #include "ui/views/run_view.h"
 #include "ui/views/timeline_view.h"
+#include "ui_test_util.h"
 
 namespace {
+
+using ms::test::waitForSnapshot;
 
 const QString kTraces = QStringLiteral(MS_TEST_DATA_DIR "/traces/");
 
@@ -43,12 +46,6 @@ ms::RunConfig twoRanks() {
   c.training.seqLen = 32;
   c.training.threads = 1;
   return c;
-}
-
-bool waitForSnapshot(ms::MainWindow& w) {
-  return QTest::qWaitFor(
-      [&] { return w.snapshot() && !w.analyzer()->busy() && w.snapshot()->config == w.document()->config(); },
-      10000);
 }
 
 }  // namespace
