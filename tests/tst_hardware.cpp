@@ -14,6 +14,7 @@
 #include "plan/plan.h"
 #include "plan/run_config.h"
 #include "plan/simulator.h"
+#include "test_util.h"
 
 using nlohmann::json;
 
@@ -38,8 +39,8 @@ double h100Gemm(double m, double n, double k) {
   return h100Kernels().gemmSeconds(kH100Bf16, kH100Bandwidth, 2.0, m, n, k);
 }
 
-// MFU of one training step of a gpt (bf16, batch 8 of `seq` tokens) on one catalog H100, links free.
-double oneGpuMfu(int layers, int width, int heads, int seq) {
+// A gpt (bf16, batch 8 of `seq` tokens, 8 microbatches) on one catalog H100.
+ms::Expected<ms::Plan> oneGpuPlan(int layers, int width, int heads, int seq) {
   json doc = {
       {"version", 1},
       {"model",
@@ -57,8 +58,13 @@ double oneGpuMfu(int layers, int width, int heads, int seq) {
       {"parallel", {{"precision", "bf16"}, {"microbatches", 8}}},
       {"training", {{"batch_size", 8}, {"seq_len", seq}}}};
   ms::Expected<ms::RunConfig> config = ms::parseRunConfig(doc);
-  if (!config) return -1;
-  ms::Expected<ms::Plan> plan = ms::buildPlan(*config);
+  if (!config) return config.status();
+  return ms::buildPlan(*config);
+}
+
+// MFU of that plan's step, links free.
+double oneGpuMfu(int layers, int width, int heads, int seq) {
+  ms::Expected<ms::Plan> plan = oneGpuPlan(layers, width, heads, seq);
   if (!plan) return -1;
   const ms::CostModel cost(*plan, ms::Communication::Free);
   return ms::simulate(*plan, cost).mfu;
@@ -401,6 +407,47 @@ class TestHardware : public QObject {
     qInfo("MFU on one H100, links free: 2 x 12288 %.3f, 2 x 256 %.3f", large, small);
     QVERIFY2(large > 0.55 && large < 792.1 / 989.0, qPrintable(QString::number(large)));
     QVERIFY2(small > 0 && small < 0.1, qPrintable(QString::number(small)));
+  }
+
+  // A layer's forward kernel by kernel (cost_model.h layerForwardKernels): a block's four GEMMs, its
+  // attention and its elementwise passes, summing to the cost model's forward; none for a device costed from
+  // FLOPs.
+  void layerForwardKernelsSumToTheForward() {
+    ms::Expected<ms::Plan> plan = oneGpuPlan(2, 4096, 32, 2048);
+    QVERIFY2(plan.isOk(), plan.isOk() ? "" : plan.message().c_str());
+    const int block = 1;
+    QCOMPARE(plan->model.layers[block].name, std::string("block.0"));
+    const std::vector<ms::KernelCost> kernels = ms::layerForwardKernels(*plan, block);
+    QCOMPARE(kernels.size(), size_t(6));
+    QCOMPARE(kernels[0].what, std::string("GEMM 2048 x 12288 x 4096"));  // q|k|v, one sample of 2048 tokens
+    QCOMPARE(kernels[4].what, std::string("attention"));
+    QCOMPARE(kernels[5].what, std::string("5 elementwise passes"));
+    double sum = 0;
+    for (const ms::KernelCost& k : kernels) {
+      sum += k.seconds;
+      QVERIFY(k.fractionOfPeak >= 0 && k.fractionOfPeak <= 792.1 / 989.0 + 1e-12);
+    }
+    QVERIFY(kernels[0].fractionOfPeak > 0.7);  // 16 x 96 tiles of 128 x 128: 1536 of 1584 slots
+    QCOMPARE(kernels[5].flops, 0.0);
+    const ms::CostModel cost(*plan, ms::Communication::Free);
+    QVERIFY(std::abs(sum - cost.layerTimes().forward[block]) <= 1e-12 * sum);
+    QVERIFY(ms::layerForwardKernels(*plan, 99).empty());
+    // The same model on a config's own device type: costed from FLOPs, no kernels.
+    json doc = {
+        {"version", 1},
+        {"model", {{"type", "gpt"}, {"layers", 2}, {"width", 64}, {"heads", 4}, {"vocab", 256}}},
+        {"data", {{"kind", "tokens"}, {"train", json::array({"t.bin"})}, {"val", json::array({"v.bin"})}}},
+        {"mesh",
+         {{"nodes", json::array({{{"name", "n"}, {"device", "h100-sxm-80gb"}, {"count", 1}}})},
+          {"intra_link", "nvlink"},
+          {"inter_link", "infiniband"}}},
+        {"training", {{"batch_size", 8}, {"seq_len", 64}}}};
+    ms::test::useFlatH100(doc);
+    ms::Expected<ms::RunConfig> config = ms::parseRunConfig(doc);
+    QVERIFY2(config.isOk(), config.isOk() ? "" : config.message().c_str());
+    ms::Expected<ms::Plan> flat = ms::buildPlan(*config);
+    QVERIFY2(flat.isOk(), flat.isOk() ? "" : flat.message().c_str());
+    QVERIFY(ms::layerForwardKernels(*flat, 1).empty());
   }
 };
 

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/run_config.h"
+#include "ui/models/layer_model.h"
 #include "ui/models/project_document.h"
 #include "ui/run/engine_client.h"
 #include "ui/run/run_data.h"
@@ -586,6 +587,15 @@ class TestStudio : public QObject {
              qPrintable(w.meshCanvas()->tileToolTip(0)));
     QCOMPARE(w.memoryView()->plot()->yAxis->label(), QString("memory (GiB)"));
     QVERIFY2(w.summaryText().contains("MFU "), qPrintable(w.summaryText()));  // A100s: a datasheet peak
+    // A layer's forward FLOPs cell tells its predicted time kernel by kernel (the A100's kernel model).
+    const QString kernels =
+        w.layerPalette()->model()->index(2, ms::LayerModel::ForwardGflop).data(Qt::ToolTipRole).toString();
+    QVERIFY2(
+        kernels.contains(QRegularExpression("forward by kernel:\n  GEMM \\d+ x \\d+ x \\d+: [0-9.e-]+ ms, "
+                                            "\\d+% of peak")),
+        qPrintable(kernels));
+    QVERIFY2(kernels.contains("attention: ") && kernels.contains("elementwise passes: "),
+             qPrintable(kernels));
 
     QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/gpt-fortunes.json"));
     QVERIFY(waitForSnapshot(w));

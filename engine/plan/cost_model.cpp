@@ -73,6 +73,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 
 #include "plan/memory_model.h"
@@ -187,6 +188,13 @@ RankShare rankShare(const Plan& plan, int rank, const DeviceProfile& profile) {
   return {threads, std::max(1.0, double(onNode) * threads / cores)};
 }
 
+// A repeat count for people: "8", "2.5".
+std::string countText(double n) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", n);
+  return text;
+}
+
 // What a layer's kernels take on a device that times them by shape: a measured profile's curves at the
 // rank's thread count, or a catalog GPU's kernel model.
 struct KernelTimes {
@@ -247,8 +255,11 @@ struct ProfiledLayer {
   double attentionForward = 0;  // part of forward: what selective recomputation repeats
 };
 ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, double slowdown, double mbs,
-                            int tp, int ep) {
+                            int tp, int ep, std::vector<KernelCost>* record = nullptr) {
   ProfiledLayer t;
+  const auto note = [&](std::string what, double flops, double seconds) {
+    if (record) record->push_back({std::move(what), flops, seconds * slowdown, 0.0});
+  };
   double forward = 0, input = 0, weight = 0, fused = 0;
   for (const GemmShape& g : layer.gemms) {
     double m = g.rows * mbs;
@@ -267,6 +278,11 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
       m = rows;
     }
     const double f = count * times.gemm(m, n, k);
+    {
+      char shape[96];
+      std::snprintf(shape, sizeof shape, "GEMM %.0f x %.0f x %.0f", m, n, k);
+      note(count == 1 ? std::string(shape) : countText(count) + " x " + shape, 2.0 * count * m * n * k, f);
+    }
     const double dx = g.inputGradient ? count * times.gemm(m, k, n) : 0.0;
     const double dw = count * times.gemm(k, n, m);
     if (g.chunked) {
@@ -280,6 +296,7 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
   if (layer.attentionFlopsPerSample > 0) {
     const double flops = layer.attentionFlopsPerSample * mbs / tp;
     t.attentionForward = times.attentionForward(flops, layer.attentionKeys);
+    note("attention", flops, t.attentionForward);
     forward += t.attentionForward;
     input += times.attentionBackward(flops, layer.attentionKeys);
   }
@@ -287,6 +304,7 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
   if (bytes > 0) {
     const double passes = std::max(1, layer.elementwisePasses);
     forward += passes * times.elementwise(bytes / passes);
+    note(countText(passes) + " elementwise passes", 0.0, passes * times.elementwise(bytes / passes));
     input += 2.0 * passes * times.elementwise(bytes / passes);
   }
   if (fused > 0) {  // the fused LM head: its whole backward runs in the training forward
@@ -301,8 +319,9 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
 }
 
 // A layer timed by shape on the stage's device, when the device can (a profile or a kernel model) and the
-// layer has shapes (the cnn's convolutions have none).
-std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const LayerSpec& layer, double mbs) {
+// layer has shapes (the cnn's convolutions have none); `record` collects its forward's kernels.
+std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const LayerSpec& layer, double mbs,
+                                          std::vector<KernelCost>* record = nullptr) {
   if (layer.gemms.empty() && layer.elementwiseBytesPerSample <= 0) return std::nullopt;
   const ParallelConfig& p = plan.config.parallel;
   const DeviceSpec& device = stageDevice(plan, stage);
@@ -310,13 +329,28 @@ std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const Lay
   if (device.profile) {
     const RankShare share = rankShare(plan, replicaRank(plan, stage), *device.profile);
     return profiledLayer(layer, ProfileTimes(*device.profile, p.precision, share.threads), share.slowdown,
-                         mbs, tp, p.ep);
+                         mbs, tp, p.ep, record);
   }
-  if (device.kernels) return profiledLayer(layer, CatalogTimes(device, p.precision), 1.0, mbs, tp, p.ep);
+  if (device.kernels)
+    return profiledLayer(layer, CatalogTimes(device, p.precision), 1.0, mbs, tp, p.ep, record);
   return std::nullopt;
 }
 
 }  // namespace
+
+std::vector<KernelCost> layerForwardKernels(const Plan& plan, int layer) {
+  std::vector<KernelCost> kernels;
+  if (layer < 0 || layer >= static_cast<int>(plan.model.layers.size())) return kernels;
+  const int stage =
+      plan.partition.stageOf[static_cast<size_t>(layerChunks(plan)[static_cast<size_t>(layer)])];
+  if (!layerByShape(plan, stage, plan.model.layers[static_cast<size_t>(layer)], plan.microbatchSize(),
+                    &kernels))
+    return {};
+  const double peak = stageDevice(plan, stage).peakFlops(plan.config.parallel.precision);
+  for (KernelCost& k : kernels)
+    k.fractionOfPeak = k.seconds > 0 && peak > 0 ? k.flops / k.seconds / peak : 0.0;
+  return kernels;
+}
 
 CostModel::CostModel(const Plan& plan, Communication communication) : m_communication(communication) {
   const ParallelConfig& p = plan.config.parallel;

@@ -14,6 +14,7 @@
 // and are assumed to take the same time.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -59,6 +60,21 @@ double ringAllGatherTime(double bytes, int n, const LinkSpec& link);
 // pairwise exchange NCCL and Open MPI run for large messages (nccl-tests doc/PERFORMANCE.md: alltoall busbw =
 // algbw * (n-1)/n). `bytes` is what one rank sends in all, its own share included. 0 for n <= 1.
 double allToAllTime(double bytes, int n, const LinkSpec& link);
+
+// One kernel of a layer's forward as the cost model times it, per microbatch on one rank of the layer's
+// stage.
+struct KernelCost {
+  std::string what;    // "GEMM 4096 x 2304 x 768", "2 x GEMM ..." (experts, head chunks), "attention", ...
+  double flops = 0;    // 0 for the elementwise passes
+  double seconds = 0;  // with its repeats
+  double fractionOfPeak = 0;  // flops / seconds / the device's dense peak at the plan's precision (0: none)
+};
+// The forward of model layer `layer`, kernel by kernel, where its stage's device times kernels by shape (a
+// catalog GPU's kernel model, a measured profile: its GEMMs, the attention core, the elementwise passes);
+// empty where the layer is costed from FLOPs (a config's own device type, the cnn) or the index is out of
+// range. Their sum is the layer's analytic forward (without in-layer communication; for the fused LM head,
+// without the gradients' GEMMs it also runs in forward).
+std::vector<KernelCost> layerForwardKernels(const Plan& plan, int layer);
 
 // The link a ring over these ranks is limited by: the inter-node link as soon as two members sit on different
 // nodes, else the intra-node link (also when the layout has no devices yet).

@@ -109,6 +109,12 @@ void LayerModel::setSnapshot(std::shared_ptr<const PlanSnapshot> snapshot) {
   for (size_t i = 0; i < m_rows.size(); ++i) {
     m_rows[i].forwardMs = t.forward[i] * 1e3;
     m_rows[i].backwardMs = (t.backwardInput[i] + t.backwardWeight[i]) * 1e3;
+    QString kernels;
+    for (const KernelCost& k : layerForwardKernels(*snapshot->plan, static_cast<int>(i))) {
+      kernels += tr("\n  %1: %2 ms").arg(QString::fromStdString(k.what)).arg(k.seconds * 1e3, 0, 'g', 3);
+      if (k.fractionOfPeak > 0) kernels += tr(", %1% of peak").arg(100 * k.fractionOfPeak, 0, 'f', 0);
+    }
+    m_rows[i].kernels = kernels;
   }
   if (!m_rows.empty())
     emit dataChanged(index(0, 0), index(rowCount() - 1, NUM_COLUMNS - 1), {Qt::ToolTipRole});
@@ -149,8 +155,9 @@ QVariant LayerModel::data(const QModelIndex& index, int role) const {
       if (index.column() == Stage && row.stage < 0) return m_status;
       if (index.column() == ForwardGflop && row.forwardMs >= 0)
         return tr("forward %1 ms, backward %2 ms per microbatch on its stage's device")
-            .arg(row.forwardMs, 0, 'g', 3)
-            .arg(row.backwardMs, 0, 'g', 3);
+                   .arg(row.forwardMs, 0, 'g', 3)
+                   .arg(row.backwardMs, 0, 'g', 3) +
+               (row.kernels.isEmpty() ? QString() : tr("\nforward by kernel:") + row.kernels);
       return {};
     case LayerIndexRole:
       return index.row();

@@ -73,6 +73,7 @@ class LayerModel : public QAbstractTableModel {
     int chunk = -1;
     double forwardMs = -1;  // per microbatch on its stage's device, from the snapshot; < 0 unknown
     double backwardMs = -1;
+    QString kernels;  // the forward kernel by kernel where the device times them by shape (cost_model.h)
   };
   void rebuild();
   ProjectDocument* m_doc;
