@@ -175,6 +175,26 @@ class TestModelSpec : public QObject {
     for (const LayerSpec& l : mlp.layers) QCOMPARE(gemmFlops(l), l.forwardFlopsPerSample);
     QVERIFY(!mlp.layers[0].gemms[0].inputGradient);  // the images need no gradient
     QVERIFY(mlp.layers[1].gemms[0].inputGradient);
+    // The cnn: each convolution one GEMM of its output positions by C KH KW by its output channels (im2col),
+    // the stem's without an input gradient; the head's GEMM beside its pooling's adds.
+    ModelConfig c;
+    c.type = ModelType::Cnn;
+    c.imageSize = 28;
+    c.channels = {8, 16};
+    c.blocks = 2;
+    c.classes = 10;
+    const ModelSpec cnn = buildModelSpec(c, 0);
+    for (size_t l = 0; l + 1 < cnn.layers.size(); ++l) {
+      QCOMPARE(gemmFlops(cnn.layers[l]), cnn.layers[l].forwardFlopsPerSample);
+      QVERIFY(cnn.layers[l].elementwiseBytesPerSample > 0);
+    }
+    QVERIFY(!cnn.layers[0].gemms[0].inputGradient);
+    QCOMPARE(cnn.layers[0].gemms[0].rows, 28.0 * 28);
+    QCOMPARE(cnn.layers[3].gemms.size(), size_t(3));  // the first block of 16 channels: its 1x1 shortcut
+    QCOMPARE(cnn.layers[3].gemms[0].rows, 14.0 * 14);
+    QCOMPARE(cnn.layers[3].gemms[0].k, int64_t(8 * 9));
+    const LayerSpec& head = cnn.layers.back();
+    QCOMPARE(gemmFlops(head) + 16.0 * 14 * 14, head.forwardFlopsPerSample);
   }
 
   void vitAndMlpLayers() {

@@ -5,7 +5,7 @@
 // layer's GEMMs (LayerSpec::gemms; n or k / tp) forward and both gradients, the attention core forward and
 // backward, and its elementwise passes (bf16 ones half the fp32 bytes on a catalog GPU), backward taking two
 // passes per forward one; the LM head's chunked GEMMs all in the forward (profiledLayer below). Otherwise (a
-// config's own device type, and the cnn's convolutions, which have no shapes), from FLOPs:
+// config's own device type), from FLOPs:
 //   forward        = forwardFlopsPerSample * b / (peakFlops(precision) * achievableFraction) / tp
 //   backwardInput  = forward (+ forward again for a fully recomputed transformer block: the engine re-runs
 //                    the block before its backward; with "recompute_layers" only the first N blocks of
@@ -319,7 +319,7 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
 }
 
 // A layer timed by shape on the stage's device, when the device can (a profile or a kernel model) and the
-// layer has shapes (the cnn's convolutions have none); `record` collects its forward's kernels.
+// layer lists its kernels (every model's layers do); `record` collects its forward's kernels.
 std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const LayerSpec& layer, double mbs,
                                           std::vector<KernelCost>* record = nullptr) {
   if (layer.gemms.empty() && layer.elementwiseBytesPerSample <= 0) return std::nullopt;
@@ -375,7 +375,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const DeviceSpec& device = stageDevice(plan, stage);
     const LayerSpec& layer = model.layers[l];
     if (const std::optional<ProfiledLayer> shaped = layerByShape(plan, stage, layer, mbs)) {
-      // A measured device or a catalog GPU: by shape (the cnn, without shapes, is timed by FLOPs below).
+      // A measured device or a catalog GPU: by shape.
       const ProfiledLayer& t = *shaped;
       double again = 0.0;
       if (fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(chunkOf[l])], static_cast<int>(l)))

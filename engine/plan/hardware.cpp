@@ -21,11 +21,12 @@ constexpr double kGiga = 1e9;   // GB -> bytes, GB/s -> bytes/s
 constexpr double kGibi = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMicro = 1e-6;  // us -> s
 
-// Fraction of the dense peak a well-fed training step reaches, where a catalog GPU's kernel model cannot
-// time a layer by its shapes (the cnn's convolutions). GPUs: ~50% model FLOPs utilisation for transformer
-// training (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
-// Clusters": 44-52% of A100 peak; Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-// Transformer Models": 54-56%). CPU: its "peak" is a measured GEMM rate, which a step's GEMMs mostly reach.
+// Fraction of the dense peak a well-fed training step reaches, for a layer without kernel shapes (none of
+// the built-in models' layers lacks them since the cnn's convolutions are listed as GEMMs). GPUs: ~50% model
+// FLOPs utilisation for transformer training (Narayanan et al. 2021, "Efficient Large-Scale Language Model
+// Training on GPU Clusters": 44-52% of A100 peak; Korthikanti et al. 2022, "Reducing Activation Recomputation
+// in Large Transformer Models": 54-56%). CPU: its "peak" is a measured GEMM rate, which a step's GEMMs mostly
+// reach.
 constexpr double kGpuFraction = 0.5;
 constexpr double kCpuFraction = 0.7;
 

@@ -29,8 +29,8 @@ struct DeviceSpec {
   double memoryBytes = 0;      // capacity
   double memoryBandwidth = 0;  // bytes/s
   // Fraction of peak a well-fed training step reaches on this device: the cost model's efficiency for a
-  // device without a kernel model or a profile (a config's own types), and for the layers the kernel model
-  // cannot time by shape (the cnn's convolutions); calibration replaces it with measured per-layer times.
+  // device without a kernel model or a profile (a config's own types), and for a layer without kernel shapes;
+  // calibration replaces it with measured per-layer times.
   double achievableFraction = 0.5;
   // Whether the peaks are published figures (a datasheet, or a user's own type): MFU is a fraction of a
   // published peak, so it is only stated for plans whose devices all have one. The "cpu" entry's figures are

@@ -461,6 +461,18 @@ ModelSpec cnnSpec(const ModelConfig& m) {
   stem.params = {convWeight("conv1.weight", c0, 1, 3)};
   addBatchNorm(stem, "bn1", c0);
   stem.forwardFlopsPerSample = 2.0 * c0 * S * S * 9;
+  // As the backend runs a convolution (kernels/cpu/conv.cpp): each sample's input unfolded into K = C KH KW
+  // rows of one column per output position (im2col), then one GEMM of the positions by K by the output
+  // channels; costed here as one GEMM over the microbatch's positions. The elementwise passes, fp32 bytes:
+  // im2col (reads the input, writes the columns), each BatchNorm (a statistics pass reading its input, then
+  // normalising it: read and write), each ReLU and the residual add (two reads, a write).
+  const auto im2colBytes = [](double K, double positions, double inputElements) {
+    return 4.0 * (K * positions + inputElements);
+  };
+  stem.gemms = {{double(S * S), c0, 9, GemmShape::Split::None}};
+  stem.gemms[0].inputGradient = false;  // the images need no gradient
+  stem.elementwiseBytesPerSample = im2colBytes(9, double(S * S), double(S * S)) + 4.0 * 5 * c0 * S * S;
+  stem.elementwisePasses = 4;  // im2col, the statistics, normalising, ReLU
   stem.activationBytesPerSample = 2 * c0 * S * S * 4;
   stem.outputBytesPerSample = c0 * S * S * 4;
   spec.layers.push_back(stem);
@@ -484,6 +496,20 @@ ModelSpec cnnSpec(const ModelConfig& m) {
       }
       const double positions = double(out * out);
       l.forwardFlopsPerSample = 2.0 * positions * c * (cin * 9 + c * 9 + (projection ? cin : 0));
+      l.gemms = {{positions, c, cin * 9, GemmShape::Split::None},
+                 {positions, c, c * 9, GemmShape::Split::None}};
+      const double plane = double(c) * positions;  // one output channel map of the block
+      // conv1's im2col, bn1 (statistics, normalising), ReLU; conv2's im2col, bn2, the residual add, ReLU.
+      l.elementwiseBytesPerSample = im2colBytes(cin * 9.0, positions, double(cin * side * side)) +
+                                    im2colBytes(c * 9.0, positions, plane) +
+                                    4.0 * (3 + 2 + 3 + 3 + 2) * plane;
+      l.elementwisePasses = 9;
+      if (projection) {  // the shortcut: a 1x1 convolution (stride 2 where the side halves) and its BatchNorm
+        l.gemms.push_back({positions, c, cin, GemmShape::Split::None});
+        l.elementwiseBytesPerSample +=
+            im2colBytes(double(cin), positions, double(cin * side * side)) + 4.0 * 3 * plane;
+        l.elementwisePasses += 3;
+      }
       l.activationBytesPerSample = (projection ? 5 : 4) * c * out * out * 4;
       l.outputBytesPerSample = c * out * out * 4;
       spec.layers.push_back(l);
@@ -497,6 +523,9 @@ ModelSpec cnnSpec(const ModelConfig& m) {
   head.params = {weight("head.weight", {cin, int64_t(m.classes)}, m.initStd),
                  zeros("head.bias", {int64_t(m.classes)})};
   head.forwardFlopsPerSample = 2.0 * cin * m.classes + double(cin * side * side);  // + the pooling's adds
+  head.gemms = {{1.0, int64_t(m.classes), cin, GemmShape::Split::None}};
+  head.elementwiseBytesPerSample = 4.0 * (cin * side * side + cin);  // global average pooling
+  head.elementwisePasses = 1;
   head.activationBytesPerSample = (cin + m.classes) * 4;
   head.outputBytesPerSample = 4;
   spec.layers.push_back(head);

@@ -79,7 +79,7 @@ struct LayerSpec {
   // kernels (norms, activations, residual adds, the loss's softmax) read and write per sample, those split by
   // tensor parallelism (the MLP's activation, the vocabulary-parallel softmax) and those every TP rank runs
   // whole (norms, residuals). Backward is costed as the GEMMs' two gradients, attention's measured backward
-  // and twice the elementwise passes. Empty for the cnn (its convolutions are timed by FLOPs).
+  // and twice the elementwise passes. The cnn's convolutions are listed as the GEMMs im2col makes of them.
   std::vector<GemmShape> gemms;
   double attentionKeys = 0;
   bool attentionCausal = true;
