@@ -56,7 +56,8 @@ std::string percentOrNa(double fraction, bool defined) {
 
 }  // namespace
 
-nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& memory, const SimResult& sim) {
+nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& memory, const SimResult& sim,
+                        const CostModel& cost) {
   nlohmann::json devices = nlohmann::json::array();
   bool fits = true;
   for (int r = 0; r < plan.layout.world(); ++r) {
@@ -80,9 +81,31 @@ nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& me
     if (h.bytes > 0)
       nodes.push_back({{"node", h.node}, {"host_bytes", h.bytes}, {"host_capacity_bytes", h.capacity}});
   }
-  nlohmann::json j = {
-      {"devices", devices}, {"step_time_s", sim.stepTime},   {"tokens_per_s", sim.tokensPerSecond},
-      {"mfu", sim.mfu},     {"mfu_defined", sim.mfuDefined}, {"fits", fits}};
+  nlohmann::json layers = nlohmann::json::array();
+  const LayerTimes& times = cost.layerTimes();
+  std::vector<int> stageOfLayer(plan.model.layers.size(), 0);
+  for (size_t k = 0; k < plan.partition.chunks.size(); ++k)
+    for (int l : plan.partition.chunks[k]) stageOfLayer[static_cast<size_t>(l)] = plan.partition.stageOf[k];
+  for (size_t l = 0; l < plan.model.layers.size(); ++l) {
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const KernelCost& k : layerForwardKernels(plan, static_cast<int>(l)))
+      kernels.push_back({{"what", k.what},
+                         {"flops", k.flops},
+                         {"seconds", k.seconds},
+                         {"fraction_of_peak", k.fractionOfPeak}});
+    layers.push_back({{"name", plan.model.layers[l].name},
+                      {"stage", stageOfLayer[l]},
+                      {"forward_s", times.forward[l]},
+                      {"backward_s", times.backwardInput[l] + times.backwardWeight[l]},
+                      {"kernels", kernels}});
+  }
+  nlohmann::json j = {{"devices", devices},
+                      {"layers", layers},
+                      {"step_time_s", sim.stepTime},
+                      {"tokens_per_s", sim.tokensPerSecond},
+                      {"mfu", sim.mfu},
+                      {"mfu_defined", sim.mfuDefined},
+                      {"fits", fits}};
   if (!nodes.empty()) j["host_memory"] = nodes;
   return j;
 }
@@ -229,7 +252,7 @@ int runPlanCommand(const RunConfig& input, bool json, bool balance, const std::s
   const std::vector<MemoryBreakdown> memory = estimateMemory(*plan);
   const CostModel cost(*plan);
   const SimResult sim = simulate(*plan, cost, /*spansPerRank=*/false);
-  const nlohmann::json j = planJson(*plan, memory, sim);
+  const nlohmann::json j = planJson(*plan, memory, sim, cost);
   for (const std::string& w : plan->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());

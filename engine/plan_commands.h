@@ -14,8 +14,13 @@
 namespace ms {
 
 // The documented JSON of `plan --json`: {"devices": [{"rank", "node", "device", "stage", "layers",
-// "memory_bytes": {...}, "capacity_bytes", "bubble_fraction"}], "step_time_s", "tokens_per_s", "mfu", "fits"}.
-nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& memory, const SimResult& sim);
+// "memory_bytes": {...}, "capacity_bytes", "bubble_fraction"}], "layers": [{"name", "stage", "forward_s",
+// "backward_s", "kernels": [{"what", "flops", "seconds", "fraction_of_peak"}]}], "step_time_s",
+// "tokens_per_s", "mfu", "fits"}. A layer's times are per microbatch on its stage's device (the cost model's
+// compute, without in-layer communication); its kernels are the forward's, where the device times them by
+// shape (cost_model.h layerForwardKernels), else empty.
+nlohmann::json planJson(const Plan& plan, const std::vector<MemoryBreakdown>& memory, const SimResult& sim,
+                        const CostModel& cost);
 
 // Exit codes as main's: 0 ok, 1 failed, 2 invalid config.
 // balance: replace the placement by the balanced partition first; writePath: save the config that was planned.

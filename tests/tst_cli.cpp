@@ -713,6 +713,23 @@ class TestCli : public QObject {
     QVERIFY(std::abs(sum - m["total"].toDouble()) <= 1e-6 * sum);
     QVERIFY(j["fits"].toBool());
     QVERIFY(j["mfu"].toDouble() > 0 && j["mfu"].toDouble() < 1);
+    // Each layer's times and, on the catalog H100, its forward kernel by kernel (96 blocks, the embedding and
+    // the head; block.0's four GEMMs, attention and elementwise passes summing to its forward).
+    const QJsonArray layers = j["layers"].toArray();
+    QCOMPARE(layers.size(), 98);
+    const QJsonObject block = layers[1].toObject();
+    QCOMPARE(block["name"].toString(), QString("block.0"));
+    QCOMPARE(block["stage"].toInt(), 0);
+    QCOMPARE(layers[97].toObject()["stage"].toInt(), 7);
+    const QJsonArray kernels = block["kernels"].toArray();
+    QCOMPARE(kernels.size(), 6);
+    double kernelSum = 0;
+    for (const QJsonValue& k : kernels) kernelSum += k.toObject()["seconds"].toDouble();
+    QVERIFY(std::abs(kernelSum - block["forward_s"].toDouble()) <= 1e-9 * kernelSum);
+    QVERIFY(block["backward_s"].toDouble() > block["forward_s"].toDouble());
+    QVERIFY(kernels[0].toObject()["what"].toString().startsWith("GEMM "));
+    const double fraction = kernels[0].toObject()["fraction_of_peak"].toDouble();
+    QVERIFY2(fraction > 0.3 && fraction <= 792.1 / 989.0, qPrintable(QString::number(fraction)));
     QTemporaryDir tmp;
     const QString out = tmp.path() + "/balanced.json";
     const Result b = engine({"plan", config, "--balance", "--write", out});
