@@ -109,25 +109,23 @@ void rmsNormBackward(float* dinp, float* dweight, const float* dout, const float
 
 void swigluForward(float* out, const float* gate, const float* up, size_t n) {
   const ptrdiff_t count = ptrdiff_t(n);
-#pragma omp parallel for simd schedule(static) if (n >= detail::kMinParallelWork)
-  for (ptrdiff_t i = 0; i < count; i++) {
+  detail::forEachSimd(count, n >= detail::kMinParallelWork, [=](ptrdiff_t i) {
     const float g = gate[i];
     out[i] = g / (1.0f + detail::vexp(-g)) * up[i];
-  }
+  });
 }
 
 void swigluBackward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                     size_t n) {
   // silu'(g) = s (1 + g (1 - s)), s = sigmoid(g).
   const ptrdiff_t count = ptrdiff_t(n);
-#pragma omp parallel for simd schedule(static) if (n >= detail::kMinParallelWork)
-  for (ptrdiff_t i = 0; i < count; i++) {
+  detail::forEachSimd(count, n >= detail::kMinParallelWork, [=](ptrdiff_t i) {
     const float g = gate[i];
     const float s = 1.0f / (1.0f + detail::vexp(-g));
     const float d = dout[i];
     dgate[i] += d * up[i] * s * (1.0f + g * (1.0f - s));
     dup[i] += d * g * s;
-  }
+  });
 }
 
 void ropePackQkv(float* qkv, const float* q, const float* k, const float* v, int B, int T, int H, int KV,

@@ -17,8 +17,9 @@ void adamwUpdate(float* params, const float* grads, float* m, float* v, size_t n
   // params, grads, m, v: (n); the update itself is optim::adamwElement (kernels/optimizer_math.h).
   const optim::AdamwScalars s = optim::adamwScalars(lr, beta1, beta2, eps, weightDecay, t);
   const ptrdiff_t count = ptrdiff_t(n);
-#pragma omp parallel for simd schedule(static) if (n >= detail::kMinParallelWork)
-  for (ptrdiff_t i = 0; i < count; i++) optim::adamwElement(params[i], m[i], v[i], grads[i] * gradScale, s);
+  detail::forEachSimd(count, n >= detail::kMinParallelWork, [=](ptrdiff_t i) {
+    optim::adamwElement(params[i], m[i], v[i], grads[i] * gradScale, s);
+  });
 }
 
 void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr, float momentum,
@@ -26,10 +27,10 @@ void sgdUpdate(float* params, const float* grads, float* buf, size_t n, float lr
   // params, grads, buf: (n). With momentum 0 buf is unused (PyTorch keeps none) and may be null.
   const ptrdiff_t count = ptrdiff_t(n);
   float* useBuf = momentum != 0.0f ? buf : nullptr;
-#pragma omp parallel for simd schedule(static) if (n >= detail::kMinParallelWork)
-  for (ptrdiff_t i = 0; i < count; i++)
+  detail::forEachSimd(count, n >= detail::kMinParallelWork, [=](ptrdiff_t i) {
     optim::sgdElement(params[i], useBuf ? useBuf + i : nullptr, grads[i] * gradScale, lr, momentum,
                       weightDecay, nesterov, firstStep);
+  });
 }
 
 double sumSquares(const float* x, size_t n) {

@@ -26,4 +26,28 @@ inline void splitRange(size_t count, int tid, int nthreads, size_t& begin, size_
   end = begin + base + (t < extra ? 1 : 0);
 }
 
+// body(i) for every i in [0, count), vectorised, and split over the OpenMP threads when `parallel` (the work
+// is worth a parallel region). Use it in place of `parallel for simd if (parallel)`, whose serial fallback
+// GCC 12 compiles without the simd: below the threshold the AdamW update ran at 4.3 ns an element against
+// 0.8 above it, GELU at 6.9 against 0.8 (one thread, this machine), so every tensor under 16k elements ran
+// scalar. The body must capture by value ([=]): a by-reference capture of a local (AdamW's scalars) keeps
+// the serial loop scalar the same way.
+template <typename Body>
+inline void serialSimd(ptrdiff_t count, Body body) {
+#pragma omp simd
+  for (ptrdiff_t i = 0; i < count; i++) body(i);
+}
+template <typename Body>
+inline void parallelSimd(ptrdiff_t count, const Body& body) {
+#pragma omp parallel for simd schedule(static)
+  for (ptrdiff_t i = 0; i < count; i++) body(i);
+}
+template <typename Body>
+inline void forEachSimd(ptrdiff_t count, bool parallel, const Body& body) {
+  if (parallel)
+    parallelSimd(count, body);
+  else
+    serialSimd(count, body);
+}
+
 }  // namespace ms::cpu::detail
