@@ -61,7 +61,7 @@ double since(Clock::time_point t0) {
 // on a 2-core machine (52 s measured here, idle); --quick within a few seconds (3 s).
 struct Grids {
   std::vector<int> gemmM, gemmNK;
-  std::vector<int> attentionT;
+  std::vector<int> attentionT, attentionHeadSize;
   std::vector<size_t> elementwiseFloats, optimizerParams;
   std::vector<size_t> linkBytes;
   double computeBudgetS = 0;  // repetitions of one compute measurement: at least this much time
@@ -71,8 +71,10 @@ struct Grids {
 // GEMMs above 2^33 FLOP are left out: on a CPU each call would take a second or more, and the curve has
 // flattened long before.
 constexpr double kMaxGemmFlops = 8589934592.0;
-// Attention as a GPT block runs it: batch 1, 4 heads of 64.
-constexpr int kAttentionHeads = 4, kAttentionHeadSize = 64;
+// Attention as a GPT block runs it: batch 1, 4 heads, over a grid of head sizes: at small heads the
+// per-row softmax and the per-head GEMM calls weigh more than the FLOPs (head size 8 ran at a quarter of
+// head size 64's rate here), so one head size cannot cost them all.
+constexpr int kAttentionHeads = 4;
 // Every compute measurement is the median of at least this many timed calls.
 constexpr int kMinComputeReps = 3;
 // Every link measurement averages at least this many operations.
@@ -85,6 +87,7 @@ Grids grids(bool quick) {
     g.gemmM = {8, 128, 2048};
     g.gemmNK = {32, 512};
     g.attentionT = {64, 256};
+    g.attentionHeadSize = {16, 64};
     g.elementwiseFloats = {1024, 65536, 4194304};
     g.optimizerParams = {65536, 1048576};
     g.linkBytes = {8, 4096, 1048576};
@@ -92,9 +95,10 @@ Grids grids(bool quick) {
   } else {
     g.gemmM = {8, 32, 128, 512, 2048, 8192};
     g.gemmNK = {32, 128, 512, 2048};
-    g.attentionT = {64, 128, 256, 512, 1024};
+    g.attentionT = {32, 64, 128, 256, 512, 1024};
+    g.attentionHeadSize = {8, 16, 32, 64, 128};
     for (size_t n = 1024; n <= 16777216; n *= 4) g.elementwiseFloats.push_back(n);
-    g.optimizerParams = {65536, 1048576, 16777216};
+    g.optimizerParams = {4096, 65536, 1048576, 16777216};
     // 8 B (the latency), then 16 B to 64 MiB by x4: the quick sizes are points of this curve.
     g.linkBytes = {8};
     for (size_t b = 16; b <= (size_t(64) << 20); b *= 4) g.linkBytes.push_back(b);
@@ -123,8 +127,8 @@ const char* precisionName(GemmPrecision p) {
 
 int computeMeasurements(const Grids& g, size_t threadCounts) {
   const size_t perThreads = gemmShapes(g).size() * std::size(kPrecisions) +
-                            g.attentionT.size() * std::size(kPrecisions) + g.elementwiseFloats.size() +
-                            g.optimizerParams.size();
+                            g.attentionT.size() * g.attentionHeadSize.size() * std::size(kPrecisions) +
+                            g.elementwiseFloats.size() + g.optimizerParams.size();
   return static_cast<int>(perThreads * threadCounts);
 }
 
@@ -238,43 +242,47 @@ void measureGemm(Backend& be, const Grids& g, int threads, Json& out, Progress& 
 }
 
 void measureAttention(Backend& be, const Grids& g, int threads, Json& out, Progress& progress) {
-  constexpr int B = 1, H = kAttentionHeads, hs = kAttentionHeadSize, C = H * hs;
+  constexpr int B = 1, H = kAttentionHeads;
   constexpr bool causal = true;  // as the GPT blocks call it
   const int Tmax = *std::max_element(g.attentionT.begin(), g.attentionT.end());
-  const size_t qkvN = size_t(B) * Tmax * 3 * C, outN = size_t(B) * Tmax * C;
+  const int Cmax = H * *std::max_element(g.attentionHeadSize.begin(), g.attentionHeadSize.end());
+  const size_t qkvN = size_t(B) * Tmax * 3 * Cmax, outN = size_t(B) * Tmax * Cmax;
   Buffer qkv(be, qkvN * 4), dqkv(be, qkvN * 4), att(be, outN * 4), dout(be, outN * 4);
-  Buffer saved(be, be.attentionSavedFloats(B, Tmax, C, H) * 4);
-  Buffer scratch(be, be.attentionScratchFloats(B, Tmax, C, H) * 4);
+  Buffer saved(be, be.attentionSavedFloats(B, Tmax, Cmax, H) * 4);
+  Buffer scratch(be, be.attentionScratchFloats(B, Tmax, Cmax, H) * 4);
   fillPattern(be, qkv.f(), qkvN, 1.0f);
   fillPattern(be, dout.f(), outN, 0.01f);
   for (GemmPrecision p : kPrecisions) {
     // The CPU backend rounds q, k and v (and dout) to the GEMM precision, as tensor cores would.
     be.setGemmPrecision(p);
-    for (int T : g.attentionT) {
-      const double forward = medianSeconds(be, g.computeBudgetS, [&](int) {
-        be.attentionForward(att.f(), saved.f(), qkv.f(), B, T, C, H, causal);
-      });
-      // Backward reads what the last forward saved (the forward above ran last at this T).
-      const double backward = medianSeconds(be, g.computeBudgetS, [&](int) {
-        be.attentionBackward(dqkv.f(), scratch.f(), dout.f(), qkv.f(), saved.f(), att.f(), B, T, C, H,
-                             causal);
-      });
-      // The forward's FLOPs: QK^T and PV, 2 T^2 hs each per head; causal halves them (FlashAttention's
-      // count, Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py, flops()).
-      const double flops = 4.0 * B * H * double(T) * T * hs / (causal ? 2 : 1);
-      out.push_back({{"precision", precisionName(p)},
-                     {"threads", threads},
-                     {"batch", B},
-                     {"heads", H},
-                     {"seq", T},
-                     {"head_size", hs},
-                     {"causal", causal},
-                     {"flops", flops},
-                     {"forward_seconds", forward},
-                     {"backward_seconds", backward}});
-      progress.line("attention " + std::string(precisionName(p)) + " threads " + std::to_string(threads) +
-                    " seq " + std::to_string(T) + ": forward " + num(forward) + " s, backward " +
-                    num(backward) + " s");
+    for (int hs : g.attentionHeadSize) {
+      const int C = H * hs;
+      for (int T : g.attentionT) {
+        const double forward = medianSeconds(be, g.computeBudgetS, [&](int) {
+          be.attentionForward(att.f(), saved.f(), qkv.f(), B, T, C, H, causal);
+        });
+        // Backward reads what the last forward saved (the forward above ran last at this T).
+        const double backward = medianSeconds(be, g.computeBudgetS, [&](int) {
+          be.attentionBackward(dqkv.f(), scratch.f(), dout.f(), qkv.f(), saved.f(), att.f(), B, T, C, H,
+                               causal);
+        });
+        // The forward's FLOPs: QK^T and PV, 2 T^2 hs each per head; causal halves them (FlashAttention's
+        // count, Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py, flops()).
+        const double flops = 4.0 * B * H * double(T) * T * hs / (causal ? 2 : 1);
+        out.push_back({{"precision", precisionName(p)},
+                       {"threads", threads},
+                       {"batch", B},
+                       {"heads", H},
+                       {"seq", T},
+                       {"head_size", hs},
+                       {"causal", causal},
+                       {"flops", flops},
+                       {"forward_seconds", forward},
+                       {"backward_seconds", backward}});
+        progress.line("attention " + std::string(precisionName(p)) + " threads " + std::to_string(threads) +
+                      " head size " + std::to_string(hs) + " seq " + std::to_string(T) + ": forward " +
+                      num(forward) + " s, backward " + num(backward) + " s");
+      }
     }
   }
   be.setGemmPrecision(GemmPrecision::Fp32);

@@ -218,16 +218,24 @@ class TestCalibrate : public QObject {
   void otherComputeEntries() {
     const nlohmann::json& d = m_profile["device"];
     const std::vector<int> threads = defaultThreads(static_cast<int>(std::thread::hardware_concurrency()));
-    QCOMPARE(d["attention"].size(), 2 * 2 * threads.size());  // {fp32, bf16} x seq {64, 256}
+    // {fp32, bf16} x head size {16, 64} x seq {64, 256}
+    QCOMPARE(d["attention"].size(), 2 * 2 * 2 * threads.size());
+    std::set<std::tuple<std::string, int, int, int>> grid;
     for (const nlohmann::json& a : d["attention"]) {
       const double B = a["batch"], H = a["heads"], T = a["seq"], hs = a["head_size"];
+      grid.insert({a["precision"].get<std::string>(), a["threads"].get<int>(), int(hs), int(T)});
       QVERIFY(a["causal"].get<bool>());
       QVERIFY(near(a["flops"].get<double>(), 4 * B * H * T * T * hs / 2));
+    }
+    QCOMPARE(grid.size(), d["attention"].size());  // every (precision, threads, head size, seq) once
+    for (const auto& [precision, t, hs, T] : grid) {
+      QVERIFY(hs == 16 || hs == 64);
+      QVERIFY(T == 64 || T == 256);
     }
     QCOMPARE(d["elementwise"].size(), 3 * threads.size());
     for (const nlohmann::json& e : d["elementwise"])
       QVERIFY(near(e["bytes_per_s"].get<double>(), e["bytes"].get<double>() / e["seconds"].get<double>()));
-    QCOMPARE(d["optimizer"].size(), 2 * threads.size());
+    QCOMPARE(d["optimizer"].size(), 2 * threads.size());  // 65536 and 1048576 parameters
     for (const nlohmann::json& o : d["optimizer"])
       QVERIFY(near(o["params_per_s"].get<double>(), o["params"].get<double>() / o["seconds"].get<double>()));
   }

@@ -173,11 +173,31 @@ class TestDeviceProfile : public QObject {
     const auto p = parsed(synthProfile());
     const double f = attentionFlops(128);
     const double fwd = f / (1e7 * std::sqrt(128.0));
-    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 128), fwd);
-    QNEAR(p->attentionBackwardSeconds(ms::Precision::Fp32, 1, f, 128), 2.5 * fwd);
-    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 2, f, 128), fwd / 2);
+    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 128, 64), fwd);
+    QNEAR(p->attentionBackwardSeconds(ms::Precision::Fp32, 1, f, 128, 64), 2.5 * fwd);
+    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 2, f, 128, 64), fwd / 2);
+    // One head size measured: every head size at its rate.
+    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 128, 8), fwd);
+    {
+      // Head size 16 measured at a quarter of 64's rate: 32 lies halfway in log head size (half the rate),
+      // 8 below the grid takes 16's.
+      json doc = synthProfile();
+      json rows = doc["device"]["attention"];
+      for (json row : rows) {
+        row["head_size"] = 16;
+        row["forward_seconds"] = 4.0 * row["forward_seconds"].get<double>();
+        row["backward_seconds"] = 4.0 * row["backward_seconds"].get<double>();
+        doc["device"]["attention"].push_back(row);
+      }
+      const auto q = parsed(doc);
+      QNEAR(q->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 128, 64), fwd);
+      QNEAR(q->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 128, 16), 4 * fwd);
+      QNEAR(q->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 128, 32), 2 * fwd);
+      QNEAR(q->attentionBackwardSeconds(ms::Precision::Fp32, 1, f, 128, 8), 4 * 2.5 * fwd);
+      QNEAR(q->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 128, 256), fwd);
+    }
     // Longer than measured: the longest's rate.
-    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 1, 1e9, 8192), 1e9 / (1e7 * std::sqrt(1024.0)));
+    QNEAR(p->attentionForwardSeconds(ms::Precision::Fp32, 1, 1e9, 8192, 64), 1e9 / (1e7 * std::sqrt(1024.0)));
     QNEAR(p->elementwiseSeconds(1, 3e6), synthElementwise(3e6, 1));
     QNEAR(p->elementwiseSeconds(2, 4e4), synthElementwise(4e4, 2));
     QCOMPARE(p->elementwiseSeconds(1, 10), synthElementwise(1e3, 1));    // below: the fixed cost
@@ -386,7 +406,8 @@ class TestDeviceProfile : public QObject {
                  p->gemmSeconds(ms::Precision::Fp32, threads, m, C, double(C) / tp) +
                  p->gemmSeconds(ms::Precision::Fp32, threads, m, double(F) / tp, C) +
                  p->gemmSeconds(ms::Precision::Fp32, threads, m, C, double(F) / tp);
-      t += p->attentionForwardSeconds(ms::Precision::Fp32, threads, 2.0 * T * T * C * mbs / tp, T);
+      t += p->attentionForwardSeconds(ms::Precision::Fp32, threads, 2.0 * T * T * C * mbs / tp, T,
+                                      double(C) / 4);
       t += 5 * p->elementwiseSeconds(threads, 4.0 * T * mbs * (10.0 * C + 2.0 * F / tp) / 5);  // 5 kernels
       return t;
     };

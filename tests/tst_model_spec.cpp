@@ -151,12 +151,14 @@ class TestModelSpec : public QObject {
       for (size_t l = 1; l < gpt.layers.size(); ++l)
         QCOMPARE(gemmFlops(gpt.layers[l]), gpt.layers[l].forwardFlopsPerSample);
       QCOMPARE(gpt.layers[1].attentionKeys, 32.0);  // the whole sequence's keys under cp
+      QCOMPARE(gpt.layers[1].attentionHeadSize, 16.0);
     }
     m.type = ModelType::Llama;
     m.kvHeads = 2;
     m.ffnHidden = 160;
     const ModelSpec llama = buildModelSpec(m, 32, 784, 2);
     for (const LayerSpec& l : llama.layers) QCOMPARE(gemmFlops(l), l.forwardFlopsPerSample);
+    QCOMPARE(llama.layers[1].attentionHeadSize, 16.0);  // 64 / 4 heads (2 of k and v)
     m.experts = 4;
     m.expertsPerToken = 2;
     m.sharedExperts = 1;
@@ -169,6 +171,7 @@ class TestModelSpec : public QObject {
     for (size_t l = 0; l + 1 < vit.layers.size(); ++l)
       QCOMPARE(gemmFlops(vit.layers[l]), vit.layers[l].forwardFlopsPerSample);
     QVERIFY(!vit.layers[1].attentionCausal);
+    QCOMPARE(vit.layers[1].attentionHeadSize, 16.0);
     m.type = ModelType::Mlp;
     m.hidden = {100, 50};
     const ModelSpec mlp = buildModelSpec(m, 0, 784);

@@ -200,8 +200,8 @@ std::string countText(double n) {
 struct KernelTimes {
   virtual ~KernelTimes() = default;
   virtual double gemm(double m, double n, double k) const = 0;
-  virtual double attentionForward(double flops, double keys) const = 0;
-  virtual double attentionBackward(double flops, double keys) const = 0;
+  virtual double attentionForward(double flops, double keys, double headSize) const = 0;
+  virtual double attentionBackward(double flops, double keys, double headSize) const = 0;
   virtual double elementwise(double bytes) const = 0;  // bytes as LayerSpec counts them (fp32 elements)
 };
 
@@ -211,11 +211,11 @@ struct ProfileTimes final : KernelTimes {
   double gemm(double m, double n, double k) const override {
     return profile.gemmSeconds(precision, threads, m, n, k);
   }
-  double attentionForward(double flops, double keys) const override {
-    return profile.attentionForwardSeconds(precision, threads, flops, keys);
+  double attentionForward(double flops, double keys, double headSize) const override {
+    return profile.attentionForwardSeconds(precision, threads, flops, keys, headSize);
   }
-  double attentionBackward(double flops, double keys) const override {
-    return profile.attentionBackwardSeconds(precision, threads, flops, keys);
+  double attentionBackward(double flops, double keys, double headSize) const override {
+    return profile.attentionBackwardSeconds(precision, threads, flops, keys, headSize);
   }
   double elementwise(double bytes) const override { return profile.elementwiseSeconds(threads, bytes); }
   const DeviceProfile& profile;
@@ -234,10 +234,10 @@ struct CatalogTimes final : KernelTimes {
   double gemm(double m, double n, double k) const override {
     return model.gemmSeconds(peak, bandwidth, elementBytes, m, n, k);
   }
-  double attentionForward(double flops, double keys) const override {
+  double attentionForward(double flops, double keys, double) const override {
     return model.attentionForwardSeconds(peak, flops, keys);
   }
-  double attentionBackward(double flops, double keys) const override {
+  double attentionBackward(double flops, double keys, double) const override {
     return model.attentionBackwardSeconds(peak, flops, keys);
   }
   double elementwise(double bytes) const override {
@@ -295,10 +295,10 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
   }
   if (layer.attentionFlopsPerSample > 0) {
     const double flops = layer.attentionFlopsPerSample * mbs / tp;
-    t.attentionForward = times.attentionForward(flops, layer.attentionKeys);
+    t.attentionForward = times.attentionForward(flops, layer.attentionKeys, layer.attentionHeadSize);
     note("attention", flops, t.attentionForward);
     forward += t.attentionForward;
-    input += times.attentionBackward(flops, layer.attentionKeys);
+    input += times.attentionBackward(flops, layer.attentionKeys, layer.attentionHeadSize);
   }
   const double bytes = (layer.elementwiseBytesPerSample + layer.splitElementwiseBytesPerSample / tp) * mbs;
   if (bytes > 0) {
@@ -491,7 +491,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         const double flops = layer.attentionFlopsPerSample * mbs / tp / p.cp;
         double step = rate > 0 ? flops / rate : 0.0;
         if (device.kernels)  // a catalog GPU's attention rate at the block's keys (a cp-th of the sequence's)
-          step = CatalogTimes(device, p.precision).attentionForward(flops, layer.attentionKeys / p.cp);
+          step = CatalogTimes(device, p.precision)
+                     .attentionForward(flops, layer.attentionKeys / p.cp, layer.attentionHeadSize);
         const double transfer = p2pTime(values * activationElementBytes(p.precision), link);
         const double gradients = p2pTime(values * 4.0, link);
         const double forward = (p.cp - 1) * std::max(0.0, transfer - step);

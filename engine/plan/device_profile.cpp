@@ -318,31 +318,39 @@ namespace {
 
 double profileAttentionSeconds(
     const std::map<std::pair<Precision, int>, std::vector<DeviceProfile::Attention>>& table,
-    Precision precision, int threads, double flops, double seq, bool backward) {
+    Precision precision, int threads, double flops, double seq, double headSize, bool backward) {
   if (!(flops > 0)) return 0.0;
   const auto it = nearestMeasuredThreads(table, precision, threads);
   if (it == table.end()) return 0.0;
-  std::vector<DeviceProfile::Attention> rows = it->second;
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
-  std::vector<double> lx, ly;
-  for (const auto& a : rows) {
-    if (!lx.empty() && std::log(double(a.seq)) == lx.back()) continue;
-    lx.push_back(std::log(double(a.seq)));
-    ly.push_back(std::log(a.flops / (backward ? a.backwardSeconds : a.forwardSeconds)));
+  // Per measured head size, the log rate interpolated in log seq; then those interpolated in log head size.
+  std::map<int, std::vector<DeviceProfile::Attention>> byHeadSize;
+  for (const auto& a : it->second) byHeadSize[a.headSize].push_back(a);
+  std::vector<double> hx, hy;
+  for (auto& [hs, rows] : byHeadSize) {
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+    std::vector<double> lx, ly;
+    for (const auto& a : rows) {
+      if (!lx.empty() && std::log(double(a.seq)) == lx.back()) continue;
+      lx.push_back(std::log(double(a.seq)));
+      ly.push_back(std::log(a.flops / (backward ? a.backwardSeconds : a.forwardSeconds)));
+    }
+    hx.push_back(std::log(double(hs)));
+    hy.push_back(interpolateClamped(lx, ly, std::log(std::max(seq, 1.0))));
   }
-  return flops / std::exp(interpolateClamped(lx, ly, std::log(std::max(seq, 1.0))));
+  const double at = std::log(headSize > 0 ? headSize : 64.0);
+  return flops / std::exp(interpolateClamped(hx, hy, at));
 }
 
 }  // namespace
 
-double DeviceProfile::attentionForwardSeconds(Precision precision, int threads, double flops,
-                                              double seq) const {
-  return profileAttentionSeconds(attention, precision, threads, flops, seq, false);
+double DeviceProfile::attentionForwardSeconds(Precision precision, int threads, double flops, double seq,
+                                              double headSize) const {
+  return profileAttentionSeconds(attention, precision, threads, flops, seq, headSize, false);
 }
 
-double DeviceProfile::attentionBackwardSeconds(Precision precision, int threads, double flops,
-                                               double seq) const {
-  return profileAttentionSeconds(attention, precision, threads, flops, seq, true);
+double DeviceProfile::attentionBackwardSeconds(Precision precision, int threads, double flops, double seq,
+                                               double headSize) const {
+  return profileAttentionSeconds(attention, precision, threads, flops, seq, headSize, true);
 }
 
 double DeviceProfile::elementwiseSeconds(int threads, double bytes) const {

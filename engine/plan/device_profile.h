@@ -97,10 +97,14 @@ struct DeviceProfile {
   // The best GEMM rate measured at this precision and thread count, FLOP/s (the "peak" a profile device
   // shows: it is measured, not published).
   double peakGemmRate(Precision precision, int threads) const;
-  // Attention's forward and backward, seconds, for `flops` forward FLOPs at sequence length seq (keys): the
-  // measured rate (forward FLOPs / seconds) interpolated in log seq, clamped at the ends.
-  double attentionForwardSeconds(Precision precision, int threads, double flops, double seq) const;
-  double attentionBackwardSeconds(Precision precision, int threads, double flops, double seq) const;
+  // Attention's forward and backward, seconds, for `flops` forward FLOPs at sequence length seq (keys) and
+  // head size headSize: the measured rate (forward FLOPs / seconds) interpolated in log seq at each measured
+  // head size, then in log head size, clamped at the ends (a profile of one head size costs every head size
+  // at its rate; headSize <= 0 is taken as 64, the size profiles before the head-size grid measured).
+  double attentionForwardSeconds(Precision precision, int threads, double flops, double seq,
+                                 double headSize) const;
+  double attentionBackwardSeconds(Precision precision, int threads, double flops, double seq,
+                                  double headSize) const;
   // An elementwise pass moving `bytes` (reads plus writes); an optimizer step over `params` parameters.
   double elementwiseSeconds(int threads, double bytes) const;
   double optimizerSeconds(int threads, double params) const;

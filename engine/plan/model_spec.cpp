@@ -176,6 +176,7 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int Tfull, bool causal, 
              {double(T), F, C, Split::Output},
              {double(T), C, F, Split::Input}};
   l.attentionKeys = Tfull;
+  l.attentionHeadSize = double(C) / double(H);
   l.attentionCausal = causal;
   // Elementwise traffic per position, fp32 bytes: two LayerNorms (read C, write C), two residual adds (read
   // 2C, write C) whole on every TP rank; GELU (read F, write F) split.
@@ -299,6 +300,7 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int Tfull, int cp) {
     l.gemms.push_back({routed, C, Fe, Split::Input, true});
   }
   l.attentionKeys = Tfull;
+  l.attentionHeadSize = double(hs);
   // Elementwise traffic per position, fp32 bytes: two RMSNorms (read C, write C) and two residual adds (read
   // 2C, write C) whole; the rotary embedding of q and k (read and write (H + KV) hs) and SwiGLU (read 2F,
   // write F, for the dense or shared MLP and each routed expert) split; a routed token's rows gathered to its

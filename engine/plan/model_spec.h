@@ -82,6 +82,7 @@ struct LayerSpec {
   // and twice the elementwise passes. The cnn's convolutions are listed as the GEMMs im2col makes of them.
   std::vector<GemmShape> gemms;
   double attentionKeys = 0;
+  double attentionHeadSize = 0;  // per head: a measured device's attention rate depends on it
   bool attentionCausal = true;
   double splitElementwiseBytesPerSample = 0;
   double elementwiseBytesPerSample = 0;
