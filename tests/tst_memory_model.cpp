@@ -191,11 +191,16 @@ class TestMemoryModel : public QObject {
         QCOMPARE(ms::otherBreakdown(*pp2, 0, true).zero3Gathered, (kEmbeddingParams + kBlockParams) * p);
         QCOMPARE(ms::otherBreakdown(*pp2, 1, true).zero3Gathered, (kBlockParams + kHeadParams + kV * kC) * p);
       }
-      // Gradient buckets (runtime/parameters.h reduceGrads): none for ZeRO 0-1, which all-reduce the flat
-      // gradients in place; ZeRO >= 2 reduce-scatters each layer's gradients every microbatch, holding the
-      // full gradients of two layers at once (the two blocks), the tied wte's (summed once per step) and,
-      // with 2 microbatches accumulating, a block's shard of staging.
-      QCOMPARE(other.dpBucket, zero >= 2 ? (2 * kBlockParams + kV * kC + kBlockParams / 4) * g : 0.0);
+      // Gradient buckets (runtime/parameters.h reduceGrads): none for ZeRO 0, which all-reduces the flat
+      // gradients in place; ZeRO-1 reduce-scatters every unit once a step into a shard of staging, all in
+      // flight until the optimizer step (a quarter of the gradients on 4 replicas); ZeRO >= 2
+      // reduce-scatters each layer's gradients every microbatch, holding the full gradients of two layers
+      // at once (the two blocks), the tied wte's (summed once per step) and, with 2 microbatches
+      // accumulating, a block's shard of staging.
+      const double buckets = zero >= 2   ? (2 * kBlockParams + kV * kC + kBlockParams / 4) * g
+                             : zero == 1 ? n / 4 * g
+                                         : 0.0;
+      QVERIFY2(near(other.dpBucket, buckets), qPrintable(QString::number(other.dpBucket)));
     }
   }
 

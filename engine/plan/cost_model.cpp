@@ -610,9 +610,11 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const int rank = replicaRank(plan, stage);
     const double bytes = params[static_cast<size_t>(k)] * state.gradientBytes;
     const LinkSpec& link = groupLink(plan, plan.layout.dpCpGroup(rank));
-    // ZeRO >= 2 reduce-scatters every microbatch's gradients (runtime/parameters.h reduceGrads), all counted
-    // in the chunk's one GradSync: the traffic is right, its overlap with the later microbatches is not. A
-    // tied wte (its own unit in the engine) is reduce-scattered once per step, after its cross-stage sum.
+    // ZeRO 0 all-reduces the step's gradients, ZeRO-1 reduce-scatters them (runtime/parameters.cpp
+    // startSync). ZeRO >= 2 reduce-scatters every microbatch's gradients (runtime/parameters.h reduceGrads),
+    // all counted in the chunk's one GradSync: the traffic is right, its overlap with the later microbatches
+    // is not. A tied wte (its own unit in the engine) is reduce-scattered once per step, after its
+    // cross-stage sum.
     const bool holdsTied = tiedEmbedding && (k == chunkOf[static_cast<size_t>(embeddingLayer)] ||
                                              (tiedApart && k == chunkOf[static_cast<size_t>(headLayer)]));
     const double tiedBytes = holdsTied ? wteLocal * state.gradientBytes : 0.0;
@@ -623,12 +625,15 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       expertBytes = expertParams[static_cast<size_t>(k)] * state.gradientBytes;
       const LinkSpec& expertLink = groupLink(plan, plan.layout.edpGroup(rank));
       m_gradSync[static_cast<size_t>(k)] +=
-          p.zero <= 1 ? ringAllReduceTime(expertBytes, edp, expertLink)
-                      : std::max(1, p.microbatches) * ringReduceScatterTime(expertBytes, edp, expertLink);
+          p.zero == 0   ? ringAllReduceTime(expertBytes, edp, expertLink)
+          : p.zero == 1 ? ringReduceScatterTime(expertBytes, edp, expertLink)
+                        : std::max(1, p.microbatches) * ringReduceScatterTime(expertBytes, edp, expertLink);
     }
+    // ZeRO-1 reduce-scatters the step's gradients once (its optimizer updates the owned slice only).
     m_gradSync[static_cast<size_t>(k)] +=
-        p.zero <= 1
-            ? ringAllReduceTime(bytes - expertBytes, dp, link)
+        p.zero == 0 ? ringAllReduceTime(bytes - expertBytes, dp, link)
+        : p.zero == 1
+            ? ringReduceScatterTime(bytes - expertBytes, dp, link)
             : std::max(1, p.microbatches) * ringReduceScatterTime(bytes - expertBytes - tiedBytes, dp, link) +
                   (holdsTied ? ringReduceScatterTime(tiedBytes, dp, link) : 0.0);
     if (tiedApart &&

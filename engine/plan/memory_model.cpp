@@ -343,13 +343,28 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   }
   o.p2pBuffers = largest;
 
-  // Gradient buckets (runtime/parameters.h). ZeRO 0-1 all-reduce the rank's flat gradient buffer in place:
+  // Gradient buckets (runtime/parameters.h). ZeRO 0 all-reduces the rank's flat gradient buffer in place:
   // none (PyTorch DDP's 25 MiB buckets exist because its gradients are separate tensors). ZeRO >= 2 reduce-
   // scatter each layer's gradients once per microbatch (DeepSpeed's ZeRO-2 under accumulation): the full
   // gradients of the layer being computed and of the one being reduced (the stage's two largest layer units;
   // all of them under a split backward, whose input parts come before the weight parts), a shard of staging
   // when microbatches accumulate, and a tied embedding's full gradients, summed once per step (across its
   // two stages) and kept whole until then.
+  // ZeRO-1 reduce-scatters each unit's gradients once a step into a shard of staging, every unit's in flight
+  // from its last backward to the optimizer step (runtime/parameters.cpp startSync): the stage's owned
+  // gradient shards, dense over dp x cp, the local experts' over their dp x cp / ep replicas.
+  if (p.zero == 1 && p.dataReplicas() > 1) {
+    const int ep = std::max(1, p.ep), replicas = p.dataReplicas(),
+              expertReplicas = std::max(1, replicas / ep);
+    double shards = 0;
+    for (int l : plan.partition.layersOfStage(stage)) {
+      const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+      const double n = double(layer.localParamCount(static_cast<int>(tp), ep));
+      const double experts = ep > 1 ? double(layer.localExpertParamCount(static_cast<int>(tp), ep)) : 0.0;
+      shards += (n - experts) / replicas + (expertReplicas > 1 ? experts / expertReplicas : 0.0);
+    }
+    o.dpBucket = shards * state.gradientBytes;
+  }
   if (p.zero >= 2) {
     const ModelConfig& m = plan.config.model;
     const bool tied = m.tiedHead();

@@ -94,7 +94,8 @@ double recomputeWorkspaceBytes(const Plan& plan, int stage);
 // The parts of "other" for a stage (bytes), each explained where it is computed.
 struct OtherBytes {
   double p2pBuffers = 0;  // the stage's largest activation message and its gradient (a send and a receive)
-  double dpBucket = 0;    // ZeRO >= 2's gradient buckets (transient full gradients, staging); 0 for ZeRO 0-1
+  double dpBucket = 0;    // ZeRO-1: the owned gradient shards being reduced; ZeRO >= 2: the gradient buckets
+                          // (transient full gradients, staging); 0 for ZeRO 0
   double workspace = 0;   // backward gradient buffers of the largest layer, the gpt head's logits chunk
   double zero3Gathered = 0;  // ZeRO-3: two neighbouring layers' working parameters (zero3GatheredParams)
   double context = 0;        // the CUDA context and library handles on GPUs (600 MiB), 0 on CPUs

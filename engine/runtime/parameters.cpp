@@ -75,7 +75,8 @@ struct ParameterStore::UnitStorage {
       fullGrads;  // ZeRO >= 2: this microbatch's full gradients, from the unit's backward to their reduction
   Buffer shardGrads;  // ZeRO >= 2: the owned slice of the reduced gradients (the step's sum)
   Buffer staging;     // ZeRO >= 2: a later microbatch's reduced shard, added to shardGrads when it lands
-                      // (offload "parameters": every reduction lands here on the device, then goes down)
+                      // (offload "parameters": every reduction lands here on the device, then goes down);
+                      // ZeRO-1: the step's reduced shard, copied into the owned slice when it lands
   Buffer upload;      // offload "parameters": the host shard, uploaded for the gather in flight
   CommRequestPtr pending;
   // ZeRO-3: the prefetch's all-gather into fullValues, in flight until gather() waits for it. Declared after
@@ -645,6 +646,18 @@ Status ParameterStore::startSync(int u) {
   void* g = unitGrad(u).data;
   Communicator* group = groupOf(u);  // the model's replicas, or an expert's
   if (!group) return Status::ok();
+  if (m_layout.zero == 1) {
+    // ZeRO-1 updates only the owned slice, so it needs only that slice summed: a reduce-scatter, half an
+    // all-reduce's traffic (Rajbhandari et al. 2020, section 5.1; Megatron-LM's distributed optimizer), into
+    // a shard of staging copied into the owned slice when it lands (finishSync). The rest of the rank's
+    // gradient buffer keeps its own microbatches' sum, which nothing reads.
+    const size_t shard = n / m_units[u].shards;
+    s.staging = Buffer(floatsOf(shard, m_state.gradientBytes), MemoryCategory::Communication, m_tracker);
+    auto r = group->ireduceScatter(g, s.staging.data(), shard, gradType(), ReduceOp::Sum);
+    if (!r) return r.status();
+    s.pending = std::move(*r);
+    return Status::ok();
+  }
   auto r = group->iallReduce(g, g, n, gradType(), ReduceOp::Sum);
   if (!r) return r.status();
   s.pending = std::move(*r);
@@ -670,6 +683,13 @@ Status ParameterStore::finishSync() {
       Status st = s.pending->wait();
       if (!st && first) first = st;
       s.pending.reset();
+      if (st && s.staging.data()) {  // ZeRO-1: the summed shard into the owned slice
+        const size_t bytes = ownedSize(static_cast<int>(u)) * static_cast<size_t>(m_state.gradientBytes);
+        backend().copy(static_cast<char*>(unitGrad(static_cast<int>(u)).data) +
+                           ownedBegin(static_cast<int>(u)) * static_cast<size_t>(m_state.gradientBytes),
+                       s.staging.data(), bytes);
+      }
+      s.staging = Buffer();
     }
     s.started = false;
   }
