@@ -14,8 +14,9 @@ for it on a profile of this machine measured just before, without calibrating fr
    against the prediction.
 
 Prints one line per plan: ranks, predicted and measured step, the step's error (predicted / measured - 1), the
-worst peak-memory error over the ranks' totals and over every category, and the time item whose gap is the
-largest; then how many plans are within the issue's targets (step time within 10%, peak memory within 2%)
+worst peak-memory error over the ranks' totals and over every category, the range over the ranks of each
+rank's compute speed (its layers' predicted F + B + W over the measured: below 1, the rank ran slower than
+the profile says) and the time item whose gap is the largest; then how many plans are within the issue's targets (step time within 10%, peak memory within 2%)
 and the worst of each. Exits 1 when a step fails (calibrate, the suite, a report), 0 otherwise: the targets
 are reported, not asserted.
 
@@ -103,7 +104,8 @@ def main():
         return 1
 
     results = []
-    print(f"{'plan':52} {'ranks':>5} {'pred ms':>9} {'meas ms':>9} {'step':>7} {'mem tot':>8} {'mem any':>8}  worst time item")
+    print(f"{'plan':52} {'ranks':>5} {'pred ms':>9} {'meas ms':>9} {'step':>7} {'mem tot':>8} {'mem any':>8} "
+          f"{'rank speed':>10}  worst time item")
     for r in rows:
         d = os.path.join(keep, r.replace(" ", "_"))
         if not os.path.exists(os.path.join(d, "metrics.jsonl")):
@@ -121,17 +123,29 @@ def main():
         mem_total = max((m for m in rep["memory"] if m["what"] == "total"), key=lambda m: abs(m["error"]), default=None)
         mem_any = max(rep["memory"], key=lambda m: abs(m["error"]), default=None)
         worst = next((t for t in rep["times"] if t["item"] != "bubble"), None)
+        # Each rank's compute (its layers' F, B and W) predicted over measured: how fast the rank ran against
+        # the profile. Ranks of one plan run at once on this machine; their spread is the machine's noise
+        # (replicas doing the same work at the same time have run 1.9x apart here), not the model's.
+        compute = {}
+        for t in rep["times"]:
+            if t["item"] in ("F", "B", "W"):
+                pm = compute.setdefault(t["rank"], [0.0, 0.0])
+                pm[0] += t["predicted"]
+                pm[1] += t["measured"]
+        speeds = sorted(pm[0] / pm[1] for pm in compute.values() if pm[1] > 0)
         res = {"plan": r, "ranks": rep["ranks"], "predicted_s": rep["step"]["predicted_s"],
                "measured_s": rep["step"]["measured_s"], "step_error": rep["step"]["error"],
                "memory_total_error": mem_total["error"] if mem_total else None,
-               "memory_worst": mem_any, "worst_time": worst}
+               "memory_worst": mem_any, "worst_time": worst,
+               "rank_speed": [speeds[0], speeds[-1]] if speeds else None}
         results.append(res)
         wt = (f"{worst['item']} rank {worst['rank']} {worst['what']}: {1e3 * worst['predicted']:.2f} vs "
               f"{1e3 * worst['measured']:.2f} ms" if worst else "")
         ma = f"{100 * mem_any['error']:+.1f}%" if mem_any else "n/a"
         mt = f"{100 * mem_total['error']:+.1f}%" if mem_total else "n/a"
+        rs = f"{speeds[0]:.2f}-{speeds[-1]:.2f}" if speeds else "n/a"
         print(f"{r[:52]:52} {rep['ranks']:5d} {1e3 * res['predicted_s']:9.2f} {1e3 * res['measured_s']:9.2f} "
-              f"{100 * res['step_error']:+6.1f}% {mt:>8} {ma:>8}  {wt}")
+              f"{100 * res['step_error']:+6.1f}% {mt:>8} {ma:>8} {rs:>10}  {wt}")
     steps_ok = sum(abs(x["step_error"]) <= 0.10 for x in results)
     mem_ok = sum(x["memory_total_error"] is not None and abs(x["memory_total_error"]) <= 0.02 for x in results)
     worst_step = max(results, key=lambda x: abs(x["step_error"]))
@@ -141,6 +155,12 @@ def main():
           f"({worst_step['plan']})")
     print(f"peak memory (total, every rank) within 2%: {mem_ok} of {len(results)}; worst "
           f"{100 * (worst_mem['memory_total_error'] or 0):+.1f}% ({worst_mem['plan']})")
+    spread = [x["rank_speed"] for x in results if x["rank_speed"] and x["ranks"] > 1]
+    if spread:
+        apart = sum(hi / lo > 1.25 for lo, hi in spread)
+        lows = sorted(lo for lo, _ in spread)
+        print(f"rank speed (compute predicted / measured, per rank): {apart} of {len(spread)} multi-rank plans had "
+              f"ranks more than 1.25x apart; slowest rank's median {lows[len(lows) // 2]:.2f}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"profile": profile, "plans": results}, f, indent=1)
