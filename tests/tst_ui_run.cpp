@@ -477,7 +477,7 @@ class TestUiRun : public QObject {
     for (int s = 1; s <= 50; ++s) {
       SpansEvent e;
       e.step = s;
-      e.ranks = {RankSpans{0, {MeasuredSpan{'F', 0, 0, "x", double(s), double(s) + 0.5}}}};
+      e.ranks = {RankSpans{0, {MeasuredSpan{'F', 0, 0, "x", double(s), double(s) + 0.5}}, ""}};
       data.apply(e);
       MemoryEvent m;
       m.step = s;
