@@ -618,24 +618,24 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const bool holdsTied = tiedEmbedding && (k == chunkOf[static_cast<size_t>(embeddingLayer)] ||
                                              (tiedApart && k == chunkOf[static_cast<size_t>(headLayer)]));
     const double tiedBytes = holdsTied ? wteLocal * state.gradientBytes : 0.0;
-    // Expert parallelism: the local experts' gradients are summed (ZeRO >= 2: reduce-scattered every
-    // microbatch) over their dp / ep replicas only.
+    // One step's sync of `b` bytes over a group of n: ZeRO 0 all-reduces, ZeRO-1 reduce-scatters once,
+    // ZeRO >= 2 reduce-scatters every microbatch.
+    const auto sync = [&](double b, int n, const LinkSpec& l) {
+      return p.zero == 0   ? ringAllReduceTime(b, n, l)
+             : p.zero == 1 ? ringReduceScatterTime(b, n, l)
+                           : std::max(1, p.microbatches) * ringReduceScatterTime(b, n, l);
+    };
+    // Expert parallelism: the local experts' gradients are summed over their dp / ep replicas only.
     double expertBytes = 0;
     if (p.ep > 1) {
       expertBytes = expertParams[static_cast<size_t>(k)] * state.gradientBytes;
-      const LinkSpec& expertLink = groupLink(plan, plan.layout.edpGroup(rank));
       m_gradSync[static_cast<size_t>(k)] +=
-          p.zero == 0   ? ringAllReduceTime(expertBytes, edp, expertLink)
-          : p.zero == 1 ? ringReduceScatterTime(expertBytes, edp, expertLink)
-                        : std::max(1, p.microbatches) * ringReduceScatterTime(expertBytes, edp, expertLink);
+          sync(expertBytes, edp, groupLink(plan, plan.layout.edpGroup(rank)));
     }
-    // ZeRO-1 reduce-scatters the step's gradients once (its optimizer updates the owned slice only).
-    m_gradSync[static_cast<size_t>(k)] +=
-        p.zero == 0 ? ringAllReduceTime(bytes - expertBytes, dp, link)
-        : p.zero == 1
-            ? ringReduceScatterTime(bytes - expertBytes, dp, link)
-            : std::max(1, p.microbatches) * ringReduceScatterTime(bytes - expertBytes - tiedBytes, dp, link) +
-                  (holdsTied ? ringReduceScatterTime(tiedBytes, dp, link) : 0.0);
+    // Under ZeRO >= 2 the tied wte is reduce-scattered once a step, apart from the per-microbatch rest.
+    const double tiedOnce = p.zero >= 2 ? tiedBytes : 0.0;
+    m_gradSync[static_cast<size_t>(k)] += sync(bytes - expertBytes - tiedOnce, dp, link) +
+                                          (tiedOnce > 0 ? ringReduceScatterTime(tiedOnce, dp, link) : 0.0);
     if (tiedApart &&
         (k == chunkOf[static_cast<size_t>(headLayer)] || k == chunkOf[static_cast<size_t>(embeddingLayer)])) {
       const int a = plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(headLayer)])];
