@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cuda/cuda_info.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -240,6 +241,7 @@ int run(const Shape& s, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ms::cpu::selectBlasCore(argv);  // the kernels the engine runs (kernels/cpu/blas_core.h)
   Shape shape;
   int iters = 20;
   for (int i = 1; i < argc; ++i) {

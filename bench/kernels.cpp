@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace cpu = ms::cpu;
@@ -247,6 +248,7 @@ Vec randomVec(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ms::cpu::selectBlasCore(argv);  // the kernels the engine runs (kernels/cpu/blas_core.h)
   int threads = 0;
   bool large = false;
   for (int i = 1; i < argc; i++) {

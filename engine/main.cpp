@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "calibrate.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "plan/hf_import.h"
 #include "plan/launch_script.h"
@@ -938,6 +939,9 @@ int cmdSchema(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before MPI, threads or BLAS calls: OpenBLAS's own choice of kernels can be 4x slow
+  // (kernels/cpu/blas_core.h).
+  ms::cpu::selectBlasCore(argv);
   if (argc < 2) return usageError("no command given");
   const std::string cmd = argv[1];
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {

@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/blas_core.h"
 #include "process_util.h"
 
 namespace {
@@ -117,6 +118,18 @@ class TestCalibrate : public QObject {
                 .match(QString::fromStdString(m["created"].get<std::string>()))
                 .hasMatch());
     QVERIFY(QString::fromStdString(m["command"].get<std::string>()).contains("calibrate --quick --out"));
+  }
+
+  // The engine measured with the BLAS kernels this CPU runs best: where OpenBLAS falls back to its SSE-only
+  // cores on a CPU it does not know, the engine re-executes itself with OPENBLAS_CORETYPE (kernels/cpu/
+  // blas_core.h). Checked only where the test's own environment leaves the choice to the engine.
+  void blasCoreSuitsTheCpu() {
+    if (qEnvironmentVariableIsSet("OPENBLAS_CORETYPE")) QSKIP("OPENBLAS_CORETYPE is set for this test");
+    const std::string blas = m_profile["machine"]["blas"].get<std::string>();
+    const size_t at = blas.rfind(", core ");
+    if (at == std::string::npos) QSKIP("the engine's BLAS is not OpenBLAS");
+    const std::string core = blas.substr(at + 7);
+    QVERIFY2(ms::cpu::betterBlasCore(core, ms::cpu::hostVectorIsa()).empty(), blas.c_str());
   }
 
   // Every number of the profile is finite and > 0.

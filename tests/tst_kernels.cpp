@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu_ops.h"
 
 extern "C" int openblas_get_parallel();
@@ -576,6 +577,8 @@ class TestKernels : public QObject {
   void initTestCase();
   void cleanupTestCase();
   void threadCount();
+  void blasCoreChoice_data();
+  void blasCoreChoice();
 
   void linear_data();
   void linear();
@@ -663,6 +666,58 @@ void TestKernels::threadCount() {
   QCOMPARE(cpu::threads(), omp_get_num_procs());
   cpu::setThreads(2);
   QCOMPARE(cpu::threads(), 2);
+}
+
+// OpenBLAS's SSE-only fallback cores are replaced by the best core the CPU runs; every other core is kept.
+void TestKernels::blasCoreChoice_data() {
+  QTest::addColumn<QString>("detected");
+  QTest::addColumn<QString>("isa");  // the CpuVectorIsa fields set, by name
+  QTest::addColumn<QString>("expected");
+  const QString avx512 = "avx avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl";
+  QTest::newRow("Prescott on AVX-512") << "Prescott" << avx512 << "SkylakeX";
+  QTest::newRow("prescott, any case") << "prescott" << avx512 << "SkylakeX";
+  QTest::newRow("Nehalem on AVX-512") << "Nehalem" << avx512 << "SkylakeX";
+  QTest::newRow("Prescott, AVX-512 without BW") << "Prescott"
+                                                << "avx avx2 fma avx512f avx512cd avx512dq avx512vl"
+                                                << "Haswell";
+  QTest::newRow("Prescott on AVX2") << "Prescott"
+                                    << "avx avx2 fma"
+                                    << "Haswell";
+  QTest::newRow("Barcelona on AVX2") << "Barcelona"
+                                     << "avx avx2 fma"
+                                     << "Haswell";
+  QTest::newRow("Prescott, AVX2 without FMA") << "Prescott"
+                                              << "avx avx2"
+                                              << "Sandybridge";
+  QTest::newRow("Core2 on AVX") << "Core2"
+                                << "avx"
+                                << "Sandybridge";
+  QTest::newRow("Prescott on SSE only") << "Prescott"
+                                        << ""
+                                        << "";
+  QTest::newRow("Haswell on AVX-512 kept") << "Haswell" << avx512 << "";
+  QTest::newRow("Zen kept") << "Zen"
+                            << "avx avx2 fma"
+                            << "";
+  QTest::newRow("SkylakeX kept") << "SkylakeX" << avx512 << "";
+  QTest::newRow("not OpenBLAS") << "" << avx512 << "";
+}
+
+void TestKernels::blasCoreChoice() {
+  QFETCH(QString, detected);
+  QFETCH(QString, isa);
+  QFETCH(QString, expected);
+  cpu::CpuVectorIsa set;
+  const QStringList names = isa.split(' ', Qt::SkipEmptyParts);
+  set.avx = names.contains("avx");
+  set.avx2 = names.contains("avx2");
+  set.fma = names.contains("fma");
+  set.avx512f = names.contains("avx512f");
+  set.avx512cd = names.contains("avx512cd");
+  set.avx512bw = names.contains("avx512bw");
+  set.avx512dq = names.contains("avx512dq");
+  set.avx512vl = names.contains("avx512vl");
+  QCOMPARE(QString::fromStdString(cpu::betterBlasCore(detected.toStdString(), set)), expected);
 }
 
 // ---- Linear
