@@ -737,17 +737,17 @@ class TestUiRun : public QObject {
           kinds[row.label].insert(sp.kind);
           ++spanCount[row.label];
         }
-    // Async lets a worker run ahead: on a loaded machine (ctest -j2) one worker can make every push before the
-    // other's first, and server 1's updates reach the stream only relayed by worker 0's next push. So: server
-    // 0's lane always, a lane for every worker that pushed, nothing else.
+    // Async lets a worker run ahead: on a loaded machine (ctest -j2) one worker can make every push before
+    // the other's first, and server 1's updates reach the stream only relayed by worker 0's next push. So:
+    // server 0's lane always, a lane for every worker that pushed, nothing else.
     QStringList labels, expected = {"server 0"};
     for (const auto& [label, k] : kinds) labels << label;
     for (size_t i = 0; i < ps.workers.size(); ++i)
       if (ps.workers[i].steps > 0) expected << QString("worker %1").arg(i);
-    const QString seen = labels.join(", ") + QString(" (worker steps %1, %2)")
-                                                 .arg(ps.workers[0].steps)
-                                                 .arg(ps.workers[1].steps);
-    for (const QString& label : expected) QVERIFY2(labels.contains(label), qPrintable(label + " missing: " + seen));
+    const QString seen = labels.join(", ") +
+                         QString(" (worker steps %1, %2)").arg(ps.workers[0].steps).arg(ps.workers[1].steps);
+    for (const QString& label : expected)
+      QVERIFY2(labels.contains(label), qPrintable(label + " missing: " + seen));
     for (const QString& label : labels)
       QVERIFY2(expected.contains(label) || label == "server 1", qPrintable(label + " unexpected: " + seen));
     for (const QString& label : labels)
