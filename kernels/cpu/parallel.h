@@ -37,10 +37,22 @@ inline void serialSimd(ptrdiff_t count, Body body) {
 #pragma omp simd
   for (ptrdiff_t i = 0; i < count; i++) body(i);
 }
+// The parallel form splits the range itself (splitRange, the partition of schedule(static)) and runs each
+// thread's part as its own `omp simd` loop over a copy of the body. `parallel for simd` over the shared body
+// compiled scalar with GCC 12 (the outlined function reads the captures through a pointer it cannot prove
+// unaliased): GELU forward ran at 9.5 ns an element on one thread of an AMD EPYC (bench_kernels, 2M
+// elements).
 template <typename Body>
 inline void parallelSimd(ptrdiff_t count, const Body& body) {
-#pragma omp parallel for simd schedule(static)
-  for (ptrdiff_t i = 0; i < count; i++) body(i);
+#pragma omp parallel
+  {
+    size_t begin = 0, end = 0;
+    splitRange(size_t(count), omp_get_thread_num(), omp_get_num_threads(), begin, end);
+    const Body local = body;
+    const ptrdiff_t first = ptrdiff_t(begin), last = ptrdiff_t(end);
+#pragma omp simd
+    for (ptrdiff_t i = first; i < last; i++) local(i);
+  }
 }
 template <typename Body>
 inline void forEachSimd(ptrdiff_t count, bool parallel, const Body& body) {
