@@ -34,15 +34,15 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/file_io.h"
 #include "supervisor.h"
 
-// OpenBLAS's build description ("OpenBLAS 0.3.21 DYNAMIC_ARCH USE_OPENMP Prescott MAX_THREADS=64") and the
-// kernels it chose for this CPU ("SkylakeX"; a DYNAMIC_ARCH build's config names only its baseline); weak,
-// so a BLAS without them leaves them null instead of failing the link.
+// OpenBLAS's build description ("OpenBLAS 0.3.21 DYNAMIC_ARCH USE_OPENMP Prescott MAX_THREADS=64"); weak, so
+// a BLAS without it leaves it null instead of failing the link. The kernels it chose for this CPU
+// ("SkylakeX"; a DYNAMIC_ARCH build's config names only its baseline) come from cpu::blasCoreName().
 extern "C" char* openblas_get_config(void) __attribute__((weak));
-extern "C" char* openblas_get_corename(void) __attribute__((weak));
 
 namespace ms {
 
@@ -835,8 +835,7 @@ Status runCalibrate(const CalibrateOptions& options) {
   std::string blas = "unknown (not OpenBLAS)";
   if (const char* config = openblas_get_config ? openblas_get_config() : nullptr; config && *config) {
     blas = config;
-    if (const char* core = openblas_get_corename ? openblas_get_corename() : nullptr; core && *core)
-      blas += std::string(", core ") + core;
+    if (const std::string core = cpu::blasCoreName(); !core.empty()) blas += ", core " + core;
   }
   Json profile = {{"format", kDeviceProfileFormat},
                   {"version", kDeviceProfileVersion},
