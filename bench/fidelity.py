@@ -13,6 +13,13 @@ for it on a profile of this machine measured just before, without calibrating fr
    --json` (plan/fidelity.h): the step time (median of steps 2-10) and every rank's peak memory per category
    against the prediction.
 
+4. With --repeat N (default 3) the suite runs N times, and each plan is judged on its fastest run (the least
+   measured step). This VM's compute speed moves between runs: the same one-rank config, run ten times in a
+   row, measured 1.54 to 2.54 ms a step, every kernel alike (docs/fidelity.md); a neighbour or a busy host
+   only ever slows a run down, so the fastest of a few is the machine as `calibrate` saw it (the convention of
+   Python's timeit). The line also gives the spread (slowest over fastest run), and the summary how many plans
+   meet the step target on their median run as well.
+
 Prints one line per plan: ranks, predicted and measured step, the step's error (predicted / measured - 1), the
 worst peak-memory error over the ranks' totals and over every category, the range over the ranks of each
 rank's compute speed (its layers' predicted F + B + W over the measured: below 1, the rank ran slower than
@@ -21,7 +28,7 @@ and the worst of each. Exits 1 when a step fails (calibrate, the suite, a report
 are reported, not asserted.
 
 usage: bench/fidelity.py [--build build] [--profile FILE | --quick-profile] [--rows REGEX] [--keep DIR]
-                         [--out results.json]
+                         [--repeat N] [--out results.json]
 """
 import argparse
 import json
@@ -60,8 +67,13 @@ def main():
     ap.add_argument("--quick-profile", action="store_true", help="calibrate --quick (a smoke run)")
     ap.add_argument("--rows", default="", help="a regular expression over the suite's row names")
     ap.add_argument("--keep", help="keep the run folders here")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="run the suite N times; each plan is judged on its fastest run (default 3)")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
+    if args.repeat < 1:
+        print(f"bench/fidelity: --repeat must be at least 1, not {args.repeat}", file=sys.stderr)
+        return 2
     engine = os.path.join(args.build, "engine", "meshstudio-engine")
     suite = os.path.join(args.build, "tests", "tst_equivalence")
     for f in (engine, suite):
@@ -93,33 +105,43 @@ def main():
     if not rows:
         print("bench/fidelity: no rows of the suite match", file=sys.stderr)
         return 1
-    env = dict(os.environ, MS_EQUIVALENCE_KEEP=keep, QT_QPA_PLATFORM="offscreen", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
     cmd = [suite] + [f"planMatchesOneProcess:{r}" for r in rows]
-    print(f"+ tst_equivalence ({len(rows)} plans)", file=sys.stderr)
-    code, out, err = run(cmd, env=env, timeout=3600)
-    if code:
-        fails = [line for line in out.splitlines() if line.startswith("FAIL")]
-        print("bench/fidelity: the suite failed:\n" + "\n".join(fails), file=sys.stderr)
-        return 1
+    for rep in range(args.repeat):
+        env = dict(os.environ, MS_EQUIVALENCE_KEEP=os.path.join(keep, f"run{rep + 1}"), QT_QPA_PLATFORM="offscreen",
+                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+        print(f"+ tst_equivalence ({len(rows)} plans), run {rep + 1} of {args.repeat}", file=sys.stderr)
+        code, out, err = run(cmd, env=env, timeout=3600)
+        if code:
+            fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+            print("bench/fidelity: the suite failed:\n" + "\n".join(fails), file=sys.stderr)
+            return 1
 
     results = []
     print(f"{'plan':52} {'ranks':>5} {'pred ms':>9} {'meas ms':>9} {'step':>7} {'mem tot':>8} {'mem any':>8} "
-          f"{'rank speed':>10}  worst time item")
+          f"{'rank speed':>10} {'spread':>6}  worst time item")
     for r in rows:
-        d = os.path.join(keep, r.replace(" ", "_"))
-        if not os.path.exists(os.path.join(d, "metrics.jsonl")):
-            continue  # a row the suite skipped (no Fashion-MNIST)
-        with open(os.path.join(d, "config.json")) as f:
-            config = json.load(f)
-        predict = os.path.join(d, "on-profile.json")
-        with open(predict, "w") as f:
-            json.dump(on_profile(config, profile, text), f, indent=1)
-        code, out, err = run([engine, "fidelity", d, "--config", predict, "--json"], timeout=120)
-        if code:
-            print(f"bench/fidelity: {r}: {err.strip()}", file=sys.stderr)
-            return 1
-        rep = json.loads(out)
+        reports = []
+        for rep in range(args.repeat):
+            d = os.path.join(keep, f"run{rep + 1}", r.replace(" ", "_"))
+            if not os.path.exists(os.path.join(d, "metrics.jsonl")):
+                continue  # a row the suite skipped (no Fashion-MNIST)
+            with open(os.path.join(d, "config.json")) as f:
+                config = json.load(f)
+            predict = os.path.join(d, "on-profile.json")
+            with open(predict, "w") as f:
+                json.dump(on_profile(config, profile, text), f, indent=1)
+            code, out, err = run([engine, "fidelity", d, "--config", predict, "--json"], timeout=120)
+            if code:
+                print(f"bench/fidelity: {r}: {err.strip()}", file=sys.stderr)
+                return 1
+            reports.append(json.loads(out))
+        if not reports:
+            continue
+        # The fastest run; the median run's error is kept for the summary.
+        reports.sort(key=lambda x: x["step"]["measured_s"])
+        rep = reports[0]
+        median_error = reports[len(reports) // 2]["step"]["error"]
+        spread = reports[-1]["step"]["measured_s"] / reports[0]["step"]["measured_s"]
         mem_total = max((m for m in rep["memory"] if m["what"] == "total"), key=lambda m: abs(m["error"]), default=None)
         mem_any = max(rep["memory"], key=lambda m: abs(m["error"]), default=None)
         worst = next((t for t in rep["times"] if t["item"] != "bubble"), None)
@@ -137,7 +159,8 @@ def main():
                "measured_s": rep["step"]["measured_s"], "step_error": rep["step"]["error"],
                "memory_total_error": mem_total["error"] if mem_total else None,
                "memory_worst": mem_any, "worst_time": worst,
-               "rank_speed": [speeds[0], speeds[-1]] if speeds else None}
+               "rank_speed": [speeds[0], speeds[-1]] if speeds else None, "runs": len(reports),
+               "median_run_step_error": median_error, "spread": spread}
         results.append(res)
         wt = (f"{worst['item']} rank {worst['rank']} {worst['what']}: {1e3 * worst['predicted']:.2f} vs "
               f"{1e3 * worst['measured']:.2f} ms" if worst else "")
@@ -145,14 +168,18 @@ def main():
         mt = f"{100 * mem_total['error']:+.1f}%" if mem_total else "n/a"
         rs = f"{speeds[0]:.2f}-{speeds[-1]:.2f}" if speeds else "n/a"
         print(f"{r[:52]:52} {rep['ranks']:5d} {1e3 * res['predicted_s']:9.2f} {1e3 * res['measured_s']:9.2f} "
-              f"{100 * res['step_error']:+6.1f}% {mt:>8} {ma:>8} {rs:>10}  {wt}")
+              f"{100 * res['step_error']:+6.1f}% {mt:>8} {ma:>8} {rs:>10} {spread:5.2f}x  {wt}")
     steps_ok = sum(abs(x["step_error"]) <= 0.10 for x in results)
     mem_ok = sum(x["memory_total_error"] is not None and abs(x["memory_total_error"]) <= 0.02 for x in results)
     worst_step = max(results, key=lambda x: abs(x["step_error"]))
     worst_mem = max(results, key=lambda x: abs(x["memory_total_error"] or 0))
-    print(f"\n{len(results)} plans on profile {profile}")
+    median_ok = sum(abs(x["median_run_step_error"]) <= 0.10 for x in results)
+    spreads = sorted(x["spread"] for x in results)
+    print(f"\n{len(results)} plans on profile {profile}, each judged on its fastest of {args.repeat} runs")
     print(f"step time within 10%: {steps_ok} of {len(results)}; worst {100 * worst_step['step_error']:+.1f}% "
-          f"({worst_step['plan']})")
+          f"({worst_step['plan']}); on the median run {median_ok} of {len(results)}")
+    print(f"spread of the measured step over the runs (slowest / fastest): median {spreads[len(spreads) // 2]:.2f}x, "
+          f"largest {spreads[-1]:.2f}x")
     print(f"peak memory (total, every rank) within 2%: {mem_ok} of {len(results)}; worst "
           f"{100 * (worst_mem['memory_total_error'] or 0):+.1f}% ({worst_mem['plan']})")
     spread = [x["rank_speed"] for x in results if x["rank_speed"] and x["ranks"] > 1]

@@ -64,8 +64,10 @@ struct Grids {
   std::vector<int> attentionT, attentionHeadSize;
   std::vector<size_t> elementwiseFloats, optimizerParams;
   std::vector<size_t> linkBytes;
-  double computeBudgetS = 0;  // repetitions of one compute measurement: at least this much time
-  double linkBudgetS = 0;     // ... of one link measurement
+  double computeBudgetS = 0;  // repetitions of one compute measurement in one pass: at least this much time
+  // The compute grid is measured this many times over, and each point keeps its fastest pass (below).
+  int computePasses = 1;
+  double linkBudgetS = 0;  // ... of one link measurement
 };
 
 // GEMMs above 2^33 FLOP are left out: on a CPU each call would take a second or more, and the curve has
@@ -102,7 +104,13 @@ Grids grids(bool quick) {
     // 8 B (the latency), then 16 B to 64 MiB by x4: the quick sizes are points of this curve.
     g.linkBytes = {8};
     for (size_t b = 16; b <= (size_t(64) << 20); b *= 4) g.linkBytes.push_back(b);
-    g.computeBudgetS = 0.030;
+    // Three passes of 10 ms a point rather than one of 30: a shared VM's speed moves between seconds (on
+    // 2026-11-28's AMD EPYC the same one-rank config measured 1.52 to 2.54 ms a step in consecutive runs,
+    // every kernel alike; docs/fidelity.md), and a point measured once lands wherever the machine was at that
+    // moment. Each pass covers the grid in about a quarter of a minute, so a point's three passes are seconds
+    // apart; the fastest is the machine undisturbed, which bench/fidelity.py's fastest run is judged against.
+    g.computeBudgetS = 0.010;
+    g.computePasses = 3;
   }
   g.linkBudgetS = 0.020;
   return g;
@@ -129,7 +137,7 @@ int computeMeasurements(const Grids& g, size_t threadCounts) {
   const size_t perThreads = gemmShapes(g).size() * std::size(kPrecisions) +
                             g.attentionT.size() * g.attentionHeadSize.size() * std::size(kPrecisions) +
                             g.elementwiseFloats.size() + g.optimizerParams.size();
-  return static_cast<int>(perThreads * threadCounts);
+  return static_cast<int>(perThreads * threadCounts) * g.computePasses;
 }
 
 // One line per measurement on stderr, "calibrate: [i/N] what" (the studio reads [i/N]).
@@ -325,6 +333,24 @@ void measureOptimizer(Backend& be, const Grids& g, int threads, Json& out, Progr
         {{"threads", threads}, {"params", n}, {"seconds", seconds}, {"params_per_s", double(n) / seconds}});
     progress.line("optimizer adamw threads " + std::to_string(threads) + " " + std::to_string(n) +
                   " params: " + num(double(n) / seconds) + " params/s");
+  }
+}
+
+// Pass `pass` of the compute grid into `best`: each point keeps its fastest pass. The passes list the same
+// points in the same order; `keys` are the point's times (attention has two, kept apart) and `rate`, when
+// named, the rate field derived from the first of them: what the point moved (`amount`) over its time.
+void keepFastest(Json& best, const Json& pass, const std::vector<std::string>& keys,
+                 const char* rate = nullptr, const std::function<double(const Json&)>& amount = {}) {
+  if (best.empty()) {
+    best = pass;
+    return;
+  }
+  for (size_t i = 0; i < best.size() && i < pass.size(); ++i) {
+    for (const std::string& key : keys) {
+      if (pass[i][key].get<double>() >= best[i][key].get<double>()) continue;
+      best[i][key] = pass[i][key];
+      if (rate && key == keys.front()) best[i][rate] = amount(best[i]) / best[i][key].get<double>();
+    }
   }
 }
 
@@ -821,12 +847,24 @@ Status runCalibrate(const CalibrateOptions& options) {
        optimizer = Json::array();
   try {
     std::unique_ptr<Backend> be = makeCpuBackend(false);
-    for (int t : threads) {
-      cpu::setThreads(t);
-      measureGemm(*be, g, t, gemm, progress);
-      measureAttention(*be, g, t, attention, progress);
-      measureElementwise(*be, g, t, elementwise, progress);
-      measureOptimizer(*be, g, t, optimizer, progress);
+    for (int pass = 0; pass < g.computePasses; ++pass) {
+      Json gemmPass = Json::array(), attentionPass = Json::array(), elementwisePass = Json::array(),
+           optimizerPass = Json::array();
+      for (int t : threads) {
+        cpu::setThreads(t);
+        measureGemm(*be, g, t, gemmPass, progress);
+        measureAttention(*be, g, t, attentionPass, progress);
+        measureElementwise(*be, g, t, elementwisePass, progress);
+        measureOptimizer(*be, g, t, optimizerPass, progress);
+      }
+      keepFastest(gemm, gemmPass, {"seconds"}, "flops_per_s", [](const Json& p) {
+        return 2.0 * p["m"].get<double>() * p["n"].get<double>() * p["k"].get<double>();
+      });
+      keepFastest(attention, attentionPass, {"forward_seconds", "backward_seconds"});
+      keepFastest(elementwise, elementwisePass, {"seconds"}, "bytes_per_s",
+                  [](const Json& p) { return p["bytes"].get<double>(); });
+      keepFastest(optimizer, optimizerPass, {"seconds"}, "params_per_s",
+                  [](const Json& p) { return p["params"].get<double>(); });
     }
   } catch (const DeviceFailure& e) {
     return Status::error(std::string("cpu backend: ") + e.what());

@@ -74,21 +74,40 @@ inline float rowMax(const float* x, int n) {
   return m;
 }
 
-// sum of term(j) for j in [0, n), in kLanes independent partial sums. An `omp simd reduction` keeps one
-// vector accumulator, so a long row is bound by the latency of one add chain; 32 lanes give four independent
-// chains. The partial sums are combined in a fixed order: the result depends on n only, never on the threads.
+// sum of term(j) for j in [0, n): four vector accumulators of one AVX register each (GCC vector extensions,
+// kept in registers), so a long row runs four independent add chains; then the lanes and the tail in order.
+// (Its first form summed 32 lanes in a stack array and added them one after another: a 32-add dependency
+// chain plus store-to-load stalls, about 100 ns a call, which dominated rows of 32 to 128: the small models'
+// LayerNorms and attention softmaxes. A 128 x 32 LayerNorm took 13.7 us, now 3.3; at width 768 41 -> 38 us.)
+// The order is fixed by n: the result never depends on the threads.
 template <class Acc = float, class Term>
 inline Acc laneSum(ptrdiff_t n, Term&& term) {
-  constexpr int kLanes = 32;
-  Acc acc[kLanes] = {};
+  typedef Acc Vec __attribute__((vector_size(32)));
+  constexpr int kLanes = 32 / sizeof(Acc);
+  Vec a0 = {}, a1 = {}, a2 = {}, a3 = {};
   ptrdiff_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-#pragma omp simd
-    for (int l = 0; l < kLanes; l++) acc[l] += term(j + l);
+  for (; j + 4 * kLanes <= n; j += 4 * kLanes) {
+    Vec t0, t1, t2, t3;
+    for (int l = 0; l < kLanes; l++) {
+      t0[l] = term(j + l);
+      t1[l] = term(j + kLanes + l);
+      t2[l] = term(j + 2 * kLanes + l);
+      t3[l] = term(j + 3 * kLanes + l);
+    }
+    a0 += t0;
+    a1 += t1;
+    a2 += t2;
+    a3 += t3;
   }
+  for (; j + kLanes <= n; j += kLanes) {
+    Vec t0;
+    for (int l = 0; l < kLanes; l++) t0[l] = term(j + l);
+    a0 += t0;
+  }
+  const Vec a = (a0 + a1) + (a2 + a3);
   Acc s = 0;
+  for (int l = 0; l < kLanes; l++) s += a[l];
   for (; j < n; j++) s += term(j);
-  for (int l = 0; l < kLanes; l++) s += acc[l];
   return s;
 }
 
