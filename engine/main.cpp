@@ -7,7 +7,10 @@
 //   autoplan CONFIG [--top N] [--json] [--write FILE]   the best plans for the model on the mesh
 //   launch CONFIG [--hostfile FILE] [--stall-timeout S] [--dry-run] [-- ARGS]   run the plan under mpirun,
 //                                   supervised (engine/supervisor.h), or print the mpirun line
-//   export CONFIG --out DIR         config, launch.sh, slurm.sbatch (and hostfile) for headless runs
+//   export CONFIG --out DIR         config, launch.sh, slurm.sbatch (and hostfile) for headless runs;
+//                                   --target megatron|torchtitan|deepspeed: the framework's files
+//                                   (plan/frameworks.h)
+//   import FILE [--from F] ...      a Megatron-LM, torchtitan or DeepSpeed launch as a run config
 //   schema [--markdown]             the run config's JSON Schema (or its markdown reference)
 //   import-hf HF_CONFIG --base CONFIG [--name N] [--out FILE]   a Hugging Face config.json as the model of
 //                                   a run config (plan/hf_import.h)
@@ -30,6 +33,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +42,7 @@
 #include "calibrate.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "plan/frameworks.h"
 #include "plan/hf_import.h"
 #include "plan/launch_script.h"
 #include "plan/run_config.h"
@@ -113,8 +119,17 @@ const char* kUsage =
     "  ps-server CONFIG --index S --bind ENDPOINT [--run-dir DIR] [--metrics FILE|-] [--resume]\n"
     "  ps-worker CONFIG --index W --servers ENDPOINT[,...] [--emulate-device]\n"
     "                                     one parameter server or worker (what launch starts)\n"
-    "  export CONFIG --out DIR            write DIR/config.json, launch.sh (mpirun), slurm.sbatch and, for\n"
-    "                                     several nodes, hostfile: the plan as files for a headless run\n"
+    "  export CONFIG --out DIR [--target meshstudio|megatron|torchtitan|deepspeed] [--strict]\n"
+    "                                     write DIR/config.json, launch.sh (mpirun), slurm.sbatch and, for\n"
+    "                                     several nodes, hostfile: the plan as files for a headless run;\n"
+    "                                     --target megatron|...: the framework's launch files instead, what\n"
+    "                                     it cannot express listed on stderr (--strict: refused, exit 2)\n"
+    "  import FILE [FILE2] [--from megatron|torchtitan|deepspeed] [--base CONFIG] [--device TYPE]\n"
+    "         [--nodes N] [--gpus-per-node G] [--model ARGS|HF_CONFIG] [--name NAME] [--out FILE]\n"
+    "                                     a framework's launch (Megatron-LM script or arguments, torchtitan\n"
+    "                                     TOML [+ its launcher script], DeepSpeed JSON + --model) as a run\n"
+    "                                     config to FILE (default stdout); unknown flags, flags the plan\n"
+    "                                     does not carry and what was assumed to stderr\n"
     "  schema [--markdown]                print the run config's JSON Schema (or markdown reference)\n"
     "  import-hf HF_CONFIG --base CONFIG [--name NAME] [--out FILE]\n"
     "                                     the model of a Hugging Face config.json (gpt2, llama, mistral,\n"
@@ -857,15 +872,146 @@ int cmdCalibrateLinks(int argc, char** argv) {
 }
 
 int cmdExport(int argc, char** argv) {
-  Args a = parseArgs(argc, argv, 2, {"--out"}, {});
+  Args a = parseArgs(argc, argv, 2, {"--out", "--target"}, {"--strict"});
   if (!a.error.empty()) return usageError(a.error);
   if (a.positional.size() != 1) return usageError("export needs exactly one CONFIG");
   if (!a.has("--out") || a.get("--out").empty()) return usageError("export needs --out DIR");
   ms::RunConfig config;
   if (!loadConfig(a.positional[0], config)) return kExitUsage;
+  const std::string target = a.has("--target") ? a.get("--target") : "meshstudio";
+  if (target != "meshstudio") {
+    const std::optional<ms::Framework> framework = ms::frameworkFromName(target);
+    if (!framework)
+      return usageError("--target: '" + target +
+                        "' is not one of meshstudio, megatron, torchtitan, deepspeed");
+    auto exported = ms::exportForFramework(config, *framework);
+    if (!exported) {
+      std::fprintf(stderr, "%s: %s\n", a.positional[0].c_str(), exported.message().c_str());
+      return kExitUsage;
+    }
+    for (const std::string& n : exported->notCarried)
+      std::fprintf(stderr, "%s: not carried to %s: %s\n", a.positional[0].c_str(),
+                   ms::frameworkDisplay(*framework), n.c_str());
+    if (a.has("--strict") && !exported->notCarried.empty()) {
+      std::fprintf(stderr,
+                   "meshstudio-engine export: --strict: %zu part(s) of the plan cannot be expressed; "
+                   "nothing written\n",
+                   exported->notCarried.size());
+      return kExitUsage;
+    }
+    if (ms::Status s = ms::writeFrameworkExport(*exported, a.get("--out")); !s) {
+      std::fprintf(stderr, "meshstudio-engine export: %s\n", s.message().c_str());
+      return kExitRunFailed;
+    }
+    for (const ms::FrameworkFile& f : exported->files)
+      std::printf("%s/%s\n", a.get("--out").c_str(), f.name.c_str());
+    return kExitOk;
+  }
   if (ms::Status s = ms::exportRun(config, a.get("--out")); !s) {
     std::fprintf(stderr, "meshstudio-engine export: %s\n", s.message().c_str());
     return kExitRunFailed;
+  }
+  std::printf("%s\n", a.get("--out").c_str());
+  return kExitOk;
+}
+
+std::optional<std::string> readWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "%s: cannot read the file (%s)\n", path.c_str(), std::strerror(errno));
+    return std::nullopt;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int cmdImport(int argc, char** argv) {
+  Args a = parseArgs(
+      argc, argv, 2,
+      {"--from", "--base", "--device", "--nodes", "--gpus-per-node", "--model", "--name", "--out"}, {});
+  if (!a.error.empty()) return usageError(a.error);
+  if (a.positional.empty() || a.positional.size() > 2)
+    return usageError("import needs FILE (and, for torchtitan, optionally its launcher script)");
+  const std::string file = a.positional[0];
+  std::optional<std::string> text = readWholeFile(file);
+  if (!text) return kExitUsage;
+  std::optional<ms::Framework> from;
+  if (a.has("--from")) {
+    from = ms::frameworkFromName(a.get("--from"));
+    if (!from)
+      return usageError("--from: '" + a.get("--from") + "' is not one of megatron, torchtitan, deepspeed");
+  } else if (file.ends_with(".toml")) {
+    from = ms::Framework::Torchtitan;
+  } else if (file.ends_with(".json")) {
+    from = ms::Framework::DeepSpeed;
+  } else {
+    from = ms::Framework::Megatron;
+  }
+  ms::ImportOptions options;
+  if (a.has("--device")) options.device = a.get("--device");
+  const auto count = [&](const char* name, int& out) -> bool {
+    if (!a.has(name)) return true;
+    char* end = nullptr;
+    const long v = std::strtol(a.get(name).c_str(), &end, 10);
+    if (a.get(name).empty() || *end || v < 1) return false;
+    out = static_cast<int>(v);
+    return true;
+  };
+  if (!count("--nodes", options.nodes))
+    return usageError("--nodes: '" + a.get("--nodes") + "' is not a count >= 1");
+  if (!count("--gpus-per-node", options.devicesPerNode))
+    return usageError("--gpus-per-node: '" + a.get("--gpus-per-node") + "' is not a count >= 1");
+  options.name = a.has("--name") ? a.get("--name") : std::filesystem::path(file).stem().string();
+  if (a.has("--base")) {
+    ms::RunConfig base;
+    if (!loadConfig(a.get("--base"), base)) return kExitUsage;
+    options.base = base;
+    if (!a.has("--device") && !base.mesh.nodes.empty()) options.device = base.mesh.nodes[0].device;
+  }
+  ms::Expected<ms::FrameworkImport> imported = ms::Status::error("no importer");
+  if (*from == ms::Framework::Megatron) {
+    imported = ms::importMegatron(*text, options);
+  } else if (*from == ms::Framework::Torchtitan) {
+    std::string launcher;
+    if (a.positional.size() == 2) {
+      std::optional<std::string> l = readWholeFile(a.positional[1]);
+      if (!l) return kExitUsage;
+      launcher = *l;
+    }
+    imported = ms::importTorchtitan(*text, launcher, options);
+  } else {
+    std::string modelArgs, hf;
+    if (a.has("--model")) {
+      std::optional<std::string> m = readWholeFile(a.get("--model"));
+      if (!m) return kExitUsage;
+      (a.get("--model").ends_with(".json") ? hf : modelArgs) = *m;
+    }
+    imported = ms::importDeepSpeed(*text, modelArgs, hf, options);
+  }
+  if (!imported) {
+    std::fprintf(stderr, "%s: %s\n", file.c_str(), imported.message().c_str());
+    return kExitUsage;
+  }
+  for (const std::string& u : imported->unknown)
+    std::fprintf(stderr, "%s: unknown to %s: %s\n", file.c_str(), ms::frameworkDisplay(*from), u.c_str());
+  for (const std::string& n : imported->notCarried)
+    std::fprintf(stderr, "%s: not carried: %s\n", file.c_str(), n.c_str());
+  for (const std::string& n : imported->assumed)
+    std::fprintf(stderr, "%s: assumed: %s\n", file.c_str(), n.c_str());
+  const ms::ConfigErrors errors = ms::validateRunConfig(imported->config);
+  if (!errors.empty()) {
+    std::fprintf(stderr, "%s: the imported plan is not valid:\n%s\n", file.c_str(),
+                 ms::formatConfigErrors(errors, file).c_str());
+    return kExitUsage;
+  }
+  if (!a.has("--out")) {
+    std::printf("%s\n", ms::toJson(imported->config).dump(2).c_str());
+    return kExitOk;
+  }
+  if (ms::Status s = ms::saveRunConfig(imported->config, a.get("--out")); !s) {
+    std::fprintf(stderr, "meshstudio-engine import: %s\n", s.message().c_str());
+    return kExitUsage;
   }
   std::printf("%s\n", a.get("--out").c_str());
   return kExitOk;
@@ -968,6 +1114,7 @@ int main(int argc, char** argv) {
     if (cmd == "autoplan") return cmdAutoplan(argc, argv);
     if (cmd == "schema") return cmdSchema(argc, argv);
     if (cmd == "import-hf") return cmdImportHf(argc, argv);
+    if (cmd == "import") return cmdImport(argc, argv);
     if (cmd == "calibrate") return cmdCalibrate(argc, argv);
     if (cmd == "calibrate-links") return cmdCalibrateLinks(argc, argv);
     if (cmd == "trace") return ms::traceMain(argc, argv, 2);

@@ -635,7 +635,13 @@ class Supervision {
     }
     for (size_t r = 0; r < m_watches.size(); ++r)
       readHeartbeat(m_options.heartbeatDir, static_cast<int>(r), now, m_watches[r]);
-    const int stuck = stuckLongest(now);
+    int stuck = stuckLongest(now);
+    // A rank whose heartbeats have stopped (a stopped or frozen process) is the cause of any rank stuck
+    // waiting on it: while one is silent, its silence is reported when it crosses the timeout (within the
+    // timeout from now), not the live rank blocked on it. Seen in tst_failure stoppedRankEndsTheRun: rank 3
+    // SIGSTOPped, rank 2 stuck in the gradient sync crossed its bound 0.1 s before rank 3's silence did.
+    for (const RankWatch& w : m_watches)
+      if (stuck >= 0 && w.seen && !w.finished && now - w.changedAt > 3 * kHeartbeatPeriodS) stuck = -1;
     for (size_t r = 0; r < m_watches.size(); ++r) {
       const RankWatch& w = m_watches[r];
       if (w.finished) continue;

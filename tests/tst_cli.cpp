@@ -785,6 +785,71 @@ class TestCli : public QObject {
     QVERIFY2(text.err.contains("vocab must be 256"), qPrintable(text.err));
   }
 
+  // export --target writes each framework's files; import reads them back to a plan the planner predicts
+  // exactly as the original; what cannot be carried and bad input are said, with exit code 2.
+  void frameworkExportImportCommands() {
+    QTemporaryDir tmp;
+    const QString config = MS_SOURCE_DIR "/resources/examples/llama3-70b-64xh100.json";
+    const Result original = engine({"plan", config});
+    QVERIFY2(original.code == 0, qPrintable(original.err));
+    const auto stepLine = [](const QString& out) {
+      for (const QString& line : out.split('\n'))
+        if (line.startsWith("step ")) return line;
+      return QString();
+    };
+    const QString step = stepLine(original.out);
+    QVERIFY2(!step.isEmpty(), qPrintable(original.out));
+    for (const QString target : {"megatron", "torchtitan", "deepspeed"}) {
+      const Result ex = engine({"export", config, "--out", tmp.path(), "--target", target});
+      QVERIFY2(ex.code == 0, qPrintable(target + ": " + ex.err));
+      QStringList args = {"import"};
+      if (target == "megatron") args << tmp.path() + "/megatron/pretrain_gpt.sh";
+      if (target == "torchtitan")
+        args << tmp.path() + "/torchtitan/train.toml" << tmp.path() + "/torchtitan/run.sh";
+      if (target == "deepspeed")
+        args << tmp.path() + "/deepspeed/ds_config.json"
+             << "--model" << tmp.path() + "/deepspeed/launch.sh";
+      const QString back = tmp.path() + "/" + target + ".json";
+      args << "--device"
+           << "h100-sxm-80gb"
+           << "--out" << back;
+      const Result im = engine(args);
+      QVERIFY2(im.code == 0, qPrintable(target + ": " + im.err));
+      QVERIFY2(im.err.contains("assumed: the device type") || target == "deepspeed", qPrintable(im.err));
+      const Result p = engine({"plan", back});
+      QVERIFY2(p.code == 0, qPrintable(p.err));
+      QCOMPARE(stepLine(p.out), step);  // the same step time, tokens/s, MFU and fit
+    }
+    // What the target cannot say is on stderr; --strict refuses and writes nothing.
+    const QString gpt = MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json";
+    const Result titan = engine({"export", gpt, "--out", tmp.path() + "/gpt", "--target", "torchtitan"});
+    QCOMPARE(titan.code, 2);
+    QVERIFY2(titan.err.contains("/model/type: torchtitan trains Llama-family models"), qPrintable(titan.err));
+    const Result strict =
+        engine({"export", config, "--out", tmp.path() + "/strict", "--target", "megatron", "--strict"});
+    QCOMPARE(strict.code, 2);
+    QVERIFY2(strict.err.contains("not carried to Megatron-LM: evaluation over the whole split"),
+             qPrintable(strict.err));
+    QVERIFY(!QFileInfo::exists(tmp.path() + "/strict/megatron/pretrain_gpt.sh"));
+    const Result badTarget = engine({"export", config, "--out", tmp.path(), "--target", "jax"});
+    QCOMPARE(badTarget.code, 2);
+    QVERIFY(badTarget.err.contains("--target: 'jax' is not one of"));
+    // Import of the golden GPT-3 script: unknown flags listed, the plan valid.
+    const Result golden = engine({"import", MS_SOURCE_DIR "/tests/data/frameworks/megatron_gpt3_175b.sh",
+                                  "--device", "a100-80gb", "--out", tmp.path() + "/gpt3.json"});
+    QVERIFY2(golden.code == 0, qPrintable(golden.err));
+    QVERIFY2(golden.err.contains("unknown to Megatron-LM: --not-a-megatron-flag 3"), qPrintable(golden.err));
+    QVERIFY(golden.err.contains("not carried: --overlap-grad-reduce"));
+    const Result missing = engine({"import", tmp.path() + "/nothing.sh"});
+    QCOMPARE(missing.code, 2);
+    QVERIFY(missing.err.contains("nothing.sh: cannot read the file"));
+    const QString bad = tmp.path() + "/bad.toml";
+    std::ofstream(bad.toStdString()) << "[model]\nflavor = \"8B\"\nflavor = \"70B\"\n";
+    const Result dup = engine({"import", bad});
+    QCOMPARE(dup.code, 2);
+    QVERIFY2(dup.err.contains("bad.toml: line 3: the key 'flavor' is defined twice"), qPrintable(dup.err));
+  }
+
   void autoplanCommand() {
     QTemporaryDir tmp;
     const QString best = tmp.path() + "/best.json";

@@ -3,6 +3,10 @@
 // prompt, save/load round trips and recent files, the plan views following an edit, the launch-file and
 // Chrome-trace exports, and a real run started from the studio (mpirun, 2 ranks) whose live metrics reach the
 // plots and the measured timeline, then replayed from its run folder.
+#include <QAction>
+#include <QDialog>
+#include <QPlainTextEdit>
+#include <QStatusBar>
 #include <QtTest>
 
 #include <qcustomplot.h>
@@ -218,6 +222,59 @@ class TestStudio : public QObject {
     QCOMPARE(size_t(complete), w.snapshot()->timeline.spanCount());
     QVERIFY(!w.exportTrace(dir.path() + "/measured.json", true));  // no run yet: refused with a reason
     QVERIFY(w.lastError().contains("no measured spans"));
+  }
+
+  // File > Export > Megatron-LM / torchtitan / DeepSpeed Launch: the preview shows the files and what the
+  // framework cannot express; the written files import back (File > Import Framework Launch) as the same
+  // plan.
+  void exportsAndImportsFrameworkLaunches() {
+    QTemporaryDir dir;
+    ms::MainWindow w;
+    w.show();
+    QVERIFY(w.openProject(MS_SOURCE_DIR "/resources/examples/llama3-70b-64xh100.json"));
+    QVERIFY(waitForSnapshot(w));
+    const double step = w.snapshot()->sim.stepTime;
+    QVERIFY(step > 0);
+    QVERIFY(w.findChild<QAction*>("export-megatron"));
+    QVERIFY(w.findChild<QAction*>("import-framework"));
+    auto exported = w.frameworkExport(ms::Framework::Torchtitan);
+    QVERIFY2(exported.isOk(), exported.message().c_str());
+    QDialog* preview = w.makeFrameworkPreview(*exported);
+    auto* tabs = preview->findChild<QTabWidget*>("files");
+    QVERIFY(tabs);
+    QCOMPARE(tabs->count(), 2);
+    QCOMPARE(tabs->tabText(0), QString("torchtitan/train.toml"));
+    QVERIFY(qobject_cast<QPlainTextEdit*>(tabs->widget(0))->toPlainText().contains("flavor = \"70B\""));
+    QVERIFY(
+        preview->findChild<QLabel*>("notCarried")->text().contains("Everything in the plan is carried over"));
+    delete preview;
+    for (ms::Framework f : {ms::Framework::Megatron, ms::Framework::Torchtitan, ms::Framework::DeepSpeed})
+      QVERIFY2(w.exportForFrameworkTo(f, dir.path(), false), qPrintable(w.lastError()));
+    // The project evaluates over its whole split, which Megatron-LM cannot: said in the status bar.
+    QVERIFY2(w.statusBar()->currentMessage().contains("deepspeed/ds_config.json"),
+             qPrintable(w.statusBar()->currentMessage()));
+    QVERIFY(w.exportForFrameworkTo(ms::Framework::Megatron, dir.path(), false));
+    QVERIFY2(w.statusBar()->currentMessage().contains("not carried over: evaluation over the whole split"),
+             qPrintable(w.statusBar()->currentMessage()));
+    const QStringList launches = {dir.path() + "/megatron/pretrain_gpt.sh",
+                                  dir.path() + "/torchtitan/train.toml",
+                                  dir.path() + "/deepspeed/ds_config.json"};
+    for (const QString& launch : launches) {
+      QVERIFY2(w.importFrameworkLaunch(launch), qPrintable(launch + ": " + w.lastError()));
+      QVERIFY(w.statusBar()->currentMessage().startsWith("Imported " + QFileInfo(launch).fileName()));
+      QVERIFY(waitForSnapshot(w));
+      QVERIFY2(w.snapshot()->ok(), qPrintable(w.snapshot()->error));
+      QCOMPARE(w.snapshot()->sim.stepTime, step);
+      QCOMPARE(w.document()->config().parallel.tp, 8);
+    }
+    // A gpt project cannot go to torchtitan: refused with the reason, nothing written.
+    QVERIFY(w.newProject("gpt"));
+    QVERIFY(!w.exportForFrameworkTo(ms::Framework::Torchtitan, dir.path() + "/gpt", false));
+    QVERIFY2(w.lastError().contains("torchtitan trains Llama-family models"), qPrintable(w.lastError()));
+    QVERIFY(!QFileInfo::exists(dir.path() + "/gpt"));
+    QVERIFY(!w.importFrameworkLaunch(dir.path() + "/missing.sh"));
+    QVERIFY(w.lastError().contains("missing.sh: cannot read the file"));
+    QCOMPARE(w.document()->config().name, std::string("gpt-fortunes"));
   }
 
   // Run: the studio starts the plan through mpirun, live steps reach the plots and the measured timeline,

@@ -3,8 +3,8 @@
 // (transformers' GPT2Config, LlamaConfig, MistralConfig, Qwen2Config). What maps approximately is said in
 // warnings (Qwen2's q/k/v biases, Mistral's sliding window, RoPE scaling); what cannot map is an error naming
 // the field: an unknown model_type, a head size other than width / heads, a GPT-2 MLP width that is not a
-// multiple of the width, and mixture-of-experts configs (Mixtral, Qwen2-MoE, DeepSeek-V3), whose expert
-// layers the engine does not have yet.
+// multiple of the width, and the mixture-of-experts configs other than Mixtral's (Qwen2-MoE, DeepSeek-V3:
+// their shared experts, first dense blocks and expert widths are not read yet).
 #pragma once
 
 #include <string>

@@ -286,6 +286,7 @@ void MainWindow::buildMenus() {
     const QString dir = QFileDialog::getExistingDirectory(this, tr("Save plots into folder"), dialogFolder());
     if (!dir.isEmpty()) exportPlots(dir, QStringLiteral("pdf"));
   });
+  addFrameworkActions(file, exportMenu);
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 

@@ -22,8 +22,10 @@
 #include <memory>
 #include <optional>
 
+#include "plan/frameworks.h"
 #include "ui/models/plan_analysis.h"
 
+class QDialog;
 class QDockWidget;
 class QLabel;
 class QMenu;
@@ -113,6 +115,19 @@ class MainWindow : public QMainWindow {
   QProgressDialog* calibrateDialog() const { return m_calibrateDialog; }
   // File > Export: config, launch.sh, slurm.sbatch (and hostfile) into a folder.
   bool exportLaunchFiles(const QString& dir);
+  // File > Export > Megatron-LM / torchtitan / DeepSpeed Launch (plan/frameworks.h): the files for the open
+  // project, shown first in a preview (the files, and what the framework cannot express) when `preview`; the
+  // status bar names what was not carried over (also lastImportNotes()). An invalid project or a plan the
+  // framework cannot run: showError(), nothing written.
+  Expected<FrameworkExport> frameworkExport(Framework target) const;
+  bool exportForFrameworkTo(Framework target, const QString& dir, bool preview);
+  // The preview dialog (object names: "frameworkPreview", its "notCarried" label and "files" tabs).
+  QDialog* makeFrameworkPreview(const FrameworkExport& exported);
+  // File > Import Framework Launch: a Megatron-LM script or arguments, a torchtitan TOML (its run.sh beside
+  // it read for the rank counts) or a DeepSpeed JSON (the model from launch.sh beside it, or `companion`) as
+  // the open project; the status bar counts the unknown, not carried and assumed items, listed in
+  // lastImportNotes(). A file that does not read or map: showError() naming it, the project unchanged.
+  bool importFrameworkLaunch(const QString& path, const QString& companion = {});
   // The measured (or, without a run, the predicted) timeline as a Chrome trace JSON file.
   bool exportTrace(const QString& path, bool measured);
   // The Run dashboard's plots (loss, throughput, step time, memory predicted against measured), PNGs at dpi.
@@ -160,6 +175,7 @@ class MainWindow : public QMainWindow {
   void buildMenus();
   void buildToolsMenu();
   void addTraceImportAction(QMenu* file);
+  void addFrameworkActions(QMenu* file, QMenu* exportMenu);
   void onCalibrateProgress(int done, int total, const QString& what);
   void onCalibrateFinished(bool ok, const QString& message);
   void updateProfileActions();
@@ -215,10 +231,10 @@ class MainWindow : public QMainWindow {
   QProgressDialog* m_calibrateDialog = nullptr;
   QAction* m_calibrateAction = nullptr;
   QAction* m_useProfileAction = nullptr;
-  QString m_profilesFolder;          // empty: the user's data folder's
-  QString m_lastRunDir;              // the folder of the last run started or reopened (Resume continues it)
+  QString m_profilesFolder;            // empty: the user's data folder's
+  QString m_lastRunDir;                // the folder of the last run started or reopened (Resume continues it)
   FidelityView* m_fidelity = nullptr;  // the Fidelity window, once opened (a top-level child)
-  CompareView* m_compare = nullptr;  // the Compare Runs window, once opened (a top-level child)
+  CompareView* m_compare = nullptr;    // the Compare Runs window, once opened (a top-level child)
   std::optional<RunConfig> m_lastRunConfig;  // the config that run used (calibration needs its microbatch)
   QString m_lastError;
   QStringList m_lastImportNotes;
