@@ -57,12 +57,7 @@ std::string fwNumber(double v) {
     std::snprintf(buf, sizeof buf, "%.0f", v);
     return buf;
   }
-  char buf[40];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
+  return shortestNumber(v);
 }
 
 // The mesh as torchrun sees it: nodes of equal device counts. Anything else is listed.

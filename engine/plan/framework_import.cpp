@@ -46,14 +46,6 @@ Expected<long long> fwInt(const std::string& flag, const std::string& value) {
   if (value.empty() || *end) return Status::error(flag + ": '" + value + "' is not an integer");
   return v;
 }
-std::string fwImportNumber(double v) {
-  char buf[40];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
 
 Expected<double> fwReal(const std::string& flag, const std::string& value) {
   char* end = nullptr;
@@ -866,7 +858,7 @@ Expected<FrameworkImport> importTorchtitan(const std::string& text, const std::s
   MS_TRY(fwKey(keys, "lr_scheduler.decay_ratio", ratio));
   if (ratio == 0.0) t.lrSchedule = LrSchedule::Constant;
   if (ratio > 0 && ratio < 1)
-    out.notCarried.push_back("lr_scheduler.decay_ratio " + fwImportNumber(ratio) +
+    out.notCarried.push_back("lr_scheduler.decay_ratio " + shortestNumber(ratio) +
                              " (a stable phase before the decay): "
                              "MeshStudio decays from the end of the warm-up");
   t.minLrRatio = 0.0;

@@ -796,6 +796,15 @@ std::string tomlKey(const std::string& key) {
   return bare ? key : tomlValue(nlohmann::json(key));
 }
 
+std::string shortestNumber(double v) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
 std::string tomlValue(const nlohmann::json& value) {
   if (value.is_string()) {
     std::string out = "\"";
@@ -828,17 +837,7 @@ std::string tomlValue(const nlohmann::json& value) {
     const double v = value.get<double>();
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    std::string s = buf;
-    // The shortest form that reads back to the same double.
-    for (int precision = 1; precision <= 17; ++precision) {
-      std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-      if (std::strtod(buf, nullptr) == v) {
-        s = buf;
-        break;
-      }
-    }
+    std::string s = shortestNumber(v);
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
     return s;
   }

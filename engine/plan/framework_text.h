@@ -39,6 +39,9 @@ Expected<nlohmann::json> parseToml(const std::string& text);
 // A TOML value written back: strings quoted with escapes, integers, floats always with a '.' or an exponent
 // (so they read back as floats), booleans, arrays of those.
 std::string tomlValue(const nlohmann::json& value);
+// The shortest %g form of v that reads back (strtod) to the same double: what the exporters write for a
+// number and the importers quote back in their notes.
+std::string shortestNumber(double v);
 // A bare key when it can be one, else a quoted key.
 std::string tomlKey(const std::string& key);
 
