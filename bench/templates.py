@@ -61,6 +61,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", default=os.path.join(ROOT, "build", "engine", "meshstudio-engine"))
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--categories", action="store_true",
+                    help="also print the fullest device's stage and memory by category (GiB)")
     args = ap.parse_args()
     print(f"{'template':36s} {'plan ms':>8s} {'devices':>7s} {'step s':>8s} {'tokens/s':>11s} {'MFU':>6s}"
           f" {'max GiB':>8s} {'capacity':>8s}  published")
@@ -95,6 +97,13 @@ def main():
         print(f"{name:36s} {statistics.median(times) * 1e3:8.0f} {len(devices):7d} {out['step_time_s']:8.2f}"
               f" {out['tokens_per_s']:11.0f} {out['mfu'] * 100:5.1f}% {worst['memory_bytes']['total'] / 2**30:8.1f}"
               f" {worst['capacity_bytes'] / 2**30:8.1f}  {pub_text}")
+        if args.categories:
+            m = worst["memory_bytes"]
+            parts = m.get("other_parts", {})
+            print(f"    stage {worst['stage']}: " + ", ".join(
+                f"{k} {m[k] / 2**30:.1f}" for k in ("parameters", "gradients", "optimizer", "activations", "other"))
+                  + (f" (workspace {parts.get('workspace', 0) / 2**30:.1f}, communication"
+                     f" {parts.get('communication', 0) / 2**30:.1f})" if parts else ""))
     return 0
 
 

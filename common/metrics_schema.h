@@ -124,6 +124,7 @@ inline constexpr char kUsed[] = "used";
 inline constexpr char kReserved[] = "reserved";
 inline constexpr char kTotal[] = "total";
 inline constexpr char kHost[] = "host";
+inline constexpr char kOtherParts[] = "other_parts";
 // eval.
 inline constexpr char kTimeS[] = "time_s";
 // log.

@@ -225,6 +225,13 @@ Args parseArgs(int argc, char** argv, int first, const std::vector<std::string>&
   return a;
 }
 
+// The environment's settings of a loaded config (runtime/layers.h headChunkRowsOverride, checked before any
+// command runs): set in the config itself, so what the plan predicts and what the engine runs agree.
+void applyEnvironment(ms::RunConfig& config) {
+  if (ms::Expected<int64_t> rows = ms::headChunkRowsOverride(); rows && *rows > 0)
+    config.training.headChunkRows = static_cast<int>(std::min<int64_t>(*rows, 1 << 30));
+}
+
 // Loads a config; on failure prints every error and returns false.
 bool loadConfig(const std::string& path, ms::RunConfig& out) {
   auto config = ms::loadRunConfig(path);
@@ -233,6 +240,7 @@ bool loadConfig(const std::string& path, ms::RunConfig& out) {
     return false;
   }
   out = std::move(*config);
+  applyEnvironment(out);
   return true;
 }
 
@@ -283,6 +291,7 @@ int cmdTrain(int argc, char** argv) {
     return kExitUsage;
   } else {
     config = std::move(*loaded);
+    applyEnvironment(config);
   }
   if (a.has("--steps")) {
     long long steps = 0;
@@ -1094,8 +1103,8 @@ int main(int argc, char** argv) {
     std::printf("%s", kUsage);
     return kExitOk;
   }
-  // The engine's environment knobs, before a command builds a model with them.
-  if (cmd == "train" || cmd == "eval" || cmd == "dump" || cmd == "ps-worker") {
+  // The engine's environment knobs, before a command reads a config or builds a model with them.
+  {
     if (ms::Expected<int64_t> rows = ms::headChunkRowsOverride(); !rows) {
       std::fprintf(stderr, "meshstudio-engine %s: %s\n", cmd.c_str(), rows.message().c_str());
       return kExitUsage;

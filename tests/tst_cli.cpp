@@ -602,7 +602,10 @@ class TestCli : public QObject {
     QVERIFY2(e.err.contains("model.safetensors"), qPrintable(e.err));
   }
 
-  // A malformed MESHSTUDIO_HEAD_CHUNK_ROWS is refused by name before anything runs; a good one trains.
+  // A malformed MESHSTUDIO_HEAD_CHUNK_ROWS is refused by name before anything runs; a good one trains with
+  // the config's training.head_chunk_rows set from it, as the run folder's config and the plan's predicted
+  // memory show (the head's logits chunk: 3 rows of the 256-token vocabulary, against the automatic
+  // whole-microbatch chunk without it).
   void headChunkRowsVariable() {
     QTemporaryDir tmp;
     const QString text = tmp.path() + "/t.txt";
@@ -617,10 +620,27 @@ class TestCli : public QObject {
                qPrintable(r.err));
       QVERIFY(!QFile::exists(tmp.path() + "/bad/metrics.jsonl"));
     }
+    const auto predictedOther = [&](const QString& dir) {
+      const QList<QJsonObject> starts = records(dir + "/metrics.jsonl", "run_start");
+      if (starts.isEmpty()) return -1.0;
+      return starts.last()["predicted"]["ranks"][0]["memory_bytes"]["other"].toDouble(-1.0);
+    };
     qputenv("MESHSTUDIO_HEAD_CHUNK_ROWS", "3");
     const Result ok = engine({"train", config, "--run-dir", tmp.path() + "/ok", "--quiet"});
     qunsetenv("MESHSTUDIO_HEAD_CHUNK_ROWS");
     QCOMPARE(ok.code, 0);
+    QFile saved(tmp.path() + "/ok/config.json");
+    QVERIFY(saved.open(QIODevice::ReadOnly));
+    QCOMPARE(
+        QJsonDocument::fromJson(saved.readAll()).object()["training"].toObject()["head_chunk_rows"].toInt(),
+        3);
+    const Result plain = engine({"train", config, "--run-dir", tmp.path() + "/plain", "--quiet"});
+    QCOMPARE(plain.code, 0);
+    QVERIFY2(predictedOther(tmp.path() + "/ok") > 0 &&
+                 predictedOther(tmp.path() + "/ok") < predictedOther(tmp.path() + "/plain"),
+             qPrintable(QString("other %1 with 3-row chunks, %2 without")
+                            .arg(predictedOther(tmp.path() + "/ok"))
+                            .arg(predictedOther(tmp.path() + "/plain"))));
   }
 
   void badUsage_data() {

@@ -83,7 +83,7 @@ json gptTokensEverything() {
                  "nesterov":true},
     "training":{"steps":1000,"batch_size":64,"seq_len":512,"warmup_steps":100,"lr_schedule":"linear",
                 "min_lr_ratio":0.0,"grad_clip":0.5,"eval_every":50,"eval_batches":10,"checkpoint_every":200,
-                "log_every":10,"run_dir":"runs/custom","threads":4,"comm_timeout_s":90}})");
+                "log_every":10,"run_dir":"runs/custom","threads":4,"head_chunk_rows":320,"comm_timeout_s":90}})");
 }
 
 json vitMnist() {
@@ -587,12 +587,12 @@ class TestConfig : public QObject {
     QVERIFY2(c.isOk(), c.message().c_str());
     const json j = ms::toJson(*c);
     QCOMPARE(j.size(), size_t(10));
-    QCOMPARE(j["model"].size(), size_t(10));     // the gpt fields only
-    QCOMPARE(j["data"].size(), size_t(3));       // kind, train, val
-    QCOMPARE(j["mesh"].size(), size_t(6));  // nodes, links, and the (empty) lists of own types and profiles
+    QCOMPARE(j["model"].size(), size_t(10));  // the gpt fields only
+    QCOMPARE(j["data"].size(), size_t(3));    // kind, train, val
+    QCOMPARE(j["mesh"].size(), size_t(6));    // nodes, links, and the (empty) lists of own types and profiles
     QCOMPARE(j["parallel"].size(), size_t(17));  // mode; the parameter-server fields only in that mode
     QCOMPARE(j["optimizer"].size(), size_t(7));
-    QCOMPARE(j["training"].size(), size_t(15));
+    QCOMPARE(j["training"].size(), size_t(16));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));
     QCOMPARE(j["seed"].get<unsigned long long>(), std::numeric_limits<unsigned long long>::max());
     QVERIFY(!j["model"].contains("patch"));

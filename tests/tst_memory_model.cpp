@@ -419,7 +419,11 @@ class TestMemoryModel : public QObject {
 
   // Pipeline messages: an activation is the chunk's last output, T * C per sample, 4 bytes each in fp32 and 2
   // in bf16 (the engine sends the bf16 output it keeps), and the input gradient coming back the same (every
-  // layer's input gradient is rounded to bf16). The p2p buffers are the largest of each.
+  // layer's input gradient is rounded to bf16). The message buffers follow the stage's 1F1B order
+  // (pipelineBufferBytes): the first stage sends activations from its layers' outputs and holds one received
+  // gradient at a time; the last holds a received activation, the input gradient its backward writes, and the
+  // previous gradient, sent by rendezvous and counted held until a message the first stage sent after
+  // posting its receive arrives: 3 messages.
   void bf16PipelineMessages() {
     const double mbs = 4;
     for (const char* precision : {"fp32", "bf16"}) {
@@ -427,7 +431,8 @@ class TestMemoryModel : public QObject {
       const double element = std::string(precision) == "bf16" ? 2 : 4;
       const std::vector<double> act = ms::chunkMessageBytes(*plan);
       QCOMPARE(act.front(), kT * kC * element * mbs);
-      QCOMPARE(ms::otherBreakdown(*plan, 0, false).p2pBuffers, 2 * kT * kC * element * mbs);
+      QCOMPARE(ms::otherBreakdown(*plan, 0, false).p2pBuffers, kT * kC * element * mbs);
+      QCOMPARE(ms::otherBreakdown(*plan, 1, false).p2pBuffers, 3 * kT * kC * element * mbs);
     }
   }
 
@@ -812,20 +817,22 @@ class TestMemoryModel : public QObject {
     QVERIFY(s1.total() > s0.total());
   }
 
-  // Other: p2p buffers, the CUDA context on GPUs only; fits compares the total with the device's memory.
+  // Other: p2p buffers (the first stage's one received gradient), the CUDA context on GPUs only; fits
+  // compares the total with the device's memory.
   void otherAndFits() {
     MAKE_PLAN(plan, 2, (json{{"parallel", {{"pp", 2}, {"microbatches", 2}}}}));
     const ms::OtherBytes other = ms::otherBreakdown(*plan, 0, true);
     const double message = kT * kC * 4 * 8;  // block.0's output for a microbatch of 8 samples
-    QCOMPARE(other.p2pBuffers, 2 * message);
+    QCOMPARE(other.p2pBuffers, message);
     QCOMPARE(other.context, 600 * kMiB);
     QCOMPARE(other.dpBucket, 0.0);
     QCOMPARE(ms::otherBreakdown(*plan, 0, false).context, 0.0);
     // The last stage's workspace is the larger of the fused head's (ln_f's output and the input gradient,
     // 2 T * C, and one chunk of logits: here all 8 * T rows of V, under headChunkRows' 64M floats) and a
     // block's backward scratch ((5C + 2F) T + H T floats per sample with fused attention, F = 4C, H = 4,
-    // plus two activation-gradient buffers of T * C floats).
-    const double blockScratch = ((5 * kC + 2 * kF) * kT + kH * kT) * 4 * 8 + 2.0 * kT * kC * 4 * 8;
+    // plus the activation-gradient buffers: block.1's output gradient, which the head writes, is the stage's
+    // only one, a T * C buffer; block.1's input gradient goes to the outgoing message).
+    const double blockScratch = ((5 * kC + 2 * kF) * kT + kH * kT) * 4 * 8 + 1.0 * kT * kC * 4 * 8;
     const double headScratch = (2 * kT * kC + kT * kV) * 4 * 8;
     // The runtime's workspace is slots (runtime/memory.h): the logits chunk shares slot 1 with a block's
     // (T, C) gradient per sample, so the stage holds the blocks' scratch plus the chunk's excess over it.

@@ -660,6 +660,11 @@ void addTraining(std::vector<Field>& t) {
   t.push_back(intField(r, "threads", MS_REF(training.threads), closed(0, 4096),
                        "Threads per rank; 0 = cores / local ranks.")
                   .aka({"num_threads", "omp_threads"}));
+  t.push_back(intField(r, "head_chunk_rows", MS_REF(training.headChunkRows), atLeast(0),
+                       "Token rows per chunk of the gpt and llama fused LM head and loss (the logits of one "
+                       "chunk exist at a time); 0 = automatic, about 256 MiB of fp32 logits a chunk. The "
+                       "environment variable MESHSTUDIO_HEAD_CHUNK_ROWS sets it for one command.")
+                  .aka({"loss_chunk_rows", "logits_chunk_rows"}));
   t.push_back(
       numberField(r, "comm_timeout_s", MS_REF(training.commTimeoutS), closed(1, 86400),
                   "Longest wait for one collective or message between devices, seconds: past it (or on "

@@ -255,7 +255,8 @@ struct ProfiledLayer {
   double attentionForward = 0;  // part of forward: what selective recomputation repeats
 };
 ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, double slowdown, double mbs,
-                            int tp, int ep, std::vector<KernelCost>* record = nullptr) {
+                            int tp, int ep, int64_t headChunkRowsSet,
+                            std::vector<KernelCost>* record = nullptr) {
   ProfiledLayer t;
   const auto note = [&](std::string what, double flops, double seconds) {
     if (record) record->push_back({std::move(what), flops, seconds * slowdown, 0.0});
@@ -273,7 +274,8 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
       m = std::max(1.0, m * ep / layer.experts);
     }
     if (g.chunked) {
-      const double rows = double(headChunkRows(static_cast<int64_t>(m), static_cast<int64_t>(n)));
+      const double rows =
+          double(headChunkRows(static_cast<int64_t>(m), static_cast<int64_t>(n), headChunkRowsSet));
       count *= m / rows;
       m = rows;
     }
@@ -329,10 +331,11 @@ std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const Lay
   if (device.profile) {
     const RankShare share = rankShare(plan, replicaRank(plan, stage), *device.profile);
     return profiledLayer(layer, ProfileTimes(*device.profile, p.precision, share.threads), share.slowdown,
-                         mbs, tp, p.ep, record);
+                         mbs, tp, p.ep, plan.config.training.headChunkRows, record);
   }
   if (device.kernels)
-    return profiledLayer(layer, CatalogTimes(device, p.precision), 1.0, mbs, tp, p.ep, record);
+    return profiledLayer(layer, CatalogTimes(device, p.precision), 1.0, mbs, tp, p.ep,
+                         plan.config.training.headChunkRows, record);
   return std::nullopt;
 }
 

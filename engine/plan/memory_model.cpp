@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "common/metrics_schema.h"
@@ -321,6 +324,124 @@ double recomputeWorkspaceBytes(const Plan& plan, int stage) {
   return largest;
 }
 
+namespace {
+
+double pipelineBufferBytes(const Plan& plan, int stage) {
+  // The pipeline executor's message buffers (runtime/pipeline.cpp), followed over the stage's action order:
+  // a received activation (m, k) is held until the backward of (m, k + 1) is done (its W under a split
+  // backward); a received gradient (m, k) until B(m, k - 1) is done; a backward B(m, k), k > 0, writes its
+  // input gradient into a buffer of chunk k - 1's output size, freed, when chunk k - 1 is local, once
+  // B(m, k - 1) is done, and otherwise once its send has completed. A send above the transport's eager size
+  // completes only when the peer has posted the receive, which can come after this stage has gone on (by
+  // timing: two TP ranks of one stage were measured holding two and three such buffers): it is counted held
+  // until this stage completes a receive from that peer which the peer sends after posting it, the latest it
+  // can be freed. Activations are sent from the layers' own output buffers. The stage's peak of the sum (in
+  // bf16 under "precision": "bf16", as chunkMessageBytes sizes them).
+  const PipelineSchedule& schedule = plan.schedule;
+  const int P = static_cast<int>(schedule.actions.size());
+  if (stage < 0 || stage >= P) return 0.0;
+  const std::vector<Action>& actions = schedule.actions[static_cast<size_t>(stage)];
+  const std::vector<double> messages = chunkMessageBytes(plan);
+  const int K = static_cast<int>(messages.size());
+  const int M = schedule.microbatches;
+  if (M <= 0 || K == 0) return 0.0;
+  const auto bytes = [&](int k) { return k >= 0 && k < K ? messages[size_t(k)] : 0.0; };
+  const auto key = [&](int m, int k) { return int64_t(m) * (K + 1) + (k + 1); };
+  // Held bytes keyed (m, k) as the executor keys them: received activations, written input gradients,
+  // received gradients; few are in flight at once, so flat lists.
+  using Held = std::vector<std::pair<int64_t, double>>;
+  Held activations, gradients, received;
+  double live = 0, peak = 0;
+  const auto hold = [&](Held& held, int m, int k, double n) {
+    held.emplace_back(key(m, k), n);
+    live += n;
+  };
+  const auto drop = [&](Held& held, int m, int k) {
+    const int64_t id = key(m, k);
+    for (auto it = held.begin(); it != held.end(); ++it)
+      if (it->first == id) {
+        const double n = it->second;
+        live -= n;
+        held.erase(it);
+        return n;
+      }
+    return 0.0;
+  };
+  // Where in each neighbouring stage's actions its sends and gradient receives are, by (type, m, k), built on
+  // first use (the schedules of large runs have thousands of actions a stage).
+  std::vector<std::unordered_map<int64_t, int>> positions(static_cast<size_t>(P));
+  std::vector<char> indexed(static_cast<size_t>(P), 0);
+  const auto position = [&](int peer, ActionType type, int m, int k) {
+    const auto code = [&](ActionType t, int mb, int c) { return key(mb, c) * 16 + int(t); };
+    if (!indexed[size_t(peer)]) {
+      indexed[size_t(peer)] = 1;
+      const std::vector<Action>& list = schedule.actions[size_t(peer)];
+      for (size_t i = 0; i < list.size(); ++i)
+        if (list[i].type == ActionType::SendActivation || list[i].type == ActionType::SendGrad ||
+            list[i].type == ActionType::RecvGrad)
+          positions[size_t(peer)].emplace(code(list[i].type, list[i].microbatch, list[i].chunk), int(i));
+    }
+    const auto& map = positions[size_t(peer)];
+    const auto it = map.find(code(type, m, k));
+    return it == map.end() ? -1 : it->second;
+  };
+  // Sent gradients not yet known complete: the peer, where in its actions it receives them, the bytes.
+  struct Pending {
+    int peer = 0, peerRecv = 0;
+    double bytes = 0;
+  };
+  std::vector<Pending> pending;
+  for (const Action& a : actions) {
+    const int m = a.microbatch, k = a.chunk;
+    const bool peerKnown = a.peer >= 0 && a.peer < P;
+    switch (a.type) {
+      case ActionType::RecvActivation:
+      case ActionType::RecvGrad: {
+        const bool activation = a.type == ActionType::RecvActivation;
+        hold(activation ? activations : received, m, k, activation ? bytes(k) : bytes(k - 1));
+        peak = std::max(peak, live);
+        // The peer sent this after everything before its send: its receives of our earlier sends too.
+        if (peerKnown && !pending.empty()) {
+          const int sent =
+              position(a.peer, activation ? ActionType::SendActivation : ActionType::SendGrad, m, k);
+          for (auto it = pending.begin(); it != pending.end();)
+            if (it->peer == a.peer && sent > it->peerRecv) {
+              live -= it->bytes;
+              it = pending.erase(it);
+            } else {
+              ++it;
+            }
+        }
+        break;
+      }
+      case ActionType::Backward:
+        if (k > 0) hold(gradients, m, k, bytes(k - 1));
+        peak = std::max(peak, live);
+        drop(received, m, k + 1);
+        drop(gradients, m, k + 1);
+        if (!schedule.splitBackward) drop(activations, m, k - 1);
+        break;
+      case ActionType::BackwardWeight:
+        drop(activations, m, k - 1);
+        break;
+      case ActionType::SendGrad: {
+        const double n = drop(gradients, m, k);
+        if (n <= 0) break;
+        const int peerRecv = peerKnown ? position(a.peer, ActionType::RecvGrad, m, k) : -1;
+        pending.push_back({a.peer, peerRecv, n});
+        live += n;
+        break;
+      }
+      default:
+        break;
+    }
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+}  // namespace
+
 OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   const ParallelConfig& p = plan.config.parallel;
   const double tp = std::max(1, p.tp);
@@ -329,19 +450,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
   OtherBytes o;
 
-  // A send and a receive buffer of the largest message the stage's chunks send or receive: an activation
-  // and an input gradient each way, of the same size (bf16 under "precision": "bf16").
-  const std::vector<double> messages = chunkMessageBytes(plan);
-  const std::vector<double>& gradients = messages;
-  double largest = 0;
-  for (int k : plan.partition.chunksOfStage(stage)) {
-    if (k + 1 < K && plan.partition.stageOf[static_cast<size_t>(k + 1)] != stage)
-      largest = std::max(largest, messages[static_cast<size_t>(k)] + gradients[static_cast<size_t>(k)]);
-    if (k > 0 && plan.partition.stageOf[static_cast<size_t>(k - 1)] != stage)
-      largest =
-          std::max(largest, messages[static_cast<size_t>(k - 1)] + gradients[static_cast<size_t>(k - 1)]);
-  }
-  o.p2pBuffers = largest;
+  o.p2pBuffers = pipelineBufferBytes(plan, stage);
 
   // Gradient buckets (runtime/parameters.h). ZeRO 0 all-reduces the rank's flat gradient buffer in place:
   // none (PyTorch DDP's 25 MiB buckets exist because its gradients are separate tensors). ZeRO >= 2 reduce-
@@ -409,16 +518,74 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   // working copies, so what is converted is the blocks' output gradients and the head's logits gradient
   // chunk and ln_f output rows.
   double doutFloats = 0, inputFloats = 0;
+  // The two activation-gradient buffers the backward alternates between (runtime/model.cpp backwardChunk):
+  // the gradient of layer l's output sits in buffer l % 2 unless l ends its chunk (that one arrives as the
+  // chunk's dOut: a message, or the next chunk's dIn), and layer l's input gradient is written to buffer
+  // (l + 1) % 2 unless l begins its chunk (that one goes to the chunk's dIn). Each buffer is as large as its
+  // largest use. Under bf16 a chunk's dOut is widened in buffer last % 2, and its dIn is staged in buffer
+  // (first + 1) % 2. A stage holding one embedding alone has none (measured: 0 bytes).
+  const auto outBytes = [&](int l) {
+    return double(plan.model.layers[static_cast<size_t>(l)].outputBytesPerSample) * mbs;
+  };
+  double gradientBuffers[2] = {0.0, 0.0};
+  for (int k : plan.partition.chunksOfStage(stage)) {
+    const std::vector<int>& chunk = plan.partition.chunks[static_cast<size_t>(k)];
+    if (chunk.empty()) continue;
+    const int first = chunk.front(), last = chunk.back();
+    for (int l : chunk) {
+      if (l != last) gradientBuffers[l % 2] = std::max(gradientBuffers[l % 2], outBytes(l));
+      if (l > first) gradientBuffers[(l + 1) % 2] = std::max(gradientBuffers[(l + 1) % 2], outBytes(l - 1));
+    }
+    if (p.precision == Precision::Bf16) {
+      if (k + 1 < K) gradientBuffers[last % 2] = std::max(gradientBuffers[last % 2], outBytes(last));
+      if (first > 0)
+        gradientBuffers[(first + 1) % 2] = std::max(gradientBuffers[(first + 1) % 2], outBytes(first - 1));
+    }
+  }
+  const double gradientBufferBytes = gradientBuffers[0] + gradientBuffers[1];
+  o.workspace = gradientBufferBytes;
+  // The cnn's layers (runtime/cnn_layers.cpp) keep their backward's element-wise gradients in layer scratch
+  // slots of the microbatch's output size: the stem slots 0 and 1, a residual block 0 to 3; and every
+  // BatchNorm holds 6 C doubles of sums (its forward and backward sums and their local copies).
+  if (plan.config.model.type == ModelType::Cnn) {
+    double slots01 = 0, slots23 = 0, bnChannels = 0;
+    for (int l : plan.partition.layersOfStage(stage)) {
+      const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+      if (layer.kind != LayerKind::Head) slots01 = std::max(slots01, outBytes(l));
+      if (layer.kind == LayerKind::Block) slots23 = std::max(slots23, outBytes(l));
+      for (const ParamSpec& b : layer.buffers)
+        if (b.name.size() > 13 && b.name.compare(b.name.size() - 13, 13, ".running_mean") == 0)
+          bnChannels += double(b.numel());
+    }
+    o.workspace += 2.0 * (slots01 + slots23) + 12.0 * 4.0 * bnChannels;
+    // The head: its pooled features' gradient (B, C) in slot 0, and the column of ones it pools with.
+    for (int l : plan.partition.layersOfStage(stage)) {
+      const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+      if (layer.kind != LayerKind::Head) continue;
+      const double side = double(cnnStageSides(plan.config.model).back());
+      const double pooled = mbs * double(plan.config.model.channels.back()) * 4.0;
+      o.workspace += std::max(0.0, pooled - slots01) + side * side * 4.0;
+    }
+  }
+  // The vit's head (runtime/classifier_layers.cpp): the pooled features' gradient (B, C) in slot 0 and ln_f's
+  // (B, T, C) in slot 1, within a block's slots where the stage has blocks.
+  if (plan.config.model.type == ModelType::Vit) {
+    bool head = false, blocks = false;
+    for (int l : plan.partition.layersOfStage(stage)) {
+      head = head || plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Head;
+      blocks = blocks || plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Block;
+    }
+    const double C = plan.config.model.width, T = plan.model.samplePositions;
+    if (head && !blocks) o.workspace += mbs * (C + T * C) * 4.0;
+  }
   for (int l : plan.partition.layersOfStage(stage)) {
     const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
-    o.workspace = std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs);
     // A gpt embedding's TP all-reduce of its lookup, staged in bf16 (runtime allReduceActivations; a
     // block's staging, counted below, is at least as large, and so is the head's).
     if (p.precision == Precision::Bf16 && tp > 1 && isLanguageModel(plan.config.model.type) &&
         layer.kind == LayerKind::Embedding)
-      o.workspace =
-          std::max(o.workspace, 2.0 * double(layer.outputBytesPerSample) * mbs +
-                                    2.0 * mbs * plan.model.samplePositions * plan.config.model.width);
+      o.workspace = std::max(o.workspace, gradientBufferBytes + 2.0 * mbs * plan.model.samplePositions *
+                                                                    plan.config.model.width);
     if (layer.kind == LayerKind::Block && isTransformer(plan.config.model.type)) {
       // A transformer block's scratch in the runtime (engine/runtime/transformer.cpp, one shared workspace of
       // slots), per sample in floats, beside the model's two activation-gradient buffers (whole): slot 0 the
@@ -492,8 +659,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
         if (tp > 1) floats += T * C * (sp ? 1.0 + 1.0 / tp : 1.0) / 2.0;
       }
       doutFloats = std::max(doutFloats, mbs * T * std::max({C, F / tp, 3.0 * C / tp}));
-      blockWorkspace =
-          std::max(blockWorkspace, floats * 4.0 * mbs + 2.0 * double(layer.outputBytesPerSample) * mbs);
+      blockWorkspace = std::max(blockWorkspace, floats * 4.0 * mbs + gradientBufferBytes);
       o.workspace = std::max(o.workspace, blockWorkspace);
       blockRowsC = std::max(blockRowsC, mbs * T * C);
     }
@@ -502,11 +668,17 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       // three floats a row for the vocabulary-parallel loss), beside the input gradient it hands back.
       const double rows = mbs * plan.model.samplePositions, C = plan.config.model.width;
       const double vocabLocal = std::floor(double(plan.config.model.vocab) / tp);
-      const double chunk =
-          double(headChunkRows(static_cast<int64_t>(rows), static_cast<int64_t>(vocabLocal)));
+      const double chunk = double(headChunkRows(static_cast<int64_t>(rows), static_cast<int64_t>(vocabLocal),
+                                                plan.config.training.headChunkRows));
       // In bf16 its TP all-reduce of the input gradient is staged in bf16 (rows * C / 2 floats).
       const double comm = p.precision == Precision::Bf16 && tp > 1 ? rows * C / 2.0 : 0.0;
-      const double floats = 2.0 * rows * C + chunk * vocabLocal + (tp > 1 ? 3.0 * chunk : 0.0) + comm;
+      // A head that begins its chunk writes its input gradient straight into the chunk's dIn, a message
+      // buffer (pipelineBufferBytes), not here.
+      bool beginsChunk = false;
+      for (int k : plan.partition.chunksOfStage(stage))
+        beginsChunk = beginsChunk || plan.partition.chunks[static_cast<size_t>(k)].front() == l;
+      const double floats =
+          (beginsChunk ? 1.0 : 2.0) * rows * C + chunk * vocabLocal + (tp > 1 ? 3.0 * chunk : 0.0) + comm;
       o.workspace = std::max(o.workspace, floats * 4.0);
       headLogits = chunk * vocabLocal;
       headRowsC = rows * C;
@@ -543,6 +715,9 @@ nlohmann::json memoryBytesJson(const MemoryBreakdown& m) {
   nlohmann::json j = {{category::kParameters, m.parameters}, {category::kGradients, m.gradients},
                       {category::kOptimizer, m.optimizer},   {category::kActivations, m.activations},
                       {category::kOther, m.other},           {key::kTotal, m.total()}};
+  if (m.other > 0)
+    j[key::kOtherParts] = {{category::kWorkspace, m.otherWorkspace},
+                           {category::kCommunication, m.otherCommunication}};
   if (m.host.total() > 0)
     j[key::kHost] = {{category::kParameters, m.host.parameters},
                      {category::kGradients, m.host.gradients},
@@ -620,21 +795,31 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   }
 
   // "other" depends on the stage and on whether the device is a GPU: computed once per stage and kind.
-  std::vector<double> otherOnCpu(static_cast<size_t>(P)), otherOnGpu(static_cast<size_t>(P));
+  // (Only the kinds the mesh has: the auto-planner estimates thousands of plans.)
+  const int world = plan.layout.world();
+  const auto deviceOfRank = [&](int r) -> const DeviceSpec& {
+    return r < static_cast<int>(plan.layout.deviceOf.size())
+               ? plan.mesh.devices[static_cast<size_t>(plan.layout.deviceOf[r])].spec
+               : stageDevice(plan, plan.stageOfRank(r));
+  };
+  std::vector<char> gpuStage(static_cast<size_t>(P), 0), cpuStage(static_cast<size_t>(P), 0);
+  for (int r = 0; r < world; ++r)
+    (isGpuDevice(deviceOfRank(r)) ? gpuStage : cpuStage)[static_cast<size_t>(plan.stageOfRank(r))] = 1;
+  std::vector<OtherBytes> otherOnCpu(static_cast<size_t>(P)), otherOnGpu(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
-    otherOnCpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, false).total();
-    otherOnGpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, true).total();
+    if (cpuStage[static_cast<size_t>(s)]) otherOnCpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, false);
+    if (gpuStage[static_cast<size_t>(s)]) otherOnGpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, true);
   }
 
   std::vector<MemoryBreakdown> ranks;
-  const int world = plan.layout.world();
   for (int r = 0; r < world; ++r) {
     MemoryBreakdown m = stages[static_cast<size_t>(plan.stageOfRank(r))];
     m.rank = r;
-    const DeviceSpec& device = r < static_cast<int>(plan.layout.deviceOf.size())
-                                   ? plan.mesh.devices[static_cast<size_t>(plan.layout.deviceOf[r])].spec
-                                   : stageDevice(plan, m.stage);
-    m.other = (isGpuDevice(device) ? otherOnGpu : otherOnCpu)[static_cast<size_t>(m.stage)];
+    const DeviceSpec& device = deviceOfRank(r);
+    const OtherBytes& o = (isGpuDevice(device) ? otherOnGpu : otherOnCpu)[static_cast<size_t>(m.stage)];
+    m.other = o.total();
+    m.otherWorkspace = o.workspace;
+    m.otherCommunication = o.p2pBuffers + o.dpBucket + o.zero3Gathered;
     m.capacity = device.memoryBytes;
     ranks.push_back(m);
   }

@@ -125,6 +125,10 @@ struct MemoryBreakdown {
   double optimizer = 0;
   double activations = 0;
   double other = 0;
+  // Of other, what the engine tracks as its "workspace" and "communication" categories (OtherBytes: the
+  // workspace; the message buffers, ZeRO buckets and the gathered ZeRO-3 layers); the rest is outside the
+  // tracked buffers (the CUDA context, cuBLAS's bf16 scratch).
+  double otherWorkspace = 0, otherCommunication = 0;
   double capacity = 0;  // the rank's device memory
   HostBytes host;       // in host memory, beside the device's
   double total() const { return parameters + gradients + optimizer + activations + other; }
@@ -149,8 +153,9 @@ struct NodeHostMemory {
 std::vector<NodeHostMemory> hostMemoryPerNode(const Plan& plan, const std::vector<MemoryBreakdown>& ranks);
 
 // {"parameters", "gradients", "optimizer", "activations", "other", "total"} in bytes, and with offload
-// "host": {"parameters", "gradients", "optimizer", "staging", "total"}: the "memory_bytes" object of
-// `plan --json` and of the stream's predicted figures.
+// "host": {"parameters", "gradients", "optimizer", "staging", "total"}, and where other > 0 "other_parts":
+// {"workspace", "communication"} (the engine's tracked categories within other): the "memory_bytes" object
+// of `plan --json` and of the stream's predicted figures.
 nlohmann::json memoryBytesJson(const MemoryBreakdown& m);
 
 // A device type counts as a GPU (CUDA context allowance, fused attention, GPUs asked of Slurm) unless it is

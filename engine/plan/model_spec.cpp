@@ -83,8 +83,9 @@ double LayerSpec::outputBytesPerSampleIn(Precision precision) const {
   return double(outputBytesPerSample) / 4.0 * activationElementBytes(precision);
 }
 
-int64_t headChunkRows(int64_t rows, int64_t vocabLocal) {
+int64_t headChunkRows(int64_t rows, int64_t vocabLocal, int64_t configured) {
   if (rows <= 0) return 0;
+  if (configured > 0) return std::min(configured, rows);
   int64_t chunk = kHeadChunkFloats / std::max<int64_t>(1, vocabLocal);
   if (chunk >= 64) chunk -= chunk % 64;
   return std::clamp<int64_t>(chunk, 1, rows);

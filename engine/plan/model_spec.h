@@ -157,7 +157,8 @@ inline constexpr int kFusedAttentionMaxHeadSize = 128;
 // with MESHSTUDIO_HEAD_CHUNK_ROWS): 320-row chunks (64 MiB) 189k tokens/s, 1280 (256 MiB) 201k, 4096 and
 // 8192 205k: the head's three GEMMs of a 320-row chunk run far below the tensor cores' rate.
 inline constexpr int64_t kHeadChunkFloats = int64_t(1) << 26;
-int64_t headChunkRows(int64_t rows, int64_t vocabLocal);
+// `configured` (training.head_chunk_rows) > 0 sets the rows instead, at most `rows`.
+int64_t headChunkRows(int64_t rows, int64_t vocabLocal, int64_t configured = 0);
 
 // Under context parallelism of cp ways (buildModelSpec's cp) the spec describes what ONE rank of the ring
 // computes and keeps for each sample: samplePositions is seq_len / cp, the GEMMs' FLOPs and the kept

@@ -265,6 +265,9 @@ struct TrainingConfig {
   int logEvery = 1;         // "log_every": steps between step lines in the metrics stream
   std::string runDir;       // "run_dir": run folder, default "runs/<name>"
   int threads = 0;          // "threads": threads per rank, 0 = cores / local ranks
+  // "head_chunk_rows": token rows per chunk of the gpt and llama fused LM head and loss (model_spec.h
+  // headChunkRows), 0 = automatic; MESHSTUDIO_HEAD_CHUNK_ROWS in the environment sets it for a command.
+  int headChunkRows = 0;
   double commTimeoutS =
       600;  // "comm_timeout_s": longest wait for one communication (runtime/comm_watchdog.h)
   bool operator==(const TrainingConfig&) const = default;

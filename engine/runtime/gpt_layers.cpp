@@ -133,7 +133,7 @@ class GptHead final : public Layer {
         m_tp(ctx.tp),
         m_caches(ctx.tracker),
         m_ws(ctx.workspace),
-        m_chunkOverride(chunkRowsOverride()) {
+        m_chunkRows(ctx.headChunkRows) {
     if (ctx.model.type == ModelType::Llama) {
       m_lnfw = bindParam(ctx.params, "model.norm.weight");
       m_w = bindParam(ctx.params, ctx.model.tieEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight");
@@ -233,8 +233,7 @@ class GptHead final : public Layer {
       c.dlnf.reserve(size_t(N) * m_C);
       m_be.zero(c.dlnf.data(), size_t(N) * m_C * sizeof(float));  // the backward GEMMs accumulate
     }
-    const int rows = static_cast<int>(m_chunkOverride > 0 ? std::min<int64_t>(m_chunkOverride, N)
-                                                          : headChunkRows(N, m_Vl));
+    const int rows = static_cast<int>(headChunkRows(N, m_Vl, m_chunkRows));
     float* logits = m_ws->get(1, size_t(rows) * m_Vl, false);  // (rows, Vl)
     const GradOut dw = mode.training ? m_w.grad() : GradOut();
     const TensorIn w = m_w.gemm();  // the bf16 working copy in bf16 precision
@@ -271,12 +270,6 @@ class GptHead final : public Layer {
     m_be.crossEntropyFinish(losses, dlogits, logits, mx, sum, tgt, targets, v0, N, m_Vl, gradScale);
   }
 
-  static int64_t chunkRowsOverride() {
-    Expected<int64_t> rows = headChunkRowsOverride();
-    if (!rows) throw std::invalid_argument(rows.message());  // main checks it first: not reached from there
-    return *rows;
-  }
-
   Backend& m_be;
   int m_C, m_Vl, m_T;
   float m_eps;
@@ -284,7 +277,7 @@ class GptHead final : public Layer {
   BoundParam m_lnfw, m_lnfb, m_w;
   SlotCaches<Cache> m_caches;
   Workspace* m_ws;
-  int64_t m_chunkOverride;
+  int64_t m_chunkRows;  // training.head_chunk_rows, 0 = automatic
   int m_lastSlot = 0;
   std::vector<float> m_losses;  // host copy of a forward's losses (N)
 };

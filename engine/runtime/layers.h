@@ -164,10 +164,10 @@ struct LayerContext {
   const ModelConfig& model;
   ParameterStore& params;
   MemoryTracker* tracker;
-  Workspace* workspace;    // shared by all layers; a layer uses slots [0, kLayerScratchSlots)
-  int positions;           // T of the activations (ModelSpec::samplePositions)
-  TensorParallel tp;       // tensor-parallel group (size 1: none)
-  ExpertParallel ep = {};  // expert-parallel group (size 1: none)
+  Workspace* workspace;     // shared by all layers; a layer uses slots [0, kLayerScratchSlots)
+  int positions;            // T of the activations (ModelSpec::samplePositions)
+  TensorParallel tp;        // tensor-parallel group (size 1: none)
+  ExpertParallel ep = {};   // expert-parallel group (size 1: none)
   ContextParallel cp = {};  // context-parallel group (size 1: none); positions is then T / cp
   // Recompute "selective" (plan/recompute.h): transformer blocks drop their attention matrix after forward
   // and re-make it in backward.
@@ -176,15 +176,16 @@ struct LayerContext {
   // its size; null under "local" or without data parallelism.
   Communicator* batchNormGroup = nullptr;
   int batchNormRanks = 1;
+  int headChunkRows = 0;  // training.head_chunk_rows (plan/model_spec.h headChunkRows), 0 = automatic
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
 inline constexpr int kLayerScratchSlots = 31;
 
-// MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: rows per chunk of the GPT head's fused LM head and loss
-// instead of plan/model_spec.h headChunkRows() (tests run many chunks on small models with it; the memory
-// model assumes the default). 0 when unset; an error naming the variable when malformed (the engine's
-// commands check it before they start).
+// MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: training.head_chunk_rows for one command (the engine sets
+// the loaded config's field from it, so the plan's prediction, the run folder's config and the head all see
+// the same rows; tests run many chunks on small models with it). 0 when unset; an error naming the variable
+// when malformed (the engine's commands check it before they start).
 Expected<int64_t> headChunkRowsOverride();
 
 // Builds the runtime layer for spec (the layer's parameters, and a tied head's wte, must be in ctx.params).

@@ -49,6 +49,7 @@ void Model::build(const RunConfig& config, int) {
   LayerContext ctx{m_backend,    config.model,           *m_params, m_tracker,
                    &m_workspace, m_spec.samplePositions, m_shard.tp};
   ctx.selectiveRecompute = m_shard.recompute.mode == Recompute::Selective;
+  ctx.headChunkRows = config.training.headChunkRows;
   ctx.ep = m_shard.ep;
   ctx.cp = m_shard.cp;
   if (config.parallel.batchNorm == BatchNormMode::Sync && m_shard.dp && m_shard.dp->size() > 1) {
