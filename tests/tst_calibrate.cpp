@@ -194,11 +194,13 @@ class TestCalibrate : public QObject {
   }
 
   // Each entry timed its own shape: the largest quick GEMM does 65536 times the smallest's work and must take
-  // far longer (at least 100 times: a rate 650 times the tiny GEMM's would be needed to beat that), at every
-  // precision and thread count; likewise the largest quick add (4096 times the smallest's elements). A
-  // measurement that timed the wrong shape, or nothing, fails here. (Rates are not compared: on this 2-core
-  // machine OpenBLAS's small-matrix path gives 8x32x32 between 0.3 and 1.1 times the rate of 2048x512x512,
-  // and another process running beside the test moves either; tests never assert timings that load moves.)
+  // far longer (at least 10 times: the tiny GEMM's rate would have to be 6500 times below the large one's to
+  // fail), at every precision and thread count; likewise the largest quick add (4096 times the smallest's
+  // elements). A measurement that timed the wrong shape, or nothing, comes out near 1x and fails here. (Rates
+  // are not compared: on this 2-core machine OpenBLAS's small-matrix path gives 8x32x32 between 0.3 and 1.1
+  // times the rate of 2048x512x512, and under ASan the instrumented bf16 conversions around the tiny GEMM
+  // took it to 1/680 of the large one's rate: CI measured 97x where the bound was once 100x. Tests never
+  // assert timings that load or instrumentation moves.)
   void timesFollowTheWork() {
     std::map<std::pair<std::string, int>, std::pair<double, double>> gemm;  // (precision, threads) -> times
     for (const nlohmann::json& e : m_profile["device"]["gemm"]) {
@@ -213,7 +215,7 @@ class TestCalibrate : public QObject {
                                .arg(key.second)
                                .arg(times.second)
                                .arg(times.first);
-      QVERIFY2(times.first > 0 && times.second > 100 * times.first, qPrintable(what));
+      QVERIFY2(times.first > 0 && times.second > 10 * times.first, qPrintable(what));
     }
     std::map<int, std::pair<double, double>> add;  // threads -> times
     for (const nlohmann::json& e : m_profile["device"]["elementwise"]) {
@@ -223,7 +225,7 @@ class TestCalibrate : public QObject {
     }
     for (const auto& [threads, times] : add)
       QVERIFY2(
-          times.first > 0 && times.second > 100 * times.first,
+          times.first > 0 && times.second > 10 * times.first,
           qPrintable(
               QString("add at %1 threads: %2 s vs %3 s").arg(threads).arg(times.second).arg(times.first)));
   }
