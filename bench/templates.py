@@ -52,6 +52,12 @@ VARIANTS = {"llama3-405b-16k no recompute": ("llama3-405b-16k", {"recompute": "n
                  "placement": [{"stage": k % 4, "layers": (["embedding"] if k == 0 else []) + [f"block.{k}"]
                                 + (["head"] if k == 31 else [])} for k in range(32)]},
                 {"batch_size": 256})}
+# The same mapping with the optimizer state whole (ZeRO 0), and with the even split by layer count instead of
+# Megatron's placement: what docs/plan-model.md says the distributed optimizer and the placement are worth.
+_MIXTRAL = VARIANTS["mixtral-8x7b megatron-core mapping"]
+VARIANTS["mixtral-8x7b mapping, zero 0"] = (_MIXTRAL[0], {**_MIXTRAL[1], "zero": 0}, _MIXTRAL[2])
+VARIANTS["mixtral-8x7b mapping, even split"] = (
+    _MIXTRAL[0], {k: v for k, v in _MIXTRAL[1].items() if k != "placement"}, _MIXTRAL[2])
 PUBLISHED_MFU = {"llama3-405b-16k": (0.41, "Llama 3 paper, table 4"),
                  "llama3-405b 128k cp16": (0.38, "Llama 3 paper, table 4"),
                  "mixtral-8x7b megatron-core mapping": (468 / 989, "Megatron-Core MoE README, 468 TFLOPS")}
@@ -103,7 +109,9 @@ def main():
             print(f"    stage {worst['stage']}: " + ", ".join(
                 f"{k} {m[k] / 2**30:.1f}" for k in ("parameters", "gradients", "optimizer", "activations", "other"))
                   + (f" (workspace {parts.get('workspace', 0) / 2**30:.1f}, communication"
-                     f" {parts.get('communication', 0) / 2**30:.1f})" if parts else ""))
+                     f" {parts.get('communication', 0) / 2**30:.1f})" if parts else "")
+                  + (f"; the peak {m['not_at_once'] / 2**30:.1f} below their sum (not all at once)"
+                     if m.get("not_at_once", 0) > 0 else ""))
     return 0
 
 

@@ -125,6 +125,8 @@ inline constexpr char kReserved[] = "reserved";
 inline constexpr char kTotal[] = "total";
 inline constexpr char kHost[] = "host";
 inline constexpr char kOtherParts[] = "other_parts";
+// Predicted memory: how far the categories' peaks summed are above the peak of their sum.
+inline constexpr char kNotAtOnce[] = "not_at_once";
 // eval.
 inline constexpr char kTimeS[] = "time_s";
 // log.

@@ -29,13 +29,17 @@ ms_install_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# Build directory: build/ (Release). MS_BUILD_DIR overrides it.
+# Build directory: build/ (Release). MS_BUILD_DIR overrides it. A unity build (CMake batches each library's
+# sources into a few translation units, which then parse the Qt and nlohmann_json headers and instantiate
+# their templates once a batch): a fresh build/ took 16.5 minutes on the 2-core AMD EPYC instead of about 21.
+# A developer's own build/ configured without it keeps one translation unit a file (quicker rebuilds of one
+# edited file).
 ms_build() {
   local dir="${MS_BUILD_DIR:-build}"
   local gen=()
   if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
   if [ ! -f "$dir/CMakeCache.txt" ]; then
-    cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release
+    cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
   fi
   cmake --build "$dir" --parallel "$(nproc)"
 }

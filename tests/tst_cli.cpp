@@ -730,7 +730,9 @@ class TestCli : public QObject {
     const QJsonObject m = d["memory_bytes"].toObject();
     const double sum = m["parameters"].toDouble() + m["gradients"].toDouble() + m["optimizer"].toDouble() +
                        m["activations"].toDouble() + m["other"].toDouble();
-    QVERIFY(std::abs(sum - m["total"].toDouble()) <= 1e-6 * sum);
+    // The total is the most held at once: the categories' sum less what does not peak with the rest.
+    QVERIFY(std::abs(sum - m["not_at_once"].toDouble() - m["total"].toDouble()) <= 1e-6 * sum);
+    QVERIFY(m["total"].toDouble() <= sum);
     QVERIFY(j["fits"].toBool());
     QVERIFY(j["mfu"].toDouble() > 0 && j["mfu"].toDouble() < 1);
     // Each layer's times and, on the catalog H100, its forward kernel by kernel (96 blocks, the embedding and

@@ -478,6 +478,38 @@ class TestMemoryModel : public QObject {
     QVERIFY(a < b / 4);
   }
 
+  // The categories do not all peak at once (memory_model.cpp concurrentStageBytes). One stage, one
+  // microbatch, full recompute, ZeRO-1 over dp 2: the backward walks head, block.3 ... block.0, embedding;
+  // each block's re-made activations (R) are held during its backward only, and each layer's gradient shard
+  // is staged once its backward is done. The most held at once is then max(R + every shard but block.0's
+  // and the embedding's, every shard), below the categories' sum (R + every shard) by min(R, those two
+  // shards). Without ZeRO nothing is staged: the sum is the peak.
+  void layersAtDifferentMoments() {
+    const json zero1 = {{"parallel", {{"dp", 2}, {"zero", 1}, {"recompute", "full"}}}};
+    MAKE_PLAN(staged, 4, zero1);
+    const auto ranks = ms::estimateMemory(*staged);
+    QCOMPARE(int(ranks.size()), 2);
+    const double remade = kBlockActivationBytes * staged->microbatchSize();
+    const double blockShard = kBlockParams / 2 * 4, embeddingShard = kEmbeddingParams / 2 * 4;
+    const double expected = std::min(remade, blockShard + embeddingShard);
+    for (const auto& m : ranks) {
+      QVERIFY2(near(m.notAtOnce, expected, 1e-9),
+               qPrintable(QString("not at once %1, expected %2").arg(m.notAtOnce).arg(expected)));
+      QVERIFY(near(m.total(), m.categorySum() - expected, 1e-9));
+      QCOMPARE(ms::memoryBytesJson(m)["not_at_once"].get<double>(), m.notAtOnce);
+      QCOMPARE(ms::memoryBytesJson(m)["total"].get<double>(), m.total());
+    }
+    // The shards staged over the step are ZeRO-1's whole bucket: the communication buffers' peak.
+    QVERIFY(near(ranks[0].otherCommunication, ms::otherBreakdown(*staged, 0, true).dpBucket));
+    json plain = zero1;
+    plain["parallel"]["zero"] = 0;
+    MAKE_PLAN(unstaged, 4, plain);
+    for (const auto& m : ms::estimateMemory(*unstaged)) {
+      QCOMPARE(m.notAtOnce, 0.0);
+      QVERIFY(!ms::memoryBytesJson(m).contains("not_at_once"));
+    }
+  }
+
   // Megatron's partial recompute ("recompute_layers": N, --recompute-num-layers): the first N blocks of every
   // chunk keep only their output, the others everything; more than a chunk's blocks is refused, naming the
   // field, and the count needs "full".
@@ -851,7 +883,9 @@ class TestMemoryModel : public QObject {
     for (const auto& m : ranks) {
       QCOMPARE(m.capacity, 85.017493504e9);  // the H100 as measured (plan/hardware.cpp)
       QVERIFY(m.fits());
-      QVERIFY(near(m.total(), m.parameters + m.gradients + m.optimizer + m.activations + m.other));
+      QVERIFY(near(m.categorySum(), m.parameters + m.gradients + m.optimizer + m.activations + m.other));
+      QVERIFY(near(m.total(), m.categorySum() - m.notAtOnce));
+      QVERIFY(m.notAtOnce >= 0);
       QVERIFY(near(m.other, ms::otherBreakdown(*plan, m.stage, true).total()));
     }
     // fp32 converts no GEMM operand; bf16 on a GPU keeps bf16 copies of the largest fp32 output gradient and

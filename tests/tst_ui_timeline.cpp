@@ -19,6 +19,7 @@
 #include "ui/models/plan_analysis.h"
 #include "ui/models/time_axis.h"
 #include "ui/models/timeline_groups.h"
+#include "ui/models/units.h"
 #include "ui/views/memory_view.h"
 #include "ui/views/timeline_view.h"
 
@@ -770,6 +771,22 @@ class TestUiTimeline : public QObject {
     QVERIFY(m.barToolTip(1).contains("does not fit"));
     QVERIFY(!m.barToolTip(0).contains("does not fit"));
     QCOMPARE(m.capacityGraph()->data()->at(3)->value, tiny->memory[1].capacity / m.unitBytes());
+    // Categories that do not all peak at once (memory_model.h notAtOnce): the tooltip's total is the peak of
+    // their sum and says how far below the stack it is; the scale still holds the whole stack.
+    {
+      std::vector<ms::MemoryBreakdown> apart = tiny->memory;
+      apart[0].notAtOnce = 0.25 * apart[0].activations;
+      m.setPredicted(apart);
+      const QString tip0 = m.barToolTip(0);
+      QVERIFY2(tip0.contains(QString("total %1 of").arg(ms::formatBytes(apart[0].total()))),
+               qPrintable(tip0));
+      QVERIFY2(
+          tip0.contains(QString("%1 below the categories' sum").arg(ms::formatBytes(apart[0].notAtOnce))),
+          qPrintable(tip0));
+      QVERIFY(!m.barToolTip(1).contains("below the categories' sum"));
+      QVERIFY(m.plot()->yAxis->range().upper * m.unitBytes() >= apart[0].categorySum());
+      m.setPredicted(tiny->memory);
+    }
     QCOMPARE(m.bars(ms::MemoryView::Activations)->data()->at(1)->value,
              tiny->memory[1].activations / m.unitBytes());
 

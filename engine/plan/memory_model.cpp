@@ -440,6 +440,161 @@ double pipelineBufferBytes(const Plan& plan, int stage) {
   return peak;
 }
 
+// A stage's parts that change over a step, followed together over its actions in the runtime's order,
+// layer by layer inside a forward or backward (runtime/model.cpp forwardChunk, backwardChunk;
+// runtime/parameters.cpp):
+// - the activation slots (grow-only, as slotActivationBytes) and a split backward's buffers;
+// - a fully recomputed layer's re-made activations (recomputeWorkspaceBytes), held during its backward only;
+// - the pipeline message buffers, at their peak (pipelineBufferBytes; below);
+// - ZeRO-1's reduce-scatter staging: each layer's owned shard from its step's last backward (after its
+//   re-made activations and gathered parameters are released: startSync) to the optimizer step;
+// - ZeRO >= 2's gradient buckets: a layer's full gradients from its backward (ensureGrads; under a split
+//   backward from B to W) until reduced, at most one reduction in flight (reduceGrads finishes the one before
+//   it starts the next), a shard of staging for each reduction after the step's first of that layer, and a
+//   tied embedding's whole gradients from its first backward to the end of the step;
+// - ZeRO-3's gathered parameters: the layer computed and the one prefetched (acquire(l), prefetch(l -/+ 1)).
+// Everything else (model states, workspace, the CUDA context) is held the whole step. Returns the most
+// these parts hold at once.
+double concurrentStageBytes(const Plan& plan, int stage) {
+  double out = 0;
+  const PipelineSchedule& schedule = plan.schedule;
+  if (stage < 0 || stage >= static_cast<int>(schedule.actions.size())) return out;
+  const std::vector<Action>& actions = schedule.actions[static_cast<size_t>(stage)];
+  const ParallelConfig& p = plan.config.parallel;
+  const ModelConfig& model = plan.config.model;
+  const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
+  const int K = static_cast<int>(plan.partition.chunks.size());
+  const std::vector<double> chunkBytes = chunkActivationBytes(plan),
+                            splitBytes = chunkSplitBackwardBytes(plan);
+  const auto entry = [](const std::vector<double>& v, int k) {
+    return k >= 0 && k < static_cast<int>(v.size()) ? v[static_cast<size_t>(k)] : 0.0;
+  };
+  // The pipeline's message buffers are taken at their peak throughout: the executor frees a sent message
+  // only once it sees it complete (runtime/pipeline.cpp waitSends, after each action and at the step's end),
+  // which timing decides; the suite's pipelined ZeRO plans were measured holding their busiest messages
+  // beside the whole ZeRO-1 staging (the cnn pp2's last stage) and above the action order's count beside the
+  // ZeRO-2 buckets (gpt ZB-H1: two ranks of one stage 8 and 16 KiB apart).
+  const double messages = pipelineBufferBytes(plan, stage);
+  const bool split = schedule.splitBackward;
+  const bool fused = fusedAttention(plan, stage);
+  const int replicas = std::max(1, p.dataReplicas()), ep = std::max(1, p.ep), tp = std::max(1, p.tp);
+  const bool zero1 = p.zero == 1 && replicas > 1, buckets = p.zero >= 2, zero3 = p.zero == 3 && replicas > 1;
+  const std::vector<double> gathered = zero3 ? zero3LayerParams(plan) : std::vector<double>{};
+  const auto params = [&](const std::vector<int>& chunk, int i) {  // ZeRO-3: layer i of the chunk, in bytes
+    return i >= 0 && i < static_cast<int>(chunk.size())
+               ? gathered[static_cast<size_t>(chunk[static_cast<size_t>(i)])] * state.workingBytes
+               : 0.0;
+  };
+  const bool tied = model.tiedHead();
+  const double wteBytes = tied ? double(model.vocab) / tp * model.width * state.gradientBytes : 0.0;
+  // Layer l's full gradients (a tied embedding's wte apart) and its owned shard, as otherBreakdown's
+  // dpBucket.
+  const auto full = [&](int l) {
+    const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+    double n = double(layer.localParamCount(tp, ep)) * state.gradientBytes;
+    if (tied && layer.kind == LayerKind::Embedding) n -= wteBytes;
+    return n;
+  };
+  const auto shard = [&](int l) {
+    const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+    const int expertReplicas = std::max(1, replicas / ep);
+    double n = double(layer.localParamCount(tp, ep));
+    if (buckets && tied && layer.kind == LayerKind::Embedding) n -= wteBytes / state.gradientBytes;
+    const double experts = ep > 1 ? double(layer.localExpertParamCount(tp, ep)) : 0.0;
+    return ((n - experts) / replicas + (expertReplicas > 1 ? experts / expertReplicas : 0.0)) *
+           state.gradientBytes;
+  };
+  const auto remade = [&](int k, int l) {
+    return !split && recomputed(plan, k, l) ? layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l)
+                                            : 0.0;
+  };
+  const auto touchesWte = [&](int l) {
+    const LayerKind kind = plan.model.layers[static_cast<size_t>(l)].kind;
+    return tied && (kind == LayerKind::Embedding || kind == LayerKind::Head);
+  };
+  // The action of each chunk's last backward (its W when split): its layers' gradients are then final.
+  const ActionType finishing = split ? ActionType::BackwardWeight : ActionType::Backward;
+  std::vector<int> finalUse(static_cast<size_t>(K), -1);
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].type == finishing && actions[i].chunk >= 0 && actions[i].chunk < K)
+      finalUse[static_cast<size_t>(actions[i].chunk)] = static_cast<int>(i);
+  // A forward's most for a moment per chunk (gathered parameters): its layers need not be walked.
+  std::vector<double> forwardMost(static_cast<size_t>(K), 0.0);
+  for (int k : plan.partition.chunksOfStage(stage)) {
+    const std::vector<int>& chunk = plan.partition.chunks[static_cast<size_t>(k)];
+    for (int i = 0; i < static_cast<int>(chunk.size()); ++i)
+      forwardMost[size_t(k)] =
+          std::max(forwardMost[size_t(k)], zero3 ? params(chunk, i) + params(chunk, i + 1) : 0.0);
+  }
+  std::vector<int> inFlight(static_cast<size_t>(K), 0), most(static_cast<size_t>(K), 0);
+  std::vector<char> reducedOnce(plan.model.layers.size(), 0);
+  // Buckets: the full gradients held under a split backward (from B to W) per layer, the reduction in
+  // flight (its full gradients and staging), the tied wte.
+  std::vector<double> splitFull(plan.model.layers.size(), 0.0);
+  double slots = 0, splitHeld = 0, staging = 0, pendingBytes = 0, splitFullHeld = 0, wteHeld = 0;
+  const auto sample = [&](double message, double transientActivations, double transientCommunication) {
+    const double communication =
+        message + staging + pendingBytes + splitFullHeld + wteHeld + transientCommunication;
+    out = std::max(out, slots + splitHeld + transientActivations + communication);
+  };
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    const int k = a.chunk;
+    const bool known = k >= 0 && k < K;
+    const double held = messages;
+    if (!known || (a.type != ActionType::Forward && a.type != ActionType::Backward &&
+                   a.type != ActionType::BackwardWeight)) {
+      sample(held, 0.0, 0.0);
+      continue;
+    }
+    const std::vector<int>& chunk = plan.partition.chunks[static_cast<size_t>(k)];
+    if (a.type == ActionType::Forward) {
+      if (++inFlight[size_t(k)] > most[size_t(k)]) {
+        most[size_t(k)] = inFlight[size_t(k)];
+        slots += entry(chunkBytes, k);
+      }
+      sample(held, 0.0, forwardMost[size_t(k)]);
+      continue;
+    }
+    const bool weight = a.type == ActionType::BackwardWeight;
+    const bool last = finalUse[size_t(k)] == static_cast<int>(i);
+    if (split && !weight) splitHeld += entry(splitBytes, k);
+    // Layer by layer from the chunk's last.
+    for (int j = static_cast<int>(chunk.size()) - 1; j >= 0; --j) {
+      const int l = chunk[static_cast<size_t>(j)];
+      double current = 0;  // this layer's full gradients, made for its backward
+      if (buckets) {
+        if (touchesWte(l)) wteHeld = wteBytes;
+        if (split && !weight) {
+          if (splitFull[size_t(l)] == 0.0) {
+            splitFull[size_t(l)] = full(l);
+            splitFullHeld += full(l);
+          }
+        } else if (!split) {
+          current = full(l);
+        }
+      }
+      sample(held, weight ? 0.0 : remade(k, l),
+             current + (zero3 ? params(chunk, j) + params(chunk, j - 1) : 0.0));
+      if (split && !weight) continue;  // B of a split backward: the gradients wait for W
+      if (zero1 && last) staging += shard(l);
+      if (buckets) {
+        // reduceGrads: the reduction in flight finishes, this layer's starts (into staging after its first).
+        if (split) {
+          current = splitFull[size_t(l)];
+          splitFullHeld -= current;
+          splitFull[size_t(l)] = 0.0;
+        }
+        pendingBytes = current + (reducedOnce[size_t(l)] ? shard(l) : 0.0);
+        reducedOnce[size_t(l)] = 1;
+      }
+    }
+    if (weight || !split) --inFlight[size_t(k)];
+    if (weight) splitHeld -= entry(splitBytes, k);
+  }
+  return out;
+}
+
 }  // namespace
 
 OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
@@ -715,6 +870,7 @@ nlohmann::json memoryBytesJson(const MemoryBreakdown& m) {
   nlohmann::json j = {{category::kParameters, m.parameters}, {category::kGradients, m.gradients},
                       {category::kOptimizer, m.optimizer},   {category::kActivations, m.activations},
                       {category::kOther, m.other},           {key::kTotal, m.total()}};
+  if (m.notAtOnce > 0) j[key::kNotAtOnce] = m.notAtOnce;
   if (m.other > 0)
     j[key::kOtherParts] = {{category::kWorkspace, m.otherWorkspace},
                            {category::kCommunication, m.otherCommunication}};
@@ -811,15 +967,27 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     if (gpuStage[static_cast<size_t>(s)]) otherOnGpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, true);
   }
 
+  // The parts held for part of the step, followed together (concurrentStageBytes): how far the stage's peak
+  // is below the sum of its categories' peaks.
+  std::vector<double> concurrent(static_cast<size_t>(P), 0.0);
+  for (int s = 0; s < P; ++s)
+    if (cpuStage[static_cast<size_t>(s)] || gpuStage[static_cast<size_t>(s)])
+      concurrent[static_cast<size_t>(s)] = concurrentStageBytes(plan, s);
+
   std::vector<MemoryBreakdown> ranks;
   for (int r = 0; r < world; ++r) {
     MemoryBreakdown m = stages[static_cast<size_t>(plan.stageOfRank(r))];
     m.rank = r;
     const DeviceSpec& device = deviceOfRank(r);
     const OtherBytes& o = (isGpuDevice(device) ? otherOnGpu : otherOnCpu)[static_cast<size_t>(m.stage)];
+    // The communication category stays the sum of its kinds' peaks, an upper bound: which messages a rank
+    // still holds beside its buckets depends on timing (two ranks of one stage measured 8 KiB apart). The
+    // total is the walk's peak of everything (concurrentStageBytes).
     m.other = o.total();
     m.otherWorkspace = o.workspace;
     m.otherCommunication = o.p2pBuffers + o.dpBucket + o.zero3Gathered;
+    m.notAtOnce =
+        std::max(0.0, m.activations + m.otherCommunication - concurrent[static_cast<size_t>(m.stage)]);
     m.capacity = device.memoryBytes;
     ranks.push_back(m);
   }

@@ -129,9 +129,14 @@ struct MemoryBreakdown {
   // workspace; the message buffers, ZeRO buckets and the gathered ZeRO-3 layers); the rest is outside the
   // tracked buffers (the CUDA context, cuBLAS's bf16 scratch).
   double otherWorkspace = 0, otherCommunication = 0;
+  // How far the most held at once is below the sum of the categories' peaks, which do not all come at the
+  // same moment (ZeRO-1's staging fills as the last backward drains; memory_model.cpp notAtOnceBytes).
+  double notAtOnce = 0;
   double capacity = 0;  // the rank's device memory
   HostBytes host;       // in host memory, beside the device's
-  double total() const { return parameters + gradients + optimizer + activations + other; }
+  double categorySum() const { return parameters + gradients + optimizer + activations + other; }
+  // The most the rank holds at once: what must fit, and what the engine measures as its peak total.
+  double total() const { return categorySum() - notAtOnce; }
   bool fits() const { return total() <= capacity; }
 };
 
@@ -152,7 +157,8 @@ struct NodeHostMemory {
 };
 std::vector<NodeHostMemory> hostMemoryPerNode(const Plan& plan, const std::vector<MemoryBreakdown>& ranks);
 
-// {"parameters", "gradients", "optimizer", "activations", "other", "total"} in bytes, and with offload
+// {"parameters", "gradients", "optimizer", "activations", "other", "total"} in bytes (each category's peak;
+// "total" the peak of their sum, with "not_at_once" the difference where it is not 0), and with offload
 // "host": {"parameters", "gradients", "optimizer", "staging", "total"}, and where other > 0 "other_parts":
 // {"workspace", "communication"} (the engine's tracked categories within other): the "memory_bytes" object
 // of `plan --json` and of the stream's predicted figures.

@@ -179,6 +179,9 @@ QString MemoryView::barToolTip(int bar) const {
               ? tr("\ntotal %1 of %2").arg(formatBytes(b.figures.total()), formatBytes(b.figures.capacity))
               : tr("\ntotal %1 (capacity not known)").arg(formatBytes(b.figures.total()));
   if (b.overflow) text += tr(" — does not fit");
+  if (b.figures.notAtOnce > 0)
+    text += tr("\n(%1 below the categories' sum: they do not all peak at the same moment)")
+                .arg(formatBytes(b.figures.notAtOnce));
   if (b.measured >= 0) text += tr("\nmeasured peak %1").arg(formatBytes(b.measured));
   const HostBytes& h = b.figures.host;
   if (h.total() > 0) {
@@ -288,7 +291,7 @@ void MemoryView::rebuild() {
   // The scale: the largest stack or measured peak; capacities join it unless they would flatten the bars.
   double top = 0, maxCapacity = 0;
   for (const Bar& b : m_barData) {
-    top = std::max({top, b.figures.total(), b.measured, b.figures.host.total()});
+    top = std::max({top, b.figures.categorySum(), b.measured, b.figures.host.total()});  // the stack's top
     if (std::isfinite(b.figures.capacity)) maxCapacity = std::max(maxCapacity, b.figures.capacity);
   }
   const bool capacityOnScale = maxCapacity <= 8 * top || top <= 0;
@@ -363,13 +366,14 @@ void MemoryView::rebuild() {
     label->setText(text);
     label->setColor(kOverflow);
     auto* outline = new QCPItemRect(m_plot);
-    outline->topLeft->setCoords(i - kBarWidth / 2, b.figures.total() / m_unitBytes);
+    outline->topLeft->setCoords(i - kBarWidth / 2,
+                                b.figures.categorySum() / m_unitBytes);  // around the stack
     outline->bottomRight->setCoords(i + kBarWidth / 2, 0);
     outline->setPen(QPen(kOverflow, 2));
     outline->setBrush(Qt::NoBrush);
     if (n <= kMaxLabelledBars) {
       auto* note = new QCPItemText(m_plot);
-      note->position->setCoords(i, b.figures.total() / m_unitBytes);
+      note->position->setCoords(i, b.figures.categorySum() / m_unitBytes);
       note->setPositionAlignment(Qt::AlignBottom | Qt::AlignHCenter);
       note->setText(tr("does not fit"));
       note->setColor(kOverflow);
