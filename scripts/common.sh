@@ -31,7 +31,8 @@ ms_install_packages() {
 
 # Build directory: build/ (Release). MS_BUILD_DIR overrides it. A unity build (CMake batches each library's
 # sources into a few translation units, which then parse the Qt and nlohmann_json headers and instantiate
-# their templates once a batch): a fresh build/ took 16.5 minutes on the 2-core AMD EPYC instead of about 21.
+# their templates once a batch): with the tests' own code at -O1 (tests/CMakeLists.txt), a fresh clone's
+# configure and build took about 15 minutes on the 2-core AMD EPYC instead of about 22 (README's testing section).
 # A developer's own build/ configured without it keeps one translation unit a file (quicker rebuilds of one
 # edited file).
 ms_build() {
