@@ -440,6 +440,20 @@ double pipelineBufferBytes(const Plan& plan, int stage) {
   return peak;
 }
 
+// A layer's owned gradient shard, in elements: what ZeRO-1 and ZeRO >= 2 reduce-scatter it into
+// (runtime/parameters.cpp startSync, reduceGrads): its dense part over the dp x cp replicas, its local
+// experts' over their dp x cp / ep replicas (none when they have no replica). `excluded` elements (a tied
+// embedding's wte, reduced whole under ZeRO >= 2) are left out.
+double ownedGradientShard(const Plan& plan, int l, double excluded) {
+  const ParallelConfig& p = plan.config.parallel;
+  const int tp = std::max(1, p.tp), ep = std::max(1, p.ep), replicas = std::max(1, p.dataReplicas()),
+            expertReplicas = std::max(1, replicas / ep);
+  const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
+  const double n = double(layer.localParamCount(tp, ep)) - excluded;
+  const double experts = ep > 1 ? double(layer.localExpertParamCount(tp, ep)) : 0.0;
+  return (n - experts) / replicas + (expertReplicas > 1 ? experts / expertReplicas : 0.0);
+}
+
 // A stage's parts that change over a step, followed together over its actions in the runtime's order,
 // layer by layer inside a forward or backward (runtime/model.cpp forwardChunk, backwardChunk;
 // runtime/parameters.cpp):
@@ -453,9 +467,11 @@ double pipelineBufferBytes(const Plan& plan, int stage) {
 //   it starts the next), a shard of staging for each reduction after the step's first of that layer, and a
 //   tied embedding's whole gradients from its first backward to the end of the step;
 // - ZeRO-3's gathered parameters: the layer computed and the one prefetched (acquire(l), prefetch(l -/+ 1)).
-// Everything else (model states, workspace, the CUDA context) is held the whole step. Returns the most
-// these parts hold at once.
-double concurrentStageBytes(const Plan& plan, int stage) {
+// Everything else (model states, workspace, the CUDA context) is held the whole step. `chunkBytes` and
+// `splitBytes` are chunkActivationBytes and chunkSplitBackwardBytes, `messages` the stage's
+// pipelineBufferBytes (estimateMemory has them already). Returns the most these parts hold at once.
+double concurrentStageBytes(const Plan& plan, int stage, const std::vector<double>& chunkBytes,
+                            const std::vector<double>& splitBytes, double messages) {
   double out = 0;
   const PipelineSchedule& schedule = plan.schedule;
   if (stage < 0 || stage >= static_cast<int>(schedule.actions.size())) return out;
@@ -464,8 +480,6 @@ double concurrentStageBytes(const Plan& plan, int stage) {
   const ModelConfig& model = plan.config.model;
   const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
   const int K = static_cast<int>(plan.partition.chunks.size());
-  const std::vector<double> chunkBytes = chunkActivationBytes(plan),
-                            splitBytes = chunkSplitBackwardBytes(plan);
   const auto entry = [](const std::vector<double>& v, int k) {
     return k >= 0 && k < static_cast<int>(v.size()) ? v[static_cast<size_t>(k)] : 0.0;
   };
@@ -474,7 +488,6 @@ double concurrentStageBytes(const Plan& plan, int stage) {
   // which timing decides; the suite's pipelined ZeRO plans were measured holding their busiest messages
   // beside the whole ZeRO-1 staging (the cnn pp2's last stage) and above the action order's count beside the
   // ZeRO-2 buckets (gpt ZB-H1: two ranks of one stage 8 and 16 KiB apart).
-  const double messages = pipelineBufferBytes(plan, stage);
   const bool split = schedule.splitBackward;
   const bool fused = fusedAttention(plan, stage);
   const int replicas = std::max(1, p.dataReplicas()), ep = std::max(1, p.ep), tp = std::max(1, p.tp);
@@ -496,18 +509,18 @@ double concurrentStageBytes(const Plan& plan, int stage) {
     return n;
   };
   const auto shard = [&](int l) {
-    const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
-    const int expertReplicas = std::max(1, replicas / ep);
-    double n = double(layer.localParamCount(tp, ep));
-    if (buckets && tied && layer.kind == LayerKind::Embedding) n -= wteBytes / state.gradientBytes;
-    const double experts = ep > 1 ? double(layer.localExpertParamCount(tp, ep)) : 0.0;
-    return ((n - experts) / replicas + (expertReplicas > 1 ? experts / expertReplicas : 0.0)) *
-           state.gradientBytes;
+    const bool wte =
+        buckets && tied && plan.model.layers[static_cast<size_t>(l)].kind == LayerKind::Embedding;
+    return ownedGradientShard(plan, l, wte ? wteBytes / state.gradientBytes : 0.0) * state.gradientBytes;
   };
-  const auto remade = [&](int k, int l) {
-    return !split && recomputed(plan, k, l) ? layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l)
-                                            : 0.0;
-  };
+  // A fully recomputed layer's re-made activations, held during its own backward (not a split one's: those
+  // are the split buffers).
+  std::vector<double> remade(plan.model.layers.size(), 0.0);
+  if (!split)
+    for (int k : plan.partition.chunksOfStage(stage))
+      for (int l : plan.partition.chunks[static_cast<size_t>(k)])
+        if (recomputed(plan, k, l))
+          remade[size_t(l)] = layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l);
   const auto touchesWte = [&](int l) {
     const LayerKind kind = plan.model.layers[static_cast<size_t>(l)].kind;
     return tied && (kind == LayerKind::Embedding || kind == LayerKind::Head);
@@ -541,10 +554,9 @@ double concurrentStageBytes(const Plan& plan, int stage) {
     const Action& a = actions[i];
     const int k = a.chunk;
     const bool known = k >= 0 && k < K;
-    const double held = messages;
     if (!known || (a.type != ActionType::Forward && a.type != ActionType::Backward &&
                    a.type != ActionType::BackwardWeight)) {
-      sample(held, 0.0, 0.0);
+      sample(messages, 0.0, 0.0);
       continue;
     }
     const std::vector<int>& chunk = plan.partition.chunks[static_cast<size_t>(k)];
@@ -553,7 +565,7 @@ double concurrentStageBytes(const Plan& plan, int stage) {
         most[size_t(k)] = inFlight[size_t(k)];
         slots += entry(chunkBytes, k);
       }
-      sample(held, 0.0, forwardMost[size_t(k)]);
+      sample(messages, 0.0, forwardMost[size_t(k)]);
       continue;
     }
     const bool weight = a.type == ActionType::BackwardWeight;
@@ -574,7 +586,7 @@ double concurrentStageBytes(const Plan& plan, int stage) {
           current = full(l);
         }
       }
-      sample(held, weight ? 0.0 : remade(k, l),
+      sample(messages, weight ? 0.0 : remade[size_t(l)],
              current + (zero3 ? params(chunk, j) + params(chunk, j - 1) : 0.0));
       if (split && !weight) continue;  // B of a split backward: the gradients wait for W
       if (zero1 && last) staging += shard(l);
@@ -618,15 +630,8 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
   // from its last backward to the optimizer step (runtime/parameters.cpp startSync): the stage's owned
   // gradient shards, dense over dp x cp, the local experts' over their dp x cp / ep replicas.
   if (p.zero == 1 && p.dataReplicas() > 1) {
-    const int ep = std::max(1, p.ep), replicas = p.dataReplicas(),
-              expertReplicas = std::max(1, replicas / ep);
     double shards = 0;
-    for (int l : plan.partition.layersOfStage(stage)) {
-      const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
-      const double n = double(layer.localParamCount(static_cast<int>(tp), ep));
-      const double experts = ep > 1 ? double(layer.localExpertParamCount(static_cast<int>(tp), ep)) : 0.0;
-      shards += (n - experts) / replicas + (expertReplicas > 1 ? experts / expertReplicas : 0.0);
-    }
+    for (int l : plan.partition.layersOfStage(stage)) shards += ownedGradientShard(plan, l, 0.0);
     o.dpBucket = shards * state.gradientBytes;
   }
   if (p.zero >= 2) {
@@ -915,8 +920,9 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
                             chunkExperts = chunkLocalExpertParameterCount(plan);
   const ModelStateBytes expertState =
       modelStateBytes(layout, std::max(1, p.dataReplicas() / std::max(1, p.ep)));
-  const std::vector<double> peaks =
-      slotActivationBytes(plan.schedule, chunkActivationBytes(plan), chunkSplitBackwardBytes(plan));
+  const std::vector<double> chunkBytes = chunkActivationBytes(plan),
+                            splitBytes = chunkSplitBackwardBytes(plan);
+  const std::vector<double> peaks = slotActivationBytes(plan.schedule, chunkBytes, splitBytes);
 
   // Per stage, everything but the device-dependent parts.
   std::vector<MemoryBreakdown> stages(static_cast<size_t>(P));
@@ -970,9 +976,12 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
   // The parts held for part of the step, followed together (concurrentStageBytes): how far the stage's peak
   // is below the sum of its categories' peaks.
   std::vector<double> concurrent(static_cast<size_t>(P), 0.0);
-  for (int s = 0; s < P; ++s)
-    if (cpuStage[static_cast<size_t>(s)] || gpuStage[static_cast<size_t>(s)])
-      concurrent[static_cast<size_t>(s)] = concurrentStageBytes(plan, s);
+  for (int s = 0; s < P; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    if (cpuStage[i] || gpuStage[i])
+      concurrent[i] = concurrentStageBytes(plan, s, chunkBytes, splitBytes,
+                                           (gpuStage[i] ? otherOnGpu : otherOnCpu)[i].p2pBuffers);
+  }
 
   std::vector<MemoryBreakdown> ranks;
   for (int r = 0; r < world; ++r) {
