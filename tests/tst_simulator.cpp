@@ -281,6 +281,53 @@ class TestSimulator : public QObject {
     QCOMPARE(free.gradSyncTime(0), 0.0);
   }
 
+  // A ring across nodes runs at the sum of its members' own ports of the inter-node link (ringLink): g
+  // members per node give min(g B_inter, g / (g - 1) B_intra) of bus bandwidth; one member per node (tp 8
+  // filling the node) the port's own; a link the node's devices share (per_device false), a measured one,
+  // and all-to-alls and point-to-point messages (groupLink) are not scaled.
+  void ringsAcrossNodesUseEveryPort() {
+    const ms::LinkSpec ib{"ib", 48e9, 5e-6, nullptr, true}, nv{"nv", 370e9, 3e-6, nullptr, false};
+    QCOMPARE(ms::railLink(ib, nv, 1).bandwidth, 48e9);
+    QCOMPARE(ms::railLink(ib, nv, 2).bandwidth, 96e9);
+    QCOMPARE(ms::railLink(ib, nv, 8).bandwidth, 384e9);                 // 8/7 x 370 = 423 does not bind
+    QCOMPARE(ms::railLink(ib, nv, 16).bandwidth, 16.0 / 15.0 * 370e9);  // the intra-node link binds
+    QCOMPARE(ms::railLink(ib, nv, 8).latency, 5e-6);
+    ms::LinkSpec shared = ib;
+    shared.perDevice = false;
+    QCOMPARE(ms::railLink(shared, nv, 8).bandwidth, 48e9);
+
+    json twoNodes = {{"mesh",
+                      {{"nodes", json::array({{{"name", "n0"}, {"device", "h100-flat"}, {"count", 8}},
+                                              {{"name", "n1"}, {"device", "h100-flat"}, {"count", 8}}})}}},
+                     {"parallel", {{"dp", 16}}}};
+    MAKE_PLAN(dp16, 2, 64, twoNodes);
+    const double params = ms::chunkLocalParameterCount(*dp16)[0];
+    const ms::LinkSpec rails{"ib", 384e9, 5e-6, nullptr, true};
+    QCOMPARE(ms::ringLink(*dp16, dp16->layout.dpGroup(0)).bandwidth, 384e9);
+    QVERIFY(std::abs(ms::CostModel(*dp16).gradSyncTime(0) - ms::ringAllReduceTime(params * 4, 16, rails)) <=
+            1e-12 * ms::ringAllReduceTime(params * 4, 16, rails));
+    // tp 8 fills each node: the two dp replicas' ring crosses through one port each.
+    json tp8 = twoNodes;
+    tp8["parallel"] = {{"dp", 2}, {"tp", 8}};
+    tp8["model"] = {{"heads", 8}};
+    MAKE_PLAN(t8, 2, 64, tp8);
+    QCOMPARE(ms::ringLink(*t8, t8->layout.dpGroup(0)).bandwidth, 48e9);
+    QCOMPARE(ms::ringLink(*t8, t8->layout.tpGroup(0)).bandwidth, 370e9);  // inside a node
+    // A link type of the config's own that the node's devices share, and the same one per device.
+    json own = twoNodes;
+    own["mesh"]["link_types"] =
+        json::array({{{"name", "ib-shared"}, {"bandwidth_gbs", 48}, {"latency_us", 5}},
+                     {{"name", "ib-rails"}, {"bandwidth_gbs", 48}, {"latency_us", 5}, {"per_device", true}}});
+    own["mesh"]["inter_link"] = "ib-shared";
+    MAKE_PLAN(sharedPlan, 2, 64, own);
+    QCOMPARE(ms::ringLink(*sharedPlan, sharedPlan->layout.dpGroup(0)).bandwidth, 48e9);
+    own["mesh"]["inter_link"] = "ib-rails";
+    MAKE_PLAN(railsPlan, 2, 64, own);
+    QCOMPARE(ms::ringLink(*railsPlan, railsPlan->layout.dpGroup(0)).bandwidth, 384e9);
+    // Point-to-point: a pipeline across the two nodes sends through one port.
+    QCOMPARE(ms::groupLink(*dp16, dp16->layout.dpGroup(0)).bandwidth, 48e9);
+  }
+
   // Offload's transfers over the host link (CostModel::hostTransfers) are drawn inside the actions whose
   // durations count them: "optimizer" moves the owned bf16 gradients down at the start of O and the updated
   // bf16 slice up at its end (shard * 2 bytes / 64 GB/s each way on the test's H100s); "parameters" (ZeRO-3)

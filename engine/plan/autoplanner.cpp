@@ -293,7 +293,14 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 const double expertLocal = ep > 1 ? st.expertParams / ep / tp : 0.0;  // of localParams / tp
                 const double expertGrads = expertLocal * states.gradientBytes;
                 const double grads = localParams / tp * states.gradientBytes - expertGrads;
-                const LinkSpec& dpLink = tp * replicas > perNode ? mesh->interLink : mesh->intraLink;
+                // A ring crossing nodes over g members per node runs at their ports' sum (ringLink):
+                // members `stride` ranks apart (rank order tp-cp-ep-dp-pp) fill a node g = perNode / stride.
+                const auto ring = [&](int stride, int members) {
+                  return stride * members > perNode
+                             ? railLink(mesh->interLink, mesh->intraLink, std::max(1, perNode / stride))
+                             : mesh->intraLink;
+                };
+                const LinkSpec dpLink = ring(tp, replicas);
                 // ZeRO >= 2 reduce-scatters every microbatch's gradients (cost_model.cpp).
                 double sync = zero >= 2 ? M * ringReduceScatterTime(grads, replicas, dpLink)
                                         : ringAllReduceTime(grads, replicas, dpLink);
@@ -301,7 +308,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 double epComm = 0, epBytes = 0;
                 if (ep > 1) {
                   const LinkSpec& epLink = tp * ep > perNode ? mesh->interLink : mesh->intraLink;
-                  const LinkSpec& edpLink = tp * replicas > perNode ? mesh->interLink : mesh->intraLink;
+                  const LinkSpec edpLink = ring(tp * ep, expertReplicas);
                   sync += zero >= 2 ? M * ringReduceScatterTime(expertGrads, expertReplicas, edpLink)
                                     : ringAllReduceTime(expertGrads, expertReplicas, edpLink);
                   epComm =
@@ -313,12 +320,12 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                 }
                 // ZeRO-3 gathers the stage's parameters before every forward and backward.
                 if (zero == 3)
-                  sync +=
-                      2.0 * M *
-                      (ringAllGatherTime((localParams / tp - expertLocal) * states.workingBytes, replicas,
-                                         dpLink) +
-                       (ep > 1 ? ringAllGatherTime(expertLocal * states.workingBytes, expertReplicas, dpLink)
-                               : 0.0));
+                  sync += 2.0 * M *
+                          (ringAllGatherTime((localParams / tp - expertLocal) * states.workingBytes, replicas,
+                                             dpLink) +
+                           (ep > 1 ? ringAllGatherTime(expertLocal * states.workingBytes, expertReplicas,
+                                                       ring(tp * ep, expertReplicas))
+                                   : 0.0));
                 // Ring attention (cost_model.cpp): per block cp - 1 key/value transfers beside a 1/cp share
                 // of its attention in forward, again beside twice that in backward, plus cp dK|dV transfers.
                 double cpComm = 0;

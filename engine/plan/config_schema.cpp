@@ -442,13 +442,19 @@ void addMesh(std::vector<Field>& t) {
   linkName.nonEmpty = linkName.nameChars = linkName.required = true;
   t.push_back(linkName.aka({"id", "type", "link"}));
   t.push_back(numberField(l, "bandwidth_gbs", MS_REF(mesh.linkTypes[i].bandwidthGbs), above(0),
-                          "Bandwidth per direction and per device, GB/s.")
+                          "Bandwidth per direction of one port, GB/s (each device's own under per_device).")
                   .isRequired()
                   .aka({"bandwidth", "bw_gbs"}));
   t.push_back(numberField(l, "latency_us", MS_REF(mesh.linkTypes[i].latencyUs), atLeast(0),
                           "Latency of one message, microseconds.")
                   .isRequired()
                   .aka({"latency", "lat_us"}));
+  t.push_back(
+      boolField(l, "per_device", MS_REF(mesh.linkTypes[i].perDevice),
+                "Every device has its own port of this link (one NIC per GPU), so a ring collective "
+                "over g devices of each node crosses nodes at g times the bandwidth; false: the node's "
+                "devices share one port.")
+          .aka({"rails", "nic_per_device", "per_gpu"}));
 
   const std::string f = "/mesh/profiles/*";
   t.push_back(objectListField(m, "profiles", MS_REF(mesh.profiles),

@@ -74,6 +74,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <optional>
 
 #include "plan/memory_model.h"
@@ -128,6 +129,25 @@ const LinkSpec& groupLink(const Plan& plan, const std::vector<int>& ranks) {
   for (size_t i = 1; i < ranks.size(); ++i)
     if (nodeOf(ranks[i]) != nodeOf(ranks[0])) return plan.mesh.interLink;
   return plan.mesh.intraLink;
+}
+
+LinkSpec railLink(const LinkSpec& inter, const LinkSpec& intra, int membersPerNode) {
+  LinkSpec link = inter;
+  const int g = membersPerNode;
+  if (!inter.perDevice || inter.profile || g <= 1) return link;
+  link.bandwidth = g * inter.bandwidth;
+  if (intra.bandwidth > 0) link.bandwidth = std::min(link.bandwidth, g / (g - 1.0) * intra.bandwidth);
+  return link;
+}
+
+LinkSpec ringLink(const Plan& plan, const std::vector<int>& ranks) {
+  const LinkSpec& link = groupLink(plan, ranks);
+  if (&link != &plan.mesh.interLink || !link.perDevice) return link;
+  std::map<int, int> perNode;  // node -> members
+  for (int r : ranks) ++perNode[plan.mesh.devices[static_cast<size_t>(plan.layout.deviceOf[r])].node];
+  int fewest = static_cast<int>(ranks.size());
+  for (const auto& [node, members] : perNode) fewest = std::min(fewest, members);
+  return railLink(link, plan.mesh.intraLink, fewest);
 }
 
 namespace {
@@ -425,7 +445,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
     const int rank = replicaRank(plan, stage);
     if (tp > 1) {
-      const LinkSpec& link = groupLink(plan, plan.layout.tpGroup(rank));
+      const LinkSpec link = ringLink(plan, plan.layout.tpGroup(rank));
       for (int l : m_chunks[static_cast<size_t>(k)]) {
         const LayerSpec& layer = model.layers[static_cast<size_t>(l)];
         const TpCollectives c = tpCollectives(layer, plan.config.model.type);
@@ -509,8 +529,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
       // Each layer's gather is issued as its neighbour starts (runtime Model::prefetch): the chunk's first
       // layer's (its last's in backward) is exposed, every other one only beyond the compute of the layer it
       // travels beside.
-      const LinkSpec& link = groupLink(plan, plan.layout.dpCpGroup(rank));
-      const LinkSpec& expertLink = p.ep > 1 ? groupLink(plan, plan.layout.edpGroup(rank)) : link;
+      const LinkSpec link = ringLink(plan, plan.layout.dpCpGroup(rank));
+      const LinkSpec expertLink = p.ep > 1 ? ringLink(plan, plan.layout.edpGroup(rank)) : link;
       const std::vector<int>& layers = m_chunks[static_cast<size_t>(k)];
       // A layer's local experts (ep > 1) are gathered over their dp / ep replicas after its own unit.
       auto gather = [&](int l) {
@@ -612,7 +632,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const int stage = plan.partition.stageOf[static_cast<size_t>(k)];
     const int rank = replicaRank(plan, stage);
     const double bytes = params[static_cast<size_t>(k)] * state.gradientBytes;
-    const LinkSpec& link = groupLink(plan, plan.layout.dpCpGroup(rank));
+    const LinkSpec link = ringLink(plan, plan.layout.dpCpGroup(rank));
     // ZeRO 0 all-reduces the step's gradients, ZeRO-1 reduce-scatters them (runtime/parameters.cpp
     // startSync). ZeRO >= 2 reduce-scatters every microbatch's gradients (runtime/parameters.h reduceGrads),
     // all counted in the chunk's one GradSync: the traffic is right, its overlap with the later microbatches
@@ -633,7 +653,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     if (p.ep > 1) {
       expertBytes = expertParams[static_cast<size_t>(k)] * state.gradientBytes;
       m_gradSync[static_cast<size_t>(k)] +=
-          sync(expertBytes, edp, groupLink(plan, plan.layout.edpGroup(rank)));
+          sync(expertBytes, edp, ringLink(plan, plan.layout.edpGroup(rank)));
     }
     // Under ZeRO >= 2 the tied wte is reduce-scattered once a step, apart from the per-microbatch rest.
     const double tiedOnce = p.zero >= 2 ? tiedBytes : 0.0;
@@ -688,10 +708,10 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     if (modelled && (p.zero == 1 || p.zero == 2)) {
       // The owned slices' all-gather: the dense parameters over dp x cp, the local experts over dp x cp / ep.
       t += ringAllGatherTime((local - experts) * state.workingBytes, dp,
-                             groupLink(plan, plan.layout.dpCpGroup(replicaRank(plan, s))));
+                             ringLink(plan, plan.layout.dpCpGroup(replicaRank(plan, s))));
       if (experts > 0)
         t += ringAllGatherTime(experts * state.workingBytes, edp,
-                               groupLink(plan, plan.layout.edpGroup(replicaRank(plan, s))));
+                               ringLink(plan, plan.layout.edpGroup(replicaRank(plan, s))));
     }
     m_optimizer[static_cast<size_t>(s)] = t;
   }

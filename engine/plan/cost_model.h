@@ -80,6 +80,20 @@ std::vector<KernelCost> layerForwardKernels(const Plan& plan, int layer);
 // nodes, else the intra-node link (also when the layout has no devices yet).
 const LinkSpec& groupLink(const Plan& plan, const std::vector<int>& ranks);
 
+// The link a ring collective (all-reduce, reduce-scatter, all-gather) over these ranks runs at. Inside a node
+// the intra-node link; across nodes the inter-node link, and where every device has a port of it of its own
+// (LinkSpec::perDevice) and the group has g members on each node (the fewest on any), NCCL lays g rings that
+// each leave a node through a different member's port (one ring per NIC, "rails"), each carrying 1/g of the
+// data. Per member, 1/g of the ring's traffic then crosses nodes through its own port and (g - 1)/g stays on
+// the intra-node link, so the bus bandwidth is min(g B_inter, g / (g - 1) B_intra): the ring formulas of
+// this file (Patarasuk and Yuan 2009; nccl-tests' busbw) with the g ports' sum for one port. The same holds
+// for a port per device pair: nccl-tests issue 119's 24 A100s on 3 nodes of 4 HDR ports (25 GB/s each)
+// reached ~96 GB/s of bus bandwidth, the four ports together. A measured link keeps its own curves.
+// All-to-alls and point-to-point transfers (each member's own bytes) use groupLink.
+LinkSpec ringLink(const Plan& plan, const std::vector<int>& ranks);
+// The same for g members per node of a group that crosses nodes (the auto-planner's estimate).
+LinkSpec railLink(const LinkSpec& inter, const LinkSpec& intra, int membersPerNode);
+
 class CostModel {
  public:
   // Analytic: per-layer times from FLOPs, communication from the mesh.
@@ -154,15 +168,15 @@ class CostModel {
   LayerTimes m_layers;                     // in use
   LayerTimes m_analytic;                   // from FLOPs, kept to validate sizes and restore
   // Modelled communication inside compute actions (0 when Free): TP collectives and ZeRO-3 gathers.
-  std::vector<double> m_chunkForwardComm;    // (K)
-  std::vector<double> m_chunkBackwardComm;   // (K): in B (the input-gradient part)
-  std::vector<double> m_chunkWeightComm;     // (K): in W (a split backward's ZeRO-3 re-gathers)
-  std::vector<double> m_activationTransfer;  // (K): chunk k's output to chunk k+1's stage
-  std::vector<double> m_gradientTransfer;    // (K): chunk k's input gradient to chunk k-1's stage
-  std::vector<double> m_activationBytes;     // (K)
-  std::vector<double> m_gradSync;            // (K)
+  std::vector<double> m_chunkForwardComm;          // (K)
+  std::vector<double> m_chunkBackwardComm;         // (K): in B (the input-gradient part)
+  std::vector<double> m_chunkWeightComm;           // (K): in W (a split backward's ZeRO-3 re-gathers)
+  std::vector<double> m_activationTransfer;        // (K): chunk k's output to chunk k+1's stage
+  std::vector<double> m_gradientTransfer;          // (K): chunk k's input gradient to chunk k-1's stage
+  std::vector<double> m_activationBytes;           // (K)
+  std::vector<double> m_gradSync;                  // (K)
   std::vector<std::vector<double>> m_layerParams;  // (K): each layer's parameters as one TP rank holds them
-  std::vector<double> m_optimizer;           // (P)
+  std::vector<double> m_optimizer;                 // (P)
   // Offload's host-link transfers (hostTransfers).
   std::vector<double> m_chunkHostUpload;    // (K): a chunk's shard up, before F's, B's and W's gathers
   std::vector<double> m_chunkHostDownload;  // (K): a microbatch's reduced gradient shard down, in B

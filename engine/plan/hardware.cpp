@@ -157,24 +157,28 @@ std::vector<LinkSpec> makeLinkCatalog() {
   return {
       // Processes of one host through shared memory (Open MPI vader/sm): a memcpy through a bounce buffer,
       // ~10 GB/s and ~1 us on a current server (a conservative figure; calibration can refine it).
-      LinkSpec{"shm", 10 * kGiga, 1e-6, nullptr},
+      LinkSpec{"shm", 10 * kGiga, 1e-6, nullptr, false},
       // NVIDIA H100 datasheet and NVLink page: 4th-generation NVLink, 900GB/s per GPU in both directions
       // together, 450 GB/s each way on the wire; NCCL's protocol overhead (~20%) leaves an effective 370
       // GB/s,
       // the bus bandwidth nccl-tests measures for ring collectives on 8 H100s (NCCL's maintainer, NVIDIA/
       // nccl-tests issue 212, 2024; NVLink SHARP all-reduces reach ~480 GB/s of bus bandwidth there, not
       // modelled: every collective is costed as a ring); ~3 us for a small NCCL message.
-      LinkSpec{"nvlink", 370 * kGiga, 3e-6, nullptr},
+      LinkSpec{"nvlink", 370 * kGiga, 3e-6, nullptr, false},
       // PCI-SIG PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b encoding, x16 = ~63 GB/s
       // each way, rounded to the usual 64 GB/s.
-      LinkSpec{"pcie", 64 * kGiga, 5e-6, nullptr},
+      LinkSpec{"pcie", 64 * kGiga, 5e-6, nullptr, false},
       // NVIDIA ConnectX-7 / Quantum-2 NDR datasheets: 400Gb/s per port, one port per GPU (as in DGX H100), so
       // 50 GB/s each way per device on the wire; nccl-tests all-reduces across nodes reach ~96% of it at the
       // largest sizes (NVIDIA/nccl-tests issue 119: 24 A100s on 3 nodes of 4 HDR ports, a peak bus bandwidth
-      // of ~96 GB/s of 100), so 48 GB/s; ~5 us through a switch with GPUDirect RDMA.
-      LinkSpec{"infiniband", 48 * kGiga, 5e-6, nullptr},
+      // of ~96 GB/s of 100: the node's four ports together, which is why a ring over several GPUs of each
+      // node is costed at their ports' sum, ringLink), so 48 GB/s; ~5 us through a switch with GPUDirect
+      // RDMA.
+      // One port per GPU: perDevice.
+      LinkSpec{"infiniband", 48 * kGiga, 5e-6, nullptr, true},
       // IEEE 802.3ba (100 Gigabit Ethernet): 100Gb/s = 12.5 GB/s each way, ~20 us through the TCP stack.
-      LinkSpec{"ethernet", 12.5 * kGiga, 2e-5, nullptr},
+      // One port per node (its devices share it).
+      LinkSpec{"ethernet", 12.5 * kGiga, 2e-5, nullptr, false},
   };
 }
 
@@ -319,7 +323,7 @@ DeviceSpec toDeviceSpec(const DeviceTypeConfig& type) {
 }
 
 LinkSpec toLinkSpec(const LinkTypeConfig& type) {
-  return LinkSpec{type.name, type.bandwidthGbs * kGiga, type.latencyUs * kMicro, nullptr};
+  return LinkSpec{type.name, type.bandwidthGbs * kGiga, type.latencyUs * kMicro, nullptr, type.perDevice};
 }
 
 DeviceSpec toDeviceSpec(const std::string& name, const std::shared_ptr<const DeviceProfile>& profile) {
@@ -353,7 +357,7 @@ std::optional<LinkSpec> toLinkSpec(const std::string& name,
   if (!measured) return std::nullopt;
   // Shares the profile's lifetime: the link lives inside the profile.
   std::shared_ptr<const LinkProfile> shared(profile, measured);
-  return LinkSpec{name + "." + link, measured->peakBusBandwidth(), measured->latency(), shared};
+  return LinkSpec{name + "." + link, measured->peakBusBandwidth(), measured->latency(), shared, false};
 }
 
 Expected<Mesh> buildMesh(const MeshConfig& config) {

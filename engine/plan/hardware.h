@@ -56,12 +56,16 @@ struct DeviceSpec {
 
 struct LinkSpec {
   std::string name;      // "nvlink", "pcie", "infiniband", "ethernet", "shm"
-  double bandwidth = 0;  // bytes/s per direction, per device
+  double bandwidth = 0;  // bytes/s per direction of one port (a device's own under perDevice)
   double latency = 0;    // seconds per message
   // A measured link (a profile's "<profile>.<link>"): the communication formulas of plan/cost_model.h then
   // read its curves (LinkProfile::seconds); bandwidth and latency above are its largest all-reduce's bus
   // bandwidth and its smallest message's one-way time, for display. Null otherwise.
   std::shared_ptr<const LinkProfile> profile;
+  // Every device has its own port of this link ("rails": DGX H100's one InfiniBand NIC per GPU), so a ring
+  // collective over several devices of each node crosses nodes through all their ports at once (ringLink,
+  // plan/cost_model.h); false: the node's devices share one port, whose bandwidth is the figure above.
+  bool perDevice = false;
 };
 
 // The built-in catalog.

@@ -18,7 +18,7 @@ constexpr double kFallbackHostBandwidth = 20e9;  // bytes/s, a server's share of
 
 LinkSpec sameNodeLink() {
   if (auto shm = findLink("shm")) return *shm;
-  return LinkSpec{"shm", 10e9, 1e-6, nullptr};
+  return LinkSpec{"shm", 10e9, 1e-6, nullptr, false};
 }
 
 }  // namespace

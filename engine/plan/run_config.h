@@ -159,6 +159,7 @@ struct LinkTypeConfig {
   std::string name;         // "name": used by "intra_link"/"inter_link"; must not shadow a catalog name
   double bandwidthGbs = 0;  // "bandwidth_gbs": GB/s
   double latencyUs = 0;     // "latency_us": microseconds per message
+  bool perDevice = false;   // "per_device": every device has its own port (LinkSpec::perDevice)
   bool operator==(const LinkTypeConfig&) const = default;
 };
 
