@@ -9,6 +9,7 @@
 #include <QDoubleSpinBox>
 
 #include <QAction>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QImage>
 #include <QItemSelectionModel>
@@ -547,6 +548,22 @@ class TestUiEditing : public QObject {
     QCOMPARE(ms::formatBytes(ms::toDeviceSpec(dialog.deviceType()).memoryBytes), QString("64.0 GiB"));
   }
 
+  // The new-link-type form says whether each device has its own port (per_device), unchecked by default,
+  // and the type it gives costs rings across nodes by it.
+  void linkTypeFormSaysPortPerDevice() {
+    ms::MeshConfig mesh;
+    mesh.nodes = {{"node0", "cpu", 1}};
+    ms::TypeDialog dialog(mesh, false, nullptr);
+    const QList<QCheckBox*> boxes = dialog.findChildren<QCheckBox*>();
+    QCOMPARE(boxes.size(), qsizetype(1));
+    QVERIFY(!boxes[0]->isChecked());
+    QVERIFY(!dialog.linkType().perDevice);
+    boxes[0]->setChecked(true);
+    QVERIFY(dialog.linkType().perDevice);
+    QVERIFY(ms::toLinkSpec(dialog.linkType()).perDevice);
+    QCOMPARE(ms::toLinkSpec(dialog.linkType()).bandwidth, 100e9);  // the form's default, unscaled
+  }
+
   void gpt3ExampleStaysUsable() {
     auto config = ms::templateConfig("gpt3");
     QVERIFY(config.isOk());
@@ -567,6 +584,8 @@ class TestUiEditing : public QObject {
              qPrintable(canvas.tileLabel(1023)));
     QCOMPARE(canvas.stageOfDevice(130), 1);
     QVERIFY2(canvas.interLinkText().startsWith("infiniband · 48 GB/s"), qPrintable(canvas.interLinkText()));
+    QVERIFY2(canvas.interLinkText().endsWith("· a port per device"), qPrintable(canvas.interLinkText()));
+    QVERIFY2(!canvas.nodeHeader(0).contains("port per device"), qPrintable(canvas.nodeHeader(0)));
     QVERIFY2(canvas.nodeHeader(0).contains("nvlink · 370 GB/s"), qPrintable(canvas.nodeHeader(0)));
     // Interleaved: stage 0 holds chunks 0 and 8 of 16.
     QVERIFY2(canvas.stageLayers(0).startsWith("emb, b0-b5 + b"), qPrintable(canvas.stageLayers(0)));

@@ -233,10 +233,11 @@ QString linkText(const MeshConfig& mesh, const std::string& name) {
   if (!spec) spec = findLink(name);
   const QString n = QString::fromStdString(name);
   if (!spec) return QObject::tr("%1 (unknown link type)").arg(n);
-  return QStringLiteral("%1 · %2 GB/s · %3 µs")
+  return QStringLiteral("%1 · %2 GB/s · %3 µs%4")
       .arg(n)
       .arg(spec->bandwidth / 1e9, 0, 'g', 4)
-      .arg(spec->latency * 1e6, 0, 'g', 3);
+      .arg(spec->latency * 1e6, 0, 'g', 3)
+      .arg(spec->perDevice ? QObject::tr(" · a port per device") : QString());
 }
 
 }  // namespace ms::canvas_detail

@@ -1,6 +1,7 @@
 // TypeDialog; see type_dialog.h.
 #include "ui/views/type_dialog.h"
 
+#include <QCheckBox>
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
@@ -42,6 +43,12 @@ TypeDialog::TypeDialog(const MeshConfig& mesh, bool device, QWidget* parent)
   } else {
     m_a = number(tr("Bandwidth GB/s per direction"), 100, 1e6, 2);
     m_b = number(tr("Latency µs"), 5, 1e6, 2);
+    m_perDevice = new QCheckBox(tr("A port per device (one NIC per GPU)"), this);
+    m_perDevice->setToolTip(tr(
+        "Every device has its own port of this link, so a ring collective over several devices of each node "
+        "crosses nodes through all their ports at once (per_device); unchecked: the node's devices share "
+        "one port"));
+    form->addRow(QString(), m_perDevice);
   }
   m_error = new QLabel(this);
   m_error->setStyleSheet(QStringLiteral("color: #d32f2f"));
@@ -70,7 +77,8 @@ DeviceTypeConfig TypeDialog::deviceType() const {
 }
 
 LinkTypeConfig TypeDialog::linkType() const {
-  return LinkTypeConfig{m_name->text().trimmed().toStdString(), m_a->value(), m_b->value()};
+  return LinkTypeConfig{m_name->text().trimmed().toStdString(), m_a->value(), m_b->value(),
+                        m_perDevice && m_perDevice->isChecked()};
 }
 
 }  // namespace ms

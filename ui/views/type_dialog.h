@@ -10,6 +10,7 @@
 
 #include "plan/run_config.h"
 
+class QCheckBox;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
@@ -29,6 +30,7 @@ class TypeDialog : public QDialog {
   QLineEdit* m_name = nullptr;
   QLineEdit* m_label = nullptr;
   QDoubleSpinBox *m_a = nullptr, *m_b = nullptr, *m_c = nullptr, *m_d = nullptr;
+  QCheckBox* m_perDevice = nullptr;  // only for a link dialog
   QLabel* m_error = nullptr;
 };
 
