@@ -134,14 +134,28 @@ def main():
             if code:
                 print(f"bench/fidelity: {r}: {err.strip()}", file=sys.stderr)
                 return 1
-            reports.append(json.loads(out))
+            reports.append((json.loads(out), predict))
         if not reports:
             continue
         # The fastest run; the median run's error is kept for the summary.
-        reports.sort(key=lambda x: x["step"]["measured_s"])
-        rep = reports[0]
-        median_error = reports[len(reports) // 2]["step"]["error"]
-        spread = reports[-1]["step"]["measured_s"] / reports[0]["step"]["measured_s"]
+        reports.sort(key=lambda x: x[0]["step"]["measured_s"])
+        rep, rep_predict = reports[0]
+        median_error = reports[len(reports) // 2][0]["step"]["error"]
+        spread = reports[-1][0]["step"]["measured_s"] / reports[0][0]["step"]["measured_s"]
+        # Routed experts: every rank's measured peak against the plan's bound under the most uneven routing
+        # (plan --json "uneven_routing_total", memory_model.h Routing::Uneven): within it (0.5%), and how far
+        # above the measured peak the bound is.
+        routing = None
+        if config.get("model", {}).get("experts", 0):
+            code, out, err = run([engine, "plan", rep_predict, "--json"], timeout=120)
+            if code:
+                print(f"bench/fidelity: {r}: {err.strip()}", file=sys.stderr)
+                return 1
+            bounds = {dv["rank"]: dv["memory_bytes"].get("uneven_routing_total", 0)
+                      for dv in json.loads(out)["devices"]}
+            totals = [m for m in rep["memory"] if m["what"] == "total"]
+            routing = {"within": all(m["measured"] <= bounds[m["rank"]] * 1.005 + 256 for m in totals),
+                       "bound_over_measured": max(bounds[m["rank"]] / m["measured"] for m in totals)}
         mem_total = max((m for m in rep["memory"] if m["what"] == "total"), key=lambda m: abs(m["error"]), default=None)
         mem_any = max(rep["memory"], key=lambda m: abs(m["error"]), default=None)
         worst = next((t for t in rep["times"] if t["item"] != "bubble"), None)
@@ -160,7 +174,7 @@ def main():
                "memory_total_error": mem_total["error"] if mem_total else None,
                "memory_worst": mem_any, "worst_time": worst,
                "rank_speed": [speeds[0], speeds[-1]] if speeds else None, "runs": len(reports),
-               "median_run_step_error": median_error, "spread": spread}
+               "median_run_step_error": median_error, "spread": spread, "uneven_routing": routing}
         results.append(res)
         wt = (f"{worst['item']} rank {worst['rank']} {worst['what']}: {1e3 * worst['predicted']:.2f} vs "
               f"{1e3 * worst['measured']:.2f} ms" if worst else "")
@@ -182,6 +196,12 @@ def main():
           f"largest {spreads[-1]:.2f}x")
     print(f"peak memory (total, every rank) within 2%: {mem_ok} of {len(results)}; worst "
           f"{100 * (worst_mem['memory_total_error'] or 0):+.1f}% ({worst_mem['plan']})")
+    routed = [x["uneven_routing"] for x in results if x["uneven_routing"]]
+    if routed:
+        print(f"routed experts: every rank's peak within the uneven-routing bound in "
+              f"{sum(x['within'] for x in routed)} of {len(routed)} plans; the bound "
+              f"{100 * (min(x['bound_over_measured'] for x in routed) - 1):+.1f}% to "
+              f"{100 * (max(x['bound_over_measured'] for x in routed) - 1):+.1f}% over the measured peak")
     spread = [x["rank_speed"] for x in results if x["rank_speed"] and x["ranks"] > 1]
     if spread:
         apart = sum(hi / lo > 1.25 for lo, hi in spread)

@@ -111,7 +111,9 @@ def main():
                   + (f" (workspace {parts.get('workspace', 0) / 2**30:.1f}, communication"
                      f" {parts.get('communication', 0) / 2**30:.1f})" if parts else "")
                   + (f"; the peak {m['not_at_once'] / 2**30:.1f} below their sum (not all at once)"
-                     if m.get("not_at_once", 0) > 0 else ""))
+                     if m.get("not_at_once", 0) > 0 else "")
+                  + (f"; up to {max(d['memory_bytes'].get('uneven_routing_total', 0) for d in devices) / 2**30:.1f}"
+                     f" at the most uneven routing" if m.get("uneven_routing_total", 0) > 0 else ""))
     return 0
 
 

@@ -127,6 +127,8 @@ inline constexpr char kHost[] = "host";
 inline constexpr char kOtherParts[] = "other_parts";
 // Predicted memory: how far the categories' peaks summed are above the peak of their sum.
 inline constexpr char kNotAtOnce[] = "not_at_once";
+// Predicted memory of a mixture of experts: the total under the most uneven routing (plan/memory_model.h).
+inline constexpr char kUnevenRoutingTotal[] = "uneven_routing_total";
 // eval.
 inline constexpr char kTimeS[] = "time_s";
 // log.

@@ -712,6 +712,54 @@ class TestMemoryModel : public QObject {
       }
   }
 
+  // The most uneven routing (Routing::Uneven, memory_model.h): of a source's T tokens an expert takes at most
+  // T rows, a rank's E/ep experts at most min(k, E/ep) rows a token from each of ep sources. Block 1 of the
+  // test llama, E 8, k 2, R = 2T: without ep the busiest expert's rows go from R/E = T/4 to T (its gathered
+  // rows, their gradient and scratch: 2C + 3Fe + C floats a row); at ep 4 (2 experts a rank) the received
+  // rows go from R = 2T to 4 x 2T and the widest expert's from T to 4T: the activations keep the received
+  // rows (C fp32 + 2 int32) and the experts' outputs of them (3 Fe), the workspace their copy and gradient
+  // and the all-to-all's receive staging (3C a row) and the widest expert's scratch (3Fe). A capacity factor
+  // of 1 leaves nothing uneven; plan --json states the bound for routed experts only.
+  void unevenRoutingBound() {
+    const json moe = moeModel(0);
+    const double Fe = 96;
+    for (int ep : {1, 4}) {
+      json config = moe;
+      config["parallel"] = {{"dp", 4}, {"ep", ep}};
+      MAKE_PLAN(plan, 2, config);
+      const double mbs = plan->microbatchSize();
+      const double dw = ms::otherBreakdown(*plan, 0, false, ms::Routing::Uneven).workspace -
+                        ms::otherBreakdown(*plan, 0, false).workspace;
+      const auto balanced = ms::estimateMemory(*plan).front();
+      const auto uneven = ms::estimateMemory(*plan, ms::Routing::Uneven).front();
+      const double da = uneven.activations - balanced.activations;
+      if (ep == 1) {
+        QVERIFY(near(dw, (kT - kT / 4) * (3 * kC + 3 * Fe) * 4 * mbs));
+        QCOMPARE(da, 0.0);
+      } else {
+        QVERIFY(near(dw, ((8 * kT - 2 * kT) * 3 * kC + (4 * kT - kT) * 3 * Fe) * 4 * mbs));
+        // and the local experts' kept gate|up and SwiGLU outputs of the extra rows (3 Fe fp32 each).
+        QVERIFY(near(da, (8 * kT - 2 * kT) * mbs * (kC * 4 + 8 + 3 * Fe * 4)));
+      }
+      QVERIFY(dw > 0);
+      QCOMPARE(balanced.unevenRoutingTotal, uneven.total());
+      QCOMPARE(uneven.unevenRoutingTotal, 0.0);
+      QVERIFY(uneven.total() >= balanced.total() + dw);  // the workspace is held the whole step
+      QCOMPARE(ms::memoryBytesJson(balanced)["uneven_routing_total"].get<double>(), uneven.total());
+    }
+    json capped = moe;
+    capped["model"]["capacity_factor"] = 1.0;
+    capped["parallel"] = {{"dp", 4}};
+    MAKE_PLAN(c, 2, capped);
+    const auto m = ms::estimateMemory(*c).front();
+    QCOMPARE(m.unevenRoutingTotal, m.total());
+    json dense = moe;
+    dense["model"]["dense_layers"] = 2;
+    MAKE_PLAN(d, 2, dense);
+    QCOMPARE(ms::estimateMemory(*d).front().unevenRoutingTotal, 0.0);
+    QVERIFY(!ms::memoryBytesJson(ms::estimateMemory(*d).front()).contains("uneven_routing_total"));
+  }
+
   // Context parallelism (model_spec.h, memory_model.cpp, cost_model.cpp): a llama of 2 blocks (C 64, H 4,
   // KV 2, F 128) on 2 H100s as cp 2 against dp 2. Each cp rank holds half of every sequence, so its blocks
   // keep T/2 (7C + 3F + 2) floats a sample plus ring attention's fp32 row log-sum-exps (H T/2), on a CPU as

@@ -787,6 +787,19 @@ class TestUiTimeline : public QObject {
       QVERIFY(m.plot()->yAxis->range().upper * m.unitBytes() >= apart[0].categorySum());
       m.setPredicted(tiny->memory);
     }
+    // Routed experts (memory_model.h Routing::Uneven): the tooltip adds the bound under the most uneven
+    // routing.
+    {
+      std::vector<ms::MemoryBreakdown> routed = tiny->memory;
+      routed[0].unevenRoutingTotal = 1.5 * routed[0].total();
+      m.setPredicted(routed);
+      const QString tip0 = m.barToolTip(0);
+      QVERIFY2(tip0.contains(QString("up to %1 were routing as uneven as it can be")
+                                 .arg(ms::formatBytes(routed[0].unevenRoutingTotal))),
+               qPrintable(tip0));
+      QVERIFY(!m.barToolTip(1).contains("routing"));
+      m.setPredicted(tiny->memory);
+    }
     QCOMPARE(m.bars(ms::MemoryView::Activations)->data()->at(1)->value,
              tiny->memory[1].activations / m.unitBytes());
 

@@ -65,11 +65,28 @@ double layerOutputBytes(const Plan& plan, int l) {
 // what the layer keeps for its backward and its output buffer.
 double layerActivationBytesWithoutEp(const Plan& plan, int l, bool fused);
 
+// A mixture-of-experts block's routed rows per sample on one rank (Routing, memory_model.h): `received`, the
+// rows its local experts are sent (under ep, from the ep ranks of its group; R = k T balanced), and `widest`,
+// its busiest expert's (R / E balanced, R / (E / ep) under ep). A capacity is per microbatch, rounded up.
+struct RoutedRows {
+  double received = 0, widest = 0;
+};
+RoutedRows routedRowsPerSample(const Plan& plan, Routing routing) {
+  const ModelConfig& m = plan.config.model;
+  const double T = plan.model.samplePositions, E = std::max(1, m.experts), k = m.expertsPerToken;
+  const double ep = std::max(1, plan.config.parallel.ep), local = E / ep, R = T * k,
+               mbs = plan.microbatchSize();
+  if (routing == Routing::Balanced) return {R, R / local};
+  const double perExpert =
+      m.capacityFactor > 0 ? std::min(T, std::ceil(m.capacityFactor * mbs * R / E) / mbs) : T;
+  return {ep * std::min(T * std::min(k, local), local * perExpert), ep * perExpert};
+}
+
 // Expert parallelism: a mixture-of-experts block also keeps the rows its experts received (runtime/moe.h),
 // whole on every TP rank: with balanced routing a token's k rows, C values each (bf16 in bf16 precision),
 // and their place in the expert order and back (2 int32 each). Dropless routing is balanced only on
 // average: a block's peak over steps is above this by the imbalance of its busiest rank.
-double expertParallelBytes(const Plan& plan, int l) {
+double expertParallelBytes(const Plan& plan, int l, Routing routing) {
   const ParallelConfig& p = plan.config.parallel;
   const ModelConfig& m = plan.config.model;
   const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
@@ -77,12 +94,18 @@ double expertParallelBytes(const Plan& plan, int l) {
       layer.expertParamCount == 0)
     return 0.0;
   const double kept = p.precision == Precision::Bf16 ? 2.0 : 4.0;
-  const double rows = double(plan.model.samplePositions) * m.expertsPerToken * plan.microbatchSize();
-  return rows * (double(m.width) * kept + 2.0 * 4.0);
+  const RoutedRows routed = routedRowsPerSample(plan, routing);
+  const double mbs = plan.microbatchSize(), R = double(plan.model.samplePositions) * m.expertsPerToken;
+  // The local experts also keep their gate|up and SwiGLU outputs (3 Fe / tp) of the rows they receive
+  // (moe.cpp forwardParallel), which the block's kept tensors count as its own R (model_spec.cpp): the
+  // difference, 0 when routing is balanced.
+  const double expertOutputs = 3.0 * double(m.expertHidden()) / std::max(1, p.tp) * kept;
+  return routed.received * mbs * (double(m.width) * kept + 2.0 * 4.0) +
+         (routed.received - R) * mbs * expertOutputs;
 }
 
-double layerActivationBytes(const Plan& plan, int l, bool fused) {
-  return layerActivationBytesWithoutEp(plan, l, fused) + expertParallelBytes(plan, l);
+double layerActivationBytes(const Plan& plan, int l, bool fused, Routing routing) {
+  return layerActivationBytesWithoutEp(plan, l, fused) + expertParallelBytes(plan, l, routing);
 }
 
 double layerActivationBytesWithoutEp(const Plan& plan, int l, bool fused) {
@@ -268,20 +291,20 @@ bool fusedAttention(const Plan& plan, int stage) {
   return isGpuDevice(stageDevice(plan, stage)) && m.width / m.heads <= kFusedAttentionMaxHeadSize;
 }
 
-std::vector<double> chunkActivationBytes(const Plan& plan) {
+std::vector<double> chunkActivationBytes(const Plan& plan, Routing routing) {
   std::vector<double> bytes;
   for (size_t k = 0; k < plan.partition.chunks.size(); ++k) {
     const bool fused = fusedAttention(plan, plan.partition.stageOf[k]);
     double b = 0;
     for (int l : plan.partition.chunks[k])
       b += recomputed(plan, static_cast<int>(k), l) ? layerCheckpointBytes(plan, l)
-                                                    : layerActivationBytes(plan, l, fused);
+                                                    : layerActivationBytes(plan, l, fused, routing);
     bytes.push_back(b);
   }
   return bytes;
 }
 
-std::vector<double> chunkSplitBackwardBytes(const Plan& plan) {
+std::vector<double> chunkSplitBackwardBytes(const Plan& plan, Routing routing) {
   std::vector<double> bytes(plan.partition.chunks.size(), 0.0);
   if (!plan.schedule.splitBackward) return bytes;
   const ParallelConfig& p = plan.config.parallel;
@@ -304,14 +327,14 @@ std::vector<double> chunkSplitBackwardBytes(const Plan& plan) {
       double b = (2.0 * C + (mlpIn + qkvOut) / tp) * T * 4.0 * plan.microbatchSize();
       // A recomputed block's activations, re-made in B, stay until W.
       if (recomputed(plan, static_cast<int>(k), l))
-        b += layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l);
+        b += layerActivationBytes(plan, l, fused, routing) - layerOutputBytes(plan, l);
       bytes[k] += b;
     }
   }
   return bytes;
 }
 
-double recomputeWorkspaceBytes(const Plan& plan, int stage) {
+double recomputeWorkspaceBytes(const Plan& plan, int stage, Routing routing) {
   if (plan.config.parallel.recompute != Recompute::Full) return 0.0;
   // With a split backward the re-made activations are held until W (chunkSplitBackwardBytes).
   if (plan.schedule.splitBackward) return 0.0;
@@ -320,7 +343,8 @@ double recomputeWorkspaceBytes(const Plan& plan, int stage) {
   for (int k : plan.partition.chunksOfStage(stage))
     for (int l : plan.partition.chunks[static_cast<size_t>(k)])
       if (recomputed(plan, k, l))
-        largest = std::max(largest, layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l));
+        largest =
+            std::max(largest, layerActivationBytes(plan, l, fused, routing) - layerOutputBytes(plan, l));
   return largest;
 }
 
@@ -471,7 +495,7 @@ double ownedGradientShard(const Plan& plan, int l, double excluded) {
 // `splitBytes` are chunkActivationBytes and chunkSplitBackwardBytes, `messages` the stage's
 // pipelineBufferBytes (estimateMemory has them already). Returns the most these parts hold at once.
 double concurrentStageBytes(const Plan& plan, int stage, const std::vector<double>& chunkBytes,
-                            const std::vector<double>& splitBytes, double messages) {
+                            const std::vector<double>& splitBytes, double messages, Routing routing) {
   double out = 0;
   const PipelineSchedule& schedule = plan.schedule;
   if (stage < 0 || stage >= static_cast<int>(schedule.actions.size())) return out;
@@ -520,7 +544,7 @@ double concurrentStageBytes(const Plan& plan, int stage, const std::vector<doubl
     for (int k : plan.partition.chunksOfStage(stage))
       for (int l : plan.partition.chunks[static_cast<size_t>(k)])
         if (recomputed(plan, k, l))
-          remade[size_t(l)] = layerActivationBytes(plan, l, fused) - layerOutputBytes(plan, l);
+          remade[size_t(l)] = layerActivationBytes(plan, l, fused, routing) - layerOutputBytes(plan, l);
   const auto touchesWte = [&](int l) {
     const LayerKind kind = plan.model.layers[static_cast<size_t>(l)].kind;
     return tied && (kind == LayerKind::Embedding || kind == LayerKind::Head);
@@ -609,7 +633,7 @@ double concurrentStageBytes(const Plan& plan, int stage, const std::vector<doubl
 
 }  // namespace
 
-OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
+OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu, Routing routing) {
   const ParallelConfig& p = plan.config.parallel;
   const double tp = std::max(1, p.tp);
   const double mbs = plan.microbatchSize();
@@ -796,14 +820,15 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu) {
       if (m.experts > 0 && layer.expertParamCount > 0) {
         const double E = m.experts, R = T * m.expertsPerToken, Fe = double(m.expertHidden()) / tp;
         const int ep = std::max(1, p.ep);
+        const RoutedRows routed = routedRowsPerSample(plan, routing);
         double moe = T * C + std::max(T * E, R);
         if (ep == 1) {
-          const double most = R / E;
+          const double most = routed.widest;
           moe += 2.0 * most * C + most * (3.0 * Fe + C);
           if (bf16) moe += R * (3.0 * Fe + C);
         } else {
-          const double Rr = R, widest = Rr / (E / ep);
-          moe += 2.0 * Rr * C + widest * 3.0 * Fe + 2.0 * R * C;
+          const double Rr = routed.received, widest = routed.widest;
+          moe += 2.0 * Rr * C + widest * 3.0 * Fe + (R + Rr) * C;
           if (bf16) moe += Rr * 3.0 * Fe + R * C + (R + Rr) * C / 2.0;
         }
         floats += moe;
@@ -876,6 +901,7 @@ nlohmann::json memoryBytesJson(const MemoryBreakdown& m) {
                       {category::kOptimizer, m.optimizer},   {category::kActivations, m.activations},
                       {category::kOther, m.other},           {key::kTotal, m.total()}};
   if (m.notAtOnce > 0) j[key::kNotAtOnce] = m.notAtOnce;
+  if (m.unevenRoutingTotal > 0) j[key::kUnevenRoutingTotal] = m.unevenRoutingTotal;
   if (m.other > 0)
     j[key::kOtherParts] = {{category::kWorkspace, m.otherWorkspace},
                            {category::kCommunication, m.otherCommunication}};
@@ -910,7 +936,7 @@ double cudaContextAllowanceBytes() {
   return kCudaContextBytes;
 }
 
-std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
+std::vector<MemoryBreakdown> estimateMemory(const Plan& plan, Routing routing) {
   const ParallelConfig& p = plan.config.parallel;
   const int P = plan.partition.stages;
   const ModelStateLayout layout = modelStateLayout(p, plan.config.optimizer);
@@ -920,8 +946,8 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
                             chunkExperts = chunkLocalExpertParameterCount(plan);
   const ModelStateBytes expertState =
       modelStateBytes(layout, std::max(1, p.dataReplicas() / std::max(1, p.ep)));
-  const std::vector<double> chunkBytes = chunkActivationBytes(plan),
-                            splitBytes = chunkSplitBackwardBytes(plan);
+  const std::vector<double> chunkBytes = chunkActivationBytes(plan, routing),
+                            splitBytes = chunkSplitBackwardBytes(plan, routing);
   const std::vector<double> peaks = slotActivationBytes(plan.schedule, chunkBytes, splitBytes);
 
   // Per stage, everything but the device-dependent parts.
@@ -953,7 +979,7 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     else if (layout.offloadOptimizer)
       m.host.staging = largestSlice * 2.0;
     m.activations = (s < static_cast<int>(peaks.size()) ? peaks[static_cast<size_t>(s)] : 0.0) +
-                    recomputeWorkspaceBytes(plan, s);
+                    recomputeWorkspaceBytes(plan, s, routing);
   }
 
   // "other" depends on the stage and on whether the device is a GPU: computed once per stage and kind.
@@ -969,8 +995,10 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     (isGpuDevice(deviceOfRank(r)) ? gpuStage : cpuStage)[static_cast<size_t>(plan.stageOfRank(r))] = 1;
   std::vector<OtherBytes> otherOnCpu(static_cast<size_t>(P)), otherOnGpu(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
-    if (cpuStage[static_cast<size_t>(s)]) otherOnCpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, false);
-    if (gpuStage[static_cast<size_t>(s)]) otherOnGpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, true);
+    if (cpuStage[static_cast<size_t>(s)])
+      otherOnCpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, false, routing);
+    if (gpuStage[static_cast<size_t>(s)])
+      otherOnGpu[static_cast<size_t>(s)] = otherBreakdown(plan, s, true, routing);
   }
 
   // The parts held for part of the step, followed together (concurrentStageBytes): how far the stage's peak
@@ -980,7 +1008,7 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
     const size_t i = static_cast<size_t>(s);
     if (cpuStage[i] || gpuStage[i])
       concurrent[i] = concurrentStageBytes(plan, s, chunkBytes, splitBytes,
-                                           (gpuStage[i] ? otherOnGpu : otherOnCpu)[i].p2pBuffers);
+                                           (gpuStage[i] ? otherOnGpu : otherOnCpu)[i].p2pBuffers, routing);
   }
 
   std::vector<MemoryBreakdown> ranks;
@@ -999,6 +1027,14 @@ std::vector<MemoryBreakdown> estimateMemory(const Plan& plan) {
         std::max(0.0, m.activations + m.otherCommunication - concurrent[static_cast<size_t>(m.stage)]);
     m.capacity = device.memoryBytes;
     ranks.push_back(m);
+  }
+  // Routed experts: the same plan under the most uneven routing, the bound of a dropless run's peak.
+  const bool routedExperts = std::any_of(plan.model.layers.begin(), plan.model.layers.end(),
+                                         [](const LayerSpec& layer) { return layer.expertParamCount > 0; });
+  if (routing == Routing::Balanced && routedExperts) {
+    const std::vector<MemoryBreakdown> uneven = estimateMemory(plan, Routing::Uneven);
+    for (size_t r = 0; r < ranks.size() && r < uneven.size(); ++r)
+      ranks[r].unevenRoutingTotal = uneven[r].total();
   }
   return ranks;
 }

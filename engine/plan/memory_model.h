@@ -34,6 +34,15 @@
 
 namespace ms {
 
+// How a mixture-of-experts block's routed rows spread over its experts (runtime/moe.cpp). Balanced: every
+// expert takes R / E of the R = k T rows of a sample, which a trained router's auxiliary loss aims at and
+// the figures of the studio, `fits` and the auto-planner assume. Uneven: the most a rank can be sent. A token
+// sends at most one row to an expert, so of a source's T tokens an expert takes at most T rows (or its
+// capacity, c R / E, under a capacity factor), and a rank's E / ep experts together at most min(k, E / ep)
+// rows a token from each of the ep ranks that send to it. Dropless routing with an untrained router comes
+// close (4 experts, top-2: up to twice the average to one expert, the most it can).
+enum class Routing { Balanced, Uneven };
+
 // Parameter elements of each chunk (K), unsplit by tp, a tied head's copy of wte included (see above).
 std::vector<double> chunkParameterCount(const Plan& plan);
 // Parameter elements of a stage (sum over its chunks), unsplit by tp.
@@ -80,16 +89,16 @@ double zero3GatheredParams(const Plan& plan, int stage);
 // - with recompute "selective", transformer blocks keep all but the attention matrix (attentionMatrixBytes,
 //   / tp; Korthikanti et al. 2022, section 5, Table 2's 5as/h term); nothing when attention is fused, which
 //   keeps no matrix. The re-made matrix is one block's for one microbatch, in the backward workspace (other).
-std::vector<double> chunkActivationBytes(const Plan& plan);
+std::vector<double> chunkActivationBytes(const Plan& plan, Routing routing = Routing::Balanced);
 // With a split backward (zero-bubble schedules), what each chunk (K) holds for one microbatch from its B to
 // its W besides its saved activations: every transformer block's four linear output gradients, and under
 // recompute the block's re-made activations; all 0 otherwise.
-std::vector<double> chunkSplitBackwardBytes(const Plan& plan);
+std::vector<double> chunkSplitBackwardBytes(const Plan& plan, Routing routing = Routing::Balanced);
 // Whether the ranks of a stage run attention fused: a GPU device and a head size the fused kernel takes.
 bool fusedAttention(const Plan& plan, int stage);
 // With recompute "full": the largest kept activations of one fully recomputed transformer block of the stage
 // for one microbatch (held while that block's backward runs); 0 otherwise.
-double recomputeWorkspaceBytes(const Plan& plan, int stage);
+double recomputeWorkspaceBytes(const Plan& plan, int stage, Routing routing = Routing::Balanced);
 
 // The parts of "other" for a stage (bytes), each explained where it is computed.
 struct OtherBytes {
@@ -104,7 +113,7 @@ struct OtherBytes {
   double gemmScratch = 0;
   double total() const { return p2pBuffers + dpBucket + workspace + zero3Gathered + context + gemmScratch; }
 };
-OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu);
+OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu, Routing routing = Routing::Balanced);
 
 // What a rank keeps in HOST memory (offload, plan/model_state.h; all 0 without): the model states the
 // layout moves there, and the host's side of the transfers (one unit's working parameters, rounded before
@@ -132,6 +141,9 @@ struct MemoryBreakdown {
   // How far the most held at once is below the sum of the categories' peaks, which do not all come at the
   // same moment (ZeRO-1's staging fills as the last backward drains; memory_model.cpp notAtOnceBytes).
   double notAtOnce = 0;
+  // Mixture of experts: the most held at once were routing as uneven as it can be (Routing::Uneven), the
+  // bound a dropless run's peak stays under; 0 for a model without routed experts.
+  double unevenRoutingTotal = 0;
   double capacity = 0;  // the rank's device memory
   HostBytes host;       // in host memory, beside the device's
   double categorySum() const { return parameters + gradients + optimizer + activations + other; }
@@ -141,7 +153,9 @@ struct MemoryBreakdown {
 };
 
 // One entry per rank, in rank order.
-std::vector<MemoryBreakdown> estimateMemory(const Plan& plan);
+// `routing` sizes the routed experts' rows; under Balanced (what fits and the studio use) a
+// mixture-of-experts plan's entries also carry the Uneven total (unevenRoutingTotal).
+std::vector<MemoryBreakdown> estimateMemory(const Plan& plan, Routing routing = Routing::Balanced);
 
 // The part of a GPU rank's "other" that is the CUDA context, the cuBLAS/NCCL handles and their workspaces
 // (outside the engine's tracked buffers): the allowance estimateMemory adds for every GPU rank.
@@ -158,7 +172,8 @@ struct NodeHostMemory {
 std::vector<NodeHostMemory> hostMemoryPerNode(const Plan& plan, const std::vector<MemoryBreakdown>& ranks);
 
 // {"parameters", "gradients", "optimizer", "activations", "other", "total"} in bytes (each category's peak;
-// "total" the peak of their sum, with "not_at_once" the difference where it is not 0), and with offload
+// "total" the peak of their sum, with "not_at_once" the difference where it is not 0, and for routed experts
+// "uneven_routing_total", the total under Routing::Uneven), and with offload
 // "host": {"parameters", "gradients", "optimizer", "staging", "total"}, and where other > 0 "other_parts":
 // {"workspace", "communication"} (the engine's tracked categories within other): the "memory_bytes" object
 // of `plan --json` and of the stream's predicted figures.

@@ -182,6 +182,9 @@ QString MemoryView::barToolTip(int bar) const {
   if (b.figures.notAtOnce > 0)
     text += tr("\n(%1 below the categories' sum: they do not all peak at the same moment)")
                 .arg(formatBytes(b.figures.notAtOnce));
+  if (b.figures.unevenRoutingTotal > 0)
+    text += tr("\nup to %1 were routing as uneven as it can be (every expert sent all the rows it can take)")
+                .arg(formatBytes(b.figures.unevenRoutingTotal));
   if (b.measured >= 0) text += tr("\nmeasured peak %1").arg(formatBytes(b.measured));
   const HostBytes& h = b.figures.host;
   if (h.total() > 0) {
