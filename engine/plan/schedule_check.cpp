@@ -104,63 +104,67 @@ class ScheduleChecker {
     if (a.type < ActionType::Forward || a.type > ActionType::OptimizerStep)
       return Status::error(at(s) + "action " + str(i) + " has an unknown type " +
                            str(static_cast<int>(a.type)));
-    const std::string here = at(s) + describe(a);
+    // The action's name for a message, built only when there is one (this runs for every action of every
+    // candidate plan the auto-planner builds).
+    const auto here = [&] { return at(s) + describe(a); };
     if (a.type == ActionType::OptimizerStep) {
-      if (m_optimizer[static_cast<size_t>(s)] >= 0) return Status::error(here + " appears twice");
+      if (m_optimizer[static_cast<size_t>(s)] >= 0) return Status::error(here() + " appears twice");
       m_optimizer[static_cast<size_t>(s)] = i;
       if (i != static_cast<int>(list(s).size()) - 1)
-        return Status::error(here + " must be the last action (it is at position " + str(i) + " of " +
+        return Status::error(here() + " must be the last action (it is at position " + str(i) + " of " +
                              str(static_cast<int>(list(s).size())) + ")");
       return Status::ok();
     }
     if (a.chunk < 0 || a.chunk >= m_K)
-      return Status::error(here + " names chunk " + str(a.chunk) + ", outside 0.." + str(m_K - 1));
+      return Status::error(here() + " names chunk " + str(a.chunk) + ", outside 0.." + str(m_K - 1));
     if (a.type == ActionType::GradSync) {
       if (stageOf(a.chunk) != s)
-        return Status::error(here + " syncs a chunk of stage " + str(stageOf(a.chunk)));
+        return Status::error(here() + " syncs a chunk of stage " + str(stageOf(a.chunk)));
       int& pos = m_gradSync[static_cast<size_t>(a.chunk)];
-      if (pos >= 0) return Status::error(here + " appears twice");
+      if (pos >= 0) return Status::error(here() + " appears twice");
       pos = i;
       return Status::ok();
     }
     if (a.microbatch < 0 || a.microbatch >= m_M)
-      return Status::error(here + " names microbatch " + str(a.microbatch) + ", outside 0.." + str(m_M - 1));
+      return Status::error(here() + " names microbatch " + str(a.microbatch) + ", outside 0.." +
+                           str(m_M - 1));
     if (isCompute(a.type)) {
       if (a.type == ActionType::BackwardWeight && !m_s.splitBackward)
-        return Status::error(here +
+        return Status::error(here() +
                              " is a weight-gradient pass, but the schedule does not split the backward");
       if (stageOf(a.chunk) != s)
-        return Status::error(here + " runs chunk " + str(a.chunk) + ", which is on stage " +
+        return Status::error(here() + " runs chunk " + str(a.chunk) + ", which is on stage " +
                              str(stageOf(a.chunk)));
     } else {
       MS_TRY(checkTransferPlace(s, a));
     }
     int& pos = table(a.type)[cell(a.microbatch, a.chunk)];
     if (pos >= 0)
-      return Status::error(here + " appears twice (positions " + str(pos) + " and " + str(i) + ")");
+      return Status::error(here() + " appears twice (positions " + str(pos) + " and " + str(i) + ")");
     pos = i;
     return Status::ok();
   }
 
   Status checkTransferPlace(int s, const Action& a) const {
-    const std::string here = at(s) + describe(a);
+    const auto here = [&] { return at(s) + describe(a); };
     const int consumer = consumerOf(a);
     if (consumer < 0 || consumer >= m_K)
-      return Status::error(here + " has no consumer: chunk " + str(a.chunk) + " is the " +
+      return Status::error(here() + " has no consumer: chunk " + str(a.chunk) + " is the " +
                            (consumer < 0 ? "first" : "last") + " chunk");
     const int from = stageOf(a.chunk), to = stageOf(consumer);
     if (from == to)
-      return Status::error(here + " is not needed: chunks " + str(a.chunk) + " and " + str(consumer) +
+      return Status::error(here() + " is not needed: chunks " + str(a.chunk) + " and " + str(consumer) +
                            " both run on stage " + str(from));
     const bool send = isSend(a.type);
     const int mine = send ? from : to, theirs = send ? to : from;
-    const std::string mineChunk = str(send ? a.chunk : consumer), theirChunk = str(send ? consumer : a.chunk);
     if (s != mine)
-      return Status::error(here + " is on the wrong stage: chunk " + mineChunk + ", which " +
-                           (send ? "produces" : "consumes") + " the data, runs on stage " + str(mine));
+      return Status::error(here() + " is on the wrong stage: chunk " + str(send ? a.chunk : consumer) +
+                           ", which " + (send ? "produces" : "consumes") + " the data, runs on stage " +
+                           str(mine));
     if (a.peer != theirs)
-      return Status::error(here + " names the wrong peer: chunk " + theirChunk + ", which " +
-                           (send ? "consumes" : "produces") + " the data, runs on stage " + str(theirs));
+      return Status::error(here() + " names the wrong peer: chunk " + str(send ? consumer : a.chunk) +
+                           ", which " + (send ? "consumes" : "produces") + " the data, runs on stage " +
+                           str(theirs));
     return Status::ok();
   }
 
@@ -193,7 +197,7 @@ class ScheduleChecker {
 
   // `later` at position laterPos must come after `earlier` at earlierPos on stage s.
   static Status ordered(int s, int earlierPos, const Action& earlier, int laterPos, const Action& later,
-                        const std::string& why) {
+                        const char* why) {
     if (earlierPos < laterPos) return Status::ok();
     return Status::error(at(s) + describe(later) + " comes before " + describe(earlier) + why);
   }
@@ -247,27 +251,35 @@ class ScheduleChecker {
     auto key = [](const Action& a) {
       return std::pair<bool, std::pair<int, int>>{isGradMessage(a.type), {a.microbatch, a.chunk}};
     };
+    // Each stage's sends and receives by peer, in list order: one pass over the actions, not one per pair of
+    // stages (P^2 passes at the auto-planner's 96 stages). Peers were checked by indexAction.
+    std::vector<std::vector<std::vector<const Action*>>> sends(static_cast<size_t>(m_P)),
+        recvs(static_cast<size_t>(m_P));
+    for (int s = 0; s < m_P; ++s) {
+      sends[static_cast<size_t>(s)].resize(static_cast<size_t>(m_P));
+      recvs[static_cast<size_t>(s)].resize(static_cast<size_t>(m_P));
+      for (const Action& x : list(s)) {
+        if (isSend(x.type)) sends[static_cast<size_t>(s)][static_cast<size_t>(x.peer)].push_back(&x);
+        if (isRecv(x.type)) recvs[static_cast<size_t>(s)][static_cast<size_t>(x.peer)].push_back(&x);
+      }
+    }
     for (int a = 0; a < m_P; ++a) {
       for (int b = 0; b < m_P; ++b) {
         if (a == b) continue;
-        std::vector<const Action*> sends, recvs;
-        for (const Action& x : list(a))
-          if (isSend(x.type) && x.peer == b) sends.push_back(&x);
-        for (const Action& x : list(b))
-          if (isRecv(x.type) && x.peer == a) recvs.push_back(&x);
-        const size_t n = std::min(sends.size(), recvs.size());
+        const std::vector<const Action*>& out = sends[static_cast<size_t>(a)][static_cast<size_t>(b)];
+        const std::vector<const Action*>& in = recvs[static_cast<size_t>(b)][static_cast<size_t>(a)];
+        const size_t n = std::min(out.size(), in.size());
         for (size_t i = 0; i < n; ++i) {
-          if (key(*sends[i]) == key(*recvs[i])) continue;
+          if (key(*out[i]) == key(*in[i])) continue;
           return Status::error("stages " + str(a) + " -> " + str(b) + ": message " +
-                               str(static_cast<int>(i) + 1) + " is sent as " + describe(*sends[i]) +
-                               " on stage " + str(a) + " but received as " + describe(*recvs[i]) +
-                               " on stage " + str(b) +
-                               "; both sides must list their messages in the same order");
+                               str(static_cast<int>(i) + 1) + " is sent as " + describe(*out[i]) +
+                               " on stage " + str(a) + " but received as " + describe(*in[i]) + " on stage " +
+                               str(b) + "; both sides must list their messages in the same order");
         }
-        if (sends.size() != recvs.size())
+        if (out.size() != in.size())
           return Status::error("stages " + str(a) + " -> " + str(b) + ": " +
-                               str(static_cast<int>(sends.size())) + " sends but " +
-                               str(static_cast<int>(recvs.size())) + " receives");
+                               str(static_cast<int>(out.size())) + " sends but " +
+                               str(static_cast<int>(in.size())) + " receives");
       }
     }
     return Status::ok();
