@@ -4,6 +4,11 @@
 // the tolerances stated in its header. A perturbed checkpoint must make the comparison fail.
 #include <QtTest>
 
+#include <QElapsedTimer>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <algorithm>
 #include <fstream>
 
 #include "runtime/safetensors.h"
@@ -11,14 +16,7 @@
 namespace {
 
 const QString kEngine = QStringLiteral(MS_ENGINE_EXE);
-const QString kScript = QStringLiteral(MS_SOURCE_DIR "/tests/reference/reference.py");
-const QString kTrainScript = QStringLiteral(MS_SOURCE_DIR "/tests/reference/train_reference.py");
-
-bool haveTorch() {
-  QProcess p;
-  p.start(MS_PYTHON, {"-c", "import torch"});
-  return p.waitForFinished(60000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
-}
+const QString kServer = QStringLiteral(MS_SOURCE_DIR "/tests/reference/serve.py");
 
 struct Result {
   int code = -1;
@@ -38,6 +36,60 @@ Result run(const QString& program, const QStringList& args) {
   r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
   return r;
 }
+
+// tests/reference/serve.py: reference.py and train_reference.py in one Python process for the whole suite
+// (importing torch takes about 2 s, and the suite makes some thirty comparisons). Every wait is bounded.
+class ReferenceServer {
+ public:
+  ~ReferenceServer() {
+    if (m_process.state() == QProcess::NotRunning) return;
+    m_process.closeWriteChannel();
+    if (!m_process.waitForFinished(10000)) m_process.kill(), m_process.waitForFinished(10000);
+  }
+  // Starts the server; false (with the reason) when python3-torch is missing or the server does not answer.
+  bool start(QString* why) {
+    m_process.setProcessChannelMode(QProcess::SeparateChannels);
+    m_process.start(MS_PYTHON, {kServer});
+    const QJsonObject ready = readReply(60000, why);
+    if (ready.value("ready").toBool()) return true;
+    *why += " " + QString::fromUtf8(m_process.readAllStandardError()).trimmed();
+    return false;
+  }
+  // Runs "reference" (reference.py DUMP) or "train" (train_reference.py DUMP METRICS).
+  Result call(const QString& script, const QStringList& args) {
+    QJsonObject request{{"script", script}, {"args", QJsonArray::fromStringList(args)}};
+    m_process.write(QJsonDocument(request).toJson(QJsonDocument::Compact) + "\n");
+    Result r;
+    const QJsonObject reply = readReply(300000, &r.output);
+    if (!reply.contains("code")) return r;
+    r.code = reply.value("code").toInt(-1);
+    r.output = reply.value("output").toString();
+    return r;
+  }
+
+ private:
+  QJsonObject readReply(int timeoutMs, QString* why) {
+    QElapsedTimer clock;
+    clock.start();
+    while (!m_process.canReadLine()) {
+      const qint64 left = timeoutMs - clock.elapsed();
+      if (m_process.state() == QProcess::NotRunning || left <= 0) {
+        *why = m_process.state() == QProcess::NotRunning ? "the reference server exited"
+                                                         : "the reference server did not answer in time";
+        return {};
+      }
+      m_process.waitForReadyRead(static_cast<int>(std::min<qint64>(left, 1000)));
+    }
+    QJsonParseError error;
+    const QJsonDocument doc = QJsonDocument::fromJson(m_process.readLine(), &error);
+    if (error.error != QJsonParseError::NoError || !doc.isObject()) {
+      *why = "the reference server's reply is not JSON: " + error.errorString();
+      return {};
+    }
+    return doc.object();
+  }
+  QProcess m_process;
+};
 
 // The "data" section of a test config: the real Fashion-MNIST, or a small text file written into dir.
 QString dataSection(const QString& dir, bool images) {
@@ -63,9 +115,13 @@ QString writeConfig(const QString& dir, const QString& model, const QString& dat
 
 class TestReference : public QObject {
   Q_OBJECT
+  ReferenceServer m_server;
+
  private slots:
   void initTestCase() {
-    if (!haveTorch()) QSKIP("python3-torch is not installed (/usr/bin/python3 -c 'import torch' failed)");
+    QString why;
+    if (!m_server.start(&why))
+      QSKIP(qPrintable("python3-torch is not installed or tests/reference/serve.py does not start: " + why));
   }
 
   void matchesPyTorch_data() {
@@ -134,7 +190,7 @@ class TestReference : public QObject {
     Result e = run(kEngine, {"dump", config, "--out", dump, "--samples", "3"});
     qunsetenv("MESHSTUDIO_HEAD_CHUNK_ROWS");
     QVERIFY2(e.code == 0, qPrintable(e.output));
-    Result r = run(MS_PYTHON, {kScript, dump});
+    Result r = m_server.call("reference", {dump});
     QVERIFY2(r.code == 0, qPrintable(r.output));
     QVERIFY(r.output.contains("tensors match"));
 
@@ -148,7 +204,7 @@ class TestReference : public QObject {
       tensors.push_back({name, t.shape, ms::DType::F32, t.f32.data()});
     }
     QVERIFY(ms::writeSafetensors(weights, tensors).isOk());
-    Result bad = run(MS_PYTHON, {kScript, dump});
+    Result bad = m_server.call("reference", {dump});
     QCOMPARE(bad.code, 1);
     QVERIFY(bad.output.contains("MISMATCH"));
   }
@@ -217,7 +273,7 @@ class TestReference : public QObject {
     QVERIFY2(t.code == 0, qPrintable(t.output));
     Result d = run(kEngine, {"dump", path, "--out", tmp.path() + "/dump"});
     QVERIFY2(d.code == 0, qPrintable(d.output));
-    Result r = run(MS_PYTHON, {kTrainScript, tmp.path() + "/dump", metrics});
+    Result r = m_server.call("train", {tmp.path() + "/dump", metrics});
     QVERIFY2(r.code == 0, qPrintable(r.output));
     QVERIFY(r.output.contains("worst relative difference"));
     // A mixture of experts' load-balancing loss is compared step by step too.

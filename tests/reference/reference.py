@@ -283,11 +283,12 @@ def close(engine, ref, atol, rtol):
     return bool((err <= bound).all()), float(err.max()) if err.numel() else 0.0
 
 
-def main():
-    if len(sys.argv) != 2:
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
         print("usage: reference.py DUMP_DIR", file=sys.stderr)
         return 2
-    root = sys.argv[1]
+    root = argv[0]
     try:
         with open(f"{root}/checkpoint/config.json") as f:
             cfg = json.load(f)

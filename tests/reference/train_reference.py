@@ -125,12 +125,12 @@ def decays(name, p):
     return p.dim() >= 2 or name in ("cls_token",)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("dump")
     ap.add_argument("metrics")
     ap.add_argument("--rtol", type=float, default=1e-4)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:
         with open(f"{args.dump}/checkpoint/config.json") as f:
             cfg = json.load(f)
