@@ -76,7 +76,7 @@ json gptTokensEverything() {
             "link_types":[{"name":"ib-2x","bandwidth_gbs":100,"latency_us":4.5}]},
     "parallel":{"dp":2,"tp":2,"pp":2,"schedule":"interleaved_1f1b","microbatches":4,"virtual_chunks":2,"zero":2,
                 "recompute":"full","recompute_layers":1,"precision":"bf16","sequence_parallel":true,
-                "offload":"optimizer",
+                "offload":"optimizer","overlap_param_gather":true,
                 "placement":[{"stage":0,"layers":["embedding","block.0"]},{"stage":1,"layers":["block.1","block.2"]},
                              {"stage":0,"layers":["block.3","block.4"]},{"stage":1,"layers":["block.5","head"]}]},
     "optimizer":{"type":"sgd","lr":0.1,"betas":[0.8,0.99],"eps":1e-6,"weight_decay":0.01,"momentum":0.5,
@@ -590,7 +590,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["model"].size(), size_t(10));  // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));    // kind, train, val
     QCOMPARE(j["mesh"].size(), size_t(6));    // nodes, links, and the (empty) lists of own types and profiles
-    QCOMPARE(j["parallel"].size(), size_t(17));  // mode; the parameter-server fields only in that mode
+    QCOMPARE(j["parallel"].size(), size_t(18));  // mode; the parameter-server fields only in that mode
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(16));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));

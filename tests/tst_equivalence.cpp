@@ -286,6 +286,10 @@ class TestEquivalence : public QObject {
                                    << R"({"dp": 2, "zero": 1})";
     QTest::newRow("gpt dp2 zero2 accumulation") << "gpt"
                                                 << R"({"dp": 2, "zero": 2, "microbatches": 2})";
+    // The parameter all-gathers left in flight after the step, each waited for by its layer's forward.
+    QTest::newRow("gpt dp2 pp2 zero1 overlap gather")
+        << "gpt"
+        << R"({"dp": 2, "pp": 2, "zero": 1, "microbatches": 2, "overlap_param_gather": true})";
     // Every microbatch's gradients reduce-scattered and summed in the shard (4 of them, with a pipeline).
     QTest::newRow("gpt dp2 pp2 zero2 m4") << "gpt"
                                           << R"({"dp": 2, "pp": 2, "zero": 2, "microbatches": 4})";
@@ -603,6 +607,8 @@ class TestEquivalence : public QObject {
     QTest::addColumn<QString>("parallel");
     QTest::newRow("gpt dp2") << R"({"dp": 2, "precision": "bf16"})";
     QTest::newRow("gpt dp2 zero1") << R"({"dp": 2, "zero": 1, "precision": "bf16"})";
+    QTest::newRow("gpt dp2 zero2 overlap gather")
+        << R"({"dp": 2, "zero": 2, "precision": "bf16", "overlap_param_gather": true})";
     QTest::newRow("gpt dp2 zero2 accumulation")
         << R"({"dp": 2, "zero": 2, "microbatches": 2, "precision": "bf16"})";
     QTest::newRow("gpt dp2 zero3") << R"({"dp": 2, "zero": 3, "precision": "bf16"})";
@@ -729,6 +735,10 @@ class TestEquivalence : public QObject {
                                                 << R"({"dp": 2, "zero": 3, "microbatches": 2})";
     QTest::newRow("gpt dp2 zero1") << "gpt"
                                    << R"({"dp": 2, "zero": 1})";
+    // The staged gathers land in device memory only when waited for: a layer that ran before waiting for its
+    // parameters would read the last step's.
+    QTest::newRow("gpt dp2 zero1 overlap gather") << "gpt"
+                                                  << R"({"dp": 2, "zero": 1, "overlap_param_gather": true})";
     QTest::newRow("gpt tp2 sequence parallel") << "gpt"
                                                << R"({"tp": 2, "sequence_parallel": true})";
     QTest::newRow("gpt untied tp2 pp2 zb-h1")

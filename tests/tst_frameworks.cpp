@@ -216,6 +216,7 @@ void compareRoundTrip(const std::string& name, const RunConfig& config, const Ru
   QCOMPARE(int(b.gradPrecision), int(a.gradPrecision));
   QCOMPARE(int(b.offload), int(a.offload));
   QCOMPARE(b.sequenceParallel, a.sequenceParallel);
+  QCOMPARE(b.overlapParamGather, a.overlapParamGather);
   QVERIFY2(back.optimizer == config.optimizer,
            (name + ":\n" + toJson(back).at("optimizer").dump() + "\n" + toJson(config).at("optimizer").dump())
                .c_str());
@@ -428,6 +429,53 @@ name = "two"
     }
   }
 
+  // overlap_param_gather goes to Megatron-LM as --overlap-param-gather (with the --overlap-grad-reduce
+  // Megatron asserts beside it) and comes back; DeepSpeed says it does not carry it; a Megatron FSDP script's
+  // flag means nothing more than ZeRO-3's own prefetch.
+  void overlapParamGatherTravels() {
+    RunConfig c = roundTripPlans()[0].second;  // dp2 tp2 pp2 zero1
+    c.parallel.overlapParamGather = true;
+    Expected<FrameworkExport> ex = exportForFramework(c, Framework::Megatron);
+    QVERIFY2(ex.isOk(), ex.isOk() ? "" : ex.message().c_str());
+    QVERIFY(ex->notCarried.empty());
+    const std::string& text = ex->files[0].text;
+    QVERIFY(text.find("--overlap-param-gather") != std::string::npos);
+    QVERIFY(text.find("--overlap-grad-reduce") != std::string::npos);
+    ImportOptions options;
+    options.device = "h100-sxm-80gb";
+    Expected<FrameworkImport> im = importMegatron(text, options);
+    QVERIFY2(im.isOk(), im.isOk() ? "" : im.message().c_str());
+    QVERIFY(im->config.parallel.overlapParamGather);
+    QCOMPARE(im->config.parallel.zero, 1);
+    QVERIFY2(im->notCarried.size() == 1 && im->notCarried[0] == "--overlap-grad-reduce",
+             joined(im->notCarried).c_str());  // the engine's gradient sync overlaps the backward always
+    // Without it nothing is written.
+    c.parallel.overlapParamGather = false;
+    Expected<FrameworkExport> plain = exportForFramework(c, Framework::Megatron);
+    QVERIFY(plain.isOk());
+    QVERIFY(plain->files[0].text.find("--overlap-param-gather") == std::string::npos);
+    // DeepSpeed all-gathers inside its optimizer step.
+    c.parallel.overlapParamGather = true;
+    c.training.lrSchedule = LrSchedule::Cosine;
+    Expected<FrameworkExport> ds = exportForFramework(c, Framework::DeepSpeed);
+    QVERIFY2(ds.isOk(), ds.isOk() ? "" : ds.message().c_str());
+    QVERIFY2(joined(ds->notCarried).find("overlap_param_gather") != std::string::npos,
+             joined(ds->notCarried).c_str());
+    // ZeRO-3 (Megatron FSDP) gathers each layer as it runs, prefetched: the flag leaves the field off.
+    RunConfig z3 = roundTripPlans()[0].second;
+    z3.parallel.zero = 3;
+    Expected<FrameworkExport> fsdp = exportForFramework(z3, Framework::Megatron);
+    QVERIFY2(fsdp.isOk(), fsdp.isOk() ? "" : fsdp.message().c_str());
+    std::string withFlag = fsdp->files[0].text;
+    const size_t at = withFlag.find("--use-megatron-fsdp");
+    QVERIFY(at != std::string::npos);
+    withFlag.insert(at, "--overlap-grad-reduce --overlap-param-gather ");
+    Expected<FrameworkImport> back = importMegatron(withFlag, options);
+    QVERIFY2(back.isOk(), back.isOk() ? "" : back.message().c_str());
+    QCOMPARE(back->config.parallel.zero, 3);
+    QVERIFY(!back->config.parallel.overlapParamGather);
+  }
+
   // Export then import gives the same plan: the same model, parallel sizes, schedule, ZeRO, recompute,
   // precision, batch and optimizer, and the same partition of layers over stages once built.
   void megatronRoundTrip() {
@@ -538,7 +586,7 @@ name = "two"
     QCOMPARE(c.mesh.nodes[0].count, 8);
     QCOMPARE(im->unknown, std::vector<std::string>({"--not-a-megatron-flag 3"}));
     QVERIFY2(mentions(im->notCarried, "--attention-dropout 0.1"), joined(im->notCarried).c_str());
-    QVERIFY(mentions(im->notCarried, "--overlap-param-gather"));
+    QVERIFY(c.parallel.overlapParamGather);  // --overlap-param-gather with the distributed optimizer
     // Megatron's even split: 6 blocks a stage, the embedding with the first and the head with the last.
     Expected<Plan> plan = buildPlan(c);
     QVERIFY2(plan.isOk(), plan.message().c_str());

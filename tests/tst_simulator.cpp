@@ -595,6 +595,60 @@ class TestSimulator : public QObject {
 
   // Each rank's spans are its stage's list in order; compute-lane spans never overlap; DP and TP peers
   // carry the same times.
+  // overlap_param_gather: ZeRO-1's parameter all-gather leaves the optimizer step and runs from the step's
+  // start beside the forward, each layer of a chunk waiting for its own part (Megatron-LM's
+  // --overlap-param-gather). The parts are the ring all-gather of each chunk's parameters.
+  void paramGatherOverlapsTheForward() {
+    const json parallel = {{"pp", 2}, {"dp", 4}, {"microbatches", 4}, {"zero", 1}};
+    MAKE_PLAN(serial, 6, 32, (json{{"parallel", parallel}}));
+    json overlapped = parallel;
+    overlapped["overlap_param_gather"] = true;
+    MAKE_PLAN(plan, 6, 32, (json{{"parallel", overlapped}}));
+    const ms::CostModel a(*serial), b(*plan), free(*plan, ms::Communication::Free);
+    const std::vector<double> params = ms::chunkLocalParameterCount(*plan);
+    for (int s = 0; s < plan->partition.stages; ++s) {
+      double parts = 0;
+      for (int k : plan->partition.chunksOfStage(s)) {
+        QVERIFY(a.paramGatherPieces(k).empty());
+        QVERIFY(free.paramGatherPieces(k).empty());
+        const std::vector<double> pieces = b.paramGatherPieces(k);
+        QCOMPARE(pieces.size(), plan->partition.chunks[static_cast<size_t>(k)].size());
+        double sum = 0;
+        for (double p : pieces) sum += p;
+        const ms::LinkSpec link = ms::ringLink(*plan, plan->layout.dpCpGroup(plan->layout.rank({0, 0, s})));
+        QVERIFY(sum > 0);
+        QVERIFY(std::abs(sum - ms::ringAllGatherTime(params[static_cast<size_t>(k)] * 4.0, 4, link)) <=
+                1e-12 * sum);
+        parts += sum;
+      }
+      // The optimizer step no longer holds the gather (fp32: 4 bytes a parameter).
+      QVERIFY(std::abs(a.optimizerTime(s) - b.optimizerTime(s) - parts) <= 1e-9 * a.optimizerTime(s));
+    }
+    // Stage 0's first forward starts when its first layer's part has arrived, and each later layer waits
+    // for its own part; the step gets shorter.
+    const ms::SimResult ra = ms::simulate(*serial, a), rb = ms::simulate(*plan, b);
+    QVERIFY2(rb.error.empty(), rb.error.c_str());
+    const int k0 = plan->partition.chunksOfStage(0).front();
+    const std::vector<double> pieces = b.paramGatherPieces(k0), shares = b.forwardShares(k0);
+    const ms::SimSpan& first = rb.spansByRank[0].front();
+    QCOMPARE(int(first.type), int(ms::ActionType::Forward));
+    QCOMPARE(first.start, pieces[0]);
+    double arrived = 0, t = pieces[0];
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      arrived += pieces[i];
+      t = std::max(t, arrived) + b.forwardTime(k0) * shares[i];
+    }
+    QVERIFY(std::abs(first.end - t) <= 1e-12 * t);
+    // The timeline gets each chunk's gather on the communication lane: one chunk on stage 0, from 0.
+    const std::vector<ms::SimParamGather>& gathers = rb.paramGathersByRank[0];
+    QCOMPARE(gathers.size(), size_t(1));
+    QCOMPARE(gathers[0].chunk, k0);
+    QCOMPARE(gathers[0].start, 0.0);
+    QVERIFY(std::abs(gathers[0].end - arrived) <= 1e-12 * arrived);
+    for (const auto& g : ra.paramGathersByRank) QVERIFY(g.empty());
+    QVERIFY2(rb.stepTime < ra.stepTime, qPrintable(QString("%1 vs %2").arg(rb.stepTime).arg(ra.stepTime)));
+  }
+
   void spansFollowLists_data() {
     QTest::addColumn<QString>("schedule");
     QTest::addColumn<int>("V");

@@ -297,6 +297,25 @@ class TestUiEditing : public QObject {
     precision->setCurrentText("fp32");
     QCOMPARE(doc.config().parallel.offload, ms::Offload::None);
 
+    // The parameter gather's overlap: only ZeRO 1-2 have one, so the box is enabled with them and cleared
+    // when the stage leaves them.
+    auto* zero = qobject_cast<QSpinBox*>(inspector.editorFor("/parallel/zero"));
+    auto* overlap = qobject_cast<QCheckBox*>(inspector.editorFor("/parallel/overlap_param_gather"));
+    QVERIFY(zero && overlap);
+    QCOMPARE(doc.config().parallel.zero, 0);
+    QVERIFY(!overlap->isEnabled());
+    zero->setValue(1);
+    QVERIFY(overlap->isEnabled());
+    overlap->setChecked(true);
+    QVERIFY(doc.config().parallel.overlapParamGather);
+    QVERIFY(doc.errors().empty());
+    zero->setValue(3);
+    QVERIFY(!doc.config().parallel.overlapParamGather);
+    QVERIFY(!overlap->isChecked());
+    QVERIFY(!overlap->isEnabled());
+    QVERIFY(doc.errors().empty());
+    zero->setValue(0);
+
     // The BatchNorm mode applies to the cnn only: disabled here (gpt), enabled and undoable for a cnn.
     auto* batchNorm = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/batchnorm"));
     QVERIFY(batchNorm);

@@ -708,6 +708,39 @@ class TestUiTimeline : public QObject {
     }
   }
 
+  // overlap_param_gather's all-gathers (simulator.h SimParamGather) are spans of their own on the
+  // communication lane, from the step's start, before the forward that waits for them; drawn, hit and named.
+  void simulatedParamGather() {
+    ms::RunConfig config = exampleConfig("gpt3-175b-plan.json");
+    config.parallel.precision = ms::Precision::Bf16;
+    if (config.parallel.zero != 1 && config.parallel.zero != 2) config.parallel.zero = 1;
+    config.parallel.overlapParamGather = true;
+    const auto snap = ms::analyzePlan(config);
+    QVERIFY2(snap->ok(), qPrintable(snap->error));
+    const ms::TimelineRow& row = snap->timeline.rows.at(0);
+    const TimelineSpan* gather = nullptr;
+    const TimelineSpan* forward = nullptr;
+    for (const TimelineSpan& sp : row.spans) {
+      if (sp.kind == SpanKind::ParamGather && !gather) gather = &sp;
+      if (sp.kind == SpanKind::Forward && !forward) forward = &sp;
+    }
+    QVERIFY(gather && forward);
+    QCOMPARE(gather->start, 0.0);
+    QVERIFY(gather->end > gather->start);
+    QVERIFY(forward->start > 0.0 && forward->start <= gather->end);  // waits for the first layer's part
+    QCOMPARE(ms::laneOf(SpanKind::ParamGather), 1);
+    TimelineView v;
+    v.resize(1200, 200);
+    v.setData(std::make_shared<TimelineData>(snap->timeline));
+    v.setViewRange(gather->start, gather->end);
+    const QImage img = v.render(v.size());
+    const QPoint at = pointAt(v, 0.5 * (gather->start + gather->end), 0, 1);
+    QCOMPARE(QColor(img.pixel(at)), TimelineView::spanColor(*gather));
+    const auto hit = v.spanAt(at);
+    QVERIFY(hit && hit->span.kind == SpanKind::ParamGather);
+    QVERIFY(v.toolTipText(*hit).contains("parameter all-gather"));
+  }
+
   // ---- MemoryView ----
   void memoryFits() {
     const auto snap = fortunesPp2();

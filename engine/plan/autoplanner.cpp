@@ -418,6 +418,8 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   par.virtualChunks = V;
                   par.microbatches = M;
                   par.zero = zero;
+                  // The user's overlap of ZeRO 1-2's parameter gather, where the candidate's stage has one.
+                  par.overlapParamGather = base.parallel.overlapParamGather && (zero == 1 || zero == 2);
                   par.offload = offload;
                   par.recompute = rc;
                   par.recomputeLayers = layers;

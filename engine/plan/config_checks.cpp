@@ -358,6 +358,12 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
         "\"zero\": 3 (FSDP), got zero " +
             std::to_string(p.zero) + " (\"optimizer\" offloads the optimizer state at any stage)",
         {"/parallel/zero"});
+  if (p.overlapParamGather && p.zero != 1 && p.zero != 2)
+    add(out, "/parallel/overlap_param_gather",
+        "overlapping the parameter all-gather with the next forward needs \"zero\": 1 or 2 (ZeRO 0 "
+        "gathers nothing, ZeRO-3 gathers each layer when it runs), got zero " +
+            std::to_string(p.zero),
+        {"/parallel/zero"});
   if (p.recomputeLayers > 0 && p.recompute != Recompute::Full)
     add(out, "/parallel/recompute_layers",
         "recompute_layers counts fully recomputed blocks per chunk and needs \"recompute\": \"full\", got "

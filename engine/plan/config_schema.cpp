@@ -538,6 +538,11 @@ void addParallel(std::vector<Field>& t) {
   t.push_back(boolField(p, "sequence_parallel", MS_REF(parallel.sequenceParallel),
                         "Shard activations outside the tensor-parallel regions along the sequence.")
                   .aka({"sp", "seq_parallel"}));
+  t.push_back(boolField(p, "overlap_param_gather", MS_REF(parallel.overlapParamGather),
+                        "With zero 1 or 2: all-gather the updated parameters beside the next step's forward, "
+                        "each layer waiting for its own, instead of inside the optimizer step (Megatron-LM's "
+                        "--overlap-param-gather).")
+                  .aka({"overlap_param_all_gather", "param_gather_overlap"}));
   t.push_back(enumField(p, "mode", kParallelModeNames, MS_REF(parallel.mode),
                         "How replicas combine gradients: collective (all-reduce inside one MPI job) or "
                         "parameter_server (workers pull parameters from and push gradients to server "

@@ -673,6 +673,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   m_optimizer.assign(static_cast<size_t>(plan.partition.stages), 0.0);
   m_optimizerDownload.assign(static_cast<size_t>(plan.partition.stages), 0.0);
   m_optimizerUpload.assign(static_cast<size_t>(plan.partition.stages), 0.0);
+  m_paramGather.assign(static_cast<size_t>(K), 0.0);
   for (int s = 0; s < plan.partition.stages; ++s) {
     // The stage's chunks' counts, computed once above; the local experts' share among them.
     double local = 0, experts = 0;
@@ -707,11 +708,24 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     }
     if (modelled && (p.zero == 1 || p.zero == 2)) {
       // The owned slices' all-gather: the dense parameters over dp x cp, the local experts over dp x cp / ep.
-      t += ringAllGatherTime((local - experts) * state.workingBytes, dp,
-                             ringLink(plan, plan.layout.dpCpGroup(replicaRank(plan, s))));
-      if (experts > 0)
-        t += ringAllGatherTime(experts * state.workingBytes, edp,
-                               ringLink(plan, plan.layout.edpGroup(replicaRank(plan, s))));
+      const int rank = replicaRank(plan, s);
+      const auto gather = [&](double dense, double expert) {
+        double g =
+            ringAllGatherTime(dense * state.workingBytes, dp, ringLink(plan, plan.layout.dpCpGroup(rank)));
+        if (expert > 0)
+          g +=
+              ringAllGatherTime(expert * state.workingBytes, edp, ringLink(plan, plan.layout.edpGroup(rank)));
+        return g;
+      };
+      if (!p.overlapParamGather) {
+        t += gather(local - experts, experts);
+      } else {
+        // Beside the next step's forward instead (runtime/parameters.cpp finishUpdate): each chunk's part.
+        for (int k : plan.partition.chunksOfStage(s))
+          m_paramGather[static_cast<size_t>(k)] =
+              gather(params[static_cast<size_t>(k)] - expertParams[static_cast<size_t>(k)],
+                     expertParams[static_cast<size_t>(k)]);
+      }
     }
     m_optimizer[static_cast<size_t>(s)] = t;
   }
@@ -785,6 +799,29 @@ std::vector<CostModel::SyncPiece> CostModel::gradSyncPieces(int chunk) const {
   const double sync = m_gradSync[static_cast<size_t>(chunk)];
   for (size_t i = 0; i < n; ++i)
     out[i].seconds = all > 0 ? sync * params[i] / all : (i + 1 == n ? sync : 0.0);
+  return out;
+}
+
+std::vector<double> CostModel::paramGatherPieces(int chunk) const {
+  const double all = m_paramGather[static_cast<size_t>(chunk)];
+  if (all <= 0) return {};
+  // By each layer's share of the chunk's parameters, as the engine gathers one unit per layer.
+  const std::vector<double>& params = m_layerParams[static_cast<size_t>(chunk)];
+  double total = 0;
+  for (double v : params) total += v;
+  std::vector<double> out(params.size(), 0.0);
+  for (size_t i = 0; i < params.size(); ++i)
+    out[i] = total > 0 ? all * params[i] / total : (i == 0 ? all : 0.0);
+  return out;
+}
+
+std::vector<double> CostModel::forwardShares(int chunk) const {
+  const std::vector<int>& layers = m_chunks[static_cast<size_t>(chunk)];
+  std::vector<double> out(layers.size(), layers.empty() ? 0.0 : 1.0 / double(layers.size()));
+  const double total = chunkSum(m_layers.forward, chunk);
+  if (total > 0)
+    for (size_t i = 0; i < layers.size(); ++i)
+      out[i] = m_layers.forward[static_cast<size_t>(layers[i])] / total;
   return out;
 }
 

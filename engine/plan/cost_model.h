@@ -135,8 +135,16 @@ class CostModel {
   };
   std::vector<SyncPiece> gradSyncPieces(int chunk) const;
   // The stage's optimizer step (a memory-bound pass over its parameter shard, plus ZeRO-1/2's parameter
-  // all-gather).
+  // all-gather unless overlap_param_gather moves it beside the next forward).
   double optimizerTime(int stage) const;
+  // With overlap_param_gather (ZeRO 1-2): chunk k's part of its stage's parameter all-gather, per layer of
+  // the chunk in model order (by its share of the chunk's parameters; the engine gathers a unit per layer).
+  // The stage's gathers start as the step starts (the previous step's optimizer has just ended) on its
+  // communication lane, in chunk order, and a layer's forward waits for its own (Megatron-LM's
+  // --overlap-param-gather). Empty without the overlap or when communication is free.
+  std::vector<double> paramGatherPieces(int chunk) const;
+  // Each layer's share of chunk k's forward, by compute time (sums to 1).
+  std::vector<double> forwardShares(int chunk) const;
   // Of which the device<->host transfers under offload (0 without): gradients down, parameters up.
   double optimizerTransferTime(int stage) const;
   // The device<->host transfers over the host link (PCIe) inside an action under offload
@@ -177,6 +185,7 @@ class CostModel {
   std::vector<double> m_gradSync;                  // (K)
   std::vector<std::vector<double>> m_layerParams;  // (K): each layer's parameters as one TP rank holds them
   std::vector<double> m_optimizer;                 // (P)
+  std::vector<double> m_paramGather;               // (K): overlap_param_gather's part of each chunk, else 0
   // Offload's host-link transfers (hostTransfers).
   std::vector<double> m_chunkHostUpload;    // (K): a chunk's shard up, before F's, B's and W's gathers
   std::vector<double> m_chunkHostDownload;  // (K): a microbatch's reduced gradient shard down, in B

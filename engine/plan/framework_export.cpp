@@ -259,6 +259,12 @@ Expected<FrameworkExport> exportMegatron(const RunConfig& c) {
     parallel.add("--use-megatron-fsdp");
     parallel.add("--data-parallel-sharding-strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params");
   }
+  if (p.overlapParamGather && (p.zero == 1 || p.zero == 2)) {
+    // Megatron-LM asserts --overlap-grad-reduce with it (megatron/training/arguments.py); the plan's
+    // gradient sync overlaps the backward already (runtime/model.cpp startSync).
+    parallel.add("--overlap-grad-reduce");
+    parallel.add("--overlap-param-gather");
+  }
   if (p.recompute == Recompute::Selective) parallel.add("--recompute-granularity", "selective");
   if (p.recompute == Recompute::Full) {
     parallel.add("--recompute-granularity", "full");
@@ -650,6 +656,11 @@ Expected<FrameworkExport> exportDeepSpeed(const RunConfig& c) {
   dense.parallel.offload = Offload::None;
   dense.parallel.precision = Precision::Fp32;
   dense.parallel.gradPrecision = GradPrecision::Fp32;
+  dense.parallel.overlapParamGather = false;
+  if (c.parallel.overlapParamGather)
+    notCarried.push_back(
+        "overlap_param_gather: DeepSpeed's ZeRO 1-2 all-gather the updated parameters inside the optimizer "
+        "step");
   Expected<FrameworkExport> megatron = exportMegatron(dense);
   if (!megatron) return megatron.status();
   const ParallelConfig& p = c.parallel;

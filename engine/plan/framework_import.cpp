@@ -450,6 +450,8 @@ Expected<FrameworkImport> importMegatron(const std::string& text, const ImportOp
     const std::string s = strategy ? *strategy : "optim_grads_params";
     p.zero = s == "no_shard" ? 0 : s == "optim" ? 1 : s == "optim_grads" ? 2 : 3;
   }
+  // ZeRO-3's per-layer gathers are prefetched beside the compute already; ZeRO 1-2's plan field says it.
+  if (flags.flag("--overlap-param-gather")) p.overlapParamGather = p.zero == 1 || p.zero == 2;
   if (const std::string* g = flags.get("--recompute-granularity")) {
     if (*g == "selective") {
       p.recompute = Recompute::Selective;

@@ -217,9 +217,13 @@ struct ParallelConfig {
   Precision precision = Precision::Fp32;              // "precision": "fp32" | "bf16"
   GradPrecision gradPrecision = GradPrecision::Fp32;  // "grad_precision": "fp32" | "bf16" (bf16 runs only)
   bool sequenceParallel = false;                      // "sequence_parallel"
-  Offload offload = Offload::None;                    // "offload": "none" | "optimizer" | "parameters"
-  BatchNormMode batchNorm = BatchNormMode::Local;     // "batchnorm": "local" | "sync" (cnn)
-  std::vector<ChunkPlacement> placement;              // "placement": empty = even split over pp stages
+  // "overlap_param_gather": ZeRO 1-2's all-gather of the updated parameters runs beside the next step's
+  // forward, each layer waiting for its own, instead of inside the optimizer step (Megatron-LM's
+  // --overlap-param-gather with its distributed optimizer).
+  bool overlapParamGather = false;
+  Offload offload = Offload::None;                 // "offload": "none" | "optimizer" | "parameters"
+  BatchNormMode batchNorm = BatchNormMode::Local;  // "batchnorm": "local" | "sync" (cnn)
+  std::vector<ChunkPlacement> placement;           // "placement": empty = even split over pp stages
   // Parameter-server mode ("mode": "parameter_server"; dp, tp and pp stay 1, the workers are the replicas).
   ParallelMode mode = ParallelMode::Collective;  // "mode": "collective" | "parameter_server"
   int servers = 1;                               // "servers": processes holding the parameter shards

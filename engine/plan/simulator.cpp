@@ -48,6 +48,9 @@ struct Lanes {
   double communication = 0;  // when the communication lane is free
   std::vector<SimSpan> spans;
   std::vector<SimHostTransfer> transfers;
+  // overlap_param_gather: when each layer's parameter all-gather ends, per chunk of the stage (in its order).
+  std::map<int, std::vector<double>> gathered;
+  std::vector<SimParamGather> gathers;  // the same, a span per chunk
 };
 
 // Offload's host-link transfers inside a compute action's span (CostModel::hostTransfers).
@@ -70,7 +73,22 @@ bool advance(const std::vector<Action>& actions, int s, const CostModel& costs,
     const Action& a = actions[lanes.next];
     SimSpan span{0, a.type, a.microbatch, a.chunk, 0, 0};
     switch (a.type) {
-      case ActionType::Forward:
+      case ActionType::Forward: {
+        const auto g = lanes.gathered.find(a.chunk);
+        const double d = costs.actionTime(a, s);
+        if (g == lanes.gathered.end() || g->second.empty() || g->second.back() <= lanes.compute) {
+          span.start = lanes.compute;
+          span.end = lanes.compute = span.start + d;
+          break;
+        }
+        // Each layer waits for its parameters' all-gather (CostModel::paramGatherPieces).
+        const std::vector<double> shares = costs.forwardShares(a.chunk);
+        double t = span.start = std::max(lanes.compute, g->second.front());
+        for (size_t i = 0; i < shares.size() && i < g->second.size(); ++i)
+          t = std::max(t, g->second[i]) + d * shares[i];
+        span.end = lanes.compute = t;
+        break;
+      }
       case ActionType::Backward:
       case ActionType::BackwardWeight:
         span.start = lanes.compute;
@@ -134,6 +152,18 @@ SimResult simulate(const Plan& plan, const CostModel& costs, bool spansPerRank) 
   const PipelineSchedule& schedule = plan.schedule;
   const int P = static_cast<int>(schedule.actions.size());
   std::vector<Lanes> lanes(static_cast<size_t>(P));
+  // overlap_param_gather: each stage's gathers run one after another from the step's start, chunk by chunk.
+  for (int s = 0; s < P && s < plan.partition.stages; ++s) {
+    Lanes& l = lanes[static_cast<size_t>(s)];
+    for (int k : plan.partition.chunksOfStage(s)) {
+      const std::vector<double> pieces = costs.paramGatherPieces(k);
+      if (pieces.empty()) continue;
+      std::vector<double>& ends = l.gathered[k];
+      const double start = l.communication;
+      for (double piece : pieces) ends.push_back(l.communication += piece);
+      l.gathers.push_back({0, k, start, l.communication});
+    }
+  }
   std::map<MessageKey, double> arrivals;
   for (bool progress = true; progress;) {
     progress = false;
@@ -170,6 +200,7 @@ SimResult simulate(const Plan& plan, const CostModel& costs, bool spansPerRank) 
   if (spansPerRank) {
     result.spansByRank.resize(static_cast<size_t>(world));
     result.hostTransfersByRank.resize(static_cast<size_t>(world));
+    result.paramGathersByRank.resize(static_cast<size_t>(world));
   }
   result.bubbleFraction.assign(static_cast<size_t>(world), 0.0);
   double peakSum = 0;
@@ -184,6 +215,9 @@ SimResult simulate(const Plan& plan, const CostModel& costs, bool spansPerRank) 
       auto& transfers = result.hostTransfersByRank[static_cast<size_t>(r)];
       transfers = lanes[static_cast<size_t>(s)].transfers;
       for (SimHostTransfer& t : transfers) t.rank = r;
+      auto& gathers = result.paramGathersByRank[static_cast<size_t>(r)];
+      gathers = lanes[static_cast<size_t>(s)].gathers;
+      for (SimParamGather& g : gathers) g.rank = r;
     }
     result.bubbleFraction[static_cast<size_t>(r)] =
         result.pipelineSpan > 0 ? 1.0 - busy[static_cast<size_t>(s)] / result.pipelineSpan : 0.0;

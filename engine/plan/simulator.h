@@ -49,6 +49,16 @@ struct SimHostTransfer {
   double end = 0;
 };
 
+// overlap_param_gather (ZeRO 1-2): a chunk's parameter all-gather on the communication lane, from the step's
+// start (the previous step's optimizer has just ended), its layers' parts one after another
+// (CostModel::paramGatherPieces); the chunk's forward layers wait for their parts.
+struct SimParamGather {
+  int rank = 0;
+  int chunk = -1;
+  double start = 0;
+  double end = 0;
+};
+
 // Whether a span of this type sits on the compute lane. Receives are shown there as the time the lane waits
 // (zero length when the message was already in); sends are drawn as the message in flight, from the send to
 // its arrival, and GradSyncs on the communication lane.
@@ -57,6 +67,7 @@ bool onComputeLane(ActionType type);
 struct SimResult {
   std::vector<std::vector<SimSpan>> spansByRank;                  // (R): each rank's spans in its list order
   std::vector<std::vector<SimHostTransfer>> hostTransfersByRank;  // (R): offload's, in list order
+  std::vector<std::vector<SimParamGather>> paramGathersByRank;    // (R): overlap_param_gather's, chunk order
   // Per rank: 1 - (busy time of F, B and W on its compute lane) / (the pipeline span: earliest F start to
   // latest B or W end over all stages). The optimizer step and any gradient-sync tail are outside the span.
   std::vector<double> bubbleFraction;  // (R)
@@ -76,9 +87,9 @@ struct SimResult {
   std::string error;
 };
 
-// spansPerRank false leaves spansByRank and hostTransfersByRank empty (every other figure is the same): the
-// auto-planner's simulations of 16384-rank plans with hundreds of microbatches would otherwise copy each
-// stage's spans to every one of its ranks (gigabytes).
+// spansPerRank false leaves spansByRank, hostTransfersByRank and paramGathersByRank empty (every other figure
+// is the same): the auto-planner's simulations of 16384-rank plans with hundreds of microbatches would
+// otherwise copy each stage's spans to every one of its ranks (gigabytes).
 SimResult simulate(const Plan& plan, const CostModel& costs, bool spansPerRank = true);
 
 }  // namespace ms

@@ -82,6 +82,9 @@ struct ParameterStore::UnitStorage {
   // ZeRO-3: the prefetch's all-gather into fullValues, in flight until gather() waits for it. Declared after
   // the buffers so that it is finished (its destructor waits) before they are freed.
   CommRequestPtr gathering;
+  // ZeRO 1-2 with overlapParamGather: the all-gather of the updated working parameters into the flat values,
+  // started by finishUpdate, in flight until the unit is next used (waitParamGather).
+  CommRequestPtr paramGather;
   bool started = false;
   bool reduced = false;  // ZeRO >= 2: shardGrads holds this step's sum so far (else it is to be written)
 };
@@ -546,8 +549,25 @@ Status ParameterStore::reduceGrads(int u) {
   return Status::ok();
 }
 
+Status ParameterStore::waitParamGather(int u) {
+  UnitStorage& s = *m_storage[u];
+  if (!s.paramGather) return Status::ok();
+  Status st = s.paramGather->wait();
+  s.paramGather.reset();
+  return st;
+}
+
+Status ParameterStore::settleParamGathers() {
+  Status first = Status::ok();
+  for (size_t u = 0; u < m_units.size(); ++u) {
+    Status st = waitParamGather(static_cast<int>(u));
+    if (!st && first) first = st;
+  }
+  return first;
+}
+
 Status ParameterStore::gather(int u) {
-  if (m_layout.zero < 3) return Status::ok();
+  if (m_layout.zero < 3) return waitParamGather(u);
   UnitStorage& s = *m_storage[u];
   if (s.gathering) {  // prefetched: wait for it
     Status st = s.gathering->wait();
@@ -693,7 +713,10 @@ Status ParameterStore::finishSync() {
     }
     s.started = false;
   }
-  return first;
+  // The optimizer writes the owned slices next: no parameter all-gather may still be writing them (every
+  // unit's layer ran, so none is left in a training step).
+  Status gathered = settleParamGathers();
+  return first ? gathered : first;
 }
 
 float* ParameterStore::ownedValues(int u) {
@@ -740,6 +763,7 @@ double ParameterStore::ownedGradSquares() const {
 
 Status ParameterStore::finishUpdate() {
   const bool gatherSlices = m_layout.zero >= 1 && m_layout.zero < 3;
+  MS_TRY(settleParamGathers());  // a unit no layer read since the last step (none in a training step)
   for (size_t ui = 0; ui < m_units.size(); ++ui) {
     const int u = static_cast<int>(ui);
     const size_t n = ownedSize(u);
@@ -767,12 +791,22 @@ Status ParameterStore::finishUpdate() {
       shard = n;
     }
     Communicator* group = gatherSlices ? groupOf(u) : nullptr;
-    if (group) MS_TRY(group->allGather(full + shard * m_units[u].shardRank, full, shard, CommType::F32));
+    if (!group) continue;
+    float* mine = full + shard * m_units[u].shardRank;
+    if (!m_layout.overlapParamGather) {
+      MS_TRY(group->allGather(mine, full, shard, CommType::F32));
+      continue;
+    }
+    // In place: the owned slice is both what this rank sends and where its part lands.
+    auto r = group->iallGather(mine, full, shard, CommType::F32);
+    if (!r) return r.status();
+    m_storage[u]->paramGather = std::move(*r);
   }
   return Status::ok();
 }
 
 Status ParameterStore::unitValues(int u, std::vector<float>& out) {
+  MS_TRY(waitParamGather(u));
   const size_t n = m_units[u].size;
   out.resize(n);
   Backend& be = backend();
@@ -799,6 +833,9 @@ Status ParameterStore::unitValues(int u, std::vector<float>& out) {
 }
 
 void ParameterStore::setUnitValues(int u, const float* full) {
+  // An all-gather in flight must not land on the values set here. Its result is overwritten, so its status
+  // is not needed; a broken group fails the next collective, which reports it.
+  (void)waitParamGather(u);
   const size_t n = m_units[u].size;
   Backend& be = backend();
   UnitStorage& s = *m_storage[u];

@@ -97,6 +97,9 @@ struct StoreLayout {
   int tp = 1, tpRank = 0;
   int dp = 1, dpRank = 0;
   int zero = 0;
+  // ZeRO 1-2: finishUpdate starts the parameter all-gathers without waiting; each unit's is waited for when
+  // its layer first runs (gather), or when anything else reads or writes its values.
+  bool overlapParamGather = false;
   GradPrecision gradPrecision = GradPrecision::Fp32;  // bf16 needs the backend's Bf16 GEMM precision
   Offload offload = Offload::None;                    // needs mixed precision and a host tracker
   bool holdsEmbedding = false;  // (tied gpt) the embedding layer is held: this rank's wte is the original
@@ -191,7 +194,8 @@ class ParameterStore {
   // No-op for ZeRO 0-1 (their gradients are all-reduced once per step).
   Status reduceGrads(int unit);
   // ZeRO-3: gathers the unit's full values from the DP group (blocking; waits for the prefetch's gather if
-  // one is in flight); no-op otherwise.
+  // one is in flight). ZeRO 1-2 with overlapParamGather: waits for the unit's all-gather that finishUpdate
+  // started. No-op otherwise.
   Status gather(int unit);
   // ZeRO-3: starts the unit's all-gather without waiting for it (the next layer's, issued as a layer starts
   // so that it travels while the layer computes: FSDP's forward and backward prefetch); gather() finishes
@@ -224,8 +228,12 @@ class ParameterStore {
   double ownedGradSquares() const;
   // After the optimizer step (blocking): the working parameters follow the update. Mixed precision rounds
   // each owned master slice into the working parameters (toBf16); ZeRO 1 and 2 then all-gather the owned
-  // slices (bf16 in mixed precision) so every replica holds the whole working parameters.
+  // slices (bf16 in mixed precision) so every replica holds the whole working parameters; with
+  // overlapParamGather it only starts those all-gathers (in unit order on every rank of a group, as
+  // non-blocking collectives require), which gather() finishes before the unit's layer runs.
   Status finishUpdate();
+  // Waits for every parameter all-gather finishUpdate left in flight (overlapParamGather); the first error.
+  Status settleParamGathers();
 
   // The backend the values and gradients live in (the tracker's).
   Backend& backend() const { return m_tracker ? m_tracker->backend() : hostBackend(); }
@@ -264,6 +272,7 @@ class ParameterStore {
   float* masterOwned(int unit);         // mixed: the owned slice of the unit's master weights
   MemoryTracker* shardTracker() const;  // where the ZeRO shards live: the host under offload "parameters"
   Status startGather(int unit, bool nonBlocking);  // ZeRO-3: allocates the unit's full values, gathers
+  Status waitParamGather(int unit);  // overlapParamGather: finishes the unit's all-gather if one is in flight
   Status finishPending();  // ZeRO >= 2: waits for the reduction in flight, adds it in, frees its buffers
   // The group a unit's gradients are summed over and ZeRO shards it over (the DP group, or an expert unit's
   // expert-data-parallel group); null where the unit has one shard.

@@ -72,6 +72,7 @@ StoreLayout storeLayoutOf(const Plan& plan, int stage, int tpRank, int dpRank) {
   s.dp = plan.layout.dp() * plan.layout.cp();
   s.dpRank = dpRank;
   s.zero = plan.config.parallel.zero;
+  s.overlapParamGather = plan.config.parallel.overlapParamGather;
   s.ep = plan.layout.ep();
   s.epRank = dpRank % plan.layout.ep();
   s.holdsEmbedding = std::find(s.layers.begin(), s.layers.end(), 0) != s.layers.end();

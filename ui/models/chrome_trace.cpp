@@ -34,6 +34,8 @@ const char* shortName(SpanKind kind) {
       return "H2D";
     case SpanKind::DeviceToHost:
       return "D2H";
+    case SpanKind::ParamGather:
+      return "param gather";
   }
   return "other";
 }

@@ -29,6 +29,8 @@ const char* toString(SpanKind kind) {
       return "host to device (offload)";
     case SpanKind::DeviceToHost:
       return "device to host (offload)";
+    case SpanKind::ParamGather:
+      return "parameter all-gather";
   }
   return "other";
 }
@@ -58,7 +60,7 @@ SpanKind spanKindFromCode(char code) {
 
 int laneOf(SpanKind kind) {
   return kind == SpanKind::Send || kind == SpanKind::GradSync || kind == SpanKind::HostToDevice ||
-                 kind == SpanKind::DeviceToHost
+                 kind == SpanKind::DeviceToHost || kind == SpanKind::ParamGather
              ? 1
              : 0;
 }
@@ -111,6 +113,15 @@ TimelineData timelineFromSimulation(const Plan& plan, const SimResult& sim) {
         t.kind = h.toHost ? SpanKind::DeviceToHost : SpanKind::HostToDevice;
         t.microbatch = static_cast<std::int16_t>(h.microbatch);
         t.chunk = static_cast<std::int16_t>(h.chunk);
+        row.spans.push_back(t);
+      }
+    if (r < static_cast<int>(sim.paramGathersByRank.size()))
+      for (const SimParamGather& g : sim.paramGathersByRank[r]) {
+        TimelineSpan t;
+        t.start = g.start;
+        t.end = g.end;
+        t.kind = SpanKind::ParamGather;
+        t.chunk = static_cast<std::int16_t>(g.chunk);
         row.spans.push_back(t);
       }
     std::stable_sort(row.spans.begin(), row.spans.end(),

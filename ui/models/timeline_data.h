@@ -29,6 +29,9 @@ enum class SpanKind : std::uint8_t {
   // Offload's transfers over the host link (PCIe), on the communication lane (simulator.h SimHostTransfer).
   HostToDevice,  // parameters up
   DeviceToHost,  // gradients down
+  // overlap_param_gather's all-gather of a chunk's updated parameters, on the communication lane
+  // (simulator.h SimParamGather).
+  ParamGather,
 };
 const char* toString(SpanKind kind);
 // The one-letter codes of the schedule and the metrics stream (F B W s r S R G O) to a kind.

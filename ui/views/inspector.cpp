@@ -146,7 +146,11 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
       });
   addInt(
       par, "/parallel/zero", tr("ZeRO stage"), [](const RunConfig& c) { return c.parallel.zero; },
-      [](RunConfig& c, int v) { c.parallel.zero = v; });
+      [](RunConfig& c, int v) {
+        c.parallel.zero = v;
+        // Only ZeRO 1-2 gather the parameters after the step (config_checks refuses the overlap elsewhere).
+        if (v != 1 && v != 2) c.parallel.overlapParamGather = false;
+      });
   addChoice(
       par, "/parallel/precision", tr("Precision"), enumNames(kPrecisionNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.precision)); },
@@ -175,6 +179,10 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
       par, "/parallel/sequence_parallel", tr("Sequence parallel"),
       [](const RunConfig& c) { return c.parallel.sequenceParallel; },
       [](RunConfig& c, bool v) { c.parallel.sequenceParallel = v; });
+  addBool(
+      par, "/parallel/overlap_param_gather", tr("Overlap parameter gather"),
+      [](const RunConfig& c) { return c.parallel.overlapParamGather; },
+      [](RunConfig& c, bool v) { c.parallel.overlapParamGather = v; });
   addChoice(
       par, "/parallel/batchnorm", tr("BatchNorm"), enumNames(kBatchNormModeNames),
       [](const RunConfig& c) { return QString::fromLatin1(toString(c.parallel.batchNorm)); },
@@ -199,6 +207,7 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
           p.offload = Offload::None;
           p.gradPrecision = GradPrecision::Fp32;
           p.sequenceParallel = false;
+          p.overlapParamGather = false;
           p.batchNorm = BatchNormMode::Local;
           p.placement.clear();
           if (p.servers > 1) c.training.gradClip = 0;
@@ -546,10 +555,14 @@ void Inspector::refresh() {
     if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(ps);
   if (QWidget* w = editorFor(QStringLiteral("/parallel/staleness")))
     w->setEnabled(ps && config.parallel.consistency == Consistency::Bounded);
-  for (const char* p :
-       {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/parallel/schedule", "/parallel/virtual_chunks",
-        "/parallel/zero", "/parallel/offload", "/parallel/sequence_parallel", "/parallel/cp"})
+  for (const char* p : {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/parallel/schedule",
+                        "/parallel/virtual_chunks", "/parallel/zero", "/parallel/offload",
+                        "/parallel/sequence_parallel", "/parallel/cp", "/parallel/overlap_param_gather"})
     if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(!ps);
+  // The overlap of ZeRO 1-2's parameter gather (one left on stays editable, so it can be undone).
+  if (QWidget* w = editorFor(QStringLiteral("/parallel/overlap_param_gather")))
+    w->setEnabled(!ps && (config.parallel.zero == 1 || config.parallel.zero == 2 ||
+                          config.parallel.overlapParamGather));
   // Expert parallelism splits a mixture of experts (an ep left above 1 stays editable, so it can be undone).
   if (QWidget* w = editorFor(QStringLiteral("/parallel/ep")))
     w->setEnabled(!ps && ((config.model.type == ModelType::Llama && config.model.experts > 0) ||

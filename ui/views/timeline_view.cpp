@@ -44,6 +44,8 @@ QRgb fixedColour(SpanKind kind) {
       return qRgb(124, 77, 255);
     case SpanKind::DeviceToHost:
       return qRgb(194, 24, 91);
+    case SpanKind::ParamGather:
+      return qRgb(46, 125, 50);
     default:
       return qRgb(150, 150, 150);
   }
