@@ -171,6 +171,16 @@ void Model::acquire(int layer) {
   if (!s) throw CommFailure("gathering the parameters of " + m_spec.layers[layer].name + ": " + s.message());
 }
 
+void Model::awaitParamGathers(int layer) {
+  const int u = m_params->unitOfLayer(layer), experts = m_params->expertUnitOfLayer(layer);
+  Status s = m_params->awaitParamGather(u);
+  if (s && experts >= 0) s = m_params->awaitParamGather(experts);
+  if (s && readsTied(layer)) s = m_params->awaitParamGather(m_params->tiedUnit());
+  if (!s)
+    throw CommFailure("gathering the updated parameters of " + m_spec.layers[layer].name + ": " +
+                      s.message());
+}
+
 bool Model::readsTied(int layer) const {
   return (layer == 0 || layer == numLayers() - 1) && m_params->tiedUnit() >= 0;
 }
@@ -224,6 +234,7 @@ const float* Model::forwardChunk(int c, int slot, const float* input, const Batc
   const int first = layers.front();
   const BatchView v = view(batch, c, slot, true);
   for (int l : layers) {
+    awaitParamGathers(l);
     const int m0 = mark();
     acquire(l);
     if (l != layers.back()) prefetch(l + 1);  // ZeRO-3: the next layer's gather travels while l computes

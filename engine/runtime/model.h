@@ -162,6 +162,10 @@ class Model {
   void storeOutput(int layer, float* stored, const float* written, int B);
   // ZeRO-3 gather / release of the units a layer reads (its own and the tied embedding).
   void acquire(int layer);
+  // overlap_param_gather (ZeRO 1-2): waits for the all-gathers of the units a layer reads that the last
+  // optimizer step left in flight, before the layer's span starts: the wait is a gap on the timeline, as the
+  // simulator draws it, not part of the layer's forward (acquire would wait inside the span).
+  void awaitParamGathers(int layer);
   // ZeRO-3: starts gathering the layer's parameters (and the tied embedding it reads) while the current
   // layer computes; acquire() finishes the gather.
   void prefetch(int layer);

@@ -234,6 +234,8 @@ class ParameterStore {
   Status finishUpdate();
   // Waits for every parameter all-gather finishUpdate left in flight (overlapParamGather); the first error.
   Status settleParamGathers();
+  // Waits for the unit's, if one is in flight (gather() does too).
+  Status awaitParamGather(int unit) { return waitParamGather(unit); }
 
   // The backend the values and gradients live in (the tracker's).
   Backend& backend() const { return m_tracker ? m_tracker->backend() : hostBackend(); }
