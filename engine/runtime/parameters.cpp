@@ -83,7 +83,7 @@ struct ParameterStore::UnitStorage {
   // the buffers so that it is finished (its destructor waits) before they are freed.
   CommRequestPtr gathering;
   // ZeRO 1-2 with overlapParamGather: the all-gather of the updated working parameters into the flat values,
-  // started by finishUpdate, in flight until the unit is next used (waitParamGather).
+  // started by finishUpdate, in flight until the unit is next used (awaitParamGather).
   CommRequestPtr paramGather;
   bool started = false;
   bool reduced = false;  // ZeRO >= 2: shardGrads holds this step's sum so far (else it is to be written)
@@ -549,7 +549,7 @@ Status ParameterStore::reduceGrads(int u) {
   return Status::ok();
 }
 
-Status ParameterStore::waitParamGather(int u) {
+Status ParameterStore::awaitParamGather(int u) {
   UnitStorage& s = *m_storage[u];
   if (!s.paramGather) return Status::ok();
   Status st = s.paramGather->wait();
@@ -560,14 +560,14 @@ Status ParameterStore::waitParamGather(int u) {
 Status ParameterStore::settleParamGathers() {
   Status first = Status::ok();
   for (size_t u = 0; u < m_units.size(); ++u) {
-    Status st = waitParamGather(static_cast<int>(u));
+    Status st = awaitParamGather(static_cast<int>(u));
     if (!st && first) first = st;
   }
   return first;
 }
 
 Status ParameterStore::gather(int u) {
-  if (m_layout.zero < 3) return waitParamGather(u);
+  if (m_layout.zero < 3) return awaitParamGather(u);
   UnitStorage& s = *m_storage[u];
   if (s.gathering) {  // prefetched: wait for it
     Status st = s.gathering->wait();
@@ -806,7 +806,7 @@ Status ParameterStore::finishUpdate() {
 }
 
 Status ParameterStore::unitValues(int u, std::vector<float>& out) {
-  MS_TRY(waitParamGather(u));
+  MS_TRY(awaitParamGather(u));
   const size_t n = m_units[u].size;
   out.resize(n);
   Backend& be = backend();
@@ -835,7 +835,7 @@ Status ParameterStore::unitValues(int u, std::vector<float>& out) {
 void ParameterStore::setUnitValues(int u, const float* full) {
   // An all-gather in flight must not land on the values set here. Its result is overwritten, so its status
   // is not needed; a broken group fails the next collective, which reports it.
-  (void)waitParamGather(u);
+  (void)awaitParamGather(u);
   const size_t n = m_units[u].size;
   Backend& be = backend();
   UnitStorage& s = *m_storage[u];

@@ -235,7 +235,7 @@ class ParameterStore {
   // Waits for every parameter all-gather finishUpdate left in flight (overlapParamGather); the first error.
   Status settleParamGathers();
   // Waits for the unit's, if one is in flight (gather() does too).
-  Status awaitParamGather(int unit) { return waitParamGather(unit); }
+  Status awaitParamGather(int unit);
 
   // The backend the values and gradients live in (the tracker's).
   Backend& backend() const { return m_tracker ? m_tracker->backend() : hostBackend(); }
@@ -274,7 +274,6 @@ class ParameterStore {
   float* masterOwned(int unit);         // mixed: the owned slice of the unit's master weights
   MemoryTracker* shardTracker() const;  // where the ZeRO shards live: the host under offload "parameters"
   Status startGather(int unit, bool nonBlocking);  // ZeRO-3: allocates the unit's full values, gathers
-  Status waitParamGather(int unit);  // overlapParamGather: finishes the unit's all-gather if one is in flight
   Status finishPending();  // ZeRO >= 2: waits for the reduction in flight, adds it in, frees its buffers
   // The group a unit's gradients are summed over and ZeRO shards it over (the DP group, or an expert unit's
   // expert-data-parallel group); null where the unit has one shard.

@@ -555,9 +555,9 @@ void Inspector::refresh() {
     if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(ps);
   if (QWidget* w = editorFor(QStringLiteral("/parallel/staleness")))
     w->setEnabled(ps && config.parallel.consistency == Consistency::Bounded);
-  for (const char* p : {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/parallel/schedule",
-                        "/parallel/virtual_chunks", "/parallel/zero", "/parallel/offload",
-                        "/parallel/sequence_parallel", "/parallel/cp", "/parallel/overlap_param_gather"})
+  for (const char* p :
+       {"/parallel/dp", "/parallel/tp", "/parallel/pp", "/parallel/schedule", "/parallel/virtual_chunks",
+        "/parallel/zero", "/parallel/offload", "/parallel/sequence_parallel", "/parallel/cp"})
     if (QWidget* w = editorFor(QString::fromLatin1(p))) w->setEnabled(!ps);
   // The overlap of ZeRO 1-2's parameter gather (one left on stays editable, so it can be undone).
   if (QWidget* w = editorFor(QStringLiteral("/parallel/overlap_param_gather")))
