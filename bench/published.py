@@ -10,7 +10,8 @@ logging included), with DP, TP and PP communication overlapped (--overlap-grad-r
 what Megatron's own GPT scripts default to for these runs: micro-batch 1, the distributed optimizer
 (ZeRO-1 here) with its parameter all-gather beside the next forward (the plan's overlap_param_gather;
 --serial-param-gather plans it inside the optimizer step instead), bf16, sequence parallelism with tensor
-parallelism, no recompute, and for pp > 1 the 1F1B schedule (--schedule interleaved_1f1b --chunks V plans the
+parallelism and its collectives in chunks beside the GEMMs (the plan's tp_comm_overlap; --serial-tp-comm
+plans them whole), no recompute, and for pp > 1 the 1F1B schedule (--schedule interleaved_1f1b --chunks V plans the
 interleaved one instead).
 
 Each row becomes a run config on nodes of 8 H100 SXM (the catalog's NVLink inside a node, InfiniBand
@@ -29,7 +30,7 @@ the planner would call the published run's MFU); "ratio" is predicted over that,
 over the predicted one.
 
 usage: bench/published.py [--engine build/engine/meshstudio-engine] [--schedule 1f1b|interleaved_1f1b]
-                          [--chunks V] [--serial-param-gather] [--out results.json]
+                          [--chunks V] [--serial-param-gather] [--serial-tp-comm] [--out results.json]
 """
 import argparse
 import json
@@ -62,13 +63,14 @@ def megatron_flops(row, seq=4096, vocab=131072):
         (1 + 1 + seq / hidden) + 4 + vocab / (2 * layers * hidden))
 
 
-def config_for(row, schedule, chunks, overlap_gather=True):
+def config_for(row, schedule, chunks, overlap_gather=True, overlap_tp=True):
     name, heads, hidden, layers, tp, pp, dp, gpus, batch, _, _ = row
     assert tp * pp * dp == gpus
     parallel = {"dp": dp, "tp": tp, "pp": pp, "microbatches": batch // dp, "zero": 1, "precision": "bf16",
                 "recompute": "none", "overlap_param_gather": overlap_gather}
     if tp > 1:
         parallel["sequence_parallel"] = True
+        parallel["tp_comm_overlap"] = overlap_tp
     if pp > 1:
         parallel["schedule"] = schedule
         if schedule == "interleaved_1f1b":
@@ -104,6 +106,8 @@ def main():
     ap.add_argument("--chunks", type=int, default=2)
     ap.add_argument("--serial-param-gather", action="store_true",
                     help="plan ZeRO-1's parameter all-gather inside the optimizer step (not overlapped)")
+    ap.add_argument("--serial-tp-comm", action="store_true",
+                    help="plan the sequence-parallel collectives whole (tp_comm_overlap off)")
     ap.add_argument("--out")
     args = ap.parse_args()
     if not os.path.exists(args.engine):
@@ -116,7 +120,8 @@ def main():
           f"{'mem GiB':>8} {'fits':>5}")
     with tempfile.TemporaryDirectory() as tmp:
         for row in MEGATRON_H100:
-            config = config_for(row, args.schedule, args.chunks, not args.serial_param_gather)
+            config = config_for(row, args.schedule, args.chunks, not args.serial_param_gather,
+                                not args.serial_tp_comm)
             free = json.loads(json.dumps(config))
             free["mesh"]["link_types"] = [{"name": "free", "bandwidth_gbs": 1e7, "latency_us": 0}]
             free["mesh"]["intra_link"] = free["mesh"]["inter_link"] = "free"

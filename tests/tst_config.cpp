@@ -590,7 +590,7 @@ class TestConfig : public QObject {
     QCOMPARE(j["model"].size(), size_t(10));  // the gpt fields only
     QCOMPARE(j["data"].size(), size_t(3));    // kind, train, val
     QCOMPARE(j["mesh"].size(), size_t(6));    // nodes, links, and the (empty) lists of own types and profiles
-    QCOMPARE(j["parallel"].size(), size_t(18));  // mode; the parameter-server fields only in that mode
+    QCOMPARE(j["parallel"].size(), size_t(19));  // mode; the parameter-server fields only in that mode
     QCOMPARE(j["optimizer"].size(), size_t(7));
     QCOMPARE(j["training"].size(), size_t(16));
     QCOMPARE(j["data"]["val"], json::array({"val.bin"}));

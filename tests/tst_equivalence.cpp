@@ -304,6 +304,16 @@ class TestEquivalence : public QObject {
                                  << R"({"tp": 2})";
     QTest::newRow("gpt tp2 sequence parallel") << "gpt"
                                                << R"({"tp": 2, "sequence_parallel": true})";
+    // tp_comm_overlap: the sequence-parallel all-gathers and reduce-scatters in chunks beside the GEMM rows
+    // (plan/tp_overlap.h): 8 samples a microbatch, one chunk each; with a split backward (the weight
+    // gradients deferred) and a recomputed block at 2 samples a microbatch (two chunks a sample).
+    QTest::newRow("gpt tp2 sequence parallel overlap")
+        << "gpt"
+        << R"({"tp": 2, "sequence_parallel": true, "tp_comm_overlap": true})";
+    QTest::newRow("gpt tp2 pp2 sequence parallel overlap zb-h1 recompute 1 of 2 blocks")
+        << "gpt"
+        << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1", "sequence_parallel": true,
+              "tp_comm_overlap": true, "recompute": "full", "recompute_layers": 1})";
     // Pipeline schedules and placements.
     QTest::newRow("gpt pp2 1f1b") << "gpt"
                                   << R"({"pp": 2, "microbatches": 4})";
@@ -384,6 +394,14 @@ class TestEquivalence : public QObject {
                                    << R"({"tp": 2})";
     QTest::newRow("llama-moe tp2 sequence parallel") << "llama-moe"
                                                      << R"({"tp": 2, "sequence_parallel": true})";
+    // tp_comm_overlap with grouped-query attention at one sample a microbatch (four chunks of the sample's
+    // piece), and with experts (the attention's collectives overlapped, the experts' MLP as without).
+    QTest::newRow("llama tp2 sequence parallel overlap m8")
+        << "llama"
+        << R"({"tp": 2, "sequence_parallel": true, "tp_comm_overlap": true, "microbatches": 8})";
+    QTest::newRow("llama-moe tp2 sequence parallel overlap")
+        << "llama-moe"
+        << R"({"tp": 2, "sequence_parallel": true, "tp_comm_overlap": true})";
     QTest::newRow("llama-moe dp2 pp2 zero1") << "llama-moe-noaux"
                                              << R"({"dp": 2, "pp": 2, "zero": 1, "microbatches": 2})";
     QTest::newRow("llama-moe pp2 zb-h1 recompute")
@@ -646,6 +664,14 @@ class TestEquivalence : public QObject {
     QTest::newRow("llama tp2 pp2 sequence parallel bf16 grads")
         << R"({"model": "llama", "tp": 2, "pp": 2, "microbatches": 2, "sequence_parallel": true,
               "precision": "bf16", "grad_precision": "bf16"})";
+    // tp_comm_overlap in bf16: each chunk's partial sums rounded to bf16 before its reduce-scatter, as the
+    // whole tensor's are without the overlap; the kept LayerNorm outputs gathered as bf16.
+    QTest::newRow("gpt tp2 sequence parallel overlap")
+        << R"({"tp": 2, "sequence_parallel": true, "tp_comm_overlap": true, "microbatches": 4,
+              "precision": "bf16"})";
+    QTest::newRow("llama tp2 sequence parallel overlap bf16 grads")
+        << R"({"model": "llama", "tp": 2, "sequence_parallel": true, "tp_comm_overlap": true,
+              "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})";
     // Context parallelism in bf16: ring attention computes in fp32 on the bf16-rounded q, k and v, as the
     // one process's attention does, so only the order of the softmax sums differs.
     QTest::newRow("gpt cp2 bf16 grads") << R"({"cp": 2, "precision": "bf16", "grad_precision": "bf16"})";
@@ -741,6 +767,11 @@ class TestEquivalence : public QObject {
                                                   << R"({"dp": 2, "zero": 1, "overlap_param_gather": true})";
     QTest::newRow("gpt tp2 sequence parallel") << "gpt"
                                                << R"({"tp": 2, "sequence_parallel": true})";
+    // The chunks' staged collectives land in device memory only when waited for: GEMM rows that ran before
+    // their chunk arrived would read what the slot held before.
+    QTest::newRow("gpt tp2 sequence parallel overlap")
+        << "gpt"
+        << R"({"tp": 2, "sequence_parallel": true, "tp_comm_overlap": true, "microbatches": 2})";
     QTest::newRow("gpt untied tp2 pp2 zb-h1")
         << "gpt-untied"
         << R"({"tp": 2, "pp": 2, "microbatches": 4, "schedule": "zb_h1"})";

@@ -165,7 +165,8 @@ std::vector<std::pair<std::string, RunConfig>> titanPlans() {
     c.training.batchSize = 16;
     c.parallel.zero = 3;
     c.parallel.recompute = Recompute::Selective;
-    plans.emplace_back("titan fsdp2 tp2 pp2 interleaved selective", c);
+    c.parallel.tpCommOverlap = true;  // async tensor parallelism (under torch.compile)
+    plans.emplace_back("titan fsdp2 tp2 pp2 interleaved selective async tp", c);
   }
   {
     RunConfig c = titanPlan(2, 4);  // ZeRO-2 (reshard never) over 4 x cp2, full recompute, accumulation
@@ -216,6 +217,7 @@ void compareRoundTrip(const std::string& name, const RunConfig& config, const Ru
   QCOMPARE(int(b.gradPrecision), int(a.gradPrecision));
   QCOMPARE(int(b.offload), int(a.offload));
   QCOMPARE(b.sequenceParallel, a.sequenceParallel);
+  QCOMPARE(b.tpCommOverlap, a.tpCommOverlap);
   QCOMPARE(b.overlapParamGather, a.overlapParamGather);
   QVERIFY2(back.optimizer == config.optimizer,
            (name + ":\n" + toJson(back).at("optimizer").dump() + "\n" + toJson(config).at("optimizer").dump())
@@ -476,6 +478,54 @@ name = "two"
     QVERIFY(!back->config.parallel.overlapParamGather);
   }
 
+  // tp_comm_overlap: Megatron-LM's --tp-comm-overlap both ways (it needs --sequence-parallel), torchtitan's
+  // async tensor parallelism with torch.compile on (its requirement), and DeepSpeed says it runs them whole.
+  void tpCommOverlapTravels() {
+    RunConfig c = roundTripPlans()[0].second;  // dp2 tp2 pp2, sequence parallel
+    c.parallel.tpCommOverlap = true;
+    Expected<FrameworkExport> ex = exportForFramework(c, Framework::Megatron);
+    QVERIFY2(ex.isOk(), ex.isOk() ? "" : ex.message().c_str());
+    QVERIFY2(ex->notCarried.empty(), joined(ex->notCarried).c_str());
+    const std::string& text = ex->files[0].text;
+    QVERIFY(text.find("--tp-comm-overlap") != std::string::npos);
+    ImportOptions options;
+    options.device = "h100-sxm-80gb";
+    Expected<FrameworkImport> im = importMegatron(text, options);
+    QVERIFY2(im.isOk(), im.isOk() ? "" : im.message().c_str());
+    QVERIFY(im->config.parallel.tpCommOverlap);
+    QVERIFY(im->config.parallel.sequenceParallel);
+    // Without sequence parallelism the flag cannot apply: the import leaves the field off.
+    std::string withoutSp = text;
+    const size_t sp = withoutSp.find("--sequence-parallel");
+    QVERIFY(sp != std::string::npos);
+    withoutSp.erase(sp, std::string("--sequence-parallel").size());
+    Expected<FrameworkImport> noSp = importMegatron(withoutSp, options);
+    QVERIFY2(noSp.isOk(), noSp.isOk() ? "" : noSp.message().c_str());
+    QVERIFY(!noSp->config.parallel.tpCommOverlap);
+    c.parallel.tpCommOverlap = false;
+    Expected<FrameworkExport> plain = exportForFramework(c, Framework::Megatron);
+    QVERIFY(plain.isOk());
+    QVERIFY(plain->files[0].text.find("--tp-comm-overlap") == std::string::npos);
+    // torchtitan: the async-TP key and compile.enable, written together.
+    RunConfig titan = titanPlans()[0].second;
+    Expected<FrameworkExport> tt = exportForFramework(titan, Framework::Torchtitan);
+    QVERIFY2(tt.isOk(), tt.isOk() ? "" : tt.message().c_str());
+    QVERIFY(tt->files[0].text.find("enable_async_tensor_parallel = true") != std::string::npos);
+    QVERIFY(tt->files[0].text.find("[compile]\nenable = true") != std::string::npos);
+    titan.parallel.tpCommOverlap = false;
+    Expected<FrameworkExport> ttPlain = exportForFramework(titan, Framework::Torchtitan);
+    QVERIFY(ttPlain.isOk());
+    QVERIFY(ttPlain->files[0].text.find("async_tensor") == std::string::npos);
+    QVERIFY(ttPlain->files[0].text.find("[compile]") == std::string::npos);
+    // DeepSpeed (Megatron-DeepSpeed) has no such overlap.
+    c.parallel.tpCommOverlap = true;
+    c.training.lrSchedule = LrSchedule::Cosine;
+    Expected<FrameworkExport> ds = exportForFramework(c, Framework::DeepSpeed);
+    QVERIFY2(ds.isOk(), ds.isOk() ? "" : ds.message().c_str());
+    QVERIFY2(mentions(ds->notCarried, "tp_comm_overlap"), joined(ds->notCarried).c_str());
+    QVERIFY(ds->files[0].text.find("--tp-comm-overlap") == std::string::npos);
+  }
+
   // Export then import gives the same plan: the same model, parallel sizes, schedule, ZeRO, recompute,
   // precision, batch and optimizer, and the same partition of layers over stages once built.
   void megatronRoundTrip() {
@@ -510,6 +560,7 @@ name = "two"
       QCOMPARE(int(b.gradPrecision), int(a.gradPrecision));
       QCOMPARE(int(b.offload), int(a.offload));
       QCOMPARE(b.sequenceParallel, a.sequenceParallel);
+      QCOMPARE(b.tpCommOverlap, a.tpCommOverlap);
       QVERIFY2(back.optimizer == config.optimizer, name.c_str());
       QCOMPARE(back.training.batchSize, config.training.batchSize);
       QCOMPARE(back.training.seqLen, config.training.seqLen);

@@ -316,6 +316,24 @@ class TestUiEditing : public QObject {
     QVERIFY(doc.errors().empty());
     zero->setValue(0);
 
+    // The overlap of the tensor-parallel collectives splits sequence parallelism's: its box is enabled with
+    // sequence parallelism and cleared when that is turned off.
+    auto* sequence = qobject_cast<QCheckBox*>(inspector.editorFor("/parallel/sequence_parallel"));
+    auto* tpOverlap = qobject_cast<QCheckBox*>(inspector.editorFor("/parallel/tp_comm_overlap"));
+    QVERIFY(sequence && tpOverlap);
+    QVERIFY(!doc.config().parallel.sequenceParallel);
+    QVERIFY(!tpOverlap->isEnabled());
+    sequence->setChecked(true);
+    QVERIFY(tpOverlap->isEnabled());
+    tpOverlap->setChecked(true);
+    QVERIFY(doc.config().parallel.tpCommOverlap);
+    QVERIFY(doc.errors().empty());
+    sequence->setChecked(false);
+    QVERIFY(!doc.config().parallel.tpCommOverlap);
+    QVERIFY(!tpOverlap->isChecked());
+    QVERIFY(!tpOverlap->isEnabled());
+    QVERIFY(doc.errors().empty());
+
     // The BatchNorm mode applies to the cnn only: disabled here (gpt), enabled and undoable for a cnn.
     auto* batchNorm = qobject_cast<QComboBox*>(inspector.editorFor("/parallel/batchnorm"));
     QVERIFY(batchNorm);

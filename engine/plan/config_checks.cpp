@@ -364,6 +364,12 @@ void checkMeshAndLayout(const RunConfig& c, Findings& out) {
         "gathers nothing, ZeRO-3 gathers each layer when it runs), got zero " +
             std::to_string(p.zero),
         {"/parallel/zero"});
+  if (p.tpCommOverlap && !p.sequenceParallel)
+    add(out, "/parallel/tp_comm_overlap",
+        "overlapping the tensor-parallel collectives with the GEMMs needs \"sequence_parallel\": true (it "
+        "splits the sequence-parallel all-gathers and reduce-scatters into chunks; Megatron-LM asserts the "
+        "same for --tp-comm-overlap)",
+        {"/parallel/sequence_parallel"});
   if (p.recomputeLayers > 0 && p.recompute != Recompute::Full)
     add(out, "/parallel/recompute_layers",
         "recompute_layers counts fully recomputed blocks per chunk and needs \"recompute\": \"full\", got "

@@ -543,6 +543,11 @@ void addParallel(std::vector<Field>& t) {
                         "each layer waiting for its own, instead of inside the optimizer step (Megatron-LM's "
                         "--overlap-param-gather).")
                   .aka({"overlap_param_all_gather", "param_gather_overlap"}));
+  t.push_back(boolField(p, "tp_comm_overlap", MS_REF(parallel.tpCommOverlap),
+                        "With sequence_parallel (and tp > 1): split each block's tensor-parallel all-gathers "
+                        "and reduce-scatters into chunks that travel beside the GEMM rows of other chunks "
+                        "(Megatron-LM's --tp-comm-overlap).")
+                  .aka({"overlap_tp_comm", "tp_overlap"}));
   t.push_back(enumField(p, "mode", kParallelModeNames, MS_REF(parallel.mode),
                         "How replicas combine gradients: collective (all-reduce inside one MPI job) or "
                         "parameter_server (workers pull parameters from and push gradients to server "

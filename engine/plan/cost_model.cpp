@@ -80,6 +80,7 @@
 #include "plan/memory_model.h"
 #include "plan/model_state.h"
 #include "plan/recompute.h"
+#include "plan/tp_overlap.h"
 
 namespace ms {
 
@@ -359,6 +360,66 @@ std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const Lay
   return std::nullopt;
 }
 
+// tp_comm_overlap (plan/tp_overlap.h): a transformer block's GEMM time, per microbatch on the stage's device,
+// beside each of its sequence-parallel collectives. Forward: the column-parallel group (q|k|v, the MLP's
+// first GEMMs) after each all-gather, the row-parallel GEMM (proj, the MLP's output) before each
+// reduce-scatter. Backward: the input gradients of the MLP's first group and of q|k|v before their
+// reduce-scatters, of proj after the all-gather of its output's gradient. A mixture-of-experts block's MLP
+// runs without the overlap (mlp false), as the engine runs it.
+struct OverlapGemms {
+  double qkv = 0, proj = 0, fc = 0, fcproj = 0;  // forward
+  double dFc = 0, dProj = 0, dQkv = 0;           // backward, input gradients
+  bool mlp = false;
+};
+OverlapGemms overlapGemms(const Plan& plan, int stage, const LayerSpec& layer, double mbs) {
+  const ParallelConfig& p = plan.config.parallel;
+  const DeviceSpec& device = stageDevice(plan, stage);
+  const int tp = std::max(1, p.tp);
+  std::optional<RankShare> share;
+  if (device.profile) share = rankShare(plan, replicaRank(plan, stage), *device.profile);
+  const double rate = device.peakFlops(p.precision) * device.achievableFraction;
+  const auto gemm = [&](double m, double n, double k) {
+    if (share)
+      return ProfileTimes(*device.profile, p.precision, share->threads).gemm(m, n, k) * share->slowdown;
+    if (device.kernels) return CatalogTimes(device, p.precision).gemm(m, n, k);
+    return rate > 0 ? 2.0 * m * n * k / rate : 0.0;
+  };
+  OverlapGemms o;
+  o.mlp = layer.experts == 0;
+  int group = 0;  // 0 q|k|v, 1 proj, 2 the MLP's first, 3 its output
+  for (const GemmShape& g : layer.gemms) {
+    if (g.expert || g.split == GemmShape::Split::None) continue;
+    if (g.split == GemmShape::Split::Input ? group % 2 == 0 : group % 2 == 1) ++group;
+    const double m = g.rows * mbs;
+    const double n = g.split == GemmShape::Split::Output ? double(g.n) / tp : double(g.n);
+    const double k = g.split == GemmShape::Split::Input ? double(g.k) / tp : double(g.k);
+    const double f = gemm(m, n, k), dx = g.inputGradient ? gemm(m, k, n) : 0.0;
+    switch (group) {
+      case 0:
+        o.qkv += f, o.dQkv += dx;
+        break;
+      case 1:
+        o.proj += f, o.dProj += dx;
+        break;
+      case 2:
+        o.fc += f, o.dFc += dx;
+        break;
+      default:
+        o.fcproj += f;
+        break;
+    }
+  }
+  return o;
+}
+
+// What a collective of `comm` seconds split into n chunks leaves exposed beside `gemm` seconds of GEMM rows
+// split alike: all-gather chunks queue on the link and each chunk's rows wait for it (the last rows end at
+// max(comm + gemm / n, comm / n + gemm)); a reduce-scatter's chunks queue behind their rows, symmetrically.
+double exposedBeside(double comm, double gemm, int n) {
+  n = std::max(1, n);
+  return std::max(comm / n, comm - gemm * (n - 1) / n);
+}
+
 }  // namespace
 
 std::vector<KernelCost> layerForwardKernels(const Plan& plan, int layer) {
@@ -458,9 +519,26 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         const double outBytes =
             mlp ? double(moved.outputBytesPerSample) : moved.outputBytesPerSampleIn(p.precision);
         const double t = ringAllReduceTime(outBytes * mbs, tp, link);
-        m_chunkForwardComm[static_cast<size_t>(k)] += c.forward * t;
+        double forward = c.forward * t, backward = c.backward * t;
+        if (p.tpCommOverlap && p.sequenceParallel && transformerBlock) {
+          // tp_comm_overlap (plan/tp_overlap.h, runtime/transformer.cpp): forward's two all-gathers and two
+          // reduce-scatters each beside its GEMM group, chunk by chunk; backward's two reduce-scatters and
+          // the all-gather of proj's output gradient likewise, its last all-gather (the block input's
+          // gradient, whole for the layer before) not. A mixture-of-experts block's MLP collectives stay
+          // whole.
+          const double ag = ringAllGatherTime(outBytes * mbs, tp, link);
+          const double rs = ringReduceScatterTime(outBytes * mbs, tp, link);
+          const OverlapGemms g = overlapGemms(plan, stage, layer, mbs);
+          const int mb = std::max(1, static_cast<int>(std::lround(mbs)));
+          const int n = mb * tpOverlapSplits(mb, std::max(1, model.samplePositions / tp));
+          forward = exposedBeside(ag, g.qkv, n) + exposedBeside(rs, g.proj, n) +
+                    (g.mlp ? exposedBeside(ag, g.fc, n) + exposedBeside(rs, g.fcproj, n) : ag + rs);
+          backward = (g.mlp ? exposedBeside(rs, g.dFc, n) : rs) + exposedBeside(ag, g.dProj, n) +
+                     exposedBeside(rs, g.dQkv, n) + ag;
+        }
+        m_chunkForwardComm[static_cast<size_t>(k)] += forward;
         const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);
-        m_chunkBackwardComm[static_cast<size_t>(k)] += (c.backward + (again ? c.forward : 0)) * t;
+        m_chunkBackwardComm[static_cast<size_t>(k)] += backward + (again ? forward : 0);
         // Sequence parallelism keeps a block's two LayerNorm outputs as sequence pieces and gathers them
         // again for the weight gradients (Korthikanti et al. 2022, section 4.2.2): two all-gathers of T * C
         // per sample in the kept precision, in B, or in W where the backward is split.

@@ -218,6 +218,8 @@ Expected<FrameworkExport> exportMegatron(const RunConfig& c) {
   if (p.cp > 1) parallel.add("--context-parallel-size", std::to_string(p.cp));
   if (p.ep > 1) parallel.add("--expert-model-parallel-size", std::to_string(p.ep));
   if (p.sequenceParallel && p.tp > 1) parallel.add("--sequence-parallel");
+  // Transformer Engine's userbuffers overlap of the sequence-parallel collectives with the GEMMs.
+  if (p.tpCommOverlap && p.sequenceParallel && p.tp > 1) parallel.add("--tp-comm-overlap");
   if (p.pp > 1 || p.virtualChunks > 1) {
     // Megatron's own split: every stage (and virtual stage) the same number of blocks, the embedding with the
     // first and the head with the last. Anything else is the explicit layout.
@@ -540,6 +542,10 @@ Expected<FrameworkExport> exportTorchtitan(const RunConfig& c) {
     notCarried.push_back(
         "torchtitan's tensor parallelism always shards the sequence between the blocks "
         "(sequence parallelism): the file runs it with");
+  // Async tensor parallelism (micro-pipelined all-gather + GEMM and GEMM + reduce-scatter), which torchtitan
+  // runs only under torch.compile: compile.enable below.
+  const bool asyncTp = p.tpCommOverlap && p.tp > 1;
+  if (asyncTp) par["enable_async_tensor_parallel"] = true;
   par["pipeline_parallel_degree"] = p.pp;
   par["context_parallel_degree"] = p.cp;
   par["expert_parallel_degree"] = p.ep;
@@ -574,6 +580,7 @@ Expected<FrameworkExport> exportTorchtitan(const RunConfig& c) {
     par["module_fqns_per_model_part"] = parts;
   }
   toml["parallelism"] = par;
+  if (asyncTp) toml["compile"] = {{"enable", true}};
   nlohmann::json ac = nlohmann::json::object();
   ac["mode"] = p.recompute == Recompute::None   ? "none"
                : p.recompute == Recompute::Full ? "full"
@@ -605,17 +612,9 @@ Expected<FrameworkExport> exportTorchtitan(const RunConfig& c) {
     s += "# What the plan says that torchtitan cannot, and what this file does instead:\n";
     for (const std::string& n : notCarried) s += "#   - " + n + "\n";
   }
-  static const char* const kOrder[] = {"job",
-                                       "model",
-                                       "optimizer",
-                                       "lr_scheduler",
-                                       "training",
-                                       "parallelism",
-                                       "activation_checkpoint",
-                                       "checkpoint",
-                                       "metrics",
-                                       "validation",
-                                       "debug"};
+  static const char* const kOrder[] = {"job",        "model",       "optimizer",  "lr_scheduler",
+                                       "training",   "parallelism", "compile",    "activation_checkpoint",
+                                       "checkpoint", "metrics",     "validation", "debug"};
   for (const char* section : kOrder) {
     if (!toml.contains(section)) continue;
     s += "\n[" + std::string(section) + "]\n";
@@ -657,6 +656,12 @@ Expected<FrameworkExport> exportDeepSpeed(const RunConfig& c) {
   dense.parallel.precision = Precision::Fp32;
   dense.parallel.gradPrecision = GradPrecision::Fp32;
   dense.parallel.overlapParamGather = false;
+  dense.parallel.tpCommOverlap = false;
+  if (c.parallel.tpCommOverlap && c.parallel.tp > 1)
+    notCarried.push_back(
+        "tp_comm_overlap: Megatron-DeepSpeed has no overlap of the tensor-parallel collectives with the "
+        "GEMMs; "
+        "they run whole");
   if (c.parallel.overlapParamGather)
     notCarried.push_back(
         "overlap_param_gather: DeepSpeed's ZeRO 1-2 all-gather the updated parameters inside the optimizer "

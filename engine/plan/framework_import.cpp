@@ -452,6 +452,8 @@ Expected<FrameworkImport> importMegatron(const std::string& text, const ImportOp
   }
   // ZeRO-3's per-layer gathers are prefetched beside the compute already; ZeRO 1-2's plan field says it.
   if (flags.flag("--overlap-param-gather")) p.overlapParamGather = p.zero == 1 || p.zero == 2;
+  // Megatron-LM asserts sequence parallelism with it.
+  if (flags.flag("--tp-comm-overlap")) p.tpCommOverlap = p.sequenceParallel;
   if (const std::string* g = flags.get("--recompute-granularity")) {
     if (*g == "selective") {
       p.recompute = Recompute::Selective;
@@ -737,6 +739,11 @@ Expected<FrameworkImport> importTorchtitan(const std::string& text, const std::s
   p.cp = cp;
   p.ep = ep;
   p.sequenceParallel = tp > 1;
+  bool asyncTp = false;
+  MS_TRY(fwKey(keys, "parallelism.enable_async_tensor_parallel", asyncTp));
+  p.tpCommOverlap = asyncTp && tp > 1;
+  bool compiled = false;  // what async TP needs torchtitan to run with; read only then
+  if (asyncTp) MS_TRY(fwKey(keys, "compile.enable", compiled));
   std::string reshard = "default";
   MS_TRY(fwKey(keys, "parallelism.fsdp_reshard_after_forward", reshard));
   p.zero = s > 1 ? (reshard == "never" ? 2 : 3) : 0;

@@ -221,6 +221,10 @@ struct ParallelConfig {
   // forward, each layer waiting for its own, instead of inside the optimizer step (Megatron-LM's
   // --overlap-param-gather with its distributed optimizer).
   bool overlapParamGather = false;
+  // "tp_comm_overlap": under sequence parallelism, each all-gather before a column-parallel GEMM and each
+  // reduce-scatter after a row-parallel one goes in chunks, every chunk's collective beside the GEMM rows of
+  // another (Megatron-LM's --tp-comm-overlap; plan/cost_model.h tpOverlapSplits).
+  bool tpCommOverlap = false;
   Offload offload = Offload::None;                 // "offload": "none" | "optimizer" | "parameters"
   BatchNormMode batchNorm = BatchNormMode::Local;  // "batchnorm": "local" | "sync" (cnn)
   std::vector<ChunkPlacement> placement;           // "placement": empty = even split over pp stages

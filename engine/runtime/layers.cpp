@@ -62,6 +62,27 @@ void TensorParallel::reduceScatter(TensorIn send, void* recv, size_t n) const {
   if (!s) throw CommFailure("tensor-parallel reduce-scatter: " + s.message());
 }
 
+CommRequestPtr TensorParallel::iallGather(TensorIn send, void* recv, size_t n) const {
+  Expected<CommRequestPtr> r =
+      comm->iallGather(send.data, recv, n, send.bf16 ? CommType::BF16 : CommType::F32);
+  if (!r) throw CommFailure("tensor-parallel all-gather (overlapped): " + r.message());
+  return std::move(*r);
+}
+
+CommRequestPtr TensorParallel::ireduceScatter(TensorIn send, void* recv, size_t n) const {
+  Expected<CommRequestPtr> r =
+      comm->ireduceScatter(send.data, recv, n, send.bf16 ? CommType::BF16 : CommType::F32, ReduceOp::Sum);
+  if (!r) throw CommFailure("tensor-parallel reduce-scatter (overlapped): " + r.message());
+  return std::move(*r);
+}
+
+void TensorParallel::finish(CommRequestPtr& request, const char* what) {
+  if (!request) return;
+  Status s = request->wait();
+  request.reset();
+  if (!s) throw CommFailure(std::string("tensor-parallel ") + what + " (overlapped): " + s.message());
+}
+
 void TensorParallel::allReduceMax(float* x, size_t n) const {
   if (!comm || size == 1) return;
   Status s = comm->allReduce(x, x, n, CommType::F32, ReduceOp::Max);

@@ -75,6 +75,14 @@ struct TensorParallel {
   // Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
   // Models"): LayerNorms, residuals and biases of row-parallel linears run on 1/size of the sequence.
   bool sequence = false;
+  // parallel.tp_comm_overlap (plan/tp_overlap.h): a block's sequence-parallel all-gathers and reduce-scatters
+  // go in chunks beside its GEMM rows, through the non-blocking forms below.
+  bool overlap = false;
+  // Non-blocking allGather and reduceScatter; finish() waits for one (a failure throws CommFailure either
+  // way, naming the collective).
+  CommRequestPtr iallGather(TensorIn send, void* recv, size_t n) const;
+  CommRequestPtr ireduceScatter(TensorIn send, void* recv, size_t n) const;
+  static void finish(CommRequestPtr& request, const char* what);
 };
 
 // Expert parallelism (mixture of experts; plan/layout.h): the ranks of one expert-parallel group hold

@@ -90,6 +90,7 @@ ModelShard modelShardOf(const Plan& plan, const RankGroups& groups) {
   s.tp = TensorParallel{groups.tp.get(), plan.layout.tp(), c.tp};
   if (plan.layout.tp() == 1) s.tp.comm = nullptr;
   s.tp.sequence = plan.config.parallel.sequenceParallel && plan.layout.tp() > 1;
+  s.tp.overlap = s.tp.sequence && plan.config.parallel.tpCommOverlap;
   s.dp = groups.dp.get();
   if (plan.layout.cp() > 1) s.cp = ContextParallel{groups.cp.get(), plan.layout.cp(), c.cp};
   if (plan.layout.ep() > 1) {

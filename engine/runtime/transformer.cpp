@@ -45,6 +45,7 @@
 #include <utility>
 
 #include "plan/recompute.h"
+#include "plan/tp_overlap.h"
 #include "runtime/layer_impl.h"
 #include "runtime/moe.h"
 
@@ -69,6 +70,7 @@ class TransformerBlock final : public Layer {
         m_causal(causal),
         m_tp(ctx.tp),
         m_sp(ctx.tp.sequence && ctx.tp.size > 1),
+        m_overlap(m_sp && ctx.tp.overlap),
         m_cp(ctx.cp),
         m_ring(ctx.cp.size > 1),
         m_caches(ctx.tracker),
@@ -454,6 +456,49 @@ class TransformerBlock final : public Layer {
     m_be.geluForward(gelu, fc, NF);
     m_be.linearForward(out, c.gelu.keep(gelu), m_fcprojw.gemm(), fcprojBias, N, m_F, m_C);
   }
+  // tp_comm_overlap: the dense MLP of a sequence-parallel block from ln_2's output shard (B, Ts, C), gathered
+  // into `whole` (N * C floats of room) chunk by chunk beside the first GEMM's rows, the output projection's
+  // rows reduce-scattered into ys (B, Ts, C) chunk by chunk: denseMlpForward's values.
+  void denseMlpForwardOverlapped(Cache& c, int B, TensorIn ln2, float* whole, float* ys) {
+    const int N = B * m_T;
+    const size_t NF = size_t(N) * m_F;
+    const TensorIn in = wholeOf(ln2, whole);
+    TensorIn h;  // the output projection's input
+    if (m_llama) {
+      float* gu = c.fc.target(2 * NF, *m_ws, kFcSlot);
+      gatherOverlapped(whole, ln2, B, false, [&](int row0, int n) {
+        const size_t r0 = size_t(row0);
+        m_be.linearForwardT(gu + r0 * m_F, in.at(r0 * m_C), m_fcw.gemm(), nullptr, n, m_C, m_F);
+        m_be.linearForwardT(gu + NF + r0 * m_F, in.at(r0 * m_C), m_upw.gemm(), nullptr, n, m_C, m_F);
+      });
+      c.fc.keep(gu);
+      float* act = c.gelu.target(NF, *m_ws, kKeptStaging);
+      m_be.swigluForward(act, gu, gu + NF, NF);
+      h = c.gelu.keep(act);
+    } else {
+      float* fc = c.fc.target(NF, *m_ws, kFcSlot);
+      gatherOverlapped(whole, ln2, B, false, [&](int row0, int n) {
+        const size_t r0 = size_t(row0);
+        m_be.linearForward(fc + r0 * m_F, in.at(r0 * m_C), m_fcw.gemm(), m_fcb.value(), n, m_C, m_F);
+      });
+      float* gelu = c.gelu.target(NF, *m_ws, kKeptStaging);
+      if (c.fc.bf16() && c.gelu.bf16()) {
+        m_be.geluForwardBf16(c.fc.storage(), c.gelu.storage(), fc, NF);
+        h = c.gelu.in();
+      } else {
+        c.fc.keep(fc);
+        m_be.geluForward(gelu, fc, NF);
+        h = c.gelu.keep(gelu);
+      }
+    }
+    reduceScatterOverlapped(ys, B, [&](int row0, int n, float* out) {
+      linear(out, h.at(size_t(row0) * m_F), m_fcprojw, nullptr, n, m_F, m_C);
+    });
+  }
+  // The gathered whole of a kept shard as a GEMM input: `into` read as the shard's element type.
+  static TensorIn wholeOf(TensorIn shard, const float* into) {
+    return shard.bf16 ? TensorIn(reinterpret_cast<const bfloat16*>(into)) : TensorIn(into);
+  }
   // dF2 += gelu'(fc) * dF1, reading the kept GELU input where it is (bf16 without widening it first);
   // llama: dF2 (N, 2Fl) += the SwiGLU's gate and up gradients.
   void activationBackward(Cache& c, float* dF2, const float* dF1, size_t NF) {
@@ -475,6 +520,16 @@ class TransformerBlock final : public Layer {
     m_be.linearBackwardT(dln2, weights ? m_fcw.grad() : nullptr, nullptr, dF2, ln2, m_fcw.gemm(), N, m_C,
                          m_F);
     m_be.linearBackwardT(dln2, weights ? m_upw.grad() : nullptr, nullptr, dF2 + NF, ln2, m_upw.gemm(), N, m_C,
+                         m_F);
+  }
+
+  // The input gradient alone of rows row0 .. row0 + n (of N) from dF2: out (n, C) += (tp_comm_overlap).
+  void mlpInputRows(float* out, const float* dF2, int N, int row0, int n) {
+    const size_t r0 = size_t(row0) * m_F;
+    if (!m_llama)
+      return m_be.linearBackward(out, nullptr, nullptr, dF2 + r0, TensorIn(), m_fcw.gemm(), n, m_C, m_F);
+    m_be.linearBackwardT(out, nullptr, nullptr, dF2 + r0, TensorIn(), m_fcw.gemm(), n, m_C, m_F);
+    m_be.linearBackwardT(out, nullptr, nullptr, dF2 + size_t(N) * m_F + r0, TensorIn(), m_upw.gemm(), n, m_C,
                          m_F);
   }
 
@@ -511,14 +566,31 @@ class TransformerBlock final : public Layer {
     return size_t(N) * (m_llama ? size_t(m_H + 2 * m_KVl) * m_hs : 3 * size_t(m_Cl));
   }
   void qkvForward(float* qkv, TensorIn ln1, int B) {
+    qkvProject(qkv, ln1, B * m_T, 0, B * m_T);
+    if (m_llama) qkvPack(qkv, B);
+  }
+  // The projections of ln1's rows row0 .. row0 + n (of N): into qkv for gpt, for llama into q, k and v
+  // (workspace slot kQkvProjectionSlot, which qkvPack then rotates into qkv).
+  void qkvProject(float* qkv, TensorIn ln1, int N, int row0, int n) {
+    const size_t r0 = size_t(row0);
+    if (!m_llama)
+      return m_be.linearForward(qkv + r0 * 3 * m_Cl, ln1.at(r0 * m_C), m_qkvw.gemm(), m_qkvb.value(), n, m_C,
+                                3 * m_Cl);
+    const size_t kvw = size_t(m_KVl) * m_hs;
+    float* q = m_ws->get(kQkvProjectionSlot, qkvProjectionFloats(N), false);
+    float* k = q + size_t(N) * m_Cl;
+    float* v = k + size_t(N) * kvw;
+    const TensorIn in = ln1.at(r0 * m_C);
+    m_be.linearForwardT(q + r0 * m_Cl, in, m_qkvw.gemm(), nullptr, n, m_C, m_Cl);
+    m_be.linearForwardT(k + r0 * kvw, in, m_kw.gemm(), nullptr, n, m_C, int(kvw));
+    m_be.linearForwardT(v + r0 * kvw, in, m_vw.gemm(), nullptr, n, m_C, int(kvw));
+  }
+  // llama: q, k and v (qkvProject's) rotated by their positions and packed as attention reads them.
+  void qkvPack(float* qkv, int B) {
     const int N = B * m_T;
-    if (!m_llama) return m_be.linearForward(qkv, ln1, m_qkvw.gemm(), m_qkvb.value(), N, m_C, 3 * m_Cl);
     float* q = m_ws->get(kQkvProjectionSlot, qkvProjectionFloats(N), false);
     float* k = q + size_t(N) * m_Cl;
     float* v = k + size_t(N) * m_KVl * m_hs;
-    m_be.linearForwardT(q, ln1, m_qkvw.gemm(), nullptr, N, m_C, m_Cl);
-    m_be.linearForwardT(k, ln1, m_kw.gemm(), nullptr, N, m_C, m_KVl * m_hs);
-    m_be.linearForwardT(v, ln1, m_vw.gemm(), nullptr, N, m_C, m_KVl * m_hs);
     if (!m_ring) return m_be.ropePackQkv(qkv, q, k, v, B, m_T, m_H, m_KVl, m_hs, m_theta, 0);
     // Context parallelism: each sample's two chunks rotate by their own positions, a (1, T/2) slice at a
     // time.
@@ -573,6 +645,19 @@ class TransformerBlock final : public Layer {
                          m_Cl);
     m_be.linearBackwardT(dln1, weights ? m_kw.grad() : nullptr, nullptr, dk, ln1, m_kw.gemm(), N, m_C, kvw);
     m_be.linearBackwardT(dln1, weights ? m_vw.grad() : nullptr, nullptr, dv, ln1, m_vw.gemm(), N, m_C, kvw);
+  }
+  // The input gradient alone of rows row0 .. row0 + n (of N) from dproj: out (n, C) += (tp_comm_overlap).
+  void qkvInputRows(float* out, const float* dproj, int N, int row0, int n) {
+    const size_t r0 = size_t(row0);
+    if (!m_llama)
+      return m_be.linearBackward(out, nullptr, nullptr, dproj + r0 * 3 * m_Cl, TensorIn(), m_qkvw.gemm(), n,
+                                 m_C, 3 * m_Cl);
+    const int kvw = m_KVl * m_hs;
+    const float* dk = dproj + size_t(N) * m_Cl;
+    const float* dv = dk + size_t(N) * kvw;
+    m_be.linearBackwardT(out, nullptr, nullptr, dproj + r0 * m_Cl, TensorIn(), m_qkvw.gemm(), n, m_C, m_Cl);
+    m_be.linearBackwardT(out, nullptr, nullptr, dk + r0 * kvw, TensorIn(), m_kw.gemm(), n, m_C, kvw);
+    m_be.linearBackwardT(out, nullptr, nullptr, dv + r0 * kvw, TensorIn(), m_vw.gemm(), n, m_C, kvw);
   }
 
   // ---- activation collectives: in bf16 precision the TP all-reduces, reduce-scatters and all-gathers of
@@ -639,6 +724,81 @@ class TransformerBlock final : public Layer {
   }
   void addBias(float* x, TensorIn bias, size_t rows) const { m_be.addRows(x, bias, rows, m_C); }
 
+  // ---- tp_comm_overlap (plan/tp_overlap.h): the sequence-parallel collectives in chunks ----
+  // Chunk c of a microbatch is rows c Tk .. (c + 1) Tk of every rank's (B Ts) rows; in the (B, T) rows of the
+  // whole tensor, rank r's part of it starts at wholeRow(c, r).
+  struct OverlapChunks {
+    int count = 1;  // B * splits
+    int rows = 1;   // Tk
+    int splits = 1;
+  };
+  OverlapChunks overlapChunks(int B) const {
+    const int Ts = m_T / m_tp.size, k = tpOverlapSplits(B, Ts);
+    return {B * k, Ts / k, k};
+  }
+  int wholeRow(const OverlapChunks& o, int c, int r) const {
+    const int Ts = m_T / m_tp.size;
+    return (c / o.splits) * m_T + r * Ts + (c % o.splits) * o.rows;
+  }
+  // into (B, T, C) = every rank's shard (B, Ts, C), chunk by chunk: every chunk's all-gather is started at
+  // once (into workspace slot 5, rank-major per chunk), and as each arrives its rank parts are placed and
+  // rows(row0, n) runs on each, while the later chunks travel. Elements as shard is (fp32 or bf16), or with
+  // `widen` a bf16 shard lands widened into an fp32 `into`.
+  template <typename Rows>
+  void gatherOverlapped(void* into, TensorIn shard, int B, bool widen, Rows&& rows) const {
+    const OverlapChunks o = overlapChunks(B);
+    const size_t e = shard.bf16 ? sizeof(bfloat16) : sizeof(float), outE = widen ? sizeof(float) : e;
+    const size_t part = size_t(o.rows) * m_C, perChunk = part * m_tp.size;  // elements
+    auto* staging = reinterpret_cast<char*>(
+        m_ws->get(5, (perChunk * o.count * e + sizeof(float) - 1) / sizeof(float), false));
+    std::vector<CommRequestPtr> pending(static_cast<size_t>(o.count));
+    for (int c = 0; c < o.count; ++c)
+      pending[size_t(c)] =
+          m_tp.iallGather(shard.at(size_t(c) * part), staging + size_t(c) * perChunk * e, part);
+    for (int c = 0; c < o.count; ++c) {
+      TensorParallel::finish(pending[size_t(c)], "all-gather");
+      for (int r = 0; r < m_tp.size; ++r) {
+        const char* src = staging + (size_t(c) * m_tp.size + r) * part * e;
+        const int row0 = wholeRow(o, c, r);
+        char* dst = static_cast<char*>(into) + size_t(row0) * m_C * outE;
+        if (widen)
+          m_be.fromBf16(reinterpret_cast<float*>(dst), reinterpret_cast<const bfloat16*>(src), part);
+        else
+          m_be.copy(dst, src, part * e);
+        rows(row0, o.rows);
+      }
+    }
+  }
+  // dst (B, Ts, C) = this rank's piece of the sum over ranks of the (B, T, C) rows that rows(row0, n, out)
+  // writes (n rows of C into out), chunk by chunk: each chunk's rank parts are computed into workspace slot 5
+  // (rank-major) and its reduce-scatter started, travelling while the next chunk is computed; then every
+  // chunk is waited for. In bf16 precision a chunk travels as bf16 (kCommSlot), as reduceScatterSequence's.
+  template <typename Rows>
+  void reduceScatterOverlapped(float* dst, int B, Rows&& rows) const {
+    const OverlapChunks o = overlapChunks(B);
+    const size_t part = size_t(o.rows) * m_C, perChunk = part * m_tp.size;
+    const size_t whole = perChunk * o.count, piece = part * o.count;
+    float* staging = m_ws->get(5, whole, false);
+    const bool bf16 = bf16Collectives();
+    bfloat16* s = bf16 ? commStaging(whole + piece) : nullptr;  // every chunk's parts, then its sums
+    std::vector<CommRequestPtr> pending(static_cast<size_t>(o.count));
+    for (int c = 0; c < o.count; ++c) {
+      float* send = staging + size_t(c) * perChunk;
+      for (int r = 0; r < m_tp.size; ++r) rows(wholeRow(o, c, r), o.rows, send + size_t(r) * part);
+      if (!bf16) {
+        pending[size_t(c)] = m_tp.ireduceScatter(TensorIn(send), dst + size_t(c) * part, part);
+        continue;
+      }
+      m_be.toBf16(s + size_t(c) * perChunk, send, perChunk);
+      pending[size_t(c)] =
+          m_tp.ireduceScatter(TensorIn(s + size_t(c) * perChunk), s + whole + size_t(c) * part, part);
+    }
+    for (int c = 0; c < o.count; ++c) {
+      TensorParallel::finish(pending[size_t(c)], "reduce-scatter");
+      if (bf16) m_be.fromBf16(dst + size_t(c) * part, s + whole + size_t(c) * part, part);
+    }
+  }
+
   // Cache under sequence parallelism: ln1 and ln2 (the column-parallel linears' inputs, gathered whole per
   // use), their statistics and res1 for this rank's Ts positions only.
   void forwardSequenceParallel(const float* x, float* y, int B, Cache& c) {
@@ -652,20 +812,37 @@ class TransformerBlock final : public Layer {
     float* ln1 = c.ln1.target(NsC, *m_ws, kKeptStaging);
     norm(ln1, c.ln1Mean, c.ln1Rstd, xs, m_ln1w, m_ln1b, Ns);
     float* qkv = c.qkv.target(size_t(N) * 3 * Cl, *m_ws, kQkvSlot);
-    qkvForward(qkv, gatheredLayerNorm(c.ln1.keep(ln1), full, B), B);
+    if (m_overlap) {  // the projections of each chunk's rows as the chunk arrives
+      const TensorIn shard = c.ln1.keep(ln1), whole = wholeOf(shard, full);
+      gatherOverlapped(full, shard, B, false, [&](int row0, int n) { qkvProject(qkv, whole, N, row0, n); });
+      if (m_llama) qkvPack(qkv, B);
+    } else {
+      qkvForward(qkv, gatheredLayerNorm(c.ln1.keep(ln1), full, B), B);
+    }
     c.qkv.keep(qkv);
     float* atty = attentionForward(c, B, qkv);
-    linear(full, c.atty.keep(atty), m_projw, nullptr, N, Cl, C);
+    const TensorIn attyIn = c.atty.keep(atty);
     float* res1 = c.res1.target(NsC, *m_ws, kRes1Slot);
-    reduceScatterSequence(res1, full, B);  // res1s = reduce-scatter(partial) + bias + xs
+    if (m_overlap) {
+      reduceScatterOverlapped(res1, B, [&](int row0, int n, float* out) {
+        linear(out, attyIn.at(size_t(row0) * Cl), m_projw, nullptr, n, Cl, C);
+      });
+    } else {
+      linear(full, attyIn, m_projw, nullptr, N, Cl, C);
+      reduceScatterSequence(res1, full, B);  // res1s = reduce-scatter(partial) + bias + xs
+    }
     if (m_projb.store) addBias(res1, m_projb.value(), Ns);
     m_be.accumulate(res1, xs, NsC);
     c.res1.keep(res1);
     float* ln2 = c.ln2.target(NsC, *m_ws, kKeptStaging);
     norm(ln2, c.ln2Mean, c.ln2Rstd, res1, m_ln2w, m_ln2b, Ns);
-    mlpForward(c, N, gatheredLayerNorm(c.ln2.keep(ln2), full, B), full, nullptr);
-    float* ys = xs;  // xs is done with
-    reduceScatterSequence(ys, full, B);
+    float* ys = xs;  // xs is done with (read by the residual above)
+    if (m_overlap && !m_moe) {
+      denseMlpForwardOverlapped(c, B, c.ln2.keep(ln2), full, ys);
+    } else {
+      mlpForward(c, N, gatheredLayerNorm(c.ln2.keep(ln2), full, B), full, nullptr);
+      reduceScatterSequence(ys, full, B);
+    }
     if (m_fcprojb.store) addBias(ys, m_fcprojb.value(), Ns);
     m_be.accumulate(ys, res1, NsC);
     gatherActivations(y, ys, B);
@@ -688,37 +865,75 @@ class TransformerBlock final : public Layer {
     // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
     // itself.
     takeShard(dres1s, dy, B);
+    const bool overlapMlp = m_overlap && !m_moe;
     if (m_hasDenseMlp) {
       linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dy, c.gelu.in(),
                  m_fcprojw, N, F, C);
       activationBackward(c, dF2, dF1, NF);
-      // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
-      // they are deferred to the weight part.
-      mlpInputBackward(dC, dF2, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln2.in(), dfull, B), N,
-                       !deferWeights);
+      if (overlapMlp) {  // the input gradient's rows chunk by chunk beside their reduce-scatters
+        reduceScatterOverlapped(dshard, B, [&](int row0, int n, float* out) {
+          m_be.zero(out, size_t(n) * C * sizeof(float));
+          mlpInputRows(out, dF2, N, row0, n);
+        });
+        if (!deferWeights) mlpInputBackward(nullptr, dF2, gatheredLayerNorm(c.ln2.in(), dfull, B), N, true);
+      } else {
+        // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
+        // they are deferred to the weight part.
+        mlpInputBackward(dC, dF2, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln2.in(), dfull, B),
+                         N, !deferWeights);
+      }
     }
     if (m_moe)  // the experts read ln_2's output whole (copied out of dfull, which is reused below)
       m_moe->backward(m_slot, moeInput(gatheredLayerNorm(c.ln2.in(), dfull, B), N), dy, dC, N,
                       m_tp.rank == 0);
-    reduceScatterSequence(dshard, dC, B);
+    if (!overlapMlp) reduceScatterSequence(dshard, dC, B);
     normBack(dres1s, dshard, c.res1.read(*m_ws), m_ln2w, m_ln2b, c.ln2Mean, c.ln2Rstd, Ns);
-    gatherActivations(dfull, dres1s, B);  // the proj output's gradient, whole
+    m_be.zero(dC, NCl * sizeof(float));
+    if (m_overlap) {
+      // The proj output's gradient gathered whole chunk by chunk, its input gradient's rows computed as each
+      // chunk arrives; the weight gradients from the whole after.
+      const float* shard = dres1s;
+      TensorIn sent = shard;
+      if (bf16Collectives()) {
+        bfloat16* s16 = commStaging(NsC);
+        m_be.toBf16(s16, shard, NsC);
+        sent = TensorIn(s16);
+      }
+      gatherOverlapped(dfull, sent, B, sent.bf16, [&](int row0, int n) {
+        const size_t r0 = size_t(row0);
+        linearBack(dC + r0 * Cl, nullptr, nullptr, dfull + r0 * C, TensorIn(), m_projw, n, Cl, C);
+      });
+    } else {
+      gatherActivations(dfull, dres1s, B);  // the proj output's gradient, whole
+    }
     if (deferWeights) {
       keep(c.gOut, dy, NC);
       keep(c.gFc, dF2, NF * mlpInputParts());
       keep(c.gProj, dfull, NC);
     }
-    m_be.zero(dC, NCl * sizeof(float));
-    linearBack(dC, wgrad(m_projw), deferWeights ? nullptr : biasGrad(m_projb), dfull, c.atty.in(), m_projw, N,
-               Cl, C);
+    if (m_overlap) {
+      if (!deferWeights)
+        linearBack(nullptr, wgrad(m_projw), biasGrad(m_projb), dfull, c.atty.in(), m_projw, N, Cl, C);
+    } else {
+      linearBack(dC, wgrad(m_projw), deferWeights ? nullptr : biasGrad(m_projb), dfull, c.atty.in(), m_projw,
+                 N, Cl, C);
+    }
     float* scratch = m_ring ? nullptr : m_ws->get(5, m_be.attentionScratchFloats(B, T, Cl, H), false);
     attentionBackward(dqkv, scratch, dC, c, B);
     m_be.zero(dC, NC * sizeof(float));
     const float* dproj = qkvGradients(dqkv, B);
-    qkvInputBackward(dC, dproj, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln1.in(), dfull, B), N,
-                     !deferWeights);
+    if (m_overlap) {  // the input gradient's rows chunk by chunk beside their reduce-scatters
+      reduceScatterOverlapped(dshard, B, [&](int row0, int n, float* out) {
+        m_be.zero(out, size_t(n) * C * sizeof(float));
+        qkvInputRows(out, dproj, N, row0, n);
+      });
+      if (!deferWeights) qkvInputBackward(nullptr, dproj, gatheredLayerNorm(c.ln1.in(), dfull, B), N, true);
+    } else {
+      qkvInputBackward(dC, dproj, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln1.in(), dfull, B),
+                       N, !deferWeights);
+    }
     if (deferWeights) keep(c.gQkv, dproj, qkvProjectionFloats(N));
-    reduceScatterSequence(dshard, dC, B);
+    if (!m_overlap) reduceScatterSequence(dshard, dC, B);
     float* xs = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)
     takeShard(xs, x, B);
     float* dxs = dF2;
@@ -781,6 +996,7 @@ class TransformerBlock final : public Layer {
   bool m_causal;
   TensorParallel m_tp;
   bool m_sp;
+  bool m_overlap;  // tp_comm_overlap: the sequence-parallel collectives in chunks beside the GEMMs
   ContextParallel m_cp;
   bool m_ring;                        // context parallelism: attention as ring attention
   bool m_fused = false;               // the backend saves row log-sum-exps, not the softmax

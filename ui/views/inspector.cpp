@@ -178,7 +178,15 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
   addBool(
       par, "/parallel/sequence_parallel", tr("Sequence parallel"),
       [](const RunConfig& c) { return c.parallel.sequenceParallel; },
-      [](RunConfig& c, bool v) { c.parallel.sequenceParallel = v; });
+      [](RunConfig& c, bool v) {
+        c.parallel.sequenceParallel = v;
+        // The collectives the overlap splits are sequence parallelism's (config_checks refuses it without).
+        if (!v) c.parallel.tpCommOverlap = false;
+      });
+  addBool(
+      par, "/parallel/tp_comm_overlap", tr("Overlap TP communication"),
+      [](const RunConfig& c) { return c.parallel.tpCommOverlap; },
+      [](RunConfig& c, bool v) { c.parallel.tpCommOverlap = v; });
   addBool(
       par, "/parallel/overlap_param_gather", tr("Overlap parameter gather"),
       [](const RunConfig& c) { return c.parallel.overlapParamGather; },
@@ -207,6 +215,7 @@ Inspector::Inspector(ProjectDocument* doc, QWidget* parent)
           p.offload = Offload::None;
           p.gradPrecision = GradPrecision::Fp32;
           p.sequenceParallel = false;
+          p.tpCommOverlap = false;
           p.overlapParamGather = false;
           p.batchNorm = BatchNormMode::Local;
           p.placement.clear();
@@ -563,6 +572,9 @@ void Inspector::refresh() {
   if (QWidget* w = editorFor(QStringLiteral("/parallel/overlap_param_gather")))
     w->setEnabled(!ps && (config.parallel.zero == 1 || config.parallel.zero == 2 ||
                           config.parallel.overlapParamGather));
+  // The overlap of the sequence-parallel collectives (one left on stays editable, so it can be undone).
+  if (QWidget* w = editorFor(QStringLiteral("/parallel/tp_comm_overlap")))
+    w->setEnabled(!ps && (config.parallel.sequenceParallel || config.parallel.tpCommOverlap));
   // Expert parallelism splits a mixture of experts (an ep left above 1 stays editable, so it can be undone).
   if (QWidget* w = editorFor(QStringLiteral("/parallel/ep")))
     w->setEnabled(!ps && ((config.model.type == ModelType::Llama && config.model.experts > 0) ||
