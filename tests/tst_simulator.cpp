@@ -606,7 +606,8 @@ class TestSimulator : public QObject {
   // every collective outlasts its GEMM rows and on one so fast that only a chunk's transfer shows. Forward:
   // all-gather + q|k|v, proj + reduce-scatter, all-gather + fc, fcproj + reduce-scatter; backward:
   // reduce-scatter beside the fc input gradient, all-gather beside proj's, reduce-scatter beside q|k|v's, and
-  // the block input gradient's all-gather whole. Without the overlap each direction is two all-reduces.
+  // the block input gradient's all-gather whole. Without the overlap each direction is two all-reduces (and
+  // forward's gather of the block's output, whole either way).
   void tpCommOverlapHidesCollectives_data() {
     QTest::addColumn<double>("gbs");
     QTest::newRow("slow link") << 1e-3;
@@ -653,6 +654,14 @@ class TestSimulator : public QObject {
     QVERIFY2(std::abs(savedB - blocks * (2 * ar - backward)) <= 1e-9 * a.backwardTime(k),
              qPrintable(QString("%1 vs %2").arg(savedB).arg(blocks * (2 * ar - backward))));
     QVERIFY(savedF > 0 && savedB > 0);
+    // Either way the engine hands the next layer each block's output whole under sequence parallelism: one
+    // all-gather a block more in forward than tensor parallelism alone, never overlapped.
+    json noSpPatch = serialPatch;
+    noSpPatch["parallel"]["sequence_parallel"] = false;
+    MAKE_PLAN(noSp, blocks, 8, noSpPatch);
+    const double gathers = a.forwardTime(k) - ms::CostModel(*noSp).forwardTime(k);
+    QVERIFY2(std::abs(gathers - blocks * ag) <= 1e-9 * a.forwardTime(k),
+             qPrintable(QString("%1 vs %2").arg(gathers).arg(blocks * ag)));
     // The step is shorter by as much as the one stage's actions are (no pipeline: the sum over microbatches).
     const ms::SimResult ra = ms::simulate(*serial, a), rb = ms::simulate(*plan, b);
     QVERIFY2(rb.error.empty(), rb.error.c_str());

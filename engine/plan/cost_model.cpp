@@ -536,6 +536,10 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
           backward = (g.mlp ? exposedBeside(rs, g.dFc, n) : rs) + exposedBeside(ag, g.dProj, n) +
                      exposedBeside(rs, g.dQkv, n) + ag;
         }
+        // Under sequence parallelism the engine hands the next layer a block's output whole: one more
+        // all-gather of its pieces at the end of forward, never overlapped (Megatron keeps the pieces between
+        // blocks instead and gathers only before the head).
+        if (p.sequenceParallel && transformerBlock) forward += ringAllGatherTime(outBytes * mbs, tp, link);
         m_chunkForwardComm[static_cast<size_t>(k)] += forward;
         const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);
         m_chunkBackwardComm[static_cast<size_t>(k)] += backward + (again ? forward : 0);
