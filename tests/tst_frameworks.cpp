@@ -512,6 +512,17 @@ name = "two"
     QVERIFY2(tt.isOk(), tt.isOk() ? "" : tt.message().c_str());
     QVERIFY(tt->files[0].text.find("enable_async_tensor_parallel = true") != std::string::npos);
     QVERIFY(tt->files[0].text.find("[compile]\nenable = true") != std::string::npos);
+    // A file asking for async TP without torch.compile (which torchtitan refuses) is planned as it asks, and
+    // the import says so.
+    std::string uncompiled = tt->files[0].text;
+    uncompiled.erase(uncompiled.find("[compile]\nenable = true\n"),
+                     std::string("[compile]\nenable = true\n").size());
+    ImportOptions titanOptions;
+    titanOptions.device = "h100-sxm-80gb";
+    Expected<FrameworkImport> asked = importTorchtitan(uncompiled, tt->files[1].text, titanOptions);
+    QVERIFY2(asked.isOk(), asked.isOk() ? "" : asked.message().c_str());
+    QVERIFY(asked->config.parallel.tpCommOverlap);
+    QVERIFY2(mentions(asked->assumed, "without compile.enable"), joined(asked->assumed).c_str());
     titan.parallel.tpCommOverlap = false;
     Expected<FrameworkExport> ttPlain = exportForFramework(titan, Framework::Torchtitan);
     QVERIFY(ttPlain.isOk());

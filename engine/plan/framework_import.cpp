@@ -744,6 +744,10 @@ Expected<FrameworkImport> importTorchtitan(const std::string& text, const std::s
   p.tpCommOverlap = asyncTp && tp > 1;
   bool compiled = false;  // what async TP needs torchtitan to run with; read only then
   if (asyncTp) MS_TRY(fwKey(keys, "compile.enable", compiled));
+  if (p.tpCommOverlap && !compiled)
+    out.assumed.push_back(
+        "parallelism.enable_async_tensor_parallel without compile.enable, which torchtitan refuses to run: "
+        "planned with the overlap, as the file asks");
   std::string reshard = "default";
   MS_TRY(fwKey(keys, "parallelism.fsdp_reshard_after_forward", reshard));
   p.zero = s > 1 ? (reshard == "never" ? 2 : 3) : 0;
