@@ -37,7 +37,7 @@ TEMPLATES = ["llama3-8b-8xh100", "llama3-70b-64xh100", "llama3-405b-16k", "mixtr
              "gpt3-175b-16k"]
 # Variants: a template with parallel settings changed (what the template's choice is weighed against).
 # (template, parallel changes, training changes[, model changes])
-VARIANTS = {"llama3-405b-16k no recompute": ("llama3-405b-16k", {"recompute": "none"}, {}),
+VARIANTS = {"llama3-405b-16k no recompute": ("llama3-405b-16k", {"recompute": "none", "recompute_layers": 0}, {}),
             # The Llama 3 paper's long-context row (table 4): 131072-token sequences, cp 16, dp 8, 16 a replica.
             "llama3-405b 128k cp16": (
                 "llama3-405b-16k",

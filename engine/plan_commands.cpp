@@ -320,6 +320,9 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                     {"recompute", toString(p.recompute)},
                     {"recompute_layers", p.recomputeLayers},
                     {"offload", toString(p.offload)},
+                    {"sequence_parallel", p.sequenceParallel},
+                    {"tp_comm_overlap", p.tpCommOverlap},
+                    {"overlap_param_gather", p.overlapParamGather},
                     {"step_time_s", c.stepTime},
                     {"tokens_per_s", c.tokensPerSecond},
                     {"mfu", c.mfu},
@@ -337,20 +340,24 @@ int runAutoplanCommand(const RunConfig& config, int top, bool json, const std::s
                             .dump(2)
                             .c_str());
   } else {
-    std::printf("%-3s %5s %4s %4s %3s %3s %-17s %3s %5s %4s %4s %-9s %-10s %10s %12s %6s %7s %12s\n", "#",
-                "dp", "tp", "pp", "cp", "ep", "schedule", "V", "M", "mbs", "zero", "recompute", "offload",
-                "step s", "tokens/s", "MFU", "bubble", "memory GiB");
+    // sp: sequence parallelism (with tp_comm_overlap where the plan has it: "sp+o").
+    std::printf("%-3s %5s %4s %4s %3s %3s %-4s %-17s %3s %5s %4s %4s %-9s %-10s %10s %12s %6s %7s %12s\n",
+                "#", "dp", "tp", "pp", "cp", "ep", "sp", "schedule", "V", "M", "mbs", "zero", "recompute",
+                "offload", "step s", "tokens/s", "MFU", "bubble", "memory GiB");
     int i = 1;
     for (const auto& c : list) {
       // "full:N": the first N blocks of every chunk recomputed ("recompute_layers").
       std::string recompute = c["recompute"].get<std::string>();
       if (c["recompute_layers"].get<int>() > 0)
         recompute += ":" + std::to_string(c["recompute_layers"].get<int>());
+      const char* sp = !c["sequence_parallel"].get<bool>() ? "-"
+                       : c["tp_comm_overlap"].get<bool>()  ? "sp+o"
+                                                           : "sp";
       std::printf(
-          "%-3d %5d %4d %4d %3d %3d %-17s %3d %5d %4d %4d %-9s %-10s %10.4f %12.0f %6s %6.1f%% %5.1f / "
+          "%-3d %5d %4d %4d %3d %3d %-4s %-17s %3d %5d %4d %4d %-9s %-10s %10.4f %12.0f %6s %6.1f%% %5.1f / "
           "%-5.1f\n",
           i++, c["dp"].get<int>(), c["tp"].get<int>(), c["pp"].get<int>(), c["cp"].get<int>(),
-          c["ep"].get<int>(), c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
+          c["ep"].get<int>(), sp, c["schedule"].get<std::string>().c_str(), c["virtual_chunks"].get<int>(),
           c["microbatches"].get<int>(), c["microbatch_size"].get<int>(), c["zero"].get<int>(),
           recompute.c_str(), c["offload"].get<std::string>().c_str(), c["step_time_s"].get<double>(),
           c["tokens_per_s"].get<double>(),

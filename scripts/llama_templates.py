@@ -11,9 +11,9 @@ parallel layouts their trainers published:
                        parallelism is to come), ZeRO-1 over the 8 nodes, 4096-token sequences
   llama3-405b-16k      2048 nodes; tp 8, pp 16, dp 128, 8192-token sequences, 16 sequences a data-parallel
                        group (2048 a step, 16M tokens), interleaved 1F1B (the Llama 3 paper, table 4, first
-                       16384-GPU row), 4 virtual chunks a stage; with full recompute, which the engine needs
-                       here: it keeps each block's output whole under sequence parallelism, 268 MB a layer
-                       and microbatch at this size, and the plan does not fit 80 GB without it
+                       16384-GPU row), 4 virtual chunks a stage; the first block of each chunk recomputed
+                       (Megatron's --recompute-num-layers 1, block method), the least recompute that fits
+                       80 GB (63.6 GiB on the fullest GPU; 96.6 without any, bench/templates.py)
 
 Run from the repository root: scripts/llama_templates.py. The files are plain run configs; the studio opens
 them from File > New.
@@ -64,7 +64,7 @@ TEMPLATES = {
     "llama3-405b-16k": config(
         "llama3-405b-16k", llama3(126, 16384, 128, 53248), 2048,
         {"dp": 128, "tp": 8, "pp": 16, "schedule": "interleaved_1f1b", "virtual_chunks": 4, "microbatches": 16,
-         "zero": 1, "sequence_parallel": True, "recompute": "full", "precision": "bf16"},
+         "zero": 1, "sequence_parallel": True, "recompute": "full", "recompute_layers": 1, "precision": "bf16"},
         2048, 1200000, 8e-5, 8000),
     "mixtral-8x7b-64xh100": config(
         "mixtral-8x7b-64xh100", mixtral(), 8,

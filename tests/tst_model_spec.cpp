@@ -200,6 +200,39 @@ class TestModelSpec : public QObject {
     QCOMPARE(gemmFlops(head) + 16.0 * 14 * 14, head.forwardFlopsPerSample);
   }
 
+  // Sequence parallelism (seqShards = tp): what passes from a block to the next is each rank's piece of the
+  // sequence (Megatron-LM's layout); the embedding's output, the last block's and everything of a model
+  // without transformer blocks stay whole.
+  void sequencePiecesBetweenBlocks() {
+    ModelConfig m;
+    m.layers = 3;
+    m.width = 64;
+    m.heads = 4;
+    m.vocab = 300;
+    const ModelSpec whole = buildModelSpec(m, 32);
+    const ModelSpec gpt = buildModelSpec(m, 32, 784, 1, 4);
+    QCOMPARE(gpt.layers.size(), size_t(5));  // embedding, 3 blocks, head
+    const std::vector<int> in = {1, 1, 4, 4, 1}, out = {1, 4, 4, 1, 1};
+    for (size_t l = 0; l < gpt.layers.size(); ++l) {
+      QCOMPARE(gpt.layers[l].inputPieces, in[l]);
+      QCOMPARE(gpt.layers[l].outputPieces, out[l]);
+      QCOMPARE(gpt.layers[l].outputBytesPerSample, whole.layers[l].outputBytesPerSample);
+      QCOMPARE(gpt.layers[l].heldOutputBytesPerSample(), whole.layers[l].outputBytesPerSample / out[l]);
+    }
+    QCOMPARE(gpt.layers[1].heldOutputBytesPerSample(), int64_t(32 / 4 * 64 * 4));
+    QCOMPARE(gpt.layers[1].heldOutputBytesPerSampleIn(Precision::Bf16), 32.0 / 4 * 64 * 2);
+    // With context parallelism the pieces are of the rank's cp slice.
+    m.type = ModelType::Llama;
+    m.kvHeads = 2;
+    m.ffnHidden = 160;
+    const ModelSpec llama = buildModelSpec(m, 32, 784, 2, 2);
+    QCOMPARE(llama.layers[2].heldOutputBytesPerSample(), int64_t(32 / 2 / 2 * 64 * 4));
+    m.type = ModelType::Mlp;
+    m.hidden = {100, 50};
+    for (const LayerSpec& l : buildModelSpec(m, 0, 784, 1, 2).layers)
+      QVERIFY(l.inputPieces == 1 && l.outputPieces == 1);
+  }
+
   void vitAndMlpLayers() {
     ModelConfig m;
     m.type = ModelType::Vit;

@@ -294,17 +294,18 @@ class TestPlan : public QObject {
     QVERIFY2(result.message().find("no plan fits") != std::string::npos, result.message().c_str());
   }
 
-  // A 100B GPT (80 x 10240) on one node of 8 H100s of 80e9 bytes fits only with the ZeRO-3 shards in host
-  // memory too (FSDP's CPU offload): 18 bytes per parameter over 8 ranks is 226 GB, and offloading only the
-  // optimizer still leaves 6/8 bytes per parameter (75 GB) on each device. The search finds such plans (each
-  // fits its device and the host's share), and refuses the model where offload is impossible (fp32 keeps no
-  // master weights apart).
+  // A 106B GPT (84 x 10240) on one node of 8 H100s of 80e9 bytes fits only with the ZeRO-3 shards in host
+  // memory too (FSDP's CPU offload): 18 bytes per parameter over 8 ranks is 239 GB, and offloading only the
+  // optimizer still leaves 6/8 bytes per parameter (79.7 GB) on each device, which the activations take over
+  // (at 80 layers, 75.6 GB, sequence parallelism's activations fit beside it). The search finds such plans
+  // (each fits its device and the host's share), and refuses the model where offload is impossible (fp32
+  // keeps no master weights apart).
   void autoPlanOffloadsParametersWhereNothingElseFits() {
     auto config = loadRunConfig(MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json");
     QVERIFY(config.isOk());
     config->mesh.nodes.resize(1);
     withH100sOf80GB(*config);
-    config->model.layers = 80;
+    config->model.layers = 84;
     config->model.width = 10240;
     config->model.heads = 80;
     config->parallel.dp = 1;
@@ -319,7 +320,8 @@ class TestPlan : public QObject {
     QVERIFY2(result.isOk(), result.isOk() ? "" : result.message().c_str());
     QCOMPARE(int(result->best.size()), 3);
     for (const PlanCandidate& p : result->best) {
-      QCOMPARE(p.config.parallel.offload, Offload::Parameters);
+      // (As ints: QTest would print an enum through ms::toString and free its static string.)
+      QCOMPARE(int(p.config.parallel.offload), int(Offload::Parameters));
       QCOMPARE(p.config.parallel.zero, 3);
       QVERIFY(validateRunConfig(p.config).empty());
       QVERIFY(p.peakMemoryBytes <= p.capacityBytes);
@@ -336,14 +338,15 @@ class TestPlan : public QObject {
   }
 
   // Where memory binds and attention is not fused, the search uses selective recompute and Megatron's partial
-  // recompute (plan/recompute.h): GPT-3 175B on 32 nodes with 48 heads (head size 256, past the fused
-  // kernel's 128). Each such candidate is valid, fits, and is faster than the same layout recomputing every
-  // block.
+  // recompute (plan/recompute.h): GPT-3 175B on 16 nodes of 8 GPUs of 40 GB with 48 heads (head size 256,
+  // past the fused kernel's 128; on 32 nodes of 80 GB sequence parallelism alone makes room). Each such
+  // candidate is valid, fits, and is faster than the same layout recomputing every block.
   void autoPlanSearchesRecompute() {
     auto config = loadRunConfig(MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json");
     QVERIFY(config.isOk());
-    config->mesh.nodes.resize(32);
+    config->mesh.nodes.resize(16);
     withH100sOf80GB(*config);
+    config->mesh.deviceTypes.back().memoryGb = 40;
     config->model.heads = 48;
     AutoPlanOptions o;
     o.top = 12;  // rows of offloaded layouts (those that do not fit without it) come in between
@@ -368,6 +371,38 @@ class TestPlan : public QObject {
     QVERIFY(partial);
   }
 
+  // Sequence parallelism is searched both ways (the example's config has it off) and comes with its
+  // collectives beside the GEMMs; ZeRO 1-2's parameter all-gather beside the forward. Each plan with it is
+  // faster than, or fits where, the same plan without it does not.
+  void autoPlanSearchesSequenceParallelism() {
+    auto config = loadRunConfig(MS_SOURCE_DIR "/resources/examples/gpt3-175b-plan.json");
+    QVERIFY(config.isOk());
+    QVERIFY(!config->parallel.sequenceParallel && !config->parallel.overlapParamGather);
+    AutoPlanOptions o;
+    o.top = 10;
+    auto result = autoPlan(*config, o);
+    QVERIFY2(result.isOk(), result.isOk() ? "" : result.message().c_str());
+    int sequenceParallel = 0;
+    for (const PlanCandidate& p : result->best) {
+      const ParallelConfig& par = p.config.parallel;
+      QVERIFY(validateRunConfig(p.config).empty());
+      QCOMPARE(par.tpCommOverlap, par.sequenceParallel);
+      QCOMPARE(par.overlapParamGather, par.zero == 1 || par.zero == 2);
+      if (!par.sequenceParallel) continue;
+      ++sequenceParallel;
+      QVERIFY(par.tp > 1);
+      RunConfig whole = p.config;
+      whole.parallel.sequenceParallel = whole.parallel.tpCommOverlap = false;
+      auto plan = buildPlan(whole);
+      QVERIFY(plan.isOk());
+      bool fits = true;
+      for (const MemoryBreakdown& m : estimateMemory(*plan)) fits = fits && m.fits();
+      QVERIFY2(!fits || simulate(*plan, CostModel(*plan)).stepTime > p.stepTime,
+               qPrintable(QString("dp %1 tp %2 pp %3").arg(par.dp).arg(par.tp).arg(par.pp)));
+    }
+    QVERIFY(sequenceParallel > 0);
+  }
+
   // GPT-3 175B (Brown et al. 2020: 96 layers, width 12288, 96 heads, context 2048) on 128 nodes of 8 H100s.
   // Timing is the benchmark's business; here the result must be sane: every plan fits, uses tensor
   // parallelism inside nodes and pipeline parallelism (175B in bf16 with Adam cannot fit otherwise).
@@ -381,7 +416,8 @@ class TestPlan : public QObject {
       QCOMPARE(p.config.parallel.dp * p.config.parallel.tp * p.config.parallel.pp, 1024);
       QVERIFY(p.config.parallel.tp > 1 && p.config.parallel.tp <= 8);
       QVERIFY(p.config.parallel.pp > 1);
-      QVERIFY(p.mfu > 0.1 && p.mfu < 0.6);
+      // (Below the 0.80 of the peak the catalog H100's largest GEMMs reach, plan/gpu_kernel_model.h.)
+      QVERIFY(p.mfu > 0.1 && p.mfu < 0.7);
       QVERIFY(p.peakMemoryBytes <= p.capacityBytes);
     }
   }

@@ -44,6 +44,9 @@ struct StageFigures {
   // whole on every TP rank (layer outputs, embedding and head), blockBytes are the blocks' saved tensors
   // (split by TP but for their replicated parts); recompute keeps only wholeBytes and re-makes one block.
   double wholeBytes = 0;
+  // Of wholeBytes, the outputs of blocks followed by a block: sequence pieces under sequence parallelism
+  // (LayerSpec::outputPieces), / tp.
+  double pieceBytes = 0;
   double blockBytes = 0;
   double largestLayerActivation = 0;
   int blocks = 0;
@@ -81,6 +84,9 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
         const double output = layer.kind == LayerKind::Head ? 0.0 : layer.outputBytesPerSampleIn(precision);
         const double kept = layer.keptBytesPerSample(precision, fused);
         f.wholeBytes += layer.kind == LayerKind::Block ? output : kept + output;
+        if (layer.kind == LayerKind::Block && size_t(l) + 1 < spec.layers.size() &&
+            spec.layers[size_t(l) + 1].kind == LayerKind::Block)
+          f.pieceBytes += output;
         if (layer.kind == LayerKind::Block) f.blockBytes += kept;
         if (layer.kind == LayerKind::Block)
           f.largestLayerActivation = std::max(f.largestLayerActivation, kept);
@@ -97,7 +103,10 @@ StageFigures stageFigures(const ModelSpec& spec, int pp, int V, Precision precis
     worst.params = std::max(worst.params, f.params);
     worst.expertParams = std::max(worst.expertParams, f.expertParams);
     worst.moeBlocks = std::max(worst.moeBlocks, f.moeBlocks);
-    worst.wholeBytes = std::max(worst.wholeBytes, f.wholeBytes);
+    if (f.wholeBytes > worst.wholeBytes) {
+      worst.wholeBytes = f.wholeBytes;
+      worst.pieceBytes = f.pieceBytes;
+    }
     worst.blockBytes = std::max(worst.blockBytes, f.blockBytes);
     worst.largestLayerActivation = std::max(worst.largestLayerActivation, f.largestLayerActivation);
     worst.blocks = std::max(worst.blocks, f.blocks);
@@ -270,7 +279,7 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
               // optimizer): offloading more only adds time (the step crosses the host link and runs at host
               // DRAM bandwidth; "parameters" also moves each shard up before every gather), so a level is
               // searched only where the same plan at every lower level does not fit.
-              std::map<std::pair<int, int>, double> lessOffloaded;
+              std::map<std::tuple<int, int, bool>, double> lessOffloaded;
               std::vector<Offload> levels = offloads;
               if (zero == 3 && offloads.size() > 1) levels.push_back(Offload::Parameters);  // FSDP's
               for (Offload offload : levels) {
@@ -370,77 +379,94 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                                 device.hostLinkBandwidth
                           : shard * (states.gradientBytes + states.workingBytes) / device.hostLinkBandwidth;
                 }
-                // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
-                // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
-                // statistics; the rest is split.
-                const double lnBytes = base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0;
-                const double T = positions, C = model.width;
-                const double replicated =
-                    tp == 1 ? 0.0
-                            : 2.0 * T * C * lnBytes +
-                                  (base.parallel.sequenceParallel ? 0.0 : (T * C + 4.0 * T) * 4.0);
-                auto blockPart = [&](double kept) {
-                  const double whole = std::min(kept, replicated * st.blocks);
-                  return whole + (kept - whole) / tp;
-                };
-                const double blockBytes = blockPart(st.blockBytes);
-                const double held = inFlight(schedule, pp, V, M);
-                // recomputedBlocks: fully recomputed blocks of the stage ("recompute_layers" per chunk
-                // times its V chunks); attention: selective recompute's re-run attention cores.
-                auto screen = [&](Recompute rc, int layers, int recomputedBlocks, bool attention) {
-                  const std::pair<int, int> choice{static_cast<int>(rc), layers};
-                  if (offload != Offload::None && lessOffloaded.count(choice) &&
-                      lessOffloaded[choice] <= smallestMemory)
-                    return;  // dominated: the same plan fits with less offloaded, and is faster
-                  ++result.considered;
-                  const double perBlock = st.blocks > 0 ? 1.0 / st.blocks : 0.0;
-                  const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
-                                       (attention ? st.attentionFlops * mbs / (rate * tp) : 0.0);
-                  const double tB = 2.0 * tF + again;
-                  const double comm = tpComm + 2.0 * recomputedBlocks * tpCommPerBlock + epComm + cpComm;
-                  const double time = factor * (tF + tB + comm) + sync;
-                  const double kept = attention ? blockPart(st.blockBytes - st.matrixBytes)
-                                                : blockBytes * (1.0 - recomputedBlocks * perBlock);
-                  const double act = held * mbs * (st.wholeBytes + kept + epBytes) +
-                                     (recomputedBlocks > 0 ? st.largestLayerActivation * mbs / tp : 0.0);
-                  const double memory = stateBytes + act;
-                  lessOffloaded[choice] =
-                      lessOffloaded.count(choice) ? std::min(lessOffloaded[choice], memory) : memory;
-                  leastMemory = std::min(leastMemory, memory);
-                  if (memory > 1.1 * smallestMemory) return;
-                  ParallelConfig par = base.parallel;
-                  par.dp = dp;
-                  par.tp = tp;
-                  par.pp = pp;
-                  par.ep = ep;
-                  par.cp = cp;
-                  par.schedule = schedule;
-                  par.virtualChunks = V;
-                  par.microbatches = M;
-                  par.zero = zero;
-                  // The user's overlap of ZeRO 1-2's parameter gather, where the candidate's stage has one.
-                  par.overlapParamGather = base.parallel.overlapParamGather && (zero == 1 || zero == 2);
-                  par.offload = offload;
-                  par.recompute = rc;
-                  par.recomputeLayers = layers;
-                  par.placement.clear();
-                  fits.push_back({par, time, memory});
-                };
-                screen(Recompute::None, 0, 0, false);
-                // Selective only where it drops something: attention not fused (recompute.h).
-                if (st.matrixBytes > 0 && positions > 1) screen(Recompute::Selective, 0, 0, true);
-                screen(Recompute::Full, 0, st.blocks, false);
-                // Megatron's partial recompute: the fewest blocks per chunk that bring the estimate under
-                // the smallest device's memory (time grows with each recomputed block, so fewer is faster),
-                // and one more for the estimate's error; the real memory model decides after.
-                const double savedPerChunkBlock = held * mbs * blockBytes / std::max(1, st.blocks) * V;
-                const double over = stateBytes + held * mbs * (st.wholeBytes + blockBytes) +
-                                    st.largestLayerActivation * mbs / tp - smallestMemory;
-                if (over > 0 && savedPerChunkBlock > 0) {
-                  const int fewest = static_cast<int>(std::ceil(over / savedPerChunkBlock));
-                  for (int N = std::max(1, fewest); N <= fewest + 1 && N < st.blocksPerChunk; ++N)
-                    screen(Recompute::Full, N, std::min(st.blocks, N * V), false);
-                }
+                // Sequence parallelism, where tp splits every rank's positions, is searched both ways
+                // (Megatron's layout: less activation memory, two more all-gathers a block in backward),
+                // with its collectives beside the GEMMs (tp_comm_overlap, never slower in the plan).
+                std::vector<bool> spWays = {false};
+                if (tp > 1 && isTransformer(model.type) && positions % tp == 0) spWays.push_back(true);
+                for (const bool sp : spWays) {
+                  // A block's replicated part under TP (memory_model.cpp layerActivationBytes): the two
+                  // LayerNorm outputs, and without sequence parallelism the residual and the LayerNorm
+                  // statistics; the rest is split.
+                  const double lnBytes = base.parallel.precision == Precision::Bf16 ? 2.0 : 4.0;
+                  const double T = positions, C = model.width;
+                  const double replicated =
+                      tp == 1 ? 0.0 : 2.0 * T * C * lnBytes + (sp ? 0.0 : (T * C + 4.0 * T) * 4.0);
+                  // Between blocks a sequence piece under sequence parallelism.
+                  const double wholeBytes = st.wholeBytes - (sp ? st.pieceBytes * (1.0 - 1.0 / tp) : 0.0);
+                  // The TP collectives left exposed: under sequence parallelism in chunks beside about three
+                  // quarters of the blocks' compute (cost_model.cpp exposedBeside with four chunks), plus the
+                  // two LayerNorm re-gathers a block in backward (each half an all-reduce's time).
+                  const double tpExposed = sp ? std::max(tpComm / 4.0, tpComm - 0.75 * 3.0 * tF) +
+                                                    2.0 * st.blocks * tpCommPerBlock / 2.0
+                                              : tpComm;
+                  auto blockPart = [&](double kept) {
+                    const double whole = std::min(kept, replicated * st.blocks);
+                    return whole + (kept - whole) / tp;
+                  };
+                  const double blockBytes = blockPart(st.blockBytes);
+                  const double held = inFlight(schedule, pp, V, M);
+                  // recomputedBlocks: fully recomputed blocks of the stage ("recompute_layers" per chunk
+                  // times its V chunks); attention: selective recompute's re-run attention cores.
+                  auto screen = [&](Recompute rc, int layers, int recomputedBlocks, bool attention) {
+                    const std::tuple<int, int, bool> choice{static_cast<int>(rc), layers, sp};
+                    if (offload != Offload::None && lessOffloaded.count(choice) &&
+                        lessOffloaded[choice] <= smallestMemory)
+                      return;  // dominated: the same plan fits with less offloaded, and is faster
+                    ++result.considered;
+                    const double perBlock = st.blocks > 0 ? 1.0 / st.blocks : 0.0;
+                    const double again = recomputedBlocks * perBlock * st.blockFlops * mbs / (rate * tp) +
+                                         (attention ? st.attentionFlops * mbs / (rate * tp) : 0.0);
+                    const double tB = 2.0 * tF + again;
+                    const double comm = tpExposed + 2.0 * recomputedBlocks * tpCommPerBlock + epComm + cpComm;
+                    const double time = factor * (tF + tB + comm) + sync;
+                    const double kept = attention ? blockPart(st.blockBytes - st.matrixBytes)
+                                                  : blockBytes * (1.0 - recomputedBlocks * perBlock);
+                    const double act = held * mbs * (wholeBytes + kept + epBytes) +
+                                       (recomputedBlocks > 0 ? st.largestLayerActivation * mbs / tp : 0.0);
+                    const double memory = stateBytes + act;
+                    lessOffloaded[choice] =
+                        lessOffloaded.count(choice) ? std::min(lessOffloaded[choice], memory) : memory;
+                    leastMemory = std::min(leastMemory, memory);
+                    if (memory > 1.1 * smallestMemory) return;
+                    ParallelConfig par = base.parallel;
+                    par.dp = dp;
+                    par.tp = tp;
+                    par.pp = pp;
+                    par.ep = ep;
+                    par.cp = cp;
+                    par.schedule = schedule;
+                    par.virtualChunks = V;
+                    par.microbatches = M;
+                    par.zero = zero;
+                    // ZeRO 1-2's parameter all-gather beside the next forward (Megatron's
+                    // --overlap-param-gather; never slower in the plan), and sequence parallelism with its
+                    // collectives in chunks (--sequence-parallel --tp-comm-overlap).
+                    par.overlapParamGather = zero == 1 || zero == 2;
+                    par.sequenceParallel = sp;
+                    par.tpCommOverlap = sp;
+                    par.offload = offload;
+                    par.recompute = rc;
+                    par.recomputeLayers = layers;
+                    par.placement.clear();
+                    fits.push_back({par, time, memory});
+                  };
+                  screen(Recompute::None, 0, 0, false);
+                  // Selective only where it drops something: attention not fused (recompute.h).
+                  if (st.matrixBytes > 0 && positions > 1) screen(Recompute::Selective, 0, 0, true);
+                  screen(Recompute::Full, 0, st.blocks, false);
+                  // Megatron's partial recompute: the fewest blocks per chunk that bring the estimate under
+                  // the smallest device's memory (time grows with each recomputed block, so fewer is faster),
+                  // and one more for the estimate's error; the real memory model decides after.
+                  const double savedPerChunkBlock = held * mbs * blockBytes / std::max(1, st.blocks) * V;
+                  const double over = stateBytes + held * mbs * (wholeBytes + blockBytes) +
+                                      st.largestLayerActivation * mbs / tp - smallestMemory;
+                  if (over > 0 && savedPerChunkBlock > 0) {
+                    const int fewest = static_cast<int>(std::ceil(over / savedPerChunkBlock));
+                    for (int N = std::max(1, fewest); N <= fewest + 1 && N < st.blocksPerChunk; ++N)
+                      screen(Recompute::Full, N, std::min(st.blocks, N * V), false);
+                  }
+                }  // sp
               }
             }
           }

@@ -33,8 +33,11 @@
 //   a fully recomputed block repeats its forward ones in backward (selective recompute none: the attention
 //   core is local to a TP rank's heads). With sequence parallelism each all-reduce
 //   becomes a reduce-scatter plus an all-gather (Korthikanti et al. 2022, section 4.2.2), which costs the
-//   same under the ring formulas, so the count stands; a block adds the two all-gathers of its LayerNorm
-//   outputs (kept as sequence pieces) for its weight gradients, in B or, split, in W.
+//   same under the ring formulas, so the count stands for a block between two blocks (the activation stays
+//   in sequence pieces from one to the next); the last block of the model adds an all-gather of its output
+//   in forward and drops one in backward, the first adds one in backward (its input is the embedding's
+//   whole output); a block adds the two all-gathers of its LayerNorm outputs (kept as sequence pieces) for
+//   its weight gradients, in B or, split, in W.
 //   ZeRO-3: an all-gather of each layer's working parameters (/ tp, bf16 in mixed precision) over the DP
 //   group before its use in F and in B, issued as the neighbouring layer starts (FSDP's forward and backward
 //   prefetch, runtime Model::prefetch): a chunk's first gather is exposed, each later one only where it
@@ -364,11 +367,12 @@ std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const Lay
 // beside each of its sequence-parallel collectives. Forward: the column-parallel group (q|k|v, the MLP's
 // first GEMMs) after each all-gather, the row-parallel GEMM (proj, the MLP's output) before each
 // reduce-scatter. Backward: the input gradients of the MLP's first group and of q|k|v before their
-// reduce-scatters, of proj after the all-gather of its output's gradient. A mixture-of-experts block's MLP
-// runs without the overlap (mlp false), as the engine runs it.
+// reduce-scatters, of proj after the all-gather of its output's gradient, and of the MLP's output after the
+// all-gather of the block output's gradient (where the output is a sequence piece). A mixture-of-experts
+// block's MLP runs without the overlap (mlp false), as the engine runs it.
 struct OverlapGemms {
-  double qkv = 0, proj = 0, fc = 0, fcproj = 0;  // forward
-  double dFc = 0, dProj = 0, dQkv = 0;           // backward, input gradients
+  double qkv = 0, proj = 0, fc = 0, fcproj = 0;      // forward
+  double dFc = 0, dProj = 0, dQkv = 0, dFcproj = 0;  // backward, input gradients
   bool mlp = false;
 };
 OverlapGemms overlapGemms(const Plan& plan, int stage, const LayerSpec& layer, double mbs) {
@@ -405,7 +409,7 @@ OverlapGemms overlapGemms(const Plan& plan, int stage, const LayerSpec& layer, d
         o.fc += f, o.dFc += dx;
         break;
       default:
-        o.fcproj += f;
+        o.fcproj += f, o.dFcproj += dx;
         break;
     }
   }
@@ -520,26 +524,31 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
             mlp ? double(moved.outputBytesPerSample) : moved.outputBytesPerSampleIn(p.precision);
         const double t = ringAllReduceTime(outBytes * mbs, tp, link);
         double forward = c.forward * t, backward = c.backward * t;
-        if (p.tpCommOverlap && p.sequenceParallel && transformerBlock) {
+        // Under sequence parallelism a block's input and output are sequence pieces where its neighbour is
+        // a block (LayerSpec::inputPieces, outputPieces; Megatron's layout). A whole output is gathered at
+        // the end of forward; backward gathers the gradient of an output in pieces (for the MLP's output
+        // GEMM) and of a whole input (for the layer before). A block between two blocks thus runs two
+        // all-gathers and two reduce-scatters each way, the count above.
+        const bool sp = p.sequenceParallel && transformerBlock;
+        const bool inPieces = sp && layer.inputPieces > 1, outPieces = sp && layer.outputPieces > 1;
+        const double ag = sp ? ringAllGatherTime(outBytes * mbs, tp, link) : 0.0;
+        if (sp) backward += (outPieces ? ag : 0.0) + (inPieces ? 0.0 : ag) - ag;
+        if (p.tpCommOverlap && sp) {
           // tp_comm_overlap (plan/tp_overlap.h, runtime/transformer.cpp): forward's two all-gathers and two
           // reduce-scatters each beside its GEMM group, chunk by chunk; backward's two reduce-scatters and
-          // the all-gather of proj's output gradient likewise, its last all-gather (the block input's
-          // gradient, whole for the layer before) not. A mixture-of-experts block's MLP collectives stay
-          // whole.
-          const double ag = ringAllGatherTime(outBytes * mbs, tp, link);
+          // the all-gathers of proj's output gradient and of the block output's gradient likewise, the
+          // gather of a whole input's gradient not. A mixture-of-experts block's MLP collectives stay whole.
           const double rs = ringReduceScatterTime(outBytes * mbs, tp, link);
           const OverlapGemms g = overlapGemms(plan, stage, layer, mbs);
           const int mb = std::max(1, static_cast<int>(std::lround(mbs)));
           const int n = mb * tpOverlapSplits(mb, std::max(1, model.samplePositions / tp));
           forward = exposedBeside(ag, g.qkv, n) + exposedBeside(rs, g.proj, n) +
                     (g.mlp ? exposedBeside(ag, g.fc, n) + exposedBeside(rs, g.fcproj, n) : ag + rs);
-          backward = (g.mlp ? exposedBeside(rs, g.dFc, n) : rs) + exposedBeside(ag, g.dProj, n) +
-                     exposedBeside(rs, g.dQkv, n) + ag;
+          backward = (outPieces ? (g.mlp ? exposedBeside(ag, g.dFcproj, n) : ag) : 0.0) +
+                     (g.mlp ? exposedBeside(rs, g.dFc, n) : rs) + exposedBeside(ag, g.dProj, n) +
+                     exposedBeside(rs, g.dQkv, n) + (inPieces ? 0.0 : ag);
         }
-        // Under sequence parallelism the engine hands the next layer a block's output whole: one more
-        // all-gather of its pieces at the end of forward, never overlapped (Megatron keeps the pieces between
-        // blocks instead and gathers only before the head).
-        if (p.sequenceParallel && transformerBlock) forward += ringAllGatherTime(outBytes * mbs, tp, link);
+        if (sp && !outPieces) forward += ag;
         m_chunkForwardComm[static_cast<size_t>(k)] += forward;
         const bool again = fullyRecomputed(recompute, model, m_chunks[static_cast<size_t>(k)], l);
         m_chunkBackwardComm[static_cast<size_t>(k)] += backward + (again ? forward : 0);

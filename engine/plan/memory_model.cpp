@@ -52,13 +52,14 @@ TiedHead tiedHead(const Plan& plan) {
 }
 
 // The layer's output buffer, kept per microbatch in flight (runtime Model: every layer's output stays until
-// the microbatch's backward, with or without recompute, and whole on every TP rank: a block under sequence
-// parallelism gathers its output), bf16 under "precision": "bf16". Heads hand nothing on.
+// the microbatch's backward, with or without recompute), as one rank holds it: whole on every TP rank, but a
+// sequence piece from a block to the next under sequence parallelism (LayerSpec::outputPieces), bf16 under
+// "precision": "bf16". Heads hand nothing on.
 double layerOutputBytes(const Plan& plan, int l) {
   const LayerSpec& layer = plan.model.layers[static_cast<size_t>(l)];
   return layer.kind == LayerKind::Head
              ? 0.0
-             : layer.outputBytesPerSampleIn(plan.config.parallel.precision) * plan.microbatchSize();
+             : layer.heldOutputBytesPerSampleIn(plan.config.parallel.precision) * plan.microbatchSize();
 }
 
 // One microbatch's saved activations of a layer without recompute, on one rank (see chunkActivationBytes):
@@ -127,7 +128,7 @@ double layerActivationBytesWithoutEp(const Plan& plan, int l, bool fused) {
   // Korthikanti et al. 2022, Table 2, "tensor parallel" row: the two LayerNorm outputs, the residual (3 * T *
   // C values, bf16 in bf16 precision) and the per-row LayerNorm statistics (4 * T, fp32). With it nothing
   // (the LayerNorm outputs are kept as sequence pieces and gathered per use, as in the paper's "tensor +
-  // sequence parallel" row); the block's output, gathered whole, is counted above.
+  // sequence parallel" row); the block's output (a piece but for the last block's) is counted above.
   if (p.sequenceParallel) {
     // (A mixture-of-experts block's expert outputs and routing stay whole.)
     const double moeWhole =
@@ -690,12 +691,18 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu, Routing routing
   const double seqSplit = p.sequenceParallel ? tp : 1.0;
   const bool fused = fusedAttention(plan, stage);
   // Under "precision": "bf16" the runtime Model also widens a layer's bf16 input and stages its fp32
-  // output before rounding it (two fp32 buffers of the largest output).
+  // output before rounding it (two fp32 buffers: the largest input and the largest output, as held).
   double staging = 0;
-  if (p.precision == Precision::Bf16)
-    for (int l : plan.partition.layersOfStage(stage))
-      staging = std::max(staging,
-                         2.0 * double(plan.model.layers[static_cast<size_t>(l)].outputBytesPerSample) * mbs);
+  if (p.precision == Precision::Bf16) {
+    double input = 0, output = 0;
+    for (int l : plan.partition.layersOfStage(stage)) {
+      output = std::max(output, double(plan.model.layers[static_cast<size_t>(l)].heldOutputBytesPerSample()));
+      if (l > 0)
+        input =
+            std::max(input, double(plan.model.layers[static_cast<size_t>(l - 1)].heldOutputBytesPerSample()));
+    }
+    staging = (input + output) * mbs;
+  }
   double blockWorkspace = 0, blockRowsC = 0, headLogits = 0, headRowsC = 0;  // bytes, floats
   // The largest fp32 output gradient and fp32 input a GEMM of the stage converts to bf16 (floats): the
   // blocks' inputs are kept in bf16 already (runtime/layer_impl.h KeptInput) and the weights have bf16
@@ -709,7 +716,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu, Routing routing
   // largest use. Under bf16 a chunk's dOut is widened in buffer last % 2, and its dIn is staged in buffer
   // (first + 1) % 2. A stage holding one embedding alone has none (measured: 0 bytes).
   const auto outBytes = [&](int l) {
-    return double(plan.model.layers[static_cast<size_t>(l)].outputBytesPerSample) * mbs;
+    return double(plan.model.layers[static_cast<size_t>(l)].heldOutputBytesPerSample()) * mbs;
   };
   double gradientBuffers[2] = {0.0, 0.0};
   for (int k : plan.partition.chunksOfStage(stage)) {
@@ -772,14 +779,15 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu, Routing routing
                                                                     plan.config.model.width);
     if (layer.kind == LayerKind::Block && isTransformer(plan.config.model.type)) {
       // A transformer block's scratch in the runtime (engine/runtime/transformer.cpp, one shared workspace of
-      // slots), per sample in floats, beside the model's two activation-gradient buffers (whole): slot 0 the
-      // residual's gradient (T, C), a (T/tp, C) piece under sequence parallelism; 1 the LayerNorm input's
+      // slots), per sample in floats, beside the model's two activation-gradient buffers (as held): slot 0
+      // the residual's gradient (T, C), a (T/tp, C) piece under sequence parallelism; 1 the LayerNorm input's
       // gradient (T, C); 2 and 3 the MLP's two (T, F/tp) gradients (2 also stages the kept GEMM inputs in
       // bf16, at most a LayerNorm output); 4 the q|k|v gradient (T, 3C/tp), or the sequence-parallel
       // forward's gathered (T, C); 5 attention's scratch / tp (the scores' gradient (H, T, T) where the
       // softmax is materialised, the rows' (H, T) dot products where it is fused, plus in bf16 an fp32 copy
       // of the kept output), or the (T, C) staging of a sequence gather or reduce-scatter; under sequence
-      // parallelism 6 a gathered (T, C) gradient and 7 a (T/tp, C) piece.
+      // parallelism 6 a gathered (T, C) gradient and 7 a (T/tp, C) piece, and where the block's output stays
+      // in pieces 31 its gradient gathered whole (T, C).
       const ModelConfig& m = plan.config.model;
       const bool bf16 = p.precision == Precision::Bf16, sp = p.sequenceParallel && tp > 1;
       const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpHidden());
@@ -805,6 +813,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu, Routing routing
       const bool selective =
           recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused || ring);
       if (selective) floats += (double(m.heads) * T * T + T * C) / tp;
+      if (sp && layer.outputPieces > 1) floats += T * C;
       if (ring) floats += 4.0 * T * 2.0 * m.kvHeadCount() * (C / m.heads) / tp;
       // A mixture-of-experts block (runtime/moe.cpp, slots 14-23), per sample of T positions (whole under
       // sequence parallelism: the experts read the gathered LayerNorm output), with R = k T routed rows and

@@ -83,6 +83,10 @@ double LayerSpec::outputBytesPerSampleIn(Precision precision) const {
   return double(outputBytesPerSample) / 4.0 * activationElementBytes(precision);
 }
 
+double LayerSpec::heldOutputBytesPerSampleIn(Precision precision) const {
+  return double(heldOutputBytesPerSample()) / 4.0 * activationElementBytes(precision);
+}
+
 int64_t headChunkRows(int64_t rows, int64_t vocabLocal, int64_t configured) {
   if (rows <= 0) return 0;
   if (configured > 0) return std::min(configured, rows);
@@ -553,7 +557,7 @@ const char* tokenEmbeddingName(ModelType type) {
   return "";
 }
 
-ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs, int cp) {
+ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs, int cp, int seqShards) {
   ModelSpec spec;
   switch (model.type) {
     case ModelType::Gpt:
@@ -578,6 +582,14 @@ ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs, in
     for (const ParamSpec& p : layer.params)
       if (shardSpecOf(p, model.type).sharded()) layer.splitParamCount += p.numel();
   }
+  // Sequence parallelism: block to block, each TP rank holds its piece of the sequence (config_checks makes
+  // the positions divisible by tp).
+  if (seqShards > 1 && isTransformer(model.type) && spec.samplePositions % seqShards == 0)
+    for (size_t l = 0; l + 1 < spec.layers.size(); ++l)
+      if (spec.layers[l].kind == LayerKind::Block && spec.layers[l + 1].kind == LayerKind::Block) {
+        spec.layers[l].outputPieces = seqShards;
+        spec.layers[l + 1].inputPieces = seqShards;
+      }
   return spec;
 }
 

@@ -96,6 +96,17 @@ struct LayerSpec {
   // The same as the engine stores and sends it (activationElementBytes): the one place the output's
   // precision enters the memory and cost models (output buffers, pipeline messages).
   double outputBytesPerSampleIn(Precision precision) const;
+  // Sequence parallelism (tp > 1, seqShards of buildModelSpec): between two transformer blocks each TP rank
+  // holds only its T / tp positions of every sample, Megatron-LM's layout (Korthikanti et al. 2022, section
+  // 4.2.2: the pieces stay split from one block's last reduce-scatter to the next block's first all-gather).
+  // A block followed by a block hands on one of outputPieces pieces of its output (kept, stored, sent to the
+  // next stage), a block after a block takes one of inputPieces; 1 elsewhere (the embedding's output and the
+  // last block's stay whole). outputBytesPerSample stays the whole tensor's (the collectives move it).
+  int inputPieces = 1;
+  int outputPieces = 1;
+  // What one rank holds of its output: the output buffer, the pipeline message, the gradient handed back.
+  int64_t heldOutputBytesPerSample() const { return outputBytesPerSample / outputPieces; }
+  double heldOutputBytesPerSampleIn(Precision precision) const;
   // Parts of activationBytesPerSample the runtime keeps otherwise: the tensors kept in bf16 under
   // "precision": "bf16" (runtime/layer_impl.h KeptInput and KeptTensor: everything a block keeps but the
   // LayerNorm row statistics and the attention matrix, counted apart), and attention's (H, T, T) softmax,
@@ -187,7 +198,10 @@ const char* tokenEmbeddingName(ModelType type);
 // Builds the spec from the model config; seqLen is training.seq_len (used by gpt only). The config is assumed
 // structurally valid (positive sizes); inputs is the flattened input size of an mlp (784 for Fashion-MNIST).
 // cp > 1 (llama only; config_checks): the spec of one context-parallel rank's slice, seqLen / cp positions.
-ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs = 784, int cp = 1);
+// seqShards > 1: tp under sequence parallelism, which splits what passes between two transformer blocks
+// (LayerSpec::outputPieces); 1 for the whole tensors.
+ModelSpec buildModelSpec(const ModelConfig& model, int seqLen, int mlpInputs = 784, int cp = 1,
+                         int seqShards = 1);
 
 // Layer names without building shapes (cheap; used by config validation).
 std::vector<std::string> modelLayerNames(const ModelConfig& model);

@@ -22,18 +22,18 @@ const DeviceSpec& stageDevice(const Plan& plan, int stage) {
 }
 
 namespace {
-// Each chunk's last layer's output elements * microbatch size, times bytesPerElement. Whole under sequence
-// parallelism too: the engine's blocks take and give the whole (B, T, C) (runtime/pipeline.cpp
-// chunkOutFloats sends B * outputBytesPerSample), not Megatron's sequence piece; dividing by tp here made both
-// models count a tp-th of the bytes the engine sends.
+// Each chunk's last layer's output elements as one rank holds and sends them (a sequence piece between two
+// blocks under sequence parallelism: runtime/pipeline.cpp chunkOutFloats) * microbatch size, times
+// bytesPerElement.
 std::vector<double> chunkMessageElements(const Plan& plan, double bytesPerElement) {
   const double scale = plan.microbatchSize();
   std::vector<double> bytes;
   for (const auto& chunk : plan.partition.chunks)
-    bytes.push_back(chunk.empty()
-                        ? 0.0
-                        : double(plan.model.layers[static_cast<size_t>(chunk.back())].outputBytesPerSample) /
-                              4.0 * bytesPerElement * scale);
+    bytes.push_back(
+        chunk.empty()
+            ? 0.0
+            : double(plan.model.layers[static_cast<size_t>(chunk.back())].heldOutputBytesPerSample()) / 4.0 *
+                  bytesPerElement * scale);
   return bytes;
 }
 }  // namespace
@@ -46,7 +46,8 @@ std::vector<double> chunkMessageBytes(const Plan& plan) {
 Expected<Plan> buildPlan(const RunConfig& config, bool allowSharing) {
   Plan plan;
   plan.config = config;
-  plan.model = buildModelSpec(config.model, config.training.seqLen, 784, config.parallel.cp);
+  plan.model = buildModelSpec(config.model, config.training.seqLen, 784, config.parallel.cp,
+                              config.parallel.sequenceParallel ? std::max(1, config.parallel.tp) : 1);
   auto mesh = buildMesh(config.mesh);
   if (!mesh) return mesh.status();
   plan.mesh = std::move(*mesh);

@@ -38,8 +38,8 @@ int replicaRank(const Plan& plan, int stage);
 // That rank's device.
 const DeviceSpec& stageDevice(const Plan& plan, int stage);
 // The point-to-point message of each chunk (K), bytes per microbatch: its last layer's output
-// (outputBytesPerSampleIn(precision) * microbatch size, bf16 under "precision": "bf16", / tp with sequence
-// parallelism). Chunk
+// (heldOutputBytesPerSampleIn(precision) * microbatch size, bf16 under "precision": "bf16", / tp between two
+// blocks under sequence parallelism). Chunk
 // k's activation goes to chunk k+1; chunk k+1's input gradient, the same size and precision (the engine
 // rounds every layer's input gradient to bf16 under "precision": "bf16"), comes back.
 std::vector<double> chunkMessageBytes(const Plan& plan);

@@ -188,7 +188,7 @@ struct LayerContext {
 };
 
 // Workspace slots a layer may use; the model keeps its activation-gradient buffers above them.
-inline constexpr int kLayerScratchSlots = 31;
+inline constexpr int kLayerScratchSlots = 32;
 
 // MESHSTUDIO_HEAD_CHUNK_ROWS, a positive integer: training.head_chunk_rows for one command (the engine sets
 // the loaded config's field from it, so the plan's prediction, the run folder's config and the head all see

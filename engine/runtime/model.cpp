@@ -30,7 +30,8 @@ Model::Model(const RunConfig& config, const ModelShard& shard, MemoryTracker* tr
              MemoryTracker* hostTracker)
     : m_config(config),
       m_bf16Outputs(config.parallel.precision == Precision::Bf16),
-      m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs, std::max(1, shard.cp.size))),
+      m_spec(buildModelSpec(config.model, config.training.seqLen, mlpInputs, std::max(1, shard.cp.size),
+                            shard.tp.sequence ? std::max(1, shard.tp.size) : 1)),
       m_shard(shard),
       m_workspace(tracker),
       m_tracker(tracker),
@@ -119,14 +120,13 @@ int64_t Model::chunkOutputFloats(int c, int B) const {
 int64_t Model::chunkInputFloats(int c, int B) const {
   const int first = m_shard.chunks[c].front();
   if (first == 0) return 0;
-  // The previous layer's output size: same as this chunk's first layer's output except for the mlp, where
-  // widths change; build a throwaway answer from the spec's output bytes.
-  return int64_t(B) * m_spec.layers[first - 1].outputBytesPerSample / int64_t(sizeof(float));
+  // The previous layer's output as this rank holds it (the spec's: that layer may be on another stage).
+  return int64_t(B) * m_spec.layers[first - 1].heldOutputBytesPerSample() / int64_t(sizeof(float));
 }
 
 size_t Model::inputFloats(int layer, int B) const {
   // The previous layer's output (it may be on another stage: from the spec).
-  return size_t(B) * size_t(m_spec.layers[layer - 1].outputBytesPerSample) / sizeof(float);
+  return size_t(B) * size_t(m_spec.layers[layer - 1].heldOutputBytesPerSample()) / sizeof(float);
 }
 
 float* Model::output(int layer, int slot, int B) {

@@ -127,7 +127,7 @@ int PipelineExecutor::tag(int kind, int m, int k) const {
 
 int64_t PipelineExecutor::chunkOutFloats(int k, int B) const {
   const int last = m_plan.partition.chunks[k].back();
-  return int64_t(B) * m_plan.model.layers[last].outputBytesPerSample / int64_t(sizeof(float));
+  return int64_t(B) * m_plan.model.layers[last].heldOutputBytesPerSample() / int64_t(sizeof(float));
 }
 
 int PipelineExecutor::takeSlot(int c) {

@@ -17,10 +17,13 @@
 // section 4.2.2): inside the block the LayerNorms, the residual additions and the row-parallel biases work on
 // this rank's piece of the sequence (Ts = T/tp positions of every sample); an all-gather over the sequence
 // feeds each column-parallel linear and a reduce-scatter replaces the row-parallel all-reduce; the LayerNorm
-// outputs are kept as this rank's pieces and gathered again for the weight gradients. The block's
-// input and output stay whole (the next layer, a send to another stage or the head see the same tensor as
-// without it), which costs one all-gather per block beyond Megatron's layout. Every op, copy (the sequence
-// shards are strided copy2Ds) and zeroing runs through the rank's Backend; the host never touches a tensor.
+// outputs are kept as this rank's pieces and gathered again for the weight gradients. Between two blocks
+// the activation stays in pieces, as in Megatron-LM (LayerSpec::inputPieces and outputPieces: kept, stored
+// and sent to the next stage as the rank's (B, Ts, C)); the first block takes its piece of the embedding's
+// whole output, and the last one gathers its output whole for the head. So backward gathers the MLP output's
+// gradient dy where the output is a piece (Megatron's all-gather in the backward of the MLP's reduce-scatter)
+// and the input's gradient where the input is whole. Every op, copy (the sequence shards are strided copy2Ds)
+// and zeroing runs through the rank's Backend; the host never touches a tensor.
 // Selective recompute (Korthikanti et al. 2022, section 5; plan/recompute.h): the block keeps everything but
 // attention's saved (B, Hl, T, T) probabilities; forward writes them to a workspace slot of their own and
 // backward re-runs attentionForward from the kept q|k|v into it just before attentionBackward (the same op
@@ -71,6 +74,8 @@ class TransformerBlock final : public Layer {
         m_tp(ctx.tp),
         m_sp(ctx.tp.sequence && ctx.tp.size > 1),
         m_overlap(m_sp && ctx.tp.overlap),
+        m_inPieces(m_sp && spec.inputPieces > 1),
+        m_outPieces(m_sp && spec.outputPieces > 1),
         m_cp(ctx.cp),
         m_ring(ctx.cp.size > 1),
         m_caches(ctx.tracker),
@@ -118,7 +123,9 @@ class TransformerBlock final : public Layer {
     m_fcprojb = bindParam(ctx.params, p + "mlp.c_proj.bias");
   }
 
-  int64_t outputFloats(int B) const override { return int64_t(B) * m_T * m_C; }
+  int64_t outputFloats(int B) const override {
+    return int64_t(B) * m_T * m_C / (m_outPieces ? m_tp.size : 1);
+  }
 
   void forward(const float* x, float* y, const BatchView& batch, const ForwardMode& mode, int slot) override {
     const int B = batch.B, T = m_T, C = m_C, Cl = m_Cl;
@@ -246,6 +253,10 @@ class TransformerBlock final : public Layer {
   static constexpr int kMoeInputSlot = 14;
   // The bf16 staging of the activation collectives (allReduceActivations).
   static constexpr int kCommSlot = kActivationCommSlot;
+  // Sequence parallelism, a block whose output stays in pieces: backward's gathered output gradient (B, T,
+  // C).
+  static constexpr int kOutputGradSlot = 31;
+  static_assert(kOutputGradSlot < kLayerScratchSlots);
 
   // Attention over the q|k|v forward computed: returns its output's staging (KeptInput atty), and saves the
   // state backward needs in the cache (KeptTensor: bf16 probabilities in bf16 where the softmax is
@@ -805,10 +816,15 @@ class TransformerBlock final : public Layer {
     const int T = m_T, C = m_C, Cl = m_Cl;
     const int N = B * T, Ns = N / m_tp.size;
     const size_t NsC = size_t(Ns) * C;
-    float* xs = m_ws->get(6, NsC, false);
+    // This rank's piece of the input: the input itself between two blocks, else taken from the whole.
+    const float* xs = x;
+    if (!m_inPieces) {
+      float* taken = m_ws->get(6, NsC, false);
+      takeShard(taken, x, B);
+      xs = taken;
+    }
     float* full =
         m_ws->get(4, size_t(N) * C, false);  // the gathered LayerNorm outputs, then the projections'
-    takeShard(xs, x, B);
     float* ln1 = c.ln1.target(NsC, *m_ws, kKeptStaging);
     norm(ln1, c.ln1Mean, c.ln1Rstd, xs, m_ln1w, m_ln1b, Ns);
     float* qkv = c.qkv.target(size_t(N) * 3 * Cl, *m_ws, kQkvSlot);
@@ -836,7 +852,9 @@ class TransformerBlock final : public Layer {
     c.res1.keep(res1);
     float* ln2 = c.ln2.target(NsC, *m_ws, kKeptStaging);
     norm(ln2, c.ln2Mean, c.ln2Rstd, res1, m_ln2w, m_ln2b, Ns);
-    float* ys = xs;  // xs is done with (read by the residual above)
+    // The output's piece: y itself when it stays in pieces, else slot 6 (xs is done with: read by the
+    // residual above) gathered into y below.
+    float* ys = m_outPieces ? y : m_ws->get(6, NsC, false);
     if (m_overlap && !m_moe) {
       denseMlpForwardOverlapped(c, B, c.ln2.keep(ln2), full, ys);
     } else {
@@ -845,7 +863,7 @@ class TransformerBlock final : public Layer {
     }
     if (m_fcprojb.store) addBias(ys, m_fcprojb.value(), Ns);
     m_be.accumulate(ys, res1, NsC);
-    gatherActivations(y, ys, B);
+    if (!m_outPieces) gatherActivations(y, ys, B);
   }
 
   void backwardSequenceParallel(const float* x, const float* dy, float* dx, int B, Cache& c,
@@ -861,14 +879,39 @@ class TransformerBlock final : public Layer {
     float* dqkv = m_ws->get(4, 3 * NCl, true);    // (B, T, 3Cl)
     float* dfull = m_ws->get(6, NC, false);       // (B, T, C)
     float* dshard = m_ws->get(7, NsC, false);     // (B, Ts, C)
-    // The output was gathered from every rank's ys and is used whole downstream on every rank alike, so the
-    // gradient of ys is this rank's piece of dy; the fcproj output's gradient (all-gather of it) is dy
-    // itself.
-    takeShard(dres1s, dy, B);
     const bool overlapMlp = m_overlap && !m_moe;
+    // The gradient of ys, this rank's output piece, is dres1s; the fcproj output's gradient is the whole of
+    // it, dyWhole. A whole output was gathered from every rank's ys and is used whole downstream on every
+    // rank alike: dy is that whole, its piece dres1s. An output in pieces has dy as its piece: gathered whole
+    // (workspace slot kOutputGradSlot), under tp_comm_overlap chunk by chunk beside fcproj's input-gradient
+    // rows.
+    const float* dyWhole = dy;
+    bool fcprojInputDone = false;
+    if (m_outPieces) {
+      m_be.copy(dres1s, dy, NsC * sizeof(float));
+      float* gathered = m_ws->get(kOutputGradSlot, NC, false);
+      if (overlapMlp && m_hasDenseMlp) {
+        gatherOverlapped(gathered, sendable(dy, NsC), B, bf16Collectives(), [&](int row0, int n) {
+          const size_t r0 = size_t(row0);
+          linearBack(dF1 + r0 * F, nullptr, nullptr, gathered + r0 * C, TensorIn(), m_fcprojw, n, F, C);
+        });
+        fcprojInputDone = true;
+      } else {
+        gatherActivations(gathered, dy, B);
+      }
+      dyWhole = gathered;
+    } else {
+      takeShard(dres1s, dy, B);
+    }
     if (m_hasDenseMlp) {
-      linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dy, c.gelu.in(),
-                 m_fcprojw, N, F, C);
+      if (fcprojInputDone) {
+        if (!deferWeights)
+          linearBack(nullptr, wgrad(m_fcprojw), biasGrad(m_fcprojb), dyWhole, c.gelu.in(), m_fcprojw, N, F,
+                     C);
+      } else {
+        linearBack(dF1, wgrad(m_fcprojw), deferWeights ? nullptr : biasGrad(m_fcprojb), dyWhole, c.gelu.in(),
+                   m_fcprojw, N, F, C);
+      }
       activationBackward(c, dF2, dF1, NF);
       if (overlapMlp) {  // the input gradient's rows chunk by chunk beside their reduce-scatters
         reduceScatterOverlapped(dshard, B, [&](int row0, int n, float* out) {
@@ -884,7 +927,7 @@ class TransformerBlock final : public Layer {
       }
     }
     if (m_moe)  // the experts read ln_2's output whole (copied out of dfull, which is reused below)
-      m_moe->backward(m_slot, moeInput(gatheredLayerNorm(c.ln2.in(), dfull, B), N), dy, dC, N,
+      m_moe->backward(m_slot, moeInput(gatheredLayerNorm(c.ln2.in(), dfull, B), N), dyWhole, dC, N,
                       m_tp.rank == 0);
     if (!overlapMlp) reduceScatterSequence(dshard, dC, B);
     normBack(dres1s, dshard, c.res1.read(*m_ws), m_ln2w, m_ln2b, c.ln2Mean, c.ln2Rstd, Ns);
@@ -892,14 +935,7 @@ class TransformerBlock final : public Layer {
     if (m_overlap) {
       // The proj output's gradient gathered whole chunk by chunk, its input gradient's rows computed as each
       // chunk arrives; the weight gradients from the whole after.
-      const float* shard = dres1s;
-      TensorIn sent = shard;
-      if (bf16Collectives()) {
-        bfloat16* s16 = commStaging(NsC);
-        m_be.toBf16(s16, shard, NsC);
-        sent = TensorIn(s16);
-      }
-      gatherOverlapped(dfull, sent, B, sent.bf16, [&](int row0, int n) {
+      gatherOverlapped(dfull, sendable(dres1s, NsC), B, bf16Collectives(), [&](int row0, int n) {
         const size_t r0 = size_t(row0);
         linearBack(dC + r0 * Cl, nullptr, nullptr, dfull + r0 * C, TensorIn(), m_projw, n, Cl, C);
       });
@@ -907,7 +943,7 @@ class TransformerBlock final : public Layer {
       gatherActivations(dfull, dres1s, B);  // the proj output's gradient, whole
     }
     if (deferWeights) {
-      keep(c.gOut, dy, NC);
+      keep(c.gOut, dyWhole, NC);
       keep(c.gFc, dF2, NF * mlpInputParts());
       keep(c.gProj, dfull, NC);
     }
@@ -934,15 +970,31 @@ class TransformerBlock final : public Layer {
     }
     if (deferWeights) keep(c.gQkv, dproj, qkvProjectionFloats(N));
     if (!m_overlap) reduceScatterSequence(dshard, dC, B);
-    float* xs = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)
-    takeShard(xs, x, B);
-    float* dxs = dF2;
-    m_be.copy(dxs, dres1s, NsC * sizeof(float));
+    const float* xs = x;
+    if (!m_inPieces) {
+      float* taken = dF1;  // dF1 is done with and large enough (N * Fl >= Ns * C)
+      takeShard(taken, x, B);
+      xs = taken;
+    }
+    // The input's gradient: into dx itself where the input is a piece (dx comes zeroed), else into a piece
+    // gathered whole into dx.
+    float* dxs = m_inPieces && dx ? dx : dF2;
+    if (dxs == dx)
+      m_be.accumulate(dxs, dres1s, NsC);
+    else
+      m_be.copy(dxs, dres1s, NsC * sizeof(float));
     normBack(dxs, dshard, xs, m_ln1w, m_ln1b, c.ln1Mean, c.ln1Rstd, Ns);
-    if (dx) {
+    if (dx && !m_inPieces) {
       gatherActivations(dfull, dxs, B);
       m_be.accumulate(dx, dfull, NC);
     }
+  }
+  // A (B, Ts, C) fp32 piece as an all-gather sends it: itself, or in bf16 precision rounded into kCommSlot.
+  TensorIn sendable(const float* piece, size_t n) const {
+    if (!bf16Collectives()) return piece;
+    bfloat16* s16 = commStaging(n);
+    m_be.toBf16(s16, piece, n);
+    return TensorIn(s16);
   }
 
   // Saved by forward for backward (activations), and by a split backward's input part for its weight part.
@@ -997,6 +1049,8 @@ class TransformerBlock final : public Layer {
   TensorParallel m_tp;
   bool m_sp;
   bool m_overlap;  // tp_comm_overlap: the sequence-parallel collectives in chunks beside the GEMMs
+  bool m_inPieces,
+      m_outPieces;  // sequence parallelism: this rank's (B, Ts, C) piece in, out (block to block)
   ContextParallel m_cp;
   bool m_ring;                        // context parallelism: attention as ring attention
   bool m_fused = false;               // the backend saves row log-sum-exps, not the softmax

@@ -197,31 +197,27 @@ bool LayerPalette::applyCandidate(int i) {
 }
 
 QStringList LayerPalette::candidateHeaders() {
-  return {tr("dp"),       tr("tp"),           tr("pp"),   tr("cp"),        tr("ep"),
-          tr("schedule"), tr("microbatches"), tr("ZeRO"), tr("recompute"), tr("offload"),
-          tr("step"),     tr("tokens/s"),     tr("MFU"),  tr("bubble"),    tr("peak memory")};
+  return {tr("dp"),       tr("tp"),           tr("pp"),     tr("cp"),         tr("ep"),      tr("sequence"),
+          tr("schedule"), tr("microbatches"), tr("ZeRO"),   tr("recompute"),  tr("offload"), tr("step"),
+          tr("tokens/s"), tr("MFU"),          tr("bubble"), tr("peak memory")};
 }
 
 QStringList LayerPalette::candidateRow(const PlanCandidate& c) {
   const ParallelConfig& p = c.config.parallel;
   QString schedule = QString::fromLatin1(toString(p.schedule));
   if (p.virtualChunks > 1) schedule += QStringLiteral(" (v=%1)").arg(p.virtualChunks);
-  return {QString::number(p.dp),
-          QString::number(p.tp),
-          QString::number(p.pp),
-          QString::number(p.cp),
+  return {QString::number(p.dp), QString::number(p.tp), QString::number(p.pp), QString::number(p.cp),
           QString::number(p.ep),
-          schedule,
-          QString::number(p.microbatches),
-          QString::number(p.zero),
+          // Sequence parallelism, and its collectives beside the GEMMs (tp_comm_overlap).
+          !p.sequenceParallel ? tr("whole")
+          : p.tpCommOverlap   ? tr("parallel, overlapped")
+                              : tr("parallel"),
+          schedule, QString::number(p.microbatches), QString::number(p.zero),
           p.recomputeLayers > 0
               ? tr("%1 (%2 per chunk)").arg(QString::fromLatin1(toString(p.recompute))).arg(p.recomputeLayers)
               : QString::fromLatin1(toString(p.recompute)),
-          QString::fromLatin1(toString(p.offload)),
-          formatSeconds(c.stepTime),
-          formatSi(c.tokensPerSecond),
-          c.mfuDefined ? formatPercent(c.mfu) : tr("n/a"),
-          formatPercent(c.bubbleFraction),
+          QString::fromLatin1(toString(p.offload)), formatSeconds(c.stepTime), formatSi(c.tokensPerSecond),
+          c.mfuDefined ? formatPercent(c.mfu) : tr("n/a"), formatPercent(c.bubbleFraction),
           tr("%1 of %2").arg(formatBytes(c.peakMemoryBytes), formatBytes(c.capacityBytes))};
 }
 
