@@ -441,6 +441,12 @@ class TestEquivalence : public QObject {
         << R"({"dp": 2, "cp": 2, "zero": 2, "microbatches": 2})";
     QTest::newRow("llama cp2 tp2 sequence parallel") << "llama"
                                                      << R"({"cp": 2, "tp": 2, "sequence_parallel": true})";
+    // The auto-planner's kind of plan at 405B: context parallelism under sequence parallelism with its
+    // collectives in chunks, the sequence pieces (of each rank's cp slice) sent between two stages.
+    QTest::newRow("llama cp2 tp2 pp2 sequence parallel overlap")
+        << "llama"
+        << R"({"cp": 2, "tp": 2, "pp": 2, "microbatches": 2, "sequence_parallel": true,
+               "tp_comm_overlap": true})";
     // gpt's learned positions under context parallelism: each rank adds its two chunks' rows of wpe, their
     // gradients summed over the dp x cp group; with tp (vocabulary-parallel embedding) and a pipeline.
     QTest::newRow("gpt cp2") << "gpt"
