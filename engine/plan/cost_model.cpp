@@ -423,6 +423,13 @@ double exposedBeside(double comm, double gemm, int n) {
   n = std::max(1, n);
   return std::max(comm / n, comm - gemm * (n - 1) / n);
 }
+// The same reduce-scatter with a whole collective of `first` seconds started just before it, on the same
+// link: the chunks queue behind it too, so the last one ends at max(first + comm, gemm / n + comm,
+// gemm + comm / n), and the GEMM rows end at gemm.
+double exposedAfter(double first, double comm, double gemm, int n) {
+  n = std::max(1, n);
+  return std::max({comm / n, first + comm - gemm, comm - gemm * (n - 1) / n});
+}
 
 }  // namespace
 
@@ -533,6 +540,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         const bool inPieces = sp && layer.inputPieces > 1, outPieces = sp && layer.outputPieces > 1;
         const double ag = sp ? ringAllGatherTime(outBytes * mbs, tp, link) : 0.0;
         if (sp) backward += (outPieces ? ag : 0.0) + (inPieces ? 0.0 : ag) - ag;
+        int lnGathersBeside = 0;  // of the two LayerNorm re-gathers below, those costed in `backward`
         if (p.tpCommOverlap && sp) {
           // tp_comm_overlap (plan/tp_overlap.h, runtime/transformer.cpp): forward's two all-gathers and two
           // reduce-scatters each beside its GEMM group, chunk by chunk; backward's two reduce-scatters and
@@ -544,9 +552,18 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
           const int n = mb * tpOverlapSplits(mb, std::max(1, model.samplePositions / tp));
           forward = exposedBeside(ag, g.qkv, n) + exposedBeside(rs, g.proj, n) +
                     (g.mlp ? exposedBeside(ag, g.fc, n) + exposedBeside(rs, g.fcproj, n) : ag + rs);
+          // Unless the backward is split, each LayerNorm output's re-gather for the weight gradients is
+          // started before the reduce-scatters of the input gradient it belongs to (the MLP's first group's
+          // and q|k|v's) and queues ahead of them on the link (Megatron-LM's bulk overlap of it with the
+          // input-gradient GEMM).
+          const bool bulk = !plan.schedule.splitBackward;
+          const auto inputGradient = [&](double gemm) {
+            return bulk ? exposedAfter(ag, rs, gemm, n) : exposedBeside(rs, gemm, n);
+          };
           backward = (outPieces ? (g.mlp ? exposedBeside(ag, g.dFcproj, n) : ag) : 0.0) +
-                     (g.mlp ? exposedBeside(rs, g.dFc, n) : rs) + exposedBeside(ag, g.dProj, n) +
-                     exposedBeside(rs, g.dQkv, n) + (inPieces ? 0.0 : ag);
+                     (g.mlp ? inputGradient(g.dFc) : rs) + exposedBeside(ag, g.dProj, n) +
+                     inputGradient(g.dQkv) + (inPieces ? 0.0 : ag);
+          if (bulk) lnGathersBeside = g.mlp ? 2 : 1;
         }
         if (sp && !outPieces) forward += ag;
         m_chunkForwardComm[static_cast<size_t>(k)] += forward;
@@ -554,11 +571,12 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         m_chunkBackwardComm[static_cast<size_t>(k)] += backward + (again ? forward : 0);
         // Sequence parallelism keeps a block's two LayerNorm outputs as sequence pieces and gathers them
         // again for the weight gradients (Korthikanti et al. 2022, section 4.2.2): two all-gathers of T * C
-        // per sample in the kept precision, in B, or in W where the backward is split.
+        // per sample in the kept precision, in B, or in W where the backward is split; whole, but for those
+        // tp_comm_overlap sends beside the input gradients (above).
         if (p.sequenceParallel && transformerBlock) {
           const double ln = layer.outputBytesPerSampleIn(p.precision) * mbs;
           (plan.schedule.splitBackward ? m_chunkWeightComm : m_chunkBackwardComm)[static_cast<size_t>(k)] +=
-              2.0 * ringAllGatherTime(ln, tp, link);
+              (2.0 - lnGathersBeside) * ringAllGatherTime(ln, tp, link);
         }
       }
     }

@@ -786,8 +786,7 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu, Routing routing
       // forward's gathered (T, C); 5 attention's scratch / tp (the scores' gradient (H, T, T) where the
       // softmax is materialised, the rows' (H, T) dot products where it is fused, plus in bf16 an fp32 copy
       // of the kept output), or the (T, C) staging of a sequence gather or reduce-scatter; under sequence
-      // parallelism 6 a gathered (T, C) gradient and 7 a (T/tp, C) piece, and where the block's output stays
-      // in pieces 31 its gradient gathered whole (T, C).
+      // parallelism 6 a gathered (T, C) gradient and 7 a (T/tp, C) piece, and 31 (below).
       const ModelConfig& m = plan.config.model;
       const bool bf16 = p.precision == Precision::Bf16, sp = p.sequenceParallel && tp > 1;
       const double T = plan.model.samplePositions, C = m.width, F = double(m.mlpHidden());
@@ -813,7 +812,13 @@ OtherBytes otherBreakdown(const Plan& plan, int stage, bool gpu, Routing routing
       const bool selective =
           recomputesAttention(RecomputePolicy::of(p), m.type, layer.kind, static_cast<int>(T), fused || ring);
       if (selective) floats += (double(m.heads) * T * T + T * C) / tp;
-      if (sp && layer.outputPieces > 1) floats += T * C;
+      // Slot 31: the gathered output gradient (T, C) where the output is a piece; under tp_comm_overlap,
+      // unless the backward is split, also the rank-major staging of the LayerNorm re-gathers (T, C in the
+      // kept precision).
+      double slot31 = sp && layer.outputPieces > 1 ? T * C : 0.0;
+      if (sp && p.tpCommOverlap && !plan.schedule.splitBackward)
+        slot31 = std::max(slot31, T * C * (bf16 ? 0.5 : 1.0));
+      floats += slot31;
       if (ring) floats += 4.0 * T * 2.0 * m.kvHeadCount() * (C / m.heads) / tp;
       // A mixture-of-experts block (runtime/moe.cpp, slots 14-23), per sample of T positions (whole under
       // sequence parallelism: the experts read the gathered LayerNorm output), with R = k T routed rows and

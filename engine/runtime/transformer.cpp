@@ -692,15 +692,41 @@ class TransformerBlock final : public Layer {
   // rank-major staging area).
   void gatherSequence(void* dst, TensorIn shard, int B) const {
     const size_t element = shard.bf16 ? sizeof(bfloat16) : sizeof(float);
-    const int Ts = m_T / m_tp.size;
-    const size_t row = size_t(Ts) * m_C, piece = size_t(B) * row;
-    const size_t rowBytes = row * element, fullRow = size_t(m_T) * m_C * element;
+    const size_t piece = size_t(B) * (m_T / m_tp.size) * m_C;
     auto* tmp = reinterpret_cast<char*>(m_ws->get(
         5, (piece * m_tp.size * element + sizeof(float) - 1) / sizeof(float), false));  // (tp, B, Ts, C)
     m_tp.allGather(shard, tmp, piece);
+    placeSequence(dst, tmp, element, B);
+  }
+  // dst (B, T, C) = the rank-major pieces (tp, B, Ts, C) of `staging`, elements of `element` bytes.
+  void placeSequence(void* dst, const void* staging, size_t element, int B) const {
+    const size_t row = size_t(m_T / m_tp.size) * m_C, piece = size_t(B) * row;
+    const size_t rowBytes = row * element, fullRow = size_t(m_T) * m_C * element;
     for (int r = 0; r < m_tp.size; ++r)
-      m_be.copy2D(static_cast<char*>(dst) + r * rowBytes, fullRow, tmp + r * piece * element, rowBytes,
-                  rowBytes, B);
+      m_be.copy2D(static_cast<char*>(dst) + r * rowBytes, fullRow,
+                  static_cast<const char*>(staging) + r * piece * element, rowBytes, rowBytes, B);
+  }
+  // tp_comm_overlap: a kept LayerNorm piece's re-gather for the weight gradients started now, into workspace
+  // slot kOutputGradSlot (rank-major), to travel beside the input gradient's rows and reduce-scatters
+  // (Megatron-LM's bulk overlap of this all-gather with the input-gradient GEMM); finished by
+  // finishLayerNormGather.
+  CommRequestPtr startLayerNormGather(TensorIn shard, int B) const {
+    const size_t element = shard.bf16 ? sizeof(bfloat16) : sizeof(float);
+    const size_t piece = size_t(B) * (m_T / m_tp.size) * m_C;
+    void* staging =
+        m_ws->get(kOutputGradSlot, (piece * m_tp.size * element + sizeof(float) - 1) / sizeof(float), false);
+    return m_tp.iallGather(shard, staging, piece);
+  }
+  // The whole (B, T, C) LayerNorm output in `into` once the gather started above has arrived.
+  TensorIn finishLayerNormGather(CommRequestPtr& request, TensorIn shard, float* into, int B) const {
+    TensorParallel::finish(request, "all-gather");
+    const size_t element = shard.bf16 ? sizeof(bfloat16) : sizeof(float);
+    const size_t piece = size_t(B) * (m_T / m_tp.size) * m_C;
+    placeSequence(
+        into,
+        m_ws->get(kOutputGradSlot, (piece * m_tp.size * element + sizeof(float) - 1) / sizeof(float), false),
+        element, B);
+    return wholeOf(shard, into);
   }
   // A LayerNorm output kept as this rank's (B, Ts, C) piece, gathered whole into `into` (N * C floats of
   // room) for a column-parallel GEMM (Korthikanti et al. 2022, section 4.2.2: all-gathered before the GEMM in
@@ -914,11 +940,15 @@ class TransformerBlock final : public Layer {
       }
       activationBackward(c, dF2, dF1, NF);
       if (overlapMlp) {  // the input gradient's rows chunk by chunk beside their reduce-scatters
+        // ln_2's re-gather for the weight gradients travels beside them (the gathered dy in slot
+        // kOutputGradSlot is done with: fcproj's weight gradients are computed above).
+        CommRequestPtr ln2 = deferWeights ? nullptr : startLayerNormGather(c.ln2.in(), B);
         reduceScatterOverlapped(dshard, B, [&](int row0, int n, float* out) {
           m_be.zero(out, size_t(n) * C * sizeof(float));
           mlpInputRows(out, dF2, N, row0, n);
         });
-        if (!deferWeights) mlpInputBackward(nullptr, dF2, gatheredLayerNorm(c.ln2.in(), dfull, B), N, true);
+        if (!deferWeights)
+          mlpInputBackward(nullptr, dF2, finishLayerNormGather(ln2, c.ln2.in(), dfull, B), N, true);
       } else {
         // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
         // they are deferred to the weight part.
@@ -959,11 +989,14 @@ class TransformerBlock final : public Layer {
     m_be.zero(dC, NC * sizeof(float));
     const float* dproj = qkvGradients(dqkv, B);
     if (m_overlap) {  // the input gradient's rows chunk by chunk beside their reduce-scatters
+      // ln_1's re-gather for the weight gradients travels beside them (dfull and kOutputGradSlot are free).
+      CommRequestPtr ln1 = deferWeights ? nullptr : startLayerNormGather(c.ln1.in(), B);
       reduceScatterOverlapped(dshard, B, [&](int row0, int n, float* out) {
         m_be.zero(out, size_t(n) * C * sizeof(float));
         qkvInputRows(out, dproj, N, row0, n);
       });
-      if (!deferWeights) qkvInputBackward(nullptr, dproj, gatheredLayerNorm(c.ln1.in(), dfull, B), N, true);
+      if (!deferWeights)
+        qkvInputBackward(nullptr, dproj, finishLayerNormGather(ln1, c.ln1.in(), dfull, B), N, true);
     } else {
       qkvInputBackward(dC, dproj, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln1.in(), dfull, B),
                        N, !deferWeights);
