@@ -396,7 +396,9 @@ Expected<AutoPlanResult> autoPlan(const RunConfig& base, const AutoPlanOptions& 
                   const double wholeBytes = st.wholeBytes - (sp ? st.pieceBytes * (1.0 - 1.0 / tp) : 0.0);
                   // The TP collectives left exposed: under sequence parallelism in chunks beside about three
                   // quarters of the blocks' compute (cost_model.cpp exposedBeside with four chunks), plus the
-                  // two LayerNorm re-gathers a block in backward (each half an all-reduce's time).
+                  // two LayerNorm re-gathers a block in backward (each half an all-reduce's time), counted
+                  // whole here though the plan sends them beside the input gradients: a pessimistic screen
+                  // for sequence parallelism, which the simulation of the best candidates corrects.
                   const double tpExposed = sp ? std::max(tpComm / 4.0, tpComm - 0.75 * 3.0 * tF) +
                                                     2.0 * st.blocks * tpCommPerBlock / 2.0
                                               : tpComm;
