@@ -861,6 +861,10 @@ class TestEquivalence : public QObject {
                                           << "optimizer";
     QTest::newRow("dp2 zero1") << R"({"dp": 2, "zero": 1, "precision": "bf16"})"
                                << "optimizer";
+    // The auto-planner pairs offload with ZeRO-1's parameter all-gather beside the next forward.
+    QTest::newRow("dp2 zero1 overlap gather")
+        << R"({"dp": 2, "zero": 1, "precision": "bf16", "overlap_param_gather": true})"
+        << "optimizer";
     QTest::newRow("dp2 zero3 accumulation")
         << R"({"dp": 2, "zero": 3, "microbatches": 2, "precision": "bf16", "grad_precision": "bf16"})"
         << "optimizer";
