@@ -710,23 +710,23 @@ class TransformerBlock final : public Layer {
   // slot kOutputGradSlot (rank-major), to travel beside the input gradient's rows and reduce-scatters
   // (Megatron-LM's bulk overlap of this all-gather with the input-gradient GEMM); finished by
   // finishLayerNormGather.
-  CommRequestPtr startLayerNormGather(TensorIn shard, int B) const {
+  struct PendingGather {
+    CommRequestPtr request;
+    TensorIn shard;
+    const void* staging = nullptr;
+  };
+  PendingGather startLayerNormGather(TensorIn shard, int B) const {
     const size_t element = shard.bf16 ? sizeof(bfloat16) : sizeof(float);
     const size_t piece = size_t(B) * (m_T / m_tp.size) * m_C;
     void* staging =
         m_ws->get(kOutputGradSlot, (piece * m_tp.size * element + sizeof(float) - 1) / sizeof(float), false);
-    return m_tp.iallGather(shard, staging, piece);
+    return {m_tp.iallGather(shard, staging, piece), shard, staging};
   }
   // The whole (B, T, C) LayerNorm output in `into` once the gather started above has arrived.
-  TensorIn finishLayerNormGather(CommRequestPtr& request, TensorIn shard, float* into, int B) const {
-    TensorParallel::finish(request, "all-gather");
-    const size_t element = shard.bf16 ? sizeof(bfloat16) : sizeof(float);
-    const size_t piece = size_t(B) * (m_T / m_tp.size) * m_C;
-    placeSequence(
-        into,
-        m_ws->get(kOutputGradSlot, (piece * m_tp.size * element + sizeof(float) - 1) / sizeof(float), false),
-        element, B);
-    return wholeOf(shard, into);
+  TensorIn finishLayerNormGather(PendingGather& g, float* into, int B) const {
+    TensorParallel::finish(g.request, "all-gather");
+    placeSequence(into, g.staging, g.shard.bf16 ? sizeof(bfloat16) : sizeof(float), B);
+    return wholeOf(g.shard, into);
   }
   // A LayerNorm output kept as this rank's (B, Ts, C) piece, gathered whole into `into` (N * C floats of
   // room) for a column-parallel GEMM (Korthikanti et al. 2022, section 4.2.2: all-gathered before the GEMM in
@@ -942,13 +942,12 @@ class TransformerBlock final : public Layer {
       if (overlapMlp) {  // the input gradient's rows chunk by chunk beside their reduce-scatters
         // ln_2's re-gather for the weight gradients travels beside them (the gathered dy in slot
         // kOutputGradSlot is done with: fcproj's weight gradients are computed above).
-        CommRequestPtr ln2 = deferWeights ? nullptr : startLayerNormGather(c.ln2.in(), B);
+        PendingGather ln2 = deferWeights ? PendingGather{} : startLayerNormGather(c.ln2.in(), B);
         reduceScatterOverlapped(dshard, B, [&](int row0, int n, float* out) {
           m_be.zero(out, size_t(n) * C * sizeof(float));
           mlpInputRows(out, dF2, N, row0, n);
         });
-        if (!deferWeights)
-          mlpInputBackward(nullptr, dF2, finishLayerNormGather(ln2, c.ln2.in(), dfull, B), N, true);
+        if (!deferWeights) mlpInputBackward(nullptr, dF2, finishLayerNormGather(ln2, dfull, B), N, true);
       } else {
         // The weight gradients need ln_2's output whole: gathered again (into dfull, free until below) unless
         // they are deferred to the weight part.
@@ -990,13 +989,12 @@ class TransformerBlock final : public Layer {
     const float* dproj = qkvGradients(dqkv, B);
     if (m_overlap) {  // the input gradient's rows chunk by chunk beside their reduce-scatters
       // ln_1's re-gather for the weight gradients travels beside them (dfull and kOutputGradSlot are free).
-      CommRequestPtr ln1 = deferWeights ? nullptr : startLayerNormGather(c.ln1.in(), B);
+      PendingGather ln1 = deferWeights ? PendingGather{} : startLayerNormGather(c.ln1.in(), B);
       reduceScatterOverlapped(dshard, B, [&](int row0, int n, float* out) {
         m_be.zero(out, size_t(n) * C * sizeof(float));
         qkvInputRows(out, dproj, N, row0, n);
       });
-      if (!deferWeights)
-        qkvInputBackward(nullptr, dproj, finishLayerNormGather(ln1, c.ln1.in(), dfull, B), N, true);
+      if (!deferWeights) qkvInputBackward(nullptr, dproj, finishLayerNormGather(ln1, dfull, B), N, true);
     } else {
       qkvInputBackward(dC, dproj, deferWeights ? TensorIn(nullptr) : gatheredLayerNorm(c.ln1.in(), dfull, B),
                        N, !deferWeights);
