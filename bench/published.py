@@ -12,7 +12,8 @@ what Megatron's own GPT scripts default to for these runs: micro-batch 1, the di
 --serial-param-gather plans it inside the optimizer step instead), bf16, sequence parallelism with tensor
 parallelism and its collectives in chunks beside the GEMMs (the plan's tp_comm_overlap; --serial-tp-comm
 plans them whole), no recompute, and for pp > 1 the 1F1B schedule (--schedule interleaved_1f1b --chunks V plans the
-interleaved one instead).
+interleaved one instead), with the layers split over the stages as Megatron-LM splits them by default
+(megatron_placement below).
 
 Each row becomes a run config on nodes of 8 H100 SXM (the catalog's NVLink inside a node, InfiniBand
 between), `meshstudio-engine plan --json` predicts it, and the table prints predicted against published MFU
@@ -63,7 +64,26 @@ def megatron_flops(row, seq=4096, vocab=131072):
         (1 + 1 + seq / hidden) + 4 + vocab / (2 * layers * hidden))
 
 
-def config_for(row, schedule, chunks, overlap_gather=True, overlap_tp=True):
+def megatron_placement(layers, pp, chunks):
+    """Megatron-LM's default split, which these runs used: the blocks evenly over pp x chunks model chunks,
+    the embedding with the first chunk and the output layer with the last, chunk k on pipeline rank k mod pp
+    (megatron/core/transformer/transformer_block.py get_num_layers_to_build; the embedding and the loss are
+    not counted unless --account-for-embedding/loss-in-pipeline-split). MeshStudio's own even split counts
+    the embedding and the head as layers, which puts a 13th block on a stage of the 314B."""
+    k_total = pp * chunks
+    if layers % k_total:
+        return None  # Megatron needs an explicit layout here (the 119B's 92 blocks over 8 chunks)
+    per = layers // k_total
+    out = []
+    for k in range(k_total):
+        names = (["embedding"] if k == 0 else []) + [f"block.{k * per + i}" for i in range(per)]
+        if k == k_total - 1:
+            names.append("head")
+        out.append({"stage": k % pp, "layers": names})
+    return out
+
+
+def config_for(row, schedule, chunks, overlap_gather=True, overlap_tp=True, megatron_layout=True):
     name, heads, hidden, layers, tp, pp, dp, gpus, batch, _, _ = row
     assert tp * pp * dp == gpus
     parallel = {"dp": dp, "tp": tp, "pp": pp, "microbatches": batch // dp, "zero": 1, "precision": "bf16",
@@ -75,6 +95,9 @@ def config_for(row, schedule, chunks, overlap_gather=True, overlap_tp=True):
         parallel["schedule"] = schedule
         if schedule == "interleaved_1f1b":
             parallel["virtual_chunks"] = chunks
+        placement = megatron_placement(layers, pp, chunks if schedule == "interleaved_1f1b" else 1)
+        if megatron_layout and placement:
+            parallel["placement"] = placement
     return {
         "version": 1,
         "name": f"megatron-{name}",
