@@ -36,6 +36,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "plan/device_profile.h"
 #include "runtime/file_io.h"
 #include "supervisor.h"
 
@@ -58,7 +59,8 @@ double since(Clock::time_point t0) {
 // ---- what is measured ------------------------------------------------------------------------------------
 
 // The grids (docs/calibration.md, "What is measured"). The full grid is sized to stay well within 3 minutes
-// on a 2-core machine (52 s measured here, idle); --quick within a few seconds (3 s).
+// on a 2-core machine (115.5 s on 2026-11-29's Intel VM, idle, three passes with the three GEMM ops); --quick
+// within a few seconds.
 struct Grids {
   std::vector<int> gemmM, gemmNK;
   std::vector<int> attentionT, attentionHeadSize;
@@ -129,12 +131,14 @@ std::vector<GemmShape> gemmShapes(const Grids& g) {
 }
 
 constexpr GemmPrecision kPrecisions[] = {GemmPrecision::Fp32, GemmPrecision::Bf16};
+// A linear layer's three GEMMs, each measured as the backend runs it (plan/device_profile.h GemmOp).
+constexpr GemmOp kGemmOps[] = {GemmOp::Forward, GemmOp::InputGradient, GemmOp::WeightGradient};
 const char* precisionName(GemmPrecision p) {
   return p == GemmPrecision::Bf16 ? "bf16" : "fp32";
 }
 
 int computeMeasurements(const Grids& g, size_t threadCounts) {
-  const size_t perThreads = gemmShapes(g).size() * std::size(kPrecisions) +
+  const size_t perThreads = gemmShapes(g).size() * std::size(kPrecisions) * std::size(kGemmOps) +
                             g.attentionT.size() * g.attentionHeadSize.size() * std::size(kPrecisions) +
                             g.elementwiseFloats.size() + g.optimizerParams.size();
   return static_cast<int>(perThreads * threadCounts) * g.computePasses;
@@ -217,11 +221,17 @@ void measureGemm(Backend& be, const Grids& g, int threads, Json& out, Progress& 
     outMax = std::max(outMax, size_t(s.m) * s.n);
   }
   // Every shape reads a prefix of these; the bf16 copies are the rounded fp32 ones (a prefix of a rounded
-  // buffer is the rounded prefix), as training keeps a GEMM's bf16 input and the bf16 working weights.
+  // buffer is the rounded prefix), as training keeps a GEMM's bf16 input and the bf16 working weights. The
+  // backward's gradients accumulate (beta = 1) into dinp and dweight as training's do; values stay small (a
+  // few thousand calls of products of 0.01 and 0.05 patterns).
   Buffer inp(be, inpMax * 4), weight(be, wMax * 4), result(be, outMax * 4);
+  Buffer dout(be, outMax * 4), dinp(be, inpMax * 4), dweight(be, wMax * 4);
   Buffer inp16(be, inpMax * 2), weight16(be, wMax * 2);
   fillPattern(be, inp.f(), inpMax, 1.0f);
   fillPattern(be, weight.f(), wMax, 0.05f);
+  fillPattern(be, dout.f(), outMax, 0.01f);
+  fillPattern(be, dinp.f(), inpMax, 0.01f);
+  fillPattern(be, dweight.f(), wMax, 0.01f);
   be.toBf16(inp16.b(), inp.f(), inpMax);
   be.toBf16(weight16.b(), weight.f(), wMax);
   for (GemmPrecision p : kPrecisions) {
@@ -229,21 +239,35 @@ void measureGemm(Backend& be, const Grids& g, int threads, Json& out, Progress& 
     const bool bf16 = p == GemmPrecision::Bf16;
     const TensorIn in = bf16 ? TensorIn(inp16.b()) : TensorIn(inp.f());
     const TensorIn w = bf16 ? TensorIn(weight16.b()) : TensorIn(weight.f());
-    for (const GemmShape& s : shapes) {
-      // out (m, n) = inp (m, k) @ weight (k, n): linearForward's N = m, C = k, OC = n.
-      const double seconds = medianSeconds(
-          be, g.computeBudgetS, [&](int) { be.linearForward(result.f(), in, w, nullptr, s.m, s.k, s.n); });
-      const double flops = 2.0 * s.m * s.n * s.k;
-      out.push_back({{"precision", precisionName(p)},
-                     {"threads", threads},
-                     {"m", s.m},
-                     {"n", s.n},
-                     {"k", s.k},
-                     {"seconds", seconds},
-                     {"flops_per_s", flops / seconds}});
-      progress.line("gemm " + std::string(precisionName(p)) + " threads " + std::to_string(threads) + " m " +
-                    std::to_string(s.m) + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + ": " +
-                    num(flops / seconds) + " FLOP/s");
+    for (GemmOp op : kGemmOps) {
+      for (const GemmShape& s : shapes) {
+        // The layer out (m, n) = inp (m, k) @ weight (k, n): linear's N = m, C = k, OC = n, for every op.
+        const double seconds = medianSeconds(be, g.computeBudgetS, [&](int) {
+          switch (op) {
+            case GemmOp::Forward:
+              be.linearForward(result.f(), in, w, nullptr, s.m, s.k, s.n);
+              break;
+            case GemmOp::InputGradient:
+              be.linearBackward(dinp.f(), nullptr, nullptr, dout.f(), in, w, s.m, s.k, s.n);
+              break;
+            case GemmOp::WeightGradient:
+              be.linearBackward(nullptr, dweight.f(), nullptr, dout.f(), in, w, s.m, s.k, s.n);
+              break;
+          }
+        });
+        const double flops = 2.0 * s.m * s.n * s.k;
+        out.push_back({{"precision", precisionName(p)},
+                       {"op", gemmOpName(op)},
+                       {"threads", threads},
+                       {"m", s.m},
+                       {"n", s.n},
+                       {"k", s.k},
+                       {"seconds", seconds},
+                       {"flops_per_s", flops / seconds}});
+        progress.line("gemm " + std::string(precisionName(p)) + " " + gemmOpName(op) + " threads " +
+                      std::to_string(threads) + " m " + std::to_string(s.m) + " n " + std::to_string(s.n) +
+                      " k " + std::to_string(s.k) + ": " + num(flops / seconds) + " FLOP/s");
+      }
     }
   }
   be.setGemmPrecision(GemmPrecision::Fp32);

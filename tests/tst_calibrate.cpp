@@ -174,23 +174,26 @@ class TestCalibrate : public QObject {
 
   void gemmCurveIsComplete() {
     const nlohmann::json& gemm = m_profile["device"]["gemm"];
-    std::set<std::tuple<std::string, int, int, int, int>> seen;
+    std::set<std::tuple<std::string, std::string, int, int, int, int>> seen;
     for (const nlohmann::json& e : gemm) {
       const double m = e["m"], n = e["n"], k = e["k"];
       QVERIFY(near(e["flops_per_s"].get<double>(), 2 * m * n * k / e["seconds"].get<double>()));
-      seen.insert({e["precision"].get<std::string>(), e["threads"].get<int>(), e["m"].get<int>(),
-                   e["n"].get<int>(), e["k"].get<int>()});
+      seen.insert({e["precision"].get<std::string>(), e["op"].get<std::string>(), e["threads"].get<int>(),
+                   e["m"].get<int>(), e["n"].get<int>(), e["k"].get<int>()});
     }
     QCOMPARE(seen.size(), gemm.size());  // no entry twice
+    // Every shape in each of a linear layer's three GEMMs (the forward and the backward's two).
     const std::vector<int> threads = defaultThreads(static_cast<int>(std::thread::hardware_concurrency()));
     for (const char* p : {"fp32", "bf16"})
-      for (int t : threads)
-        for (int m : {8, 128, 2048})
-          for (int n : {32, 512})
-            for (int k : {32, 512})
-              QVERIFY2(seen.count({p, t, m, n, k}),
-                       qPrintable(QString("%1 threads %2 %3x%4x%5").arg(p).arg(t).arg(m).arg(n).arg(k)));
-    QCOMPARE(gemm.size(), 2 * threads.size() * 12);
+      for (const char* op : {"forward", "input_gradient", "weight_gradient"})
+        for (int t : threads)
+          for (int m : {8, 128, 2048})
+            for (int n : {32, 512})
+              for (int k : {32, 512})
+                QVERIFY2(
+                    seen.count({p, op, t, m, n, k}),
+                    qPrintable(QString("%1 %2 threads %3 %4x%5x%6").arg(p, op).arg(t).arg(m).arg(n).arg(k)));
+    QCOMPARE(gemm.size(), 2 * 3 * threads.size() * 12);
   }
 
   // Each entry timed its own shape: the largest quick GEMM does 65536 times the smallest's work and must take
@@ -202,9 +205,11 @@ class TestCalibrate : public QObject {
   // took it to 1/680 of the large one's rate: CI measured 97x where the bound was once 100x. Tests never
   // assert timings that load or instrumentation moves.)
   void timesFollowTheWork() {
-    std::map<std::pair<std::string, int>, std::pair<double, double>> gemm;  // (precision, threads) -> times
+    // (precision and op, threads) -> times
+    std::map<std::pair<std::string, int>, std::pair<double, double>> gemm;
     for (const nlohmann::json& e : m_profile["device"]["gemm"]) {
-      auto& [tiny, large] = gemm[{e["precision"].get<std::string>(), e["threads"].get<int>()}];
+      auto& [tiny, large] = gemm[{e["precision"].get<std::string>() + " " + e["op"].get<std::string>(),
+                                  e["threads"].get<int>()}];
       if (e["m"] == 8 && e["n"] == 32 && e["k"] == 32) tiny = e["seconds"];
       if (e["m"] == 2048 && e["n"] == 512 && e["k"] == 512) large = e["seconds"];
     }

@@ -107,6 +107,24 @@ json synthProfile() {
           {"links", links}};
 }
 
+// The backward's GEMM tables (GemmOp), each at the layer's shape: the input gradient at half the forward's
+// rate, the weight gradient at 0.8 of it.
+double synthBackward(ms::GemmOp op, double m, double n, double k, int threads) {
+  return synthGemm(m, n, k, threads) / (op == ms::GemmOp::InputGradient ? 0.5 : 0.8);
+}
+json withBackwardGemms(json doc) {
+  json& rows = doc["device"]["gemm"];
+  const json forward = rows;
+  for (const ms::GemmOp op : {ms::GemmOp::InputGradient, ms::GemmOp::WeightGradient})
+    for (json row : forward) {
+      row["op"] = ms::gemmOpName(op);
+      row["seconds"] = synthBackward(op, row["m"].get<double>(), row["n"].get<double>(),
+                                     row["k"].get<double>(), row["threads"].get<int>());
+      rows.push_back(row);
+    }
+  return doc;
+}
+
 std::shared_ptr<const ms::DeviceProfile> parsed(const json& doc) {
   auto p = ms::parseDeviceProfile(doc, "synth.json");
   if (!p) qFatal("%s", p.message().c_str());
@@ -143,6 +161,48 @@ class TestDeviceProfile : public QObject {
     // bf16 was not measured: fp32's table stands in.
     QCOMPARE(p->gemmSeconds(ms::Precision::Bf16, 1, 64, 128, 16), synthGemm(64, 128, 16, 1));
     QNEAR(p->peakGemmRate(ms::Precision::Fp32, 2), synthRate(512, 128, 128, 2));
+  }
+
+  void gemmBackwardOpsHaveTheirOwnCurves() {
+    using ms::GemmOp;
+    const auto p = parsed(withBackwardGemms(synthProfile()));
+    for (const GemmOp op : {GemmOp::InputGradient, GemmOp::WeightGradient}) {
+      // At a measured shape, the op's measured time; between shapes its own power law; the forward's
+      // table is unchanged.
+      QCOMPARE(p->gemmSeconds(op, ms::Precision::Fp32, 1, 64, 128, 16), synthBackward(op, 64, 128, 16, 1));
+      QNEAR(p->gemmSeconds(op, ms::Precision::Fp32, 2, 100, 50, 30), synthBackward(op, 100, 50, 30, 2));
+    }
+    QCOMPARE(p->gemmSeconds(GemmOp::Forward, ms::Precision::Fp32, 1, 64, 128, 16), synthGemm(64, 128, 16, 1));
+    QCOMPARE(p->gemmSeconds(ms::Precision::Fp32, 1, 64, 128, 16), synthGemm(64, 128, 16, 1));
+    // A profile without them (written before they were measured) costs each as the forward GEMM of its
+    // product's shape: dinp (m x k) over n, dweight (k x n) over m.
+    const auto old = parsed(synthProfile());
+    QCOMPARE(old->gemmSeconds(GemmOp::InputGradient, ms::Precision::Fp32, 1, 64, 16, 128),
+             synthGemm(64, 128, 16, 1));
+    QCOMPARE(old->gemmSeconds(GemmOp::WeightGradient, ms::Precision::Fp32, 1, 128, 16, 64),
+             synthGemm(64, 16, 128, 1));
+    // An op the engine does not know, and a backward table missing a thread count the forward has.
+    json doc = withBackwardGemms(synthProfile());
+    doc["device"]["gemm"].back()["op"] = "dgrad";
+    auto bad = ms::parseDeviceProfile(doc, "x.json");
+    QVERIFY(!bad);
+    QCOMPARE(QString::fromStdString(bad.message()),
+             QString("x.json: /device/gemm/%1/op: must be \"forward\", \"input_gradient\" or "
+                     "\"weight_gradient\", got \"dgrad\"")
+                 .arg(doc["device"]["gemm"].size() - 1));
+    doc = synthProfile();
+    const json forwardRows = doc["device"]["gemm"];
+    for (json row : forwardRows)
+      if (row["threads"] == 1) {
+        row["op"] = "weight_gradient";
+        doc["device"]["gemm"].push_back(row);
+      }
+    const auto partial = ms::parseDeviceProfile(doc, "x.json");
+    QVERIFY(!partial);
+    QCOMPARE(
+        QString::fromStdString(partial.message()),
+        "x.json: /device/gemm: has no weight_gradient measurement at fp32 and 2 threads, where the forward "
+        "has them (measure every op or none)");
   }
 
   void gemmSkippedCornerTakesTheBestBelowIt() {
@@ -429,6 +489,33 @@ class TestDeviceProfile : public QObject {
       const ms::Plan plan = planFor(2, json{{"tp", 2}}, 1);  // 2 ranks, 1 thread each, no oversubscription
       const ms::CostModel cost(plan);
       QNEAR(cost.layerTimes().forward[1], blockForward(8, 1, 2));
+    }
+    // The backward's GEMMs: each on its own op's curve at the forward's shape when the profile has them.
+    writeFile(dir.filePath("here.json"), withBackwardGemms(synthProfile()).dump());
+    {
+      const ms::Plan plan = planFor(1, json{{"dp", 1}}, 1);
+      const ms::CostModel cost(plan);
+      const double m = T * 8.0;
+      const auto q = parsed(withBackwardGemms(synthProfile()));
+      const auto sum = [&](const ms::DeviceProfile& profile, ms::GemmOp op) {
+        double t = 0;
+        for (const auto& [n, k] :
+             std::vector<std::pair<double, double>>{{3.0 * C, C}, {C, C}, {F, C}, {C, F}})
+          t += profile.gemmSeconds(op, ms::Precision::Fp32, 1, m, n, k);
+        return t;
+      };
+      // Every grid point of the synthetic weight gradient runs at 0.8 of the forward's rate, so its
+      // interpolated (and edge-clamped) time is the forward's over 0.8 at every shape.
+      double forward = 0;
+      for (const auto& [n, k] : std::vector<std::pair<double, double>>{{3.0 * C, C}, {C, C}, {F, C}, {C, F}})
+        forward += p->gemmSeconds(ms::Precision::Fp32, 1, m, n, k);
+      QNEAR(sum(*q, ms::GemmOp::WeightGradient), forward / 0.8);
+      QVERIFY(std::abs(sum(*q, ms::GemmOp::WeightGradient) / sum(*p, ms::GemmOp::WeightGradient) - 1) > 0.05);
+      const double attention =
+          p->attentionBackwardSeconds(ms::Precision::Fp32, 1, 2.0 * T * T * C * 8, T, double(C) / 4);
+      const double elementwise = 2 * 5 * p->elementwiseSeconds(1, 4.0 * T * 8 * (10.0 * C + 2.0 * F) / 5);
+      QNEAR(cost.layerTimes().backwardInput[1], sum(*q, ms::GemmOp::InputGradient) + attention + elementwise);
+      QNEAR(cost.layerTimes().backwardWeight[1], sum(*q, ms::GemmOp::WeightGradient));
     }
   }
 };

@@ -224,6 +224,11 @@ std::string countText(double n) {
 struct KernelTimes {
   virtual ~KernelTimes() = default;
   virtual double gemm(double m, double n, double k) const = 0;
+  // A linear layer's backward GEMMs, given the forward's shape (m rows, n outputs, k inputs). By default
+  // each is the forward GEMM of its own product's shape (what a GPU's kernel model costs); a measured
+  // profile has their own curves (DeviceProfile GemmOp).
+  virtual double gemmInputGradient(double m, double n, double k) const { return gemm(m, k, n); }
+  virtual double gemmWeightGradient(double m, double n, double k) const { return gemm(k, n, m); }
   virtual double attentionForward(double flops, double keys, double headSize) const = 0;
   virtual double attentionBackward(double flops, double keys, double headSize) const = 0;
   virtual double elementwise(double bytes) const = 0;  // bytes as LayerSpec counts them (fp32 elements)
@@ -234,6 +239,12 @@ struct ProfileTimes final : KernelTimes {
       : profile(profile), precision(precision), threads(threads) {}
   double gemm(double m, double n, double k) const override {
     return profile.gemmSeconds(precision, threads, m, n, k);
+  }
+  double gemmInputGradient(double m, double n, double k) const override {
+    return profile.gemmSeconds(GemmOp::InputGradient, precision, threads, m, n, k);
+  }
+  double gemmWeightGradient(double m, double n, double k) const override {
+    return profile.gemmSeconds(GemmOp::WeightGradient, precision, threads, m, n, k);
   }
   double attentionForward(double flops, double keys, double headSize) const override {
     return profile.attentionForwardSeconds(precision, threads, flops, keys, headSize);
@@ -309,8 +320,8 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
       std::snprintf(shape, sizeof shape, "GEMM %.0f x %.0f x %.0f", m, n, k);
       note(count == 1 ? std::string(shape) : countText(count) + " x " + shape, 2.0 * count * m * n * k, f);
     }
-    const double dx = g.inputGradient ? count * times.gemm(m, k, n) : 0.0;
-    const double dw = count * times.gemm(k, n, m);
+    const double dx = g.inputGradient ? count * times.gemmInputGradient(m, n, k) : 0.0;
+    const double dw = count * times.gemmWeightGradient(m, n, k);
     if (g.chunked) {
       fused += f + dx + dw;
     } else {
@@ -382,10 +393,16 @@ OverlapGemms overlapGemms(const Plan& plan, int stage, const LayerSpec& layer, d
   std::optional<RankShare> share;
   if (device.profile) share = rankShare(plan, replicaRank(plan, stage), *device.profile);
   const double rate = device.peakFlops(p.precision) * device.achievableFraction;
-  const auto gemm = [&](double m, double n, double k) {
-    if (share)
-      return ProfileTimes(*device.profile, p.precision, share->threads).gemm(m, n, k) * share->slowdown;
-    if (device.kernels) return CatalogTimes(device, p.precision).gemm(m, n, k);
+  // The forward GEMM (input = false) or the input gradient's, at the forward's shape.
+  const auto gemm = [&](double m, double n, double k, bool input = false) {
+    if (share) {
+      const ProfileTimes times(*device.profile, p.precision, share->threads);
+      return (input ? times.gemmInputGradient(m, n, k) : times.gemm(m, n, k)) * share->slowdown;
+    }
+    if (device.kernels) {
+      const CatalogTimes times(device, p.precision);
+      return input ? times.gemmInputGradient(m, n, k) : times.gemm(m, n, k);
+    }
     return rate > 0 ? 2.0 * m * n * k / rate : 0.0;
   };
   OverlapGemms o;
@@ -397,7 +414,7 @@ OverlapGemms overlapGemms(const Plan& plan, int stage, const LayerSpec& layer, d
     const double m = g.rows * mbs;
     const double n = g.split == GemmShape::Split::Output ? double(g.n) / tp : double(g.n);
     const double k = g.split == GemmShape::Split::Input ? double(g.k) / tp : double(g.k);
-    const double f = gemm(m, n, k), dx = g.inputGradient ? gemm(m, k, n) : 0.0;
+    const double f = gemm(m, n, k), dx = g.inputGradient ? gemm(m, n, k, true) : 0.0;
     switch (group) {
       case 0:
         o.qkv += f, o.dQkv += dx;

@@ -256,7 +256,12 @@ int DeviceProfile::measuredThreads(int threads) const {
   return best;
 }
 
-double DeviceProfile::gemmSeconds(Precision precision, int threads, double m, double n, double k) const {
+namespace {
+
+// The measured time of a GEMM at (m, n, k) from one op's table (DeviceProfile::gemmSeconds).
+double gemmTableSeconds(const std::map<std::pair<Precision, int>, std::vector<DeviceProfile::Gemm>>& gemm,
+                        Precision precision, int threads, double m, double n, double k) {
+  using Gemm = DeviceProfile::Gemm;
   if (!(m > 0 && n > 0 && k > 0)) return 0.0;
   const auto table = nearestMeasuredThreads(gemm, precision, threads);
   if (table == gemm.end()) return 0.0;
@@ -304,6 +309,39 @@ double DeviceProfile::gemmSeconds(Precision precision, int threads, double m, do
         w * std::log(rateAt((c & 1) ? bm.hi : bm.lo, (c & 2) ? bn.hi : bn.lo, (c & 4) ? bk.hi : bk.lo));
   }
   return 2.0 * m * n * k / std::exp(logRate);
+}
+
+}  // namespace
+
+const char* gemmOpName(GemmOp op) {
+  switch (op) {
+    case GemmOp::Forward:
+      return "forward";
+    case GemmOp::InputGradient:
+      return "input_gradient";
+    case GemmOp::WeightGradient:
+      return "weight_gradient";
+  }
+  return "?";
+}
+
+double DeviceProfile::gemmSeconds(GemmOp op, Precision precision, int threads, double m, double n,
+                                  double k) const {
+  switch (op) {
+    case GemmOp::Forward:
+      return gemmSeconds(precision, threads, m, n, k);
+    case GemmOp::InputGradient:
+      return gemmInputGradient.empty() ? gemmSeconds(precision, threads, m, k, n)
+                                       : gemmTableSeconds(gemmInputGradient, precision, threads, m, n, k);
+    case GemmOp::WeightGradient:
+      return gemmWeightGradient.empty() ? gemmSeconds(precision, threads, k, n, m)
+                                        : gemmTableSeconds(gemmWeightGradient, precision, threads, m, n, k);
+  }
+  return 0.0;
+}
+
+double DeviceProfile::gemmSeconds(Precision precision, int threads, double m, double n, double k) const {
+  return gemmTableSeconds(gemm, precision, threads, m, n, k);
 }
 
 double DeviceProfile::peakGemmRate(Precision precision, int threads) const {
@@ -417,11 +455,36 @@ Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& do
     Precision precision{};
     int threads = 0;
     DeviceProfile::Gemm row;
+    std::string op = "forward";  // profiles before 2026-11-29 measured the forward alone, without "op"
     if (!r.precision(g, at, precision) || !r.count(g, at, "threads", threads) ||
         !r.count(g, at, "m", row.m) || !r.count(g, at, "n", row.n) || !r.count(g, at, "k", row.k) ||
-        !r.positive(g, at, "seconds", row.seconds))
+        !r.positive(g, at, "seconds", row.seconds) || !r.text(g, at, "op", op, false))
       return bad();
-    p->gemm[{precision, threads}].push_back(row);
+    if (op == gemmOpName(GemmOp::Forward)) {
+      p->gemm[{precision, threads}].push_back(row);
+    } else if (op == gemmOpName(GemmOp::InputGradient)) {
+      p->gemmInputGradient[{precision, threads}].push_back(row);
+    } else if (op == gemmOpName(GemmOp::WeightGradient)) {
+      p->gemmWeightGradient[{precision, threads}].push_back(row);
+    } else {
+      r.fail(at + "/op",
+             "must be \"forward\", \"input_gradient\" or \"weight_gradient\", got \"" + op + "\"");
+      return bad();
+    }
+  }
+  // A backward table must cover the forward's precisions and thread counts, or the queries would mix curves
+  // measured on different terms.
+  for (const auto* table : {&p->gemmInputGradient, &p->gemmWeightGradient}) {
+    if (table->empty()) continue;
+    for (const auto& [key, rows] : p->gemm) {
+      if (table->count(key)) continue;
+      r.fail("/device/gemm", std::string("has no ") +
+                                 (table == &p->gemmInputGradient ? "input_gradient" : "weight_gradient") +
+                                 " measurement at " + (key.first == Precision::Bf16 ? "bf16" : "fp32") +
+                                 " and " + std::to_string(key.second) +
+                                 " threads, where the forward has them (measure every op or none)");
+      return bad();
+    }
   }
   if (std::none_of(p->gemm.begin(), p->gemm.end(),
                    [](const auto& e) { return e.first.first == Precision::Fp32; })) {

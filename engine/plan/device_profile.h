@@ -57,6 +57,14 @@ struct LinkProfile {
   double peakBusBandwidth() const;
 };
 
+// The three GEMMs of a linear layer, as the CPU backend runs them (kernels/cpu/linear.cpp): the forward
+// out = inp @ weight, the input gradient dinp += dout @ weight^T and the weight gradient dweight += inp^T @
+// dout. A profile measures each at the layer's shape (m rows, k inputs, n outputs), since a BLAS runs the
+// three transposes by different kernels: at the small shapes the equivalence suite trains, OpenBLAS's NT and
+// TN paths took 1.3-2.6x its NN forward's time (docs/calibration.md).
+enum class GemmOp { Forward, InputGradient, WeightGradient };
+const char* gemmOpName(GemmOp op);  // "forward", "input_gradient", "weight_gradient"
+
 struct DeviceProfile {
   std::string file;  // where it was read from (messages)
   // machine: for people, and the cores the cost model divides among a node's ranks.
@@ -77,8 +85,11 @@ struct DeviceProfile {
   struct Point {  // elementwise (x: bytes) and optimizer (x: parameters)
     double x = 0, seconds = 0;
   };
-  // Keyed by thread count; GEMMs and attention also by precision.
+  // Keyed by thread count; GEMMs and attention also by precision. `gemm` is the forward's table;
+  // gemmInputGradient and gemmWeightGradient the backward's, empty in a profile that did not measure them
+  // (profiles written before 2026-11-29).
   std::map<std::pair<Precision, int>, std::vector<Gemm>> gemm;
+  std::map<std::pair<Precision, int>, std::vector<Gemm>> gemmInputGradient, gemmWeightGradient;
   std::map<std::pair<Precision, int>, std::vector<Attention>> attention;
   std::map<int, std::vector<Point>> elementwise;
   std::map<int, std::vector<Point>> optimizer;
@@ -94,6 +105,10 @@ struct DeviceProfile {
   // (a grid corner the calibration skipped as too large takes the best rate measured at or below it in every
   // dimension); beyond the grid the rate at its edge. bf16 falls back to fp32's table when it has none.
   double gemmSeconds(Precision precision, int threads, double m, double n, double k) const;
+  // One of a linear layer's three GEMMs at the layer's shape (m rows, n outputs, k inputs), from that op's
+  // table as gemmSeconds reads the forward's. A profile without the op's table costs it as the forward GEMM
+  // of its own product's shape: the input gradient as (m, k, n), the weight gradient as (k, n, m).
+  double gemmSeconds(GemmOp op, Precision precision, int threads, double m, double n, double k) const;
   // The best GEMM rate measured at this precision and thread count, FLOP/s (the "peak" a profile device
   // shows: it is measured, not published).
   double peakGemmRate(Precision precision, int threads) const;
