@@ -65,6 +65,10 @@ struct Grids {
   std::vector<int> gemmM, gemmNK;
   std::vector<int> attentionT, attentionHeadSize;
   std::vector<size_t> elementwiseFloats, optimizerParams;
+  // The named elementwise kernels (plan/device_profile.h VectorKernel): LayerNorm at each width over rows of
+  // each element count (rows = elements / width), GELU over each element count.
+  std::vector<int> layerNormWidths;
+  std::vector<size_t> vectorKernelFloats;
   std::vector<size_t> linkBytes;
   double computeBudgetS = 0;  // repetitions of one compute measurement in one pass: at least this much time
   // The compute grid is measured this many times over, and each point keeps its fastest pass (below).
@@ -94,6 +98,8 @@ Grids grids(bool quick) {
     g.attentionHeadSize = {16, 64};
     g.elementwiseFloats = {1024, 65536, 4194304};
     g.optimizerParams = {65536, 1048576};
+    g.layerNormWidths = {32, 512};
+    g.vectorKernelFloats = {4096, 262144};
     g.linkBytes = {8, 4096, 1048576};
     g.computeBudgetS = 0.005;
   } else {
@@ -103,6 +109,8 @@ Grids grids(bool quick) {
     g.attentionHeadSize = {8, 16, 32, 64, 128};
     for (size_t n = 1024; n <= 16777216; n *= 4) g.elementwiseFloats.push_back(n);
     g.optimizerParams = {4096, 65536, 1048576, 16777216};
+    g.layerNormWidths = {32, 128, 512, 2048};
+    g.vectorKernelFloats = {4096, 65536, 1048576, 4194304};
     // 8 B (the latency), then 16 B to 64 MiB by x4: the quick sizes are points of this curve.
     g.linkBytes = {8};
     for (size_t b = 16; b <= (size_t(64) << 20); b *= 4) g.linkBytes.push_back(b);
@@ -140,7 +148,8 @@ const char* precisionName(GemmPrecision p) {
 int computeMeasurements(const Grids& g, size_t threadCounts) {
   const size_t perThreads = gemmShapes(g).size() * std::size(kPrecisions) * std::size(kGemmOps) +
                             g.attentionT.size() * g.attentionHeadSize.size() * std::size(kPrecisions) +
-                            g.elementwiseFloats.size() + g.optimizerParams.size();
+                            g.elementwiseFloats.size() + g.optimizerParams.size() +
+                            (g.layerNormWidths.size() + 1) * g.vectorKernelFloats.size();
   return static_cast<int>(perThreads * threadCounts) * g.computePasses;
 }
 
@@ -332,6 +341,53 @@ void measureElementwise(Backend& be, const Grids& g, int threads, Json& out, Pro
     out.push_back({{"threads", threads}, {"bytes", bytes}, {"seconds", seconds}, {"bytes_per_s", rate}});
     progress.line("elementwise threads " + std::to_string(threads) + " " + std::to_string(bytes) +
                   " B: " + num(rate) + " B/s");
+  }
+}
+
+// The elementwise kernels the plan times by name, as the transformer blocks call them: LayerNorm's forward
+// and backward (weight and bias gradients accumulated) over rows of each width, GELU's over elements.
+void measureVectorKernels(Backend& be, const Grids& g, int threads, Json& out, Progress& progress) {
+  const size_t nMax = *std::max_element(g.vectorKernelFloats.begin(), g.vectorKernelFloats.end());
+  const int wMax = *std::max_element(g.layerNormWidths.begin(), g.layerNormWidths.end());
+  const size_t rowsMax = nMax / size_t(*std::min_element(g.layerNormWidths.begin(), g.layerNormWidths.end()));
+  Buffer x(be, nMax * 4), y(be, nMax * 4), dy(be, nMax * 4), dx(be, nMax * 4);
+  Buffer w(be, size_t(wMax) * 4), b(be, size_t(wMax) * 4), dw(be, size_t(wMax) * 4), db(be, size_t(wMax) * 4);
+  Buffer mean(be, rowsMax * 4), rstd(be, rowsMax * 4);
+  fillPattern(be, x.f(), nMax, 1.0f);
+  fillPattern(be, dy.f(), nMax, 0.01f);
+  fillPattern(be, w.f(), size_t(wMax), 1.0f);
+  fillPattern(be, b.f(), size_t(wMax), 0.1f);
+  fillPattern(be, dw.f(), size_t(wMax), 0.0f);
+  fillPattern(be, db.f(), size_t(wMax), 0.0f);
+  const auto record = [&](VectorKernel kernel, size_t rows, int width, double forward, double backward) {
+    out.push_back({{"kernel", vectorKernelName(kernel)},
+                   {"threads", threads},
+                   {"rows", rows},
+                   {"width", width},
+                   {"forward_seconds", forward},
+                   {"backward_seconds", backward}});
+    progress.line(std::string(vectorKernelName(kernel)) + " threads " + std::to_string(threads) + " " +
+                  std::to_string(rows) + " x " + std::to_string(width) + ": forward " + num(forward) +
+                  " s, backward " + num(backward) + " s");
+  };
+  for (int width : g.layerNormWidths)
+    for (size_t n : g.vectorKernelFloats) {
+      const size_t rows = std::max<size_t>(1, n / size_t(width));
+      const int N = static_cast<int>(rows);
+      const double forward = medianSeconds(be, g.computeBudgetS, [&](int) {
+        be.layerNormForward(y.f(), mean.f(), rstd.f(), x.f(), w.f(), b.f(), N, width, 1e-5f);
+      });
+      // Backward reads the statistics the last forward saved.
+      const double backward = medianSeconds(be, g.computeBudgetS, [&](int) {
+        be.layerNormBackward(dx.f(), dw.f(), db.f(), dy.f(), x.f(), w.f(), mean.f(), rstd.f(), N, width);
+      });
+      record(VectorKernel::LayerNorm, rows, width, forward, backward);
+    }
+  for (size_t n : g.vectorKernelFloats) {
+    const double forward = medianSeconds(be, g.computeBudgetS, [&](int) { be.geluForward(y.f(), x.f(), n); });
+    const double backward =
+        medianSeconds(be, g.computeBudgetS, [&](int) { be.geluBackward(dx.f(), dy.f(), x.f(), n); });
+    record(VectorKernel::Gelu, n, 1, forward, backward);
   }
 }
 
@@ -868,17 +924,18 @@ Status runCalibrate(const CalibrateOptions& options) {
   }
 
   Json gemm = Json::array(), attention = Json::array(), elementwise = Json::array(),
-       optimizer = Json::array();
+       vectorKernels = Json::array(), optimizer = Json::array();
   try {
     std::unique_ptr<Backend> be = makeCpuBackend(false);
     for (int pass = 0; pass < g.computePasses; ++pass) {
       Json gemmPass = Json::array(), attentionPass = Json::array(), elementwisePass = Json::array(),
-           optimizerPass = Json::array();
+           vectorPass = Json::array(), optimizerPass = Json::array();
       for (int t : threads) {
         cpu::setThreads(t);
         measureGemm(*be, g, t, gemmPass, progress);
         measureAttention(*be, g, t, attentionPass, progress);
         measureElementwise(*be, g, t, elementwisePass, progress);
+        measureVectorKernels(*be, g, t, vectorPass, progress);
         measureOptimizer(*be, g, t, optimizerPass, progress);
       }
       keepFastest(gemm, gemmPass, {"seconds"}, "flops_per_s", [](const Json& p) {
@@ -887,6 +944,7 @@ Status runCalibrate(const CalibrateOptions& options) {
       keepFastest(attention, attentionPass, {"forward_seconds", "backward_seconds"});
       keepFastest(elementwise, elementwisePass, {"seconds"}, "bytes_per_s",
                   [](const Json& p) { return p["bytes"].get<double>(); });
+      keepFastest(vectorKernels, vectorPass, {"forward_seconds", "backward_seconds"});
       keepFastest(optimizer, optimizerPass, {"seconds"}, "params_per_s",
                   [](const Json& p) { return p["params"].get<double>(); });
     }
@@ -915,6 +973,7 @@ Status runCalibrate(const CalibrateOptions& options) {
                     {"gemm", std::move(gemm)},
                     {"attention", std::move(attention)},
                     {"elementwise", std::move(elementwise)},
+                    {"vector_kernels", std::move(vectorKernels)},
                     {"optimizer", std::move(optimizer)}}},
                   {"links", std::move(links)}};
   MS_TRY(checkNumbers(profile, ""));

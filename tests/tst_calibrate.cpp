@@ -164,7 +164,7 @@ class TestCalibrate : public QObject {
     const size_t linkCount =
         m_profile["links"][0]["measurements"].size() + m_profile["links"][1]["measurements"].size();
     QCOMPARE(size_t(total), d["gemm"].size() + d["attention"].size() + d["elementwise"].size() +
-                                d["optimizer"].size() + linkCount);
+                                d["vector_kernels"].size() + d["optimizer"].size() + linkCount);
     QVERIFY2(
         QRegularExpression(QString("calibrate: %1 measurements in [0-9.]+ s; profile written to ").arg(total))
             .match(m_run.err)
@@ -194,6 +194,32 @@ class TestCalibrate : public QObject {
                     seen.count({p, op, t, m, n, k}),
                     qPrintable(QString("%1 %2 threads %3 %4x%5x%6").arg(p, op).arg(t).arg(m).arg(n).arg(k)));
     QCOMPARE(gemm.size(), 2 * 3 * threads.size() * 12);
+  }
+
+  // The named elementwise kernels of --quick: LayerNorm at widths 32 and 512 over 4096 and 262144 elements,
+  // GELU over both element counts, at every thread count, each once; and their times follow the work (the
+  // larger count, 64 times the elements, takes longer at every width).
+  void vectorKernelsAreComplete() {
+    const nlohmann::json& kernels = m_profile["device"]["vector_kernels"];
+    std::map<std::tuple<std::string, int, int, int>, std::pair<double, double>> seen;  // -> (fwd, bwd)
+    for (const nlohmann::json& e : kernels)
+      seen[{e["kernel"].get<std::string>(), e["threads"].get<int>(), e["rows"].get<int>(),
+            e["width"].get<int>()}] = {e["forward_seconds"].get<double>(),
+                                       e["backward_seconds"].get<double>()};
+    QCOMPARE(seen.size(), kernels.size());
+    const std::vector<int> threads = defaultThreads(static_cast<int>(std::thread::hardware_concurrency()));
+    QCOMPARE(kernels.size(), threads.size() * 6);
+    for (int t : threads) {
+      for (int width : {32, 512}) {
+        const auto small = seen.find({"layernorm", t, 4096 / width, width});
+        const auto large = seen.find({"layernorm", t, 262144 / width, width});
+        QVERIFY(small != seen.end() && large != seen.end());
+        QVERIFY(large->second.first > small->second.first && large->second.second > small->second.second);
+      }
+      const auto small = seen.find({"gelu", t, 4096, 1}), large = seen.find({"gelu", t, 262144, 1});
+      QVERIFY(small != seen.end() && large != seen.end());
+      QVERIFY(large->second.first > small->second.first && large->second.second > small->second.second);
+    }
   }
 
   // Each entry timed its own shape: the largest quick GEMM does 65536 times the smallest's work and must take

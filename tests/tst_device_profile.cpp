@@ -125,6 +125,35 @@ json withBackwardGemms(json doc) {
   return doc;
 }
 
+// The named elementwise kernels: LayerNorm's forward 1e-9 * elements * width^-0.5 + 1e-6 s at widths 32
+// and 512 (a power law in elements plus a constant is not log-log linear, so only the measured points and the
+// width interpolation are checked exactly), backward 2x; GELU 1e-9 s an element, backward 1.5x.
+double synthLayerNorm(double rows, double width) {
+  return 1e-9 * rows * width / std::sqrt(width) + 1e-6;
+}
+json withVectorKernels(json doc) {
+  json rows = json::array();
+  for (int threads : {1, 2}) {
+    for (double width : {32.0, 512.0})
+      for (double elements : {4096.0, 262144.0})
+        rows.push_back({{"kernel", "layernorm"},
+                        {"threads", threads},
+                        {"rows", elements / width},
+                        {"width", width},
+                        {"forward_seconds", synthLayerNorm(elements / width, width) / threads},
+                        {"backward_seconds", 2 * synthLayerNorm(elements / width, width) / threads}});
+    for (double elements : {4096.0, 262144.0})
+      rows.push_back({{"kernel", "gelu"},
+                      {"threads", threads},
+                      {"rows", elements},
+                      {"width", 1},
+                      {"forward_seconds", 1e-9 * elements / threads},
+                      {"backward_seconds", 1.5e-9 * elements / threads}});
+  }
+  doc["device"]["vector_kernels"] = rows;
+  return doc;
+}
+
 std::shared_ptr<const ms::DeviceProfile> parsed(const json& doc) {
   auto p = ms::parseDeviceProfile(doc, "synth.json");
   if (!p) qFatal("%s", p.message().c_str());
@@ -203,6 +232,38 @@ class TestDeviceProfile : public QObject {
         QString::fromStdString(partial.message()),
         "x.json: /device/gemm: has no weight_gradient measurement at fp32 and 2 threads, where the forward "
         "has them (measure every op or none)");
+  }
+
+  void vectorKernelsByNameRowsAndWidth() {
+    using ms::VectorKernel;
+    const auto p = parsed(withVectorKernels(synthProfile()));
+    QVERIFY(p->hasVectorKernel(VectorKernel::LayerNorm) && p->hasVectorKernel(VectorKernel::Gelu));
+    // Measured points exactly, forward and backward, at each thread count.
+    QCOMPARE(p->vectorKernelSeconds(VectorKernel::LayerNorm, false, 1, 128, 32), synthLayerNorm(128, 32));
+    QCOMPARE(p->vectorKernelSeconds(VectorKernel::LayerNorm, true, 2, 512, 512), synthLayerNorm(512, 512));
+    // Between the widths, log-linear in log width at the same elements: at width 128 (halfway in log between
+    // 32 and 512) the geometric mean of the two widths' times for 4096 elements.
+    QNEAR(p->vectorKernelSeconds(VectorKernel::LayerNorm, false, 1, 32, 128),
+          std::sqrt(synthLayerNorm(128, 32) * synthLayerNorm(8, 512)));
+    // GELU over elements whatever the rows and width; beyond the largest, its rate.
+    QCOMPARE(p->vectorKernelSeconds(VectorKernel::Gelu, false, 1, 128, 32), 1e-9 * 4096);
+    QNEAR(p->vectorKernelSeconds(VectorKernel::Gelu, true, 1, 1024, 1024), 1.5e-9 * 1048576);
+    // A profile without them has none.
+    const auto old = parsed(synthProfile());
+    QVERIFY(!old->hasVectorKernel(VectorKernel::Gelu));
+    QCOMPARE(old->vectorKernelSeconds(VectorKernel::Gelu, false, 1, 128, 32), 0.0);
+    // Errors name the entry and the field.
+    json doc = withVectorKernels(synthProfile());
+    doc["device"]["vector_kernels"][1]["kernel"] = "softmax";
+    const auto bad = ms::parseDeviceProfile(doc, "x.json");
+    QVERIFY(!bad);
+    QCOMPARE(QString::fromStdString(bad.message()),
+             R"(x.json: /device/vector_kernels/1/kernel: must be "layernorm" or "gelu", got "softmax")");
+    doc = withVectorKernels(synthProfile());
+    doc["device"]["vector_kernels"][0]["backward_seconds"] = 0;
+    const auto zero = ms::parseDeviceProfile(doc, "x.json");
+    QCOMPARE(QString::fromStdString(zero.message()),
+             "x.json: /device/vector_kernels/0/backward_seconds: must be a number > 0, got 0");
   }
 
   void gemmSkippedCornerTakesTheBestBelowIt() {
@@ -489,6 +550,20 @@ class TestDeviceProfile : public QObject {
       const ms::Plan plan = planFor(2, json{{"tp", 2}}, 1);  // 2 ranks, 1 thread each, no oversubscription
       const ms::CostModel cost(plan);
       QNEAR(cost.layerTimes().forward[1], blockForward(8, 1, 2));
+    }
+    // The named kernels: the block's two LayerNorms and its GELU on their own curves, the two residual adds
+    // (read 2C, write C each) left as elementwise passes.
+    writeFile(dir.filePath("here.json"), withVectorKernels(synthProfile()).dump());
+    {
+      const ms::Plan plan = planFor(2, json{{"tp", 2}}, 1);
+      const ms::CostModel cost(plan);
+      const auto v = parsed(withVectorKernels(synthProfile()));
+      const double m = T * 8.0;
+      double expected = blockForward(8, 1, 2) - 5 * p->elementwiseSeconds(1, 4.0 * m * (10.0 * C + F) / 5);
+      expected += 2 * v->elementwiseSeconds(1, 4.0 * m * 3 * C) +
+                  2 * v->vectorKernelSeconds(ms::VectorKernel::LayerNorm, false, 1, m, C) +
+                  v->vectorKernelSeconds(ms::VectorKernel::Gelu, false, 1, m, double(F) / 2);
+      QNEAR(cost.layerTimes().forward[1], expected);
     }
     // The backward's GEMMs: each on its own op's curve at the forward's shape when the profile has them.
     writeFile(dir.filePath("here.json"), withBackwardGemms(synthProfile()).dump());

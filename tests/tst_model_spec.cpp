@@ -135,6 +135,36 @@ class TestModelSpec : public QObject {
   // The GEMM shapes a measured device's cost model times (LayerSpec::gemms) hold the layer's FLOPs: their
   // 2 rows n k plus attention's are the forward FLOPs, for every layer whose FLOPs are GEMMs and attention
   // (not gpt's embedding lookup or vit's pooling), dense and mixture-of-experts, gpt, llama, vit and mlp.
+  // The kernels a profile times by name are among the layer's elementwise passes: their bytes within the
+  // layer's (split ones within the split bytes), their count within the passes. And the gpt block names its
+  // two LayerNorms over the positions at the width and its GELU over the MLP's width.
+  void vectorKernelsAreAmongTheElementwisePasses() {
+    ModelConfig m;
+    m.layers = 2;
+    m.width = 64;
+    m.heads = 4;
+    m.vocab = 300;
+    std::vector<ModelSpec> specs = {buildModelSpec(m, 32)};
+    m.type = ModelType::Vit;
+    specs.push_back(buildModelSpec(m, 0));
+    for (const ModelSpec& spec : specs)
+      for (const LayerSpec& l : spec.layers) {
+        double whole = 0, split = 0;
+        for (const VectorKernelUse& v : l.vectorKernels) (v.split ? split : whole) += v.bytesPerSample();
+        QVERIFY2(whole <= l.elementwiseBytesPerSample && split <= l.splitElementwiseBytesPerSample,
+                 l.name.c_str());
+        QVERIFY(int(l.vectorKernels.size()) <= l.elementwisePasses);
+      }
+    const LayerSpec& block = specs[0].layers[1];
+    QCOMPARE(block.vectorKernels.size(), size_t(3));
+    QCOMPARE(int(block.vectorKernels[2].kind), int(VectorKernelUse::Kind::Gelu));
+    QCOMPARE(block.vectorKernels[2].width, 256.0);
+    QVERIFY(block.vectorKernels[2].split);
+    QCOMPARE(block.vectorKernels[0].rowsPerSample, 32.0);
+    QCOMPARE(block.vectorKernels[0].width, 64.0);
+    QCOMPARE(specs[0].layers.back().vectorKernels.size(), size_t(1));  // ln_f
+  }
+
   void gemmShapesHoldTheFlops() {
     const auto gemmFlops = [](const LayerSpec& l) {
       double f = 0;

@@ -232,6 +232,12 @@ struct KernelTimes {
   virtual double attentionForward(double flops, double keys, double headSize) const = 0;
   virtual double attentionBackward(double flops, double keys, double headSize) const = 0;
   virtual double elementwise(double bytes) const = 0;  // bytes as LayerSpec counts them (fp32 elements)
+  // A named elementwise kernel's forward or backward (VectorKernelUse), when the device times it by name
+  // (a profile that measured it); otherwise nothing, and it is one of the layer's elementwise passes.
+  virtual std::optional<double> vectorKernel(VectorKernelUse::Kind, bool /*backward*/, double /*rows*/,
+                                             double /*width*/) const {
+    return std::nullopt;
+  }
 };
 
 struct ProfileTimes final : KernelTimes {
@@ -253,6 +259,12 @@ struct ProfileTimes final : KernelTimes {
     return profile.attentionBackwardSeconds(precision, threads, flops, keys, headSize);
   }
   double elementwise(double bytes) const override { return profile.elementwiseSeconds(threads, bytes); }
+  std::optional<double> vectorKernel(VectorKernelUse::Kind kind, bool backward, double rows,
+                                     double width) const override {
+    const VectorKernel k = kind == VectorKernelUse::Kind::Gelu ? VectorKernel::Gelu : VectorKernel::LayerNorm;
+    if (!profile.hasVectorKernel(k)) return std::nullopt;
+    return profile.vectorKernelSeconds(k, backward, threads, rows, width);
+  }
   const DeviceProfile& profile;
   Precision precision;
   int threads;
@@ -337,9 +349,21 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
     forward += t.attentionForward;
     input += times.attentionBackward(flops, layer.attentionKeys, layer.attentionHeadSize);
   }
-  const double bytes = (layer.elementwiseBytesPerSample + layer.splitElementwiseBytesPerSample / tp) * mbs;
-  if (bytes > 0) {
-    const double passes = std::max(1, layer.elementwisePasses);
+  double bytes = (layer.elementwiseBytesPerSample + layer.splitElementwiseBytesPerSample / tp) * mbs;
+  double passes = std::max(1, layer.elementwisePasses);
+  // The kernels the device times by name leave the passes (and their bytes) for their own curves.
+  for (const VectorKernelUse& v : layer.vectorKernels) {
+    const double rows = v.rowsPerSample * mbs, width = v.split ? v.width / tp : v.width;
+    const std::optional<double> f = times.vectorKernel(v.kind, false, rows, width);
+    const std::optional<double> b = times.vectorKernel(v.kind, true, rows, width);
+    if (!f || !b) continue;
+    forward += *f;
+    input += *b;
+    note(v.kind == VectorKernelUse::Kind::Gelu ? "GELU" : "LayerNorm", 0.0, *f);
+    bytes -= 8.0 * rows * width;
+    passes -= 1;
+  }
+  if (bytes > 0 && passes > 0) {
     forward += passes * times.elementwise(bytes / passes);
     note(countText(passes) + " elementwise passes", 0.0, passes * times.elementwise(bytes / passes));
     input += 2.0 * passes * times.elementwise(bytes / passes);

@@ -396,6 +396,48 @@ double DeviceProfile::elementwiseSeconds(int threads, double bytes) const {
   return it == elementwise.end() ? 0.0 : profileCurveSeconds(sortedProfilePoints(it->second), bytes);
 }
 
+const char* vectorKernelName(VectorKernel kernel) {
+  return kernel == VectorKernel::Gelu ? "gelu" : "layernorm";
+}
+
+bool DeviceProfile::hasVectorKernel(VectorKernel kernel) const {
+  for (const auto& [key, rows] : vectorKernels)
+    if (key.first == kernel && !rows.empty()) return true;
+  return false;
+}
+
+double DeviceProfile::vectorKernelSeconds(VectorKernel kernel, bool backward, int threads, double rows,
+                                          double width) const {
+  if (!(rows > 0 && width > 0)) return 0.0;
+  // The largest measured thread count <= threads for this kernel, else its smallest.
+  const std::vector<VectorKernelPoint>* table = nullptr;
+  int chosen = 0;
+  for (const auto& [key, points] : vectorKernels) {
+    if (key.first != kernel) continue;
+    const int t = key.second;
+    if (!table || (t <= threads && t > chosen) || (chosen > threads && t < chosen)) {
+      table = &points;
+      chosen = t;
+    }
+  }
+  if (!table) return 0.0;
+  if (kernel == VectorKernel::Gelu) {
+    rows *= width;
+    width = 1;
+  }
+  // Per measured width, the elements -> seconds curve.
+  std::map<double, std::vector<std::pair<double, double>>> byWidth;
+  for (const VectorKernelPoint& p : *table)
+    byWidth[p.width].emplace_back(p.rows * p.width, backward ? p.backwardSeconds : p.forwardSeconds);
+  std::vector<double> lw, ls;
+  for (auto& [w, points] : byWidth) {
+    std::sort(points.begin(), points.end());
+    lw.push_back(std::log(w));
+    ls.push_back(std::log(profileCurveSeconds(points, rows * width)));
+  }
+  return std::exp(interpolateClamped(lw, ls, std::log(width)));
+}
+
 double DeviceProfile::optimizerSeconds(int threads, double params) const {
   const auto it = nearestMeasuredThreads(optimizer, threads);
   return it == optimizer.end() ? 0.0 : profileCurveSeconds(sortedProfilePoints(it->second), params);
@@ -532,6 +574,39 @@ Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& do
   };
   if (!readPoints("elementwise", "bytes", p->elementwise) || !readPoints("optimizer", "params", p->optimizer))
     return bad();
+  // Optional (profiles before 2026-11-29 have none): the named elementwise kernels.
+  if (const json* kernels = r.array(*device, "/device", "vector_kernels", false)) {
+    for (size_t i = 0; i < kernels->size(); ++i) {
+      const json& k = (*kernels)[i];
+      const std::string at = "/device/vector_kernels/" + std::to_string(i);
+      std::string name;
+      int threads = 0;
+      DeviceProfile::VectorKernelPoint point;
+      if (!r.text(k, at, "kernel", name, true) || !r.count(k, at, "threads", threads) ||
+          !r.positive(k, at, "rows", point.rows) || !r.positive(k, at, "width", point.width) ||
+          !r.positive(k, at, "forward_seconds", point.forwardSeconds) ||
+          !r.positive(k, at, "backward_seconds", point.backwardSeconds))
+        return bad();
+      VectorKernel kernel{};
+      if (name == vectorKernelName(VectorKernel::LayerNorm)) {
+        kernel = VectorKernel::LayerNorm;
+      } else if (name == vectorKernelName(VectorKernel::Gelu)) {
+        kernel = VectorKernel::Gelu;
+      } else {
+        r.fail(at + "/kernel", "must be \"layernorm\" or \"gelu\", got \"" + name + "\"");
+        return bad();
+      }
+      for (const auto& q : p->vectorKernels[{kernel, threads}])
+        if (q.rows == point.rows && q.width == point.width) {
+          r.fail(at, "a second " + name + " measurement at " + std::to_string(threads) + " threads of " +
+                         k["rows"].dump() + " rows of " + k["width"].dump());
+          return bad();
+        }
+      p->vectorKernels[{kernel, threads}].push_back(point);
+    }
+  } else if (!r.error.empty()) {
+    return bad();
+  }
 
   const json* links = r.array(doc, "", "links", false);
   if (!links && !r.error.empty()) return bad();

@@ -65,6 +65,11 @@ struct LinkProfile {
 enum class GemmOp { Forward, InputGradient, WeightGradient };
 const char* gemmOpName(GemmOp op);  // "forward", "input_gradient", "weight_gradient"
 
+// The elementwise kernels a profile times by name (plan/model_spec.h VectorKernelUse): the CPU backend's
+// layerNormForward / layerNormBackward over rows of a width, and geluForward / geluBackward over elements.
+enum class VectorKernel { LayerNorm, Gelu };
+const char* vectorKernelName(VectorKernel kernel);  // "layernorm", "gelu"
+
 struct DeviceProfile {
   std::string file;  // where it was read from (messages)
   // machine: for people, and the cores the cost model divides among a node's ranks.
@@ -92,6 +97,12 @@ struct DeviceProfile {
   std::map<std::pair<Precision, int>, std::vector<Gemm>> gemmInputGradient, gemmWeightGradient;
   std::map<std::pair<Precision, int>, std::vector<Attention>> attention;
   std::map<int, std::vector<Point>> elementwise;
+  struct VectorKernelPoint {
+    double rows = 0, width = 0;  // gelu: width 1, rows the elements
+    double forwardSeconds = 0, backwardSeconds = 0;
+  };
+  // Keyed by (kernel, threads); empty in a profile that did not measure them (before 2026-11-29).
+  std::map<std::pair<VectorKernel, int>, std::vector<VectorKernelPoint>> vectorKernels;
   std::map<int, std::vector<Point>> optimizer;
   std::vector<LinkProfile> links;
 
@@ -120,6 +131,15 @@ struct DeviceProfile {
                                  double headSize) const;
   double attentionBackwardSeconds(Precision precision, int threads, double flops, double seq,
                                   double headSize) const;
+  // Whether the profile measured `kernel` (at any thread count).
+  bool hasVectorKernel(VectorKernel kernel) const;
+  // The forward or backward of a named elementwise kernel over `rows` rows of `width` elements (gelu: the
+  // elements rows x width, whatever the split): at each measured width the time is interpolated log-log in
+  // the elements rows x width (the ends as profileCurve: the smallest's time below, the largest's rate
+  // beyond), then log-linearly in log width between the two measured widths around it (clamped). 0 when the
+  // profile did not measure the kernel.
+  double vectorKernelSeconds(VectorKernel kernel, bool backward, int threads, double rows,
+                             double width) const;
   // An elementwise pass moving `bytes` (reads plus writes); an optimizer step over `params` parameters.
   double elementwiseSeconds(int threads, double bytes) const;
   double optimizerSeconds(int threads, double params) const;

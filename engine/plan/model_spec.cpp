@@ -188,6 +188,10 @@ LayerSpec transformerBlock(const ModelConfig& m, int i, int Tfull, bool causal, 
   l.elementwiseBytesPerSample = 4.0 * T * (2 * 2 * C + 2 * 3 * C);
   l.splitElementwiseBytesPerSample = 4.0 * T * 2 * F;
   l.elementwisePasses = 5;
+  using VK = VectorKernelUse::Kind;
+  l.vectorKernels = {{VK::LayerNorm, double(T), double(C), false},
+                     {VK::LayerNorm, double(T), double(C), false},
+                     {VK::Gelu, double(T), double(F), true}};
   // Saved for backward (see runtime/transformer.cpp): ln_1 out, qkv, attention probabilities, attention out,
   // residual 1, ln_2 out, fc out, gelu out, plus per-row LayerNorm statistics; all but the statistics bf16 in
   // bf16 precision.
@@ -229,6 +233,7 @@ ModelSpec gptSpec(const ModelConfig& m, int Tfull, int cp) {
   head.elementwiseBytesPerSample = 4.0 * T * 2 * C;
   head.splitElementwiseBytesPerSample = 4.0 * T * 4 * V;
   head.elementwisePasses = 3;
+  head.vectorKernels = {{VectorKernelUse::Kind::LayerNorm, double(T), double(C), false}};
   // Training fuses the LM head with the loss (headChunkRows): forward keeps ln_f's input gradient (T, C),
   // its row statistics and the losses; the logits live one chunk at a time in the workspace.
   head.activationBytesPerSample = (int64_t(T) * C + 3 * int64_t(T)) * 4;
@@ -390,6 +395,7 @@ ModelSpec vitSpec(const ModelConfig& m) {
   head.gemms = {{1.0, int64_t(m.classes), C}};
   head.elementwiseBytesPerSample = 4.0 * T * 3 * C;  // ln_f (read C, write C) and the pooling's read
   head.elementwisePasses = 2;
+  head.vectorKernels = {{VectorKernelUse::Kind::LayerNorm, double(T), double(C), false}};
   head.activationBytesPerSample = (int64_t(T) * C + C + m.classes + 2 * int64_t(T)) * 4;
   head.outputBytesPerSample = 4;
   spec.layers.push_back(head);

@@ -64,6 +64,19 @@ struct GemmShape {
   bool chunked = false;
 };
 
+// An elementwise kernel that a measured CPU profile times by name (plan/device_profile.h VectorKernel), as it
+// is not bound by memory bandwidth there: LayerNorm's per-row reductions over narrow rows, GELU's tanh per
+// element. Each is also one of its layer's elementwisePasses, its bytes (read and write, fp32: 8 x width a
+// row) within elementwiseBytesPerSample (splitElementwiseBytesPerSample when split), so a catalog GPU, where
+// they are bandwidth-bound, prices them as passes like the others.
+struct VectorKernelUse {
+  enum class Kind { LayerNorm, Gelu } kind = Kind::LayerNorm;
+  double rowsPerSample = 0;
+  double width = 0;    // a row's elements; GELU is elementwise, its rows x width the elements
+  bool split = false;  // the width divided by tensor parallelism (the MLP's activation)
+  double bytesPerSample() const { return 8.0 * rowsPerSample * width; }
+};
+
 struct LayerSpec {
   std::string name;
   LayerKind kind = LayerKind::Block;
@@ -89,6 +102,8 @@ struct LayerSpec {
   // The forward's elementwise kernels (each a pass over its share of those bytes, each paying the fixed cost
   // of a kernel: a parallel region's start on the CPU, a launch on a GPU).
   int elementwisePasses = 1;
+  // Which of those passes a measured profile times by name (VectorKernelUse).
+  std::vector<VectorKernelUse> vectorKernels;
   int experts = 0;  // routed experts of a mixture-of-experts block (0: a dense layer)
   int64_t activationBytesPerSample =
       0;                             // fp32 bytes this layer keeps from forward for backward (all of them)
