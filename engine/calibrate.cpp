@@ -65,8 +65,8 @@ struct Grids {
   std::vector<int> gemmM, gemmNK;
   std::vector<int> attentionT, attentionHeadSize;
   std::vector<size_t> elementwiseFloats, optimizerParams;
-  // The named elementwise kernels (plan/device_profile.h VectorKernel): LayerNorm at each width over rows of
-  // each element count (rows = elements / width), GELU over each element count.
+  // The named elementwise kernels (plan/device_profile.h VectorKernel): LayerNorm and RMSNorm at each width
+  // over rows of each element count (rows = elements / width), GELU and SwiGLU over each element count.
   std::vector<int> layerNormWidths;
   std::vector<size_t> vectorKernelFloats;
   std::vector<size_t> linkBytes;
@@ -149,7 +149,7 @@ int computeMeasurements(const Grids& g, size_t threadCounts) {
   const size_t perThreads = gemmShapes(g).size() * std::size(kPrecisions) * std::size(kGemmOps) +
                             g.attentionT.size() * g.attentionHeadSize.size() * std::size(kPrecisions) +
                             g.elementwiseFloats.size() + g.optimizerParams.size() +
-                            (g.layerNormWidths.size() + 1) * g.vectorKernelFloats.size();
+                            2 * (g.layerNormWidths.size() + 1) * g.vectorKernelFloats.size();
   return static_cast<int>(perThreads * threadCounts) * g.computePasses;
 }
 
@@ -344,17 +344,22 @@ void measureElementwise(Backend& be, const Grids& g, int threads, Json& out, Pro
   }
 }
 
-// The elementwise kernels the plan times by name, as the transformer blocks call them: LayerNorm's forward
-// and backward (weight and bias gradients accumulated) over rows of each width, GELU's over elements.
+// The elementwise kernels the plan times by name, as the transformer blocks call them: LayerNorm's and
+// RMSNorm's forward and backward (weight gradients accumulated) over rows of each width, GELU's and SwiGLU's
+// over elements.
 void measureVectorKernels(Backend& be, const Grids& g, int threads, Json& out, Progress& progress) {
   const size_t nMax = *std::max_element(g.vectorKernelFloats.begin(), g.vectorKernelFloats.end());
   const int wMax = *std::max_element(g.layerNormWidths.begin(), g.layerNormWidths.end());
   const size_t rowsMax = nMax / size_t(*std::min_element(g.layerNormWidths.begin(), g.layerNormWidths.end()));
-  Buffer x(be, nMax * 4), y(be, nMax * 4), dy(be, nMax * 4), dx(be, nMax * 4);
+  Buffer x(be, nMax * 4), y(be, nMax * 4), dy(be, nMax * 4), dx(be, nMax * 4), up(be, nMax * 4),
+      dup(be, nMax * 4);
   Buffer w(be, size_t(wMax) * 4), b(be, size_t(wMax) * 4), dw(be, size_t(wMax) * 4), db(be, size_t(wMax) * 4);
   Buffer mean(be, rowsMax * 4), rstd(be, rowsMax * 4);
   fillPattern(be, x.f(), nMax, 1.0f);
   fillPattern(be, dy.f(), nMax, 0.01f);
+  fillPattern(be, up.f(), nMax, 0.5f);
+  fillPattern(be, dx.f(), nMax, 0.01f);  // the backwards accumulate (+=) into these
+  fillPattern(be, dup.f(), nMax, 0.01f);
   fillPattern(be, w.f(), size_t(wMax), 1.0f);
   fillPattern(be, b.f(), size_t(wMax), 0.1f);
   fillPattern(be, dw.f(), size_t(wMax), 0.0f);
@@ -382,12 +387,24 @@ void measureVectorKernels(Backend& be, const Grids& g, int threads, Json& out, P
         be.layerNormBackward(dx.f(), dw.f(), db.f(), dy.f(), x.f(), w.f(), mean.f(), rstd.f(), N, width);
       });
       record(VectorKernel::LayerNorm, rows, width, forward, backward);
+      const double rmsForward = medianSeconds(be, g.computeBudgetS, [&](int) {
+        be.rmsNormForward(y.f(), rstd.f(), x.f(), w.f(), N, width, 1e-5f);
+      });
+      const double rmsBackward = medianSeconds(be, g.computeBudgetS, [&](int) {
+        be.rmsNormBackward(dx.f(), dw.f(), dy.f(), x.f(), w.f(), rstd.f(), N, width);
+      });
+      record(VectorKernel::RmsNorm, rows, width, rmsForward, rmsBackward);
     }
   for (size_t n : g.vectorKernelFloats) {
     const double forward = medianSeconds(be, g.computeBudgetS, [&](int) { be.geluForward(y.f(), x.f(), n); });
     const double backward =
         medianSeconds(be, g.computeBudgetS, [&](int) { be.geluBackward(dx.f(), dy.f(), x.f(), n); });
     record(VectorKernel::Gelu, n, 1, forward, backward);
+    const double swigluForward =
+        medianSeconds(be, g.computeBudgetS, [&](int) { be.swigluForward(y.f(), x.f(), up.f(), n); });
+    const double swigluBackward = medianSeconds(
+        be, g.computeBudgetS, [&](int) { be.swigluBackward(dx.f(), dup.f(), dy.f(), x.f(), up.f(), n); });
+    record(VectorKernel::Swiglu, n, 1, swigluForward, swigluBackward);
   }
 }
 

@@ -257,8 +257,9 @@ class TestDeviceProfile : public QObject {
     doc["device"]["vector_kernels"][1]["kernel"] = "softmax";
     const auto bad = ms::parseDeviceProfile(doc, "x.json");
     QVERIFY(!bad);
-    QCOMPARE(QString::fromStdString(bad.message()),
-             R"(x.json: /device/vector_kernels/1/kernel: must be "layernorm" or "gelu", got "softmax")");
+    QCOMPARE(
+        QString::fromStdString(bad.message()),
+        R"(x.json: /device/vector_kernels/1/kernel: must be "layernorm", "gelu", "rmsnorm" or "swiglu", got "softmax")");
     doc = withVectorKernels(synthProfile());
     doc["device"]["vector_kernels"][0]["backward_seconds"] = 0;
     const auto zero = ms::parseDeviceProfile(doc, "x.json");

@@ -147,6 +147,14 @@ class TestModelSpec : public QObject {
     std::vector<ModelSpec> specs = {buildModelSpec(m, 32)};
     m.type = ModelType::Vit;
     specs.push_back(buildModelSpec(m, 0));
+    m.type = ModelType::Llama;
+    m.kvHeads = 2;
+    m.ffnHidden = 160;
+    specs.push_back(buildModelSpec(m, 32));
+    m.experts = 4;
+    m.expertsPerToken = 2;
+    m.sharedExperts = 1;
+    specs.push_back(buildModelSpec(m, 32));
     for (const ModelSpec& spec : specs)
       for (const LayerSpec& l : spec.layers) {
         double whole = 0, split = 0;
@@ -163,6 +171,15 @@ class TestModelSpec : public QObject {
     QCOMPARE(block.vectorKernels[0].rowsPerSample, 32.0);
     QCOMPARE(block.vectorKernels[0].width, 64.0);
     QCOMPARE(specs[0].layers.back().vectorKernels.size(), size_t(1));  // ln_f
+    // The llama block's two RMSNorms and its SwiGLU (12 bytes an element: gate and up read, one written);
+    // the mixture-of-experts block's shared expert's SwiGLU and its routed rows' (2 a position).
+    const LayerSpec& llama = specs[2].layers[1];
+    QCOMPARE(llama.vectorKernels.size(), size_t(3));
+    QCOMPARE(int(llama.vectorKernels[0].kind), int(VectorKernelUse::Kind::RmsNorm));
+    QCOMPARE(llama.vectorKernels[2].bytesPerSample(), 12.0 * 32 * 160);
+    const LayerSpec& moe = specs[3].layers[1];
+    QCOMPARE(moe.vectorKernels.size(), size_t(4));
+    QCOMPARE(moe.vectorKernels[3].rowsPerSample, 64.0);
   }
 
   void gemmShapesHoldTheFlops() {

@@ -261,7 +261,11 @@ struct ProfileTimes final : KernelTimes {
   double elementwise(double bytes) const override { return profile.elementwiseSeconds(threads, bytes); }
   std::optional<double> vectorKernel(VectorKernelUse::Kind kind, bool backward, double rows,
                                      double width) const override {
-    const VectorKernel k = kind == VectorKernelUse::Kind::Gelu ? VectorKernel::Gelu : VectorKernel::LayerNorm;
+    using Kind = VectorKernelUse::Kind;
+    const VectorKernel k = kind == Kind::Gelu      ? VectorKernel::Gelu
+                           : kind == Kind::RmsNorm ? VectorKernel::RmsNorm
+                           : kind == Kind::Swiglu  ? VectorKernel::Swiglu
+                                                   : VectorKernel::LayerNorm;
     if (!profile.hasVectorKernel(k)) return std::nullopt;
     return profile.vectorKernelSeconds(k, backward, threads, rows, width);
   }
@@ -359,8 +363,13 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
     if (!f || !b) continue;
     forward += *f;
     input += *b;
-    note(v.kind == VectorKernelUse::Kind::Gelu ? "GELU" : "LayerNorm", 0.0, *f);
-    bytes -= 8.0 * rows * width;
+    using Kind = VectorKernelUse::Kind;
+    note(v.kind == Kind::Gelu      ? "GELU"
+         : v.kind == Kind::RmsNorm ? "RMSNorm"
+         : v.kind == Kind::Swiglu  ? "SwiGLU"
+                                   : "LayerNorm",
+         0.0, *f);
+    bytes -= v.bytesPerElement() * rows * width;
     passes -= 1;
   }
   if (bytes > 0 && passes > 0) {

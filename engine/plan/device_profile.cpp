@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -397,7 +398,21 @@ double DeviceProfile::elementwiseSeconds(int threads, double bytes) const {
 }
 
 const char* vectorKernelName(VectorKernel kernel) {
-  return kernel == VectorKernel::Gelu ? "gelu" : "layernorm";
+  switch (kernel) {
+    case VectorKernel::LayerNorm:
+      return "layernorm";
+    case VectorKernel::Gelu:
+      return "gelu";
+    case VectorKernel::RmsNorm:
+      return "rmsnorm";
+    case VectorKernel::Swiglu:
+      return "swiglu";
+  }
+  return "?";
+}
+
+bool vectorKernelHasRows(VectorKernel kernel) {
+  return kernel == VectorKernel::LayerNorm || kernel == VectorKernel::RmsNorm;
 }
 
 bool DeviceProfile::hasVectorKernel(VectorKernel kernel) const {
@@ -421,7 +436,7 @@ double DeviceProfile::vectorKernelSeconds(VectorKernel kernel, bool backward, in
     }
   }
   if (!table) return 0.0;
-  if (kernel == VectorKernel::Gelu) {
+  if (!vectorKernelHasRows(kernel)) {
     rows *= width;
     width = 1;
   }
@@ -587,22 +602,22 @@ Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& do
           !r.positive(k, at, "forward_seconds", point.forwardSeconds) ||
           !r.positive(k, at, "backward_seconds", point.backwardSeconds))
         return bad();
-      VectorKernel kernel{};
-      if (name == vectorKernelName(VectorKernel::LayerNorm)) {
-        kernel = VectorKernel::LayerNorm;
-      } else if (name == vectorKernelName(VectorKernel::Gelu)) {
-        kernel = VectorKernel::Gelu;
-      } else {
-        r.fail(at + "/kernel", "must be \"layernorm\" or \"gelu\", got \"" + name + "\"");
+      std::optional<VectorKernel> kernel;
+      for (const VectorKernel v :
+           {VectorKernel::LayerNorm, VectorKernel::Gelu, VectorKernel::RmsNorm, VectorKernel::Swiglu})
+        if (name == vectorKernelName(v)) kernel = v;
+      if (!kernel) {
+        r.fail(at + "/kernel",
+               "must be \"layernorm\", \"gelu\", \"rmsnorm\" or \"swiglu\", got \"" + name + "\"");
         return bad();
       }
-      for (const auto& q : p->vectorKernels[{kernel, threads}])
+      for (const auto& q : p->vectorKernels[{*kernel, threads}])
         if (q.rows == point.rows && q.width == point.width) {
           r.fail(at, "a second " + name + " measurement at " + std::to_string(threads) + " threads of " +
                          k["rows"].dump() + " rows of " + k["width"].dump());
           return bad();
         }
-      p->vectorKernels[{kernel, threads}].push_back(point);
+      p->vectorKernels[{*kernel, threads}].push_back(point);
     }
   } else if (!r.error.empty()) {
     return bad();

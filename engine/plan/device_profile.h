@@ -66,9 +66,12 @@ enum class GemmOp { Forward, InputGradient, WeightGradient };
 const char* gemmOpName(GemmOp op);  // "forward", "input_gradient", "weight_gradient"
 
 // The elementwise kernels a profile times by name (plan/model_spec.h VectorKernelUse): the CPU backend's
-// layerNormForward / layerNormBackward over rows of a width, and geluForward / geluBackward over elements.
-enum class VectorKernel { LayerNorm, Gelu };
-const char* vectorKernelName(VectorKernel kernel);  // "layernorm", "gelu"
+// layerNorm and rmsNorm forward / backward over rows of a width, and gelu and swiglu forward / backward over
+// elements.
+enum class VectorKernel { LayerNorm, Gelu, RmsNorm, Swiglu };
+const char* vectorKernelName(VectorKernel kernel);  // "layernorm", "gelu", "rmsnorm", "swiglu"
+// Whether the kernel works on rows of a width (the norms) or on elements (width 1 in a profile).
+bool vectorKernelHasRows(VectorKernel kernel);
 
 struct DeviceProfile {
   std::string file;  // where it was read from (messages)
@@ -98,7 +101,7 @@ struct DeviceProfile {
   std::map<std::pair<Precision, int>, std::vector<Attention>> attention;
   std::map<int, std::vector<Point>> elementwise;
   struct VectorKernelPoint {
-    double rows = 0, width = 0;  // gelu: width 1, rows the elements
+    double rows = 0, width = 0;  // gelu, swiglu: width 1, rows the elements
     double forwardSeconds = 0, backwardSeconds = 0;
   };
   // Keyed by (kernel, threads); empty in a profile that did not measure them (before 2026-11-29).
@@ -133,11 +136,11 @@ struct DeviceProfile {
                                   double headSize) const;
   // Whether the profile measured `kernel` (at any thread count).
   bool hasVectorKernel(VectorKernel kernel) const;
-  // The forward or backward of a named elementwise kernel over `rows` rows of `width` elements (gelu: the
-  // elements rows x width, whatever the split): at each measured width the time is interpolated log-log in
-  // the elements rows x width (the ends as profileCurve: the smallest's time below, the largest's rate
-  // beyond), then log-linearly in log width between the two measured widths around it (clamped). 0 when the
-  // profile did not measure the kernel.
+  // The forward or backward of a named elementwise kernel over `rows` rows of `width` elements (gelu and
+  // swiglu: the elements rows x width, whatever the split): at each measured width the time is interpolated
+  // log-log in the elements rows x width (the ends as profileCurve: the smallest's time below, the largest's
+  // rate beyond), then log-linearly in log width between the two measured widths around it (clamped). 0 when
+  // the profile did not measure the kernel.
   double vectorKernelSeconds(VectorKernel kernel, bool backward, int threads, double rows,
                              double width) const;
   // An elementwise pass moving `bytes` (reads plus writes); an optimizer step over `params` parameters.

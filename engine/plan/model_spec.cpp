@@ -318,6 +318,10 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int Tfull, int cp) {
   l.elementwiseBytesPerSample = 4.0 * T * (2 * 2 * C + 2 * 3 * C + 4 * k * C);
   l.splitElementwiseBytesPerSample = 4.0 * T * (2 * (H + KV) * hs + 3 * (Fs + k * Fe));
   l.elementwisePasses = moe ? 8 : 6;  // two norms, two residual adds, the rotation, SwiGLU; gather, scatter
+  using VK = VectorKernelUse::Kind;
+  l.vectorKernels = {{VK::RmsNorm, double(T), double(C), false}, {VK::RmsNorm, double(T), double(C), false}};
+  if (Fs > 0) l.vectorKernels.push_back({VK::Swiglu, double(T), double(Fs), true});
+  if (moe) l.vectorKernels.push_back({VK::Swiglu, double(T) * k, double(Fe), true});
   // Saved for backward (runtime/transformer.cpp): the first RMSNorm's output, the rotated q|k|v with the
   // key/value heads repeated as attention reads them, the attention probabilities, attention's output, the
   // first residual, the second RMSNorm's output, the gate and up projections and the SwiGLU output, plus
@@ -361,6 +365,7 @@ ModelSpec llamaSpec(const ModelConfig& m, int Tfull, int cp) {
   head.elementwiseBytesPerSample = 4.0 * T * 2 * C;       // the final RMSNorm
   head.splitElementwiseBytesPerSample = 4.0 * T * 4 * V;  // the loss's softmax and its gradient (as gpt's)
   head.elementwisePasses = 3;
+  head.vectorKernels = {{VectorKernelUse::Kind::RmsNorm, double(T), double(C), false}};
   // As gpt's fused head: the norm's input gradient (T, C), its rstd and the losses.
   head.activationBytesPerSample = (int64_t(T) * C + 2 * int64_t(T)) * 4;
   head.outputBytesPerSample = int64_t(T) * 4;

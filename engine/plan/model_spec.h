@@ -65,16 +65,19 @@ struct GemmShape {
 };
 
 // An elementwise kernel that a measured CPU profile times by name (plan/device_profile.h VectorKernel), as it
-// is not bound by memory bandwidth there: LayerNorm's per-row reductions over narrow rows, GELU's tanh per
-// element. Each is also one of its layer's elementwisePasses, its bytes (read and write, fp32: 8 x width a
-// row) within elementwiseBytesPerSample (splitElementwiseBytesPerSample when split), so a catalog GPU, where
-// they are bandwidth-bound, prices them as passes like the others.
+// is not bound by memory bandwidth there: the norms' per-row reductions over narrow rows, GELU's tanh and
+// SwiGLU's exp per element. Each is also one of its layer's elementwisePasses, its bytes within
+// elementwiseBytesPerSample (splitElementwiseBytesPerSample when split), so a catalog GPU, where they are
+// bandwidth-bound, prices them as passes like the others.
 struct VectorKernelUse {
-  enum class Kind { LayerNorm, Gelu } kind = Kind::LayerNorm;
+  enum class Kind { LayerNorm, Gelu, RmsNorm, Swiglu } kind = Kind::LayerNorm;
   double rowsPerSample = 0;
-  double width = 0;    // a row's elements; GELU is elementwise, its rows x width the elements
+  double width = 0;    // a row's elements; GELU and SwiGLU are elementwise, their rows x width the elements
   bool split = false;  // the width divided by tensor parallelism (the MLP's activation)
-  double bytesPerSample() const { return 8.0 * rowsPerSample * width; }
+  // fp32 bytes read and written per element of the rows: 8 (read one, write one), SwiGLU 12 (gate and up
+  // read, the product written).
+  double bytesPerElement() const { return kind == Kind::Swiglu ? 12.0 : 8.0; }
+  double bytesPerSample() const { return bytesPerElement() * rowsPerSample * width; }
 };
 
 struct LayerSpec {
