@@ -33,7 +33,7 @@ script exits 1 (checked after the runs, outside the timed region).
 With --profile FILE (a profile `meshstudio-engine calibrate --out FILE` wrote of this machine) the plans name it
 as their device and links (mesh.profiles) and the table adds each plan's predicted step time, its measured one
 and the error (predicted / measured - 1): the fidelity of the cost model on this machine, without calibrating
-from any of these runs. --calibrate measures the profile first (`calibrate`, about a minute here): this
+from any of these runs. --calibrate measures the profile first (`calibrate`, about two minutes here): this
 machine's speed drifts by up to 2x over hours (a shared VM), so a profile is only good for runs beside it.
 
 usage: bench/scaling.py [--engine build/engine/meshstudio-engine] [--steps 20] [--warmup 3] [--rounds 3]
