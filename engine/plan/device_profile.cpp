@@ -416,33 +416,22 @@ bool vectorKernelHasRows(VectorKernel kernel) {
 }
 
 bool DeviceProfile::hasVectorKernel(VectorKernel kernel) const {
-  for (const auto& [key, rows] : vectorKernels)
-    if (key.first == kernel && !rows.empty()) return true;
-  return false;
+  return vectorKernels.count(kernel) > 0;
 }
 
 double DeviceProfile::vectorKernelSeconds(VectorKernel kernel, bool backward, int threads, double rows,
                                           double width) const {
   if (!(rows > 0 && width > 0)) return 0.0;
-  // The largest measured thread count <= threads for this kernel, else its smallest.
-  const std::vector<VectorKernelPoint>* table = nullptr;
-  int chosen = 0;
-  for (const auto& [key, points] : vectorKernels) {
-    if (key.first != kernel) continue;
-    const int t = key.second;
-    if (!table || (t <= threads && t > chosen) || (chosen > threads && t < chosen)) {
-      table = &points;
-      chosen = t;
-    }
-  }
-  if (!table) return 0.0;
+  const auto byThreads = vectorKernels.find(kernel);
+  if (byThreads == vectorKernels.end()) return 0.0;
+  const std::vector<VectorKernelPoint>& table = nearestMeasuredThreads(byThreads->second, threads)->second;
   if (!vectorKernelHasRows(kernel)) {
     rows *= width;
     width = 1;
   }
   // Per measured width, the elements -> seconds curve.
   std::map<double, std::vector<std::pair<double, double>>> byWidth;
-  for (const VectorKernelPoint& p : *table)
+  for (const VectorKernelPoint& p : table)
     byWidth[p.width].emplace_back(p.rows * p.width, backward ? p.backwardSeconds : p.forwardSeconds);
   std::vector<double> lw, ls;
   for (auto& [w, points] : byWidth) {
@@ -611,13 +600,13 @@ Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& do
                "must be \"layernorm\", \"gelu\", \"rmsnorm\" or \"swiglu\", got \"" + name + "\"");
         return bad();
       }
-      for (const auto& q : p->vectorKernels[{*kernel, threads}])
+      for (const auto& q : p->vectorKernels[*kernel][threads])
         if (q.rows == point.rows && q.width == point.width) {
           r.fail(at, "a second " + name + " measurement at " + std::to_string(threads) + " threads of " +
                          k["rows"].dump() + " rows of " + k["width"].dump());
           return bad();
         }
-      p->vectorKernels[{*kernel, threads}].push_back(point);
+      p->vectorKernels[*kernel][threads].push_back(point);
     }
   } else if (!r.error.empty()) {
     return bad();

@@ -104,8 +104,8 @@ struct DeviceProfile {
     double rows = 0, width = 0;  // gelu, swiglu: width 1, rows the elements
     double forwardSeconds = 0, backwardSeconds = 0;
   };
-  // Keyed by (kernel, threads); empty in a profile that did not measure them (before 2026-11-29).
-  std::map<std::pair<VectorKernel, int>, std::vector<VectorKernelPoint>> vectorKernels;
+  // Keyed by kernel, then threads; empty in a profile that did not measure them (before 2026-11-29).
+  std::map<VectorKernel, std::map<int, std::vector<VectorKernelPoint>>> vectorKernels;
   std::map<int, std::vector<Point>> optimizer;
   std::vector<LinkProfile> links;
 
