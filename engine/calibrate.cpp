@@ -64,6 +64,9 @@ double since(Clock::time_point t0) {
 struct Grids {
   std::vector<int> gemmM, gemmNK;
   std::vector<int> attentionT, attentionHeadSize;
+  // Ring attention's block keys (a context-parallel rank's positions, even): smaller than the sequences
+  // above, as a rank holds a cp-th of one.
+  std::vector<int> ringT;
   std::vector<size_t> elementwiseFloats, optimizerParams;
   // The named elementwise kernels (plan/device_profile.h VectorKernel): LayerNorm and RMSNorm at each width
   // over rows of each element count (rows = elements / width), GELU and SwiGLU over each element count.
@@ -96,6 +99,7 @@ Grids grids(bool quick) {
     g.gemmNK = {32, 512};
     g.attentionT = {64, 256};
     g.attentionHeadSize = {16, 64};
+    g.ringT = {16, 128};
     g.elementwiseFloats = {1024, 65536, 4194304};
     g.optimizerParams = {65536, 1048576};
     g.layerNormWidths = {32, 512};
@@ -107,6 +111,7 @@ Grids grids(bool quick) {
     g.gemmNK = {32, 128, 512, 2048};
     g.attentionT = {32, 64, 128, 256, 512, 1024};
     g.attentionHeadSize = {8, 16, 32, 64, 128};
+    g.ringT = {16, 64, 256};
     for (size_t n = 1024; n <= 16777216; n *= 4) g.elementwiseFloats.push_back(n);
     g.optimizerParams = {4096, 65536, 1048576, 16777216};
     g.layerNormWidths = {32, 128, 512, 2048};
@@ -146,10 +151,11 @@ const char* precisionName(GemmPrecision p) {
 }
 
 int computeMeasurements(const Grids& g, size_t threadCounts) {
-  const size_t perThreads = gemmShapes(g).size() * std::size(kPrecisions) * std::size(kGemmOps) +
-                            g.attentionT.size() * g.attentionHeadSize.size() * std::size(kPrecisions) +
-                            g.elementwiseFloats.size() + g.optimizerParams.size() +
-                            2 * (g.layerNormWidths.size() + 1) * g.vectorKernelFloats.size();
+  const size_t perThreads =
+      gemmShapes(g).size() * std::size(kPrecisions) * std::size(kGemmOps) +
+      (g.attentionT.size() + g.ringT.size()) * g.attentionHeadSize.size() * std::size(kPrecisions) +
+      g.elementwiseFloats.size() + g.optimizerParams.size() +
+      2 * (g.layerNormWidths.size() + 1) * g.vectorKernelFloats.size();
   return static_cast<int>(perThreads * threadCounts) * g.computePasses;
 }
 
@@ -323,6 +329,66 @@ void measureAttention(Backend& be, const Grids& g, int threads, Json& out, Progr
         progress.line("attention " + std::string(precisionName(p)) + " threads " + std::to_string(threads) +
                       " head size " + std::to_string(hs) + " seq " + std::to_string(T) + ": forward " +
                       num(forward) + " s, backward " + num(backward) + " s");
+      }
+    }
+  }
+  be.setGemmPrecision(GemmPrecision::Fp32);
+}
+
+// Ring attention's two block kernels as the engine calls them (runtime/transformer.cpp ringForward and
+// ringBackward) on rank 0 of a ring of two: its T positions are the load-balanced chunks 0 and 3 of four
+// (layers.h CpGroup::positionsOf), met first with its own keys and values, then with rank 1's (chunks 1 and
+// 2). The two steps' times are summed; the FLOPs are the visible products, half of a causal sequence of 2T
+// positions' (each rank of the balanced ring computes the same share).
+void measureRingAttention(Backend& be, const Grids& g, int threads, Json& out, Progress& progress) {
+  constexpr int B = 1, H = kAttentionHeads, KV = kAttentionHeads;
+  constexpr bool causal = true;
+  const int Tmax = *std::max_element(g.ringT.begin(), g.ringT.end());
+  const int Cmax = H * *std::max_element(g.attentionHeadSize.begin(), g.attentionHeadSize.end());
+  const size_t qkvN = size_t(B) * Tmax * 3 * Cmax, outN = size_t(B) * Tmax * Cmax;
+  const size_t kvN = size_t(B) * Tmax * 2 * Cmax, lseN = size_t(B) * H * Tmax;
+  Buffer qkv(be, qkvN * 4), dqkv(be, qkvN * 4), att(be, outN * 4), dout(be, outN * 4), lse(be, lseN * 4);
+  Buffer kv(be, kvN * 4), dkv(be, kvN * 4);
+  fillPattern(be, qkv.f(), qkvN, 1.0f);
+  fillPattern(be, kv.f(), kvN, 1.0f);
+  fillPattern(be, dout.f(), outN, 0.01f);
+  for (GemmPrecision p : kPrecisions) {
+    be.setGemmPrecision(p);
+    for (int hs : g.attentionHeadSize) {
+      const int C = H * hs;
+      for (int T : g.ringT) {
+        const int chunk = T / 2;
+        const SeqPositions mine{0, chunk, 3 * chunk}, peer{chunk, chunk, 2 * chunk};
+        const double forward = medianSeconds(be, g.computeBudgetS, [&](int) {
+          be.attentionBlockForward(att.f(), lse.f(), qkv.f(), kv.f(), B, T, T, C, H, KV, mine, mine, causal,
+                                   true);
+          be.attentionBlockForward(att.f(), lse.f(), qkv.f(), kv.f(), B, T, T, C, H, KV, mine, peer, causal,
+                                   false);
+        });
+        // Backward reads the out and lse the last forward left (at this T and head size).
+        const double backward = medianSeconds(be, g.computeBudgetS, [&](int) {
+          be.attentionBlockBackward(dqkv.f(), dkv.f(), dout.f(), qkv.f(), kv.f(), TensorIn(att.f()), lse.f(),
+                                    B, T, T, C, H, KV, mine, mine, causal);
+          be.attentionBlockBackward(dqkv.f(), dkv.f(), dout.f(), qkv.f(), kv.f(), TensorIn(att.f()), lse.f(),
+                                    B, T, T, C, H, KV, mine, peer, causal);
+        });
+        // Half of the 4 (2T)^2 hs H products of a causal sequence of 2T positions.
+        const double flops = 4.0 * B * H * double(2 * T) * (2 * T) * hs / 2.0 / 2.0;
+        out.push_back({{"kernel", "ring_block"},
+                       {"precision", precisionName(p)},
+                       {"threads", threads},
+                       {"batch", B},
+                       {"heads", H},
+                       {"seq", T},
+                       {"head_size", hs},
+                       {"causal", causal},
+                       {"flops", flops},
+                       {"forward_seconds", forward},
+                       {"backward_seconds", backward}});
+        progress.line("ring attention " + std::string(precisionName(p)) + " threads " +
+                      std::to_string(threads) + " head size " + std::to_string(hs) + " block " +
+                      std::to_string(T) + ": forward " + num(forward) + " s, backward " + num(backward) +
+                      " s");
       }
     }
   }
@@ -951,6 +1017,7 @@ Status runCalibrate(const CalibrateOptions& options) {
         cpu::setThreads(t);
         measureGemm(*be, g, t, gemmPass, progress);
         measureAttention(*be, g, t, attentionPass, progress);
+        measureRingAttention(*be, g, t, attentionPass, progress);
         measureElementwise(*be, g, t, elementwisePass, progress);
         measureVectorKernels(*be, g, t, vectorPass, progress);
         measureOptimizer(*be, g, t, optimizerPass, progress);

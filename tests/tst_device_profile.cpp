@@ -154,6 +154,20 @@ json withVectorKernels(json doc) {
   return doc;
 }
 
+// Ring attention's blocks (kernel "ring_block"): each fused entry again at a quarter of its keys and 3 times
+// its time (forward and backward), so a block of seq / 4 keys runs at a third of the fused rate at seq.
+json withRingAttention(json doc) {
+  const json fused = doc["device"]["attention"];
+  for (json row : fused) {
+    row["kernel"] = "ring_block";
+    row["seq"] = row["seq"].get<int>() / 4;
+    row["forward_seconds"] = 3.0 * row["forward_seconds"].get<double>();
+    row["backward_seconds"] = 3.0 * row["backward_seconds"].get<double>();
+    doc["device"]["attention"].push_back(row);
+  }
+  return doc;
+}
+
 std::shared_ptr<const ms::DeviceProfile> parsed(const json& doc) {
   auto p = ms::parseDeviceProfile(doc, "synth.json");
   if (!p) qFatal("%s", p.message().c_str());
@@ -232,6 +246,47 @@ class TestDeviceProfile : public QObject {
         QString::fromStdString(partial.message()),
         "x.json: /device/gemm: has no weight_gradient measurement at fp32 and 2 threads, where the forward "
         "has them (measure every op or none)");
+  }
+
+  // Ring attention's block table: read apart from the fused one, exact at its measured points, between
+  // them as the fused table is read; the fused queries unchanged; bad kernels and a missing thread count
+  // refused with the path.
+  void ringAttentionBlocksHaveTheirOwnTable() {
+    const auto p = parsed(synthProfile());
+    QVERIFY(!p->hasRingAttention());
+    QCOMPARE(p->ringAttentionSeconds(false, ms::Precision::Fp32, 1, 1e6, 64, 64), 0.0);
+    const auto q = parsed(withRingAttention(synthProfile()));
+    QVERIFY(q->hasRingAttention());
+    const double f = attentionFlops(256), fwd = f / (1e7 * std::sqrt(256.0));
+    QCOMPARE(q->ringAttentionSeconds(false, ms::Precision::Fp32, 1, f, 64, 64), 3 * fwd);
+    QCOMPARE(q->ringAttentionSeconds(true, ms::Precision::Fp32, 2, f, 64, 64), 3 * 2.5 * fwd / 2);
+    QCOMPARE(q->attentionForwardSeconds(ms::Precision::Fp32, 1, f, 256, 64), fwd);  // fused: as before
+    // Halfway in log keys between blocks 16 and 64 (fused seq 64 and 256): the geometric mean of their rates.
+    const double r16 = attentionFlops(64) / (3 * attentionFlops(64) / (1e7 * 8.0));
+    const double r64 = f / (3 * fwd);
+    QNEAR(q->ringAttentionSeconds(false, ms::Precision::Fp32, 1, 1e6, 32, 64), 1e6 / std::sqrt(r16 * r64));
+    {
+      json doc = withRingAttention(synthProfile());
+      doc["device"]["attention"][7]["kernel"] = "flash";
+      const auto bad = ms::parseDeviceProfile(doc, "x.json");
+      QVERIFY(!bad);
+      QCOMPARE(
+          QString::fromStdString(bad.message()),
+          QString("x.json: /device/attention/7/kernel: must be \"fused\" or \"ring_block\", got \"flash\""));
+    }
+    {
+      json doc = withRingAttention(synthProfile());
+      json rows = json::array();
+      for (const json& row : doc["device"]["attention"])
+        if (row.value("kernel", "fused") == "fused" || row["threads"] == 1) rows.push_back(row);
+      doc["device"]["attention"] = rows;
+      const auto partial = ms::parseDeviceProfile(doc, "x.json");
+      QVERIFY(!partial);
+      QCOMPARE(
+          QString::fromStdString(partial.message()),
+          QString("x.json: /device/attention: has no ring_block measurement at fp32 and 2 threads, where "
+                  "the fused kernel has them (measure both or only fused)"));
+    }
   }
 
   void vectorKernelsByNameRowsAndWidth() {
@@ -565,6 +620,31 @@ class TestDeviceProfile : public QObject {
                   2 * v->vectorKernelSeconds(ms::VectorKernel::LayerNorm, false, 1, m, C) +
                   v->vectorKernelSeconds(ms::VectorKernel::Gelu, false, 1, m, double(F) / 2);
       QNEAR(cost.layerTimes().forward[1], expected);
+    }
+    // Context parallelism: a block's attention on the ring-block curve at a block's keys (T / cp), the rest
+    // of the block as without the table.
+    {
+      const auto plain = [&] {
+        writeFile(dir.filePath("here.json"), synthProfile().dump());
+        const ms::Plan plan = planFor(2, json{{"cp", 2}}, 1);
+        return ms::CostModel(plan).layerTimes();
+      }();
+      writeFile(dir.filePath("here.json"), withRingAttention(synthProfile()).dump());
+      const ms::Plan plan = planFor(2, json{{"cp", 2}}, 1);
+      const ms::LayerTimes ring = ms::CostModel(plan).layerTimes();
+      const auto q = parsed(withRingAttention(synthProfile()));
+      // The rank's visible products: its 32 queries against the 64 keys, causal, 8 samples.
+      const double flops = 2.0 * 2.0 * (T / 2) * T * C * 0.5 * 8;
+      const double fused = p->attentionForwardSeconds(ms::Precision::Fp32, 1, flops, T, double(C) / 4);
+      const double block =
+          q->ringAttentionSeconds(false, ms::Precision::Fp32, 1, flops, T / 2, double(C) / 4);
+      QVERIFY(block > 2 * fused);
+      QNEAR(ring.forward[1] - plain.forward[1], block - fused);
+      const double fusedBack = p->attentionBackwardSeconds(ms::Precision::Fp32, 1, flops, T, double(C) / 4);
+      const double blockBack =
+          q->ringAttentionSeconds(true, ms::Precision::Fp32, 1, flops, T / 2, double(C) / 4);
+      QNEAR(ring.backwardInput[1] - plain.backwardInput[1], blockBack - fusedBack);
+      QCOMPARE(ring.backwardWeight[1], plain.backwardWeight[1]);
     }
     // The backward's GEMMs: each on its own op's curve at the forward's shape when the profile has them.
     writeFile(dir.filePath("here.json"), withBackwardGemms(synthProfile()).dump());

@@ -238,6 +238,12 @@ struct KernelTimes {
                                              double /*width*/) const {
     return std::nullopt;
   }
+  // Ring attention's block kernels over a context-parallel rank's steps (DeviceProfile::ringAttention), when
+  // the device measured them; otherwise nothing, and ring attention is the fused kernel's FLOPs.
+  virtual std::optional<double> ringAttention(bool /*backward*/, double /*flops*/, double /*blockKeys*/,
+                                              double /*headSize*/) const {
+    return std::nullopt;
+  }
 };
 
 struct ProfileTimes final : KernelTimes {
@@ -268,6 +274,11 @@ struct ProfileTimes final : KernelTimes {
                                                    : VectorKernel::LayerNorm;
     if (!profile.hasVectorKernel(k)) return std::nullopt;
     return profile.vectorKernelSeconds(k, backward, threads, rows, width);
+  }
+  std::optional<double> ringAttention(bool backward, double flops, double blockKeys,
+                                      double headSize) const override {
+    if (!profile.hasRingAttention()) return std::nullopt;
+    return profile.ringAttentionSeconds(backward, precision, threads, flops, blockKeys, headSize);
   }
   const DeviceProfile& profile;
   Precision precision;
@@ -306,7 +317,7 @@ struct ProfiledLayer {
   double attentionForward = 0;  // part of forward: what selective recomputation repeats
 };
 ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, double slowdown, double mbs,
-                            int tp, int ep, int64_t headChunkRowsSet,
+                            int tp, int ep, int cp, int64_t headChunkRowsSet,
                             std::vector<KernelCost>* record = nullptr) {
   ProfiledLayer t;
   const auto note = [&](std::string what, double flops, double seconds) {
@@ -348,10 +359,19 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
   }
   if (layer.attentionFlopsPerSample > 0) {
     const double flops = layer.attentionFlopsPerSample * mbs / tp;
-    t.attentionForward = times.attentionForward(flops, layer.attentionKeys, layer.attentionHeadSize);
-    note("attention", flops, t.attentionForward);
+    // Context parallelism: the ring's block kernels at a block's keys (a cp-th of the sequence's).
+    std::optional<double> ringForward, ringBackward;
+    if (layer.ringAttention && cp > 1) {
+      ringForward = times.ringAttention(false, flops, layer.attentionKeys / cp, layer.attentionHeadSize);
+      ringBackward = times.ringAttention(true, flops, layer.attentionKeys / cp, layer.attentionHeadSize);
+    }
+    t.attentionForward = ringForward
+                             ? *ringForward
+                             : times.attentionForward(flops, layer.attentionKeys, layer.attentionHeadSize);
+    note(ringForward ? "ring attention" : "attention", flops, t.attentionForward);
     forward += t.attentionForward;
-    input += times.attentionBackward(flops, layer.attentionKeys, layer.attentionHeadSize);
+    input += ringBackward ? *ringBackward
+                          : times.attentionBackward(flops, layer.attentionKeys, layer.attentionHeadSize);
   }
   double bytes = (layer.elementwiseBytesPerSample + layer.splitElementwiseBytesPerSample / tp) * mbs;
   double passes = std::max(1, layer.elementwisePasses);
@@ -399,10 +419,10 @@ std::optional<ProfiledLayer> layerByShape(const Plan& plan, int stage, const Lay
   if (device.profile) {
     const RankShare share = rankShare(plan, replicaRank(plan, stage), *device.profile);
     return profiledLayer(layer, ProfileTimes(*device.profile, p.precision, share.threads), share.slowdown,
-                         mbs, tp, p.ep, plan.config.training.headChunkRows, record);
+                         mbs, tp, p.ep, std::max(1, p.cp), plan.config.training.headChunkRows, record);
   }
   if (device.kernels)
-    return profiledLayer(layer, CatalogTimes(device, p.precision), 1.0, mbs, tp, p.ep,
+    return profiledLayer(layer, CatalogTimes(device, p.precision), 1.0, mbs, tp, p.ep, std::max(1, p.cp),
                          plan.config.training.headChunkRows, record);
   return std::nullopt;
 }

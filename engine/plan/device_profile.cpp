@@ -392,6 +392,11 @@ double DeviceProfile::attentionBackwardSeconds(Precision precision, int threads,
   return profileAttentionSeconds(attention, precision, threads, flops, seq, headSize, true);
 }
 
+double DeviceProfile::ringAttentionSeconds(bool backward, Precision precision, int threads, double flops,
+                                           double blockKeys, double headSize) const {
+  return profileAttentionSeconds(ringAttention, precision, threads, flops, blockKeys, headSize, backward);
+}
+
 double DeviceProfile::elementwiseSeconds(int threads, double bytes) const {
   const auto it = nearestMeasuredThreads(elementwise, threads);
   return it == elementwise.end() ? 0.0 : profileCurveSeconds(sortedProfilePoints(it->second), bytes);
@@ -545,6 +550,12 @@ Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& do
       int threads = 0;
       DeviceProfile::Attention row;
       const json* causal = r.member(a, at, "causal", false);
+      std::string kernel = "fused";
+      if (!r.text(a, at, "kernel", kernel, false)) return bad();
+      if (kernel != "fused" && kernel != "ring_block") {
+        r.fail(at + "/kernel", "must be \"fused\" or \"ring_block\", got \"" + kernel + "\"");
+        return bad();
+      }
       if (!r.precision(a, at, precision) || !r.count(a, at, "threads", threads) ||
           !r.count(a, at, "batch", row.batch) || !r.count(a, at, "heads", row.heads) ||
           !r.count(a, at, "seq", row.seq) || !r.count(a, at, "head_size", row.headSize) ||
@@ -557,8 +568,17 @@ Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& do
         return bad();
       }
       row.causal = !causal || causal->get<bool>();
-      p->attention[{precision, threads}].push_back(row);
+      (kernel == "ring_block" ? p->ringAttention : p->attention)[{precision, threads}].push_back(row);
     }
+  }
+  // Ring blocks, when measured, at every precision and thread count the fused kernel was (as the GEMM ops).
+  for (const auto& [key, rows] : p->attention) {
+    if (p->ringAttention.empty() || p->ringAttention.count(key)) continue;
+    r.fail("/device/attention", std::string("has no ring_block measurement at ") +
+                                    (key.first == Precision::Bf16 ? "bf16" : "fp32") + " and " +
+                                    std::to_string(key.second) +
+                                    " threads, where the fused kernel has them (measure both or only fused)");
+    return bad();
   }
   if (!r.error.empty()) return bad();
   const auto readPoints = [&](const char* key, const char* x,

@@ -99,6 +99,13 @@ struct DeviceProfile {
   std::map<std::pair<Precision, int>, std::vector<Gemm>> gemm;
   std::map<std::pair<Precision, int>, std::vector<Gemm>> gemmInputGradient, gemmWeightGradient;
   std::map<std::pair<Precision, int>, std::vector<Attention>> attention;
+  // Ring attention's block kernels (context parallelism; kernels/cpu/ring_attention.cpp), entries of kernel
+  // "ring_block": one context-parallel rank of a ring of two, its seq local positions (two load-balanced
+  // chunks) against its own block and then its peer's, forward and backward summed over the two steps;
+  // `flops` the visible products (half a causal sequence of 2 seq positions' FLOPs) and `seq` the block's
+  // keys. Empty in a profile that did not measure them (before 2026-11-30): ring attention is then costed as
+  // the fused kernel at the sequence's keys.
+  std::map<std::pair<Precision, int>, std::vector<Attention>> ringAttention;
   std::map<int, std::vector<Point>> elementwise;
   struct VectorKernelPoint {
     double rows = 0, width = 0;  // gelu, swiglu: width 1, rows the elements
@@ -134,6 +141,12 @@ struct DeviceProfile {
                                  double headSize) const;
   double attentionBackwardSeconds(Precision precision, int threads, double flops, double seq,
                                   double headSize) const;
+  // Ring attention's forward or backward over all of a rank's ring steps, `flops` forward FLOPs (its visible
+  // share), `blockKeys` the keys of one block (the sequence's over cp): the ringAttention table read as
+  // attentionForwardSeconds reads `attention`. 0 when the profile has no ring table (hasRingAttention).
+  double ringAttentionSeconds(bool backward, Precision precision, int threads, double flops, double blockKeys,
+                              double headSize) const;
+  bool hasRingAttention() const { return !ringAttention.empty(); }
   // Whether the profile measured `kernel` (at any thread count).
   bool hasVectorKernel(VectorKernel kernel) const;
   // The forward or backward of a named elementwise kernel over `rows` rows of `width` elements (gelu and
