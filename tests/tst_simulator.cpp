@@ -575,6 +575,46 @@ class TestSimulator : public QObject {
     QVERIFY(r.stepTime < lastB->end + cost.gradSyncTime(0) + optimizer);
   }
 
+  // On CPU devices the sync waits for the compute (CostModel::syncOverlapsCompute): it starts as the last
+  // backward ends, holds the compute lane, and pays a latency per layer (the engine's collective per unit).
+  void cpuSyncWaitsForCompute() {
+    const auto meshOf = [](const char* device) {
+      json nodes = json::array();
+      for (const char* name : {"a", "b", "c", "d"})
+        nodes.push_back({{"name", name}, {"device", device}, {"count", 1}});
+      return json{{"nodes", nodes}, {"intra_link", "shm"}, {"inter_link", "ethernet"}};
+    };
+    const json parallel = {{"pp", 2}, {"dp", 2}, {"microbatches", 8}};
+    MAKE_PLAN(gpu, 4, 64, (json{{"mesh", meshOf("h100-sxm-80gb")}, {"parallel", parallel}}));
+    MAKE_PLAN(cpu, 4, 64, (json{{"mesh", meshOf("cpu")}, {"parallel", parallel}}));
+    const ms::CostModel gpuCost(*gpu), cpuCost(*cpu);
+    QVERIFY(gpuCost.syncOverlapsCompute(0) && gpuCost.syncOverlapsCompute(1));
+    QVERIFY(!cpuCost.syncOverlapsCompute(0) && !cpuCost.syncOverlapsCompute(1));
+    // Stage 0's chunk has 3 layers (embedding, block.0, block.1): 3 all-reduces of two ranks, 2 latencies
+    // each, against one.
+    const double latency = cpu->mesh.interLink.latency;
+    QVERIFY(latency > 0);
+    QVERIFY2(std::abs(cpuCost.gradSyncTime(0) - gpuCost.gradSyncTime(0) - 4 * latency) <= 1e-9 * latency,
+             qPrintable(QString("%1 vs %2").arg(cpuCost.gradSyncTime(0)).arg(gpuCost.gradSyncTime(0))));
+    const ms::SimResult r = ms::simulate(*cpu, cpuCost);
+    QVERIFY2(r.error.empty(), r.error.c_str());
+    for (int rank = 0; rank < 4; ++rank) {
+      double lastCompute = 0;
+      const ms::SimSpan *sync = nullptr, *optimizer = nullptr;
+      for (const auto& s : r.spansByRank[static_cast<size_t>(rank)]) {
+        if (s.type == ms::ActionType::Forward || s.type == ms::ActionType::Backward)
+          lastCompute = std::max(lastCompute, s.end);
+        if (s.type == ms::ActionType::GradSync) sync = &s;
+        if (s.type == ms::ActionType::OptimizerStep) optimizer = &s;
+      }
+      QVERIFY(sync && optimizer);
+      QCOMPARE(sync->start, lastCompute);
+      QVERIFY(std::abs(sync->end - sync->start - cpuCost.gradSyncTime(0)) <= 1e-12 * sync->end ||
+              std::abs(sync->end - sync->start - cpuCost.gradSyncTime(1)) <= 1e-12 * sync->end);
+      QCOMPARE(optimizer->start, sync->end);
+    }
+  }
+
   void throughputAndMfu() {
     MAKE_PLAN(plan, 4, 32,
               (json{{"parallel", {{"pp", 2}, {"dp", 2}, {"microbatches", 4}, {"precision", "bf16"}}}}));

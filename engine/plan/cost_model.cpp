@@ -793,6 +793,12 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   }
 
   // Data-parallel gradient sync per chunk, and the tied embedding's all-reduce between first and last stage.
+  m_syncOverlaps.assign(static_cast<size_t>(plan.partition.stages), true);
+  for (int s = 0; s < plan.partition.stages; ++s) {
+    const DeviceSpec& device = stageDevice(plan, s);
+    m_syncOverlaps[static_cast<size_t>(s)] =
+        !(device.name == "cpu" || (device.profile && device.profile->backend == "cpu"));
+  }
   m_gradSync.assign(static_cast<size_t>(K), 0.0);
   m_layerParams.assign(static_cast<size_t>(K), {});
   for (int k = 0; k < K; ++k)
@@ -836,8 +842,17 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     }
     // Under ZeRO >= 2 the tied wte is reduce-scattered once a step, apart from the per-microbatch rest.
     const double tiedOnce = p.zero >= 2 ? tiedBytes : 0.0;
-    m_gradSync[static_cast<size_t>(k)] += sync(bytes - expertBytes - tiedOnce, dp, link) +
-                                          (tiedOnce > 0 ? ringReduceScatterTime(tiedOnce, dp, link) : 0.0);
+    const double rest = bytes - expertBytes - tiedOnce;
+    double restSync = sync(rest, dp, link);
+    if (!m_syncOverlaps[static_cast<size_t>(stage)] && params[static_cast<size_t>(k)] > 0) {
+      // Waited for after the compute (syncOverlapsCompute), the engine's collective per layer (its unit) each
+      // pays its own latency: the rest split over the chunk's layers by their parameters.
+      restSync = 0;
+      for (double layer : m_layerParams[static_cast<size_t>(k)])
+        if (layer > 0) restSync += sync(rest * layer / params[static_cast<size_t>(k)], dp, link);
+    }
+    m_gradSync[static_cast<size_t>(k)] +=
+        restSync + (tiedOnce > 0 ? ringReduceScatterTime(tiedOnce, dp, link) : 0.0);
     if (tiedApart &&
         (k == chunkOf[static_cast<size_t>(headLayer)] || k == chunkOf[static_cast<size_t>(embeddingLayer)])) {
       const int a = plan.partition.stageOf[static_cast<size_t>(chunkOf[static_cast<size_t>(headLayer)])];
