@@ -59,8 +59,8 @@ double since(Clock::time_point t0) {
 // ---- what is measured ------------------------------------------------------------------------------------
 
 // The grids (docs/calibration.md, "What is measured"). The full grid is sized to stay well within 3 minutes
-// on a 2-core machine (115.5 s on 2026-11-29's Intel VM, idle, three passes with the three GEMM ops); --quick
-// within a few seconds.
+// on a 2-core machine (138 s on 2026-11-29's Intel VM, idle, three passes with the three GEMM ops, ring
+// attention and RoPE); --quick within a few seconds.
 struct Grids {
   std::vector<int> gemmM, gemmNK;
   std::vector<int> attentionT, attentionHeadSize;
@@ -86,6 +86,9 @@ constexpr double kMaxGemmFlops = 8589934592.0;
 // per-row softmax and the per-head GEMM calls weigh more than the FLOPs (head size 8 ran at a quarter of
 // head size 64's rate here), so one head size cannot cost them all.
 constexpr int kAttentionHeads = 4;
+// RoPE (measureVectorKernels): the head size, and the longest sequence a call's angle table covers.
+constexpr int kRopeHeadSize = 16;
+constexpr size_t kRopeSeq = 128;
 // Every compute measurement is the median of at least this many timed calls.
 constexpr int kMinComputeReps = 3;
 // Every link measurement averages at least this many operations.
@@ -155,7 +158,7 @@ int computeMeasurements(const Grids& g, size_t threadCounts) {
       gemmShapes(g).size() * std::size(kPrecisions) * std::size(kGemmOps) +
       (g.attentionT.size() + g.ringT.size()) * g.attentionHeadSize.size() * std::size(kPrecisions) +
       g.elementwiseFloats.size() + g.optimizerParams.size() +
-      2 * (g.layerNormWidths.size() + 1) * g.vectorKernelFloats.size();
+      (3 * g.layerNormWidths.size() + 2) * g.vectorKernelFloats.size();
   return static_cast<int>(perThreads * threadCounts) * g.computePasses;
 }
 
@@ -421,6 +424,11 @@ void measureVectorKernels(Backend& be, const Grids& g, int threads, Json& out, P
       dup(be, nMax * 4);
   Buffer w(be, size_t(wMax) * 4), b(be, size_t(wMax) * 4), dw(be, size_t(wMax) * 4), db(be, size_t(wMax) * 4);
   Buffer mean(be, rowsMax * 4), rstd(be, rowsMax * 4);
+  // RoPE: q, k and v (n / 2 floats each at width n / rows) in, attention's q|k|v (3 n / 2) out, and back.
+  const size_t ropeN = 3 * nMax / 2 + 3 * size_t(kRopeHeadSize);
+  Buffer src(be, ropeN * 4), qkv(be, ropeN * 4), dsrc(be, ropeN * 4);
+  fillPattern(be, src.f(), ropeN, 1.0f);
+  fillPattern(be, qkv.f(), ropeN, 0.01f);
   fillPattern(be, x.f(), nMax, 1.0f);
   fillPattern(be, dy.f(), nMax, 0.01f);
   fillPattern(be, up.f(), nMax, 0.5f);
@@ -460,6 +468,21 @@ void measureVectorKernels(Backend& be, const Grids& g, int threads, Json& out, P
         be.rmsNormBackward(dx.f(), dw.f(), dy.f(), x.f(), w.f(), rstd.f(), N, width);
       });
       record(VectorKernel::RmsNorm, rows, width, rmsForward, rmsBackward);
+      // RoPE over rows of width (H + KV) hs, the q and k heads it rotates: head size kRopeHeadSize, as many
+      // key/value heads as query heads, sequences of up to kRopeSeq positions (the angle table is made per
+      // call for T positions, as the engine calls it per microbatch).
+      const int H = std::max(1, width / (2 * kRopeHeadSize));
+      const int T = static_cast<int>(std::min<size_t>(rows, kRopeSeq)), B = std::max(1, N / T);
+      const size_t qn = size_t(B) * T * H * kRopeHeadSize;
+      const double ropeForward = medianSeconds(be, g.computeBudgetS, [&](int) {
+        be.ropePackQkv(qkv.f(), src.f(), src.f() + qn, src.f() + 2 * qn, B, T, H, H, kRopeHeadSize, 10000.0f,
+                       0);
+      });
+      const double ropeBackward = medianSeconds(be, g.computeBudgetS, [&](int) {
+        be.ropeUnpackQkv(dsrc.f(), dsrc.f() + qn, dsrc.f() + 2 * qn, qkv.f(), B, T, H, H, kRopeHeadSize,
+                         10000.0f, 0);
+      });
+      record(VectorKernel::Rope, rows, width, ropeForward, ropeBackward);
     }
   for (size_t n : g.vectorKernelFloats) {
     const double forward = medianSeconds(be, g.computeBudgetS, [&](int) { be.geluForward(y.f(), x.f(), n); });

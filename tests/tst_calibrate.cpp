@@ -196,9 +196,9 @@ class TestCalibrate : public QObject {
     QCOMPARE(gemm.size(), 2 * 3 * threads.size() * 12);
   }
 
-  // The named elementwise kernels of --quick: LayerNorm and RMSNorm at widths 32 and 512 over 4096 and 262144
-  // elements, GELU and SwiGLU over both element counts, at every thread count, each once; and their times
-  // follow the work (the larger count, 64 times the elements, takes longer at every width).
+  // The named elementwise kernels of --quick: LayerNorm, RMSNorm and RoPE at widths 32 and 512 over 4096 and
+  // 262144 elements, GELU and SwiGLU over both element counts, at every thread count, each once; and their
+  // times follow the work (the larger count, 64 times the elements, takes longer at every width).
   void vectorKernelsAreComplete() {
     const nlohmann::json& kernels = m_profile["device"]["vector_kernels"];
     std::map<std::tuple<std::string, int, int, int>, std::pair<double, double>> seen;  // -> (fwd, bwd)
@@ -208,9 +208,9 @@ class TestCalibrate : public QObject {
                                        e["backward_seconds"].get<double>()};
     QCOMPARE(seen.size(), kernels.size());
     const std::vector<int> threads = defaultThreads(static_cast<int>(std::thread::hardware_concurrency()));
-    QCOMPARE(kernels.size(), threads.size() * 12);
+    QCOMPARE(kernels.size(), threads.size() * 16);
     for (int t : threads) {
-      for (const char* norm : {"layernorm", "rmsnorm"})
+      for (const char* norm : {"layernorm", "rmsnorm", "rope"})
         for (int width : {32, 512}) {
           const auto small = seen.find({norm, t, 4096 / width, width});
           const auto large = seen.find({norm, t, 262144 / width, width});

@@ -314,7 +314,20 @@ class TestDeviceProfile : public QObject {
     QVERIFY(!bad);
     QCOMPARE(
         QString::fromStdString(bad.message()),
-        R"(x.json: /device/vector_kernels/1/kernel: must be "layernorm", "gelu", "rmsnorm" or "swiglu", got "softmax")");
+        R"(x.json: /device/vector_kernels/1/kernel: must be "layernorm", "gelu", "rmsnorm", "swiglu" or "rope", got "softmax")");
+    // RoPE by rows of the q and k heads' width, as the norms.
+    doc = withVectorKernels(synthProfile());
+    doc["device"]["vector_kernels"].push_back({{"kernel", "rope"},
+                                               {"threads", 1},
+                                               {"rows", 256},
+                                               {"width", 96},
+                                               {"forward_seconds", 2e-6},
+                                               {"backward_seconds", 3e-6}});
+    const auto rope = parsed(doc);
+    QVERIFY(rope->hasVectorKernel(VectorKernel::Rope) && !p->hasVectorKernel(VectorKernel::Rope));
+    QVERIFY(ms::vectorKernelHasRows(VectorKernel::Rope));
+    QCOMPARE(rope->vectorKernelSeconds(VectorKernel::Rope, true, 1, 256, 96), 3e-6);
+    QCOMPARE(rope->vectorKernelSeconds(VectorKernel::Rope, false, 1, 512, 96), 4e-6);  // beyond: its rate
     doc = withVectorKernels(synthProfile());
     doc["device"]["vector_kernels"][0]["backward_seconds"] = 0;
     const auto zero = ms::parseDeviceProfile(doc, "x.json");
@@ -559,8 +572,9 @@ class TestDeviceProfile : public QObject {
   void costModelTimesLayersByShape() {
     QTemporaryDir dir;
     writeFile(dir.filePath("here.json"), synthProfile().dump());
-    const auto planFor = [&](int count, const json& parallel, int threads) {
+    const auto planFor = [&](int count, const json& parallel, int threads, const json& model = json()) {
       json doc = ms::test::smallGpuPlanConfig("prof", 2, 8);
+      if (!model.is_null()) doc["model"] = model;
       doc["mesh"] = {{"nodes", json::array({{{"name", "n0"}, {"device", "here"}, {"count", count}}})},
                      {"intra_link", "here.shm"},
                      {"inter_link", "here.tcp"},
@@ -645,6 +659,32 @@ class TestDeviceProfile : public QObject {
           q->ringAttentionSeconds(true, ms::Precision::Fp32, 1, flops, T / 2, double(C) / 4);
       QNEAR(ring.backwardInput[1] - plain.backwardInput[1], blockBack - fusedBack);
       QCOMPARE(ring.backwardWeight[1], plain.backwardWeight[1]);
+    }
+    // Llama's (out, in) weights (GemmShape::transposedWeight): the forward inp @ W^T is an NT GEMM, the input
+    // gradient dout @ W an NN one, so on a profile with the backward ops the block's forward GEMMs take the
+    // input-gradient curve (twice the forward's time in the synthetic profile) and its input gradients the
+    // forward's; a gpt block's keep theirs.
+    {
+      const json llama = {{"type", "llama"}, {"layers", 2},       {"width", 64},  {"heads", 4},
+                          {"kv_heads", 2},   {"ffn_hidden", 160}, {"vocab", 256}, {"context", 64}};
+      const auto timesOn = [&](const json& profile, const json& model) {
+        writeFile(dir.filePath("here.json"), profile.dump());
+        const ms::Plan plan = planFor(1, json{{"dp", 1}}, 1, model);
+        return ms::CostModel(plan).layerTimes();
+      };
+      const ms::LayerTimes plain = timesOn(synthProfile(), llama);
+      const ms::LayerTimes ops = timesOn(withBackwardGemms(synthProfile()), llama);
+      const double m = T * 8.0;
+      double forward = 0;  // the block's forward GEMMs on the forward curve: q, k, v, o, gate, up, down
+      for (const auto& [n, k] : std::vector<std::pair<double, double>>{
+               {64, 64}, {32, 64}, {32, 64}, {64, 64}, {160, 64}, {160, 64}, {64, 160}})
+        forward += p->gemmSeconds(ms::Precision::Fp32, 1, m, n, k);
+      QNEAR(ops.forward[1] - plain.forward[1], forward);
+      QVERIFY(std::abs(ops.backwardInput[1] - plain.backwardInput[1]) <= 1e-12 * plain.backwardInput[1]);
+      const ms::LayerTimes gptPlain = timesOn(synthProfile(), json());
+      const ms::LayerTimes gptOps = timesOn(withBackwardGemms(synthProfile()), json());
+      QCOMPARE(gptOps.forward[1], gptPlain.forward[1]);
+      QVERIFY(gptOps.backwardInput[1] > gptPlain.backwardInput[1]);
     }
     // The backward's GEMMs: each on its own op's curve at the forward's shape when the profile has them.
     writeFile(dir.filePath("here.json"), withBackwardGemms(synthProfile()).dump());

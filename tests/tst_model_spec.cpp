@@ -171,14 +171,18 @@ class TestModelSpec : public QObject {
     QCOMPARE(block.vectorKernels[0].rowsPerSample, 32.0);
     QCOMPARE(block.vectorKernels[0].width, 64.0);
     QCOMPARE(specs[0].layers.back().vectorKernels.size(), size_t(1));  // ln_f
-    // The llama block's two RMSNorms and its SwiGLU (12 bytes an element: gate and up read, one written);
-    // the mixture-of-experts block's shared expert's SwiGLU and its routed rows' (2 a position).
+    // The llama block's two RMSNorms, its SwiGLU (12 bytes an element: gate and up read, one written) and its
+    // rotary embedding over the q and k heads ((4 + 2) x 16); the mixture-of-experts block's shared expert's
+    // SwiGLU and its routed rows' (2 a position).
     const LayerSpec& llama = specs[2].layers[1];
-    QCOMPARE(llama.vectorKernels.size(), size_t(3));
+    QCOMPARE(llama.vectorKernels.size(), size_t(4));
+    QCOMPARE(int(llama.vectorKernels[3].kind), int(VectorKernelUse::Kind::Rope));
+    QCOMPARE(llama.vectorKernels[3].bytesPerSample(), 8.0 * 32 * 6 * 16);
+    QVERIFY(llama.vectorKernels[3].split);
     QCOMPARE(int(llama.vectorKernels[0].kind), int(VectorKernelUse::Kind::RmsNorm));
     QCOMPARE(llama.vectorKernels[2].bytesPerSample(), 12.0 * 32 * 160);
     const LayerSpec& moe = specs[3].layers[1];
-    QCOMPARE(moe.vectorKernels.size(), size_t(4));
+    QCOMPARE(moe.vectorKernels.size(), size_t(5));
     QCOMPARE(moe.vectorKernels[3].rowsPerSample, 64.0);
   }
 

@@ -229,12 +229,19 @@ struct KernelTimes {
   // profile has their own curves (DeviceProfile GemmOp).
   virtual double gemmInputGradient(double m, double n, double k) const { return gemm(m, k, n); }
   virtual double gemmWeightGradient(double m, double n, double k) const { return gemm(k, n, m); }
+  // The same three for a weight kept (n x k) (GemmShape::transposedWeight); by default as the (k x n)
+  // layout's (a GPU's kernel model does not tell the layouts apart).
+  virtual double gemmT(double m, double n, double k) const { return gemm(m, n, k); }
+  virtual double gemmTInputGradient(double m, double n, double k) const { return gemmInputGradient(m, n, k); }
+  virtual double gemmTWeightGradient(double m, double n, double k) const {
+    return gemmWeightGradient(m, n, k);
+  }
   virtual double attentionForward(double flops, double keys, double headSize) const = 0;
   virtual double attentionBackward(double flops, double keys, double headSize) const = 0;
   virtual double elementwise(double bytes) const = 0;  // bytes as LayerSpec counts them (fp32 elements)
   // A named elementwise kernel's forward or backward (VectorKernelUse), when the device times it by name
   // (a profile that measured it); otherwise nothing, and it is one of the layer's elementwise passes.
-  virtual std::optional<double> vectorKernel(VectorKernelUse::Kind, bool /*backward*/, double /*rows*/,
+  virtual std::optional<double> vectorKernel(VectorKernel, bool /*backward*/, double /*rows*/,
                                              double /*width*/) const {
     return std::nullopt;
   }
@@ -258,6 +265,20 @@ struct ProfileTimes final : KernelTimes {
   double gemmWeightGradient(double m, double n, double k) const override {
     return profile.gemmSeconds(GemmOp::WeightGradient, precision, threads, m, n, k);
   }
+  // A (n x k) weight's GEMMs are the measured ops of the layer (m, k, n) (kernels/cpu/linear.cpp): its
+  // forward inp @ W^T is that layer's input gradient's product (an NT GEMM), its input gradient dout @ W that
+  // layer's forward (NN), its weight gradient dout^T @ inp (TN) that layer's weight gradient with the
+  // operands swapped. Measured in the suite's one-rank llama (2026-11-29, the Intel VM): the 256 x 32 x 32
+  // forward took 13.7 us as linearForwardT, where the forward curve gave 4.1 us.
+  double gemmT(double m, double n, double k) const override {
+    return profile.gemmSeconds(GemmOp::InputGradient, precision, threads, m, k, n);
+  }
+  double gemmTInputGradient(double m, double n, double k) const override {
+    return profile.gemmSeconds(GemmOp::Forward, precision, threads, m, k, n);
+  }
+  double gemmTWeightGradient(double m, double n, double k) const override {
+    return profile.gemmSeconds(GemmOp::WeightGradient, precision, threads, m, k, n);
+  }
   double attentionForward(double flops, double keys, double headSize) const override {
     return profile.attentionForwardSeconds(precision, threads, flops, keys, headSize);
   }
@@ -265,15 +286,10 @@ struct ProfileTimes final : KernelTimes {
     return profile.attentionBackwardSeconds(precision, threads, flops, keys, headSize);
   }
   double elementwise(double bytes) const override { return profile.elementwiseSeconds(threads, bytes); }
-  std::optional<double> vectorKernel(VectorKernelUse::Kind kind, bool backward, double rows,
+  std::optional<double> vectorKernel(VectorKernel kernel, bool backward, double rows,
                                      double width) const override {
-    using Kind = VectorKernelUse::Kind;
-    const VectorKernel k = kind == Kind::Gelu      ? VectorKernel::Gelu
-                           : kind == Kind::RmsNorm ? VectorKernel::RmsNorm
-                           : kind == Kind::Swiglu  ? VectorKernel::Swiglu
-                                                   : VectorKernel::LayerNorm;
-    if (!profile.hasVectorKernel(k)) return std::nullopt;
-    return profile.vectorKernelSeconds(k, backward, threads, rows, width);
+    if (!profile.hasVectorKernel(kernel)) return std::nullopt;
+    return profile.vectorKernelSeconds(kernel, backward, threads, rows, width);
   }
   std::optional<double> ringAttention(bool backward, double flops, double blockKeys,
                                       double headSize) const override {
@@ -341,14 +357,17 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
       count *= m / rows;
       m = rows;
     }
-    const double f = count * times.gemm(m, n, k);
+    const bool t = g.transposedWeight;
+    const double f = count * (t ? times.gemmT(m, n, k) : times.gemm(m, n, k));
     {
       char shape[96];
       std::snprintf(shape, sizeof shape, "GEMM %.0f x %.0f x %.0f", m, n, k);
       note(count == 1 ? std::string(shape) : countText(count) + " x " + shape, 2.0 * count * m * n * k, f);
     }
-    const double dx = g.inputGradient ? count * times.gemmInputGradient(m, n, k) : 0.0;
-    const double dw = count * times.gemmWeightGradient(m, n, k);
+    const double dx = g.inputGradient
+                          ? count * (t ? times.gemmTInputGradient(m, n, k) : times.gemmInputGradient(m, n, k))
+                          : 0.0;
+    const double dw = count * (t ? times.gemmTWeightGradient(m, n, k) : times.gemmWeightGradient(m, n, k));
     if (g.chunked) {
       fused += f + dx + dw;
     } else {
@@ -383,10 +402,11 @@ ProfiledLayer profiledLayer(const LayerSpec& layer, const KernelTimes& times, do
     if (!f || !b) continue;
     forward += *f;
     input += *b;
-    using Kind = VectorKernelUse::Kind;
+    using Kind = VectorKernel;
     note(v.kind == Kind::Gelu      ? "GELU"
          : v.kind == Kind::RmsNorm ? "RMSNorm"
          : v.kind == Kind::Swiglu  ? "SwiGLU"
+         : v.kind == Kind::Rope    ? "RoPE"
                                    : "LayerNorm",
          0.0, *f);
     bytes -= v.bytesPerElement() * rows * width;

@@ -412,12 +412,14 @@ const char* vectorKernelName(VectorKernel kernel) {
       return "rmsnorm";
     case VectorKernel::Swiglu:
       return "swiglu";
+    case VectorKernel::Rope:
+      return "rope";
   }
   return "?";
 }
 
 bool vectorKernelHasRows(VectorKernel kernel) {
-  return kernel == VectorKernel::LayerNorm || kernel == VectorKernel::RmsNorm;
+  return kernel == VectorKernel::LayerNorm || kernel == VectorKernel::RmsNorm || kernel == VectorKernel::Rope;
 }
 
 bool DeviceProfile::hasVectorKernel(VectorKernel kernel) const {
@@ -612,12 +614,12 @@ Expected<std::shared_ptr<const DeviceProfile>> parseDeviceProfile(const json& do
           !r.positive(k, at, "backward_seconds", point.backwardSeconds))
         return bad();
       std::optional<VectorKernel> kernel;
-      for (const VectorKernel v :
-           {VectorKernel::LayerNorm, VectorKernel::Gelu, VectorKernel::RmsNorm, VectorKernel::Swiglu})
+      for (const VectorKernel v : {VectorKernel::LayerNorm, VectorKernel::Gelu, VectorKernel::RmsNorm,
+                                   VectorKernel::Swiglu, VectorKernel::Rope})
         if (name == vectorKernelName(v)) kernel = v;
       if (!kernel) {
         r.fail(at + "/kernel",
-               "must be \"layernorm\", \"gelu\", \"rmsnorm\" or \"swiglu\", got \"" + name + "\"");
+               "must be \"layernorm\", \"gelu\", \"rmsnorm\", \"swiglu\" or \"rope\", got \"" + name + "\"");
         return bad();
       }
       for (const auto& q : p->vectorKernels[*kernel][threads])

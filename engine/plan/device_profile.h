@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "plan/model_spec.h"
 #include "plan/run_config.h"
 
 namespace ms {
@@ -65,12 +66,12 @@ struct LinkProfile {
 enum class GemmOp { Forward, InputGradient, WeightGradient };
 const char* gemmOpName(GemmOp op);  // "forward", "input_gradient", "weight_gradient"
 
-// The elementwise kernels a profile times by name (plan/model_spec.h VectorKernelUse): the CPU backend's
-// layerNorm and rmsNorm forward / backward over rows of a width, and gelu and swiglu forward / backward over
-// elements.
-enum class VectorKernel { LayerNorm, Gelu, RmsNorm, Swiglu };
-const char* vectorKernelName(VectorKernel kernel);  // "layernorm", "gelu", "rmsnorm", "swiglu"
-// Whether the kernel works on rows of a width (the norms) or on elements (width 1 in a profile).
+// The elementwise kernels a profile times by name (plan/model_spec.h VectorKernel, the kinds of
+// VectorKernelUse): the CPU backend's layerNorm and rmsNorm forward / backward over rows of a width, gelu and
+// swiglu forward / backward over elements, and RoPE (ropePackQkv / ropeUnpackQkv) over rows of the q and k
+// heads' width.
+const char* vectorKernelName(VectorKernel kernel);  // "layernorm", "gelu", "rmsnorm", "swiglu", "rope"
+// Whether the kernel works on rows of a width (the norms, RoPE) or on elements (width 1 in a profile).
 bool vectorKernelHasRows(VectorKernel kernel);
 
 struct DeviceProfile {

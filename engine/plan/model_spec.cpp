@@ -227,7 +227,7 @@ ModelSpec gptSpec(const ModelConfig& m, int Tfull, int cp) {
   head.params = {ones("ln_f.weight", {C}), zeros("ln_f.bias", {C})};
   if (!m.tieEmbeddings) head.params.push_back(weight("lm_head.weight", {V, C}, m.initStd));
   head.forwardFlopsPerSample = 2.0 * T * C * V;
-  head.gemms = {{double(T), V, C, GemmShape::Split::Output, false, true, true}};
+  head.gemms = {{double(T), V, C, GemmShape::Split::Output, false, true, true, /*transposedWeight=*/true}};
   // ln_f (read C, write C) whole; the loss's softmax and its gradient over the logits (read V, write V,
   // twice) split with the vocabulary.
   head.elementwiseBytesPerSample = 4.0 * T * 2 * C;
@@ -309,6 +309,7 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int Tfull, int cp) {
     l.gemms.push_back({routed, Fe, C, Split::Output, true});
     l.gemms.push_back({routed, C, Fe, Split::Input, true});
   }
+  for (GemmShape& g : l.gemms) g.transposedWeight = true;  // (out, in) weights, the router's and experts' too
   l.attentionKeys = Tfull;
   l.attentionHeadSize = double(hs);
   // Elementwise traffic per position, fp32 bytes: two RMSNorms (read C, write C) and two residual adds (read
@@ -322,6 +323,7 @@ LayerSpec llamaBlock(const ModelConfig& m, int i, int Tfull, int cp) {
   l.vectorKernels = {{VK::RmsNorm, double(T), double(C), false}, {VK::RmsNorm, double(T), double(C), false}};
   if (Fs > 0) l.vectorKernels.push_back({VK::Swiglu, double(T), double(Fs), true});
   if (moe) l.vectorKernels.push_back({VK::Swiglu, double(T) * k, double(Fe), true});
+  l.vectorKernels.push_back({VK::Rope, double(T), double((H + KV) * hs), true});
   // Saved for backward (runtime/transformer.cpp): the first RMSNorm's output, the rotated q|k|v with the
   // key/value heads repeated as attention reads them, the attention probabilities, attention's output, the
   // first residual, the second RMSNorm's output, the gate and up projections and the SwiGLU output, plus
@@ -361,7 +363,7 @@ ModelSpec llamaSpec(const ModelConfig& m, int Tfull, int cp) {
   head.params = {ones("model.norm.weight", {C})};
   if (!m.tieEmbeddings) head.params.push_back(weight("lm_head.weight", {V, C}, m.initStd));
   head.forwardFlopsPerSample = 2.0 * T * C * V;
-  head.gemms = {{double(T), V, C, GemmShape::Split::Output, false, true, true}};
+  head.gemms = {{double(T), V, C, GemmShape::Split::Output, false, true, true, /*transposedWeight=*/true}};
   head.elementwiseBytesPerSample = 4.0 * T * 2 * C;       // the final RMSNorm
   head.splitElementwiseBytesPerSample = 4.0 * T * 4 * V;  // the loss's softmax and its gradient (as gpt's)
   head.elementwisePasses = 3;

@@ -62,20 +62,29 @@ struct GemmShape {
   // The gpt and llama LM head's GEMMs: run in chunks of headChunkRows() rows, forward and both gradients in
   // the training forward (the fused head).
   bool chunked = false;
+  // The weight is kept (n x k), output features by input features, as Hugging Face's Llama linears and the
+  // LM heads keep it: the backend's linearForwardT / linearBackwardT, whose three GEMMs transpose otherwise
+  // (the forward inp @ W^T, the input gradient dout @ W, the weight gradient dout^T @ inp). A BLAS runs them
+  // by other kernels than the (k x n) layout's, which a measured CPU profile tells apart (cost_model.cpp).
+  bool transposedWeight = false;
 };
 
 // An elementwise kernel that a measured CPU profile times by name (plan/device_profile.h VectorKernel), as it
 // is not bound by memory bandwidth there: the norms' per-row reductions over narrow rows, GELU's tanh and
-// SwiGLU's exp per element. Each is also one of its layer's elementwisePasses, its bytes within
-// elementwiseBytesPerSample (splitElementwiseBytesPerSample when split), so a catalog GPU, where they are
-// bandwidth-bound, prices them as passes like the others.
+// SwiGLU's exp per element, RoPE's rotation (and its copy of q, k and v into attention's layout). Each is
+// also one of its layer's elementwisePasses, its bytes within elementwiseBytesPerSample
+// (splitElementwiseBytesPerSample when split), so a catalog GPU, where they are bandwidth-bound, prices them
+// as passes like the others. The kernels (a measured profile's names: plan/device_profile.h
+// vectorKernelName).
+enum class VectorKernel { LayerNorm, Gelu, RmsNorm, Swiglu, Rope };
 struct VectorKernelUse {
-  enum class Kind { LayerNorm, Gelu, RmsNorm, Swiglu } kind = Kind::LayerNorm;
+  using Kind = VectorKernel;
+  Kind kind = Kind::LayerNorm;
   double rowsPerSample = 0;
   double width = 0;    // a row's elements; GELU and SwiGLU are elementwise, their rows x width the elements
   bool split = false;  // the width divided by tensor parallelism (the MLP's activation)
-  // fp32 bytes read and written per element of the rows: 8 (read one, write one), SwiGLU 12 (gate and up
-  // read, the product written).
+  // fp32 bytes read and written per element of the rows: 8 (read one, write one; RoPE: the q and k heads,
+  // width (H + KV) hs), SwiGLU 12 (gate and up read, the product written).
   double bytesPerElement() const { return kind == Kind::Swiglu ? 12.0 : 8.0; }
   double bytesPerSample() const { return bytesPerElement() * rowsPerSample * width; }
 };
