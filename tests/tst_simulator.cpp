@@ -575,8 +575,9 @@ class TestSimulator : public QObject {
     QVERIFY(r.stepTime < lastB->end + cost.gradSyncTime(0) + optimizer);
   }
 
-  // On CPU devices the sync waits for the compute (CostModel::syncOverlapsCompute): it starts as the last
-  // backward ends, holds the compute lane, and pays a latency per layer (the engine's collective per unit).
+  // On CPU devices the sync waits for the compute (CostModel::collectivesOverlapCompute): it starts as the
+  // last backward ends, holds the compute lane, and pays a latency per layer (the engine's collective per
+  // unit).
   void cpuSyncWaitsForCompute() {
     const auto meshOf = [](const char* device) {
       json nodes = json::array();
@@ -588,8 +589,8 @@ class TestSimulator : public QObject {
     MAKE_PLAN(gpu, 4, 64, (json{{"mesh", meshOf("h100-sxm-80gb")}, {"parallel", parallel}}));
     MAKE_PLAN(cpu, 4, 64, (json{{"mesh", meshOf("cpu")}, {"parallel", parallel}}));
     const ms::CostModel gpuCost(*gpu), cpuCost(*cpu);
-    QVERIFY(gpuCost.syncOverlapsCompute(0) && gpuCost.syncOverlapsCompute(1));
-    QVERIFY(!cpuCost.syncOverlapsCompute(0) && !cpuCost.syncOverlapsCompute(1));
+    QVERIFY(gpuCost.collectivesOverlapCompute(0) && gpuCost.collectivesOverlapCompute(1));
+    QVERIFY(!cpuCost.collectivesOverlapCompute(0) && !cpuCost.collectivesOverlapCompute(1));
     // Stage 0's chunk has 3 layers (embedding, block.0, block.1): 3 all-reduces of two ranks, 2 latencies
     // each, against one.
     const double latency = cpu->mesh.interLink.latency;
@@ -613,6 +614,24 @@ class TestSimulator : public QObject {
               std::abs(sync->end - sync->start - cpuCost.gradSyncTime(1)) <= 1e-12 * sync->end);
       QCOMPARE(optimizer->start, sync->end);
     }
+    // ZeRO-3's prefetched gathers: on a GPU only the chunk's first layer's (its last's in backward) and what
+    // outlasts the layer beside it are exposed; on a CPU every layer's gather, forward and backward alike.
+    const json zero3 = {{"dp", 4}, {"zero", 3}, {"microbatches", 2}};
+    MAKE_PLAN(gpuZ3, 4, 64, (json{{"mesh", meshOf("h100-sxm-80gb")}, {"parallel", zero3}}));
+    MAKE_PLAN(cpuZ3, 4, 64, (json{{"mesh", meshOf("cpu")}, {"parallel", zero3}}));
+    const auto comm = [](const ms::Plan& plan, const ms::CostModel& cost, bool backward) {
+      double compute = 0;
+      for (int l : plan.partition.chunks[0])
+        compute += backward ? cost.layerTimes().backwardInput[static_cast<size_t>(l)] +
+                                  cost.layerTimes().backwardWeight[static_cast<size_t>(l)]
+                            : cost.layerTimes().forward[static_cast<size_t>(l)];
+      return (backward ? cost.backwardTime(0) : cost.forwardTime(0)) - compute;
+    };
+    const ms::CostModel gpuZ3Cost(*gpuZ3), cpuZ3Cost(*cpuZ3);
+    const double cpuForward = comm(*cpuZ3, cpuZ3Cost, false), gpuForward = comm(*gpuZ3, gpuZ3Cost, false);
+    QVERIFY2(cpuForward > 1.5 * gpuForward && gpuForward > 0,
+             qPrintable(QString("%1 vs %2").arg(cpuForward).arg(gpuForward)));
+    QVERIFY(std::abs(comm(*cpuZ3, cpuZ3Cost, true) - cpuForward) <= 1e-9 * cpuForward);
   }
 
   void throughputAndMfu() {

@@ -598,6 +598,13 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   const int edp = std::max(1, dp / std::max(1, p.ep));
   const std::vector<double> gathered = p.zero == 3 ? zero3LayerParams(plan) : std::vector<double>{};
   const ModelStateLayout state = modelStateLayout(p, plan.config.optimizer);
+  // Whether each stage's collectives progress beside its compute (collectivesOverlapCompute).
+  m_overlaps.assign(static_cast<size_t>(plan.partition.stages), true);
+  for (int s = 0; s < plan.partition.stages; ++s) {
+    const DeviceSpec& device = stageDevice(plan, s);
+    m_overlaps[static_cast<size_t>(s)] =
+        !(device.name == "cpu" || (device.profile && device.profile->backend == "cpu"));
+  }
   m_chunkForwardComm.assign(static_cast<size_t>(K), 0.0);
   m_chunkBackwardComm.assign(static_cast<size_t>(K), 0.0);
   m_chunkWeightComm.assign(static_cast<size_t>(K), 0.0);
@@ -631,7 +638,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         const double ag = sp ? ringAllGatherTime(outBytes * mbs, tp, link) : 0.0;
         if (sp) backward += (outPieces ? ag : 0.0) + (inPieces ? 0.0 : ag) - ag;
         int lnGathersBeside = 0;  // of the two LayerNorm re-gathers below, those costed in `backward`
-        if (p.tpCommOverlap && sp) {
+        if (p.tpCommOverlap && sp && m_overlaps[static_cast<size_t>(stage)]) {
           // tp_comm_overlap (plan/tp_overlap.h, runtime/transformer.cpp): forward's two all-gathers and two
           // reduce-scatters each beside its GEMM group, chunk by chunk; backward's two reduce-scatters and
           // the all-gathers of proj's output gradient and of the block output's gradient likewise, the
@@ -724,7 +731,23 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         m_chunkBackwardComm[static_cast<size_t>(k)] += backward + (again ? forward : 0.0);
       }
     }
-    if (p.zero == 3 && dp > 1) {
+    if (p.zero == 3 && dp > 1 && !m_overlaps[static_cast<size_t>(stage)]) {
+      // A CPU stage (collectivesOverlapCompute): each layer's prefetched gather completes when the layer
+      // waits for it, in forward, in backward and in a split backward's W alike.
+      const LinkSpec link = ringLink(plan, plan.layout.dpCpGroup(rank));
+      const LinkSpec expertLink = p.ep > 1 ? ringLink(plan, plan.layout.edpGroup(rank)) : link;
+      double all = 0;
+      for (int l : m_chunks[static_cast<size_t>(k)]) {
+        const double experts =
+            p.ep > 1 ? double(model.layers[static_cast<size_t>(l)].localExpertParamCount(tp, p.ep)) : 0.0;
+        all +=
+            ringAllGatherTime((gathered[static_cast<size_t>(l)] - experts) * state.workingBytes, dp, link) +
+            (experts > 0 ? ringAllGatherTime(experts * state.workingBytes, edp, expertLink) : 0.0);
+      }
+      m_chunkForwardComm[static_cast<size_t>(k)] += all;
+      m_chunkBackwardComm[static_cast<size_t>(k)] += all;
+      if (plan.schedule.splitBackward) m_chunkWeightComm[static_cast<size_t>(k)] += all;
+    } else if (p.zero == 3 && dp > 1) {
       // Each layer's gather is issued as its neighbour starts (runtime Model::prefetch): the chunk's first
       // layer's (its last's in backward) is exposed, every other one only beyond the compute of the layer it
       // travels beside.
@@ -813,12 +836,6 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
   }
 
   // Data-parallel gradient sync per chunk, and the tied embedding's all-reduce between first and last stage.
-  m_syncOverlaps.assign(static_cast<size_t>(plan.partition.stages), true);
-  for (int s = 0; s < plan.partition.stages; ++s) {
-    const DeviceSpec& device = stageDevice(plan, s);
-    m_syncOverlaps[static_cast<size_t>(s)] =
-        !(device.name == "cpu" || (device.profile && device.profile->backend == "cpu"));
-  }
   m_gradSync.assign(static_cast<size_t>(K), 0.0);
   m_layerParams.assign(static_cast<size_t>(K), {});
   for (int k = 0; k < K; ++k)
@@ -864,7 +881,7 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const double tiedOnce = p.zero >= 2 ? tiedBytes : 0.0;
     const double rest = bytes - expertBytes - tiedOnce;
     double restSync = sync(rest, dp, link);
-    if (!m_syncOverlaps[static_cast<size_t>(stage)] && params[static_cast<size_t>(k)] > 0) {
+    if (!m_overlaps[static_cast<size_t>(stage)] && params[static_cast<size_t>(k)] > 0) {
       // Waited for after the compute (syncOverlapsCompute), the engine's collective per layer (its unit) each
       // pays its own latency: the rest split over the chunk's layers by their parameters.
       restSync = 0;

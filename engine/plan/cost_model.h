@@ -134,14 +134,16 @@ class CostModel {
     double seconds = 0;
   };
   std::vector<SyncPiece> gradSyncPieces(int chunk) const;
-  // Whether stage s's gradient sync runs beside its compute, as gradSyncPieces lays it out: on a GPU (NCCL
-  // runs on its own stream). Not on a CPU (the catalog's "cpu", a profile of backend "cpu"): the engine's
-  // collectives there are Open MPI's non-blocking ones, which move data only inside MPI calls (Open MPI runs
-  // no progress thread by default, and libnbc's schedules advance in MPI_Test / MPI_Wait), so a sync the
-  // backward started runs when the rank waits for it after its compute; the simulator then runs it on the
-  // compute lane. Measured on the Intel VM (2026-11-29): the suite's gpt dp2 waited 0.21-0.23 ms a step for
-  // its sync after the backward, where the overlapped layout exposed 0.025 ms.
-  bool syncOverlapsCompute(int stage) const { return m_syncOverlaps[static_cast<size_t>(stage)]; }
+  // Whether stage s's collectives run beside its compute: the gradient sync as gradSyncPieces lays it out,
+  // tp_comm_overlap's and ZeRO-3's prefetched gathers beside the GEMMs and layers they travel with. On a GPU
+  // (NCCL runs on its own stream). Not on a CPU (the catalog's "cpu", a profile of backend "cpu"): the
+  // engine's collectives there are Open MPI's non-blocking ones, which move data only inside MPI calls (Open
+  // MPI runs no progress thread by default, and libnbc's schedules advance in MPI_Test / MPI_Wait), so each
+  // completes when the rank waits for it: the simulator runs a CPU stage's sync on its compute lane after its
+  // last backward (one collective per layer), and the in-layer ones are exposed whole. Measured on the Intel
+  // VM (2026-11-29): the suite's gpt dp2 waited 0.21-0.23 ms a step for its sync after the backward, where
+  // the overlapped layout exposed 0.025 ms.
+  bool collectivesOverlapCompute(int stage) const { return m_overlaps[static_cast<size_t>(stage)]; }
   // The stage's optimizer step (a memory-bound pass over its parameter shard, plus ZeRO-1/2's parameter
   // all-gather unless overlap_param_gather moves it beside the next forward).
   double optimizerTime(int stage) const;
@@ -193,7 +195,7 @@ class CostModel {
   std::vector<double> m_gradSync;                  // (K)
   std::vector<std::vector<double>> m_layerParams;  // (K): each layer's parameters as one TP rank holds them
   std::vector<double> m_optimizer;                 // (P)
-  std::vector<bool> m_syncOverlaps;                // (P): syncOverlapsCompute
+  std::vector<bool> m_overlaps;                    // (P): collectivesOverlapCompute
   std::vector<double> m_paramGather;               // (K): overlap_param_gather's part of each chunk, else 0
   // Offload's host-link transfers (hostTransfers).
   std::vector<double> m_chunkHostUpload;    // (K): a chunk's shard up, before F's, B's and W's gathers

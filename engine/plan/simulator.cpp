@@ -115,7 +115,7 @@ bool advance(const std::vector<Action>& actions, int s, const CostModel& costs,
         const SimSpan* work = nullptr;
         for (auto it = lanes.spans.rbegin(); it != lanes.spans.rend() && !work; ++it)
           if (it->type == last && it->chunk == a.chunk) work = &*it;
-        if (!costs.syncOverlapsCompute(s)) {
+        if (!costs.collectivesOverlapCompute(s)) {
           // A CPU rank: the sync runs when the rank waits for it, its compute held (CostModel).
           span.start = std::max(lanes.compute, lanes.communication);
           span.end = lanes.communication = lanes.compute = span.start + costs.actionTime(a, s);
