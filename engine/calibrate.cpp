@@ -291,6 +291,24 @@ void measureGemm(Backend& be, const Grids& g, int threads, Json& out, Progress& 
   be.setGemmPrecision(GemmPrecision::Fp32);
 }
 
+// One attention entry of the profile (docs/calibration.md, device.attention[]); `kernel` null for the fused
+// kernel's (the field's default).
+Json attentionEntry(const char* kernel, GemmPrecision p, int threads, int B, int H, int T, int hs,
+                    bool causal, double flops, double forward, double backward) {
+  Json e = {{"precision", precisionName(p)},
+            {"threads", threads},
+            {"batch", B},
+            {"heads", H},
+            {"seq", T},
+            {"head_size", hs},
+            {"causal", causal},
+            {"flops", flops},
+            {"forward_seconds", forward},
+            {"backward_seconds", backward}};
+  if (kernel) e["kernel"] = kernel;
+  return e;
+}
+
 void measureAttention(Backend& be, const Grids& g, int threads, Json& out, Progress& progress) {
   constexpr int B = 1, H = kAttentionHeads;
   constexpr bool causal = true;  // as the GPT blocks call it
@@ -319,16 +337,7 @@ void measureAttention(Backend& be, const Grids& g, int threads, Json& out, Progr
         // The forward's FLOPs: QK^T and PV, 2 T^2 hs each per head; causal halves them (FlashAttention's
         // count, Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py, flops()).
         const double flops = 4.0 * B * H * double(T) * T * hs / (causal ? 2 : 1);
-        out.push_back({{"precision", precisionName(p)},
-                       {"threads", threads},
-                       {"batch", B},
-                       {"heads", H},
-                       {"seq", T},
-                       {"head_size", hs},
-                       {"causal", causal},
-                       {"flops", flops},
-                       {"forward_seconds", forward},
-                       {"backward_seconds", backward}});
+        out.push_back(attentionEntry(nullptr, p, threads, B, H, T, hs, causal, flops, forward, backward));
         progress.line("attention " + std::string(precisionName(p)) + " threads " + std::to_string(threads) +
                       " head size " + std::to_string(hs) + " seq " + std::to_string(T) + ": forward " +
                       num(forward) + " s, backward " + num(backward) + " s");
@@ -377,17 +386,8 @@ void measureRingAttention(Backend& be, const Grids& g, int threads, Json& out, P
         });
         // Half of the 4 (2T)^2 hs H products of a causal sequence of 2T positions.
         const double flops = 4.0 * B * H * double(2 * T) * (2 * T) * hs / 2.0 / 2.0;
-        out.push_back({{"kernel", "ring_block"},
-                       {"precision", precisionName(p)},
-                       {"threads", threads},
-                       {"batch", B},
-                       {"heads", H},
-                       {"seq", T},
-                       {"head_size", hs},
-                       {"causal", causal},
-                       {"flops", flops},
-                       {"forward_seconds", forward},
-                       {"backward_seconds", backward}});
+        out.push_back(
+            attentionEntry("ring_block", p, threads, B, H, T, hs, causal, flops, forward, backward));
         progress.line("ring attention " + std::string(precisionName(p)) + " threads " +
                       std::to_string(threads) + " head size " + std::to_string(hs) + " block " +
                       std::to_string(T) + ": forward " + num(forward) + " s, backward " + num(backward) +
