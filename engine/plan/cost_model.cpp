@@ -731,26 +731,12 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
         m_chunkBackwardComm[static_cast<size_t>(k)] += backward + (again ? forward : 0.0);
       }
     }
-    if (p.zero == 3 && dp > 1 && !m_overlaps[static_cast<size_t>(stage)]) {
-      // A CPU stage (collectivesOverlapCompute): each layer's prefetched gather completes when the layer
-      // waits for it, in forward, in backward and in a split backward's W alike.
-      const LinkSpec link = ringLink(plan, plan.layout.dpCpGroup(rank));
-      const LinkSpec expertLink = p.ep > 1 ? ringLink(plan, plan.layout.edpGroup(rank)) : link;
-      double all = 0;
-      for (int l : m_chunks[static_cast<size_t>(k)]) {
-        const double experts =
-            p.ep > 1 ? double(model.layers[static_cast<size_t>(l)].localExpertParamCount(tp, p.ep)) : 0.0;
-        all +=
-            ringAllGatherTime((gathered[static_cast<size_t>(l)] - experts) * state.workingBytes, dp, link) +
-            (experts > 0 ? ringAllGatherTime(experts * state.workingBytes, edp, expertLink) : 0.0);
-      }
-      m_chunkForwardComm[static_cast<size_t>(k)] += all;
-      m_chunkBackwardComm[static_cast<size_t>(k)] += all;
-      if (plan.schedule.splitBackward) m_chunkWeightComm[static_cast<size_t>(k)] += all;
-    } else if (p.zero == 3 && dp > 1) {
+    if (p.zero == 3 && dp > 1) {
       // Each layer's gather is issued as its neighbour starts (runtime Model::prefetch): the chunk's first
       // layer's (its last's in backward) is exposed, every other one only beyond the compute of the layer it
-      // travels beside.
+      // travels beside. On a CPU stage nothing travels beside (collectivesOverlapCompute): each layer's
+      // gather completes when the layer waits for it.
+      const double beside = m_overlaps[static_cast<size_t>(stage)] ? 1.0 : 0.0;
       const LinkSpec link = ringLink(plan, plan.layout.dpCpGroup(rank));
       const LinkSpec expertLink = p.ep > 1 ? ringLink(plan, plan.layout.edpGroup(rank)) : link;
       const std::vector<int>& layers = m_chunks[static_cast<size_t>(k)];
@@ -763,19 +749,21 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
                (experts > 0 ? ringAllGatherTime(experts * state.workingBytes, edp, expertLink) : 0.0);
       };
       auto backward = [&](int l) {
-        return m_analytic.backwardInput[static_cast<size_t>(l)] +
-               (plan.schedule.splitBackward ? 0.0 : m_analytic.backwardWeight[static_cast<size_t>(l)]);
+        return beside *
+               (m_analytic.backwardInput[static_cast<size_t>(l)] +
+                (plan.schedule.splitBackward ? 0.0 : m_analytic.backwardWeight[static_cast<size_t>(l)]));
       };
       double forwardExposed = gather(layers.front()), backwardExposed = gather(layers.back());
       // A split backward's W walks the chunk again and gathers every layer again, beside the weight parts.
       double weightExposed = plan.schedule.splitBackward ? gather(layers.back()) : 0.0;
       for (size_t i = 1; i < layers.size(); ++i) {
-        forwardExposed +=
-            std::max(0.0, gather(layers[i]) - m_analytic.forward[static_cast<size_t>(layers[i - 1])]);
+        forwardExposed += std::max(
+            0.0, gather(layers[i]) - beside * m_analytic.forward[static_cast<size_t>(layers[i - 1])]);
         backwardExposed += std::max(0.0, gather(layers[i - 1]) - backward(layers[i]));
         if (plan.schedule.splitBackward)
-          weightExposed += std::max(
-              0.0, gather(layers[i - 1]) - m_analytic.backwardWeight[static_cast<size_t>(layers[i])]);
+          weightExposed +=
+              std::max(0.0, gather(layers[i - 1]) -
+                                beside * m_analytic.backwardWeight[static_cast<size_t>(layers[i])]);
       }
       m_chunkForwardComm[static_cast<size_t>(k)] += forwardExposed;
       m_chunkBackwardComm[static_cast<size_t>(k)] += backwardExposed;
@@ -882,8 +870,8 @@ CostModel::CostModel(const Plan& plan, Communication communication) : m_communic
     const double rest = bytes - expertBytes - tiedOnce;
     double restSync = sync(rest, dp, link);
     if (!m_overlaps[static_cast<size_t>(stage)] && params[static_cast<size_t>(k)] > 0) {
-      // Waited for after the compute (syncOverlapsCompute), the engine's collective per layer (its unit) each
-      // pays its own latency: the rest split over the chunk's layers by their parameters.
+      // Waited for after the compute (collectivesOverlapCompute), the engine's collective per layer (its
+      // unit) each pays its own latency: the rest split over the chunk's layers by their parameters.
       restSync = 0;
       for (double layer : m_layerParams[static_cast<size_t>(k)])
         if (layer > 0) restSync += sync(rest * layer / params[static_cast<size_t>(k)], dp, link);

@@ -112,15 +112,15 @@ bool advance(const std::vector<Action>& actions, int s, const CostModel& costs,
         // Each layer's part starts once that layer's gradients are final inside the chunk's last backward
         // work (CostModel::gradSyncPieces), one after another on the communication lane.
         const ActionType last = costs.splitBackward() ? ActionType::BackwardWeight : ActionType::Backward;
-        const SimSpan* work = nullptr;
-        for (auto it = lanes.spans.rbegin(); it != lanes.spans.rend() && !work; ++it)
-          if (it->type == last && it->chunk == a.chunk) work = &*it;
         if (!costs.collectivesOverlapCompute(s)) {
           // A CPU rank: the sync runs when the rank waits for it, its compute held (CostModel).
           span.start = std::max(lanes.compute, lanes.communication);
           span.end = lanes.communication = lanes.compute = span.start + costs.actionTime(a, s);
           break;
         }
+        const SimSpan* work = nullptr;
+        for (auto it = lanes.spans.rbegin(); it != lanes.spans.rend() && !work; ++it)
+          if (it->type == last && it->chunk == a.chunk) work = &*it;
         if (!work || costs.communication() == Communication::Free) {
           span.start = std::max(lanes.compute, lanes.communication);
           span.end = lanes.communication = span.start + costs.actionTime(a, s);
